@@ -1,0 +1,53 @@
+"""Registry of collective algorithms, keyed by name.
+
+Adding an algorithm: one module with an :class:`Algorithm` subclass, listed in
+``_ALGORITHMS`` below.
+"""
+
+from __future__ import annotations
+
+from ..errors import CcsimError, unknown_choice
+from ..schedule import Schedule
+from .base import Algorithm, RankLayout
+from .ring import Ring
+
+_ALGORITHMS: dict[str, Algorithm] = {algo.name: algo for algo in (Ring(),)}
+
+
+def algorithm_names() -> list[str]:
+    """Names of every registered algorithm."""
+    return sorted(_ALGORITHMS)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The algorithm registered as ``name``; an error lists the valid names otherwise."""
+    try:
+        return _ALGORITHMS[name]
+    except KeyError:
+        raise unknown_choice("algorithm", name, _ALGORITHMS) from None
+
+
+def build_schedule(
+    algorithm: str, op: str, layout: RankLayout | int, size_bytes: float, **options
+) -> Schedule:
+    """Expand ``algorithm`` for ``op`` on ``layout`` (or a plain rank count) into a schedule."""
+    if isinstance(layout, int):
+        layout = RankLayout(layout)
+    algo = get_algorithm(algorithm)
+    reason = algo.unsupported(op, layout)
+    if reason is not None:
+        able = [
+            name
+            for name, other in sorted(_ALGORITHMS.items())
+            if other.unsupported(op, layout) is None
+        ]
+        raise CcsimError(
+            f"algorithm {algorithm!r} cannot run {op} on {layout.ranks} ranks ({reason}); "
+            f"algorithms that can: {', '.join(able) or 'none'}"
+        )
+    if not size_bytes > 0:
+        raise CcsimError(f"size must be positive, got {size_bytes!r} bytes")
+    return algo.build(op, layout, size_bytes, **options)
+
+
+__all__ = ["Algorithm", "RankLayout", "algorithm_names", "build_schedule", "get_algorithm"]

@@ -1,0 +1,67 @@
+"""The interface every collective algorithm implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CcsimError
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """What an algorithm may know about the ranks it runs on.
+
+    ``servers[r]`` is the server (machine) of rank ``r``, or ``servers`` is None when
+    the topology does not say (a user's graph without ``server`` attributes).
+    """
+
+    ranks: int
+    servers: tuple[int, ...] | None = None
+
+    def ranks_per_server(self) -> int | None:
+        """GPUs per server when every server has the same count and ranks are contiguous."""
+        if self.servers is None:
+            return None
+        servers = np.asarray(self.servers)
+        if len(servers) != self.ranks or np.any(np.diff(servers) < 0):
+            return None
+        counts = np.bincount(servers)
+        counts = counts[counts > 0]
+        if len(set(counts.tolist())) != 1:
+            return None
+        return int(counts[0])
+
+
+class Algorithm(ABC):
+    """A collective algorithm: expands (op, ranks, bytes, options) into a Schedule."""
+
+    #: Registry key, as typed on the command line.
+    name: str = ""
+    #: Operations this algorithm implements.
+    ops: tuple[str, ...] = ()
+    #: One line for ``--help`` and listings.
+    description: str = ""
+
+    def unsupported(self, op: str, layout: RankLayout) -> str | None:
+        """Why this algorithm cannot run ``op`` on ``layout``, or None if it can."""
+        if op not in self.ops:
+            return f"{self.name} does not implement {op}"
+        if layout.ranks < 2:
+            return "a collective needs at least 2 ranks"
+        return None
+
+    @abstractmethod
+    def build(
+        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
+    ):
+        """Return the :class:`~simulator.schedule.Schedule` for this op and size."""
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Validate an integer option such as ``chunks`` (a user-facing error otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise CcsimError(f"--{name} must be a positive integer, got {value!r}")
+    return int(value)

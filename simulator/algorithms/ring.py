@@ -1,0 +1,142 @@
+"""Ring all-reduce, all-gather and reduce-scatter.
+
+On a ring of p positions, at each step position ``i`` sends one block to position
+``i + 1``. Reduce-scatter takes p-1 steps in which the receiver reduces the block into
+its copy; all-gather takes p-1 steps that copy; all-reduce is the two back to back
+(2(p-1) steps). Closed form on a contention-free ring of per-hop latency a and
+bandwidth B: all-reduce 2(p-1)(a + n/(pB)), the others (p-1)(a + n/(pB)).
+
+Options
+    ``channels`` C: independent rings, each carrying n/C bytes. When every server holds
+    the same number g of consecutive ranks, channel c visits each server's GPUs starting
+    at local GPU c mod g, so different channels leave a server through different GPUs
+    (and so different NICs), as NCCL's rings do.
+    ``chunks`` K: each step's block is cut into K chunks sent one after another on the
+    channel; chunk k of step s may leave once it has arrived (chunk k of step s-1 at the
+    previous position) and the channel has finished sending the chunk before it. Larger
+    K hides per-hop latency behind transmission.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..schedule import Schedule
+from .base import Algorithm, RankLayout, check_positive_int
+
+
+def ring_orders(layout: RankLayout, channels: int) -> list[np.ndarray]:
+    """The rank order of each channel's ring (see the module docstring)."""
+    p = layout.ranks
+    g = layout.ranks_per_server()
+    orders = []
+    for c in range(channels):
+        if g is None or g == 1:
+            orders.append(np.arange(p))
+            continue
+        local = (np.arange(g) + c) % g
+        orders.append((np.arange(p // g)[:, None] * g + local[None, :]).ravel())
+    return orders
+
+
+class Ring(Algorithm):
+    """Ring algorithm (bandwidth-optimal; latency grows linearly with p)."""
+
+    name = "ring"
+    ops = ("all_reduce", "all_gather", "reduce_scatter")
+    description = "ring over all ranks; 2(p-1) steps for all-reduce, p-1 otherwise"
+
+    def build(
+        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
+    ) -> Schedule:
+        p = layout.ranks
+        K = check_positive_int(chunks, "chunks")
+        C = check_positive_int(channels, "channels")
+        half = p - 1
+        steps = 2 * half if op == "all_reduce" else half
+        per_channel = steps * K * p
+        chunk_bytes = float(size_bytes) / (C * p * K)
+
+        # int32 throughout: a 1024-rank ring has 8 M ops, and memory is the limit there.
+        index = np.int32
+        s, k, i = (
+            a.ravel()
+            for a in np.meshgrid(
+                np.arange(steps, dtype=index),
+                np.arange(K, dtype=index),
+                np.arange(p, dtype=index),
+                indexing="ij",
+                copy=True,
+            )
+        )
+        # Which block position (on the ring) position i sends at step s, and whether the
+        # receiver reduces it (reduce-scatter phase) or copies it (all-gather phase).
+        if op == "all_gather":
+            position, reducing = (i - s) % p, np.zeros(len(s), dtype=bool)
+        elif op == "reduce_scatter":
+            position, reducing = (i - s - 1) % p, np.ones(len(s), dtype=bool)
+        else:
+            in_rs = s < half
+            position = np.where(in_rs, (i - s - 1) % p, (i - (s - half)) % p)
+            reducing = in_rs
+        # Dependencies: the block must have arrived (data), and the channel must have sent
+        # the chunk before this one (FIFO); -1 marks "none".
+        data_dep = np.where(s > 0, ((s - 1) * K + k) * p + (i - 1) % p, -1)
+        fifo_dep = np.where(
+            k > 0, (s * K + k - 1) * p + i, np.where(s > 0, ((s - 1) * K + K - 1) * p + i, -1)
+        )
+        deps = np.stack([data_dep, fifo_dep], axis=1).astype(index)
+        del data_dep, fifo_dep
+        kinds = np.broadcast_to(np.array([False, True]), deps.shape)
+        has = deps >= 0
+        counts = has.sum(axis=1)
+
+        parts: dict[str, list[np.ndarray]] = {
+            key: []
+            for key in (
+                "src",
+                "dst",
+                "segment",
+                "reduce",
+                "channel",
+                "step",
+                "chunk",
+                "dep_idx",
+                "dep_sent",
+                "dep_count",
+            )
+        }
+        for c, order in enumerate(ring_orders(layout, C)):
+            base = c * per_channel
+            parts["src"].append(order[i])
+            parts["dst"].append(order[(i + 1) % p])
+            parts["segment"].append((c * p + order[position]) * K + k)
+            parts["reduce"].append(reducing)
+            parts["channel"].append(np.full(len(s), c))
+            parts["step"].append(s)
+            parts["chunk"].append(k)
+            parts["dep_idx"].append(deps[has] + base)
+            parts["dep_sent"].append(kinds[has])
+            parts["dep_count"].append(counts)
+        dep_ptr = np.zeros(per_channel * C + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(parts["dep_count"]), out=dep_ptr[1:])
+        owner = np.repeat(np.arange(p, dtype=index), K)  # block (c, b, k) belongs to rank b
+        return Schedule(
+            op=op,
+            algorithm=self.name,
+            ranks=p,
+            size_bytes=float(size_bytes),
+            src=np.concatenate(parts["src"]),
+            dst=np.concatenate(parts["dst"]),
+            nbytes=np.full(per_channel * C, chunk_bytes),
+            segment=np.concatenate(parts["segment"]),
+            reduce=np.concatenate(parts["reduce"]),
+            dep_ptr=dep_ptr,
+            dep_idx=np.concatenate(parts["dep_idx"]),
+            dep_sent=np.concatenate(parts["dep_sent"]),
+            segment_owner=np.tile(owner, C),
+            channel=np.concatenate(parts["channel"]),
+            step=np.concatenate(parts["step"]),
+            chunk=np.concatenate(parts["chunk"]),
+            params={"chunks": K, "channels": C},
+        )

@@ -1,0 +1,239 @@
+"""The ``ccsim`` command line.
+
+Every subcommand's options name their unit in ``--help``. Errors in the input print one
+line naming what is wrong and the valid choices, and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .algorithms import algorithm_names, build_schedule, get_algorithm
+from .bench import QUICK, SCENARIOS, bench_table, run_bench
+from .collective import COLLECTIVE_OPS, rank_layout, run_schedule
+from .errors import CcsimError
+from .report import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json, write_atomically
+from .topology import list_presets, load_topology
+from .units import parse_bandwidth, parse_sizes
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (and exit code 2, as argparse already uses)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = _Parser(
+        prog="ccsim",
+        description="Discrete-event simulator of GPU clusters and their collective communication. "
+        "Sizes: B, K/M/G (binary, as nccl-tests), KiB/MiB/GiB, KB/MB/GB (decimal). "
+        "Reports use GB = 1e9 bytes and microseconds, as nccl-tests does.",
+    )
+    parser.add_argument("--version", action="version", version=f"ccsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    coll = sub.add_parser(
+        "collective",
+        help="simulate one collective over a range of message sizes",
+        description="Simulate a collective over a range of message sizes and print an "
+        "nccl-tests-style table (size in bytes, count in fp32 elements, time in "
+        "microseconds, algbw and busbw in GB/s = 1e9 bytes/s).",
+    )
+    coll.add_argument(
+        "op", choices=COLLECTIVE_OPS, metavar="OP", help=f"operation: {', '.join(COLLECTIVE_OPS)}"
+    )
+    coll.add_argument(
+        "--topology",
+        default="dgx-a100",
+        metavar="NAME",
+        help="preset name (see 'ccsim topologies') or preset YAML file (default: %(default)s)",
+    )
+    coll.add_argument(
+        "--nodes",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="number of servers of the preset, on one switch (default: 1)",
+    )
+    coll.add_argument(
+        "--algo",
+        default="ring",
+        metavar="NAME",
+        help=f"algorithm: {', '.join(algorithm_names())} (default: %(default)s)",
+    )
+    coll.add_argument(
+        "--sizes",
+        default="8:4G",
+        metavar="SIZES",
+        help="message sizes in bytes: MIN:MAX doubles from MIN to MAX (like "
+        "nccl-tests -b MIN -e MAX -f 2), MIN:MAX:F multiplies by F, or a "
+        "list such as 1M,64M,1G (default: %(default)s)",
+    )
+    coll.add_argument(
+        "--chunks",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="chunks per step, sent back to back on each channel to pipeline (count, default: 1)",
+    )
+    coll.add_argument(
+        "--channels",
+        type=_positive_int,
+        default=1,
+        metavar="C",
+        help="parallel rings, each carrying 1/C of the data (count, default: 1)",
+    )
+    coll.add_argument(
+        "--reduce-bw",
+        default=None,
+        metavar="BW",
+        help="bandwidth of local reductions on every GPU, e.g. 1500GB/s "
+        "(default: the preset's, else infinitely fast)",
+    )
+    coll.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="output format: table (nccl-tests style), json or csv (default: %(default)s)",
+    )
+    coll.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    coll.set_defaults(handler=_cmd_collective)
+
+    topo = sub.add_parser(
+        "topologies",
+        help="list the bundled topology presets",
+        description="List the bundled topology presets with a description.",
+    )
+    topo.set_defaults(handler=_cmd_topologies)
+
+    algos = sub.add_parser(
+        "algorithms",
+        help="list the collective algorithms",
+        description="List the registered collective algorithms.",
+    )
+    algos.set_defaults(handler=_cmd_algorithms)
+
+    bench = sub.add_parser(
+        "bench",
+        help="time a fixed set of scenarios",
+        description="Run fixed scenarios, each in its own process, and print wall time (s), "
+        "peak memory (MiB), simulated flows and flows per wall second. "
+        "Scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()),
+    )
+    bench.add_argument(
+        "--scenarios",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated scenario names (default: all)",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help=f"run only the small scenarios ({', '.join(QUICK)})"
+    )
+    bench.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
+    )
+    bench.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    bench.set_defaults(handler=_cmd_bench)
+    return parser
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        write_atomically(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+def _cmd_collective(args: argparse.Namespace) -> None:
+    sizes = parse_sizes(args.sizes)
+    get_algorithm(args.algo)
+    reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
+    graph = load_topology(args.topology, args.nodes)
+    layout = rank_layout(graph)
+    rows = []
+    for size in sizes:
+        schedule = build_schedule(
+            args.algo, args.op, layout, float(size), chunks=args.chunks, channels=args.channels
+        )
+        rows.append(run_schedule(graph, schedule, reduce_bandwidth=reduce_bw).row())
+    if args.format == "json":
+        text = to_json(rows)
+    elif args.format == "csv":
+        text = to_csv(rows, COLLECTIVE_KEYS)
+    else:
+        title = (
+            f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
+            f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks} | "
+            f"channels {args.channels}"
+        )
+        text = collective_table(rows, title=title)
+    _emit(text, args.out)
+
+
+def _cmd_topologies(args: argparse.Namespace) -> None:
+    presets = list_presets()
+    width = max(len(name) for name, _ in presets)
+    _emit("".join(f"{name:<{width}}  {text}\n" for name, text in presets), None)
+
+
+def _cmd_algorithms(args: argparse.Namespace) -> None:
+    lines = []
+    for name in algorithm_names():
+        algo = get_algorithm(name)
+        lines.append(f"{name:<12} {', '.join(algo.ops):<40} {algo.description}\n")
+    _emit("".join(lines), None)
+
+
+def _cmd_bench(args: argparse.Namespace) -> None:
+    if args.scenarios:
+        names = [name.strip() for name in args.scenarios.split(",") if name.strip()]
+    else:
+        names = list(QUICK if args.quick else SCENARIOS)
+    rows = run_bench(names)
+    if args.format == "json":
+        text = to_json(rows)
+    elif args.format == "csv":
+        text = to_csv(rows)
+    else:
+        text = bench_table(rows)
+    _emit(text, args.out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ccsim`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.handler(args)
+    except CcsimError as error:
+        print(f"ccsim: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("ccsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

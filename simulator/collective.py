@@ -1,0 +1,188 @@
+"""Simulating one collective call: ``simulate_collective``.
+
+Bandwidth figures follow nccl-tests (PERFORMANCE.md): algbw = S / t with GB = 1e9
+bytes, busbw = algbw x 2(p-1)/p for all-reduce, x (p-1)/p for all-gather and
+reduce-scatter (S is then the whole gathered buffer), x 1 for broadcast and reduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from .algorithms import build_schedule
+from .algorithms.base import RankLayout
+from .errors import CcsimError, unknown_choice
+from .network import FlowNetwork, NetworkStats
+from .replay import ScheduleReplay, reduce_bandwidths
+from .schedule import OPS, Schedule
+from .topology import load_topology, servers_of_ranks
+from .topology.graph import gpu_nodes
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def bus_factor(op: str, ranks: int) -> float:
+    """nccl-tests' factor from algorithm bandwidth to bus bandwidth.
+
+    >>> bus_factor("all_reduce", 8), bus_factor("all_gather", 8)
+    (1.75, 0.875)
+    """
+    if op == "all_reduce":
+        return 2 * (ranks - 1) / ranks
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (ranks - 1) / ranks
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    raise unknown_choice("operation", op, OPS)
+
+
+@dataclass
+class CollectiveResult:
+    """Outcome of one simulated collective.
+
+    ``flows`` and ``links`` are plain data (dicts of equal-length lists or arrays), ready
+    for ``pandas.DataFrame(result.flows)``. Times are in seconds, sizes in bytes.
+    """
+
+    op: str
+    algorithm: str
+    ranks: int
+    size_bytes: float
+    time_s: float
+    flows: dict[str, Any] = field(repr=False)
+    links: dict[str, list] = field(repr=False)
+    stats: NetworkStats = field(repr=False, default_factory=NetworkStats)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def algbw_GBps(self) -> float:
+        """Algorithm bandwidth, size / time, in GB/s (1e9 bytes)."""
+        return self.size_bytes / self.time_s / 1e9 if self.time_s > 0 else float("inf")
+
+    @property
+    def busbw_GBps(self) -> float:
+        """Bus bandwidth in GB/s, comparable across rank counts (nccl-tests)."""
+        return self.algbw_GBps * bus_factor(self.op, self.ranks)
+
+    @property
+    def time_us(self) -> float:
+        """Time in microseconds."""
+        return self.time_s * 1e6
+
+    def row(self) -> dict[str, Any]:
+        """The summary row used by reports (keys as in ``--format json``)."""
+        return {
+            "op": self.op,
+            "algorithm": self.algorithm,
+            "ranks": self.ranks,
+            "size_bytes": int(round(self.size_bytes)),
+            "time_us": self.time_us,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+        }
+
+
+def rank_layout(graph: nx.Graph) -> RankLayout:
+    """The :class:`RankLayout` an algorithm sees for ``graph``."""
+    servers = servers_of_ranks(graph)
+    return RankLayout(len(gpu_nodes(graph)), None if servers is None else tuple(servers))
+
+
+def run_schedule(
+    graph: nx.Graph, schedule: Schedule, *, reduce_bandwidth: float | None = None
+) -> CollectiveResult:
+    """Replay ``schedule`` on ``graph`` in a fresh SimPy environment."""
+    p = len(gpu_nodes(graph))
+    if schedule.ranks > p:
+        raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
+    env = simpy.Environment()
+    network = FlowNetwork(env, graph)
+    replay = ScheduleReplay(
+        network, schedule, reduce_bandwidth=reduce_bandwidths(graph, reduce_bandwidth)
+    )
+    finished = replay.start()
+    try:
+        env.run(until=finished)
+    except RuntimeError as error:  # SimPy: no events left but `finished` never fired
+        if finished.triggered:
+            raise
+        raise replay.deadlock_error() from error
+    network.close_link_records()
+    elapsed = env.now - replay.t0
+    flows = {
+        "op_index": np.arange(schedule.n_ops),
+        "src": schedule.src,
+        "dst": schedule.dst,
+        "bytes": schedule.nbytes,
+        "channel": schedule.channel,
+        "step": schedule.step,
+        "chunk": schedule.chunk,
+        "reduce": schedule.reduce,
+        "start_s": replay.start_s,
+        "sent_s": replay.sent_s,
+        "end_s": replay.end_s,
+    }
+    return CollectiveResult(
+        op=schedule.op,
+        algorithm=schedule.algorithm,
+        ranks=schedule.ranks,
+        size_bytes=schedule.size_bytes,
+        time_s=float(elapsed),
+        flows=flows,
+        links=network.link_records(),
+        stats=network.stats,
+        params=dict(schedule.params),
+    )
+
+
+def simulate_collective(
+    topology: str | Path | nx.Graph,
+    op: str,
+    size_bytes: float,
+    algorithm: str = "ring",
+    *,
+    nodes: int | None = None,
+    chunks: int = 1,
+    channels: int = 1,
+    reduce_bandwidth: float | None = None,
+) -> CollectiveResult:
+    """Simulate one collective on a topology.
+
+    Parameters
+    ----------
+    topology : preset name, preset YAML path or networkx graph
+        Where it runs; graphs follow :mod:`simulator.topology.graph`'s conventions.
+    op : {"all_reduce", "all_gather", "reduce_scatter"}
+    size_bytes : float
+        Message size as nccl-tests counts it (for all-gather and reduce-scatter the whole
+        gathered buffer).
+    algorithm : str
+        A registered algorithm (see :func:`simulator.algorithms.algorithm_names`).
+    nodes : int, optional
+        Number of servers, for presets.
+    chunks, channels : int
+        Pipelining chunks per step and parallel rings.
+    reduce_bandwidth : float, optional
+        Bytes/s of local reductions on every GPU, overriding the topology's
+        ``reduce_bandwidth`` attributes (absent means infinitely fast).
+
+    Examples
+    --------
+    >>> from simulator.topology import ring_graph
+    >>> r = simulate_collective(ring_graph(4, 100e9, 1e-6), "all_gather", 4e6)
+    >>> round(r.time_us, 6)  # (p-1)(a + n/(pB)) = 3 x (1 us + 10 us)
+    33.0
+    """
+    if op not in COLLECTIVE_OPS:
+        raise unknown_choice("operation", op, COLLECTIVE_OPS)
+    graph = load_topology(topology, nodes)
+    schedule = build_schedule(
+        algorithm, op, rank_layout(graph), size_bytes, chunks=chunks, channels=channels
+    )
+    return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth)

@@ -1,0 +1,325 @@
+"""Flow-level network model inside SimPy.
+
+A flow carries some bytes along a route (a list of directed links). All active flows
+share each directed link max-min fairly; rates are recomputed whenever flows start or
+end, and each flow's completion is rescheduled. A flow's last byte leaves the sender
+when its bytes have been transmitted at its (changing) rate: it is then *sent*, and its
+links are free of it. It is *delivered* one route latency later.
+
+Scale: flows are kept in flat numpy arrays (a pool of slots) and the active flow-link
+incidence in two parallel arrays. Flows are added and completed in batches (all flows
+of a collective step that start together are one call), and a change recomputes rates
+only in the part of the network it touches: the connected component, in the flow-link
+incidence, of the links whose flows changed. Work per event is numpy passes over that
+component, not a Python loop over flows.
+
+Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
+completion; a newer schedule makes older wake-ups stale (a generation counter), since
+SimPy events cannot be cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from .maxmin import max_min_rates
+from .routing import LinkTable, Router
+
+# Completions within this relative distance of the wake-up time happen at the wake-up:
+# floating-point finish times of flows that finish together may differ in the last bit.
+_SAME_TIME = 1e-12
+# Beyond this many rounds of growing the affected component, recompute everything:
+# the component is then most of the network anyway.
+_MAX_COMPONENT_ROUNDS = 6
+
+
+class FlowOwner(Protocol):
+    """What a network calls back when flows it was given are sent and delivered."""
+
+    def on_sent(self, ops: np.ndarray) -> None: ...
+
+    def on_delivered(self, ops: np.ndarray) -> None: ...
+
+
+@dataclass
+class NetworkStats:
+    """Counters for benchmarks: flows carried and rate recomputations."""
+
+    flows: int = 0
+    recomputes: int = 0
+    recomputed_flows: int = 0
+
+
+class FlowNetwork:
+    """Max-min fair, flow-level model of a topology's directed links.
+
+    Flows are identified to their owner by an op id; owners register with
+    :meth:`register` and hand flows over with :meth:`add_flows`.
+    """
+
+    def __init__(self, env: simpy.Environment, graph: nx.Graph):
+        self.env = env
+        self.graph = graph
+        self.links = LinkTable(graph)
+        self.router = Router(graph, self.links)
+        n_links = len(self.links)
+        self.stats = NetworkStats()
+        # Per-link records.
+        self.link_bytes = np.zeros(n_links)
+        self.link_busy = np.zeros(n_links)
+        self._link_flows = np.zeros(n_links, dtype=np.int64)
+        self._link_since = np.zeros(n_links)
+        # Flow pool (slots are reused once their flow is sent).
+        self._cap = 0
+        self._alloc(1024)
+        self._free: list[np.ndarray] = []
+        self._top = 0
+        # Active incidence: flow slot and link, one entry per (flow, link) pair.
+        self._inc_flow = np.zeros(0, dtype=np.int64)
+        self._inc_link = np.zeros(0, dtype=np.int64)
+        self._owners: list[FlowOwner] = []
+        self._pending: list[np.ndarray] = []
+        self._settle_scheduled = False
+        self._in_wake = False
+        self._generation = 0
+
+    # -- pool -----------------------------------------------------------------------------
+    def _alloc(self, capacity: int) -> None:
+        def grow(name: str, dtype, fill) -> None:
+            new = np.full(capacity, fill, dtype=dtype)
+            if self._cap:
+                new[: self._cap] = getattr(self, name)
+            setattr(self, name, new)
+
+        grow("_f_op", np.int64, -1)
+        grow("_f_owner", np.int32, -1)
+        grow("_f_route", np.int64, -1)
+        grow("_f_bytes", float, 0.0)
+        grow("_f_left", float, 0.0)
+        grow("_f_rate", float, 0.0)
+        grow("_f_last", float, 0.0)
+        grow("_f_finish", float, np.inf)
+        self._cap = capacity
+
+    def _take_slots(self, count: int) -> np.ndarray:
+        taken = []
+        while count and self._free:
+            block = self._free.pop()
+            use, rest = block[:count], block[count:]
+            if len(rest):
+                self._free.append(rest)
+            taken.append(use)
+            count -= len(use)
+        if count:
+            if self._top + count > self._cap:
+                self._alloc(max(2 * self._cap, self._top + count))
+            taken.append(np.arange(self._top, self._top + count))
+            self._top += count
+        return np.concatenate(taken) if len(taken) > 1 else taken[0]
+
+    # -- public API -------------------------------------------------------------------------
+    def register(self, owner: FlowOwner) -> int:
+        """Register a flow owner; returns the id to pass to :meth:`add_flows`."""
+        self._owners.append(owner)
+        return len(self._owners) - 1
+
+    def route_ids(self, src_ranks: np.ndarray, dst_ranks: np.ndarray) -> np.ndarray:
+        """Route ids between ranks (see :class:`~simulator.routing.Router`)."""
+        return self.router.route_ids(src_ranks, dst_ranks)
+
+    def route_latency(self, routes: np.ndarray) -> np.ndarray:
+        """Latency in seconds of each route."""
+        return self.router.arrays()[2][routes]
+
+    def add_flows(
+        self, owner: int, ops: np.ndarray, routes: np.ndarray, nbytes: np.ndarray
+    ) -> None:
+        """Start one flow per op now, along ``routes``, carrying ``nbytes`` each."""
+        if len(ops) == 0:
+            return
+        slots = self._take_slots(len(ops))
+        self._f_op[slots] = ops
+        self._f_owner[slots] = owner
+        self._f_route[slots] = routes
+        self._f_bytes[slots] = nbytes
+        self._f_left[slots] = nbytes
+        self._f_rate[slots] = 0.0
+        self._f_last[slots] = self.env.now
+        self.stats.flows += len(ops)
+        self._pending.append(slots)
+        if not self._settle_scheduled and not self._in_wake:
+            # Flows started at the same instant by different callbacks share one rate
+            # computation: settle after everything already queued for this instant.
+            self._settle_scheduled = True
+            self.env.timeout(0).callbacks.append(self._settle_event)
+
+    # -- rate computation -------------------------------------------------------------------
+    def _settle_event(self, _event) -> None:
+        self._settle_scheduled = False
+        self._settle(np.zeros(0, dtype=np.int64))
+
+    def _settle(self, finished: np.ndarray) -> None:
+        """Take in pending flows, drop ``finished`` ones, recompute affected rates."""
+        now = self.env.now
+        new = np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
+        self._pending = []
+        ptr, route_links, _ = self.router.arrays()
+        n_links = len(self.links)
+        seed = np.zeros(n_links, dtype=bool)
+
+        if len(finished):
+            dead = np.zeros(self._cap, dtype=bool)
+            dead[finished] = True
+            gone = dead[self._inc_flow]
+            gone_links = self._inc_link[gone]
+            seed[gone_links] = True
+            self._inc_flow = self._inc_flow[~gone]
+            self._inc_link = self._inc_link[~gone]
+            self._count_link_flows(gone_links, -1, now)
+        if len(new):
+            rows = self._f_route[new]
+            lengths = ptr[rows + 1] - ptr[rows]
+            new_flow = np.repeat(new, lengths)
+            offsets = np.repeat(ptr[rows] - (np.cumsum(lengths) - lengths), lengths)
+            new_link = route_links[offsets + np.arange(int(lengths.sum()))]
+            seed[new_link] = True
+            self._inc_flow = np.concatenate([self._inc_flow, new_flow])
+            self._inc_link = np.concatenate([self._inc_link, new_link])
+            self._count_link_flows(new_link, +1, now)
+            # Flows with no link (both ends on one node) are sent at once.
+            self._f_rate[new[lengths == 0]] = np.inf
+
+        affected = self._component(seed)
+        if len(new):
+            affected[new] = True
+        self._recompute(np.flatnonzero(affected[: self._top]), now)
+        self._schedule_wake()
+
+    def _count_link_flows(self, links: np.ndarray, sign: int, now: float) -> None:
+        """Update per-link active-flow counts and busy time."""
+        if len(links) == 0:
+            return
+        before = self._link_flows.copy() if sign < 0 else None
+        uniq, counts = np.unique(links, return_counts=True)
+        if sign > 0:
+            starting = uniq[self._link_flows[uniq] == 0]
+            self._link_since[starting] = now
+            self._link_flows[uniq] += counts
+        else:
+            self._link_flows[uniq] -= counts
+            idle = uniq[(self._link_flows[uniq] == 0) & (before[uniq] > 0)]
+            self.link_busy[idle] += now - self._link_since[idle]
+
+    def _component(self, seed: np.ndarray) -> np.ndarray:
+        """Flow slots connected (through shared links) to the seed links."""
+        links = seed
+        flows = np.zeros(self._cap, dtype=bool)
+        for _ in range(_MAX_COMPONENT_ROUNDS):
+            hit = links[self._inc_link]
+            flows[self._inc_flow[hit]] = True
+            grown = np.zeros_like(links)
+            grown[self._inc_link[flows[self._inc_flow]]] = True
+            if not (grown & ~links).any():
+                return flows
+            links = links | grown
+        flows[self._inc_flow] = True  # the change reaches most of the network
+        return flows
+
+    def _recompute(self, slots: np.ndarray, now: float) -> None:
+        if len(slots) == 0:
+            return
+        self.stats.recomputes += 1
+        self.stats.recomputed_flows += len(slots)
+        # Bring the bytes left up to now at the old rates.
+        elapsed = now - self._f_last[slots]
+        moving = (elapsed > 0) & (self._f_rate[slots] > 0)
+        if moving.any():
+            moved = slots[moving]
+            self._f_left[moved] = np.maximum(
+                self._f_left[moved] - self._f_rate[moved] * elapsed[moving], 0.0
+            )
+        self._f_last[slots] = now
+        local = np.full(self._cap, -1, dtype=np.int64)
+        local[slots] = np.arange(len(slots))
+        in_set = local[self._inc_flow] >= 0
+        inc_flow = local[self._inc_flow[in_set]]
+        links, inc_link = np.unique(self._inc_link[in_set], return_inverse=True)
+        rate = max_min_rates(inc_flow, inc_link, len(slots), self.links.capacity[links])
+        self._f_rate[slots] = rate
+        left = self._f_left[slots]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            duration = np.where(left > 0, left / rate, 0.0)
+        self._f_finish[slots] = now + duration
+
+    def _schedule_wake(self) -> None:
+        self._generation += 1
+        if self._top == 0:
+            return
+        target = float(self._f_finish[: self._top].min())
+        if not np.isfinite(target):
+            return
+        generation = self._generation
+        wake = self.env.timeout(max(target - self.env.now, 0.0))
+        wake.callbacks.append(lambda _event: self._wake(generation, target))
+
+    # -- completions ------------------------------------------------------------------------
+    def _wake(self, generation: int, target: float) -> None:
+        if generation != self._generation:
+            return  # rates changed since this wake-up was scheduled
+        finish = self._f_finish[: self._top]
+        done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
+        # Record bytes per link before the incidence forgets these flows.
+        dead = np.zeros(self._cap, dtype=bool)
+        dead[done] = True
+        on = dead[self._inc_flow]
+        self.link_bytes += np.bincount(
+            self._inc_link[on], weights=self._f_bytes[self._inc_flow[on]], minlength=len(self.links)
+        )
+        ops, owners, routes = self._f_op[done], self._f_owner[done], self._f_route[done]
+        self._f_finish[done] = np.inf
+        self._f_op[done] = -1
+        latency = self.route_latency(routes)
+        self._in_wake = True
+        try:
+            for owner in np.unique(owners).tolist():
+                mine = owners == owner
+                self._owners[owner].on_sent(ops[mine])
+                self._deliver_later(self._owners[owner].on_delivered, ops[mine], latency[mine])
+        finally:
+            self._in_wake = False
+        self._settle(done)
+        self._free.append(done)  # only now: the settle above still names these slots
+
+    def _deliver_later(
+        self, callback: Callable[[np.ndarray], None], ops: np.ndarray, delay: np.ndarray
+    ) -> None:
+        """Call ``callback(ops)`` after each op's delay, one SimPy event per distinct delay."""
+        delays, group = np.unique(delay, return_inverse=True)
+        for index, value in enumerate(delays.tolist()):
+            members = ops if len(delays) == 1 else ops[group == index]
+            event = self.env.timeout(value)
+            event.callbacks.append(lambda _event, members=members: callback(members))
+
+    # -- records ----------------------------------------------------------------------------
+    def close_link_records(self) -> None:
+        """Account busy time of links still carrying flows (call when a run ends)."""
+        busy = np.flatnonzero(self._link_flows > 0)
+        self.link_busy[busy] += self.env.now - self._link_since[busy]
+        self._link_since[busy] = self.env.now
+
+    def link_records(self) -> dict[str, list]:
+        """Per-link records as plain data: endpoints, type, capacity, bytes, busy time."""
+        return {
+            "src": [str(node) for node in self.links.src_node],
+            "dst": [str(node) for node in self.links.dst_node],
+            "link": list(self.links.kind),
+            "bandwidth": self.links.capacity.tolist(),
+            "bytes": self.link_bytes.tolist(),
+            "busy_s": self.link_busy.tolist(),
+        }

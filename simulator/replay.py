@@ -1,0 +1,146 @@
+"""Replaying a collective schedule on a flow network.
+
+A :class:`ScheduleReplay` walks a schedule's DAG inside SimPy: ops whose dependencies
+are satisfied start together as one batch of flows; when flows are sent or delivered
+the network calls back, the replay counts down the dependencies of their successors and
+starts whatever became ready. A reducing transfer is done after its delivery plus the
+receiver's reduction time (bytes / reduce bandwidth). Dependencies are counted with
+numpy over CSR successor lists, so a step of a thousand-rank ring is a handful of array
+operations.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from .errors import DeadlockError
+from .network import FlowNetwork
+from .schedule import Schedule, csr_gather, successors
+from .topology.graph import gpu_nodes
+
+
+def reduce_bandwidths(graph: nx.Graph, override: float | None = None) -> np.ndarray:
+    """Reduction bandwidth (bytes/s) of each rank's GPU; ``inf`` when not given."""
+    if override is not None:
+        return np.full(len(gpu_nodes(graph)), float(override))
+    return np.array(
+        [float(graph.nodes[node].get("reduce_bandwidth", np.inf)) for node in gpu_nodes(graph)]
+    )
+
+
+class ScheduleReplay:
+    """Runs one schedule on ``network``; ``finished`` fires when every op is done.
+
+    ``rank_map[r]`` is the topology rank that plays schedule rank ``r`` (identity by
+    default), so a schedule can run on a subset of the GPUs.
+    """
+
+    def __init__(
+        self,
+        network: FlowNetwork,
+        schedule: Schedule,
+        *,
+        rank_map: np.ndarray | None = None,
+        reduce_bandwidth: np.ndarray | None = None,
+    ):
+        self.env: simpy.Environment = network.env
+        self.network = network
+        self.schedule = schedule
+        n = schedule.n_ops
+        if rank_map is None:
+            self._src, self._dst = schedule.src, schedule.dst
+        else:
+            rank_map = np.asarray(rank_map, dtype=np.int32)
+            self._src, self._dst = rank_map[schedule.src], rank_map[schedule.dst]
+        if reduce_bandwidth is None:
+            reduce_bandwidth = reduce_bandwidths(network.graph)
+        reduce_bandwidth = np.asarray(reduce_bandwidth, dtype=float)
+        # None when reductions are free, to save an array per op on large schedules.
+        self._reduce_time = None
+        if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
+            self._reduce_time = np.where(
+                schedule.reduce, schedule.nbytes / reduce_bandwidth[self._dst], 0.0
+            )
+        self._pending = np.diff(schedule.dep_ptr).astype(np.int32)
+        (self._done_ptr, self._done_idx), (self._sent_ptr, self._sent_idx) = successors(schedule)
+        self.start_s = np.full(n, np.nan)
+        self.sent_s = np.full(n, np.nan)
+        self.end_s = np.full(n, np.nan)
+        self.t0 = self.env.now
+        self._done_count = 0
+        self.finished = self.env.event()
+        self._owner = network.register(self)
+
+    def start(self) -> simpy.Event:
+        """Start the ops without dependencies now; returns the ``finished`` event."""
+        self.t0 = self.env.now
+        if self.schedule.n_ops == 0:
+            self.finished.succeed()
+        else:
+            self._launch(np.flatnonzero(self._pending == 0))
+        return self.finished
+
+    def _launch(self, ops: np.ndarray) -> None:
+        if len(ops) == 0:
+            return
+        self.start_s[ops] = self.env.now
+        routes = self.network.route_ids(self._src[ops], self._dst[ops])
+        self.network.add_flows(self._owner, ops, routes, self.schedule.nbytes[ops])
+
+    def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
+        succ = csr_gather(ptr, idx, ops)
+        if len(succ) == 0:
+            return
+        ids, counts = np.unique(succ, return_counts=True)
+        self._pending[ids] -= counts.astype(np.int32)
+        self._launch(ids[self._pending[ids] == 0])
+
+    def on_sent(self, ops: np.ndarray) -> None:
+        """Network callback: the last byte of these ops left the sender."""
+        self.sent_s[ops] = self.env.now
+        self._release(ops, self._sent_ptr, self._sent_idx)
+
+    def on_delivered(self, ops: np.ndarray) -> None:
+        """Network callback: these ops arrived; reduce if needed, then they are done."""
+        if self._reduce_time is None:
+            self._complete(ops)
+            return
+        delay = self._reduce_time[ops]
+        if not delay.any():
+            self._complete(ops)
+            return
+        self._complete(ops[delay == 0])
+        later = ops[delay > 0]
+        delays, group = np.unique(delay[delay > 0], return_inverse=True)
+        for index, value in enumerate(delays.tolist()):
+            members = later[group == index]
+            event = self.env.timeout(value)
+            event.callbacks.append(lambda _event, members=members: self._complete(members))
+
+    def _complete(self, ops: np.ndarray) -> None:
+        if len(ops) == 0:
+            return
+        self.end_s[ops] = self.env.now
+        self._done_count += len(ops)
+        self._release(ops, self._done_ptr, self._done_idx)
+        if self._done_count == self.schedule.n_ops:
+            self.finished.succeed()
+
+    def stuck_ops(self) -> np.ndarray:
+        """Ops that never started (for deadlock reports)."""
+        return np.flatnonzero(np.isnan(self.start_s))
+
+    def deadlock_error(self) -> DeadlockError:
+        """Describe what is left when the simulation ran dry before ``finished``."""
+        stuck = self.stuck_ops()
+        sample = ", ".join(
+            f"op {i} (rank {self.schedule.src[i]}->{self.schedule.dst[i]}, step "
+            f"{self.schedule.step[i]})"
+            for i in stuck[:5]
+        )
+        return DeadlockError(
+            f"{self.schedule.algorithm} {self.schedule.op}: {len(stuck)} of "
+            f"{self.schedule.n_ops} transfers can never start; first: {sample}"
+        )

@@ -1,0 +1,254 @@
+"""Collective schedules: a DAG of point-to-point transfers, stored as arrays.
+
+Each op ``i`` moves ``nbytes[i]`` of data block ``segment[i]`` from rank ``src[i]`` to
+rank ``dst[i]``. When ``reduce[i]`` is set the receiver *reduces* the arriving data into
+its own copy of the block (a local reduction costing bytes / the GPU's reduce
+bandwidth); otherwise it overwrites its copy. An op may start when all its
+dependencies are satisfied. A dependency on op ``j`` is satisfied either when ``j`` is
+*done* (delivered and reduced) or, when ``dep_sent`` is set, when ``j`` has been *sent*
+(its last byte left the sender: the link is free again). The second kind lets a schedule
+say "send these chunks one after another on this channel" without waiting for each to
+arrive, which is what makes chunked pipelines overlap latency with transmission.
+
+Dependencies are a CSR structure: the dependencies of op ``i`` are
+``dep_idx[dep_ptr[i]:dep_ptr[i + 1]]``. Schedules are plain data: they round-trip
+through JSON (:meth:`Schedule.to_dict`, :meth:`Schedule.from_dict`) and are verified
+symbolically by :mod:`simulator.checker`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ScheduleError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+_ARRAYS = {
+    "src": np.int32,
+    "dst": np.int32,
+    "nbytes": np.float64,
+    "segment": np.int32,
+    "reduce": np.bool_,
+    "channel": np.int32,
+    "step": np.int32,
+    "chunk": np.int32,
+    "dep_ptr": np.int64,
+    "dep_idx": np.int32,
+    "dep_sent": np.bool_,
+    "segment_owner": np.int32,
+}
+
+
+@dataclass
+class Schedule:
+    """A collective as a DAG of transfers; see the module docstring for the semantics.
+
+    ``segment_owner[g]`` says who block ``g`` belongs to: for all-gather the rank that
+    holds it at the start, for reduce-scatter the rank that must hold its full reduction
+    at the end, for broadcast and reduce the root; -1 where the op does not use it.
+    ``step``, ``channel`` and ``chunk`` label ops for reports and timelines.
+    """
+
+    op: str
+    algorithm: str
+    ranks: int
+    size_bytes: float
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    segment: np.ndarray
+    reduce: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    dep_sent: np.ndarray
+    segment_owner: np.ndarray
+    channel: np.ndarray | None = None
+    step: np.ndarray | None = None
+    chunk: np.ndarray | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.src)
+        for name in ("channel", "step", "chunk"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(n, dtype=np.int32))
+        for name, dtype in _ARRAYS.items():
+            setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
+
+    @property
+    def n_ops(self) -> int:
+        """Number of transfers."""
+        return len(self.src)
+
+    @property
+    def n_segments(self) -> int:
+        """Number of data blocks the buffer is cut into."""
+        return len(self.segment_owner)
+
+    def check_structure(self) -> None:
+        """Check array shapes, index ranges and that the dependencies form a DAG."""
+        n = self.n_ops
+        if self.op not in OPS:
+            raise ScheduleError(f"schedule op {self.op!r} is not one of {', '.join(OPS)}")
+        for name in ("dst", "nbytes", "segment", "reduce", "channel", "step", "chunk"):
+            if len(getattr(self, name)) != n:
+                raise ScheduleError(
+                    f"schedule field {name!r} has {len(getattr(self, name))} "
+                    f"entries; expected one per op ({n})"
+                )
+        if len(self.dep_ptr) != n + 1 or self.dep_ptr[0] != 0 or np.any(np.diff(self.dep_ptr) < 0):
+            raise ScheduleError(
+                "schedule field 'dep_ptr' must be n_ops + 1 non-decreasing offsets from 0"
+            )
+        if self.dep_ptr[-1] != len(self.dep_idx) or len(self.dep_sent) != len(self.dep_idx):
+            raise ScheduleError(
+                "schedule fields 'dep_idx'/'dep_sent' must have dep_ptr[-1] entries"
+            )
+        for name in ("src", "dst"):
+            bad = np.flatnonzero((getattr(self, name) < 0) | (getattr(self, name) >= self.ranks))
+            if len(bad):
+                raise ScheduleError(
+                    f"schedule op {bad[0]}: {name} rank {getattr(self, name)[bad[0]]} "
+                    f"is outside 0..{self.ranks - 1}"
+                )
+        same = np.flatnonzero(self.src == self.dst)
+        if len(same):
+            raise ScheduleError(
+                f"schedule op {same[0]} sends from rank {self.src[same[0]]} to itself"
+            )
+        bad = np.flatnonzero(~(self.nbytes >= 0))
+        if len(bad):
+            raise ScheduleError(f"schedule op {bad[0]} has a negative or missing byte count")
+        bad = np.flatnonzero((self.segment < 0) | (self.segment >= self.n_segments))
+        if len(bad):
+            raise ScheduleError(
+                f"schedule op {bad[0]} names block {self.segment[bad[0]]}; "
+                f"blocks are 0..{self.n_segments - 1}"
+            )
+        bad = np.flatnonzero((self.dep_idx < 0) | (self.dep_idx >= n))
+        if len(bad):
+            raise ScheduleError(
+                f"schedule dependency {bad[0]} points at op {self.dep_idx[bad[0]]}, "
+                f"outside 0..{n - 1}"
+            )
+        order = topological_order(self)
+        if len(order) < n:
+            stuck = np.setdiff1d(np.arange(n), order)[:5]
+            raise ScheduleError(
+                f"schedule dependencies have a cycle; ops {stuck.tolist()} can never start"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (lists), suitable for JSON."""
+        data: dict[str, Any] = {
+            "format": "ccsim-schedule/1",
+            "op": self.op,
+            "algorithm": self.algorithm,
+            "ranks": int(self.ranks),
+            "size_bytes": float(self.size_bytes),
+            "params": self.params,
+        }
+        for name in _ARRAYS:
+            data[name] = getattr(self, name).tolist()
+        for name in ("channel", "step", "chunk"):
+            data[name] = getattr(self, name).tolist()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "schedule") -> Schedule:
+        """Inverse of :meth:`to_dict`; checks the structure."""
+        if not isinstance(data, dict) or data.get("format") != "ccsim-schedule/1":
+            raise ScheduleError(
+                f"{source}: not a ccsim schedule (expected format 'ccsim-schedule/1')"
+            )
+        try:
+            schedule = cls(
+                op=data["op"],
+                algorithm=data["algorithm"],
+                ranks=int(data["ranks"]),
+                size_bytes=float(data["size_bytes"]),
+                params=dict(data.get("params", {})),
+                **{name: np.asarray(data[name]) for name in _ARRAYS},
+                **{name: np.asarray(data[name]) for name in ("channel", "step", "chunk")},
+            )
+        except KeyError as error:
+            raise ScheduleError(f"{source}: field {error.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as error:
+            raise ScheduleError(f"{source}: malformed field: {error}") from None
+        schedule.check_structure()
+        return schedule
+
+    def save(self, path: str | Path) -> None:
+        """Write the schedule as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Schedule:
+        """Read a schedule written by :meth:`save`."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ScheduleError(f"{path}: cannot read schedule: {error}") from None
+        return cls.from_dict(data, source=str(path))
+
+
+def csr_gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Concatenate ``idx[ptr[r]:ptr[r+1]]`` for every ``r`` in ``rows``, vectorised."""
+    starts = ptr[rows]
+    lengths = ptr[rows + 1] - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return idx[:0]
+    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return idx[offsets + np.arange(total)]
+
+
+def successors(
+    schedule: Schedule,
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """CSR of successors: ``((done_ptr, done_idx), (sent_ptr, sent_idx))``.
+
+    ``done_idx[done_ptr[j]:done_ptr[j+1]]`` are the ops waiting for op ``j`` to be done;
+    the ``sent`` pair lists those waiting for it to be sent.
+    """
+    n = schedule.n_ops
+    owner = np.repeat(np.arange(n, dtype=np.int32), np.diff(schedule.dep_ptr))
+    result = []
+    for kind in (False, True):
+        mask = schedule.dep_sent == kind
+        pred = schedule.dep_idx[mask]
+        order = np.argsort(pred, kind="stable")
+        succ = owner[mask][order]
+        del order
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pred, minlength=n), out=ptr[1:])
+        result.append((ptr, succ))
+    return result[0], result[1]
+
+
+def topological_order(schedule: Schedule, *, reverse_ties: bool = False) -> np.ndarray:
+    """Ops in an order that respects every dependency (Kahn's algorithm by levels).
+
+    Within a level ops are in increasing id, or decreasing with ``reverse_ties``; the
+    checker runs both orders to expose races. Ops on a cycle are left out.
+    """
+    n = schedule.n_ops
+    pending = np.diff(schedule.dep_ptr).astype(np.int64)
+    (dptr, didx), (sptr, sidx) = successors(schedule)
+    frontier = np.flatnonzero(pending == 0)
+    order = []
+    while len(frontier):
+        order.append(frontier[::-1] if reverse_ties else frontier)
+        succ = np.concatenate([csr_gather(dptr, didx, frontier), csr_gather(sptr, sidx, frontier)])
+        if len(succ) == 0:
+            break
+        ids, counts = np.unique(succ, return_counts=True)
+        pending[ids] -= counts
+        frontier = ids[pending[ids] == 0]
+    return np.concatenate(order) if order else np.zeros(0, dtype=np.int64)[:n]

@@ -1,0 +1,137 @@
+"""Conventions for topology graphs, and their validation.
+
+A topology is a :class:`networkx.Graph` (every edge is a full-duplex link: the two
+directions have the stated bandwidth each and never share it) or a
+:class:`networkx.DiGraph` (every edge is one direction of a link).
+
+Node attributes
+    ``kind``: one of :data:`NODE_KINDS`. GPUs (and NPUs, which are ``kind: gpu`` too)
+    carry ``rank`` (0..p-1, unique) and may carry ``server`` (index of the machine they
+    sit in), ``model`` and ``reduce_bandwidth`` (bytes/s a local reduction runs at).
+Edge attributes
+    ``bandwidth`` (bytes/s per direction, > 0), ``latency`` (s, >= 0) and ``link``
+    (a free-form link type such as nvlink, hccs, pcie, rdma, ethernet).
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from ..errors import TopologyError
+
+NODE_KINDS = frozenset({"gpu", "nvswitch", "pcie_switch", "nic", "switch", "cpu", "sdma"})
+
+
+def validate_topology(graph: nx.Graph, *, source: str = "topology graph") -> None:
+    """Check that ``graph`` follows the attribute conventions and is usable.
+
+    Raises :class:`~simulator.errors.TopologyError` naming the node or edge at fault and
+    the fix. ``source`` names where the graph came from (a file, a preset) in messages.
+
+    >>> g = nx.Graph()
+    >>> g.add_node("a", kind="gpu", rank=0); g.add_node("b", kind="gpu", rank=1)
+    >>> g.add_edge("a", "b", bandwidth=1e9, latency=1e-6, link="nvlink")
+    >>> validate_topology(g)
+    """
+    if not isinstance(graph, nx.Graph) or graph.is_multigraph():
+        raise TopologyError(
+            f"{source}: expected a networkx Graph or DiGraph (not a multigraph); "
+            "join parallel links into one edge with their summed bandwidth"
+        )
+    if graph.number_of_nodes() == 0:
+        raise TopologyError(
+            f"{source}: the graph is empty; add GPU nodes with kind='gpu' and a rank"
+        )
+    ranks: dict[int, object] = {}
+    for node, data in graph.nodes(data=True):
+        kind = data.get("kind")
+        if kind not in NODE_KINDS:
+            raise TopologyError(
+                f"{source}: node {node!r} has kind {kind!r}; set 'kind' to one of "
+                + ", ".join(sorted(NODE_KINDS))
+            )
+        if kind == "gpu":
+            rank = data.get("rank")
+            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+                raise TopologyError(
+                    f"{source}: GPU node {node!r} has rank {rank!r}; give every GPU an integer "
+                    "'rank' from 0 to p-1"
+                )
+            if rank in ranks:
+                raise TopologyError(
+                    f"{source}: GPU nodes {ranks[rank]!r} and {node!r} both have rank {rank}; "
+                    "ranks must be unique"
+                )
+            ranks[rank] = node
+            reduce_bw = data.get("reduce_bandwidth")
+            if reduce_bw is not None and not (_is_number(reduce_bw) and reduce_bw > 0):
+                raise TopologyError(
+                    f"{source}: GPU node {node!r} has reduce_bandwidth {reduce_bw!r}; "
+                    "give a positive number of bytes/s or leave it out (infinitely fast)"
+                )
+    if not ranks:
+        raise TopologyError(f"{source}: no node has kind='gpu'; a topology needs at least one GPU")
+    missing = sorted(set(range(len(ranks))) - set(ranks))
+    if missing:
+        raise TopologyError(
+            f"{source}: GPU ranks must be 0..{len(ranks) - 1} without gaps; rank {missing[0]} is missing"
+        )
+    for u, v, data in graph.edges(data=True):
+        bandwidth = data.get("bandwidth")
+        if not (_is_number(bandwidth) and bandwidth > 0):
+            raise TopologyError(
+                f"{source}: edge {u!r}-{v!r} has bandwidth {bandwidth!r}; set 'bandwidth' to a "
+                "positive number of bytes/s per direction"
+            )
+        latency = data.get("latency", 0.0)
+        if not (_is_number(latency) and latency >= 0 and math.isfinite(latency)):
+            raise TopologyError(
+                f"{source}: edge {u!r}-{v!r} has latency {latency!r}; set 'latency' to a "
+                "non-negative number of seconds"
+            )
+    _check_connected(graph, ranks, source)
+
+
+def _check_connected(graph: nx.Graph, ranks: dict[int, object], source: str) -> None:
+    first = ranks[0]
+    if graph.is_directed():
+        reach_out = nx.descendants(graph, first) | {first}
+        reach_in = nx.ancestors(graph, first) | {first}
+        for rank in sorted(ranks):
+            node = ranks[rank]
+            if node not in reach_out or node not in reach_in:
+                raise TopologyError(
+                    f"{source}: GPU {node!r} (rank {rank}) and GPU {first!r} (rank 0) cannot reach "
+                    "each other in both directions; add the missing links"
+                )
+        return
+    component = nx.node_connected_component(graph, first)
+    for rank in sorted(ranks):
+        node = ranks[rank]
+        if node not in component:
+            raise TopologyError(
+                f"{source}: the graph is disconnected: GPU {node!r} (rank {rank}) has no path to "
+                f"GPU {first!r} (rank 0); add a link between their components"
+            )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def gpu_nodes(graph: nx.Graph) -> list:
+    """The GPU nodes ordered by rank."""
+    gpus = [
+        (data["rank"], node) for node, data in graph.nodes(data=True) if data.get("kind") == "gpu"
+    ]
+    return [node for _, node in sorted(gpus, key=lambda item: item[0])]
+
+
+def servers_of_ranks(graph: nx.Graph) -> list[int] | None:
+    """The ``server`` attribute of each rank's GPU, or None when the graph has none."""
+    servers = [graph.nodes[node].get("server") for node in gpu_nodes(graph)]
+    if any(server is None for server in servers):
+        return None
+    return [int(server) for server in servers]

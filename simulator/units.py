@@ -1,0 +1,170 @@
+"""Parsing of sizes, bandwidths and times given as strings.
+
+Internally ccsim works in bytes, bytes per second and seconds. Users may write
+``64MiB``, ``1G``, ``400Gbps``, ``900GB/s`` or ``8us``. Conventions:
+
+* Sizes: ``K``/``M``/``G``/``T`` without ``B`` are binary multiples, as in nccl-tests'
+  ``-b 8 -e 4G`` (4G = 4 GiB). ``KiB``/``MiB``/``GiB`` are binary; ``KB``/``MB``/``GB``
+  are decimal (10^3, 10^6, 10^9), as in nccl-tests' reports.
+* Bandwidths: ``bps``/``Kbps``/``Mbps``/``Gbps``/``Tbps`` are bits per second (decimal);
+  ``B/s``, ``KB/s``, ``MB/s``, ``GB/s``, ``TB/s`` (also ``GBps``) are bytes per second
+  (decimal); ``GiB/s`` and friends are binary. A bare number is bytes per second.
+* Times: ``s``, ``ms``, ``us`` (or ``µs``), ``ns``. A bare number is seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import CcsimError
+
+_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_PATTERN = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/]*)\s*$")
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+
+_BANDWIDTH_UNITS = {
+    "": 1.0,
+    "b/s": 1.0,
+    "bps_bytes": 1.0,
+    "bps": 1 / 8,
+    "kbps": 1e3 / 8,
+    "mbps": 1e6 / 8,
+    "gbps": 1e9 / 8,
+    "tbps": 1e12 / 8,
+    "kb/s": 1e3,
+    "mb/s": 1e6,
+    "gb/s": 1e9,
+    "tb/s": 1e12,
+    "kib/s": 2.0**10,
+    "mib/s": 2.0**20,
+    "gib/s": 2.0**30,
+    "tib/s": 2.0**40,
+}
+
+# Divisors rather than factors: 500 / 1e9 is exactly 5e-07, 500 * 1e-9 is not.
+_TIME_DIVISORS = {"": 1.0, "s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
+
+
+def _split(text: object, what: str, example: str) -> tuple[float, str]:
+    if isinstance(text, bool):
+        raise CcsimError(f"invalid {what} {text!r}; write a number with a unit, e.g. {example}")
+    if isinstance(text, int | float):
+        return float(text), ""
+    match = _PATTERN.match(str(text))
+    if not match:
+        raise CcsimError(f"invalid {what} {text!r}; write a number with a unit, e.g. {example}")
+    return float(match.group(1)), match.group(2)
+
+
+def parse_size(text: str | float, *, field: str = "size") -> float:
+    """Parse a size in bytes.
+
+    >>> parse_size("64MiB"), parse_size("4G"), parse_size("1GB"), parse_size(8)
+    (67108864.0, 4294967296.0, 1000000000.0, 8.0)
+    """
+    value, unit = _split(text, field, "64MiB, 4G or 1GB")
+    key = unit.lower()
+    if key not in _SIZE_UNITS:
+        raise CcsimError(
+            f"invalid {field} {text!r}: unknown unit {unit!r}; use B, K, M, G, KiB, MiB, GiB, KB, MB or GB"
+        )
+    return value * _SIZE_UNITS[key]
+
+
+def parse_bandwidth(text: str | float, *, field: str = "bandwidth") -> float:
+    """Parse a bandwidth into bytes per second.
+
+    >>> parse_bandwidth("400Gbps"), parse_bandwidth("900GB/s"), parse_bandwidth("25GBps")
+    (50000000000.0, 900000000000.0, 25000000000.0)
+    """
+    value, unit = _split(text, field, "400Gbps or 900GB/s")
+    key = unit.lower()
+    # 'GBps' (capital B) means bytes; 'Gbps' (small b) means bits: look at the case.
+    if unit.endswith("Bps"):
+        key = key[:-3] + "b/s"
+    if key not in _BANDWIDTH_UNITS or key == "bps_bytes":
+        raise CcsimError(
+            f"invalid {field} {text!r}: unknown unit {unit!r}; use bits per second "
+            "(Gbps, Mbps) or bytes per second (GB/s, GBps, GiB/s)"
+        )
+    result = value * _BANDWIDTH_UNITS[key]
+    if not result > 0 or math.isinf(result):
+        raise CcsimError(f"invalid {field} {text!r}: a bandwidth must be positive and finite")
+    return result
+
+
+def parse_time(text: str | float, *, field: str = "time") -> float:
+    """Parse a duration into seconds.
+
+    >>> parse_time("8us"), parse_time("500ns"), parse_time(0.5)
+    (8e-06, 5e-07, 0.5)
+    """
+    value, unit = _split(text, field, "8us or 500ns")
+    key = unit.lower() if unit != "µs" else unit
+    if key not in _TIME_DIVISORS:
+        raise CcsimError(f"invalid {field} {text!r}: unknown unit {unit!r}; use s, ms, us or ns")
+    return value / _TIME_DIVISORS[key]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Parse a list of message sizes for a sweep, in bytes.
+
+    ``"8:4G"`` means powers of two from 8 B to 4 GiB (like nccl-tests ``-b 8 -e 4G -f 2``);
+    ``"1M:1G:4"`` multiplies by 4 each time; ``"1M,64M,1G"`` is an explicit list.
+
+    >>> parse_sizes("8:64")
+    [8, 16, 32, 64]
+    >>> parse_sizes("1K,1M")
+    [1024, 1048576]
+    """
+    text = str(text).strip()
+    if not text:
+        raise CcsimError("empty --sizes; write e.g. 8:4G or 1M,64M,1G")
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise CcsimError(
+                f"invalid sizes {text!r}; a range is MIN:MAX or MIN:MAX:FACTOR, e.g. 8:4G"
+            )
+        low, high = (_positive_size(p, text) for p in parts[:2])
+        factor = 2.0
+        if len(parts) == 3:
+            try:
+                factor = float(parts[2])
+            except ValueError:
+                factor = 0.0
+            if factor <= 1:
+                raise CcsimError(f"invalid sizes {text!r}: the factor must be a number above 1")
+        if high < low:
+            raise CcsimError(f"invalid sizes {text!r}: the maximum is below the minimum")
+        sizes = []
+        size = low
+        while size <= high * (1 + 1e-12):
+            sizes.append(int(round(size)))
+            size *= factor
+        return sizes
+    return [int(round(_positive_size(p, text))) for p in text.split(",")]
+
+
+def _positive_size(part: str, whole: str) -> float:
+    size = parse_size(part.strip(), field="size")
+    if not size >= 1:
+        raise CcsimError(f"invalid sizes {whole!r}: {part!r} is not a positive number of bytes")
+    return size
