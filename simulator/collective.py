@@ -81,7 +81,7 @@ class CollectiveResult:
             "op": self.op,
             "algorithm": self.algorithm,
             "ranks": self.ranks,
-            "size_bytes": int(round(self.size_bytes)),
+            "size_bytes": round(self.size_bytes),
             "time_us": self.time_us,
             "algbw_GBps": self.algbw_GBps,
             "busbw_GBps": self.busbw_GBps,

@@ -129,9 +129,16 @@ class FlowNetwork:
         self._owners.append(owner)
         return len(self._owners) - 1
 
-    def route_ids(self, src_ranks: np.ndarray, dst_ranks: np.ndarray) -> np.ndarray:
-        """Route ids between ranks (see :class:`~simulator.routing.Router`)."""
-        return self.router.route_ids(src_ranks, dst_ranks)
+    def route_ids(
+        self, src_ranks: np.ndarray, dst_ranks: np.ndarray, labels: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Route ids between ranks (see :class:`~simulator.routing.Router`).
+
+        ``labels`` name the connection each flow belongs to (a schedule's channel): where
+        several equal-cost paths exist, the router hashes (src, dst, label) to pick one,
+        as ECMP hashes a connection's 5-tuple.
+        """
+        return self.router.route_ids(src_ranks, dst_ranks, labels)
 
     def route_latency(self, routes: np.ndarray) -> np.ndarray:
         """Latency in seconds of each route."""

@@ -86,7 +86,7 @@ class ScheduleReplay:
         if len(ops) == 0:
             return
         self.start_s[ops] = self.env.now
-        routes = self.network.route_ids(self._src[ops], self._dst[ops])
+        routes = self.network.route_ids(self._src[ops], self._dst[ops], self.schedule.channel[ops])
         self.network.add_flows(self._owner, ops, routes, self.schedule.nbytes[ops])
 
     def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:

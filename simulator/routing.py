@@ -81,8 +81,14 @@ class Router:
         self._arrays = None
         return len(self._route_links) - 1
 
-    def route_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Route id for each (src rank, dst rank) pair."""
+    def route_ids(
+        self, src: np.ndarray, dst: np.ndarray, labels: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Route id for each (src rank, dst rank) pair.
+
+        ``labels`` (one per pair, e.g. the channel) are reserved for multi-path routing;
+        with a single shortest path per pair they are ignored.
+        """
         if self._dense is not None:
             ids = self._dense[src, dst]
             missing = ids < 0

@@ -156,8 +156,6 @@ class Schedule:
         }
         for name in _ARRAYS:
             data[name] = getattr(self, name).tolist()
-        for name in ("channel", "step", "chunk"):
-            data[name] = getattr(self, name).tolist()
         return data
 
     @classmethod
@@ -175,7 +173,6 @@ class Schedule:
                 size_bytes=float(data["size_bytes"]),
                 params=dict(data.get("params", {})),
                 **{name: np.asarray(data[name]) for name in _ARRAYS},
-                **{name: np.asarray(data[name]) for name in ("channel", "step", "chunk")},
             )
         except KeyError as error:
             raise ScheduleError(f"{source}: field {error.args[0]!r} is missing") from None

@@ -83,7 +83,8 @@ def parse_size(text: str | float, *, field: str = "size") -> float:
     key = unit.lower()
     if key not in _SIZE_UNITS:
         raise CcsimError(
-            f"invalid {field} {text!r}: unknown unit {unit!r}; use B, K, M, G, KiB, MiB, GiB, KB, MB or GB"
+            f"invalid {field} {text!r}: unknown unit {unit!r}; "
+            "use B, K, M, G, KiB, MiB, GiB, KB, MB or GB"
         )
     return value * _SIZE_UNITS[key]
 
@@ -157,10 +158,10 @@ def parse_sizes(text: str) -> list[int]:
         sizes = []
         size = low
         while size <= high * (1 + 1e-12):
-            sizes.append(int(round(size)))
+            sizes.append(round(size))
             size *= factor
         return sizes
-    return [int(round(_positive_size(p, text))) for p in text.split(",")]
+    return [round(_positive_size(p, text)) for p in text.split(",")]
 
 
 def _positive_size(part: str, whole: str) -> float:

@@ -1,0 +1,22 @@
+"""ccsim bench: runs scenarios in subprocesses and reports consistent counters.
+
+Performance targets live in the benchmark output, not here: these tests check only
+that the figures are measured and coherent.
+"""
+
+import pytest
+
+from simulator.bench import run_bench
+
+
+def test_quick_scenario_reports_its_figures():
+    """ring-8: 64 MiB all-reduce on 8 ranks with 4 chunks is 2(p-1) p K = 448 flows; the
+    simulated time is the pipelined ring form of tests/test_ring.py."""
+    (row,) = run_bench(["ring-8"])
+    assert row["flows"] == 2 * 7 * 8 * 4
+    p, k, n, a, b = 8, 4, 64 * 2**20, 500e-9, 150e9
+    tau = n / (p * k * b)
+    expected = (2 * (p - 1) - 1) * max(a + tau, k * tau) + k * tau + a
+    assert row["sim_time_us"] == pytest.approx(expected * 1e6, rel=1e-9)
+    assert row["wall_s"] > 0 and row["peak_MiB"] > 0
+    assert row["flows_per_s"] == pytest.approx(row["flows"] / row["wall_s"])

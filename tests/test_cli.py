@@ -1,0 +1,130 @@
+"""The ccsim command line: output shape, errors, determinism, help."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from simulator.cli import main
+
+CCSIM = [sys.executable, "-m", "simulator"]
+
+
+def run(*args):
+    return subprocess.run([*CCSIM, *args], capture_output=True, text=True, check=False)
+
+
+def test_full_sweep_prints_thirty_rows_and_reaches_the_ring_bound(capsys):
+    """8 B to 4 GiB is 30 sizes; on dgx-a100 (300 GB/s per GPU per direction through
+    NVSwitch) the ring's busbw approaches 300 GB/s at 4 GiB."""
+    assert main(["collective", "all_reduce", "--topology", "dgx-a100", "--sizes", "8:4G"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    assert len(lines) == 30
+    size, count, _type, redop, _time_us, algbw, busbw = lines[-1].split()
+    assert int(size) == 4 * 2**30 and int(count) == 2**30 and redop == "sum"
+    assert float(busbw) == pytest.approx(300.0, rel=1e-3)
+    assert float(algbw) == pytest.approx(float(busbw) * 8 / 14, rel=1e-3)
+
+
+def test_all_gather_count_is_per_rank(capsys):
+    """nccl-tests prints one rank's element count for all-gather: 1 MiB / 4 B / 8."""
+    assert main(["collective", "all_gather", "--sizes", "1M"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if not line.startswith("#"))
+    assert row.split()[1] == str(2**20 // 4 // 8)
+
+
+def test_json_has_exactly_the_documented_keys(capsys):
+    assert main(["collective", "reduce_scatter", "--sizes", "1M,64M", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [sorted(row) for row in rows] == [
+        sorted(["op", "algorithm", "ranks", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps"])
+    ] * 2
+    assert rows[1]["size_bytes"] == 64 * 2**20 and rows[1]["ranks"] == 8
+
+
+def test_same_command_twice_is_byte_identical(tmp_path):
+    outputs = []
+    for name in ("a.json", "b.json"):
+        done = run(
+            "collective",
+            "all_reduce",
+            "--nodes",
+            "2",
+            "--channels",
+            "4",
+            "--chunks",
+            "2",
+            "--sizes",
+            "1K:16M:8",
+            "--format",
+            "json",
+            "--out",
+            str(tmp_path / name),
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append((tmp_path / name).read_bytes())
+    assert outputs[0] == outputs[1] and len(outputs[0]) > 100
+
+
+def test_csv_output(capsys):
+    assert main(["collective", "all_reduce", "--sizes", "1M", "--format", "csv"]) == 0
+    header, row = capsys.readouterr().out.strip().splitlines()
+    assert header == "op,algorithm,ranks,size_bytes,time_us,algbw_GBps,busbw_GBps"
+    assert row.startswith("all_reduce,ring,8,1048576,")
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["collective", "all_to_none"], ["all_reduce", "all_gather", "reduce_scatter"]),
+        (["collective", "all_reduce", "--algo", "magic"], ["ring"]),
+        (["collective", "all_reduce", "--topology", "dgx-z900"], ["dgx-a100"]),
+        (["collective", "all_reduce", "--sizes", "8:4Q"], ["unit"]),
+        (["collective", "all_reduce", "--sizes", "0"], ["positive"]),
+        (["collective", "all_reduce", "--sizes", "-8"], ["size"]),
+        (["collective", "all_reduce", "--sizes", "64:8"], ["maximum"]),
+        (["collective", "all_reduce", "--nodes", "0"], ["positive integer"]),
+        (["collective", "all_reduce", "--reduce-bw", "400Gbs"], ["unit"]),
+        (["bench", "--scenarios", "nope"], ["ring-8"]),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_2(args, names):
+    done = run(*args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for name in names:
+        assert name in lines[0]
+
+
+@pytest.mark.parametrize("command", [[], ["collective"], ["topologies"], ["algorithms"], ["bench"]])
+def test_help_explains_options_with_units(command):
+    done = run(*command, "--help")
+    assert done.returncode == 0
+    text = done.stdout
+    if command == ["collective"]:
+        for unit in ("bytes", "microseconds", "GB/s", "count", "1500GB/s"):
+            assert unit in text
+        for option in (
+            "--topology",
+            "--nodes",
+            "--algo",
+            "--sizes",
+            "--chunks",
+            "--channels",
+            "--format",
+            "--out",
+            "--reduce-bw",
+        ):
+            assert option in text
+    if command == ["bench"]:
+        assert "(s)" in text and "MiB" in text
+
+
+def test_out_file_is_written_whole(tmp_path):
+    target = tmp_path / "table.txt"
+    assert main(["collective", "all_reduce", "--sizes", "1M", "--out", str(target)]) == 0
+    assert target.read_text().startswith("# ccsim all_reduce")
+    assert [p.name for p in tmp_path.iterdir()] == ["table.txt"]  # no temporary left over
