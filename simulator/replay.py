@@ -11,6 +11,8 @@ operations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import networkx as nx
 import numpy as np
 import simpy
@@ -44,6 +46,7 @@ class ScheduleReplay:
         *,
         rank_map: np.ndarray | None = None,
         reduce_bandwidth: np.ndarray | None = None,
+        on_rank_done: Callable[[np.ndarray], None] | None = None,
     ):
         self.env: simpy.Environment = network.env
         self.network = network
@@ -72,10 +75,20 @@ class ScheduleReplay:
         self._done_count = 0
         self.finished = self.env.event()
         self._owner = network.register(self)
+        # Per-rank completion (for workloads): a rank is done with this collective when
+        # every transfer it sends or receives is done.
+        self._on_rank_done = on_rank_done
+        if on_rank_done is not None:
+            p = schedule.ranks
+            self._rank_left = np.bincount(schedule.src, minlength=p) + np.bincount(
+                schedule.dst, minlength=p
+            )
 
     def start(self) -> simpy.Event:
         """Start the ops without dependencies now; returns the ``finished`` event."""
         self.t0 = self.env.now
+        if self._on_rank_done is not None and not self._rank_left.all():
+            self._on_rank_done(np.flatnonzero(self._rank_left == 0))
         if self.schedule.n_ops == 0:
             self.finished.succeed()
         else:
@@ -124,6 +137,16 @@ class ScheduleReplay:
             return
         self.end_s[ops] = self.env.now
         self._done_count += len(ops)
+        if self._on_rank_done is not None:
+            p = self.schedule.ranks
+            touched = np.bincount(self.schedule.src[ops], minlength=p) + np.bincount(
+                self.schedule.dst[ops], minlength=p
+            )
+            before = self._rank_left > 0
+            self._rank_left -= touched
+            finished = np.flatnonzero(before & (self._rank_left == 0))
+            if len(finished):
+                self._on_rank_done(finished)
         self._release(ops, self._done_ptr, self._done_idx)
         if self._done_count == self.schedule.n_ops:
             self.finished.succeed()

@@ -1,0 +1,57 @@
+"""Workloads: per-rank traces of compute and communication, replayed to measure how much
+communication compute hides (see :mod:`simulator.workload.trace` for the format)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+
+from ..topology import load_topology
+from .devices import DEVICES, Device, device_for
+from .engine import WorkloadReplay, WorkloadRun
+from .metrics import Breakdown, breakdown
+from .trace import Workload, WorkloadError, load_workload, parse_workload
+
+
+def run_workload(
+    workload: Workload | str | Path | dict,
+    topology: str | Path | nx.Graph,
+    *,
+    nodes: int | None = None,
+    algorithm: str = "ring",
+    comm_slowdown: float = 0.0,
+    reduce_bandwidth: float | None = None,
+) -> tuple[WorkloadRun, Breakdown]:
+    """Replay a workload on a topology; return the raw run and its breakdown.
+
+    ``comm_slowdown`` is the fraction by which compute slows while communication that
+    uses GPU cores overlaps it on the same rank.
+    """
+    if not isinstance(workload, Workload):
+        workload = load_workload(workload)
+    graph = load_topology(topology, nodes)
+    run = WorkloadReplay(
+        workload,
+        graph,
+        algorithm=algorithm,
+        comm_slowdown=comm_slowdown,
+        reduce_bandwidth=reduce_bandwidth,
+    ).run()
+    return run, breakdown(run)
+
+
+__all__ = [
+    "DEVICES",
+    "Breakdown",
+    "Device",
+    "Workload",
+    "WorkloadError",
+    "WorkloadReplay",
+    "WorkloadRun",
+    "breakdown",
+    "device_for",
+    "load_workload",
+    "parse_workload",
+    "run_workload",
+]

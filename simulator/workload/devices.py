@@ -1,0 +1,58 @@
+"""Accelerator figures for the compute model: peak FLOP/s and memory bandwidth.
+
+A compute op given as FLOPs and bytes of memory traffic takes
+max(flops / (peak x efficiency), bytes / memory bandwidth) — a roofline. ``efficiency``
+is the fraction of peak that large GEMMs reach in practice; it is a property of the
+device model here, not of a workload, so that every workload on a device uses the same
+number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import unknown_choice
+
+
+@dataclass(frozen=True)
+class Device:
+    """Peak dense 16-bit tensor FLOP/s, HBM bandwidth (bytes/s), achievable GEMM fraction."""
+
+    name: str
+    peak_flops: float
+    memory_bandwidth: float
+    efficiency: float = 1.0
+
+    def compute_time(self, flops: float, mem_bytes: float = 0.0) -> float:
+        """Roofline time of a kernel in seconds.
+
+        >>> Device("x", 100e12, 1e12).compute_time(1e12, 1e9)
+        0.01
+        """
+        return max(flops / (self.peak_flops * self.efficiency), mem_bytes / self.memory_bandwidth)
+
+
+# Sources: NVIDIA A100 datasheet (2020): 312 TFLOP/s dense BF16/FP16 tensor, 2,039 GB/s
+# HBM2e (80 GB SXM). NVIDIA H100 datasheet (2022): 989 TFLOP/s dense BF16 (SXM),
+# 3.35 TB/s HBM3. Ascend 910B: ~376 TFLOP/s FP16 and ~1.6 TB/s HBM2e (third-party
+# figures; Huawei publishes 320-400 TFLOP/s depending on the variant). The efficiency of
+# 0.7 is the fraction of peak large transformer GEMMs sustain on A100/H100 (Megatron-LM,
+# Narayanan et al., SC'21, report 70%+ of peak for the largest GEMMs, with end-to-end
+# model FLOP utilisation around 50%).
+DEVICES = {
+    device.name: device
+    for device in (
+        Device("A100", 312e12, 2.039e12, 0.7),
+        Device("H100", 989e12, 3.35e12, 0.7),
+        Device("910B", 376e12, 1.6e12, 0.7),
+    )
+}
+
+
+def device_for(model: str) -> Device:
+    """The device whose name appears in a GPU model string (``A100-SXM4-80GB`` -> A100)."""
+    text = model.upper()
+    for name, device in DEVICES.items():
+        if name.upper() in text:
+            return device
+    raise unknown_choice("device model", model, DEVICES)

@@ -1,0 +1,339 @@
+"""Replaying a workload on a topology: streams, collectives, overlap, interference.
+
+Each rank has named streams; ops on a stream run one at a time in trace order, and an op
+is *issued* when its dependencies are done and its stream is free. A compute op then
+runs; a collective starts when every member of its group has issued it (the time each
+member waits is recorded), and a send/recv pair when both sides have issued. Collectives
+and transfers of every rank share one :class:`~simulator.network.FlowNetwork`, so
+several collectives in flight contend for links. A rank is done with a collective when
+all transfers it sends or receives are done.
+
+Interference: communication kernels that run on GPU cores (NCCL's) slow compute that
+overlaps them. While ``k >= 1`` such communications are in flight on a rank, its compute
+progresses at ``1 - comm_slowdown`` of full speed. Communication by copy engines (SDMA)
+does not slow compute: pass ``comm_slowdown=0`` or mark the topology graph with
+``graph.graph["comm_engine"] = "sdma"``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from ..algorithms import build_schedule
+from ..algorithms.base import RankLayout
+from ..errors import CcsimError
+from ..network import FlowNetwork, NetworkStats
+from ..replay import ScheduleReplay, reduce_bandwidths
+from ..schedule import Schedule
+from ..topology.graph import gpu_nodes, servers_of_ranks
+from .devices import Device, device_for
+from .trace import Op, Workload, WorkloadError
+
+
+@dataclass
+class OpRecord:
+    """What happened to each op: times in seconds (NaN when it never happened)."""
+
+    issue_s: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+
+
+@dataclass
+class WorkloadRun:
+    """Raw outcome of a replay; :mod:`simulator.workload.metrics` turns it into figures."""
+
+    workload: Workload
+    records: OpRecord
+    stats: NetworkStats
+    links: dict[str, list] = field(repr=False, default_factory=dict)
+
+
+class _Compute:
+    """A compute op in progress whose speed changes with communication on its rank."""
+
+    __slots__ = ("generation", "index", "last", "left", "rate")
+
+    def __init__(self, index: int, work: float, now: float, rate: float):
+        self.index = index
+        self.left = work  # seconds of work at full speed
+        self.last = now
+        self.rate = rate
+        self.generation = 0
+
+
+class WorkloadReplay:
+    """Replays ``workload`` on ``graph`` (one GPU per rank, rank r on topology rank r)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        graph: nx.Graph,
+        *,
+        algorithm: str = "ring",
+        comm_slowdown: float = 0.0,
+        device: Device | None = None,
+        reduce_bandwidth: float | None = None,
+    ):
+        p = len(gpu_nodes(graph))
+        if workload.ranks > p:
+            raise WorkloadError(
+                f"workload {workload.name!r} has {workload.ranks} ranks but the topology has "
+                f"{p} GPUs; use more --nodes or a larger topology"
+            )
+        if not 0 <= comm_slowdown < 1:
+            raise CcsimError(f"comm_slowdown must be in [0, 1), got {comm_slowdown!r}")
+        if graph.graph.get("comm_engine") == "sdma":
+            comm_slowdown = 0.0  # copy engines leave the GPU cores to compute
+        self.workload = workload
+        self.graph = graph
+        self.algorithm = algorithm
+        self.comm_slowdown = comm_slowdown
+        self.env = simpy.Environment()
+        self.network = FlowNetwork(self.env, graph)
+        self.device = device or self._default_device(graph)
+        self.reduce_bandwidth = reduce_bandwidths(graph, reduce_bandwidth)
+        self.servers = servers_of_ranks(graph)
+        ops = workload.ops
+        n = len(ops)
+        self.records = OpRecord(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+        self._deps_left = np.array([len(op.deps) for op in ops], dtype=np.int64)
+        self._successors: list[list[int]] = [[] for _ in ops]
+        for op in ops:
+            for dep in op.deps:
+                self._successors[dep].append(op.index)
+        self._streams: dict[tuple[int, str], list[int]] = defaultdict(list)
+        for op in ops:
+            self._streams[(op.rank, op.stream)].append(op.index)
+        self._stream_pos: dict[tuple[int, str], int] = dict.fromkeys(self._streams, 0)
+        self._instance_of = np.full(n, -1, dtype=np.int64)
+        for k, members in enumerate(workload.instances):
+            self._instance_of[members] = k
+        self._issued_members = np.zeros(len(workload.instances), dtype=np.int64)
+        self._pair_of = np.full(n, -1, dtype=np.int64)
+        for k, (s, r) in enumerate(workload.pairs):
+            self._pair_of[[s, r]] = k
+        self._issued_pair = np.zeros(len(workload.pairs), dtype=np.int64)
+        self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
+        self._computing: dict[int, list[_Compute]] = defaultdict(list)
+        self._schedules: dict[tuple, Schedule] = {}
+        self._done = 0
+
+    @staticmethod
+    def _default_device(graph: nx.Graph) -> Device | None:
+        models = {graph.nodes[node].get("model", "") for node in gpu_nodes(graph)}
+        for model in sorted(models):
+            try:
+                return device_for(str(model))
+            except CcsimError:
+                continue
+        return None
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self) -> WorkloadRun:
+        """Replay every op; raise :class:`WorkloadError` if some can never run."""
+        for key, queue in self._streams.items():
+            del key
+            self._try_issue(queue[0])
+        self.env.run()
+        self.network.close_link_records()
+        if self._done < len(self.workload.ops):
+            raise self._deadlock()
+        return WorkloadRun(
+            self.workload, self.records, self.network.stats, self.network.link_records()
+        )
+
+    def _try_issue(self, index: int) -> None:
+        op = self.workload.ops[index]
+        key = (op.rank, op.stream)
+        queue = self._streams[key]
+        if self._deps_left[index] or queue[self._stream_pos[key]] != index:
+            return
+        if not np.isnan(self.records.issue_s[index]):
+            return
+        self.records.issue_s[index] = self.env.now
+        if op.kind == "compute":
+            self._start_compute(op)
+        elif op.kind == "collective":
+            k = self._instance_of[index]
+            self._issued_members[k] += 1
+            if self._issued_members[k] == len(self.workload.instances[k]):
+                self._launch_collective(k)
+        else:
+            k = self._pair_of[index]
+            self._issued_pair[k] += 1
+            if self._issued_pair[k] == 2:
+                self._launch_pair(k)
+
+    def _finish(self, index: int) -> None:
+        op = self.workload.ops[index]
+        self.records.end_s[index] = self.env.now
+        self._done += 1
+        key = (op.rank, op.stream)
+        self._stream_pos[key] += 1
+        queue = self._streams[key]
+        if self._stream_pos[key] < len(queue):
+            self._try_issue(queue[self._stream_pos[key]])
+        for succ in self._successors[index]:
+            self._deps_left[succ] -= 1
+            if self._deps_left[succ] == 0:
+                self._try_issue(succ)
+
+    # -- compute ---------------------------------------------------------------------------
+    def _work(self, op: Op) -> float:
+        if op.duration is not None:
+            return op.duration
+        if self.device is None:
+            raise WorkloadError(
+                f"op {op.id!r} gives FLOPs but the topology's GPUs have no known device model "
+                "to time them; give 'duration' or set the GPUs' 'model' (A100, H100, 910B)"
+            )
+        return self.device.compute_time(op.flops, op.mem_bytes)
+
+    def _rate(self, rank: int) -> float:
+        return 1.0 - self.comm_slowdown if self._comm_active[rank] else 1.0
+
+    def _start_compute(self, op: Op) -> None:
+        self.records.start_s[op.index] = self.env.now
+        job = _Compute(op.index, self._work(op), self.env.now, self._rate(op.rank))
+        self._computing[op.rank].append(job)
+        self._schedule_compute(op.rank, job)
+
+    def _schedule_compute(self, rank: int, job: _Compute) -> None:
+        job.generation += 1
+        generation = job.generation
+        event = self.env.timeout(job.left / job.rate)
+        event.callbacks.append(lambda _e: self._compute_done(rank, job, generation))
+
+    def _compute_done(self, rank: int, job: _Compute, generation: int) -> None:
+        if generation != job.generation:
+            return  # its speed changed; a newer wake-up is scheduled
+        self._computing[rank].remove(job)
+        self._finish(job.index)
+
+    def _set_comm(self, ranks: list[int] | np.ndarray, delta: int) -> None:
+        """Count communications in flight on ``ranks`` and re-time their compute."""
+        for rank in ranks:
+            before = self._rate(rank)
+            self._comm_active[rank] += delta
+            after = self._rate(rank)
+            if before == after:
+                continue
+            now = self.env.now
+            for job in self._computing[rank]:
+                job.left = max(job.left - (now - job.last) * job.rate, 0.0)
+                job.last = now
+                job.rate = after
+                self._schedule_compute(rank, job)
+
+    # -- communication -------------------------------------------------------------------
+    def _layout(self, ranks: list[int]) -> RankLayout:
+        servers = None if self.servers is None else tuple(self.servers[r] for r in ranks)
+        return RankLayout(len(ranks), servers)
+
+    def _launch_collective(self, k: int) -> None:
+        members = self.workload.instances[k]
+        first = self.workload.ops[members[0]]
+        group = self.workload.groups[first.group]
+        now = self.env.now
+        self.records.start_s[members] = now
+        ranks = group.ranks
+        if len(ranks) == 1 or first.nbytes == 0:
+            for index in members:
+                self._finish(index)
+            return
+        algorithm = first.algorithm or self.algorithm
+        layout = self._layout(ranks)
+        key = (algorithm, first.op, first.nbytes, first.chunks, first.channels, layout)
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = build_schedule(
+                algorithm,
+                first.op,
+                layout,
+                first.nbytes,
+                chunks=first.chunks,
+                channels=first.channels,
+            )
+            self._schedules[key] = schedule
+        self._set_comm(ranks, +1)
+
+        def rank_done(positions: np.ndarray) -> None:
+            done_ranks = [ranks[i] for i in positions.tolist()]
+            self._set_comm(done_ranks, -1)
+            for i in positions.tolist():
+                self._finish(members[i])
+
+        replay = ScheduleReplay(
+            self.network,
+            schedule,
+            rank_map=np.asarray(ranks),
+            reduce_bandwidth=self.reduce_bandwidth,
+            on_rank_done=rank_done,
+        )
+        replay.start()
+
+    def _launch_pair(self, k: int) -> None:
+        send, recv = self.workload.pairs[k]
+        src, dst = self.workload.ops[send].rank, self.workload.ops[recv].rank
+        now = self.env.now
+        self.records.start_s[[send, recv]] = now
+        nbytes = self.workload.ops[send].nbytes
+        self._set_comm([src, dst], +1)
+        # One point-to-point transfer, as a two-rank schedule.
+        schedule = Schedule(
+            op="broadcast",
+            algorithm="p2p",
+            ranks=2,
+            size_bytes=max(nbytes, 1.0),
+            src=[0],
+            dst=[1],
+            nbytes=[nbytes],
+            segment=[0],
+            reduce=[False],
+            dep_ptr=[0, 0],
+            dep_idx=[],
+            dep_sent=[],
+            segment_owner=[0],
+        )
+
+        def rank_done(positions: np.ndarray) -> None:
+            for i in positions.tolist():
+                self._set_comm([(src, dst)[i]], -1)
+                self._finish((send, recv)[i])
+
+        ScheduleReplay(
+            self.network,
+            schedule,
+            rank_map=np.array([src, dst]),
+            reduce_bandwidth=self.reduce_bandwidth,
+            on_rank_done=rank_done,
+        ).start()
+
+    # -- diagnosis -----------------------------------------------------------------------
+    def _deadlock(self) -> WorkloadError:
+        stuck = [op for op in self.workload.ops if np.isnan(self.records.end_s[op.index])]
+        lines = []
+        for op in stuck[:5]:
+            if np.isnan(self.records.issue_s[op.index]):
+                lines.append(f"{op.id!r} (rank {op.rank}) never issued")
+            elif op.kind == "collective":
+                members = self.workload.instances[self._instance_of[op.index]]
+                missing = [
+                    self.workload.ops[m].rank for m in members if np.isnan(self.records.issue_s[m])
+                ]
+                lines.append(
+                    f"{op.id!r} (rank {op.rank}) waits for ranks {missing} to issue "
+                    f"{op.op} on group {op.group!r}"
+                )
+            else:
+                lines.append(f"{op.id!r} (rank {op.rank}) waits for its peer {op.peer}")
+        return WorkloadError(
+            f"workload {self.workload.name!r} deadlocked with {len(stuck)} ops "
+            "left: " + "; ".join(lines)
+        )

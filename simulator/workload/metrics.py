@@ -1,0 +1,189 @@
+"""Step-time breakdown of a workload replay: where each rank's time went.
+
+Per rank, from the op records:
+
+* *compute busy*: time some compute op runs (union of intervals);
+* *communication busy*: time some collective or transfer the rank takes part in is in
+  flight (from its start, when all members have issued it, to the rank's completion);
+* *overlapped*: communication busy while compute is busy;
+* *exposed communication*: communication busy while compute is not, i.e. time the
+  compute stream is idle and communication is the reason the step is not over;
+* *waiting*: a communication op has been issued but its peers have not yet issued
+  theirs, and nothing else runs;
+* *bubble*: step time minus the time anything runs (waiting included): what a pipeline
+  schedule leaves idle.
+
+Exposed time is attributed to the communication ops in flight at each instant (split
+equally among them) and summed per parallel dimension (the group's ``kind``: TP, PP,
+DP, EP; transfers are ``P2P``) and per (kind, operation).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .engine import WorkloadRun
+
+
+def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint sorted intervals covering the same time.
+
+    >>> union([(0, 2), (1, 3), (5, 6)])
+    [(0, 3), (5, 6)]
+    """
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def measure(intervals: list[tuple[float, float]]) -> float:
+    """Total length of disjoint intervals."""
+    return float(sum(end - start for start, end in intervals))
+
+
+def intersect(
+    a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """Intersection of two disjoint sorted interval lists.
+
+    >>> intersect([(0, 3), (5, 8)], [(2, 6)])
+    [(2, 3), (5, 6)]
+    """
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+@dataclass
+class RankBreakdown:
+    """Seconds spent per category on one rank (see the module docstring)."""
+
+    rank: int
+    step_s: float
+    compute_s: float
+    comm_s: float
+    overlapped_s: float
+    exposed_s: float
+    waiting_s: float
+    bubble_s: float
+
+
+@dataclass
+class Breakdown:
+    """Per-rank breakdowns, the step time, and exposed communication per dimension."""
+
+    step_s: float
+    ranks: list[RankBreakdown]
+    exposed_by_kind: dict[str, float] = field(default_factory=dict)
+    exposed_by_call: dict[str, float] = field(default_factory=dict)
+
+    def mean(self, name: str) -> float:
+        """Mean over ranks of one field (e.g. ``"exposed_s"``)."""
+        return float(np.mean([getattr(r, name) for r in self.ranks]))
+
+    def max(self, name: str) -> float:
+        """Largest value over ranks of one field."""
+        return float(np.max([getattr(r, name) for r in self.ranks]))
+
+    def summary(self) -> dict[str, float]:
+        """Step time and per-rank means, in seconds, plus shares of the step time."""
+        row = {"step_s": self.step_s}
+        for name in ("compute_s", "comm_s", "overlapped_s", "exposed_s", "waiting_s", "bubble_s"):
+            row[name] = self.mean(name)
+        row["exposed_share"] = row["exposed_s"] / self.step_s if self.step_s else 0.0
+        row["comm_share"] = row["comm_s"] / self.step_s if self.step_s else 0.0
+        return row
+
+
+def breakdown(run: WorkloadRun) -> Breakdown:
+    """Compute the breakdown of a finished replay."""
+    workload, records = run.workload, run.records
+    step = float(np.nanmax(records.end_s))
+    compute: dict[int, list] = defaultdict(list)
+    comm: dict[int, list] = defaultdict(list)
+    waits: dict[int, list] = defaultdict(list)
+    for op in workload.ops:
+        start, end, issue = (
+            records.start_s[op.index],
+            records.end_s[op.index],
+            records.issue_s[op.index],
+        )
+        if op.kind == "compute":
+            compute[op.rank].append((start, end))
+        else:
+            comm[op.rank].append((start, end, op))
+            waits[op.rank].append((issue, start))
+    by_kind: dict[str, float] = defaultdict(float)
+    by_call: dict[str, float] = defaultdict(float)
+    rows = []
+    for rank in range(workload.ranks):
+        busy_compute = union(compute[rank])
+        busy_comm = union([(s, e) for s, e, _ in comm[rank]])
+        overlapped = measure(intersect(busy_compute, busy_comm))
+        anything = union(busy_compute + busy_comm)
+        waiting = union(waits[rank])
+        idle_wait = measure(waiting) - measure(intersect(waiting, anything))
+        rank_end = max((e for _, e in anything), default=0.0)
+        rows.append(
+            RankBreakdown(
+                rank=rank,
+                step_s=rank_end,
+                compute_s=measure(busy_compute),
+                comm_s=measure(busy_comm),
+                overlapped_s=overlapped,
+                exposed_s=measure(busy_comm) - overlapped,
+                waiting_s=idle_wait,
+                bubble_s=step - measure(anything),
+            )
+        )
+        _attribute(comm[rank], busy_compute, workload, by_kind, by_call)
+    ranks = workload.ranks
+    return Breakdown(
+        step_s=step,
+        ranks=rows,
+        exposed_by_kind={k: v / ranks for k, v in sorted(by_kind.items())},
+        exposed_by_call={k: v / ranks for k, v in sorted(by_call.items())},
+    )
+
+
+def _attribute(comm, busy_compute, workload, by_kind, by_call) -> None:
+    """Split each exposed instant of one rank equally among the ops in flight."""
+    if not comm:
+        return
+    cuts = sorted(
+        {t for s, e, _ in comm for t in (s, e)} | {t for s, e in busy_compute for t in (s, e)}
+    )
+    compute_starts = np.array([s for s, _ in busy_compute])
+    compute_ends = np.array([e for _, e in busy_compute])
+    for left, right in zip(cuts, cuts[1:], strict=False):
+        if right <= left:
+            continue
+        middle = 0.5 * (left + right)
+        if len(compute_starts) and np.any((compute_starts <= middle) & (middle < compute_ends)):
+            continue
+        active = [op for s, e, op in comm if s <= middle < e]
+        if not active:
+            continue
+        share = (right - left) / len(active)
+        for op in active:
+            kind = workload.groups[op.group].kind if op.kind == "collective" else "P2P"
+            kind = kind or op.group
+            by_kind[kind] += share
+            by_call[f"{kind} {op.op if op.kind == 'collective' else op.kind}"] += share

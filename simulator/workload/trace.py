@@ -1,0 +1,458 @@
+"""The workload trace format (``ccsim-workload/1``), loading and validation.
+
+A workload is a list of ops per rank. JSON (or YAML) layout::
+
+    {
+      "format": "ccsim-workload/1",
+      "name": "ddp-toy",
+      "ranks": 2,
+      "groups": {"dp": {"kind": "DP", "ranks": [0, 1]}},
+      "ops": [
+        {"id": "r0.bwd0", "rank": 0, "kind": "compute", "duration": "2ms"},
+        {"id": "r0.ar0", "rank": 0, "kind": "collective", "op": "all_reduce",
+         "group": "dp", "bytes": "64MiB", "deps": ["r0.bwd0"]},
+        ...
+      ]
+    }
+
+Op fields:
+
+``id``
+    Unique name (default ``"<rank>:<index>"``); ``deps`` lists ids of ops that must be
+    done first (any rank).
+``rank``, ``kind``
+    The rank that issues it; ``compute``, ``collective``, ``send`` or ``recv``.
+``stream``
+    Name of the rank's stream it runs on (default ``compute`` for compute ops, ``comm``
+    otherwise). Ops on one stream run one at a time in list order, as on a CUDA stream.
+``label``
+    Free text for reports (e.g. ``"bwd layer 3"``).
+compute
+    ``duration`` (seconds or a string like ``"1.5ms"``), or ``flops`` and optionally
+    ``bytes`` (memory traffic), timed by the device's roofline:
+    max(flops / peak FLOP/s, bytes / memory bandwidth).
+collective
+    ``op`` (all_reduce, all_gather, reduce_scatter, ...), ``group`` (a name in
+    ``groups``), ``bytes`` (the nccl-tests size: the whole buffer), optional
+    ``algorithm``, ``chunks``, ``channels``. The k-th collective a rank issues on a group
+    matches the k-th of every other member, as on an NCCL communicator.
+send / recv
+    ``peer`` (the other rank), ``bytes``, optional ``tag``; the k-th send from a to b
+    with a tag matches the k-th recv at b from a with that tag.
+
+Groups have ``ranks`` and a ``kind`` (TP, PP, DP, EP or any label) used to report
+exposed communication per parallel dimension.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import CcsimError
+from ..units import parse_size, parse_time
+
+FORMAT = "ccsim-workload/1"
+KINDS = ("compute", "collective", "send", "recv")
+_OP_KEYS = {
+    "compute": {"duration", "flops", "bytes"},
+    "collective": {"op", "group", "bytes", "algorithm", "chunks", "channels"},
+    "send": {"peer", "bytes", "tag"},
+    "recv": {"peer", "bytes", "tag"},
+}
+_COMMON = {"id", "rank", "kind", "stream", "deps", "label"}
+
+
+class WorkloadError(CcsimError):
+    """A workload trace is malformed or cannot run (mismatch, cycle, deadlock)."""
+
+
+@dataclass
+class Op:
+    """One op of one rank (see the module docstring for the fields)."""
+
+    index: int
+    id: str
+    rank: int
+    kind: str
+    stream: str
+    deps: list[int] = field(default_factory=list)
+    label: str = ""
+    duration: float | None = None
+    flops: float = 0.0
+    mem_bytes: float = 0.0
+    op: str = ""
+    group: str = ""
+    nbytes: float = 0.0
+    algorithm: str | None = None
+    chunks: int = 1
+    channels: int = 1
+    peer: int = -1
+    tag: str = ""
+
+
+@dataclass
+class Group:
+    """A communicator: its ranks and the parallel dimension it belongs to."""
+
+    name: str
+    ranks: list[int]
+    kind: str = ""
+
+
+@dataclass
+class Workload:
+    """A validated workload: ops in file order, groups, and the matching of comm ops.
+
+    ``instances`` lists, for every collective call, the indices of its member ops (one per
+    group rank, in group order); ``pairs`` lists (send index, recv index).
+    """
+
+    name: str
+    ranks: int
+    ops: list[Op]
+    groups: dict[str, Group]
+    description: str = ""
+    instances: list[list[int]] = field(default_factory=list)
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form in the trace format (times in seconds, sizes in bytes)."""
+        ops = []
+        for op in self.ops:
+            data: dict[str, Any] = {
+                "id": op.id,
+                "rank": op.rank,
+                "kind": op.kind,
+                "stream": op.stream,
+            }
+            if op.deps:
+                data["deps"] = [self.ops[d].id for d in op.deps]
+            if op.label:
+                data["label"] = op.label
+            if op.kind == "compute":
+                if op.duration is not None:
+                    data["duration"] = op.duration
+                else:
+                    data["flops"] = op.flops
+                    if op.mem_bytes:
+                        data["bytes"] = op.mem_bytes
+            elif op.kind == "collective":
+                data.update(op=op.op, group=op.group, bytes=op.nbytes)
+                if op.algorithm:
+                    data["algorithm"] = op.algorithm
+                if op.chunks != 1:
+                    data["chunks"] = op.chunks
+                if op.channels != 1:
+                    data["channels"] = op.channels
+            else:
+                data.update(peer=op.peer, bytes=op.nbytes)
+                if op.tag:
+                    data["tag"] = op.tag
+            ops.append(data)
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "description": self.description,
+            "ranks": self.ranks,
+            "groups": {g.name: {"kind": g.kind, "ranks": g.ranks} for g in self.groups.values()},
+            "ops": ops,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write the workload as JSON (atomically)."""
+        from ..report import write_atomically
+
+        write_atomically(path, json.dumps(self.to_dict(), indent=1) + "\n")
+
+
+def load_workload(source: str | Path | dict[str, Any]) -> Workload:
+    """Read and validate a workload from a JSON/YAML file or a dict."""
+    if isinstance(source, dict):
+        return parse_workload(source, origin="workload")
+    path = Path(source)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise WorkloadError(f"{path}: cannot read workload: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise WorkloadError(
+            f"{path}: not valid {path.suffix.lstrip('.').upper()}: {error}"
+        ) from None
+    return parse_workload(data, origin=str(path))
+
+
+def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
+    """Validate plain data in the trace format and build a :class:`Workload`."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise WorkloadError(f'{origin}: not a ccsim workload (expected "format": "{FORMAT}")')
+    unknown = sorted(set(data) - {"format", "name", "description", "ranks", "groups", "ops"})
+    if unknown:
+        raise WorkloadError(f"{origin}: unknown top-level key {unknown[0]!r}")
+    ranks = data.get("ranks")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise WorkloadError(f"{origin}: 'ranks' must be a positive integer, got {ranks!r}")
+    groups = _parse_groups(data.get("groups", {}), ranks, origin)
+    raw_ops = data.get("ops")
+    if not isinstance(raw_ops, list) or not raw_ops:
+        raise WorkloadError(f"{origin}: 'ops' must be a non-empty list of ops")
+    ops: list[Op] = []
+    ids: dict[str, int] = {}
+    per_rank_count: dict[int, int] = defaultdict(int)
+    for index, raw in enumerate(raw_ops):
+        op = _parse_op(raw, index, ranks, groups, per_rank_count, origin)
+        if op.id in ids:
+            raise WorkloadError(
+                f"{origin}: op id {op.id!r} is used twice (ops {ids[op.id]} and {index})"
+            )
+        ids[op.id] = index
+        ops.append(op)
+    for op, raw in zip(ops, raw_ops, strict=True):
+        deps = raw.get("deps", [])
+        if not isinstance(deps, list):
+            raise WorkloadError(f"{origin}: op {op.id!r}: 'deps' must be a list of op ids")
+        for dep in deps:
+            if str(dep) not in ids:
+                raise WorkloadError(f"{origin}: op {op.id!r} depends on unknown op {dep!r}")
+            op.deps.append(ids[str(dep)])
+    workload = Workload(
+        name=str(data.get("name", Path(origin).stem)),
+        ranks=ranks,
+        ops=ops,
+        groups=groups,
+        description=str(data.get("description", "")),
+    )
+    _match(workload, origin)
+    _check_acyclic(workload, origin)
+    return workload
+
+
+def _parse_groups(raw: Any, ranks: int, origin: str) -> dict[str, Group]:
+    if not isinstance(raw, dict):
+        raise WorkloadError(f"{origin}: 'groups' must map group names to {{ranks, kind}}")
+    groups = {}
+    for name, spec in raw.items():
+        members = spec.get("ranks") if isinstance(spec, dict) else spec
+        kind = spec.get("kind", "") if isinstance(spec, dict) else ""
+        if not isinstance(members, list) or not members:
+            raise WorkloadError(f"{origin}: group {name!r} needs a non-empty list of ranks")
+        for rank in members:
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < ranks:
+                raise WorkloadError(
+                    f"{origin}: group {name!r} names rank {rank!r}; ranks are 0..{ranks - 1}"
+                )
+        if len(set(members)) != len(members):
+            raise WorkloadError(f"{origin}: group {name!r} lists a rank twice")
+        groups[str(name)] = Group(str(name), [int(r) for r in members], str(kind))
+    return groups
+
+
+def _parse_op(
+    raw: Any,
+    index: int,
+    ranks: int,
+    groups: dict[str, Group],
+    per_rank_count: dict[int, int],
+    origin: str,
+) -> Op:
+    if not isinstance(raw, dict):
+        raise WorkloadError(f"{origin}: op {index} must be a mapping")
+    rank = raw.get("rank")
+    where = f"{origin}: op {raw.get('id', index)!r}"
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < ranks:
+        raise WorkloadError(f"{where}: unknown rank {rank!r}; ranks are 0..{ranks - 1}")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise WorkloadError(f"{where}: kind {kind!r}; use one of {', '.join(KINDS)}")
+    unknown = sorted(set(raw) - _COMMON - _OP_KEYS[kind])
+    if unknown:
+        raise WorkloadError(
+            f"{where}: unknown field {unknown[0]!r} for a {kind} op; valid: "
+            + ", ".join(sorted(_COMMON | _OP_KEYS[kind]))
+        )
+    op_id = str(raw.get("id", f"{rank}:{per_rank_count[rank]}"))
+    per_rank_count[rank] += 1
+    op = Op(
+        index=index,
+        id=op_id,
+        rank=rank,
+        kind=kind,
+        stream=str(raw.get("stream", "compute" if kind == "compute" else "comm")),
+        label=str(raw.get("label", "")),
+    )
+    where = f"{origin}: op {op_id!r}"
+    try:
+        if kind == "compute":
+            if "duration" in raw:
+                op.duration = parse_time(raw["duration"], field=f"{where} duration")
+                if op.duration < 0:
+                    raise WorkloadError(f"{where}: duration must be >= 0")
+            elif "flops" in raw:
+                op.flops = float(raw["flops"])
+                op.mem_bytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
+                if op.flops < 0 or op.mem_bytes < 0:
+                    raise WorkloadError(f"{where}: flops and bytes must be >= 0")
+            else:
+                raise WorkloadError(f"{where}: a compute op needs 'duration' or 'flops'")
+        elif kind == "collective":
+            op.op = str(raw.get("op", ""))
+            op.group = str(raw.get("group", ""))
+            if op.group not in groups:
+                raise WorkloadError(
+                    f"{where}: unknown group {op.group!r}; defined groups: "
+                    + (", ".join(sorted(groups)) or "none")
+                )
+            if rank not in groups[op.group].ranks:
+                raise WorkloadError(f"{where}: rank {rank} is not a member of group {op.group!r}")
+            op.nbytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
+            op.algorithm = raw.get("algorithm")
+            op.chunks = int(raw.get("chunks", 1))
+            op.channels = int(raw.get("channels", 1))
+        else:
+            peer = raw.get("peer")
+            if (
+                isinstance(peer, bool)
+                or not isinstance(peer, int)
+                or not 0 <= peer < ranks
+                or peer == rank
+            ):
+                raise WorkloadError(
+                    f"{where}: peer {peer!r} must be another rank in 0..{ranks - 1}"
+                )
+            op.peer = peer
+            op.nbytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
+            op.tag = str(raw.get("tag", ""))
+    except (TypeError, ValueError) as error:
+        raise WorkloadError(f"{where}: {error}") from None
+    except CcsimError as error:
+        if isinstance(error, WorkloadError):
+            raise
+        raise WorkloadError(str(error)) from None
+    return op
+
+
+def _match(workload: Workload, origin: str) -> None:
+    """Pair collectives across group members and sends with recvs."""
+    calls: dict[tuple[str, int], list[int]] = defaultdict(list)  # (group, rank) -> ops
+    for op in workload.ops:
+        if op.kind == "collective":
+            calls[(op.group, op.rank)].append(op.index)
+    for group in workload.groups.values():
+        counts = {rank: len(calls.get((group.name, rank), [])) for rank in group.ranks}
+        most = max(counts.values())
+        if most == 0:
+            continue
+        for k in range(most):
+            members = []
+            missing = []
+            for rank in group.ranks:
+                ops = calls.get((group.name, rank), [])
+                if k < len(ops):
+                    members.append(ops[k])
+                else:
+                    missing.append(rank)
+            first = workload.ops[members[0]]
+            if missing:
+                raise WorkloadError(
+                    f"{origin}: collective {first.op} #{k} on group {group.name!r} (op "
+                    f"{first.id!r}) is never issued by ranks {missing}: the other members would "
+                    "wait forever (deadlock); add the missing call or remove it everywhere"
+                )
+            for index in members[1:]:
+                other = workload.ops[index]
+                if (other.op, other.nbytes) != (first.op, first.nbytes):
+                    raise WorkloadError(
+                        f"{origin}: collective #{k} on group {group.name!r} does not match: "
+                        f"rank {first.rank} issues {first.op} of {first.nbytes:.0f} B (op "
+                        f"{first.id!r}), rank {other.rank} issues {other.op} of "
+                        f"{other.nbytes:.0f} B (op {other.id!r})"
+                    )
+            workload.instances.append(members)
+    sends: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    recvs: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    for op in workload.ops:
+        if op.kind == "send":
+            sends[(op.rank, op.peer, op.tag)].append(op.index)
+        elif op.kind == "recv":
+            recvs[(op.peer, op.rank, op.tag)].append(op.index)
+    for key in sorted(set(sends) | set(recvs)):
+        out, into = sends.get(key, []), recvs.get(key, [])
+        if len(out) != len(into):
+            src, dst, tag = key
+            lone = workload.ops[(out or into)[min(len(out), len(into))]]
+            raise WorkloadError(
+                f"{origin}: {len(out)} sends from rank {src} to rank {dst} (tag {tag!r}) but "
+                f"{len(into)} recvs; op {lone.id!r} has no partner (deadlock)"
+            )
+        for s, r in zip(out, into, strict=True):
+            if workload.ops[s].nbytes != workload.ops[r].nbytes:
+                raise WorkloadError(
+                    f"{origin}: send {workload.ops[s].id!r} carries {workload.ops[s].nbytes:.0f} B "
+                    f"but its recv {workload.ops[r].id!r} expects {workload.ops[r].nbytes:.0f} B"
+                )
+            workload.pairs.append((s, r))
+
+
+def _check_acyclic(workload: Workload, origin: str) -> None:
+    """Dependencies, stream order and matched calls must not form a cycle (deadlock)."""
+    n = len(workload.ops)
+    # Matched ops start together: merge them into one node.
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for members in workload.instances:
+        for index in members[1:]:
+            parent[find(index)] = find(members[0])
+    for s, r in workload.pairs:
+        parent[find(r)] = find(s)
+    edges: dict[int, set[int]] = defaultdict(set)
+    last_on_stream: dict[tuple[int, str], int] = {}
+    for op in workload.ops:
+        node = find(op.index)
+        for dep in op.deps:
+            if find(dep) != node:
+                edges[find(dep)].add(node)
+            else:
+                raise WorkloadError(
+                    f"{origin}: op {op.id!r} depends on an op it must run "
+                    f"together with ({workload.ops[dep].id!r}): a cycle"
+                )
+        key = (op.rank, op.stream)
+        if key in last_on_stream and find(last_on_stream[key]) != node:
+            edges[find(last_on_stream[key])].add(node)
+        last_on_stream[key] = op.index
+    indegree: dict[int, int] = defaultdict(int)
+    for targets in edges.values():
+        for t in targets:
+            indegree[t] += 1
+    nodes = {find(i) for i in range(n)}
+    ready = [v for v in nodes if indegree[v] == 0]
+    seen = 0
+    while ready:
+        v = ready.pop()
+        seen += 1
+        for t in edges.get(v, ()):
+            indegree[t] -= 1
+            if indegree[t] == 0:
+                ready.append(t)
+    if seen < len(nodes):
+        stuck = sorted(i for i in range(n) if indegree[find(i)] > 0)[:6]
+        described = ", ".join(
+            f"{workload.ops[i].id!r} (rank {workload.ops[i].rank})" for i in stuck
+        )
+        raise WorkloadError(
+            f"{origin}: dependencies, stream order and matched calls form a cycle (a deadlock); "
+            f"ops involved include {described}"
+        )

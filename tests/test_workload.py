@@ -1,0 +1,277 @@
+"""Workload replay against hand-computed timelines.
+
+Unless said otherwise the topology is two GPUs joined by one full-duplex 100 GB/s link
+with no latency: a ring all-reduce of n bytes on 2 ranks moves n/2 bytes each way twice,
+taking 2 x (n/2) / 100e9 = n / 1e11 s; 1e8 bytes take exactly 1 ms.
+"""
+
+import pytest
+
+from simulator.topology import ring_graph
+from simulator.workload import WorkloadError, load_workload, parse_workload, run_workload
+
+MS = 1e-3
+
+
+def two_gpus(**attrs):
+    graph = ring_graph(2, 100e9, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node].update(attrs)
+    return graph
+
+
+def workload(ops, ranks=2, groups=None):
+    return {
+        "format": "ccsim-workload/1",
+        "name": "test",
+        "ranks": ranks,
+        "groups": groups or {"dp": {"kind": "DP", "ranks": list(range(ranks))}},
+        "ops": ops,
+    }
+
+
+def ddp_ops(durations_ms, bucket_bytes):
+    """Backward layers back to back on the compute stream; after layer i, an all-reduce
+    of bucket i on the comm stream (waits for the layer, and for the bucket before it
+    because they share the stream)."""
+    ops = []
+    for rank in range(2):
+        for i, (ms, nbytes) in enumerate(zip(durations_ms, bucket_bytes, strict=True)):
+            ops.append(
+                {
+                    "id": f"r{rank}.bwd{i}",
+                    "rank": rank,
+                    "kind": "compute",
+                    "duration": f"{ms}ms",
+                    **({"deps": [f"r{rank}.bwd{i - 1}"]} if i else {}),
+                }
+            )
+            ops.append(
+                {
+                    "id": f"r{rank}.ar{i}",
+                    "rank": rank,
+                    "kind": "collective",
+                    "op": "all_reduce",
+                    "group": "dp",
+                    "bytes": nbytes,
+                    "deps": [f"r{rank}.bwd{i}"],
+                }
+            )
+    return ops
+
+
+def test_bucketed_backward_exposed_communication():
+    """Backward of 3 layers taking 3, 2 and 1 ms; gradient buckets of 2e8, 1e8 and 3e8
+    bytes (all-reduces of 2, 1 and 3 ms).
+
+    Compute runs 0-3, 3-5, 5-6 ms. AR0 starts at 3 and ends at 5; AR1 is ready at 5 (its
+    layer ends at 5, the stream frees at 5) and ends at 6; AR2 is ready at 6, ends at 9.
+    Communication busy: 3-9 = 6 ms; overlapped with compute: 3-6 = 3 ms; exposed: 3 ms;
+    step 9 ms."""
+    run, result = run_workload(workload(ddp_ops([3, 2, 1], [2e8, 1e8, 3e8])), two_gpus())
+    assert result.step_s == pytest.approx(9 * MS, rel=1e-9)
+    for rank in result.ranks:
+        assert rank.compute_s == pytest.approx(6 * MS, rel=1e-9)
+        assert rank.comm_s == pytest.approx(6 * MS, rel=1e-9)
+        assert rank.overlapped_s == pytest.approx(3 * MS, rel=1e-9)
+        assert rank.exposed_s == pytest.approx(3 * MS, rel=1e-9)
+        assert rank.bubble_s == pytest.approx(0.0, abs=1e-12)
+    assert result.exposed_by_kind == {"DP": pytest.approx(3 * MS, rel=1e-9)}
+
+
+def test_communication_slows_overlapping_compute():
+    """A 4 ms compute op and a 1 ms all-reduce start together; with a slowdown of 0.5 the
+    compute advances 0.5 ms during the all-reduce, then runs its last 3.5 ms at full
+    speed: it ends at 1 + 3.5 = 4.5 ms. Without slowdown it ends at 4 ms."""
+    ops = []
+    for rank in range(2):
+        ops.append({"id": f"c{rank}", "rank": rank, "kind": "compute", "duration": "4ms"})
+        ops.append(
+            {
+                "id": f"a{rank}",
+                "rank": rank,
+                "kind": "collective",
+                "op": "all_reduce",
+                "group": "dp",
+                "bytes": 1e8,
+            }
+        )
+    slow, result = run_workload(workload(ops), two_gpus(), comm_slowdown=0.5)
+    assert slow.records.end_s[0] == pytest.approx(4.5 * MS, rel=1e-9)
+    assert result.step_s == pytest.approx(4.5 * MS, rel=1e-9)
+    fast, _ = run_workload(workload(ops), two_gpus(), comm_slowdown=0.0)
+    assert fast.records.end_s[0] == pytest.approx(4 * MS, rel=1e-9)
+    # Copy-engine transports do not slow compute.
+    graph = two_gpus()
+    graph.graph["comm_engine"] = "sdma"
+    sdma, _ = run_workload(workload(ops), graph, comm_slowdown=0.5)
+    assert sdma.records.end_s[0] == pytest.approx(4 * MS, rel=1e-9)
+
+
+def test_members_arriving_at_different_times():
+    """Rank 0 computes 1 ms, rank 1 computes 3 ms, then both all-reduce 1e8 bytes: the
+    collective starts at 3 ms and ends at 4 ms; rank 0 waited 2 ms."""
+    ops = [
+        {"id": "c0", "rank": 0, "kind": "compute", "duration": "1ms"},
+        {"id": "c1", "rank": 1, "kind": "compute", "duration": "3ms"},
+        {
+            "id": "a0",
+            "rank": 0,
+            "kind": "collective",
+            "op": "all_reduce",
+            "group": "dp",
+            "bytes": 1e8,
+            "deps": ["c0"],
+        },
+        {
+            "id": "a1",
+            "rank": 1,
+            "kind": "collective",
+            "op": "all_reduce",
+            "group": "dp",
+            "bytes": 1e8,
+            "deps": ["c1"],
+        },
+    ]
+    run, result = run_workload(workload(ops), two_gpus())
+    assert run.records.issue_s.tolist() == pytest.approx([0, 0, 1 * MS, 3 * MS])
+    assert run.records.start_s[2] == pytest.approx(3 * MS)
+    assert run.records.end_s[2:].tolist() == pytest.approx([4 * MS, 4 * MS], rel=1e-9)
+    assert result.ranks[0].waiting_s == pytest.approx(2 * MS, rel=1e-9)
+    assert result.ranks[1].waiting_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_concurrent_collectives_share_the_network():
+    """Two 1e8-byte all-reduces issued together on two streams share the link: each gets
+    half the bandwidth, both end at 2 ms."""
+    ops = []
+    for rank in range(2):
+        for stream in ("s1", "s2"):
+            ops.append(
+                {
+                    "id": f"{stream}.{rank}",
+                    "rank": rank,
+                    "kind": "collective",
+                    "op": "all_reduce",
+                    "group": stream,
+                    "bytes": 1e8,
+                    "stream": stream,
+                }
+            )
+    groups = {"s1": {"kind": "DP", "ranks": [0, 1]}, "s2": {"kind": "TP", "ranks": [0, 1]}}
+    run, result = run_workload(workload(ops, groups=groups), two_gpus())
+    assert run.records.end_s.tolist() == pytest.approx([2 * MS] * 4, rel=1e-9)
+    # Exposed time (2 ms per rank) is split equally between the two dimensions.
+    assert result.exposed_by_kind == {"DP": pytest.approx(MS), "TP": pytest.approx(MS)}
+
+
+def test_pipeline_send_recv_and_bubble():
+    """Rank 0 computes 1 ms then sends 1e8 bytes (1 ms at 100 GB/s) to rank 1, which then
+    computes 1 ms. Step 3 ms; rank 1 waits 1 ms for the send; each rank idles 1 ms."""
+    ops = [
+        {"id": "f0", "rank": 0, "kind": "compute", "duration": "1ms"},
+        {"id": "s0", "rank": 0, "kind": "send", "peer": 1, "bytes": 1e8, "deps": ["f0"]},
+        {"id": "r1", "rank": 1, "kind": "recv", "peer": 0, "bytes": 1e8},
+        {"id": "f1", "rank": 1, "kind": "compute", "duration": "1ms", "deps": ["r1"]},
+    ]
+    _, result = run_workload(workload(ops, groups={}), two_gpus())
+    assert result.step_s == pytest.approx(3 * MS, rel=1e-9)
+    assert result.ranks[1].waiting_s == pytest.approx(1 * MS, rel=1e-9)
+    assert [r.bubble_s for r in result.ranks] == pytest.approx([1 * MS, 1 * MS], rel=1e-9)
+    assert result.exposed_by_kind == {"P2P": pytest.approx(1 * MS, rel=1e-9)}
+
+
+def test_flops_use_the_device_roofline():
+    """1e12 FLOPs on an A100 (312 TFLOP/s peak at 70% GEMM efficiency): 4.579 ms;
+    a memory-bound op of 2.039e9 bytes takes 1 ms at 2.039 TB/s."""
+    ops = [
+        {"id": "g", "rank": 0, "kind": "compute", "flops": 1e12},
+        {"id": "m", "rank": 1, "kind": "compute", "flops": 1e6, "bytes": 2.039e9},
+    ]
+    run, _ = run_workload(workload(ops, groups={}), two_gpus(model="A100-SXM4-80GB"))
+    assert run.records.end_s.tolist() == pytest.approx([1e12 / (312e12 * 0.7), 1 * MS], rel=1e-9)
+    with pytest.raises(WorkloadError, match="device model"):
+        run_workload(workload(ops, groups={}), two_gpus())
+
+
+def test_a_member_that_never_issues_is_a_deadlock():
+    ops = [
+        {
+            "id": "lonely",
+            "rank": 0,
+            "kind": "collective",
+            "op": "all_reduce",
+            "group": "dp",
+            "bytes": 1e6,
+        }
+    ]
+    with pytest.raises(WorkloadError, match=r"lonely.*never issued by ranks \[1\]"):
+        parse_workload(workload(ops))
+
+
+def test_crossed_collectives_are_a_deadlock():
+    """Rank 0 calls A then B on its comm stream, rank 1 calls B then A: each waits for
+    the other forever."""
+    groups = {"a": {"kind": "DP", "ranks": [0, 1]}, "b": {"kind": "TP", "ranks": [0, 1]}}
+    ops = [
+        {"id": "0a", "rank": 0, "kind": "collective", "op": "all_reduce", "group": "a", "bytes": 8},
+        {"id": "0b", "rank": 0, "kind": "collective", "op": "all_reduce", "group": "b", "bytes": 8},
+        {"id": "1b", "rank": 1, "kind": "collective", "op": "all_reduce", "group": "b", "bytes": 8},
+        {"id": "1a", "rank": 1, "kind": "collective", "op": "all_reduce", "group": "a", "bytes": 8},
+    ]
+    with pytest.raises(WorkloadError, match="cycle.*'0a' \\(rank 0\\)"):
+        parse_workload(workload(ops, groups=groups))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"rank": 5}, "unknown rank 5"),
+        ({"group": "nope"}, "unknown group 'nope'"),
+        ({"deps": ["ghost"]}, "unknown op 'ghost'"),
+        ({"bytes": "12 parsecs"}, "bytes"),
+        ({"colour": "red"}, "unknown field 'colour'"),
+    ],
+)
+def test_bad_ops_name_the_op_and_field(change, message):
+    ops = [
+        {
+            "id": f"a{r}",
+            "rank": r,
+            "kind": "collective",
+            "op": "all_reduce",
+            "group": "dp",
+            "bytes": 8,
+        }
+        for r in range(2)
+    ]
+    ops[0].update(change)
+    with pytest.raises(WorkloadError, match=message):
+        parse_workload(workload(ops))
+
+
+def test_mismatched_sizes_are_reported():
+    ops = [
+        {
+            "id": f"a{r}",
+            "rank": r,
+            "kind": "collective",
+            "op": "all_reduce",
+            "group": "dp",
+            "bytes": 8 * (r + 1),
+        }
+        for r in range(2)
+    ]
+    with pytest.raises(WorkloadError, match="does not match.*'a0'.*'a1'"):
+        parse_workload(workload(ops))
+
+
+def test_round_trip_through_a_file(tmp_path):
+    data = workload(ddp_ops([3, 2, 1], [2e8, 1e8, 3e8]))
+    first = parse_workload(data)
+    path = tmp_path / "w.json"
+    first.save(path)
+    again = load_workload(path)
+    assert again.to_dict() == first.to_dict()
+    _, result = run_workload(again, two_gpus())
+    assert result.step_s == pytest.approx(9 * MS, rel=1e-9)
