@@ -68,7 +68,7 @@ def test_bucketed_backward_exposed_communication():
     layer ends at 5, the stream frees at 5) and ends at 6; AR2 is ready at 6, ends at 9.
     Communication busy: 3-9 = 6 ms; overlapped with compute: 3-6 = 3 ms; exposed: 3 ms;
     step 9 ms."""
-    run, result = run_workload(workload(ddp_ops([3, 2, 1], [2e8, 1e8, 3e8])), two_gpus())
+    _run, result = run_workload(workload(ddp_ops([3, 2, 1], [2e8, 1e8, 3e8])), two_gpus())
     assert result.step_s == pytest.approx(9 * MS, rel=1e-9)
     for rank in result.ranks:
         assert rank.compute_s == pytest.approx(6 * MS, rel=1e-9)

@@ -20,6 +20,7 @@ DP, EP; transfers are ``P2P``) and per (kind, operation).
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -172,7 +173,7 @@ def _attribute(comm, busy_compute, workload, by_kind, by_call) -> None:
     )
     compute_starts = np.array([s for s, _ in busy_compute])
     compute_ends = np.array([e for _, e in busy_compute])
-    for left, right in zip(cuts, cuts[1:], strict=False):
+    for left, right in itertools.pairwise(cuts):
         if right <= left:
             continue
         middle = 0.5 * (left + right)
