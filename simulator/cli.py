@@ -14,6 +14,7 @@ from . import __version__
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
 from .collective import COLLECTIVE_OPS, rank_layout, run_schedule
+from .cli_workload import add_workload_commands
 from .errors import CcsimError
 from .report import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json, write_atomically
 from .topology import list_presets, load_topology
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     bench.set_defaults(handler=_cmd_bench)
+    add_workload_commands(sub)
     return parser
 
 

@@ -1,0 +1,242 @@
+"""``ccsim run``, ``ccsim generate`` and ``ccsim workloads``: workloads on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from .report import FORMATS, to_csv, to_json, write_atomically
+from .topology import load_topology
+from .topology.graph import gpu_nodes
+from .units import parse_bandwidth, parse_size
+from .workload import WorkloadReplay, breakdown
+from .workload.generators import GENERATORS, MODELS
+from .workload.metrics import Breakdown
+from .workload.presets import describe_presets, resolve_workload
+
+
+def add_workload_commands(sub: argparse._SubParsersAction) -> None:
+    """Register the workload subcommands on the main parser."""
+    run = sub.add_parser(
+        "run",
+        help="replay a training-step workload and break its step time down",
+        description="Replay a workload (a preset name from 'ccsim workloads', a trace file "
+        ".json/.yaml, a generator spec, or a SimAI/AICB .txt file) on a topology and "
+        "print where each rank's step time goes: compute, communication overlapped "
+        "with compute, exposed communication, waiting for peers, pipeline bubble. "
+        "Times in milliseconds; shares are fractions of the step time.",
+    )
+    run.add_argument("workload", metavar="WORKLOAD", help="preset name or file")
+    run.add_argument(
+        "--topology",
+        default="dgx-a100",
+        metavar="NAME",
+        help="topology preset or YAML file (default: %(default)s)",
+    )
+    run.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="servers (default: as many as the workload's ranks need)",
+    )
+    run.add_argument(
+        "--algo",
+        default="ring",
+        metavar="NAME",
+        help="algorithm for collectives that do not name one (default: %(default)s)",
+    )
+    run.add_argument(
+        "--comm-slowdown",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="fraction (0-1) by which compute slows while communication running "
+        "on GPU cores overlaps it on the same rank (default: 0)",
+    )
+    run.add_argument(
+        "--reduce-bw",
+        default=None,
+        metavar="BW",
+        help="local reduction bandwidth per GPU, e.g. 1500GB/s (default: preset's)",
+    )
+    run.add_argument("--per-rank", action="store_true", help="also print one row per rank")
+    run.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table, json or csv (default: %(default)s)",
+    )
+    run.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    run.set_defaults(handler=_cmd_run)
+
+    gen = sub.add_parser(
+        "generate",
+        help="write a workload trace from a generator",
+        description="Write a workload trace (JSON, format ccsim-workload/1) from one of the "
+        "generators: " + ", ".join(GENERATORS) + ". Models: " + ", ".join(sorted(MODELS)) + ".",
+    )
+    gen.add_argument(
+        "generator",
+        choices=sorted(GENERATORS),
+        metavar="GENERATOR",
+        help="one of: " + ", ".join(sorted(GENERATORS)),
+    )
+    gen.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.json)")
+    gen.add_argument(
+        "--model", default=None, metavar="NAME", help="model shape: " + ", ".join(sorted(MODELS))
+    )
+    gen.add_argument(
+        "--ranks", type=int, default=None, metavar="N", help="ranks (ddp, zero3, moe; count)"
+    )
+    gen.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        metavar="B",
+        help="sequences per micro-batch (count)",
+    )
+    gen.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        metavar="B",
+        help="sequences per step (megatron; count)",
+    )
+    gen.add_argument("--tp", type=int, default=None, metavar="T", help="tensor parallel size")
+    gen.add_argument("--pp", type=int, default=None, metavar="P", help="pipeline stages")
+    gen.add_argument("--dp", type=int, default=None, metavar="D", help="data parallel size")
+    gen.add_argument(
+        "--bucket",
+        default=None,
+        metavar="SIZE",
+        help="DDP gradient bucket size in bytes, e.g. 25MiB",
+    )
+    gen.set_defaults(handler=_cmd_generate)
+
+    lst = sub.add_parser(
+        "workloads",
+        help="list the bundled workload presets",
+        description="List the bundled workload presets.",
+    )
+    lst.set_defaults(handler=_cmd_workloads)
+
+
+def _cmd_run(args: argparse.Namespace) -> None:
+    workload = resolve_workload(args.workload)
+    nodes = args.nodes
+    if nodes is None:
+        per_server = len(gpu_nodes(load_topology(args.topology, 1)))
+        nodes = max(1, math.ceil(workload.ranks / per_server))
+    graph = load_topology(args.topology, nodes)
+    reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
+    run = WorkloadReplay(
+        workload,
+        graph,
+        algorithm=args.algo,
+        comm_slowdown=args.comm_slowdown,
+        reduce_bandwidth=reduce_bw,
+    ).run()
+    result = breakdown(run)
+    if args.format == "json":
+        text = to_json(
+            [_summary_row(workload.name, result)]
+            + ([vars(r) for r in result.ranks] if args.per_rank else [])
+        )
+    elif args.format == "csv":
+        text = to_csv([vars(r) for r in result.ranks])
+    else:
+        title = (
+            f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
+            f"{workload.ranks} ranks | algorithm {args.algo} | "
+            f"comm slowdown {args.comm_slowdown}"
+        )
+        text = breakdown_table(result, title=title, per_rank=args.per_rank)
+    if args.out:
+        write_atomically(args.out, text)
+    else:
+        sys.stdout.write(text)
+
+
+def _summary_row(name: str, result: Breakdown) -> dict:
+    row = {"workload": name, **result.summary()}
+    row["exposed_by_kind_s"] = result.exposed_by_kind
+    row["exposed_by_call_s"] = result.exposed_by_call
+    return row
+
+
+def breakdown_table(result: Breakdown, *, title: str = "", per_rank: bool = False) -> str:
+    """Human-readable breakdown: categories in ms (mean and max over ranks) and shares."""
+    step = result.step_s
+    lines = [f"# {title}", "#"] if title else []
+    lines.append(f"{'step time':<28} {step * 1e3:>12.3f} ms")
+    lines.append(f"{'':<28} {'mean (ms)':>12} {'max (ms)':>12} {'share':>7}")
+    for label, name in (
+        ("compute busy", "compute_s"),
+        ("communication busy", "comm_s"),
+        ("  overlapped with compute", "overlapped_s"),
+        ("  exposed", "exposed_s"),
+        ("waiting for peers", "waiting_s"),
+        ("bubble (nothing running)", "bubble_s"),
+    ):
+        mean = result.mean(name)
+        lines.append(
+            f"{label:<28} {mean * 1e3:>12.3f} {result.max(name) * 1e3:>12.3f} "
+            f"{mean / step if step else 0:>7.1%}"
+        )
+    if result.exposed_by_kind:
+        lines.append("")
+        lines.append(f"{'exposed communication by':<28} {'mean (ms)':>12} {'share':>7}")
+        for kind, value in result.exposed_by_kind.items():
+            lines.append(f"  {kind:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
+        for call, value in result.exposed_by_call.items():
+            lines.append(f"  {call:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
+    if per_rank:
+        lines.append("")
+        lines.append(
+            f"{'rank':>6} {'end (ms)':>10} {'compute':>10} {'comm':>10} {'exposed':>10} "
+            f"{'waiting':>10} {'bubble':>10}"
+        )
+        for r in result.ranks:
+            lines.append(
+                f"{r.rank:>6} {r.step_s * 1e3:>10.3f} {r.compute_s * 1e3:>10.3f} "
+                f"{r.comm_s * 1e3:>10.3f} {r.exposed_s * 1e3:>10.3f} "
+                f"{r.waiting_s * 1e3:>10.3f} {r.bubble_s * 1e3:>10.3f}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_generate(args: argparse.Namespace) -> None:
+    options = {
+        "model": args.model,
+        "ranks": args.ranks,
+        "micro_batch": args.micro_batch,
+        "global_batch": args.global_batch,
+        "tp": args.tp,
+        "pp": args.pp,
+        "dp": args.dp,
+    }
+    if args.bucket:
+        options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")
+    import inspect
+
+    accepted = inspect.signature(GENERATORS[args.generator]).parameters
+    given = {k: v for k, v in options.items() if v is not None}
+    from .errors import CcsimError
+
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise CcsimError(
+            f"--{unknown[0].replace('_', '-')} does not apply to {args.generator}; "
+            f"it takes: {', '.join(sorted(accepted))}"
+        )
+    workload = GENERATORS[args.generator](**given)
+    workload.save(args.out)
+    print(f"wrote {args.out}: {workload.name}, {workload.ranks} ranks, {len(workload.ops)} ops")
+
+
+def _cmd_workloads(args: argparse.Namespace) -> None:
+    presets = describe_presets()
+    width = max(len(name) for name, _ in presets)
+    sys.stdout.write("".join(f"{name:<{width}}  {text}\n" for name, text in presets))

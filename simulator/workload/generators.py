@@ -1,0 +1,521 @@
+"""Generators of training-step workloads: DDP, ZeRO-3, Megatron GPT (TP/PP/DP, 1F1B)
+and MoE all-to-all. Each returns a :class:`~simulator.workload.trace.Workload`.
+
+Transformer arithmetic (Narayanan et al., "Efficient Large-Scale Language Model Training
+on GPU Clusters Using Megatron-LM", SC'21, section 5.1): a layer of hidden size h has
+about 12 h^2 parameters; its forward pass costs 24 h^2 + 4 s h FLOPs per token (s the
+sequence length); the backward pass twice that; activation recomputation adds one more
+forward. Compute ops carry FLOPs and are timed by the device roofline at replay time, so
+the same trace runs on A100s or H100s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CcsimError
+from .trace import FORMAT, Workload, parse_workload
+
+BF16 = 2  # bytes per parameter, gradient and activation element
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer: layers, hidden size, sequence length, vocabulary.
+
+    ``ffn`` is the MLP inner size (4h for GPT; LLaMA's SwiGLU uses three h x ffn
+    matrices, which ``gated=True`` accounts for).
+    """
+
+    layers: int
+    hidden: int
+    seq: int = 2048
+    vocab: int = 51200
+    ffn: int = 0
+    gated: bool = False
+
+    @property
+    def layer_params(self) -> float:
+        """Parameters of one layer: attention 4h^2 plus the MLP."""
+        h = self.hidden
+        ffn = self.ffn or 4 * h
+        return 4 * h * h + (3 if self.gated else 2) * h * ffn
+
+    @property
+    def params(self) -> float:
+        """All parameters, with input and output embeddings."""
+        return self.layers * self.layer_params + 2 * self.vocab * self.hidden
+
+    def layer_forward_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one layer: 2 per parameter per token plus attention scores."""
+        return tokens * (2 * self.layer_params + 4 * self.seq * self.hidden)
+
+
+#: Named models used by the bundled presets.
+MODELS = {
+    # GPT-3 175B (Brown et al. 2020): 96 layers, hidden 12288, sequence 2048.
+    "gpt3-175b": Transformer(layers=96, hidden=12288, seq=2048, vocab=51200),
+    # LLaMA-13B (Touvron et al. 2023): 40 layers, hidden 5120, SwiGLU MLP of 13824.
+    "llama-13b": Transformer(layers=40, hidden=5120, seq=2048, vocab=32000, ffn=13824, gated=True),
+    # GPT-2 XL sized, for quick runs.
+    "gpt-1.5b": Transformer(layers=48, hidden=1600, seq=1024, vocab=50257),
+}
+
+
+class _Builder:
+    """Collects ops in trace format with readable ids."""
+
+    def __init__(self, name: str, ranks: int, description: str):
+        self.data: dict[str, Any] = {
+            "format": FORMAT,
+            "name": name,
+            "description": description,
+            "ranks": ranks,
+            "groups": {},
+            "ops": [],
+        }
+
+    def group(self, name: str, kind: str, ranks: list[int]) -> str:
+        self.data["groups"][name] = {"kind": kind, "ranks": ranks}
+        return name
+
+    def op(
+        self, op_id: str, rank: int, kind: str, deps: list[str] | None = None, **fields: Any
+    ) -> str:
+        entry = {"id": op_id, "rank": rank, "kind": kind, **fields}
+        if deps:
+            entry["deps"] = [d for d in deps if d]
+        self.data["ops"].append(entry)
+        return op_id
+
+    def build(self) -> Workload:
+        return parse_workload(self.data, origin=self.data["name"])
+
+
+def _model(model: str | Transformer) -> Transformer:
+    if isinstance(model, Transformer):
+        return model
+    if model not in MODELS:
+        raise CcsimError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
+    return MODELS[model]
+
+
+def ddp(
+    model: str | Transformer = "gpt-1.5b",
+    *,
+    ranks: int = 8,
+    micro_batch: int = 4,
+    bucket_bytes: float = 25 * 2**20,
+) -> Workload:
+    """Data parallel training step with bucketed gradient all-reduce (PyTorch DDP).
+
+    Every rank runs forward then backward layer by layer; gradients are all-reduced in
+    buckets of ``bucket_bytes`` (DDP's default 25 MiB) on a communication stream as soon
+    as the layers filling a bucket have finished their backward, overlapping the rest of
+    the backward pass. The optimizer step waits for every bucket.
+    """
+    m = _model(model)
+    tokens = micro_batch * m.seq
+    b = _Builder(
+        f"ddp-{ranks}",
+        ranks,
+        f"DDP, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
+    )
+    dp = b.group("dp", "DP", list(range(ranks)))
+    grad_bytes = m.layer_params * BF16
+    for r in range(ranks):
+        prev = None
+        for layer in range(m.layers):
+            prev = b.op(
+                f"r{r}.fwd{layer}",
+                r,
+                "compute",
+                [prev],
+                flops=m.layer_forward_flops(tokens),
+                label=f"fwd {layer}",
+            )
+        pending = 0.0
+        bucket = 0
+        last_ar = None
+        for layer in reversed(range(m.layers)):
+            prev = b.op(
+                f"r{r}.bwd{layer}",
+                r,
+                "compute",
+                [prev],
+                flops=2 * m.layer_forward_flops(tokens),
+                label=f"bwd {layer}",
+            )
+            pending += grad_bytes
+            if pending >= bucket_bytes or layer == 0:
+                last_ar = b.op(
+                    f"r{r}.ar{bucket}",
+                    r,
+                    "collective",
+                    [prev],
+                    op="all_reduce",
+                    group=dp,
+                    bytes=pending,
+                    label=f"grad bucket {bucket}",
+                )
+                bucket += 1
+                pending = 0.0
+        # Optimizer: read and write weights, gradients and Adam state (memory bound).
+        b.op(
+            f"r{r}.opt",
+            r,
+            "compute",
+            [prev, last_ar],
+            flops=0.0,
+            bytes=m.params * 16,
+            label="optimizer",
+        )
+    return b.build()
+
+
+def zero3(
+    model: str | Transformer = "llama-13b",
+    *,
+    ranks: int = 16,
+    micro_batch: int = 1,
+    prefetch: int = 1,
+) -> Workload:
+    """ZeRO-3 (DeepSpeed / FSDP) step: parameters are sharded over all ranks.
+
+    Before each layer's forward and again before its backward the layer's parameters are
+    all-gathered (prefetched ``prefetch`` layers ahead on an ``ag`` stream); after each
+    layer's backward its gradients are reduce-scattered on an ``rs`` stream. Compute
+    waits for its gather; the step ends when every reduce-scatter is done and the
+    sharded optimizer step (1/p of the memory traffic) ran.
+    """
+    m = _model(model)
+    tokens = micro_batch * m.seq
+    b = _Builder(
+        f"zero3-{ranks}",
+        ranks,
+        f"ZeRO-3, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
+    )
+    dp = b.group("dp", "DP", list(range(ranks)))
+    layer_bytes = m.layer_params * BF16
+    order = [("fwd", layer) for layer in range(m.layers)]
+    order += [("bwd", layer) for layer in reversed(range(m.layers))]
+    for r in range(ranks):
+        gathers = []
+        computes: list[str] = []
+        last_rs = None
+        for k, (phase, layer) in enumerate(order):
+            # The gather for step k may start once compute k - prefetch - 1 is done
+            # (the buffer it reuses is free), which bounds memory as prefetching does.
+            gate = computes[k - prefetch - 1] if k - prefetch - 1 >= 0 else None
+            gathers.append(
+                b.op(
+                    f"r{r}.ag.{phase}{layer}",
+                    r,
+                    "collective",
+                    [gate],
+                    op="all_gather",
+                    group=dp,
+                    bytes=layer_bytes,
+                    stream="ag",
+                    label=f"gather {phase} {layer}",
+                )
+            )
+            flops = m.layer_forward_flops(tokens) * (1 if phase == "fwd" else 2)
+            computes.append(
+                b.op(
+                    f"r{r}.{phase}{layer}",
+                    r,
+                    "compute",
+                    [gathers[k]],
+                    flops=flops,
+                    label=f"{phase} {layer}",
+                )
+            )
+            if phase == "bwd":
+                last_rs = b.op(
+                    f"r{r}.rs{layer}",
+                    r,
+                    "collective",
+                    [computes[k]],
+                    op="reduce_scatter",
+                    group=dp,
+                    bytes=layer_bytes,
+                    stream="rs",
+                    label=f"grad {layer}",
+                )
+        b.op(
+            f"r{r}.opt",
+            r,
+            "compute",
+            [computes[-1], last_rs],
+            flops=0.0,
+            bytes=m.params * 16 / ranks,
+            label="optimizer (shard)",
+        )
+    return b.build()
+
+
+def megatron(
+    model: str | Transformer = "gpt3-175b",
+    *,
+    tp: int = 8,
+    pp: int = 8,
+    dp: int = 1,
+    micro_batch: int = 1,
+    global_batch: int | None = None,
+    recompute: bool = True,
+) -> Workload:
+    """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
+
+    Ranks are ordered TP fastest, then DP, then PP (Megatron's default), so a TP group of
+    8 fills one 8-GPU server. Per micro-batch and stage: forward compute of the stage's
+    layers with 2 tensor-parallel all-reduces per layer (blocking, on the compute
+    stream); activations sent to the next stage as 1/tp slices per TP rank (Megatron's
+    scatter/gather optimisation); backward likewise with 2 all-reduces per layer (4 with
+    activation recomputation, which also re-runs the forward). The 1F1B order: stage s
+    runs ``pp - s - 1`` warm-up forwards, then alternates one forward and one backward,
+    then drains. After the last backward the gradients are all-reduced over DP, then the
+    optimizer runs. TP all-reduces of one stage and pass are issued as one call of the
+    summed size: they are blocking, so only their count of latencies is lost. Sends and
+    receives to and from each neighbour have a stream each, as Megatron batches them
+    (one FIFO stream for all of them would deadlock the 1F1B exchange).
+    """
+    m = _model(model)
+    if m.layers % pp:
+        raise CcsimError(f"{m.layers} layers do not split into {pp} pipeline stages")
+    global_batch = global_batch or micro_batch * dp * 4 * pp
+    micro = global_batch // (micro_batch * dp)
+    if micro < 1 or global_batch % (micro_batch * dp):
+        raise CcsimError(f"global batch {global_batch} is not a multiple of micro-batch x dp")
+    ranks = tp * pp * dp
+    per_stage = m.layers // pp
+    tokens = micro_batch * m.seq
+    fwd_flops = per_stage * m.layer_forward_flops(tokens) / tp
+    bwd_flops = 2 * fwd_flops + (fwd_flops if recompute else 0.0)
+    activation = tokens * m.hidden * BF16
+    tp_fwd = 2 * per_stage * activation
+    tp_bwd = (4 if recompute else 2) * per_stage * activation
+    b = _Builder(
+        f"megatron-tp{tp}-pp{pp}-dp{dp}",
+        ranks,
+        f"Megatron GPT {m.params / 1e9:.0f}B, TP {tp} PP {pp} DP {dp}, "
+        f"{micro} micro-batches of {micro_batch}",
+    )
+
+    def rank_of(stage: int, d: int, t: int) -> int:
+        return (stage * dp + d) * tp + t
+
+    tp_groups = {}
+    for stage in range(pp):
+        for d in range(dp):
+            members = [rank_of(stage, d, t) for t in range(tp)]
+            tp_groups[(stage, d)] = b.group(f"tp.s{stage}.d{d}", "TP", members)
+    dp_groups = {}
+    for stage in range(pp):
+        for t in range(tp):
+            members = [rank_of(stage, d, t) for d in range(dp)]
+            dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
+    for stage in range(pp):
+        # Parameters one rank of this stage holds (embeddings on the first and last).
+        stage_params = per_stage * m.layer_params / tp + (
+            m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0
+        )
+        warmup = min(pp - stage - 1, micro)
+        order = [("f", i) for i in range(warmup)]
+        f_next, b_next = warmup, 0
+        while b_next < micro:
+            if f_next < micro:
+                order.append(("f", f_next))
+                f_next += 1
+            order.append(("b", b_next))
+            b_next += 1
+        for d in range(dp):
+            for t in range(tp):
+                r = rank_of(stage, d, t)
+                prev = None
+                for kind, i in order:
+                    tag = f"{kind}{i}"
+                    if kind == "f":
+                        recv = None
+                        if stage > 0:
+                            recv = b.op(
+                                f"r{r}.recv.{tag}",
+                                r,
+                                "recv",
+                                [prev],
+                                peer=rank_of(stage - 1, d, t),
+                                bytes=activation / tp,
+                                tag=f"act{i}",
+                                stream="pp.recv.prev",
+                            )
+                        comp = b.op(
+                            f"r{r}.{tag}",
+                            r,
+                            "compute",
+                            [recv, prev],
+                            flops=fwd_flops,
+                            label=f"fwd mb {i}",
+                        )
+                        prev = b.op(
+                            f"r{r}.tp.{tag}",
+                            r,
+                            "collective",
+                            [comp],
+                            op="all_reduce",
+                            group=tp_groups[(stage, d)],
+                            bytes=tp_fwd,
+                            stream="compute",
+                            label=f"TP fwd mb {i}",
+                        )
+                        if stage < pp - 1:
+                            b.op(
+                                f"r{r}.send.{tag}",
+                                r,
+                                "send",
+                                [prev],
+                                peer=rank_of(stage + 1, d, t),
+                                bytes=activation / tp,
+                                tag=f"act{i}",
+                                stream="pp.send.next",
+                            )
+                    else:
+                        recv = None
+                        if stage < pp - 1:
+                            recv = b.op(
+                                f"r{r}.recv.{tag}",
+                                r,
+                                "recv",
+                                [prev],
+                                peer=rank_of(stage + 1, d, t),
+                                bytes=activation / tp,
+                                tag=f"grad{i}",
+                                stream="pp.recv.next",
+                            )
+                        comp = b.op(
+                            f"r{r}.{tag}",
+                            r,
+                            "compute",
+                            [recv, prev],
+                            flops=bwd_flops,
+                            label=f"bwd mb {i}",
+                        )
+                        prev = b.op(
+                            f"r{r}.tp.{tag}",
+                            r,
+                            "collective",
+                            [comp],
+                            op="all_reduce",
+                            group=tp_groups[(stage, d)],
+                            bytes=tp_bwd,
+                            stream="compute",
+                            label=f"TP bwd mb {i}",
+                        )
+                        if stage > 0:
+                            b.op(
+                                f"r{r}.send.{tag}",
+                                r,
+                                "send",
+                                [prev],
+                                peer=rank_of(stage - 1, d, t),
+                                bytes=activation / tp,
+                                tag=f"grad{i}",
+                                stream="pp.send.prev",
+                            )
+                grads = prev
+                if dp > 1:
+                    grads = b.op(
+                        f"r{r}.dp",
+                        r,
+                        "collective",
+                        [prev],
+                        op="all_reduce",
+                        group=dp_groups[(stage, t)],
+                        bytes=stage_params * BF16,
+                        stream="dp",
+                        label="DP gradients",
+                    )
+                b.op(
+                    f"r{r}.opt",
+                    r,
+                    "compute",
+                    [prev, grads],
+                    flops=0.0,
+                    bytes=stage_params * 16,
+                    label="optimizer",
+                )
+    return b.build()
+
+
+def moe(
+    *,
+    ranks: int = 16,
+    experts_per_rank: int = 1,
+    layers: int = 4,
+    tokens: int = 8192,
+    hidden: int = 4096,
+    ffn: int = 14336,
+    top_k: int = 2,
+) -> Workload:
+    """Mixture-of-experts layers with expert parallelism over all ranks.
+
+    Per layer: attention compute, all-to-all dispatch of the routed tokens (top-k copies
+    of each token's hidden vector, spread evenly over experts), expert MLP compute,
+    all-to-all combine; the backward pass mirrors it with twice the compute.
+    """
+    b = _Builder(
+        f"moe-{ranks}",
+        ranks,
+        f"MoE, {layers} layers, {ranks * experts_per_rank} experts, top-{top_k}",
+    )
+    ep = b.group("ep", "EP", list(range(ranks)))
+    routed = tokens * top_k * hidden * BF16  # bytes each rank sends out (and receives)
+    attention = tokens * (8 * hidden * hidden + 4 * hidden * 2048)
+    expert = tokens * top_k * 6 * hidden * ffn  # SwiGLU: three h x ffn matrices, 2 FLOPs each
+    for r in range(ranks):
+        prev = None
+        for phase, scale in (("fwd", 1), ("bwd", 2)):
+            sequence = range(layers) if phase == "fwd" else reversed(range(layers))
+            for layer in sequence:
+                prev = b.op(
+                    f"r{r}.{phase}.attn{layer}",
+                    r,
+                    "compute",
+                    [prev],
+                    flops=scale * attention,
+                    label=f"{phase} attention {layer}",
+                )
+                prev = b.op(
+                    f"r{r}.{phase}.dispatch{layer}",
+                    r,
+                    "collective",
+                    [prev],
+                    op="all_to_all",
+                    group=ep,
+                    bytes=routed,
+                    stream="compute",
+                    label=f"{phase} dispatch {layer}",
+                )
+                prev = b.op(
+                    f"r{r}.{phase}.expert{layer}",
+                    r,
+                    "compute",
+                    [prev],
+                    flops=scale * expert,
+                    label=f"{phase} experts {layer}",
+                )
+                prev = b.op(
+                    f"r{r}.{phase}.combine{layer}",
+                    r,
+                    "collective",
+                    [prev],
+                    op="all_to_all",
+                    group=ep,
+                    bytes=routed,
+                    stream="compute",
+                    label=f"{phase} combine {layer}",
+                )
+    return b.build()
+
+
+GENERATORS = {"ddp": ddp, "zero3": zero3, "megatron": megatron, "moe": moe}

@@ -1,0 +1,91 @@
+"""Bundled workload presets and resolution of a workload argument.
+
+A preset in ``workloads/`` is either a full trace (``format: ccsim-workload/1``) or, to
+keep the repository small, a *generator spec*: ``format: ccsim-workload-spec/1`` with a
+``generator`` (ddp, zero3, megatron, moe) and its parameters; it is expanded on load.
+``ccsim generate`` writes full traces from the same generators.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import unknown_choice
+from ..topology.presets import data_dir
+from .aicb import load_aicb
+from .generators import GENERATORS
+from .trace import FORMAT, Workload, WorkloadError, parse_workload
+
+SPEC_FORMAT = "ccsim-workload-spec/1"
+
+
+def preset_files() -> dict[str, Path]:
+    """Preset name -> file, for every bundled workload preset."""
+    folder = data_dir("workloads")
+    return {p.stem: p for p in sorted(folder.iterdir()) if p.suffix in (".yaml", ".yml", ".json")}
+
+
+def describe_presets() -> list[tuple[str, str]]:
+    """(name, description) of every bundled workload preset."""
+    out = []
+    for name, path in preset_files().items():
+        data = _read(path)
+        out.append((name, str(data.get("description", ""))))
+    return out
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise WorkloadError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as error:
+        raise WorkloadError(f"{path}: not valid {path.suffix[1:].upper()}: {error}") from None
+
+
+def from_spec(data: dict[str, Any], *, origin: str = "spec") -> Workload:
+    """Expand a generator spec (see the module docstring)."""
+    generator = data.get("generator")
+    if generator not in GENERATORS:
+        raise unknown_choice(f"generator in {origin}", generator, GENERATORS)
+    params = {
+        k: v for k, v in data.items() if k not in ("format", "generator", "description", "name")
+    }
+    accepted = inspect.signature(GENERATORS[generator]).parameters
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise WorkloadError(
+            f"{origin}: unknown parameter {unknown[0]!r} for {generator}; valid: "
+            + ", ".join(sorted(accepted))
+        )
+    workload = GENERATORS[generator](**params)
+    if data.get("name"):
+        workload.name = str(data["name"])
+    if data.get("description"):
+        workload.description = str(data["description"])
+    return workload
+
+
+def resolve_workload(source: str | Path) -> Workload:
+    """A preset name, a trace file (.json/.yaml), a spec file or an AICB file (.txt)."""
+    presets = preset_files()
+    path = presets.get(str(source), Path(str(source)))
+    if not path.is_file():
+        raise unknown_choice("workload (preset name or file)", str(source), presets)
+    if path.suffix == ".txt":
+        return load_aicb(path)
+    data = _read(path)
+    if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
+        return from_spec({"name": path.stem, **data}, origin=str(path))
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        return parse_workload(data, origin=str(path))
+    raise WorkloadError(
+        f"{path}: expected format {FORMAT!r} (a trace) or {SPEC_FORMAT!r} (a generator spec)"
+    )
