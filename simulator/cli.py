@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from . import __version__
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
-from .collective import COLLECTIVE_OPS, rank_layout, run_schedule
+from .cli_topology import add_topology_commands
 from .cli_workload import add_workload_commands
+from .collective import COLLECTIVE_OPS, rank_layout, run_schedule
 from .errors import CcsimError
 from .report import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json, write_atomically
 from .topology import list_presets, load_topology
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="List the bundled topology presets with a description.",
     )
     topo.set_defaults(handler=_cmd_topologies)
+    add_topology_commands(sub)
 
     algos = sub.add_parser(
         "algorithms",

@@ -1,34 +1,94 @@
 """Directed links of a topology graph, and routes between GPUs.
 
-Every undirected edge becomes two directed links (full duplex: each direction has the
-edge's bandwidth to itself); every edge of a DiGraph becomes one. A route is the list of
-directed links on the shortest path by latency; ties go to the path with fewer hops,
-then to networkx's deterministic search order, so the same graph always gives the same
-routes.
+Links
+    Every undirected edge becomes two directed links (full duplex: each direction has
+    the edge's bandwidth to itself); every edge of a DiGraph becomes one.
+
+Routes
+    A route is a shortest path by latency, plus 1 ps per hop so that among paths of
+    equal latency the one with fewer hops wins (and zero-latency graphs still route
+    sensibly). Costs are counted in integer picoseconds, so that paths of equal cost
+    compare equal exactly, whatever order their latencies are added in. Two policies,
+    as NCCL and HCCL route: GPUs do not forward traffic for others, and traffic between
+    two GPUs of one server (same ``server`` attribute) stays inside the server. Each is
+    a cost of one second per GPU passed through, or per node outside the server entered,
+    in the search only: such paths are taken only where nothing else connects the two
+    GPUs (a 1-D ring of GPUs; a server without internal links).
+
+ECMP
+    Where several paths tie, a flow's path is chosen hop by hop, as switches do: at a
+    node with several equal-cost next hops, a hash of (seed, source rank, destination
+    rank, label, node) picks one. ``label`` is the flow's connection, a schedule's
+    channel: every flow of one channel between two ranks follows one path, as the
+    packets of one queue pair do, while other channels may take other paths. The seed is
+    the graph attribute ``ecmp_seed`` (default 0), so the same graph and seed always
+    give the same routes. Pairs with a single shortest path keep a dense
+    (source, destination) -> route table, so large rings route as fast as before.
+
+Message cost
+    A link may carry ``message_rate`` (messages/s; a NIC's limit, on its fabric-facing
+    link). Each message crossing the link costs 1/message_rate seconds. A flow is one
+    message, so a route's per-message cost is the sum of 1/message_rate over its links;
+    it is included in the route latency that :meth:`Router.arrays` returns, and the
+    engine adds that latency to each flow's delivery time.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from itertools import pairwise
 
 import networkx as nx
 import numpy as np
 
 from .topology.graph import gpu_nodes
 
-# Added to every hop's latency when searching for routes, so that among paths of equal
-# latency the one with fewer hops wins (and zero-latency graphs still route sensibly).
-_HOP_PENALTY = 1e-12
+# Route costs are integers in picoseconds: per hop, its latency plus 1 ps (fewer hops win
+# ties), plus one second for entering a GPU other than the destination, and one second
+# for leaving the server when both ends are on it - more than any real difference in
+# latency, so such paths lose whenever another path exists.
+_PS_PER_S = 1e12
+_HOP = 1
+_DETOUR = 10**12
 
 # Up to this many ranks the (src, dst) -> route cache is a dense p x p table.
 _DENSE_LIMIT = 4096
 
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finalizer: a bijection on 64-bit integers that mixes all bits."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def ecmp_hash(seed: int, *values: int) -> int:
+    """Deterministic 64-bit hash of ``seed`` and integer ``values`` (platform independent).
+
+    >>> ecmp_hash(0, 1, 2) == ecmp_hash(0, 1, 2) != ecmp_hash(1, 1, 2)
+    True
+    """
+    h = _mix64((seed + _GOLDEN) & _MASK)
+    for value in values:
+        h = _mix64((h ^ (value & _MASK)) + _GOLDEN & _MASK)
+    return h
+
 
 class LinkTable:
-    """Directed links of ``graph`` as arrays: endpoints, capacity, latency, link type."""
+    """Directed links of ``graph`` as arrays: endpoints, capacity, latency, link type.
+
+    ``message_cost[i]`` is 1/message_rate of link i (0 where the link has no limit).
+    """
 
     def __init__(self, graph: nx.Graph):
-        src, dst, capacity, latency, kind = [], [], [], [], []
+        src, dst, capacity, latency, kind, cost = [], [], [], [], [], []
         directions = ((False,),) if graph.is_directed() else ((False,), (True,))
         for u, v, data in graph.edges(data=True):
+            rate = data.get("message_rate")
             for (flip,) in directions:
                 a, b = (v, u) if flip else (u, v)
                 src.append(a)
@@ -36,10 +96,12 @@ class LinkTable:
                 capacity.append(float(data["bandwidth"]))
                 latency.append(float(data.get("latency", 0.0)))
                 kind.append(str(data.get("link", "")))
+                cost.append(0.0 if rate is None else 1.0 / float(rate))
         self.src_node = src
         self.dst_node = dst
         self.capacity = np.array(capacity, dtype=float)
         self.latency = np.array(latency, dtype=float)
+        self.message_cost = np.array(cost, dtype=float)
         self.kind = kind
         self.index = {(a, b): i for i, (a, b) in enumerate(zip(src, dst, strict=True))}
 
@@ -47,66 +109,196 @@ class LinkTable:
         return len(self.capacity)
 
 
+@dataclass
+class _Multipath:
+    """A (src, dst) pair with several equal-cost paths: their next-hop DAG."""
+
+    src: int
+    dst: int
+    first: object
+    last: object
+    next_hops: dict
+    routes: dict[int, int] = field(default_factory=dict)  # label -> route id
+
+
 class Router:
     """Routes between ranks, computed on first use and cached.
 
-    ``route_ids(src_ranks, dst_ranks)`` returns one route id per pair; the links of
-    route ``r`` are ``links[ptr[r]:ptr[r + 1]]`` (see :meth:`arrays`) and its latency
-    ``latency[r]``.
+    ``route_ids(src_ranks, dst_ranks, labels)`` returns one route id per flow; the links
+    of route ``r`` are ``links[ptr[r]:ptr[r + 1]]`` and its latency ``latency[r]`` (see
+    :meth:`arrays`). ``seed`` overrides the graph's ``ecmp_seed``.
+
+    >>> from simulator.topology import ring_graph
+    >>> g = ring_graph(4, 1e9, 1e-6)
+    >>> router = Router(g, LinkTable(g))
+    >>> r = router.route_ids(np.array([0]), np.array([1]))
+    >>> router.path_nodes(int(r[0])), float(router.arrays()[2][r[0]])
+    (['gpu0', 'gpu1'], 1e-06)
     """
 
-    def __init__(self, graph: nx.Graph, links: LinkTable):
+    def __init__(self, graph: nx.Graph, links: LinkTable, *, seed: int | None = None):
         self.graph = graph
         self.links = links
         self.nodes = gpu_nodes(graph)
+        self.seed = int(graph.graph.get("ecmp_seed", 0) if seed is None else seed)
+        self._order = {node: i for i, node in enumerate(graph.nodes)}
+        self._gpus = set(self.nodes)
+        self._server = {node: data.get("server") for node, data in graph.nodes(data=True)}
+        # Out-neighbours with the integer cost of each hop (both ways for a Graph).
+        self._adj: dict = {node: [] for node in graph.nodes}
+        for u, v, data in graph.edges(data=True):
+            cost = round(float(data.get("latency", 0.0)) * _PS_PER_S) + _HOP
+            self._adj[u].append((v, cost))
+            if not graph.is_directed():
+                self._adj[v].append((u, cost))
         p = len(self.nodes)
+        # Codes: route id >= 0 (one path), -1 unknown, -2 - g multipath group g.
         self._dense = np.full((p, p), -1, dtype=np.int32) if p <= _DENSE_LIMIT else None
         self._sparse: dict[tuple[int, int], int] = {}
+        self._groups: list[_Multipath] = []
         self._route_links: list[np.ndarray] = []
+        self._route_of: dict[tuple[int, ...], int] = {}
         self._latency: list[float] = []
+        self._message: list[float] = []
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def _weight(self, u, v, data) -> float:
-        return float(data.get("latency", 0.0)) + _HOP_PENALTY
+    def _predecessors(self, first, last) -> dict:
+        """Dijkstra from ``first`` until ``last`` is settled; all equal-cost predecessors.
 
-    def _compute(self, s: int, d: int) -> int:
-        _, path = nx.bidirectional_dijkstra(
-            self.graph, self.nodes[s], self.nodes[d], weight=self._weight
-        )
-        links = np.array(
-            [self.links.index[(a, b)] for a, b in zip(path, path[1:], strict=False)], dtype=np.int64
-        )
-        self._route_links.append(links)
-        self._latency.append(float(self.links.latency[links].sum()))
-        self._arrays = None
-        return len(self._route_links) - 1
+        Every node on a shortest path to ``last`` costs less than ``last`` itself, so it
+        is settled, with all its predecessors, before the search stops there.
+        """
+        order, gpus, adj, server = self._order, self._gpus, self._adj, self._server
+        home = server[first] if server[first] == server[last] else None
+        dist = {first: 0}
+        pred: dict = {first: []}
+        heap = [(0, order[first], first)]
+        while heap:
+            du, _, u = heappop(heap)
+            if du > dist[u]:
+                continue  # a stale entry: u was reached more cheaply since
+            if u == last:
+                break
+            for v, cost in adj[u]:
+                dv = du + cost
+                if v in gpus and v != last:
+                    dv += _DETOUR
+                if home is not None and server[v] != home:
+                    dv += _DETOUR
+                old = dist.get(v)
+                if old is None or dv < old:
+                    dist[v] = dv
+                    pred[v] = [u]
+                    heappush(heap, (dv, order[v], v))
+                elif dv == old:
+                    pred[v].append(u)
+        return pred
+
+    def _add_route(self, path: list) -> int:
+        """The id of the route along ``path`` (a node list), adding it if new."""
+        links = tuple(self.links.index[pair] for pair in pairwise(path))
+        route = self._route_of.get(links)
+        if route is None:
+            array = np.array(links, dtype=np.int64)
+            self._route_links.append(array)
+            self._latency.append(float(self.links.latency[array].sum()))
+            self._message.append(float(self.links.message_cost[array].sum()))
+            route = self._route_of[links] = len(self._route_links) - 1
+            self._arrays = None
+        return route
+
+    def _code(self, s: int, d: int) -> int:
+        """Route id of the pair's only shortest path, or -2 - g for multipath group g."""
+        first, last = self.nodes[s], self.nodes[d]
+        pred = self._predecessors(first, last)
+        on_path, stack = {last}, [last]
+        while stack:
+            for before in pred.get(stack.pop(), ()):
+                if before not in on_path:
+                    on_path.add(before)
+                    stack.append(before)
+        if all(len(pred.get(node, ())) <= 1 for node in on_path):
+            path = [last]
+            while path[-1] != first:
+                path.append(pred[path[-1]][0])
+            return self._add_route(path[::-1])
+        next_hops: dict = {}
+        for node in on_path:
+            for before in pred.get(node, ()):
+                next_hops.setdefault(before, []).append(node)
+        for options in next_hops.values():
+            options.sort(key=self._order.__getitem__)
+        self._groups.append(_Multipath(s, d, first, last, next_hops))
+        return -1 - len(self._groups)
+
+    def _pick(self, group: int, label: int) -> int:
+        """The route of one (src, dst, label) in a multipath group, hashed hop by hop."""
+        paths = self._groups[group]
+        route = paths.routes.get(label)
+        if route is None:
+            node, path = paths.first, [paths.first]
+            while node != paths.last:
+                options = paths.next_hops[node]
+                if len(options) > 1:
+                    h = ecmp_hash(self.seed, paths.src, paths.dst, label, self._order[node])
+                    node = options[h % len(options)]
+                else:
+                    node = options[0]
+                path.append(node)
+            route = paths.routes[label] = self._add_route(path)
+        return route
+
+    def _codes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        if self._dense is not None:
+            codes = self._dense[src, dst]
+            missing = codes == -1
+            if missing.any():
+                for s, d in np.unique(np.stack([src[missing], dst[missing]], axis=1), axis=0):
+                    self._dense[s, d] = self._code(int(s), int(d))
+                codes = self._dense[src, dst]
+            return codes
+        codes = np.empty(len(src), dtype=np.int32)
+        for n, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
+            key = (s, d)
+            if key not in self._sparse:
+                self._sparse[key] = self._code(s, d)
+            codes[n] = self._sparse[key]
+        return codes
 
     def route_ids(
         self, src: np.ndarray, dst: np.ndarray, labels: np.ndarray | None = None
     ) -> np.ndarray:
         """Route id for each (src rank, dst rank) pair.
 
-        ``labels`` (one per pair, e.g. the channel) are reserved for multi-path routing;
-        with a single shortest path per pair they are ignored.
+        ``labels`` (one per pair, e.g. the schedule channel; default all 0) name the
+        connection a flow belongs to; where a pair has several equal-cost paths, the
+        ECMP hash of (seed, src, dst, label) picks the path (see the module docstring).
         """
-        if self._dense is not None:
-            ids = self._dense[src, dst]
-            missing = ids < 0
-            if missing.any():
-                for s, d in np.unique(np.stack([src[missing], dst[missing]], axis=1), axis=0):
-                    self._dense[s, d] = self._compute(int(s), int(d))
-                ids = self._dense[src, dst]
-            return ids
-        out = np.empty(len(src), dtype=np.int32)
-        for n, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
-            key = (s, d)
-            if key not in self._sparse:
-                self._sparse[key] = self._compute(s, d)
-            out[n] = self._sparse[key]
+        src, dst = np.asarray(src), np.asarray(dst)
+        codes = self._codes(src, dst)
+        multi = codes <= -2
+        if not multi.any():
+            return codes
+        label = (
+            np.zeros(int(multi.sum()), dtype=np.int64)
+            if labels is None
+            else np.asarray(labels)[multi].astype(np.int64)
+        )
+        keys = np.stack([codes[multi].astype(np.int64), label], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        picked = np.array(
+            [self._pick(-2 - int(code), int(lab)) for code, lab in unique], dtype=codes.dtype
+        )
+        out = codes.copy()
+        out[multi] = picked[inverse.reshape(-1)]
         return out
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(ptr, links, latency)`` over all routes computed so far."""
+        """``(ptr, links, latency)`` over all routes computed so far.
+
+        ``latency[r]`` is route r's link latencies plus its per-message cost (a flow is
+        one message; see :meth:`message_costs`), in seconds.
+        """
         if self._arrays is None:
             lengths = [len(links) for links in self._route_links]
             ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -116,11 +308,18 @@ class Router:
                 if self._route_links
                 else np.zeros(0, dtype=np.int64)
             )
-            self._arrays = (ptr, flat, np.array(self._latency, dtype=float))
+            latency = np.array(self._latency, dtype=float) + np.array(self._message, dtype=float)
+            self._arrays = (ptr, flat, latency)
         return self._arrays
+
+    def message_costs(self) -> np.ndarray:
+        """Per-message cost (s) of each route: the sum of 1/message_rate over its links."""
+        return np.array(self._message, dtype=float)
 
     def path_nodes(self, route: int) -> list:
         """The nodes a route visits, for reports."""
         ptr, flat, _ = self.arrays()
         links = flat[ptr[route] : ptr[route + 1]]
+        if len(links) == 0:
+            return []
         return [self.links.src_node[links[0]]] + [self.links.dst_node[i] for i in links]

@@ -8,9 +8,11 @@ bandwidth B: all-reduce 2(p-1)(a + n/(pB)), the others (p-1)(a + n/(pB)).
 
 Options
     ``channels`` C: independent rings, each carrying n/C bytes. When every server holds
-    the same number g of consecutive ranks, channel c visits each server's GPUs starting
-    at local GPU c mod g, so different channels leave a server through different GPUs
-    (and so different NICs), as NCCL's rings do.
+    the same number g of consecutive ranks, channel c visits the first server's GPUs
+    from local GPU c mod g upwards, the next server's in the opposite direction, and so
+    on: each server-to-server hop joins GPUs of the same local index (one rail), and
+    different channels leave a server through different GPUs (and so different NICs),
+    as NCCL's rings do.
     ``chunks`` K: each step's block is cut into K chunks sent one after another on the
     channel; chunk k of step s may leave once it has arrived (chunk k of step s-1 at the
     previous position) and the channel has finished sending the chunk before it. Larger
@@ -35,7 +37,12 @@ def ring_orders(layout: RankLayout, channels: int) -> list[np.ndarray]:
             orders.append(np.arange(p))
             continue
         local = (np.arange(g) + c) % g
-        orders.append((np.arange(p // g)[:, None] * g + local[None, :]).ravel())
+        # Alternate the direction inside successive servers so that every hop between
+        # servers joins the same local GPU index: on rail-optimized fabrics it then stays
+        # on one rail (one leaf) instead of crossing the spines, as NCCL's rings do.
+        # With an odd number of servers only the hop closing the ring changes rail.
+        rows = [local if server % 2 == 0 else local[::-1] for server in range(p // g)]
+        orders.append((np.arange(p // g)[:, None] * g + np.array(rows)).ravel())
     return orders
 
 

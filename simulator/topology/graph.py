@@ -8,9 +8,20 @@ Node attributes
     ``kind``: one of :data:`NODE_KINDS`. GPUs (and NPUs, which are ``kind: gpu`` too)
     carry ``rank`` (0..p-1, unique) and may carry ``server`` (index of the machine they
     sit in), ``model`` and ``reduce_bandwidth`` (bytes/s a local reduction runs at).
+    NICs (``kind: nic``) may carry ``bandwidth``, ``latency`` and ``message_rate``, which
+    fabric builders copy onto their fabric-facing link; fabric switches carry ``tier``
+    (leaf, spine, edge, aggregation, core, switch).
 Edge attributes
     ``bandwidth`` (bytes/s per direction, > 0), ``latency`` (s, >= 0) and ``link``
-    (a free-form link type such as nvlink, hccs, pcie, rdma, ethernet).
+    (a free-form link type such as nvlink, hccs, pcie, rdma, ethernet); optionally
+    ``message_rate`` (messages/s, > 0): each message crossing the link costs
+    1/message_rate seconds more (a NIC's message-rate limit, on its fabric-facing link).
+Graph attributes
+    ``ecmp_seed`` (int, default 0): seed of the hash that spreads flows over
+    equal-cost paths (see :mod:`simulator.routing`).
+
+Every GPU must reach every other GPU; when the graph has NICs, every GPU must also
+reach a NIC without passing through another GPU (GPUs do not forward network traffic).
 """
 
 from __future__ import annotations
@@ -76,7 +87,8 @@ def validate_topology(graph: nx.Graph, *, source: str = "topology graph") -> Non
     missing = sorted(set(range(len(ranks))) - set(ranks))
     if missing:
         raise TopologyError(
-            f"{source}: GPU ranks must be 0..{len(ranks) - 1} without gaps; rank {missing[0]} is missing"
+            f"{source}: GPU ranks must be 0..{len(ranks) - 1} without gaps; "
+            f"rank {missing[0]} is missing"
         )
     for u, v, data in graph.edges(data=True):
         bandwidth = data.get("bandwidth")
@@ -91,7 +103,14 @@ def validate_topology(graph: nx.Graph, *, source: str = "topology graph") -> Non
                 f"{source}: edge {u!r}-{v!r} has latency {latency!r}; set 'latency' to a "
                 "non-negative number of seconds"
             )
+        rate = data.get("message_rate")
+        if rate is not None and not (_is_number(rate) and rate > 0):
+            raise TopologyError(
+                f"{source}: edge {u!r}-{v!r} has message_rate {rate!r}; set it to a positive "
+                "number of messages per second or leave it out (no limit)"
+            )
     _check_connected(graph, ranks, source)
+    _check_nic_reach(graph, ranks, source)
 
 
 def _check_connected(graph: nx.Graph, ranks: dict[int, object], source: str) -> None:
@@ -117,6 +136,27 @@ def _check_connected(graph: nx.Graph, ranks: dict[int, object], source: str) -> 
             )
 
 
+def _check_nic_reach(graph: nx.Graph, ranks: dict[int, object], source: str) -> None:
+    """Every GPU reaches a NIC through non-GPU nodes (when the graph has NICs at all)."""
+    kinds = nx.get_node_attributes(graph, "kind")
+    if "nic" not in kinds.values():
+        return
+    others = graph.to_undirected(as_view=True) if graph.is_directed() else graph
+    fabric = others.subgraph(node for node, kind in kinds.items() if kind != "gpu")
+    near_nic: set = set()
+    for component in nx.connected_components(fabric):
+        if any(kinds[node] == "nic" for node in component):
+            near_nic |= component
+    for rank in sorted(ranks):
+        node = ranks[rank]
+        if not any(neighbor in near_nic for neighbor in others[node]):
+            raise TopologyError(
+                f"{source}: GPU {node!r} (rank {rank}) has no route to a NIC that avoids other "
+                "GPUs; attach it to a NIC (server.nic.gpus_per_nic or attach) or link it to a "
+                "switch that a NIC hangs off"
+            )
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -127,6 +167,16 @@ def gpu_nodes(graph: nx.Graph) -> list:
         (data["rank"], node) for node, data in graph.nodes(data=True) if data.get("kind") == "gpu"
     ]
     return [node for _, node in sorted(gpus, key=lambda item: item[0])]
+
+
+def nodes_of_kind(graph: nx.Graph, kind: str) -> list:
+    """The nodes whose ``kind`` is ``kind``, in graph order.
+
+    >>> from simulator.topology import ring_graph
+    >>> len(nodes_of_kind(ring_graph(4, 1e9), "gpu"))
+    4
+    """
+    return [node for node, data in graph.nodes(data=True) if data.get("kind") == kind]
 
 
 def servers_of_ranks(graph: nx.Graph) -> list[int] | None:

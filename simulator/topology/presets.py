@@ -1,4 +1,5 @@
-"""Bundled topology presets: YAML files in the top-level ``topologies/`` folder.
+"""Bundled topology presets (YAML files in the top-level ``topologies/`` folder) and
+:func:`load_topology`, the single entry point the rest of ccsim uses.
 
 The folder is found next to the source tree (editable installs, a checkout) or inside
 the package as ``simulator/_data/topologies`` (wheels copy it there).
@@ -6,6 +7,7 @@ the package as ``simulator/_data/topologies`` (wheels copy it there).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,12 @@ import networkx as nx
 import yaml
 
 from ..errors import TopologyError, unknown_choice
-from .builders import cluster_graph
+from .builders import cluster_graph, fabric_spec
 from .graph import validate_topology
+from .importers import GRAPH_SUFFIXES, read_graph
 
 _PACKAGE = Path(__file__).resolve().parents[1]
+_TOP_KEYS = ("description", "fabric", "name", "server")
 
 
 def data_dir(name: str) -> Path:
@@ -35,56 +39,107 @@ def preset_files() -> dict[str, Path]:
 def read_preset(path: Path) -> dict[str, Any]:
     """Load a preset file and check its top-level keys."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as error:
-        raise TopologyError(f"{path}: not valid YAML: {error}") from None
+        raise TopologyError(f"{Path(path).name}: not valid YAML: {error}") from None
     if not isinstance(data, dict) or "server" not in data:
-        raise TopologyError(f"{path}: a preset is a mapping with a 'server' section")
-    unknown = sorted(set(data) - {"name", "description", "server", "fabric"})
+        raise TopologyError(f"{Path(path).name}: a preset is a mapping with a 'server' section")
+    unknown = sorted(set(data) - set(_TOP_KEYS), key=str)
     if unknown:
         raise TopologyError(
-            f"{path}: unknown key {unknown[0]!r}; valid keys: description, fabric, name, server"
+            f"{Path(path).name}: unknown key {unknown[0]!r}; valid keys: {', '.join(_TOP_KEYS)}"
         )
     return data
+
+
+def preset(name: str) -> dict[str, Any]:
+    """The parsed YAML of a bundled preset or preset file, to tweak and rebuild.
+
+    >>> preset("dgx-a100")["server"]["gpus"]
+    8
+    """
+    return read_preset(_preset_path(name))
 
 
 def list_presets() -> list[tuple[str, str]]:
     """(name, one-line description) for every bundled preset."""
     return [
-        (name, str(read_preset(path).get("description", "")).strip())
+        (name, " ".join(str(read_preset(path).get("description", "")).split()))
         for name, path in preset_files().items()
     ]
 
 
-def load_topology(topology: str | Path | nx.Graph, nodes: int | None = None) -> nx.Graph:
-    """Resolve a preset name, a preset file or a user's graph into a validated graph.
+def _preset_path(topology: str | Path) -> Path:
+    presets = preset_files()
+    if str(topology) in presets:
+        return presets[str(topology)]
+    path = Path(str(topology))
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise TopologyError(f"preset file {str(path)!r} not found")
+        return path
+    raise unknown_choice("topology", str(topology), presets)
 
-    A graph passed in is validated and returned as is (``nodes`` must then be None or 1).
 
+def load_topology(
+    topology: str | Path | nx.Graph,
+    nodes: int | None = None,
+    *,
+    fabric: str | Mapping | None = None,
+    seed: int | None = None,
+) -> nx.Graph:
+    """Resolve a preset name, a preset file, a graph file or a graph into a validated graph.
+
+    Parameters
+    ----------
+    topology : str, Path or networkx.Graph
+        A bundled preset name (``ccsim topologies``), a preset ``.yaml`` file, a
+        ``.graphml`` or node-link ``.json`` graph file, or a graph.
+    nodes : int, optional
+        Number of servers of a preset (default 1). Graphs and graph files are whole
+        topologies, so only None or 1 is accepted for them.
+    fabric : str or mapping, optional
+        Fabric joining the servers of a preset: a name (rail-optimized, leaf-spine,
+        fat-tree, single-switch) or a whole ``fabric`` section; default the preset's.
+    seed : int, optional
+        ECMP hash seed (graph attribute ``ecmp_seed``); default the fabric's (0).
+
+    Examples
+    --------
     >>> g = load_topology("dgx-a100", nodes=2)
     >>> sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
     16
+    >>> g = load_topology("dgx-h100", nodes=2, fabric="leaf-spine")
+    >>> g.graph["fabric"]
+    'leaf-spine'
     """
+    path = None
+    if not isinstance(topology, nx.Graph) and Path(str(topology)).suffix in GRAPH_SUFFIXES:
+        path = Path(str(topology))
+        if not path.is_file():
+            raise TopologyError(f"graph file {str(path)!r} not found")
+        topology = read_graph(path)
     if isinstance(topology, nx.Graph):
-        if nodes not in (None, 1):
+        source = path.name if path is not None else "the graph passed in"
+        if nodes not in (None, 1) or fabric is not None:
             raise TopologyError(
-                "nodes= applies to presets only; build the multi-node graph yourself"
+                f"{source}: nodes= and fabric= apply to presets only; a graph is the whole "
+                "topology, so build the multi-node graph yourself"
             )
-        validate_topology(topology, source="the graph passed in")
+        validate_topology(topology, source=source)
+        if seed is not None:
+            topology = topology.copy()  # never mutate the caller's graph
+            topology.graph["ecmp_seed"] = int(seed)
         return topology
-    path = Path(str(topology))
-    presets = preset_files()
-    if str(topology) in presets:
-        path = presets[str(topology)]
-    elif not (path.suffix in (".yaml", ".yml") and path.is_file()):
-        raise unknown_choice("topology", str(topology), presets)
+    path = _preset_path(topology)
     data = read_preset(path)
     graph = cluster_graph(
         data["server"],
         1 if nodes is None else nodes,
-        fabric=data.get("fabric"),
+        fabric=fabric_spec(data.get("fabric"), fabric),
         name=str(data.get("name", path.stem)),
         source=str(path.name),
+        seed=seed,
     )
     validate_topology(graph, source=path.name)
     return graph

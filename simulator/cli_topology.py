@@ -1,0 +1,79 @@
+"""``ccsim topology show``: summarize a topology and optionally draw it.
+
+Registered by :func:`add_topology_commands`, which ``simulator.cli.build_parser`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .topology import FABRICS, load_topology, summarize
+from .topology.draw import draw_topology
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_topology_commands(sub: argparse._SubParsersAction) -> None:
+    """Add ``topology show`` to the ``ccsim`` subcommands ``sub``."""
+    topology = sub.add_parser(
+        "topology",
+        help="inspect one topology (see 'ccsim topology show --help')",
+        description="Inspect one topology: a preset, a preset YAML file, or a GraphML / "
+        "node-link JSON graph file.",
+    )
+    actions = topology.add_subparsers(dest="action", metavar="ACTION", parser_class=type(topology))
+    actions.required = True
+    show = actions.add_parser(
+        "show",
+        help="print counts and bandwidths of a topology, optionally draw it",
+        description="Print the GPU, NIC and switch counts, the per-GPU intra-node and "
+        "inter-node bandwidth and the bisection bandwidth (GB/s = 1e9 bytes/s, one "
+        "direction) of a topology; with --png, also draw it.",
+    )
+    show.add_argument(
+        "name",
+        metavar="NAME",
+        help="preset name (see 'ccsim topologies'), preset .yaml file, or .graphml / "
+        ".json graph file",
+    )
+    show.add_argument(
+        "--nodes",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="number of servers of the preset (count, default: 1)",
+    )
+    show.add_argument(
+        "--fabric",
+        choices=sorted(FABRICS),
+        default=None,
+        metavar="F",
+        help="fabric joining the servers (name: " + ", ".join(sorted(FABRICS)) + "; "
+        "default: the preset's)",
+    )
+    show.add_argument(
+        "--png",
+        metavar="FILE",
+        default=None,
+        help="also draw the graph into FILE (path of a PNG image, written atomically)",
+    )
+    show.set_defaults(handler=_cmd_show)
+
+
+def _cmd_show(args: argparse.Namespace) -> None:
+    graph = load_topology(args.name, args.nodes, fabric=args.fabric)
+    summary = summarize(graph, name=args.name)
+    sys.stdout.write(summary.text())
+    if args.png:
+        title = f"{args.name} x{args.nodes}" + (f" ({summary.fabric})" if summary.fabric else "")
+        path = draw_topology(graph, args.png, title=title)
+        sys.stdout.write(f"drawing written to {path}\n")
