@@ -14,6 +14,7 @@ from . import __version__
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
 from .cli_topology import add_topology_commands
+from .cli_validate import add_validate_command
 from .cli_workload import add_workload_commands
 from .collective import COLLECTIVE_OPS, rank_layout, run_schedule
 from .errors import CcsimError
@@ -157,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     bench.set_defaults(handler=_cmd_bench)
     add_workload_commands(sub)
+    add_validate_command(sub)
     return parser
 
 

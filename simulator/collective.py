@@ -19,6 +19,7 @@ from .algorithms import build_schedule
 from .algorithms.base import RankLayout
 from .errors import CcsimError, unknown_choice
 from .network import FlowNetwork, NetworkStats
+from .protocol import PROTOCOLS, calibration_of
 from .replay import ScheduleReplay, reduce_bandwidths
 from .schedule import OPS, Schedule
 from .topology import load_topology, servers_of_ranks
@@ -95,18 +96,45 @@ def rank_layout(graph: nx.Graph) -> RankLayout:
 
 
 def run_schedule(
-    graph: nx.Graph, schedule: Schedule, *, reduce_bandwidth: float | None = None
+    graph: nx.Graph,
+    schedule: Schedule,
+    *,
+    reduce_bandwidth: float | None = None,
+    protocol: str | None = None,
 ) -> CollectiveResult:
-    """Replay ``schedule`` on ``graph`` in a fresh SimPy environment."""
+    """Replay ``schedule`` on ``graph`` in a fresh SimPy environment.
+
+    ``protocol`` None runs the ideal model (line rate, propagation latency only);
+    ``"LL"``, ``"LL128"`` or ``"Simple"`` adds the calibrated protocol model of
+    :mod:`simulator.protocol` with the topology's constants; ``"auto"`` runs all three
+    and returns the fastest, as NCCL's tuner picks the protocol with the lowest time.
+    """
     p = len(gpu_nodes(graph))
     if schedule.ranks > p:
         raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
+    if protocol is not None and str(protocol).lower() == "auto":
+        results = [run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=name)
+                   for name in PROTOCOLS]
+        return min(results, key=lambda result: result.time_s)
     env = simpy.Environment()
-    network = FlowNetwork(env, graph)
-    replay = ScheduleReplay(
-        network, schedule, reduce_bandwidth=reduce_bandwidths(graph, reduce_bandwidth)
+    calibration = calibration_of(graph)
+    proto = None if protocol is None else calibration.protocol(protocol)
+    network = FlowNetwork(
+        env, graph, link_efficiency=None if proto is None else calibration.efficiency
     )
-    finished = replay.start()
+    replay = ScheduleReplay(
+        network,
+        schedule,
+        reduce_bandwidth=reduce_bandwidths(graph, reduce_bandwidth),
+        protocol=proto,
+    )
+    finished = replay.finished
+    if proto is None:
+        replay.start()
+    else:
+        # Launch overhead and the protocol's base latency come once per call, first.
+        overhead = env.timeout(calibration.launch_s + proto.base_s)
+        overhead.callbacks.append(lambda _event: replay.start())
     try:
         env.run(until=finished)
     except RuntimeError as error:  # SimPy: no events left but `finished` never fired
@@ -114,7 +142,7 @@ def run_schedule(
             raise
         raise replay.deadlock_error() from error
     network.close_link_records()
-    elapsed = env.now - replay.t0
+    elapsed = env.now  # from the call: includes the launch overhead, if any
     flows = {
         "op_index": np.arange(schedule.n_ops),
         "src": schedule.src,
@@ -137,7 +165,7 @@ def run_schedule(
         flows=flows,
         links=network.link_records(),
         stats=network.stats,
-        params=dict(schedule.params),
+        params={**schedule.params, "protocol": proto.name if proto else None},
     )
 
 

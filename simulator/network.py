@@ -20,7 +20,7 @@ SimPy events cannot be cancelled.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +29,7 @@ import numpy as np
 import simpy
 
 from .maxmin import max_min_rates
+from .protocol import path_class
 from .routing import LinkTable, Router
 
 # Completions within this relative distance of the wake-up time happen at the wake-up:
@@ -63,12 +64,25 @@ class FlowNetwork:
     :meth:`register` and hand flows over with :meth:`add_flows`.
     """
 
-    def __init__(self, env: simpy.Environment, graph: nx.Graph):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        graph: nx.Graph,
+        *,
+        link_efficiency: Mapping[str, float] | None = None,
+    ):
         self.env = env
         self.graph = graph
         self.links = LinkTable(graph)
         self.router = Router(graph, self.links)
         n_links = len(self.links)
+        # Usable capacity: line rate times the efficiency of the link's type (calibrated
+        # runs only; records keep reporting line rate).
+        self.capacity = self.links.capacity.copy()
+        if link_efficiency:
+            scale = [float(link_efficiency.get(kind, 1.0)) for kind in self.links.kind]
+            self.capacity *= np.array(scale)
+        self._route_class: list[str] = []
         self.stats = NetworkStats()
         # Per-link records.
         self.link_bytes = np.zeros(n_links)
@@ -139,6 +153,15 @@ class FlowNetwork:
         as ECMP hashes a connection's 5-tuple.
         """
         return self.router.route_ids(src_ranks, dst_ranks, labels)
+
+    def route_classes(self, routes: np.ndarray) -> list[str]:
+        """Path class (nvlink, pcie, network) of each route, for protocol latencies."""
+        ptr, flat, _ = self.router.arrays()
+        while len(self._route_class) < len(ptr) - 1:
+            r = len(self._route_class)
+            kinds = [self.links.kind[i] for i in flat[ptr[r] : ptr[r + 1]]]
+            self._route_class.append(path_class(kinds))
+        return [self._route_class[r] for r in routes.tolist()]
 
     def route_latency(self, routes: np.ndarray) -> np.ndarray:
         """Latency in seconds of each route."""
@@ -257,7 +280,7 @@ class FlowNetwork:
         in_set = local[self._inc_flow] >= 0
         inc_flow = local[self._inc_flow[in_set]]
         links, inc_link = np.unique(self._inc_link[in_set], return_inverse=True)
-        rate = max_min_rates(inc_flow, inc_link, len(slots), self.links.capacity[links])
+        rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links])
         self._f_rate[slots] = rate
         left = self._f_left[slots]
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -19,6 +19,7 @@ import simpy
 
 from .errors import DeadlockError
 from .network import FlowNetwork
+from .protocol import Protocol
 from .schedule import Schedule, csr_gather, successors
 from .topology.graph import gpu_nodes
 
@@ -47,6 +48,7 @@ class ScheduleReplay:
         rank_map: np.ndarray | None = None,
         reduce_bandwidth: np.ndarray | None = None,
         on_rank_done: Callable[[np.ndarray], None] | None = None,
+        protocol: Protocol | None = None,
     ):
         self.env: simpy.Environment = network.env
         self.network = network
@@ -66,6 +68,12 @@ class ScheduleReplay:
             self._reduce_time = np.where(
                 schedule.reduce, schedule.nbytes / reduce_bandwidth[self._dst], 0.0
             )
+        # With a protocol, flows carry more bytes than the data (LL's flags) and each
+        # transfer's step costs at least the protocol's per-hop latency for its path.
+        self._protocol = protocol
+        self._wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
+        self._extra = None if protocol is None else np.zeros(n)
+        self._step_s: float | None = None
         self._pending = np.diff(schedule.dep_ptr).astype(np.int32)
         (self._done_ptr, self._done_idx), (self._sent_ptr, self._sent_idx) = successors(schedule)
         self.start_s = np.full(n, np.nan)
@@ -100,7 +108,22 @@ class ScheduleReplay:
             return
         self.start_s[ops] = self.env.now
         routes = self.network.route_ids(self._src[ops], self._dst[ops], self.schedule.channel[ops])
-        self.network.add_flows(self._owner, ops, routes, self.schedule.nbytes[ops])
+        if self._protocol is not None:
+            wanted = self._step_latency(routes)
+            self._extra[ops] = np.maximum(wanted - self.network.route_latency(routes), 0.0)
+        self.network.add_flows(self._owner, ops, routes, self._wire[ops])
+
+    def _step_latency(self, routes: np.ndarray) -> float:
+        """Protocol latency of one step: that of the slowest path class the schedule
+        crosses. NCCL's cost model charges every step of a ring the inter-node hop latency
+        as soon as the ring spans nodes, since the steps advance in lockstep around it."""
+        if self._step_s is None:
+            all_routes = self.network.route_ids(self._src, self._dst, self.schedule.channel)
+            classes = set(self.network.route_classes(np.unique(all_routes)))
+            rank = {"nvlink": 0, "pcie": 1, "network": 2}
+            slowest = max(classes, key=rank.__getitem__) if classes else "nvlink"
+            self._step_s = self._protocol.hop_s[slowest]
+        return self._step_s
 
     def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
         succ = csr_gather(ptr, idx, ops)
@@ -117,10 +140,14 @@ class ScheduleReplay:
 
     def on_delivered(self, ops: np.ndarray) -> None:
         """Network callback: these ops arrived; reduce if needed, then they are done."""
-        if self._reduce_time is None:
+        if self._reduce_time is None and self._extra is None:
             self._complete(ops)
             return
-        delay = self._reduce_time[ops]
+        delay = np.zeros(len(ops))
+        if self._reduce_time is not None:
+            delay += self._reduce_time[ops]
+        if self._extra is not None:
+            delay += self._extra[ops]
         if not delay.any():
             self._complete(ops)
             return

@@ -15,12 +15,13 @@ import networkx as nx
 import yaml
 
 from ..errors import TopologyError, unknown_choice
+from ..protocol import parse_calibration
 from .builders import cluster_graph, fabric_spec
 from .graph import validate_topology
 from .importers import GRAPH_SUFFIXES, read_graph
 
 _PACKAGE = Path(__file__).resolve().parents[1]
-_TOP_KEYS = ("description", "fabric", "name", "server")
+_TOP_KEYS = ("description", "fabric", "name", "nccl", "server")
 
 
 def data_dir(name: str) -> Path:
@@ -142,4 +143,6 @@ def load_topology(
         seed=seed,
     )
     validate_topology(graph, source=path.name)
+    if "nccl" in data:
+        graph.graph["nccl"] = parse_calibration(data["nccl"], source=path.name)
     return graph

@@ -1,0 +1,57 @@
+"""``ccsim validate``: compare simulated collectives with measured nccl-tests runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import CcsimError
+from .report import to_json
+from .validate import BUNDLED, plot_validation, report_table, validate_folder
+
+
+def add_validate_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``ccsim validate`` on the main parser."""
+    cmd = sub.add_parser(
+        "validate",
+        help="simulate measured nccl-tests runs and print the error",
+        description="For every NAME.yaml sidecar (preset, nodes, op, algorithm, protocol, "
+        "channels, gpus_per_process) and NAME.csv (nccl-tests output: bytes, "
+        "time_us_oop, algbw_oop, busbw_oop, ...) in a folder, simulate the same runs "
+        "with the preset's calibrated protocol model and print the median and max "
+        "absolute error (percent of the measured value) of busbw for sizes >= 1 MiB "
+        "and of time for sizes <= 64 KiB. A malformed case is reported as an error; "
+        "the others still run.",
+    )
+    cmd.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help=f"folder of cases (default: the bundled calibration cases, {BUNDLED})",
+    )
+    cmd.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="also draw measured vs simulated busbw (GB/s) against size (bytes)",
+    )
+    cmd.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table or json (default: %(default)s)",
+    )
+    cmd.set_defaults(handler=_cmd_validate)
+
+
+def _cmd_validate(args: argparse.Namespace) -> None:
+    results = validate_folder(args.data)
+    if args.format == "json":
+        sys.stdout.write(to_json([r.summary() for r in results]))
+    else:
+        sys.stdout.write(report_table(results))
+    if args.plot:
+        plot_validation(results, args.plot)
+    failed = [r.name for r in results if r.error]
+    if failed:
+        raise CcsimError(f"{len(failed)} case(s) could not run: {', '.join(failed)}")

@@ -1,0 +1,157 @@
+"""NCCL-like protocols and the calibration constants of a machine.
+
+The ideal model (``protocol=None``) moves bytes at line rate with only the links'
+propagation latency: that is what closed forms describe. Real libraries add, per step
+of an algorithm, a protocol-dependent synchronisation latency, and reach only part of
+the line rate. With a protocol chosen, ccsim models (as NCCL's own cost model does,
+src/graph/tuning.cc, figures in shared/reference/README.md):
+
+* a per-call overhead: kernel launch (``launch``) plus the protocol's base latency;
+* per transfer, a per-hop latency by the class of path it crosses (``nvlink`` for
+  NVLink/HCCS/SDMA inside a server, ``pcie`` for PCIe and CPU links, ``network`` for
+  NICs and switches), replacing the links' propagation latency when larger;
+* a bandwidth factor: LL sends 8-byte lines carrying 4 bytes of data and a flag
+  (factor 0.5), LL128 uses 120 of every 128 bytes, Simple sends data only;
+* link efficiency per link type: the fraction of line rate a link sustains (NCCL models
+  an NVLink3 link at 20 GB/s of 25).
+
+Presets carry these constants in an ``nccl`` section; absent values fall back to the
+defaults below (NCCL 2.30's tuning constants and link figures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CcsimError, TopologyError
+from .units import parse_time
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+PATH_CLASSES = ("nvlink", "pcie", "network")
+
+#: Link types (edge ``link`` attribute) by path class; anything else counts as nvlink.
+NETWORK_LINKS = frozenset({"rdma", "roce", "erdma", "ethernet", "ib", "infiniband", "network"})
+PCIE_LINKS = frozenset({"pcie", "xgmi", "upi", "qpi", "cpu"})
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One protocol: base latency per call, per-hop latency by path class (seconds),
+    and the fraction of link bandwidth that carries data."""
+
+    name: str
+    base_s: float
+    hop_s: dict[str, float]
+    bandwidth: float
+
+
+# NCCL 2.30 tuning.cc (shared/reference/README.md): base latency LL/LL128/Simple
+# 6.6/14.0/8.4 us (ring); per-hop NVLink 0.6/1.9/3.4, PCIe 1.0/2.5/5.7, network
+# 2.7/4.0/14 us; bandwidth factor LL 0.5, LL128 ~0.92 (120/128 = 0.9375 of the lines
+# carry data), Simple 1.0.
+DEFAULT_PROTOCOLS = {
+    "LL": Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.5),
+    "LL128": Protocol(
+        "LL128", 14.0e-6, {"nvlink": 1.9e-6, "pcie": 2.5e-6, "network": 4.0e-6}, 0.92
+    ),
+    "Simple": Protocol("Simple", 8.4e-6, {"nvlink": 3.4e-6, "pcie": 5.7e-6, "network": 14e-6}, 1.0),
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A machine's constants: launch overhead, link efficiencies, protocols."""
+
+    launch_s: float = 0.0
+    efficiency: dict[str, float] = field(default_factory=dict)
+    protocols: dict[str, Protocol] = field(default_factory=lambda: dict(DEFAULT_PROTOCOLS))
+
+    def protocol(self, name: str) -> Protocol:
+        """The protocol called ``name`` (case-insensitive)."""
+        for key, proto in self.protocols.items():
+            if key.lower() == str(name).lower():
+                return proto
+        raise CcsimError(f"unknown protocol {name!r}; valid choices: {', '.join(PROTOCOLS)}, auto")
+
+
+def path_class(link_types: list[str]) -> str:
+    """Class of a path from the link types it crosses: network > pcie > nvlink.
+
+    >>> path_class(["pcie", "rdma", "pcie"]), path_class(["nvlink", "nvlink"])
+    ('network', 'nvlink')
+    """
+    kinds = {kind.lower() for kind in link_types}
+    if kinds & NETWORK_LINKS:
+        return "network"
+    if kinds & PCIE_LINKS:
+        return "pcie"
+    return "nvlink"
+
+
+def parse_calibration(data: Any, *, source: str) -> Calibration:
+    """Read a preset's ``nccl`` section (see topologies/README.md)."""
+    if not isinstance(data, Mapping):
+        raise TopologyError(f"{source}: 'nccl' must be a mapping")
+    unknown = sorted(set(data) - {"launch", "efficiency", "protocols"})
+    if unknown:
+        raise TopologyError(
+            f"{source}: unknown key 'nccl.{unknown[0]}'; valid keys: efficiency, launch, protocols"
+        )
+    launch = _time(data.get("launch", 0), f"{source}: nccl.launch")
+    efficiency = {}
+    for kind, value in dict(data.get("efficiency", {})).items():
+        if not isinstance(value, int | float) or not 0 < value <= 1:
+            raise TopologyError(
+                f"{source}: nccl.efficiency.{kind} must be in (0, 1], got {value!r}"
+            )
+        efficiency[str(kind)] = float(value)
+    protocols = dict(DEFAULT_PROTOCOLS)
+    for name, spec in dict(data.get("protocols", {})).items():
+        if name not in PROTOCOLS:
+            raise TopologyError(
+                f"{source}: nccl.protocols.{name}: unknown protocol; valid: " + ", ".join(PROTOCOLS)
+            )
+        base = DEFAULT_PROTOCOLS[name]
+        spec = dict(spec)
+        unknown = sorted(set(spec) - {"base", "hop", "bandwidth"})
+        if unknown:
+            raise TopologyError(
+                f"{source}: unknown key 'nccl.protocols.{name}.{unknown[0]}'; "
+                "valid keys: bandwidth, base, hop"
+            )
+        hop = dict(base.hop_s)
+        for cls, value in dict(spec.get("hop", {})).items():
+            if cls not in PATH_CLASSES:
+                raise TopologyError(
+                    f"{source}: nccl.protocols.{name}.hop.{cls}: path classes are "
+                    + ", ".join(PATH_CLASSES)
+                )
+            hop[cls] = _time(value, f"{source}: nccl.protocols.{name}.hop.{cls}")
+        bandwidth = float(spec.get("bandwidth", base.bandwidth))
+        if not 0 < bandwidth <= 1:
+            raise TopologyError(f"{source}: nccl.protocols.{name}.bandwidth must be in (0, 1]")
+        protocols[name] = Protocol(
+            name,
+            _time(spec.get("base", base.base_s), f"{source}: nccl.protocols.{name}.base"),
+            hop,
+            bandwidth,
+        )
+    return Calibration(launch, efficiency, protocols)
+
+
+def _time(value: Any, field_name: str) -> float:
+    try:
+        result = parse_time(value, field=field_name)
+    except CcsimError as error:
+        raise TopologyError(str(error)) from None
+    if result < 0:
+        raise TopologyError(f"{field_name} must be >= 0")
+    return result
+
+
+def calibration_of(graph) -> Calibration:
+    """The calibration attached to a topology graph (defaults when it has none)."""
+    value = graph.graph.get("nccl")
+    return value if isinstance(value, Calibration) else Calibration()

@@ -1,0 +1,257 @@
+"""``ccsim validate``: simulate measured nccl-tests runs and report the error.
+
+A validation folder holds pairs ``NAME.csv`` + ``NAME.yaml``. The CSV is nccl-tests
+output transcribed as ``bytes,time_us_oop,algbw_oop,busbw_oop,time_us_ip,algbw_ip,
+busbw_ip``; the YAML sidecar says what ran::
+
+    preset: dgx-a100        # topology preset (or a preset file next to the sidecar)
+    nodes: 1
+    op: all_reduce
+    algorithm: ring         # as forced with NCCL_ALGO, or what the library used
+    protocol: auto          # LL, LL128, Simple or auto (the fastest, as NCCL's tuner)
+    channels: 24            # optional: forced channel count (NCCL_MIN_CTAS)
+    gpus_per_process: 8     # nccl-tests -g: kernel launches one process issues per call
+    column: oop             # optional: oop (out-of-place, default) or ip
+
+Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
+time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
+the three calibration runs of shared/reference/nccl-tests (public measurements).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .algorithms import build_schedule
+from .collective import rank_layout, run_schedule
+from .errors import CcsimError
+from .protocol import calibration_of
+from .topology import load_topology
+
+BUNDLED = Path(__file__).resolve().parent / "data" / "nccl-tests"
+_KEYS = {
+    "preset",
+    "nodes",
+    "op",
+    "algorithm",
+    "protocol",
+    "channels",
+    "gpus_per_process",
+    "column",
+    "csv",
+}
+MIB = 2**20
+SMALL = 64 * 2**10
+
+
+@dataclass
+class Case:
+    """One measured run and how to simulate it."""
+
+    name: str
+    sidecar: Path
+    measured: list[tuple[int, float, float]]  # bytes, time (us), busbw (GB/s)
+    settings: dict[str, Any]
+
+
+@dataclass
+class CaseResult:
+    """Measured and simulated figures of one case, or the error that stopped it."""
+
+    name: str
+    sizes: list[int] = field(default_factory=list)
+    measured_us: list[float] = field(default_factory=list)
+    measured_busbw: list[float] = field(default_factory=list)
+    simulated_us: list[float] = field(default_factory=list)
+    simulated_busbw: list[float] = field(default_factory=list)
+    protocols: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def errors(self, what: str) -> np.ndarray:
+        """Absolute relative errors: busbw for sizes >= 1 MiB, time for <= 64 KiB."""
+        sizes = np.array(self.sizes)
+        if what == "busbw":
+            keep = sizes >= MIB
+            sim, meas = np.array(self.simulated_busbw), np.array(self.measured_busbw)
+        else:
+            keep = sizes <= SMALL
+            sim, meas = np.array(self.simulated_us), np.array(self.measured_us)
+        keep &= meas > 0
+        return np.abs(sim[keep] - meas[keep]) / meas[keep]
+
+    def summary(self) -> dict[str, Any]:
+        """Row of the report: medians and maxima in percent (None where no size applies)."""
+        row: dict[str, Any] = {"case": self.name, "error": self.error}
+        for what in ("busbw", "time"):
+            values = self.errors(what) if not self.error else np.zeros(0)
+            row[f"{what}_points"] = len(values)
+            row[f"{what}_median_pct"] = float(np.median(values) * 100) if len(values) else None
+            row[f"{what}_max_pct"] = float(np.max(values) * 100) if len(values) else None
+        return row
+
+
+def load_case(sidecar: Path) -> Case:
+    """Read a sidecar and its CSV; errors name the file and the field."""
+    try:
+        settings = yaml.safe_load(sidecar.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise CcsimError(f"{sidecar.name}: cannot read sidecar: {error}") from None
+    if not isinstance(settings, dict):
+        raise CcsimError(f"{sidecar.name}: a sidecar is a mapping of settings")
+    unknown = sorted(set(settings) - _KEYS)
+    if unknown:
+        raise CcsimError(
+            f"{sidecar.name}: unknown key {unknown[0]!r}; valid: " + ", ".join(sorted(_KEYS))
+        )
+    if "preset" not in settings:
+        raise CcsimError(f"{sidecar.name}: 'preset' is missing; name the topology preset")
+    table = sidecar.parent / str(settings.get("csv", sidecar.stem + ".csv"))
+    column = str(settings.get("column", "oop"))
+    if column not in ("oop", "ip"):
+        raise CcsimError(f"{sidecar.name}: column must be oop or ip, got {column!r}")
+    measured = []
+    try:
+        with table.open(newline="") as stream:
+            reader = csv.DictReader(stream)
+            need = {"bytes", f"time_us_{column}", f"busbw_{column}"}
+            if not need <= set(reader.fieldnames or ()):
+                raise CcsimError(f"{table.name}: header must include {', '.join(sorted(need))}")
+            for line, row in enumerate(reader, start=2):
+                try:
+                    measured.append(
+                        (
+                            int(row["bytes"]),
+                            float(row[f"time_us_{column}"]),
+                            float(row[f"busbw_{column}"]),
+                        )
+                    )
+                except (TypeError, ValueError):
+                    raise CcsimError(f"{table.name}:{line}: not a number in {row}") from None
+    except OSError as error:
+        raise CcsimError(f"{sidecar.name}: cannot read {table.name}: {error.strerror}") from None
+    if not measured:
+        raise CcsimError(f"{table.name}: no measurements")
+    return Case(sidecar.stem, sidecar, measured, settings)
+
+
+def run_case(case: Case) -> CaseResult:
+    """Simulate every size of a case with the preset's calibrated model."""
+    s = case.settings
+    preset = str(s["preset"])
+    local = case.sidecar.parent / preset
+    graph = load_topology(
+        local if local.suffix in (".yaml", ".yml") and local.is_file() else preset,
+        int(s.get("nodes", 1)),
+    )
+    calibration = calibration_of(graph)
+    per_process = int(s.get("gpus_per_process", 1))
+    # One process launching for g GPUs pays g launches per call (nccl-tests -g).
+    graph.graph["nccl"] = dataclasses.replace(
+        calibration, launch_s=calibration.launch_s * per_process
+    )
+    layout = rank_layout(graph)
+    result = CaseResult(case.name)
+    for size, time_us, busbw in case.measured:
+        schedule = build_schedule(
+            str(s.get("algorithm", "ring")),
+            str(s.get("op", "all_reduce")),
+            layout,
+            float(size),
+            channels=int(s.get("channels", 1)),
+        )
+        run = run_schedule(graph, schedule, protocol=str(s.get("protocol", "auto")))
+        result.sizes.append(size)
+        result.measured_us.append(time_us)
+        result.measured_busbw.append(busbw)
+        result.simulated_us.append(run.time_us)
+        result.simulated_busbw.append(run.busbw_GBps)
+        result.protocols.append(str(run.params.get("protocol")))
+    return result
+
+
+def validate_folder(folder: Path | None = None) -> list[CaseResult]:
+    """Run every case of a folder (default: the bundled calibration cases).
+
+    A case whose files are malformed or that names an unknown preset gives a result
+    with ``error`` set; the other cases still run.
+    """
+    folder = Path(folder) if folder is not None else BUNDLED
+    if not folder.is_dir():
+        raise CcsimError(f"validation folder {str(folder)!r} not found")
+    sidecars = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml"))
+    if not sidecars:
+        raise CcsimError(f"{folder}: no sidecar .yaml files (each names a .csv and a preset)")
+    results = []
+    for sidecar in sidecars:
+        try:
+            results.append(run_case(load_case(sidecar)))
+        except CcsimError as error:
+            results.append(CaseResult(sidecar.stem, error=str(error)))
+    return results
+
+
+def report_table(results: list[CaseResult]) -> str:
+    """The per-case error table."""
+    lines = [
+        f"{'case':<26} {'busbw >= 1 MiB':>22} {'time <= 64 KiB':>22}",
+        f"{'':<26} {'median':>7} {'max':>7} {'n':>6} {'median':>7} {'max':>7} {'n':>6}",
+    ]
+    for result in results:
+        if result.error:
+            lines.append(f"{result.name:<26} error: {result.error}")
+            continue
+        row = result.summary()
+
+        def pct(value):
+            return f"{value:6.1f}%" if value is not None else f"{'-':>7}"
+
+        lines.append(
+            f"{result.name:<26} {pct(row['busbw_median_pct'])} {pct(row['busbw_max_pct'])}"
+            f" {row['busbw_points']:>6} {pct(row['time_median_pct'])} "
+            f"{pct(row['time_max_pct'])} {row['time_points']:>6}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_validation(results: list[CaseResult], path: str | Path) -> None:
+    """Measured vs simulated busbw against size, one panel per case (atomic write)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import os
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    good = [r for r in results if not r.error]
+    if not good:
+        raise CcsimError("no case ran; nothing to plot")
+    fig, axes = plt.subplots(1, len(good), figsize=(5 * len(good), 4), squeeze=False)
+    for ax, result in zip(axes[0], good, strict=True):
+        ax.plot(result.sizes, result.measured_busbw, "o-", label="measured", color="black")
+        ax.plot(result.sizes, result.simulated_busbw, "s--", label="ccsim", color="tab:blue")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(result.name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix
+    )
+    os.close(handle)
+    try:
+        fig.savefig(temporary, metadata={"Software": None} if path.suffix == ".png" else None)
+        os.replace(temporary, path)
+    finally:
+        plt.close(fig)
+        Path(temporary).unlink(missing_ok=True)
