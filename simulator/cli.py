@@ -12,11 +12,13 @@ from collections.abc import Sequence
 
 from . import __version__
 from .algorithms import algorithm_names, build_schedule, get_algorithm
+from .algorithms.chain import ROOTED_OPS
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
 from .cli_topology import add_topology_commands
 from .cli_validate import add_validate_command
 from .cli_workload import add_workload_commands
 from .collective import COLLECTIVE_OPS, rank_layout, run_schedule
+from .compare import CHUNK_CANDIDATES, AutoTuner, add_compare_command, parse_chunks
 from .errors import CcsimError
 from .report import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json, write_atomically
 from .topology import list_presets, load_topology
@@ -81,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--algo",
         default="ring",
         metavar="NAME",
-        help=f"algorithm: {', '.join(algorithm_names())} (default: %(default)s)",
+        help=f"algorithm: {', '.join(algorithm_names())}, or auto for the fastest at each "
+        "size, found by simulation (default: %(default)s)",
     )
     coll.add_argument(
         "--sizes",
@@ -93,10 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     coll.add_argument(
         "--chunks",
-        type=_positive_int,
+        type=parse_chunks,
         default=1,
         metavar="K",
-        help="chunks per step, sent back to back on each channel to pipeline (count, default: 1)",
+        help="chunks per step, sent back to back on each channel to pipeline (slices for "
+        "pipelined; count), or auto for the fastest of "
+        + ", ".join(map(str, CHUNK_CANDIDATES))
+        + " at each size, found by simulation (default: 1)",
+    )
+    coll.add_argument(
+        "--root",
+        type=int,
+        default=0,
+        metavar="R",
+        help="root rank of broadcast and reduce (default: 0)",
     )
     coll.add_argument(
         "--channels",
@@ -119,7 +132,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="output format: table (nccl-tests style), json or csv (default: %(default)s)",
     )
     coll.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    coll.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="also draw a Gantt chart (GPU streams, link utilisation, phases; time in "
+        "us/ms) of the LAST size of the sweep to FILE.png, .svg or .pdf",
+    )
+    coll.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write a Chrome trace-event JSON (ts/dur in microseconds; open it at "
+        "ui.perfetto.dev) of the LAST size of the sweep to FILE",
+    )
+    coll.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also write a report folder: the table (CSV, JSON, text), bandwidth and "
+        "timeline plots, the trace (LAST size), the topology file and run.json with the "
+        "command, versions and inputs; DIR must be new or empty unless --force",
+    )
+    coll.add_argument(
+        "--force",
+        action="store_true",
+        help="let --report write into a non-empty folder (its report files are replaced)",
+    )
     coll.set_defaults(handler=_cmd_collective)
+    add_compare_command(sub)
 
     topo = sub.add_parser(
         "topologies",
@@ -171,28 +209,78 @@ def _emit(text: str, out: str | None) -> None:
 
 def _cmd_collective(args: argparse.Namespace) -> None:
     sizes = parse_sizes(args.sizes)
-    get_algorithm(args.algo)
+    if args.algo != "auto":
+        get_algorithm(args.algo)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
+    drawing = args.timeline or args.trace or args.report
+    if drawing:  # matplotlib loads only when asked for; bad names fail before the sweep
+        from .viz.outputs import check_output_options, write_collective_outputs
+
+        check_output_options(
+            timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
+        )
     graph = load_topology(args.topology, args.nodes)
     layout = rank_layout(graph)
     rows = []
+    # One tuner per command: "auto" choices are cached for this sweep only.
+    tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw)
+    chosen = []
     for size in sizes:
-        schedule = build_schedule(
-            args.algo, args.op, layout, float(size), chunks=args.chunks, channels=args.channels
-        )
-        rows.append(run_schedule(graph, schedule, reduce_bandwidth=reduce_bw).row())
+        if "auto" in (args.algo, args.chunks):
+            result = tuner.simulate(
+                graph, args.op, float(size), algorithm=args.algo, chunks=args.chunks, root=args.root
+            )
+            chosen.append(f"# {size:>11}  {result.algorithm} chunks {result.params['chunks']}\n")
+        else:
+            options = {"root": args.root} if args.op in ROOTED_OPS else {}
+            schedule = build_schedule(
+                args.algo,
+                args.op,
+                layout,
+                float(size),
+                chunks=args.chunks,
+                channels=args.channels,
+                **options,
+            )
+            result = run_schedule(graph, schedule, reduce_bandwidth=reduce_bw)
+        rows.append(result.row())
+    title = (
+        f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
+        f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks} | "
+        f"channels {args.channels}"
+    )
     if args.format == "json":
         text = to_json(rows)
     elif args.format == "csv":
         text = to_csv(rows, COLLECTIVE_KEYS)
     else:
-        title = (
-            f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
-            f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks} | "
-            f"channels {args.channels}"
-        )
         text = collective_table(rows, title=title)
+        if chosen:
+            text += "# auto: size (B), algorithm and chunks chosen\n" + "".join(chosen)
     _emit(text, args.out)
+    if drawing:
+        write_collective_outputs(
+            result,
+            graph,
+            rows=rows,
+            table=collective_table(rows, title=title),
+            timeline=args.timeline,
+            trace=args.trace,
+            report=args.report,
+            force=args.force,
+            argv=getattr(args, "argv", ()),
+            inputs={
+                "op": args.op,
+                "topology": args.topology,
+                "nodes": args.nodes,
+                "algorithm": args.algo,
+                "sizes_bytes": [int(size) for size in sizes],
+                "chunks": args.chunks,
+                "channels": args.channels,
+                "reduce_bandwidth_Bps": reduce_bw,
+            },
+            topology=args.topology,
+        )
 
 
 def _cmd_topologies(args: argparse.Namespace) -> None:
@@ -202,10 +290,13 @@ def _cmd_topologies(args: argparse.Namespace) -> None:
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> None:
-    lines = []
-    for name in algorithm_names():
-        algo = get_algorithm(name)
-        lines.append(f"{name:<12} {', '.join(algo.ops):<40} {algo.description}\n")
+    algos = [(name, ", ".join(get_algorithm(name).ops)) for name in algorithm_names()]
+    name_width = max(len(name) for name, _ in algos)
+    ops_width = max(len(ops) for _, ops in algos)
+    lines = [
+        f"{name:<{name_width}}  {ops:<{ops_width}}  {get_algorithm(name).description}\n"
+        for name, ops in algos
+    ]
     _emit("".join(lines), None)
 
 
@@ -228,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ccsim`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by --report
     try:
         args.handler(args)
     except CcsimError as error:

@@ -17,6 +17,7 @@ import simpy
 
 from .algorithms import build_schedule
 from .algorithms.base import RankLayout
+from .algorithms.chain import ROOTED_OPS
 from .errors import CcsimError, unknown_choice
 from .network import FlowNetwork, NetworkStats
 from .protocol import PROTOCOLS, calibration_of
@@ -25,7 +26,14 @@ from .schedule import OPS, Schedule
 from .topology import load_topology, servers_of_ranks
 from .topology.graph import gpu_nodes
 
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+COLLECTIVE_OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+)
 
 
 def bus_factor(op: str, ranks: int) -> float:
@@ -179,6 +187,7 @@ def simulate_collective(
     chunks: int = 1,
     channels: int = 1,
     reduce_bandwidth: float | None = None,
+    root: int = 0,
 ) -> CollectiveResult:
     """Simulate one collective on a topology.
 
@@ -186,10 +195,10 @@ def simulate_collective(
     ----------
     topology : preset name, preset YAML path or networkx graph
         Where it runs; graphs follow :mod:`simulator.topology.graph`'s conventions.
-    op : {"all_reduce", "all_gather", "reduce_scatter"}
+    op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"}
     size_bytes : float
         Message size as nccl-tests counts it (for all-gather and reduce-scatter the whole
-        gathered buffer).
+        gathered buffer; for all-to-all each rank's whole send buffer).
     algorithm : str
         A registered algorithm (see :func:`simulator.algorithms.algorithm_names`).
     nodes : int, optional
@@ -199,6 +208,8 @@ def simulate_collective(
     reduce_bandwidth : float, optional
         Bytes/s of local reductions on every GPU, overriding the topology's
         ``reduce_bandwidth`` attributes (absent means infinitely fast).
+    root : int
+        Root rank of a broadcast or reduce (ignored by the other operations).
 
     Examples
     --------
@@ -210,7 +221,8 @@ def simulate_collective(
     if op not in COLLECTIVE_OPS:
         raise unknown_choice("operation", op, COLLECTIVE_OPS)
     graph = load_topology(topology, nodes)
+    options = {"root": root} if op in ROOTED_OPS else {}
     schedule = build_schedule(
-        algorithm, op, rank_layout(graph), size_bytes, chunks=chunks, channels=channels
+        algorithm, op, rank_layout(graph), size_bytes, chunks=chunks, channels=channels, **options
     )
     return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth)

@@ -27,7 +27,7 @@ import numpy as np
 
 from .errors import ScheduleError
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 
 _ARRAYS = {
     "src": np.int32,

@@ -9,9 +9,27 @@ from __future__ import annotations
 from ..errors import CcsimError, unknown_choice
 from ..schedule import Schedule
 from .base import Algorithm, RankLayout
-from .ring import Ring
+from .chain import RingWithChains
+from .direct import Direct
+from .halving_doubling import HalvingDoubling
+from .hierarchical import Hierarchical
+from .pairwise import Pairwise
+from .pipelined import Pipelined
+from .tree import Tree
 
-_ALGORITHMS: dict[str, Algorithm] = {algo.name: algo for algo in (Ring(),)}
+# The ring is registered with its broadcast/reduce chains (RingWithChains extends Ring).
+_ALGORITHMS: dict[str, Algorithm] = {
+    algo.name: algo
+    for algo in (
+        RingWithChains(),
+        Hierarchical(),
+        Pipelined(),
+        Tree(),
+        HalvingDoubling(),
+        Direct(),
+        Pairwise(),
+    )
+}
 
 
 def algorithm_names() -> list[str]:

@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from ..algorithms import build_schedule
+from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..errors import CcsimError
 from ..network import FlowNetwork, NetworkStats
@@ -247,8 +247,8 @@ class WorkloadReplay:
             for index in members:
                 self._finish(index)
             return
-        algorithm = first.algorithm or self.algorithm
         layout = self._layout(ranks)
+        algorithm = first.algorithm or self._default_algorithm(first.op, layout)
         key = (algorithm, first.op, first.nbytes, first.chunks, first.channels, layout)
         schedule = self._schedules.get(key)
         if schedule is None:
@@ -277,6 +277,15 @@ class WorkloadReplay:
             on_rank_done=rank_done,
         )
         replay.start()
+
+    def _default_algorithm(self, op: str, layout: RankLayout) -> str:
+        """The run's algorithm, or the first that can run ``op`` here (e.g. all-to-all
+        has no ring form: pairwise runs it)."""
+        preferred = [self.algorithm, "ring", "pairwise", "direct", *algorithm_names()]
+        for name in preferred:
+            if name in algorithm_names() and get_algorithm(name).unsupported(op, layout) is None:
+                return name
+        return self.algorithm  # build_schedule then explains what can run it
 
     def _launch_pair(self, k: int) -> None:
         send, recv = self.workload.pairs[k]

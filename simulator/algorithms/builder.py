@@ -1,0 +1,294 @@
+"""Helpers shared by the algorithm modules: an op buffer, dependency trackers, ring phases.
+
+Algorithms emit ops in *batches* (numpy arrays of ops that belong to one step and chunk)
+into an :class:`OpBuffer`, which assigns consecutive op ids and assembles the CSR
+dependency arrays once at the end. Two trackers compute the usual dependencies:
+
+* :class:`LastWriter` remembers, for every (rank, block), the op that last delivered the
+  block to the rank. An op that sends a block depends on it being *done* (the data has
+  arrived and been reduced): a read-after-write dependency. An op that delivers a block
+  also waits for the receiver's previous delivery of it, so the writes into one block
+  are in order and the last one stands for all (a rank that receives a fold and then a
+  reduction into the same block forwards it only after both).
+* :class:`Fifo` remembers, for every (rank, stream), the op that rank last sent on the
+  stream. The next op on the stream depends on it being *sent* (the link is free): the
+  ops of a stream leave one after another, as chunks do on one NCCL channel. When a
+  batch holds several ops from one rank on one stream (a step that moves several blocks
+  to the same peer at once) they run side by side and finish together, so any one of
+  them stands for the group.
+
+:func:`ring_phase` expands a reduce-scatter or all-gather over many rings at once, and
+:func:`replicate_channels` turns a one-channel schedule into ``C`` independent copies,
+each carrying 1/C of the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import CcsimError
+from ..schedule import Schedule
+
+#: "No dependency" in dependency columns.
+NONE = -1
+
+_FIELDS = ("src", "dst", "segment", "nbytes", "reduce", "step", "chunk")
+
+
+class OpBuffer:
+    """Collects batches of ops and their dependencies; :meth:`schedule` assembles them."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._parts: dict[str, list[np.ndarray]] = {name: [] for name in _FIELDS}
+        self._dep_idx: list[np.ndarray] = []
+        self._dep_sent: list[np.ndarray] = []
+        self._dep_count: list[np.ndarray] = []
+
+    def add(
+        self,
+        src: Any,
+        dst: Any,
+        segment: Any,
+        nbytes: Any,
+        *,
+        reduce: bool | np.ndarray,
+        step: int | np.ndarray,
+        chunk: int | np.ndarray = 0,
+        deps: Sequence[tuple[Any, bool]] = (),
+    ) -> np.ndarray:
+        """Append one batch of ops; return their ids.
+
+        Parameters
+        ----------
+        src, dst, segment, nbytes : array-like or scalar
+            Broadcast to a common length (the batch size).
+        reduce, step, chunk : bool / int or arrays
+            Per-op flags and labels, broadcast likewise.
+        deps : sequence of (ids, sent)
+            Dependency columns: ``ids`` (one per op, :data:`NONE` for none) and whether
+            the op waits for them to be *sent* (True) or *done* (False).
+        """
+        src = np.asarray(src).ravel()
+        arrays = np.broadcast_arrays(
+            src,
+            np.asarray(dst).ravel(),
+            np.asarray(segment).ravel(),
+            np.asarray(nbytes, dtype=float).ravel(),
+            np.asarray(reduce, dtype=bool).ravel(),
+            np.asarray(step).ravel(),
+            np.asarray(chunk).ravel(),
+        )
+        m = len(arrays[0])
+        for name, values in zip(_FIELDS, arrays, strict=True):
+            self._parts[name].append(np.array(values))
+        if deps:
+            table = np.stack(
+                [np.broadcast_to(np.asarray(ids, dtype=np.int64).ravel(), (m,)) for ids, _ in deps],
+                axis=1,
+            )
+            kinds = np.broadcast_to(np.array([sent for _, sent in deps], dtype=bool), table.shape)
+            has = table >= 0
+            self._dep_idx.append(table[has].astype(np.int32))
+            self._dep_sent.append(kinds[has])
+            self._dep_count.append(has.sum(axis=1))
+        else:
+            self._dep_count.append(np.zeros(m, dtype=np.int64))
+        ids = np.arange(self.n, self.n + m, dtype=np.int64)
+        self.n += m
+        return ids
+
+    def schedule(
+        self,
+        *,
+        op: str,
+        algorithm: str,
+        ranks: int,
+        size_bytes: float,
+        segment_owner: np.ndarray,
+        params: dict[str, Any],
+    ) -> Schedule:
+        """The :class:`~simulator.schedule.Schedule` made of every batch added so far."""
+
+        def joined(name: str, dtype) -> np.ndarray:
+            parts = self._parts[name]
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+        dep_ptr = np.zeros(self.n + 1, dtype=np.int64)
+        if self._dep_count:
+            np.cumsum(np.concatenate(self._dep_count), out=dep_ptr[1:])
+        return Schedule(
+            op=op,
+            algorithm=algorithm,
+            ranks=ranks,
+            size_bytes=float(size_bytes),
+            src=joined("src", np.int32),
+            dst=joined("dst", np.int32),
+            nbytes=joined("nbytes", np.float64),
+            segment=joined("segment", np.int32),
+            reduce=joined("reduce", np.bool_),
+            dep_ptr=dep_ptr,
+            dep_idx=np.concatenate(self._dep_idx) if self._dep_idx else np.zeros(0, np.int32),
+            dep_sent=np.concatenate(self._dep_sent) if self._dep_sent else np.zeros(0, bool),
+            segment_owner=np.asarray(segment_owner, dtype=np.int32),
+            step=joined("step", np.int32),
+            chunk=joined("chunk", np.int32),
+            params=params,
+        )
+
+
+class LastWriter:
+    """The op that last delivered each block to each rank (:data:`NONE`: initial data).
+
+    Blocks are numbered ``0..blocks-1`` locally; an algorithm with independent groups of
+    blocks (pipeline slices) can use one tracker per group and drop it when done.
+    """
+
+    def __init__(self, ranks: int, blocks: int) -> None:
+        self.table = np.full((ranks, blocks), NONE, dtype=np.int64)
+
+    def columns(self, src: np.ndarray, dst: np.ndarray, blocks: np.ndarray) -> list:
+        """Dependency columns of transfers of ``blocks`` from ``src`` to ``dst``.
+
+        The data must have arrived at the sender, and the receiver's previous write of
+        the block must be done.
+        """
+        return [(self.table[src, blocks], False), (self.table[dst, blocks], False)]
+
+    def record(self, ranks: np.ndarray, blocks: np.ndarray, ops: np.ndarray) -> None:
+        """``ops`` deliver ``blocks`` to ``ranks``."""
+        self.table[ranks, blocks] = ops
+
+
+class Fifo:
+    """The op each rank last sent on each stream (a channel, a peer, a link class)."""
+
+    def __init__(self, ranks: int, streams: int = 1) -> None:
+        self.last = np.full((ranks, streams), NONE, dtype=np.int64)
+
+    def deps(self, src: np.ndarray, stream: int | np.ndarray = 0) -> np.ndarray:
+        """Ops that must be sent before ``src`` sends again on ``stream``."""
+        return self.last[src, stream]
+
+    def record(self, src: np.ndarray, ops: np.ndarray, stream: int | np.ndarray = 0) -> None:
+        """``ops`` are now the last ops of ``src`` on ``stream``."""
+        self.last[src, stream] = ops
+
+
+def ring_phase(
+    buf: OpBuffer,
+    writer: LastWriter,
+    fifo: Fifo,
+    rings: np.ndarray,
+    blocks: np.ndarray,
+    block_bytes: float,
+    *,
+    reduce: bool,
+    stream: int = 0,
+    segment_base: int = 0,
+    step0: int = 0,
+    chunk0: int = 0,
+    after: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """Emit a ring reduce-scatter (``reduce``) or all-gather on many rings at once.
+
+    ``rings[q]`` lists the ranks of ring ``q`` in ring order (m positions). Position
+    ``i`` sends to position ``i + 1``. ``blocks[q, b, k]`` are the local block ids (of
+    ``block_bytes`` each) that make up chunk ``k`` of ring block ``b``; a chunk may
+    consist of several blocks, which then travel side by side.
+
+    Reduce-scatter: at step ``s`` position ``i`` sends ring block ``i - s - 1`` and the
+    receiver reduces it; after m-1 steps position ``i`` holds ring block ``i`` reduced
+    over the ring. All-gather: position ``i`` starts with ring block ``i`` and at step
+    ``s`` sends ring block ``i - s``. Each step sends its K chunks one after another on
+    ``stream``. Ops are labelled step ``step0 + s`` and chunk ``chunk0 + k``.
+
+    Phases follow one another as messages do: a rank's step-0 sends of chunk k also
+    wait for the ops ``after[rank, k]`` (the previous phase's last messages into the
+    rank, :data:`NONE`-padded), even for blocks it already holds. Returns the same kind
+    of array for this phase (its last step's ops, by receiver and chunk), to pass on.
+    """
+    n_rings, m = rings.shape
+    n_chunks, width = blocks.shape[2:]
+    if m < 2:
+        return after
+    received = np.full((int(rings.max()) + 1, n_chunks, width), NONE, dtype=np.int64)
+    positions = np.arange(m)
+    ring_index = np.arange(n_rings)[:, None]
+    dst = np.roll(rings, -1, axis=1)
+    for s in range(m - 1):
+        sent = (positions - s - 1) % m if reduce else (positions - s) % m
+        for k in range(n_chunks):
+            local = blocks[ring_index, sent[None, :], k]  # (rings, m, blocks per chunk)
+            src_ops = np.broadcast_to(rings[:, :, None], local.shape).ravel()
+            dst_ops = np.broadcast_to(dst[:, :, None], local.shape).ravel()
+            local = local.ravel()
+            deps = [*writer.columns(src_ops, dst_ops, local), (fifo.deps(src_ops, stream), True)]
+            if s == 0 and after is not None:
+                waits = after[src_ops, k]
+                deps += [(waits[:, c], False) for c in range(waits.shape[1])]
+            ids = buf.add(
+                src_ops,
+                dst_ops,
+                local + segment_base,
+                block_bytes,
+                reduce=reduce,
+                step=step0 + s,
+                chunk=chunk0 + k,
+                deps=deps,
+            )
+            writer.record(dst_ops, local, ids)
+            fifo.record(src_ops, ids, stream)
+            if s == m - 2:
+                received[dst[:, :, None], k, np.arange(width)] = ids.reshape(n_rings, m, width)
+    return received
+
+
+def replicate_channels(schedule: Schedule, channels: int, size_bytes: float) -> Schedule:
+    """``channels`` independent copies of a one-channel ``schedule``, one per channel.
+
+    Copy ``c`` has its own blocks (ids shifted by ``c`` x blocks) and ops, labelled
+    channel ``c``; ``schedule`` must have been built for ``size_bytes / channels``.
+    """
+    if channels == 1:
+        schedule.size_bytes = float(size_bytes)
+        schedule.params["channels"] = 1
+        return schedule
+    n, n_deps, n_blocks = schedule.n_ops, len(schedule.dep_idx), schedule.n_segments
+    copies = np.arange(channels, dtype=np.int64)[:, None]
+
+    def tile(values: np.ndarray) -> np.ndarray:
+        return np.tile(values, channels)
+
+    dep_ptr = np.empty(channels * n + 1, dtype=np.int64)
+    dep_ptr[:-1] = (schedule.dep_ptr[:-1][None, :] + copies * n_deps).ravel()
+    dep_ptr[-1] = channels * n_deps
+    return Schedule(
+        op=schedule.op,
+        algorithm=schedule.algorithm,
+        ranks=schedule.ranks,
+        size_bytes=float(size_bytes),
+        src=tile(schedule.src),
+        dst=tile(schedule.dst),
+        nbytes=tile(schedule.nbytes),
+        segment=(schedule.segment[None, :] + copies * n_blocks).ravel(),
+        reduce=tile(schedule.reduce),
+        dep_ptr=dep_ptr,
+        dep_idx=(schedule.dep_idx[None, :] + copies * n).ravel(),
+        dep_sent=tile(schedule.dep_sent),
+        segment_owner=tile(schedule.segment_owner),
+        channel=np.repeat(np.arange(channels, dtype=np.int32), n),
+        step=tile(schedule.step),
+        chunk=tile(schedule.chunk),
+        params={**schedule.params, "channels": channels},
+    )
+
+
+def check_root(root: object, ranks: int) -> int:
+    """Validate the root rank of a broadcast or reduce."""
+    if isinstance(root, bool) or not isinstance(root, int | np.integer) or not 0 <= root < ranks:
+        raise CcsimError(f"--root must be a rank from 0 to {ranks - 1}, got {root!r}")
+    return int(root)

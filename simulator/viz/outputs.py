@@ -1,0 +1,373 @@
+"""Output files of ``ccsim collective``: ``--timeline``, ``--trace`` and ``--report DIR``.
+
+A report folder holds everything needed to read and to rerun a sweep:
+
+========================  ===============================================================
+``results.csv``/``.json``  the table, one row per size (the ``--format csv/json`` output)
+``table.txt``             the nccl-tests style table
+``bandwidth.png``         time and bus bandwidth against size
+``timeline.png``          Gantt chart of the last size of the sweep
+``trace.json``            Perfetto / Chrome trace of the last size
+``topology.<ext>``        the preset or graph file the topology came from (if a file)
+``run.json``              argv, the command, ccsim and library versions, the inputs and
+                          a summary of the resolved topology (with a SHA-256 of the graph)
+``README.md``             the same for people: what was run, how to rerun it
+========================  ===============================================================
+
+Every file is written atomically (:mod:`simulator.viz.atomic`); ``run.json`` is written
+last, so a folder that has it is complete. A non-empty folder is refused unless
+``force`` is given (files of the same names are then replaced; others are left alone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shlex
+import shutil
+from collections import Counter as Tally
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from ..collective import CollectiveResult
+from ..errors import CcsimError
+from ..report import COLLECTIVE_KEYS, to_csv, to_json
+from ..topology.graph import gpu_nodes
+from .atomic import atomic_open, write_bytes_atomically, write_text_atomically
+from .collective import collective_timeline
+from .perfetto import save_trace
+from .plots import bandwidth_figure, size_label
+from .timeline import figure_bytes, image_format, timeline_figure
+
+#: Files of a report folder and what they hold.
+REPORT_FILES = {
+    "results.csv": "the table as CSV",
+    "results.json": "the table as JSON",
+    "table.txt": "the nccl-tests style table",
+    "bandwidth.png": "time and bus bandwidth against message size",
+    "timeline.png": "Gantt chart of the last size of the sweep",
+    "trace.json": "Perfetto trace of the last size (open at https://ui.perfetto.dev)",
+    "run.json": "command, versions, inputs and topology summary, to rerun",
+    "README.md": "this summary",
+}
+
+_PACKAGES = ("ccsim", "numpy", "simpy", "networkx", "matplotlib", "pyyaml")
+
+
+def check_report_dir(path: str | Path, *, force: bool = False) -> Path:
+    """Check that a report can go to ``path``: absent, an empty folder, or ``force``.
+
+    Raises :class:`~simulator.errors.CcsimError` (one line, naming the fix) otherwise.
+    Nothing is created here: the folder is made when the report is written.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise CcsimError(f"--report {str(path)!r} is a file; give a folder name")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise CcsimError(
+            f"--report folder {str(path)!r} is not empty; choose a new folder or add "
+            "--force to overwrite the report files in it"
+        )
+    return path
+
+
+def topology_summary(graph: nx.Graph) -> dict[str, Any]:
+    """Counts, link types and a SHA-256 of ``graph`` (attributes included).
+
+    The hash is over a canonical listing of nodes and edges with their attributes, so
+    two runs with the same hash ran on the same topology.
+
+    >>> from simulator.topology import ring_graph
+    >>> s = topology_summary(ring_graph(4, 1e9, 1e-6))
+    >>> s["gpus"], s["nodes"], s["links"][0]["count"], s["links"][0]["bandwidth_GBps"]
+    (4, {'gpu': 4}, 4, [1.0])
+    """
+    kind = {node: str(data.get("kind", "")) for node, data in graph.nodes(data=True)}
+    servers = {graph.nodes[node].get("server") for node in gpu_nodes(graph)} - {None}
+    groups: dict[tuple[str, str], dict[str, set]] = {}
+    counts: Tally = Tally()
+    for u, v, data in graph.edges(data=True):
+        ends = "-".join(sorted((kind[u], kind[v])))
+        key = (str(data.get("link", "")), ends)
+        counts[key] += 1
+        entry = groups.setdefault(key, {"bandwidth": set(), "latency": set()})
+        entry["bandwidth"].add(float(data["bandwidth"]) / 1e9)
+        entry["latency"].add(float(data.get("latency", 0.0)) * 1e6)
+    canonical = json.dumps(
+        {
+            "directed": graph.is_directed(),
+            "graph": {str(k): v for k, v in graph.graph.items()},
+            "nodes": sorted([str(n), sorted(d.items())] for n, d in graph.nodes(data=True)),
+            "edges": sorted(
+                [*sorted([str(u), str(v)]), sorted(d.items())] for u, v, d in graph.edges(data=True)
+            ),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return {
+        "name": str(graph.graph.get("name", "")),
+        "directed": graph.is_directed(),
+        "gpus": len(gpu_nodes(graph)),
+        "servers": len(servers),
+        "nodes": dict(sorted(Tally(kind.values()).items())),
+        "links": [
+            {
+                "link": link,
+                "ends": ends,
+                "count": counts[(link, ends)],
+                "bandwidth_GBps": sorted(groups[(link, ends)]["bandwidth"]),
+                "latency_us": sorted(groups[(link, ends)]["latency"]),
+            }
+            for link, ends in sorted(groups)
+        ],
+        "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+    }
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _topology_file(topology: Any) -> Path | None:
+    """The file a ``--topology`` value was read from: a path, or a bundled preset."""
+    if isinstance(topology, nx.Graph) or topology is None:
+        return None
+    path = Path(str(topology))
+    if path.is_file():
+        return path
+    try:
+        from ..topology.presets import preset_files
+
+        return preset_files().get(str(topology))
+    except Exception:  # the report is still useful without the copy
+        return None
+
+
+def write_collective_report(
+    directory: str | Path,
+    *,
+    rows: Sequence[Mapping[str, Any]],
+    result: CollectiveResult,
+    graph: nx.Graph,
+    table: str,
+    argv: Sequence[str] = (),
+    inputs: Mapping[str, Any] | None = None,
+    topology: Any = None,
+    force: bool = False,
+) -> list[Path]:
+    """Write a report folder (see the module docstring); return the files written.
+
+    Parameters
+    ----------
+    directory : path
+        The folder; created if absent. Refused if not empty, unless ``force``.
+    rows : sequence of mappings
+        The sweep's result rows (:meth:`CollectiveResult.row`).
+    result : CollectiveResult
+        The run drawn in the timeline and trace (the CLI passes the last size).
+    graph : networkx graph
+        The topology it ran on.
+    table : str
+        The nccl-tests style table text.
+    argv : sequence of str
+        The command's arguments after ``ccsim``.
+    inputs : mapping, optional
+        The resolved inputs (op, sizes in bytes, options), recorded in ``run.json``.
+    topology : str, path or graph, optional
+        What ``--topology`` named: its file is copied into the folder.
+    """
+    directory = check_report_dir(directory, force=force)
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def put(name: str, data: str | bytes) -> None:
+        target = directory / name
+        if isinstance(data, bytes):
+            write_bytes_atomically(target, data)
+        else:
+            write_text_atomically(target, data)
+        written.append(target)
+
+    put("results.csv", to_csv(rows, COLLECTIVE_KEYS))
+    put("results.json", to_json(rows))
+    put("table.txt", table)
+    title = f"{result.algorithm} {result.op} · {result.ranks} ranks"
+    put("bandwidth.png", figure_bytes(bandwidth_figure(rows, title=title), "png"))
+    timeline = collective_timeline(result, graph)
+    put("timeline.png", figure_bytes(timeline_figure(timeline), "png"))
+    save_trace(timeline, directory / "trace.json")
+    written.append(directory / "trace.json")
+    source = _topology_file(topology)
+    copied = None
+    if source is not None:
+        copied = f"topology{source.suffix}"
+        with atomic_open(directory / copied, "wb") as stream, source.open("rb") as original:
+            shutil.copyfileobj(original, stream)
+        written.append(directory / copied)
+
+    command = "ccsim " + shlex.join(argv) if argv else ""
+    summary = topology_summary(graph)
+    run = {
+        "command": command,
+        "argv": list(argv),
+        "versions": _versions(),
+        "inputs": dict(inputs or {}),
+        "timeline_size_bytes": result.size_bytes,
+        "topology": {
+            "source": str(topology) if topology is not None else None,
+            "file": copied,
+            **summary,
+        },
+        "files": {
+            p.name: REPORT_FILES.get(p.name, "topology file --topology named") for p in written
+        },
+    }
+    readme = _readme(command, run, rows, table)
+    put("README.md", readme)
+    run["files"]["README.md"] = REPORT_FILES["README.md"]
+    run["files"]["run.json"] = REPORT_FILES["run.json"]
+    put("run.json", json.dumps(run, indent=2, default=str) + "\n")
+    return written
+
+
+def _readme(command: str, run: Mapping[str, Any], rows, table: str) -> str:
+    topo = run["topology"]
+    versions = ", ".join(f"{k} {v}" for k, v in run["versions"].items())
+    lines = [
+        "# ccsim report",
+        "",
+        "## Command",
+        "",
+        "```bash",
+        command or "(called from Python; see run.json for the inputs)",
+        "```",
+        "",
+        f"Versions: {versions}.",
+        "",
+        "To rerun, install the same ccsim version and run the command from the folder it was",
+        "run in. "
+        + (
+            f"`{topo['file']}` is the topology file it read; pass "
+            f"`--topology {topo['file']}` if the preset has changed since."
+            if topo.get("file")
+            else ""
+        ),
+        "",
+        "## Topology",
+        "",
+        f"{topo['name'] or 'graph'}: {topo['gpus']} GPUs, {topo['servers']} server(s); nodes "
+        + ", ".join(f"{n} {k}" for k, n in topo["nodes"].items())
+        + f". SHA-256 of the graph: `{topo['sha256']}`.",
+        "",
+        "| link | ends | count | bandwidth (GB/s per direction) | latency (us) |",
+        "|---|---|---|---|---|",
+    ]
+    for link in topo["links"]:
+        lines.append(
+            f"| {link['link']} | {link['ends']} | {link['count']} | "
+            f"{', '.join(f'{b:g}' for b in link['bandwidth_GBps'])} | "
+            f"{', '.join(f'{x:g}' for x in link['latency_us'])} |"
+        )
+    lines += [
+        "",
+        "## Results",
+        "",
+        "```text",
+        table.rstrip("\n"),
+        "```",
+        "",
+        "![bandwidth](bandwidth.png)",
+        "",
+        f"## Timeline of the last size ({size_label(run['timeline_size_bytes'])}, "
+        f"{run['timeline_size_bytes']:.0f} bytes)",
+        "",
+        "![timeline](timeline.png)",
+        "",
+        "`trace.json` opens in https://ui.perfetto.dev.",
+        "",
+        "## Files",
+        "",
+    ]
+    for name, text in run["files"].items():
+        lines.append(f"- `{name}`: {text}")
+    lines += ["- `README.md`: this summary", "- `run.json`: " + REPORT_FILES["run.json"], ""]
+    return "\n".join(lines)
+
+
+def check_output_options(
+    *,
+    timeline: str | None = None,
+    trace: str | None = None,
+    report: str | None = None,
+    force: bool = False,
+) -> None:
+    """Check ``--timeline``, ``--trace`` and ``--report`` before any simulation runs.
+
+    Raises :class:`~simulator.errors.CcsimError` naming the option and the fix, so a bad
+    output name fails at once rather than after a long sweep.
+    """
+    if timeline:
+        image_format(timeline)
+    for option, value in (("--timeline", timeline), ("--trace", trace)):
+        if not value:
+            continue
+        path = Path(value)
+        folder = path.parent if str(path.parent) else Path(".")
+        if path.is_dir():
+            raise CcsimError(f"{option} {value!r} is a folder; give a file name")
+        if not folder.is_dir():
+            raise CcsimError(f"{option} {value!r}: folder {str(folder)!r} does not exist")
+    if report:
+        check_report_dir(report, force=force)
+
+
+def write_collective_outputs(
+    result: CollectiveResult,
+    graph: nx.Graph,
+    *,
+    rows: Sequence[Mapping[str, Any]],
+    table: str,
+    timeline: str | None = None,
+    trace: str | None = None,
+    report: str | None = None,
+    force: bool = False,
+    argv: Sequence[str] = (),
+    inputs: Mapping[str, Any] | None = None,
+    topology: Any = None,
+) -> None:
+    """Write what ``--timeline``, ``--trace`` and ``--report`` ask for, each atomically.
+
+    ``result`` is the run drawn (the CLI passes the sweep's last size); the other
+    arguments are those of :func:`write_collective_report`.
+    """
+    if timeline or trace:
+        records = collective_timeline(result, graph)
+        if timeline:
+            fig = timeline_figure(records)
+            write_bytes_atomically(timeline, figure_bytes(fig, image_format(timeline)))
+        if trace:
+            save_trace(records, trace)
+    if report:
+        write_collective_report(
+            report,
+            rows=rows,
+            result=result,
+            graph=graph,
+            table=table,
+            argv=argv,
+            inputs=inputs,
+            topology=topology,
+            force=force,
+        )

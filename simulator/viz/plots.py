@@ -1,0 +1,97 @@
+"""Plots of result tables: time and bus bandwidth against message size.
+
+Rows are the summary rows of :meth:`simulator.CollectiveResult.row` (``--format json``
+objects): ``op, algorithm, ranks, size_bytes, time_us, algbw_GBps, busbw_GBps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from ..errors import CcsimError
+
+_COLORS = ("#1f78b4", "#d95f02", "#33a02c", "#7570b3", "#e7298a", "#a6761d", "#666666")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def size_label(size: float, _position: Any = None) -> str:
+    """A byte count the way nccl-tests' users write it: 8B, 64K, 1M, 4G (binary).
+
+    >>> size_label(8), size_label(65536), size_label(3 * 2**30)
+    ('8B', '64K', '3G')
+    """
+    for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g}{unit}"
+    return f"{size:.3g}B"
+
+
+def bandwidth_figure(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    by: str = "algorithm",
+    width: int = 1200,
+    height: int = 450,
+    dpi: int = 100,
+    title: str = "",
+) -> Figure:
+    """Time (log-log) and bus bandwidth against size, one line per value of ``by``.
+
+    Parameters
+    ----------
+    rows : sequence of mappings
+        Result rows with ``size_bytes``, ``time_us``, ``busbw_GBps`` and the ``by`` key.
+    by : str
+        Row key whose values make the lines (``"algorithm"``, ``"op"``...).
+    width, height, dpi : int
+        Image size in pixels and resolution.
+
+    Examples
+    --------
+    >>> rows = [{"algorithm": "ring", "size_bytes": s, "time_us": s / 1e3, "busbw_GBps": 1.0}
+    ...         for s in (1024, 2048)]
+    >>> [round(v) for v in bandwidth_figure(rows).get_size_inches() * 100]
+    [1200, 450]
+    """
+    if not rows:
+        raise CcsimError("no rows to plot")
+    lines: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        lines.setdefault(str(row[by]), []).append(row)
+    fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi)
+    fig.patch.set_facecolor("white")
+    left = fig.add_axes((0.07, 0.14, 0.39, 0.74))
+    right = fig.add_axes((0.57, 0.14, 0.39, 0.74))
+    for i, (name, members) in enumerate(lines.items()):
+        members = sorted(members, key=lambda r: r["size_bytes"])
+        sizes = [r["size_bytes"] for r in members]
+        style = {
+            "color": _COLORS[i % len(_COLORS)],
+            "marker": _MARKERS[i % len(_MARKERS)],
+            "ms": 4,
+            "lw": 1.5,
+            "label": name,
+        }
+        left.plot(sizes, [r["time_us"] for r in members], **style)
+        right.plot(sizes, [r["busbw_GBps"] for r in members], **style)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(LogLocator(base=4))
+        ax.xaxis.set_major_formatter(FuncFormatter(size_label))
+        ax.set_xlabel("message size (bytes, binary units)", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(color="#dddddd", lw=0.5)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    left.set_yscale("log")
+    left.set_ylabel("time (us)", fontsize=9)
+    right.set_ylabel("bus bandwidth (GB/s, 1e9 B/s)", fontsize=9)
+    right.set_ylim(bottom=0)
+    right.legend(fontsize=8, frameon=False, loc="upper left")
+    if title:
+        fig.text(0.07, 0.97, title, ha="left", va="top", fontsize=10, fontweight="bold")
+    return fig

@@ -1,0 +1,296 @@
+"""Timeline records: the plain data every plot and trace writer draws from.
+
+A timeline is what happened on which track and when, independent of what produced it
+(a collective replay today, a workload replay later):
+
+* :class:`Span` — one interval of activity on a track: ``(track, start_s, end_s, kind,
+  label, args)``. ``track`` names a row (a GPU stream such as ``"rank 3"``, a link),
+  ``kind`` picks the colour (``"reduce"``, ``"copy"``, ``"compute"``...), ``label`` is the
+  text a trace viewer shows, ``args`` extra numbers (bytes, bandwidth) shown on click.
+* :class:`Track` — a row's metadata: the ``group`` it belongs to (a server: one process
+  in Perfetto), the ``section`` of the plot it goes in (``"streams"`` or ``"links"``)
+  and the ``category`` rows are merged by when there are too many to draw one by one.
+* :class:`Counter` — a value over time on a track, as a step function (link
+  utilisation, a queue length): ``value[i]`` holds from ``time_s[i]`` until
+  ``time_s[i + 1]``.
+* :class:`Phase` — a named stretch of time (reduce-scatter, all-gather; forward,
+  backward) drawn as a labelled band.
+
+:class:`Timeline` holds spans as columns (numpy arrays; strings as codes into a list),
+so a million transfers cost a few arrays rather than a million objects. Build one from
+plain tuples with :meth:`Timeline.from_spans`; read it back with :meth:`Timeline.spans`.
+Times are in seconds throughout; writers convert (Perfetto wants microseconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import CcsimError
+
+#: Plot sections, top to bottom.
+SECTIONS = ("streams", "links")
+
+
+class Span(NamedTuple):
+    """One interval of activity on a track (times in seconds)."""
+
+    track: str
+    start_s: float
+    end_s: float
+    kind: str
+    label: str = ""
+    args: Mapping[str, Any] | None = None
+
+
+class Track(NamedTuple):
+    """A row of the timeline.
+
+    ``group`` is the machine it belongs to (a Perfetto process; ``""`` for none),
+    ``section`` one of :data:`SECTIONS`, ``category`` what rows merge into when a plot
+    has too many (``""``: the track's own name).
+    """
+
+    name: str
+    group: str = ""
+    section: str = "streams"
+    category: str = ""
+
+
+class Counter(NamedTuple):
+    """A step function on a track: ``value[i]`` from ``time_s[i]`` to ``time_s[i + 1]``.
+
+    ``unit`` names the value (``"fraction"`` for utilisation: 0 to 1).
+    """
+
+    track: str
+    time_s: np.ndarray
+    value: np.ndarray
+    unit: str = "fraction"
+
+
+class Phase(NamedTuple):
+    """A named stretch of time, e.g. the reduce-scatter half of a ring all-reduce."""
+
+    name: str
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class Timeline:
+    """Spans in columns, with their tracks, counters and phases.
+
+    Span ``i`` is on ``tracks[track[i]]``, from ``start_s[i]`` to ``end_s[i]``, of kind
+    ``kinds[kind[i]]`` with label ``labels[label[i]]``; ``args[key][i]`` are its extra
+    values (NaN or None where a span has none). Build with :meth:`from_spans` unless you
+    already hold columns.
+
+    Examples
+    --------
+    >>> t = Timeline.from_spans([("rank 0", 0.0, 1e-6, "copy", "step 0", {"bytes": 100})])
+    >>> [s.track for s in t.spans()], t.end_s.tolist(), t.args["bytes"].tolist()
+    (['rank 0'], [1e-06], [100])
+    """
+
+    tracks: list[Track]
+    track: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    kinds: list[str]
+    kind: np.ndarray
+    labels: list[str]
+    label: np.ndarray
+    args: dict[str, np.ndarray] = field(default_factory=dict)
+    counters: list[Counter] = field(default_factory=list)
+    phases: list[Phase] = field(default_factory=list)
+    title: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.start_s)
+        self.track = np.asarray(self.track, dtype=np.int64)
+        self.start_s = np.asarray(self.start_s, dtype=float)
+        self.end_s = np.asarray(self.end_s, dtype=float)
+        self.kind = np.asarray(self.kind, dtype=np.int64)
+        self.label = np.asarray(self.label, dtype=np.int64)
+        for name in ("track", "end_s", "kind", "label"):
+            if len(getattr(self, name)) != n:
+                raise CcsimError(
+                    f"timeline column {name!r} has {len(getattr(self, name))} "
+                    f"entries; expected one per span ({n})"
+                )
+        for key, column in self.args.items():
+            if len(column) != n:
+                raise CcsimError(f"timeline args[{key!r}] has {len(column)} entries; expected {n}")
+        if n and (self.track.min() < 0 or self.track.max() >= len(self.tracks)):
+            raise CcsimError("timeline span names a track index outside 'tracks'")
+        bad = np.flatnonzero(~(self.end_s >= self.start_s))
+        if len(bad):
+            raise CcsimError(
+                f"timeline span {bad[0]} on {self.tracks[self.track[bad[0]]].name!r} ends "
+                f"before it starts ({self.start_s[bad[0]]} s > {self.end_s[bad[0]]} s)"
+            )
+        for track in self.tracks:
+            if track.section not in SECTIONS:
+                raise CcsimError(
+                    f"track {track.name!r} has section {track.section!r}; use one of "
+                    + ", ".join(SECTIONS)
+                )
+        known = {track.name for track in self.tracks}
+        for counter in self.counters:
+            if counter.track not in known:
+                raise CcsimError(f"counter on unknown track {counter.track!r}; add it to tracks")
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def from_spans(
+        cls,
+        spans: Iterable[Span | Sequence[Any]],
+        *,
+        tracks: Sequence[Track | str] = (),
+        counters: Sequence[Counter] = (),
+        phases: Sequence[Phase] = (),
+        title: str = "",
+        meta: Mapping[str, Any] | None = None,
+    ) -> Timeline:
+        """A timeline from plain records ``(track, start_s, end_s, kind, label, args)``.
+
+        ``label`` and ``args`` may be left out. Tracks not listed in ``tracks`` are added
+        in order of first appearance (group ``""``, section ``"streams"``).
+        """
+        spans = [Span(*record) for record in spans]
+        track_list = [Track(t) if isinstance(t, str) else Track(*t) for t in tracks]
+        index = {t.name: i for i, t in enumerate(track_list)}
+        for span in spans:
+            if span.track not in index:
+                index[span.track] = len(track_list)
+                track_list.append(Track(span.track))
+        for counter in counters:
+            if counter.track not in index:
+                index[counter.track] = len(track_list)
+                track_list.append(Track(counter.track, section="links"))
+        kinds: dict[str, int] = {}
+        labels: dict[str, int] = {}
+        keys: dict[str, None] = {}
+        for span in spans:
+            kinds.setdefault(span.kind, len(kinds))
+            labels.setdefault(span.label, len(labels))
+            keys.update(dict.fromkeys(span.args or ()))
+        args = {}
+        for key in keys:
+            values = [None if not s.args or key not in s.args else s.args[key] for s in spans]
+            column = np.array(values, dtype=object)
+            if all(
+                isinstance(v, int | float | np.number) and not isinstance(v, bool) for v in values
+            ):
+                column = np.array(values)
+            args[key] = column
+        return cls(
+            tracks=track_list,
+            track=np.array([index[s.track] for s in spans], dtype=np.int64),
+            start_s=np.array([s.start_s for s in spans], dtype=float),
+            end_s=np.array([s.end_s for s in spans], dtype=float),
+            kinds=list(kinds),
+            kind=np.array([kinds[s.kind] for s in spans], dtype=np.int64),
+            labels=list(labels),
+            label=np.array([labels[s.label] for s in spans], dtype=np.int64),
+            args=args,
+            counters=list(counters),
+            phases=[Phase(*p) for p in phases],
+            title=title,
+            meta=dict(meta or {}),
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.start_s)
+
+    def span_args(self, i: int) -> dict[str, Any]:
+        """The args of span ``i`` as plain Python values (absent ones left out)."""
+        return next(self.iter_args([i]))
+
+    def iter_args(self, indices: Sequence[int] | np.ndarray) -> Iterator[dict[str, Any]]:
+        """The args of each span in ``indices`` as plain Python values.
+
+        Values that are None or NaN are left out; floats holding whole numbers (byte
+        counts, ranks stored in float columns) come out as ints.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        columns = [(key, column[indices].tolist()) for key, column in self.args.items()]
+        for position in range(len(indices)):
+            out = {}
+            for key, values in columns:
+                value = values[position]
+                if value is None or value != value:  # None or NaN
+                    continue
+                if type(value) is float and value.is_integer() and abs(value) < 2**53:
+                    value = int(value)
+                out[key] = value
+            yield out
+
+    def spans(self) -> Iterator[Span]:
+        """The spans as :class:`Span` records, in storage order."""
+        for i in range(len(self)):
+            yield Span(
+                self.tracks[self.track[i]].name,
+                float(self.start_s[i]),
+                float(self.end_s[i]),
+                self.kinds[self.kind[i]],
+                self.labels[self.label[i]],
+                self.span_args(i),
+            )
+
+    def lanes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lanes that keep the spans of each track from overlapping.
+
+        Returns ``(lane, count)``: span ``i`` goes in lane ``lane[i]`` of its track, and
+        track ``t`` needs ``count[t]`` lanes (1 when its spans follow one another, the
+        usual case; a span may start exactly when the one before it ends). Trace viewers
+        need this (slices of one thread must nest), and so do Gantt rows.
+        """
+        lane = np.zeros(len(self), dtype=np.int64)
+        count = np.ones(len(self.tracks), dtype=np.int64)
+        if len(self) == 0:
+            return lane, count
+        order = np.lexsort((self.end_s, self.start_s, self.track))
+        bounds = np.searchsorted(self.track[order], np.arange(len(self.tracks) + 1))
+        for t in range(len(self.tracks)):
+            rows = order[bounds[t] : bounds[t + 1]]
+            if len(rows) < 2:
+                continue
+            start, end = self.start_s[rows], self.end_s[rows]
+            if np.all(start[1:] >= np.maximum.accumulate(end)[:-1]):
+                continue
+            ends: list[float] = []  # greedy interval partitioning, in start order
+            for position, (a, b) in enumerate(zip(start.tolist(), end.tolist(), strict=True)):
+                for k, last in enumerate(ends):
+                    if last <= a:
+                        ends[k] = b
+                        lane[rows[position]] = k
+                        break
+                else:
+                    lane[rows[position]] = len(ends)
+                    ends.append(b)
+            count[t] = len(ends)
+        return lane, count
+
+    @property
+    def t_end(self) -> float:
+        """Last time anything happens (0 for an empty timeline)."""
+        ends = [float(self.end_s.max())] if len(self) else []
+        ends += [float(c.time_s[-1]) for c in self.counters if len(c.time_s)]
+        ends += [p.end_s for p in self.phases]
+        return max(ends, default=0.0)
+
+    @property
+    def t_start(self) -> float:
+        """First time anything happens (0 for an empty timeline)."""
+        starts = [float(self.start_s.min())] if len(self) else []
+        starts += [float(c.time_s[0]) for c in self.counters if len(c.time_s)]
+        starts += [p.start_s for p in self.phases]
+        return min(starts, default=0.0)

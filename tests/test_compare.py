@@ -1,0 +1,206 @@
+"""``ccsim compare``, ``--algo auto`` / ``--chunks auto`` and the AutoTuner."""
+
+import json
+import subprocess
+import sys
+
+import networkx as nx
+import pytest
+
+from simulator.cli import main
+from simulator.compare import AutoTuner, compare, compare_table, size_bucket, topology_key
+
+CCSIM = [sys.executable, "-m", "simulator"]
+B, A = 100e9, 1e-6
+
+# dgx-a100 preset figures: GPU-NVSwitch-GPU 2 x 0.3 us at 300 GB/s; between servers
+# GPU -PCIe 0.5 us- NIC -0.5 us switch- NIC -PCIe 0.5 us- GPU, 200 Gb/s = 25 GB/s NICs.
+NV_A, NV_B = 0.6e-6, 300e9
+NET_A, NET_B = 1.5e-6, 25e9
+
+
+def mesh(p: int) -> nx.Graph:
+    graph = nx.Graph()
+    for rank in range(p):
+        graph.add_node(rank, kind="gpu", rank=rank, server=0)
+    for i in range(p):
+        for j in range(i + 1, p):
+            graph.add_edge(i, j, bandwidth=B, latency=A, link="nvlink")
+    return graph
+
+
+def run(*args):
+    return subprocess.run([*CCSIM, *args], capture_output=True, text=True, check=False)
+
+
+def test_compare_rows_match_closed_forms_and_pick_the_winner():
+    """Full mesh of 4 GPUs (100 GB/s, 1 us per link), all-reduce, n = 1 KiB and 64 MiB:
+    ring 2(p-1)(a + n/(pB)) (each ring hop has its own link), direct 2(a + n/(pB))
+    (every pair its own link), halving-doubling 2 log2(p) a + 2 (p-1)/p n/B. Direct is
+    fastest at both sizes; busbw = n/T x 2(p-1)/p / 1e9."""
+    p = 4
+    rows = compare(
+        mesh(p), "all_reduce", [1024, 64 * 2**20], ["ring", "direct", "halving-doubling"], chunks=1
+    )
+    assert len(rows) == 6
+    for row in rows:
+        n = row["size_bytes"]
+        expected = {
+            "ring": 2 * (p - 1) * (A + n / (p * B)),
+            "direct": 2 * (A + n / (p * B)),
+            "halving-doubling": 4 * A + 1.5 * n / B,
+        }[row["algorithm"]]
+        assert row["time_us"] == pytest.approx(expected * 1e6, rel=1e-9)
+        assert row["busbw_GBps"] == pytest.approx(n / expected * 1.5 / 1e9, rel=1e-9)
+        assert row["winner"] == (row["algorithm"] == "direct")
+        assert row["chunks"] == 1
+    table = compare_table(rows, title="t")
+    lines = [line for line in table.splitlines() if not line.startswith("#")]
+    assert len(lines) == 2 and all(line.endswith("direct (chunks 1)") for line in lines)
+    assert "halving-doubling" in table.splitlines()[2]
+
+
+def test_compare_on_dgx_a100_shows_the_crossover(tmp_path):
+    """2 x dgx-a100, all-reduce. At 1 KiB latency rules: the double tree's 2 ceil(log2 16)
+    = 8 hops beat the ring's 30 and hierarchical's 2(g-1) + 2(N-1) = 16 steps. At 1 GiB
+    bandwidth rules and pipelined wins. Hierarchical (chunks fixed to 1 in the second
+    run) takes 2(g-1)(0.6 us + n/(g 300 GB/s)) + 2(N-1)(1.5 us + n/(gN 25 GB/s)):
+    the NVSwitch ring, then one rail ring per local GPU through its own NIC."""
+    png = tmp_path / "out.png"
+    code = main(
+        [
+            "compare", "all_reduce", "--topology", "dgx-a100", "--nodes", "2",
+            "--algos", "ring,hierarchical,pipelined,tree", "--sizes", "1K,1G",
+            "--plot", str(png), "--out", str(tmp_path / "table.txt"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    rows = [
+        line.split()
+        for line in (tmp_path / "table.txt").read_text().splitlines()
+        if not line.startswith("#")
+    ]
+    assert [row[0] for row in rows] == ["1024", str(2**30)]
+    assert rows[0][5] == "tree" and rows[1][5] == "pipelined"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.png", "table.txt"]
+
+    out = tmp_path / "rows.json"
+    code = main(
+        [
+            "compare", "all_reduce", "--topology", "dgx-a100", "--nodes", "2",
+            "--algos", "hierarchical", "--sizes", "64M", "--chunks", "1",
+            "--format", "json", "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    (row,) = json.loads(out.read_text())
+    n, g, N = 64 * 2**20, 8, 2
+    expected = 2 * (g - 1) * (NV_A + n / (g * NV_B)) + 2 * (N - 1) * (NET_A + n / (g * N * NET_B))
+    assert row["time_us"] == pytest.approx(expected * 1e6, rel=1e-9)
+    assert row["winner"] is True and row["chunks"] == 1
+
+
+def test_compare_csv_has_the_documented_keys(capsys):
+    """One row per (size, algorithm): 2 sizes x 2 algorithms = 4 rows plus a header.
+    Direct all-gather on the dgx-a100 NVSwitch takes a + (p-1)/p n/B: each GPU's 7
+    sends share its 300 GB/s port."""
+    args = "compare all_gather --algos ring,direct --sizes 1M,8M --chunks 1 --format csv"
+    assert main(args.split()) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "op,algorithm,ranks,size_bytes,chunks,channels,time_us,algbw_GBps,busbw_GBps,winner"
+    )
+    assert len(lines) == 5
+    direct = next(line.split(",") for line in lines if ",direct,8,8388608," in line)
+    assert float(direct[6]) == pytest.approx((NV_A + 7 / 8 * 2**23 / NV_B) * 1e6, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["compare", "all_to_all", "--algos", "ring,direct"],
+            "algorithms that can: direct, pairwise",
+        ),
+        (["compare", "all_reduce", "--algos", "ring,nope"], "unknown algorithm 'nope'"),
+        (["collective", "all_to_all", "--algo", "tree"], "algorithms that can: direct, pairwise"),
+        (["collective", "all_reduce", "--chunks", "0"], "positive integer or 'auto'"),
+        (["collective", "broadcast", "--algo", "tree", "--root", "9"], "root must be a rank"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    """Exit code 2 (usage) and a single line naming what to fix."""
+    done = run(*args, "--sizes", "1K")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+
+
+def test_algo_auto_on_one_dgx_a100(capsys):
+    """One dgx-a100: every GPU has one 300 GB/s port into the NVSwitch. Direct all-reduce
+    moves the same (p-1)/p n per port and direction as the ring in each half but in
+    2 latency steps instead of 2(p-1): T = 2(0.6 us + 7/8 n / 300 GB/s). Auto (with
+    --chunks 1) picks it at both sizes."""
+    args = "collective all_reduce --algo auto --sizes 8,256M --format json"
+    assert main(args.split()) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for row, n in zip(rows, (8, 256 * 2**20), strict=True):
+        assert row["algorithm"] == "direct"
+        assert row["time_us"] == pytest.approx(2 * (NV_A + 7 / 8 * n / NV_B) * 1e6, rel=1e-9)
+
+
+def test_chunks_auto_picks_the_largest_useful_count(capsys):
+    """Chain broadcast over 8 GPUs on the NVSwitch, n = 64 MiB: T(K) = 7(a + τ) + (K-1)τ
+    with τ = n/(KB), i.e. 7a + (6 + K) n/(KB). Doubling K saves 3n/(KB), a fraction
+    3/(K+6) of T (bandwidth terms), always over 1% below K = 294, so auto takes the
+    largest candidate, 64: T = 7 x 0.6 us + 70/64 x 64 MiB / 300 GB/s = 248.9 us."""
+    args = "collective broadcast --algo ring --chunks auto --sizes 64M"
+    assert main(args.split()) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].split() == ["#", str(64 * 2**20), "ring", "chunks", "64"]
+    row = next(line.split() for line in out.splitlines() if not line.startswith("#"))
+    assert float(row[4]) == pytest.approx((7 * NV_A + 70 / 64 * 2**26 / NV_B) * 1e6, abs=0.006)
+
+
+def test_tuner_caches_per_bucket_and_belongs_to_its_caller():
+    """Two candidates x one chunk count = 2 simulations for the first choice; sizes in
+    the same power-of-two bucket (1000 and 1023 are in [512, 1024)) reuse it; 1024 is a
+    new bucket. A second tuner is independent: its own cache, its own count."""
+    graph = mesh(4)
+    tuner = AutoTuner(algorithms=["ring", "direct"], chunk_candidates=(1,))
+    first = tuner.choose(graph, "all_reduce", 1000)
+    assert tuner.simulations == 2
+    assert tuner.choose(graph, "all_reduce", 1023) is first
+    assert tuner.simulations == 2
+    tuner.choose(graph, "all_reduce", 1024)
+    assert tuner.simulations == 4
+    # Exact-size times are cached too: 1000 was timed while choosing (direct,
+    # 2(a + n/(pB))); 700 takes one simulation of the chosen algorithm, then none.
+    assert tuner.time_s(graph, "all_reduce", 1000) == pytest.approx(2 * (A + 1000 / (4 * B)))
+    assert tuner.simulations == 4
+    tuner.time_s(graph, "all_reduce", 700)
+    tuner.time_s(graph, "all_reduce", 700)
+    assert tuner.simulations == 5
+    other = AutoTuner(algorithms=["ring"], chunk_candidates=(1,))
+    assert other.choose(graph, "all_reduce", 1000).algorithm == "ring"
+    assert other.simulations == 1 and tuner.choose(graph, "all_reduce", 1000) is first
+    # The cache key is the graph's content, not the object.
+    assert topology_key(mesh(4)) == topology_key(graph) != topology_key(mesh(5))
+    assert size_bucket(1000) == size_bucket(1023) == 9 != size_bucket(1024)
+
+
+def test_chunk_search_stops_where_builds_are_refused(monkeypatch):
+    """Direct all-reduce on a 4-GPU mesh, n = 8 MiB, with its dependency limit lowered to
+    72 = K p (p-1)^2 at K = 2: K = 4 is refused, so the search keeps K = 2, whose time
+    is a + max(2Kτ, (K+1)τ + a) with τ = n/(pKB) (see test_algorithms_timing)."""
+    import simulator.algorithms.direct as direct
+
+    monkeypatch.setattr(direct, "_MAX_DEPENDENCIES", 72)
+    n, p, k = 8 * 2**20, 4, 2
+    result, chunks = AutoTuner(chunk_candidates=(1, 2, 4)).best_chunks(
+        mesh(p), "all_reduce", n, "direct"
+    )
+    tau = n / (p * k * B)
+    assert chunks == k
+    assert result.time_s == pytest.approx(A + max(2 * k * tau, (k + 1) * tau + A), rel=1e-9)
