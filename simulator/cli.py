@@ -14,11 +14,18 @@ from . import __version__
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .algorithms.chain import ROOTED_OPS
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
+from .cli_sweep import add_sweep_commands
 from .cli_topology import add_topology_commands
 from .cli_validate import add_validate_command
 from .cli_workload import add_workload_commands
-from .collective import COLLECTIVE_OPS, rank_layout, run_schedule
-from .compare import CHUNK_CANDIDATES, AutoTuner, add_compare_command, parse_chunks
+from .collective import COLLECTIVE_OPS, auto_fraction, rank_layout, run_schedule
+from .compare import (
+    CHUNK_CANDIDATES,
+    AutoTuner,
+    add_compare_command,
+    add_model_options,
+    parse_chunks,
+)
 from .errors import CcsimError
 from .report import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json, write_atomically
 from .topology import list_presets, load_topology
@@ -32,6 +39,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def parse_fraction(text: str) -> float:
+    """A multipath fraction in [0, 1] (a user-facing error otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise CcsimError(f"--fraction must be a number in [0, 1] or auto, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -156,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let --report write into a non-empty folder (its report files are replaced)",
     )
+    add_model_options(coll)
+    coll.add_argument(
+        "--fraction",
+        default=None,
+        metavar="X",
+        help="multipath only: share (0-1) of the data on the intra-server links, the rest "
+        "over the NICs; auto (default) sizes it by simulating each path",
+    )
     coll.set_defaults(handler=_cmd_collective)
     add_compare_command(sub)
 
@@ -197,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(handler=_cmd_bench)
     add_workload_commands(sub)
     add_validate_command(sub)
+    add_sweep_commands(sub)
     return parser
 
 
@@ -219,11 +246,13 @@ def _cmd_collective(args: argparse.Namespace) -> None:
         check_output_options(
             timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
         )
-    graph = load_topology(args.topology, args.nodes)
+    graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)
+    if args.fraction is not None and args.algo != "multipath":
+        raise CcsimError("--fraction applies to --algo multipath only")
     rows = []
     # One tuner per command: "auto" choices are cached for this sweep only.
-    tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw)
+    tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
     chosen = []
     for size in sizes:
         if "auto" in (args.algo, args.chunks):
@@ -232,7 +261,20 @@ def _cmd_collective(args: argparse.Namespace) -> None:
             )
             chosen.append(f"# {size:>11}  {result.algorithm} chunks {result.params['chunks']}\n")
         else:
-            options = {"root": args.root} if args.op in ROOTED_OPS else {}
+            options: dict = {"root": args.root} if args.op in ROOTED_OPS else {}
+            if args.algo == "multipath":
+                options["fraction"] = (
+                    auto_fraction(
+                        graph,
+                        args.op,
+                        float(size),
+                        chunks=args.chunks,
+                        channels=args.channels,
+                        protocol=args.proto,
+                    )
+                    if args.fraction in (None, "auto")
+                    else parse_fraction(args.fraction)
+                )
             schedule = build_schedule(
                 args.algo,
                 args.op,
@@ -242,7 +284,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
                 channels=args.channels,
                 **options,
             )
-            result = run_schedule(graph, schedule, reduce_bandwidth=reduce_bw)
+            result = run_schedule(graph, schedule, reduce_bandwidth=reduce_bw, protocol=args.proto)
         rows.append(result.row())
     title = (
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "

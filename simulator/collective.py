@@ -18,6 +18,7 @@ import simpy
 from .algorithms import build_schedule
 from .algorithms.base import RankLayout
 from .algorithms.chain import ROOTED_OPS
+from .algorithms.multipath import split
 from .errors import CcsimError, unknown_choice
 from .network import FlowNetwork, NetworkStats
 from .protocol import PROTOCOLS, calibration_of
@@ -121,8 +122,10 @@ def run_schedule(
     if schedule.ranks > p:
         raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
     if protocol is not None and str(protocol).lower() == "auto":
-        results = [run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=name)
-                   for name in PROTOCOLS]
+        results = [
+            run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=name)
+            for name in PROTOCOLS
+        ]
         return min(results, key=lambda result: result.time_s)
     env = simpy.Environment()
     calibration = calibration_of(graph)
@@ -188,6 +191,10 @@ def simulate_collective(
     channels: int = 1,
     reduce_bandwidth: float | None = None,
     root: int = 0,
+    protocol: str | None = None,
+    fraction: float | str | None = None,
+    fabric: str | None = None,
+    seed: int | None = None,
 ) -> CollectiveResult:
     """Simulate one collective on a topology.
 
@@ -203,6 +210,8 @@ def simulate_collective(
         A registered algorithm (see :func:`simulator.algorithms.algorithm_names`).
     nodes : int, optional
         Number of servers, for presets.
+    fabric, seed : optional
+        Fabric type and ECMP seed for presets (see :func:`simulator.topology.load_topology`).
     chunks, channels : int
         Pipelining chunks per step and parallel rings.
     reduce_bandwidth : float, optional
@@ -210,6 +219,12 @@ def simulate_collective(
         ``reduce_bandwidth`` attributes (absent means infinitely fast).
     root : int
         Root rank of a broadcast or reduce (ignored by the other operations).
+    protocol : {None, "LL", "LL128", "Simple", "auto"}
+        None for the ideal model; otherwise the calibrated protocol model
+        (:mod:`simulator.protocol`).
+    fraction : float or "auto", optional
+        For ``multipath``: the share of the data on the intra-server links (the rest
+        goes through the NICs); "auto" (the default) sizes it by simulating each path.
 
     Examples
     --------
@@ -220,9 +235,41 @@ def simulate_collective(
     """
     if op not in COLLECTIVE_OPS:
         raise unknown_choice("operation", op, COLLECTIVE_OPS)
-    graph = load_topology(topology, nodes)
-    options = {"root": root} if op in ROOTED_OPS else {}
+    graph = load_topology(topology, nodes, fabric=fabric, seed=seed)
+    layout = rank_layout(graph)
+    options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
+    if algorithm == "multipath":
+        options["fraction"] = (
+            auto_fraction(
+                graph, op, size_bytes, chunks=chunks, channels=channels, protocol=protocol
+            )
+            if fraction in (None, "auto")
+            else float(fraction)
+        )
+    elif fraction is not None:
+        raise CcsimError(f"fraction applies to the multipath algorithm only, not {algorithm!r}")
     schedule = build_schedule(
-        algorithm, op, rank_layout(graph), size_bytes, chunks=chunks, channels=channels, **options
+        algorithm, op, layout, size_bytes, chunks=chunks, channels=channels, **options
     )
-    return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth)
+    return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
+
+
+def auto_fraction(
+    graph: nx.Graph,
+    op: str,
+    size_bytes: float,
+    *,
+    chunks: int = 1,
+    channels: int = 1,
+    protocol: str | None = None,
+) -> float:
+    """Multipath split from simulating each path alone with all the data (see
+    :func:`simulator.algorithms.multipath.split`)."""
+    layout = rank_layout(graph)
+    times = []
+    for share in (1.0, 0.0):  # everything on the intra-server links, then on the NICs
+        schedule = build_schedule(
+            "multipath", op, layout, size_bytes, chunks=chunks, channels=channels, fraction=share
+        )
+        times.append(run_schedule(graph, schedule, protocol=protocol).time_s)
+    return split(*times)

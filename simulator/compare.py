@@ -32,7 +32,13 @@ import networkx as nx
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .algorithms.base import RankLayout
 from .algorithms.chain import ROOTED_OPS
-from .collective import COLLECTIVE_OPS, CollectiveResult, rank_layout, run_schedule
+from .collective import (
+    COLLECTIVE_OPS,
+    CollectiveResult,
+    auto_fraction,
+    rank_layout,
+    run_schedule,
+)
 from .errors import CcsimError
 from .report import FORMATS, to_csv, to_json, write_atomically
 from .topology import load_topology
@@ -119,6 +125,8 @@ class AutoTuner:
         Channels every candidate runs with.
     reduce_bandwidth : float, optional
         Bytes/s of local reductions (see :func:`simulator.simulate_collective`).
+    protocol : str, optional
+        Protocol model every candidate runs with (None: ideal; "auto": the fastest).
 
     Examples
     --------
@@ -140,6 +148,7 @@ class AutoTuner:
         chunk_candidates: Sequence[int] = CHUNK_CANDIDATES,
         channels: int = 1,
         reduce_bandwidth: float | None = None,
+        protocol: str | None = None,
     ) -> None:
         if algorithms is not None:
             for name in algorithms:
@@ -154,6 +163,7 @@ class AutoTuner:
         self.chunk_candidates = tuple(sorted(set(chunk_candidates)))
         self.channels = channels
         self.reduce_bandwidth = reduce_bandwidth
+        self.protocol = protocol
         self._choices: dict[tuple, Choice] = {}
         self._times: dict[tuple, float] = {}
         self.simulations = 0  # how many schedules the tuner has replayed
@@ -171,12 +181,18 @@ class AutoTuner:
     ) -> CollectiveResult:
         """Simulate one configuration (no caching)."""
         layout = layout or rank_layout(graph)
-        options = {"root": root} if op in ROOTED_OPS else {}
+        options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
+        if algorithm == "multipath":
+            options["fraction"] = auto_fraction(
+                graph, op, size_bytes, chunks=chunks, channels=self.channels, protocol=self.protocol
+            )
         schedule = build_schedule(
             algorithm, op, layout, size_bytes, chunks=chunks, channels=self.channels, **options
         )
         self.simulations += 1
-        return run_schedule(graph, schedule, reduce_bandwidth=self.reduce_bandwidth)
+        return run_schedule(
+            graph, schedule, reduce_bandwidth=self.reduce_bandwidth, protocol=self.protocol
+        )
 
     def best_chunks(
         self,
@@ -241,11 +257,18 @@ class AutoTuner:
         names = self.candidates(op, layout) if algorithm == "auto" else [algorithm]
         best: Choice | None = None
         for name in names:
-            if chunks == "auto":
-                result, k = self.best_chunks(graph, op, size_bytes, name, layout=layout, root=root)
-            else:
-                k = int(chunks)
-                result = self.run(graph, op, size_bytes, name, k, layout=layout, root=root)
+            try:
+                if chunks == "auto":
+                    result, k = self.best_chunks(
+                        graph, op, size_bytes, name, layout=layout, root=root
+                    )
+                else:
+                    k = int(chunks)
+                    result = self.run(graph, op, size_bytes, name, k, layout=layout, root=root)
+            except CcsimError:
+                if len(names) == 1:
+                    raise
+                continue  # e.g. multipath on a server whose NICs reach no switch
             if best is None or result.time_s < best.time_s:
                 best = Choice(name, k, result.time_s)
         assert best is not None
@@ -288,6 +311,7 @@ def compare(
     channels: int = 1,
     reduce_bandwidth: float | None = None,
     root: int = 0,
+    protocol: str | None = None,
 ) -> list[dict[str, Any]]:
     """Simulate each algorithm at each size; one row per (size, algorithm).
 
@@ -311,7 +335,7 @@ def compare(
         raise CcsimError("give at least one algorithm to compare")
     for name in algorithms:
         get_algorithm(name)
-    tuner = AutoTuner(channels=channels, reduce_bandwidth=reduce_bandwidth)
+    tuner = AutoTuner(channels=channels, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
     layout = rank_layout(graph)
     rows = []
     for size in sizes:
@@ -476,6 +500,7 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         metavar="BW",
         help="bandwidth of local reductions, e.g. 1500GB/s (default: the preset's, else infinite)",
     )
+    add_model_options(cmd)
     cmd.add_argument(
         "--plot", metavar="FILE", help="also draw busbw against size into FILE (png, svg, pdf)"
     )
@@ -484,6 +509,28 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     cmd.set_defaults(handler=_cmd_compare)
+
+
+def add_model_options(cmd: argparse.ArgumentParser) -> None:
+    """Options shared by collective, compare and run: fabric, ECMP seed, protocol model."""
+    cmd.add_argument(
+        "--fabric",
+        default=None,
+        metavar="TYPE",
+        help="fabric joining the servers: rail-optimized, leaf-spine, fat-tree or single-switch "
+        "(default: the preset's; given explicitly, one server also gets its switches)",
+    )
+    cmd.add_argument(
+        "--seed", type=int, default=None, metavar="S", help="ECMP hash seed (default: 0)"
+    )
+    cmd.add_argument(
+        "--proto",
+        default=None,
+        metavar="NAME",
+        help="protocol model: LL, LL128, Simple, or auto for the fastest (as NCCL_PROTO); "
+        "with it, link efficiencies, per-hop latencies (us) and launch overhead of the preset "
+        "apply (default: none, the ideal line-rate model)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -506,7 +553,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         folder = Path(args.plot).parent
         if str(folder) and not folder.is_dir():
             raise CcsimError(f"--plot {args.plot!r}: folder {str(folder)!r} does not exist")
-    graph = load_topology(args.topology, args.nodes)
+    graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)
     for name in algorithms:  # fail before simulating anything
         reason = get_algorithm(name).unsupported(args.op, layout)
@@ -521,6 +568,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         channels=args.channels,
         reduce_bandwidth=reduce_bw,
         root=args.root,
+        protocol=args.proto,
     )
     title = (
         f"ccsim compare {args.op} | topology {args.topology} x{args.nodes} | "

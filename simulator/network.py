@@ -154,6 +154,10 @@ class FlowNetwork:
         """
         return self.router.route_ids(src_ranks, dst_ranks, labels)
 
+    def network_route_ids(self, src_ranks: np.ndarray, dst_ranks: np.ndarray) -> np.ndarray:
+        """Routes that leave the server through the NICs (see Router.network_route_ids)."""
+        return self.router.network_route_ids(src_ranks, dst_ranks)
+
     def route_classes(self, routes: np.ndarray) -> list[str]:
         """Path class (nvlink, pcie, network) of each route, for protocol latencies."""
         ptr, flat, _ = self.router.arrays()

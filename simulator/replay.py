@@ -20,7 +20,7 @@ import simpy
 from .errors import DeadlockError
 from .network import FlowNetwork
 from .protocol import Protocol
-from .schedule import Schedule, csr_gather, successors
+from .schedule import PATH_NETWORK, Schedule, csr_gather, successors
 from .topology.graph import gpu_nodes
 
 
@@ -74,6 +74,8 @@ class ScheduleReplay:
         self._wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
         self._extra = None if protocol is None else np.zeros(n)
         self._step_s: float | None = None
+        # Ops a multipath schedule sends through the NICs rather than the shortest way.
+        self._network_path = (schedule.path == PATH_NETWORK) if schedule.path.any() else None
         self._pending = np.diff(schedule.dep_ptr).astype(np.int32)
         (self._done_ptr, self._done_idx), (self._sent_ptr, self._sent_idx) = successors(schedule)
         self.start_s = np.full(n, np.nan)
@@ -108,6 +110,13 @@ class ScheduleReplay:
             return
         self.start_s[ops] = self.env.now
         routes = self.network.route_ids(self._src[ops], self._dst[ops], self.schedule.channel[ops])
+        if self._network_path is not None:
+            forced = self._network_path[ops]
+            if forced.any():
+                routes = routes.copy()
+                routes[forced] = self.network.network_route_ids(
+                    self._src[ops][forced], self._dst[ops][forced]
+                )
         if self._protocol is not None:
             wanted = self._step_latency(routes)
             self._extra[ops] = np.maximum(wanted - self.network.route_latency(routes), 0.0)
@@ -120,6 +129,8 @@ class ScheduleReplay:
         if self._step_s is None:
             all_routes = self.network.route_ids(self._src, self._dst, self.schedule.channel)
             classes = set(self.network.route_classes(np.unique(all_routes)))
+            if self._network_path is not None and self._network_path.any():
+                classes.add("network")
             rank = {"nvlink": 0, "pcie": 1, "network": 2}
             slowest = max(classes, key=rank.__getitem__) if classes else "nvlink"
             self._step_s = self._protocol.hop_s[slowest]

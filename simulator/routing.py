@@ -42,7 +42,11 @@ from itertools import pairwise
 import networkx as nx
 import numpy as np
 
+from .errors import CcsimError
 from .topology.graph import gpu_nodes
+
+#: Link types of a server's GPU interconnect, which network routes avoid.
+INTRA_LINKS = frozenset({"nvlink", "hccs", "sdma", "nvswitch"})
 
 # Route costs are integers in picoseconds: per hop, its latency plus 1 ps (fewer hops win
 # ties), plus one second for entering a GPU other than the destination, and one second
@@ -156,6 +160,8 @@ class Router:
         self._dense = np.full((p, p), -1, dtype=np.int32) if p <= _DENSE_LIMIT else None
         self._sparse: dict[tuple[int, int], int] = {}
         self._groups: list[_Multipath] = []
+        self._network_routes: dict[tuple[int, int], int] = {}
+        self._network_view: nx.Graph | None = None
         self._route_links: list[np.ndarray] = []
         self._route_of: dict[tuple[int, ...], int] = {}
         self._latency: list[float] = []
@@ -292,6 +298,47 @@ class Router:
         out = codes.copy()
         out[multi] = picked[inverse.reshape(-1)]
         return out
+
+    def network_route_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Routes between ranks that avoid the server's GPU interconnect (NVLink, HCCS,
+        SDMA, NVSwitch): out through the sender's NIC, the fabric, and in through the
+        receiver's. Shortest by latency among such paths; cached per pair."""
+        out = np.empty(len(src), dtype=np.int64)
+        for n, (s, d) in enumerate(
+            zip(np.asarray(src).tolist(), np.asarray(dst).tolist(), strict=True)
+        ):
+            route = self._network_routes.get((s, d))
+            if route is None:
+                if self._network_view is None:
+                    self._network_view = self._without_interconnect()
+                try:
+                    path = nx.shortest_path(
+                        self._network_view,
+                        self.nodes[s],
+                        self.nodes[d],
+                        weight=lambda u, v, data: data.get("latency", 0.0) + 1e-12,
+                    )
+                except nx.NetworkXNoPath:
+                    raise CcsimError(
+                        f"no path from {self.nodes[s]!r} to {self.nodes[d]!r} that avoids the "
+                        "server's GPU interconnect: a network path needs NICs on both GPUs "
+                        "and a fabric between them"
+                    ) from None
+                route = self._network_routes[(s, d)] = self._add_route(path)
+            out[n] = route
+        return out
+
+    def _without_interconnect(self) -> nx.Graph:
+        """A view of the graph without the servers' GPU interconnect links and switches."""
+        graph = self.graph
+
+        def keep_edge(u, v, *_) -> bool:
+            return str(graph.edges[u, v].get("link", "")).lower() not in INTRA_LINKS
+
+        def keep_node(node) -> bool:
+            return graph.nodes[node].get("kind") != "nvswitch"
+
+        return nx.subgraph_view(graph, filter_node=keep_node, filter_edge=keep_edge)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(ptr, links, latency)`` over all routes computed so far.

@@ -42,7 +42,12 @@ _ARRAYS = {
     "dep_idx": np.int32,
     "dep_sent": np.bool_,
     "segment_owner": np.int32,
+    "path": np.int8,
 }
+
+#: Values of ``Schedule.path``: the default (shortest) route, or a route that leaves the
+#: server through the NICs and the fabric (multipath algorithms use both at once).
+PATH_DEFAULT, PATH_NETWORK = 0, 1
 
 
 @dataclass
@@ -71,11 +76,12 @@ class Schedule:
     channel: np.ndarray | None = None
     step: np.ndarray | None = None
     chunk: np.ndarray | None = None
+    path: np.ndarray | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.src)
-        for name in ("channel", "step", "chunk"):
+        for name in ("channel", "step", "chunk", "path"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(n, dtype=np.int32))
         for name, dtype in _ARRAYS.items():
@@ -96,7 +102,7 @@ class Schedule:
         n = self.n_ops
         if self.op not in OPS:
             raise ScheduleError(f"schedule op {self.op!r} is not one of {', '.join(OPS)}")
-        for name in ("dst", "nbytes", "segment", "reduce", "channel", "step", "chunk"):
+        for name in ("dst", "nbytes", "segment", "reduce", "channel", "step", "chunk", "path"):
             if len(getattr(self, name)) != n:
                 raise ScheduleError(
                     f"schedule field {name!r} has {len(getattr(self, name))} "
@@ -172,7 +178,8 @@ class Schedule:
                 ranks=int(data["ranks"]),
                 size_bytes=float(data["size_bytes"]),
                 params=dict(data.get("params", {})),
-                **{name: np.asarray(data[name]) for name in _ARRAYS},
+                **{name: np.asarray(data[name]) for name in _ARRAYS if name != "path"},
+                path=np.asarray(data.get("path", np.zeros(len(data.get("src", []))))),
             )
         except KeyError as error:
             raise ScheduleError(f"{source}: field {error.args[0]!r} is missing") from None

@@ -63,6 +63,7 @@ def test_registry_lists_the_suite():
         "halving-doubling",
         "direct",
         "pairwise",
+        "multipath",
     }
     assert get_algorithm("pairwise").ops == ("all_to_all",)
     assert set(get_algorithm("ring").ops) >= {"broadcast", "reduce", "all_reduce"}

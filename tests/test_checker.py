@@ -37,7 +37,17 @@ def drop_op(schedule: Schedule, victim: int) -> Schedule:
     ptr = np.concatenate([[0], np.cumsum(counts)])
     fields = {
         name: getattr(schedule, name)[keep]
-        for name in ("src", "dst", "nbytes", "segment", "reduce", "channel", "step", "chunk")
+        for name in (
+            "src",
+            "dst",
+            "nbytes",
+            "segment",
+            "reduce",
+            "channel",
+            "step",
+            "chunk",
+            "path",
+        )
     }
     return dataclasses.replace(
         schedule,
@@ -70,6 +80,7 @@ def test_double_reduction_is_caught():
         channel=np.append(schedule.channel, 0),
         step=np.append(schedule.step, 0),
         chunk=np.append(schedule.chunk, 0),
+        path=np.append(schedule.path, 0),
         dep_ptr=np.append(schedule.dep_ptr, schedule.dep_ptr[-1] + n),
         dep_idx=np.append(schedule.dep_idx, np.arange(n)),
         dep_sent=np.append(schedule.dep_sent, np.zeros(n, dtype=bool)),

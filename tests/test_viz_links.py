@@ -59,11 +59,16 @@ def test_rates_follow_max_min_sharing_worked_by_hand():
 
     def steps(a, b):
         j = by_name[(a, b)]
-        return list(zip(load.time_s[j].tolist(), load.rate[j].tolist(), strict=True))
+        # Flat [t0, r0, t1, r1, ...]: pytest.approx compares flat sequences only.
+        return [
+            x
+            for pair in zip(load.time_s[j].tolist(), load.rate[j].tolist(), strict=True)
+            for x in pair
+        ]
 
-    assert steps("a", "b") == pytest.approx([(0.0, 2e9), (2e-6, 0.0)])
-    assert steps("b", "c") == pytest.approx([(0.0, 1e9), (1e-6, 0.0)])
-    assert steps("b", "d") == pytest.approx([(0.0, 1e9), (1e-6, 2e9), (2e-6, 0.0)])
+    assert steps("a", "b") == pytest.approx([0.0, 2e9, 2e-6, 0.0])
+    assert steps("b", "c") == pytest.approx([0.0, 1e9, 1e-6, 0.0])
+    assert steps("b", "d") == pytest.approx([0.0, 1e9, 1e-6, 2e9, 2e-6, 0.0])
     j = by_name[("b", "d")]
     assert load.utilisation(j).tolist() == pytest.approx([0.5, 1.0, 0.0])
     assert load.bytes(j) == pytest.approx(3000) and load.busy_s(j) == pytest.approx(2e-6)

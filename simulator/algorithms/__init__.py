@@ -13,6 +13,7 @@ from .chain import RingWithChains
 from .direct import Direct
 from .halving_doubling import HalvingDoubling
 from .hierarchical import Hierarchical
+from .multipath import Multipath
 from .pairwise import Pairwise
 from .pipelined import Pipelined
 from .tree import Tree
@@ -26,6 +27,7 @@ _ALGORITHMS: dict[str, Algorithm] = {
         Pipelined(),
         Tree(),
         HalvingDoubling(),
+        Multipath(),
         Direct(),
         Pairwise(),
     )

@@ -71,6 +71,7 @@ def cluster_graph(
     name: str = "cluster",
     source: str = "topology",
     seed: int | None = None,
+    single_server_fabric: bool = False,
 ) -> nx.Graph:
     """``nodes`` servers of one shape joined by a fabric.
 
@@ -79,7 +80,9 @@ def cluster_graph(
     server : mapping
         A server spec (the ``server`` section of a preset).
     nodes : int
-        Number of servers. With one, no fabric is added (the NICs are left unlinked).
+        Number of servers. With one, no fabric is added (the NICs are left unlinked)
+        unless ``single_server_fabric`` asks for the server's switches too (a multipath
+        collective inside one server uses its NICs and leaf switch).
     fabric : mapping or str, optional
         A ``fabric`` section (``type`` plus the fabric's parameters) or a fabric name;
         default ``rail-optimized`` with default parameters.
@@ -113,7 +116,7 @@ def cluster_graph(
     variant = get_fabric(spec.get("type", DEFAULT_FABRIC), where=spec.field("type"))
     config = variant.parse(spec)
     graph.graph["ecmp_seed"] = config.seed if seed is None else int(seed)
-    if nodes == 1:
+    if nodes == 1 and not (single_server_fabric and all(all_nics)):
         return graph
     if not all(all_nics):
         raise TopologyError(

@@ -102,6 +102,7 @@ def load_topology(
     fabric : str or mapping, optional
         Fabric joining the servers of a preset: a name (rail-optimized, leaf-spine,
         fat-tree, single-switch) or a whole ``fabric`` section; default the preset's.
+        Given explicitly, it is built even for one server (its NICs then reach a switch).
     seed : int, optional
         ECMP hash seed (graph attribute ``ecmp_seed``); default the fabric's (0).
 
@@ -141,6 +142,7 @@ def load_topology(
         name=str(data.get("name", path.stem)),
         source=str(path.name),
         seed=seed,
+        single_server_fabric=fabric is not None,
     )
     validate_topology(graph, source=path.name)
     if "nccl" in data:
