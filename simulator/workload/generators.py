@@ -67,6 +67,7 @@ class _Builder:
     """Collects ops in trace format with readable ids."""
 
     def __init__(self, name: str, ranks: int, description: str):
+        self.channels = 1  # parallel rings per collective (set by generators that take it)
         self.data: dict[str, Any] = {
             "format": FORMAT,
             "name": name,
@@ -84,6 +85,8 @@ class _Builder:
         self, op_id: str, rank: int, kind: str, deps: list[str] | None = None, **fields: Any
     ) -> str:
         entry = {"id": op_id, "rank": rank, "kind": kind, **fields}
+        if kind == "collective" and self.channels != 1 and "channels" not in fields:
+            entry["channels"] = self.channels
         if deps:
             entry["deps"] = [d for d in deps if d]
         self.data["ops"].append(entry)
@@ -180,6 +183,7 @@ def zero3(
     ranks: int = 16,
     micro_batch: int = 1,
     prefetch: int = 1,
+    channels: int = 1,
 ) -> Workload:
     """ZeRO-3 (DeepSpeed / FSDP) step: parameters are sharded over all ranks.
 
@@ -187,7 +191,9 @@ def zero3(
     all-gathered (prefetched ``prefetch`` layers ahead on an ``ag`` stream); after each
     layer's backward its gradients are reduce-scattered on an ``rs`` stream. Compute
     waits for its gather; the step ends when every reduce-scatter is done and the
-    sharded optimizer step (1/p of the memory traffic) ran.
+    sharded optimizer step (1/p of the memory traffic) ran. ``channels`` is the number
+    of parallel rings each collective uses (NCCL uses several; more channels leave a
+    server through more NICs).
     """
     m = _model(model)
     tokens = micro_batch * m.seq
@@ -196,6 +202,7 @@ def zero3(
         ranks,
         f"ZeRO-3, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
     )
+    b.channels = channels
     dp = b.group("dp", "DP", list(range(ranks)))
     layer_bytes = m.layer_params * BF16
     order = [("fwd", layer) for layer in range(m.layers)]
