@@ -187,7 +187,7 @@ def simulate_collective(
     algorithm: str = "ring",
     *,
     nodes: int | None = None,
-    chunks: int = 1,
+    chunks: int | str | None = None,
     channels: int = 1,
     reduce_bandwidth: float | None = None,
     root: int = 0,
@@ -207,13 +207,16 @@ def simulate_collective(
         Message size as nccl-tests counts it (for all-gather and reduce-scatter the whole
         gathered buffer; for all-to-all each rank's whole send buffer).
     algorithm : str
-        A registered algorithm (see :func:`simulator.algorithms.algorithm_names`).
+        A registered algorithm (see :func:`simulator.algorithms.algorithm_names`), or
+        "auto" for the fastest at this size, found by simulation.
     nodes : int, optional
         Number of servers, for presets.
     fabric, seed : optional
         Fabric type and ECMP seed for presets (see :func:`simulator.topology.load_topology`).
     chunks, channels : int
-        Pipelining chunks per step and parallel rings.
+        Pipelining chunks per step (or slices, for pipelined) and parallel rings.
+        ``chunks="auto"`` searches the fastest count; the default is 1, or "auto" when
+        ``algorithm="auto"``.
     reduce_bandwidth : float, optional
         Bytes/s of local reductions on every GPU, overriding the topology's
         ``reduce_bandwidth`` attributes (absent means infinitely fast).
@@ -236,6 +239,14 @@ def simulate_collective(
     if op not in COLLECTIVE_OPS:
         raise unknown_choice("operation", op, COLLECTIVE_OPS)
     graph = load_topology(topology, nodes, fabric=fabric, seed=seed)
+    if chunks is None:  # 1, except that "auto" algorithms search the chunk count too
+        chunks = "auto" if algorithm == "auto" else 1
+    if algorithm == "auto" or chunks == "auto":
+        # Imported here: the tuner builds on this module.
+        from .compare import AutoTuner
+
+        tuner = AutoTuner(channels=channels, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
+        return tuner.simulate(graph, op, size_bytes, algorithm=algorithm, chunks=chunks, root=root)
     layout = rank_layout(graph)
     options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
     if algorithm == "multipath":
