@@ -83,6 +83,7 @@ class FlowNetwork:
             scale = [float(link_efficiency.get(kind, 1.0)) for kind in self.links.kind]
             self.capacity *= np.array(scale)
         self._route_class: list[str] = []
+        self._reducers: dict[int, int] = {}
         self.stats = NetworkStats()
         # Per-link records.
         self.link_bytes = np.zeros(n_links)
@@ -153,6 +154,28 @@ class FlowNetwork:
         as ECMP hashes a connection's 5-tuple.
         """
         return self.router.route_ids(src_ranks, dst_ranks, labels)
+
+    def reducer_route(self, rank: int, bandwidth: float) -> int:
+        """Route over rank's reducer: a virtual link of the GPU's reduce bandwidth that
+        its concurrent reductions share (created on first use; reported as link type
+        ``reduce`` from and to ``reduce@<gpu>``)."""
+        route = self._reducers.get(rank)
+        if route is None:
+            name = f"reduce@{self.router.nodes[rank]}"
+            links = self.links
+            links.src_node.append(name)
+            links.dst_node.append(name)
+            links.kind.append("reduce")
+            links.capacity = np.append(links.capacity, float(bandwidth))
+            links.latency = np.append(links.latency, 0.0)
+            links.message_cost = np.append(links.message_cost, 0.0)
+            self.capacity = np.append(self.capacity, float(bandwidth))
+            self.link_bytes = np.append(self.link_bytes, 0.0)
+            self.link_busy = np.append(self.link_busy, 0.0)
+            self._link_flows = np.append(self._link_flows, 0)
+            self._link_since = np.append(self._link_since, 0.0)
+            route = self._reducers[rank] = self.router.add_link_route([len(links) - 1])
+        return route
 
     def network_route_ids(self, src_ranks: np.ndarray, dst_ranks: np.ndarray) -> np.ndarray:
         """Routes that leave the server through the NICs (see Router.network_route_ids)."""

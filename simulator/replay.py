@@ -62,12 +62,15 @@ class ScheduleReplay:
         if reduce_bandwidth is None:
             reduce_bandwidth = reduce_bandwidths(network.graph)
         reduce_bandwidth = np.asarray(reduce_bandwidth, dtype=float)
-        # None when reductions are free, to save an array per op on large schedules.
-        self._reduce_time = None
+        # Reductions run on the receiving GPU at its reduce bandwidth, and the reductions a
+        # GPU has in progress (from any collective on this network) share it: each one is
+        # a flow on a per-GPU "reducer" link of that capacity. None when they are free.
+        self._reducer = None
         if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
-            self._reduce_time = np.where(
-                schedule.reduce, schedule.nbytes / reduce_bandwidth[self._dst], 0.0
-            )
+            self._reducer = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
+            for rank in np.unique(self._dst[schedule.reduce]).tolist():
+                if np.isfinite(reduce_bandwidth[rank]):
+                    self._reducer[rank] = network.reducer_route(rank, reduce_bandwidth[rank])
         # With a protocol, flows carry more bytes than the data (LL's flags) and each
         # transfer's step costs at least the protocol's per-hop latency for its path.
         self._protocol = protocol
@@ -145,30 +148,51 @@ class ScheduleReplay:
         self._launch(ids[self._pending[ids] == 0])
 
     def on_sent(self, ops: np.ndarray) -> None:
-        """Network callback: the last byte of these ops left the sender."""
+        """Network callback: the last byte of these flows left (a reduction flow, with id
+        op + n_ops, has then finished: its op is done)."""
+        n = self.schedule.n_ops
+        reductions = ops >= n
+        if reductions.any():
+            self._complete(ops[reductions] - n)
+            ops = ops[~reductions]
+            if len(ops) == 0:
+                return
         self.sent_s[ops] = self.env.now
         self._release(ops, self._sent_ptr, self._sent_idx)
 
     def on_delivered(self, ops: np.ndarray) -> None:
-        """Network callback: these ops arrived; reduce if needed, then they are done."""
-        if self._reduce_time is None and self._extra is None:
-            self._complete(ops)
+        """Network callback: these ops arrived; after the protocol's step latency they
+        are reduced if needed, then done."""
+        ops = ops[ops < self.schedule.n_ops]  # a reduction flow's "delivery" means nothing
+        if len(ops) == 0:
             return
-        delay = np.zeros(len(ops))
-        if self._reduce_time is not None:
-            delay += self._reduce_time[ops]
-        if self._extra is not None:
-            delay += self._extra[ops]
-        if not delay.any():
-            self._complete(ops)
+        delay = self._extra[ops] if self._extra is not None else None
+        if delay is None or not delay.any():
+            self._arrived(ops)
             return
-        self._complete(ops[delay == 0])
+        self._arrived(ops[delay == 0])
         later = ops[delay > 0]
         delays, group = np.unique(delay[delay > 0], return_inverse=True)
         for index, value in enumerate(delays.tolist()):
             members = later[group == index]
             event = self.env.timeout(value)
-            event.callbacks.append(lambda _event, members=members: self._complete(members))
+            event.callbacks.append(lambda _event, members=members: self._arrived(members))
+
+    def _arrived(self, ops: np.ndarray) -> None:
+        """Data is at the receiver: copies are done; reductions start on its reducer."""
+        if self._reducer is None or len(ops) == 0:
+            self._complete(ops)
+            return
+        routes = np.where(self.schedule.reduce[ops], self._reducer[self._dst[ops]], -1)
+        self._complete(ops[routes < 0])
+        reducing = ops[routes >= 0]
+        if len(reducing):
+            self.network.add_flows(
+                self._owner,
+                reducing + self.schedule.n_ops,
+                routes[routes >= 0],
+                self.schedule.nbytes[reducing],
+            )
 
     def _complete(self, ops: np.ndarray) -> None:
         if len(ops) == 0:

@@ -200,6 +200,15 @@ class Router:
                     pred[v].append(u)
         return pred
 
+    def add_link_route(self, links: list[int]) -> int:
+        """A route over explicit link ids (virtual links such as a GPU's reducer)."""
+        array = np.array(links, dtype=np.int64)
+        self._route_links.append(array)
+        self._latency.append(0.0)
+        self._message.append(0.0)
+        self._arrays = None
+        return len(self._route_links) - 1
+
     def _add_route(self, path: list) -> int:
         """The id of the route along ``path`` (a node list), adding it if new."""
         links = tuple(self.links.index[pair] for pair in pairwise(path))

@@ -170,15 +170,26 @@ def test_ring_chain_broadcast_and_reduce(p, chunks):
 
 
 def test_ring_chain_reduce_with_reduce_bandwidth():
-    """Each hop of the reduce also reduces its chunk at the receiver, ρ = n/(KR), before
-    the next hop may forward it: T = (p-1)(a + τ + ρ) + (K-1)τ. p = 4, K = 2,
-    R = 50 GB/s: τ = 251.66 us, ρ = 503.32 us, T = 3 x 755.97 + 251.66 = 2519.6 us."""
-    p, chunks, reduce_bw = 4, 2, 50e9
-    tau, rho = N_BYTES / (chunks * B), N_BYTES / (chunks * reduce_bw)
-    expected = (p - 1) * (A + tau + rho) + (chunks - 1) * tau
+    """Each hop of the reduce also reduces its chunk at the receiver before the next hop
+    may forward it, and a GPU's reductions share its reduce bandwidth R.
+
+    K = 1: T = (p-1)(a + τ + ρ) with τ = n/B, ρ = n/R.
+
+    K = 2, ρ >= τ (τ = n/(2B), ρ = n/(2R)): at every hop the two chunks arrive τ apart
+    (at t and t + τ). The first reduces alone for τ, then both share R, so the first
+    finishes at t + τ + 2(ρ - τ) = t + 2ρ - τ and the second at t + 2ρ; the next hop
+    sends them then, so they arrive at the next rank τ apart again, the first a + 2ρ
+    after the previous hop's first arrival, starting from τ + a. The last chunk is done
+    at (p-1)(a + 2ρ) + τ. p = 4, R = 50 GB/s: 3 x 1007.63 + 251.66 = 3274.56 us."""
+    p, reduce_bw = 4, 50e9
+    tau, rho = N_BYTES / B, N_BYTES / reduce_bw
     assert simulate_collective(
-        ring_graph(p, B, A), "reduce", N_BYTES, "ring", chunks=chunks, reduce_bandwidth=reduce_bw
-    ).time_s == pytest.approx(expected, rel=REL)
+        ring_graph(p, B, A), "reduce", N_BYTES, "ring", chunks=1, reduce_bandwidth=reduce_bw
+    ).time_s == pytest.approx((p - 1) * (A + tau + rho), rel=REL)
+    tau, rho = N_BYTES / (2 * B), N_BYTES / (2 * reduce_bw)
+    assert simulate_collective(
+        ring_graph(p, B, A), "reduce", N_BYTES, "ring", chunks=2, reduce_bandwidth=reduce_bw
+    ).time_s == pytest.approx((p - 1) * (A + 2 * rho) + tau, rel=REL)
 
 
 # -- two-level --------------------------------------------------------------------------
