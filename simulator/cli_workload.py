@@ -1,4 +1,9 @@
-"""``ccsim run``, ``ccsim generate`` and ``ccsim workloads``: workloads on the command line."""
+"""``ccsim run``, ``ccsim generate`` and ``ccsim workloads``: workloads on the command line.
+
+``ccsim run`` also draws the step (``--timeline``, ``--trace``, ``--report DIR``) through
+:mod:`simulator.viz.outputs`, imported only when one of them is given so that a plain
+run does not load matplotlib.
+"""
 
 from __future__ import annotations
 
@@ -69,6 +74,34 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="table, json or csv (default: %(default)s)",
     )
     run.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    run.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="also draw a Gantt chart of the step to FILE.png, .svg or .pdf: a row per "
+        "rank and stream (merged per server and stream beyond 64 rows), ops coloured by "
+        "kind (compute, collectives by TP/PP/DP/EP, send/recv, waiting for peers); time "
+        "in us/ms/s",
+    )
+    run.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write a Chrome trace-event JSON of the step to FILE (one process per "
+        "server, one thread per rank and stream; ts/dur in microseconds; open it at "
+        "ui.perfetto.dev)",
+    )
+    run.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also write a report folder: the breakdown (text with every rank, CSV, "
+        "JSON), the timeline PNG, the trace, the workload and topology files and "
+        "run.json with the command, versions and inputs; DIR must be new or empty "
+        "unless --force",
+    )
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="let --report write into a non-empty folder (its report files are replaced)",
+    )
     run.set_defaults(handler=_cmd_run)
 
     gen = sub.add_parser(
@@ -124,6 +157,13 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> None:
+    drawing = args.timeline or args.trace or args.report
+    if drawing:  # matplotlib loads only when asked for; bad names fail before the replay
+        from .viz.outputs import check_output_options
+
+        check_output_options(
+            timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
+        )
     workload = resolve_workload(args.workload)
     nodes = args.nodes
     if nodes is None:
@@ -139,6 +179,11 @@ def _cmd_run(args: argparse.Namespace) -> None:
         reduce_bandwidth=reduce_bw,
     ).run()
     result = breakdown(run)
+    title = (
+        f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
+        f"{workload.ranks} ranks | algorithm {args.algo} | "
+        f"comm slowdown {args.comm_slowdown}"
+    )
     if args.format == "json":
         text = to_json(
             [_summary_row(workload.name, result)]
@@ -147,16 +192,37 @@ def _cmd_run(args: argparse.Namespace) -> None:
     elif args.format == "csv":
         text = to_csv([vars(r) for r in result.ranks])
     else:
-        title = (
-            f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
-            f"{workload.ranks} ranks | algorithm {args.algo} | "
-            f"comm slowdown {args.comm_slowdown}"
-        )
         text = breakdown_table(result, title=title, per_rank=args.per_rank)
     if args.out:
         write_atomically(args.out, text)
     else:
         sys.stdout.write(text)
+    if drawing:
+        from .viz.outputs import write_workload_outputs
+
+        write_workload_outputs(
+            run,
+            graph,
+            # The report keeps every rank's row whatever --per-rank says.
+            table=breakdown_table(result, title=title, per_rank=True),
+            summary=_summary_row(workload.name, result),
+            ranks=[vars(r) for r in result.ranks],
+            timeline=args.timeline,
+            trace=args.trace,
+            report=args.report,
+            force=args.force,
+            argv=getattr(args, "argv", ()),
+            inputs={
+                "workload": args.workload,
+                "topology": args.topology,
+                "nodes": nodes,
+                "algorithm": args.algo,
+                "comm_slowdown": args.comm_slowdown,
+                "reduce_bandwidth_Bps": reduce_bw,
+            },
+            topology=args.topology,
+            workload=args.workload,
+        )
 
 
 def _summary_row(name: str, result: Breakdown) -> dict:

@@ -1,4 +1,5 @@
-"""Output files of ``ccsim collective``: ``--timeline``, ``--trace`` and ``--report DIR``.
+"""Output files of ``ccsim collective`` and ``ccsim run``: ``--timeline``, ``--trace`` and
+``--report DIR``.
 
 A report folder holds everything needed to read and to rerun a sweep:
 
@@ -17,6 +18,11 @@ A report folder holds everything needed to read and to rerun a sweep:
 Every file is written atomically (:mod:`simulator.viz.atomic`); ``run.json`` is written
 last, so a folder that has it is complete. A non-empty folder is refused unless
 ``force`` is given (files of the same names are then replaced; others are left alone).
+
+A workload report (``ccsim run --report DIR``, :func:`write_workload_report`) holds the
+step-time breakdown (``breakdown.txt``, ``.csv``, ``.json``), ``timeline.png`` and
+``trace.json`` of the step (:mod:`simulator.viz.workload`), copies of the workload and
+topology files, ``README.md`` and ``run.json``, under the same rules.
 """
 
 from __future__ import annotations
@@ -38,11 +44,13 @@ from ..collective import CollectiveResult
 from ..errors import CcsimError
 from ..report import COLLECTIVE_KEYS, to_csv, to_json
 from ..topology.graph import gpu_nodes
+from ..workload.engine import WorkloadRun
 from .atomic import atomic_open, write_bytes_atomically, write_text_atomically
 from .collective import collective_timeline
 from .perfetto import save_trace
 from .plots import bandwidth_figure, size_label
 from .timeline import figure_bytes, image_format, timeline_figure
+from .workload import workload_figure, workload_timeline
 
 #: Files of a report folder and what they hold.
 REPORT_FILES = {
@@ -369,5 +377,232 @@ def write_collective_outputs(
             argv=argv,
             inputs=inputs,
             topology=topology,
+            force=force,
+        )
+
+
+# -- ccsim run: workload timelines and reports -------------------------------------------
+
+#: Files of a workload report folder (``ccsim run --report DIR``) and what they hold.
+WORKLOAD_REPORT_FILES = {
+    "breakdown.txt": "the step-time breakdown table, with one row per rank",
+    "breakdown.csv": "the per-rank breakdown as CSV (the --format csv output)",
+    "breakdown.json": "the summary and per-rank rows as JSON (--format json --per-rank)",
+    "timeline.png": "Gantt chart of every rank's streams over the step",
+    "trace.json": "Perfetto trace of the step (open at https://ui.perfetto.dev)",
+    "run.json": "command, versions, inputs and topology summary, to rerun",
+    "README.md": "this summary",
+}
+
+
+def _workload_file(workload: Any) -> Path | None:
+    """The file a workload argument was read from: a path, or a bundled preset."""
+    if workload is None:
+        return None
+    path = Path(str(workload))
+    if path.is_file():
+        return path
+    try:
+        from ..workload.presets import preset_files
+
+        return preset_files().get(str(workload))
+    except Exception:  # the report is still useful without the copy
+        return None
+
+
+def write_workload_report(
+    directory: str | Path,
+    *,
+    run: WorkloadRun,
+    graph: nx.Graph,
+    table: str,
+    summary: Mapping[str, Any],
+    ranks: Sequence[Mapping[str, Any]],
+    argv: Sequence[str] = (),
+    inputs: Mapping[str, Any] | None = None,
+    topology: Any = None,
+    workload: Any = None,
+    force: bool = False,
+) -> list[Path]:
+    """Write a workload report folder (:data:`WORKLOAD_REPORT_FILES`); return the files.
+
+    Parameters
+    ----------
+    directory : path
+        The folder; created if absent. Refused if not empty, unless ``force``.
+    run : WorkloadRun
+        The replay drawn in the timeline and trace.
+    graph : networkx graph
+        The topology it ran on.
+    table : str
+        The breakdown table text.
+    summary, ranks : mapping, sequence of mappings
+        The summary row and the per-rank rows (``ccsim run --format json --per-rank``).
+    argv : sequence of str
+        The command's arguments after ``ccsim``.
+    inputs : mapping, optional
+        The resolved inputs, recorded in ``run.json``.
+    topology, workload : str, path or graph, optional
+        What the command named: their files (a path, or a bundled preset's file) are
+        copied into the folder as ``topology.<ext>`` and ``workload.<ext>``.
+
+    Like :func:`write_collective_report`, every file is written atomically and
+    ``run.json`` last, so a folder that has it is complete.
+    """
+    directory = check_report_dir(directory, force=force)
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    describe = dict(WORKLOAD_REPORT_FILES)
+
+    def put(name: str, data: str | bytes) -> None:
+        target = directory / name
+        if isinstance(data, bytes):
+            write_bytes_atomically(target, data)
+        else:
+            write_text_atomically(target, data)
+        written.append(target)
+
+    put("breakdown.txt", table)
+    put("breakdown.csv", to_csv(list(ranks)))
+    put("breakdown.json", to_json([dict(summary), *ranks]))
+    records = workload_timeline(run, graph)
+    put("timeline.png", figure_bytes(workload_figure(records), "png"))
+    save_trace(records, directory / "trace.json")
+    written.append(directory / "trace.json")
+    copies: dict[str, str | None] = {}
+    for role, source in (
+        ("topology", _topology_file(topology)),
+        ("workload", _workload_file(workload)),
+    ):
+        copies[role] = None
+        if source is None:
+            continue
+        name = f"{role}{source.suffix}"
+        with atomic_open(directory / name, "wb") as stream, source.open("rb") as original:
+            shutil.copyfileobj(original, stream)
+        written.append(directory / name)
+        copies[role] = name
+        describe[name] = f"the {role} file the command read"
+
+    command = "ccsim " + shlex.join(argv) if argv else ""
+    info = {
+        "command": command,
+        "argv": list(argv),
+        "versions": _versions(),
+        "inputs": dict(inputs or {}),
+        "workload": {
+            "source": str(workload) if workload is not None else None,
+            "file": copies["workload"],
+            "name": run.workload.name,
+            "description": run.workload.description,
+            "ranks": run.workload.ranks,
+            "ops": len(run.workload.ops),
+        },
+        "step_s": records.meta["step_s"],
+        "topology": {
+            "source": str(topology) if topology is not None else None,
+            "file": copies["topology"],
+            **topology_summary(graph),
+        },
+        "files": {p.name: describe[p.name] for p in written},
+    }
+    info["files"]["README.md"] = describe["README.md"]
+    info["files"]["run.json"] = describe["run.json"]
+    put("README.md", _workload_readme(command, info, table))
+    put("run.json", json.dumps(info, indent=2, default=str) + "\n")
+    return written
+
+
+def _workload_readme(command: str, run: Mapping[str, Any], table: str) -> str:
+    topo, work = run["topology"], run["workload"]
+    versions = ", ".join(f"{k} {v}" for k, v in run["versions"].items())
+    rerun = [
+        f"`{name}` is the {role} file it read; pass it instead of the preset name if the "
+        "preset has changed since."
+        for role, name in (("workload", work["file"]), ("topology", topo["file"]))
+        if name
+    ]
+    lines = [
+        "# ccsim workload report",
+        "",
+        "## Command",
+        "",
+        "```bash",
+        command or "(called from Python; see run.json for the inputs)",
+        "```",
+        "",
+        f"Versions: {versions}.",
+        "",
+        "To rerun, install the same ccsim version and run the command from the folder it was",
+        "run in. " + " ".join(rerun),
+        "",
+        "## Workload and topology",
+        "",
+        f"{work['name']}: {work['ranks']} ranks, {work['ops']} ops. {work['description']}",
+        "",
+        f"{topo['name'] or 'graph'}: {topo['gpus']} GPUs, {topo['servers']} server(s). "
+        f"SHA-256 of the graph: `{topo['sha256']}`.",
+        "",
+        "## Step-time breakdown",
+        "",
+        "```text",
+        table.rstrip("\n"),
+        "```",
+        "",
+        "## Timeline",
+        "",
+        "![timeline](timeline.png)",
+        "",
+        "`trace.json` opens in https://ui.perfetto.dev: one process per server, one thread",
+        "per rank and stream.",
+        "",
+        "## Files",
+        "",
+    ]
+    lines += [f"- `{name}`: {text}" for name, text in run["files"].items()]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_workload_outputs(
+    run: WorkloadRun,
+    graph: nx.Graph,
+    *,
+    table: str,
+    summary: Mapping[str, Any],
+    ranks: Sequence[Mapping[str, Any]],
+    timeline: str | None = None,
+    trace: str | None = None,
+    report: str | None = None,
+    force: bool = False,
+    argv: Sequence[str] = (),
+    inputs: Mapping[str, Any] | None = None,
+    topology: Any = None,
+    workload: Any = None,
+) -> None:
+    """Write what ``ccsim run --timeline``, ``--trace`` and ``--report`` ask for.
+
+    Each file is written atomically; the arguments are those of
+    :func:`write_workload_report`.
+    """
+    if timeline or trace:
+        records = workload_timeline(run, graph)
+        if timeline:
+            fig = workload_figure(records)
+            write_bytes_atomically(timeline, figure_bytes(fig, image_format(timeline)))
+        if trace:
+            save_trace(records, trace)
+    if report:
+        write_workload_report(
+            report,
+            run=run,
+            graph=graph,
+            table=table,
+            summary=summary,
+            ranks=ranks,
+            argv=argv,
+            inputs=inputs,
+            topology=topology,
+            workload=workload,
             force=force,
         )
