@@ -14,6 +14,7 @@ from . import __version__
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .algorithms.chain import ROOTED_OPS
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
+from .cli_sweep import add_sweep_commands
 from .cli_topology import add_topology_commands
 from .cli_validate import add_validate_command
 from .cli_workload import add_workload_commands
@@ -222,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(handler=_cmd_bench)
     add_workload_commands(sub)
     add_validate_command(sub)
+    add_sweep_commands(sub)
     return parser
 
 

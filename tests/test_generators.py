@@ -99,13 +99,19 @@ HEADER = (
     "HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: {tp} ep: 1 pp: 1 ga: {ga} "
     "all_gpus: {n} checkpoints: 0 checkpoint_initiates: 0\n"
 )
-AICB_TP = HEADER.format(tp=2, ga=1, n=4) + """1
+AICB_TP = (
+    HEADER.format(tp=2, ga=1, n=4)
+    + """1
 l0 -1 1000000 ALLREDUCE 100000000 2000000 NONE 0 3000000 NONE 0 500000
 """
+)
 
-AICB_DP = HEADER.format(tp=1, ga=2, n=2) + """1
+AICB_DP = (
+    HEADER.format(tp=1, ga=2, n=2)
+    + """1
 l0 -1 1000000 NONE 0 1000000 NONE 0 1000000 ALLREDUCE 100000000 0
 """
+)
 
 
 def test_aicb_tensor_parallel_layer(tmp_path):

@@ -1,0 +1,249 @@
+"""``ccsim sweep`` and ``ccsim size``: parameter sweeps and knee finding on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .errors import CcsimError
+from .report import FORMATS, to_csv, to_json
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def parse_tolerance(text: str) -> float:
+    """``5%`` or ``0.05`` as a fraction in [0, 1).
+
+    >>> parse_tolerance("5%"), parse_tolerance("0.1")
+    (0.05, 0.1)
+    """
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a tolerance such as 5% or 0.05 (in [0, 1)), got {text!r}"
+        )
+    return value
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", metavar="SPEC.yaml", help="sweep spec (YAML)")
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="local worker processes (count; default: every core; 1 runs in this process)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run on an existing Dask distributed cluster instead, e.g. tcp://host:8786 "
+        "(its workers need ccsim installed)",
+    )
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again the points whose row in the results file records an error",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bar and no summary on stderr"
+    )
+
+
+def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``sweep`` and ``size`` on the main parser."""
+    sweep = sub.add_parser(
+        "sweep",
+        help="run every point of a parameter sweep, resumably",
+        description="Run every point of a sweep spec (a base collective or workload and "
+        "axes to vary: topology paths such as server.nic.bandwidth, algorithm, size, "
+        "nodes, workload.PARAM) and append each result to a CSV file as it finishes. "
+        "Running the same command again skips the points already in the file. Columns: "
+        "key, the axes in bytes, bytes/s and seconds, status, error, the metrics "
+        "(seconds; GB/s = 1e9 bytes/s).",
+    )
+    _run_options(sweep)
+    sweep.add_argument(
+        "--out", required=True, metavar="RESULTS.csv", help="results file (CSV), appended to"
+    )
+    sweep.set_defaults(handler=_cmd_sweep)
+
+    size = sub.add_parser(
+        "size",
+        help="find the knee: the smallest setting of an axis as good as the largest",
+        description="Run a sweep, then for each group of the other axes find the "
+        "smallest value of AXIS at which METRIC is within TOLERANCE of its value at the "
+        "largest setting (and stays so above it), print it, and plot METRIC against "
+        "AXIS with the knee marked.",
+    )
+    _run_options(size)
+    size.add_argument(
+        "--axis",
+        default=None,
+        metavar="AXIS",
+        help="numeric axis to size, e.g. server.nic.bandwidth (default: the only axis)",
+    )
+    size.add_argument(
+        "--metric",
+        default=None,
+        metavar="NAME",
+        help="step_s, exposed_s, exposed_share... for workloads (default step_s); "
+        "busbw_GBps, time_s... for collectives (default busbw_GBps)",
+    )
+    size.add_argument(
+        "--tolerance",
+        type=parse_tolerance,
+        default=0.05,
+        metavar="X",
+        help="how close to the largest setting's value counts, e.g. 5%% or 0.05 (default: 5%%)",
+    )
+    size.add_argument(
+        "--by",
+        default=None,
+        metavar="AXES",
+        help="comma-separated axes to group by (default: the other axes that vary)",
+    )
+    size.add_argument(
+        "--out",
+        default=None,
+        metavar="RESULTS.csv",
+        help="results file (CSV), appended to and resumed from (default: none)",
+    )
+    size.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="draw the metric and the knee to FILE.png, .svg or .pdf",
+    )
+    size.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="knee table format: table, json or csv (default: %(default)s)",
+    )
+    size.set_defaults(handler=_cmd_size)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "workers": args.workers,
+        "scheduler": args.scheduler,
+        "progress": False if args.quiet else None,
+        "retry_failed": args.retry_failed,
+    }
+
+
+def _interrupted(args: argparse.Namespace, out: str | None) -> None:
+    if not args.quiet and out:
+        print(
+            f"ccsim: finished points are in {out}; run the same command again to resume",
+            file=sys.stderr,
+        )
+
+
+def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
+    if args.quiet:
+        return
+    where = f" in {out}" if out else ""
+    text = (
+        f"ccsim: {len(run.rows)} points{where}: {run.ran} run now, {run.resumed} already "
+        f"there, {run.failed} failed"
+    )
+    if run.spec.duplicates:
+        text += f" ({run.spec.duplicates} duplicate points skipped)"
+    print(text, file=sys.stderr)
+    errors = [row for row in run.rows if row["status"] != "ok"]
+    if errors:
+        print(f"ccsim: first failure: {errors[0]['error']}", file=sys.stderr)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> None:
+    from .sweep import execute_sweep, load_spec
+
+    spec = load_spec(args.spec)
+    try:
+        run = execute_sweep(spec, args.out, **_options(args))
+    except KeyboardInterrupt:
+        _interrupted(args, args.out)
+        raise
+    _summary(args, run, args.out)
+
+
+def _cmd_size(args: argparse.Namespace) -> None:
+    from .sweep import default_metric, format_value, load_spec, size
+
+    spec = load_spec(args.spec)
+    by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None
+    if args.plot:  # a bad file name fails before the sweep, not after it
+        from .sweep.plot import _FORMATS
+
+        if args.plot.rsplit(".", 1)[-1].lower() not in _FORMATS:
+            raise CcsimError(f"cannot draw {args.plot!r}: give a .png, .svg or .pdf file name")
+    try:
+        found = size(
+            spec,
+            args.axis,
+            args.metric,
+            args.tolerance,
+            by=by,
+            out=args.out,
+            plot=args.plot,
+            **_options(args),
+        )
+    except KeyboardInterrupt:
+        _interrupted(args, args.out)
+        raise
+    _summary(args, found.run, args.out)
+    rows = [knee.row() for knee in found.knees]
+    if args.format == "json":
+        text = to_json(rows)
+    elif args.format == "csv":
+        text = to_csv(rows)
+    else:
+        metric = args.metric or default_metric(spec)
+        axis = found.knees[0].axis
+        lines = [
+            f"# ccsim size {spec.name}: knee of {metric} against {axis} = the smallest "
+            f"value within {args.tolerance:.1%} of the value at the largest setting (and "
+            "staying within above it)",
+        ]
+        group_names = list(found.knees[0].group)
+        header = [*group_names, "knee", metric, "reference", f"{metric} there", "ratio"]
+        table = [header]
+        for knee in found.knees:
+            table.append(
+                [
+                    *(format_value(k, v) for k, v in knee.group.items()),
+                    spec.label(axis, knee.knee),
+                    f"{knee.knee_metric:.6g}",
+                    spec.label(axis, knee.reference),
+                    f"{knee.reference_metric:.6g}",
+                    f"{knee.knee_metric / knee.reference_metric:.4f}"
+                    if knee.reference_metric
+                    else "",
+                ]
+            )
+        widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+        for i, row in enumerate(table):
+            cells = "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True))
+            lines.append(("# " if i == 0 else "  ") + cells.rstrip())
+        text = "\n".join(lines) + "\n"
+    if args.plot and not args.quiet:
+        print(f"ccsim: wrote {args.plot}", file=sys.stderr)
+    sys.stdout.write(text)
+
+
+__all__ = ["add_sweep_commands", "parse_tolerance"]

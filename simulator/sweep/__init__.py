@@ -1,0 +1,147 @@
+"""Parameter sweeps: size interconnects by simulating many variants of one scenario.
+
+A sweep spec (YAML, :mod:`~simulator.sweep.spec`) names a base scenario, a collective
+or a workload on a topology, and the axes to vary: topology parameters
+(``server.nic.bandwidth``, ``fabric.oversubscription``...), algorithm, message size,
+node count, workload parameters. :func:`run_sweep` runs every point on this machine's
+cores or on a Dask cluster, appending each result to a CSV file as it completes and
+skipping the points already there; :func:`find_knee` finds the smallest setting of an
+axis that is within a tolerance of the largest; :func:`size` does both and draws it.
+
+>>> frame = run_sweep({"scenario": {"collective": "all_reduce", "size": "64M"},
+...                    "axes": {"server.intra.bandwidth": ["150GB/s", "300GB/s"]}},
+...                   workers=1)
+>>> list(frame["status"])
+['ok', 'ok']
+
+Modules: :mod:`~.spec` (parsing, validation, point keys), :mod:`~.point` (running one
+point), :mod:`~.runners` (in-process, process pool, Dask), :mod:`~.store` (the results
+file), :mod:`~.run` (the sweep loop), :mod:`~.knee` and :mod:`~.plot`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .knee import Knee, find_knee, knee_of
+from .plot import knee_figure, save_figure
+from .point import METRICS, build_topology, run_point
+from .run import SweepRun, execute_sweep, read_results, result_columns, run_sweep
+from .spec import Axis, Point, SweepError, SweepSpec, format_value, load_spec, point_key
+
+
+@dataclass
+class SizeResult:
+    """What :func:`size` found: the sweep, the knee of each group, the figure."""
+
+    run: SweepRun
+    knees: list[Knee]
+    figure: Any = field(repr=False, default=None)
+
+    def table(self) -> Any:
+        """The knees as a pandas DataFrame (one row per group)."""
+        import pandas as pd
+
+        return pd.DataFrame([knee.row() for knee in self.knees])
+
+
+def default_metric(spec: SweepSpec) -> str:
+    """``step_s`` for workloads, ``busbw_GBps`` for collectives."""
+    return "step_s" if spec.kind == "workload" else "busbw_GBps"
+
+
+def size(
+    spec: SweepSpec | str | Path | Mapping[str, Any],
+    axis: str | None = None,
+    metric: str | None = None,
+    tolerance: float = 0.05,
+    *,
+    by: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    plot: str | Path | None = None,
+    **options: Any,
+) -> SizeResult:
+    """Run a sweep and find the knee of ``metric`` against ``axis``.
+
+    Parameters
+    ----------
+    spec : SweepSpec, path or mapping
+    axis : str, optional
+        The axis to size (default: the spec's only axis).
+    metric : str, optional
+        Default ``step_s`` for workloads, ``busbw_GBps`` for collectives.
+    tolerance : float
+        Relative tolerance of the knee (0.05: within 5 % of the largest setting's).
+    by : sequence of str, optional
+        Axes that split the results into groups (default: the other varying axes).
+    out : path, optional
+        Results CSV (resumable), as for :func:`run_sweep`.
+    plot : path, optional
+        Also write the figure there (.png, .svg, .pdf).
+    **options
+        Passed to :func:`execute_sweep` (``workers``, ``scheduler``, ``client``,
+        ``progress``...).
+
+    Examples
+    --------
+    >>> found = size({"scenario": {"collective": "all_reduce", "size": "256M", "nodes": 2},
+    ...               "axes": {"server.nic.bandwidth": ["100Gbps", "200Gbps", "400Gbps",
+    ...                                                 "800Gbps"]}}, workers=1)
+    >>> format_value("server.nic.bandwidth", found.knees[0].knee)  # PCIe caps the NIC
+    '400 Gb/s'
+    """
+    spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
+    if axis is None:
+        if len(spec.axes) != 1:
+            raise SweepError(
+                f"{spec.source}: the sweep has several axes ({', '.join(spec.columns)}); "
+                "say which one to size"
+            )
+        axis = spec.axes[0].name
+    if axis not in spec.columns:
+        raise SweepError(
+            f"{spec.source}: {axis!r} is not an axis of this sweep; axes: "
+            + ", ".join(spec.columns)
+        )
+    metric = metric or default_metric(spec)
+    if metric not in METRICS[spec.kind]:
+        raise SweepError(
+            f"unknown metric {metric!r} for a {spec.kind} sweep; valid: "
+            + ", ".join(METRICS[spec.kind])
+        )
+    run = execute_sweep(spec, out, **options)
+    knees = find_knee(run.rows, axis, metric, tolerance, by=by)
+    figure = knee_figure(knees, title=f"{spec.name}: {metric} against {axis}")
+    if plot is not None:
+        save_figure(figure, plot)
+    return SizeResult(run, knees, figure)
+
+
+__all__ = [
+    "METRICS",
+    "Axis",
+    "Knee",
+    "Point",
+    "SizeResult",
+    "SweepError",
+    "SweepRun",
+    "SweepSpec",
+    "build_topology",
+    "default_metric",
+    "execute_sweep",
+    "find_knee",
+    "format_value",
+    "knee_figure",
+    "knee_of",
+    "load_spec",
+    "point_key",
+    "read_results",
+    "result_columns",
+    "run_point",
+    "run_sweep",
+    "save_figure",
+    "size",
+]

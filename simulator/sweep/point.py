@@ -1,0 +1,204 @@
+"""Running one point of a sweep: its params (plain data) in, one result row out.
+
+:func:`run_point` is what every runner executes, in this process, in a local worker
+process or on a Dask worker, so results do not depend on where a point ran. It never
+raises for a failing simulation: the error goes into the row (``status: error``) and the
+sweep goes on. Only interruptions (``KeyboardInterrupt``, a dying process) escape.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from ..collective import simulate_collective
+from ..errors import CcsimError
+from ..topology import cluster_graph, fabric_spec, load_topology, preset, validate_topology
+from ..topology.graph import gpu_nodes
+
+#: Metric columns of each kind of sweep, in results order (seconds, GB/s = 1e9 B/s).
+METRICS = {
+    "collective": ("ranks", "time_s", "time_us", "algbw_GBps", "busbw_GBps"),
+    "workload": (
+        "ranks",
+        "step_s",
+        "compute_s",
+        "comm_s",
+        "overlapped_s",
+        "exposed_s",
+        "waiting_s",
+        "bubble_s",
+        "exposed_share",
+        "comm_share",
+    ),
+}
+
+
+def build_topology(params: Mapping[str, Any]) -> nx.Graph:
+    """The graph of a point: its preset with the point's ``set`` paths applied.
+
+    ``params`` needs ``topology`` (``{"name"}``, ``{"name", "data"}`` or
+    ``{"graph", "path"}``), ``set`` (dotted path -> value), ``fabric``, ``nodes`` and
+    optionally ``seed``. A path may create keys the preset does not have
+    (``fabric.oversubscription``); the topology parser rejects unknown ones.
+
+    Examples
+    --------
+    >>> g = build_topology({"topology": {"name": "dgx-a100"}, "nodes": 2,
+    ...                     "set": {"server.nic.bandwidth": 50e9}})
+    >>> max(d["bandwidth"] for _, _, d in g.edges(data=True) if d["link"] == "rdma")
+    50000000000.0
+    """
+    topology = params["topology"]
+    nodes = params.get("nodes") or 1
+    if "graph" in topology:
+        return load_topology(topology["path"], nodes, seed=params.get("seed"))
+    data = copy.deepcopy(topology["data"]) if "data" in topology else preset(topology["name"])
+    fabric = fabric_spec(data.get("fabric"), params.get("fabric"))
+    if fabric:
+        data["fabric"] = fabric
+    for path, value in sorted(params.get("set", {}).items()):
+        _set_path(data, path, value)
+    name = str(data.get("name", topology["name"]))
+    source = f"{name} (with the sweep's values)" if params.get("set") else name
+    graph = cluster_graph(
+        data["server"],
+        nodes,
+        fabric=data.get("fabric") or {},
+        name=name,
+        source=source,
+        seed=params.get("seed"),
+    )
+    validate_topology(graph, source=source)
+    return graph
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``data[a][b][c] = value`` for ``path`` ``"a.b.c"``, creating mappings."""
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise CcsimError(f"{path}: {part!r} is not a section of the topology")
+        node = child
+    node[last] = copy.deepcopy(value)
+
+
+def _workload(params: Mapping[str, Any], gpus_per_server: int) -> tuple[Any, int | None]:
+    """The point's workload and the node count it needs when ``nodes`` is not given."""
+    from ..workload.presets import from_spec, resolve_workload
+
+    spec = params["workload"]
+    nodes = params.get("nodes")
+    if "generator" not in spec:
+        workload = resolve_workload(Path(spec["path"]))
+    else:
+        spec = dict(spec)
+        if spec.get("ranks") == "all":
+            # Every GPU of the cluster: the workload follows a nodes axis.
+            spec["ranks"] = (nodes or 1) * gpus_per_server
+        workload = from_spec(spec, origin=str(spec.get("name", spec["generator"])))
+    if nodes is None:
+        nodes = max(1, math.ceil(workload.ranks / gpus_per_server))
+    return workload, nodes
+
+
+def run_point(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one point; return its status, error and metrics as a flat row.
+
+    Parameters
+    ----------
+    params : mapping
+        A :class:`~simulator.sweep.spec.Point`'s ``params``.
+
+    Returns
+    -------
+    dict
+        ``status`` (``ok`` or ``error``), ``error`` (one line, empty when ok) and the
+        metrics of :data:`METRICS` for the point's kind (None on error).
+
+    Examples
+    --------
+    >>> row = run_point({"kind": "collective", "collective": "all_reduce", "size": 2**20,
+    ...                  "algorithm": "ring", "chunks": 1, "channels": 1, "root": 0,
+    ...                  "topology": {"name": "dgx-a100"}, "nodes": 1, "set": {}})
+    >>> row["status"], row["ranks"]
+    ('ok', 8)
+    """
+    kind = params["kind"]
+    row: dict[str, Any] = {"status": "ok", "error": ""}
+    row.update(dict.fromkeys(METRICS[kind]))
+    try:
+        row.update(_collective(params) if kind == "collective" else _run_workload(params))
+    except Exception as error:
+        # Any failure of the simulation itself (bad input, or a bug that only this
+        # combination reaches) belongs to this point; the sweep goes on. Interruptions
+        # (KeyboardInterrupt, SystemExit) are not Exceptions and stop the sweep.
+        row["status"] = "error"
+        row["error"] = _one_line(error)
+    return row
+
+
+def _collective(params: Mapping[str, Any]) -> dict[str, Any]:
+    graph = build_topology(params)
+    result = simulate_collective(
+        graph,
+        params["collective"],
+        float(params["size"]),
+        params["algorithm"],
+        chunks=params["chunks"],
+        channels=params["channels"],
+        reduce_bandwidth=params.get("reduce_bandwidth"),
+        root=params.get("root", 0),
+    )
+    return {
+        "ranks": result.ranks,
+        "time_s": result.time_s,
+        "time_us": result.time_us,
+        "algbw_GBps": result.algbw_GBps,
+        "busbw_GBps": result.busbw_GBps,
+    }
+
+
+def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
+    from ..workload import run_workload
+
+    gpus = _gpus_per_server(params)
+    workload, nodes = _workload(params, gpus)
+    graph = build_topology({**params, "nodes": nodes})
+    _, breakdown = run_workload(
+        workload,
+        graph,
+        algorithm=params["algorithm"],
+        comm_slowdown=params.get("comm_slowdown", 0.0),
+        reduce_bandwidth=params.get("reduce_bandwidth"),
+    )
+    return {"ranks": workload.ranks, **breakdown.summary()}
+
+
+def _gpus_per_server(params: Mapping[str, Any]) -> int:
+    topology = params["topology"]
+    if "graph" in topology:
+        return len(gpu_nodes(build_topology({**params, "nodes": 1})))
+    gpus = params.get("set", {}).get("server.gpus")
+    if gpus is None:
+        data = topology["data"] if "data" in topology else preset(topology["name"])
+        gpus = data["server"]["gpus"]
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise CcsimError(f"server.gpus must be a positive integer, got {gpus!r}")
+    return gpus
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if not isinstance(error, CcsimError):
+        text = f"{type(error).__name__}: {text}"
+    return text

@@ -1,0 +1,256 @@
+"""Where points run: in this process, in a local process pool, or on a Dask cluster.
+
+A runner has the same small interface in each case: ``capacity`` (points it takes at
+once), ``submit(point)``, ``wait()`` (at least one finished point and its outcome, a
+row or the exception that lost it) and ``cancel()`` (drop what is in flight, on an
+interrupt). Every runner calls the same point function on the same params, so results
+do not depend on the runner.
+
+Lost points (a worker process that died, a Dask worker that was killed) come back as
+exceptions for which :func:`is_lost` is true; the sweep loop runs them again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from .point import run_point
+from .spec import Point, SweepError
+
+PointFunction = Callable[[Mapping[str, Any]], dict[str, Any]]
+Outcome = dict[str, Any] | BaseException
+
+#: Exception type names that mean "the worker was lost", not "the point failed". (Dask's
+#: KilledWorker is not one: Dask raises it after it has already retried the task on
+#: other workers, so it names the point that kills them.)
+_LOST = {"BrokenProcessPool", "BrokenExecutor", "CommClosedError", "CancelledError"}
+
+
+def is_lost(error: BaseException) -> bool:
+    """Whether ``error`` says a point was lost with its worker (so it may run again)."""
+    return any(cls.__name__ in _LOST for cls in type(error).__mro__)
+
+
+def default_workers() -> int:
+    """Cores this process may use (the local pool's default size)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+class Runner(Protocol):
+    """What the sweep loop needs from a place to run points."""
+
+    capacity: int
+
+    def submit(self, point: Point) -> None:
+        """Start ``point``."""
+
+    def wait(self) -> list[tuple[Point, Outcome]]:
+        """Block until at least one point has finished; return them with outcomes."""
+
+    def cancel(self) -> None:
+        """Drop every point in flight (they are lost, not recorded)."""
+
+    def close(self) -> None:
+        """Release workers and connections."""
+
+
+class InlineRunner:
+    """Runs each point in this process, one at a time (``workers=1``).
+
+    Interrupts reach the point directly, and no process is started.
+    """
+
+    capacity = 1
+
+    def __init__(self, function: PointFunction = run_point):
+        self.function = function
+        self._pending: list[Point] = []
+
+    def submit(self, point: Point) -> None:
+        self._pending.append(point)
+
+    def wait(self) -> list[tuple[Point, Outcome]]:
+        point = self._pending.pop(0)
+        try:
+            return [(point, self.function(point.params))]
+        except Exception as error:  # a custom point function that raised
+            return [(point, error)]
+
+    def cancel(self) -> None:
+        self._pending.clear()
+
+    def close(self) -> None:
+        self._pending.clear()
+
+
+def _ready() -> bool:
+    return True
+
+
+def _init_worker(parent: int) -> None:
+    # Ctrl-C reaches the whole process group: the parent alone decides what to do, and
+    # workers stopping mid-point with a traceback each would only add noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A parent killed outright (SIGKILL, OOM killer) cannot stop its pool, and idle
+    # workers would wait for work forever: leave when the parent is gone.
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+class PoolRunner:
+    """A pool of ``workers`` local processes (``spawn``: clean interpreters, no forked
+    threads or locks), restarted if a worker dies."""
+
+    def __init__(self, workers: int, function: PointFunction = run_point):
+        if workers < 1:
+            raise SweepError(f"workers must be a positive integer, got {workers}")
+        self.workers = workers
+        self.function = function
+        self.capacity = 2 * workers  # a queued point per worker hides the hand-off
+        self._futures: dict[cf.Future, Point] = {}
+        self._executor = self._start()
+        try:
+            # A pool whose processes cannot even start would lose every point: say why
+            # now rather than record each point as lost.
+            self._executor.submit(_ready).result()
+        except cf.BrokenExecutor:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            raise SweepError(
+                "the sweep's worker processes could not start. A script that runs a sweep "
+                "with several workers must do so under `if __name__ == '__main__':` "
+                "(worker processes import it again); or use workers=1"
+            ) from None
+
+    def _start(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
+        )
+
+    def submit(self, point: Point) -> None:
+        try:
+            future = self._executor.submit(self.function, point.params)
+        except cf.BrokenExecutor:
+            # A worker died: the old pool is unusable. Its other futures still report
+            # their loss through wait(); new points go to a fresh pool.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = self._start()
+            future = self._executor.submit(self.function, point.params)
+        self._futures[future] = point
+
+    def wait(self) -> list[tuple[Point, Outcome]]:
+        done, _ = cf.wait(self._futures, return_when=cf.FIRST_COMPLETED)
+        out: list[tuple[Point, Outcome]] = []
+        for future in done:
+            point = self._futures.pop(future)
+            error = future.exception() if not future.cancelled() else cf.CancelledError()
+            out.append((point, error if error is not None else future.result()))
+        return out
+
+    def cancel(self) -> None:
+        for future in self._futures:
+            future.cancel()
+        self._futures.clear()
+        processes = list(getattr(self._executor, "_processes", {}).values())
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        # Points in flight are given up: stop their processes rather than wait for them.
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskRunner:
+    """Points as tasks on a Dask distributed cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        A connected client (left open on close).
+    address : str, optional
+        Scheduler address such as ``tcp://host:8786``, when no client is given (the
+        client made for it is closed on close).
+
+    Workers need ccsim installed (the same version); points carry their topology preset
+    and workload spec as data, so workers need no access to the spec's files, except
+    graph and trace files, which are read by path.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        address: str | None = None,
+        function: PointFunction = run_point,
+    ):
+        try:
+            import distributed
+        except ImportError:  # pragma: no cover - a dependency of ccsim
+            raise SweepError("running on Dask needs the 'distributed' package") from None
+        self._distributed = distributed
+        self._own = client is None
+        if client is None:
+            try:
+                client = distributed.Client(address, timeout="20s")
+            except (OSError, TimeoutError, ValueError) as error:
+                raise SweepError(
+                    f"cannot reach the Dask scheduler at {address!r}: {error}"
+                ) from None
+        self.client = client
+        self.function = function
+        threads = sum(client.nthreads().values()) or 1
+        self.capacity = max(4, 2 * threads)
+        self._token = uuid.uuid4().hex[:8]
+        self._futures: dict[Any, Point] = {}
+
+    def submit(self, point: Point) -> None:
+        # A key per run: a cancelled or failed task of an earlier run never answers.
+        future = self.client.submit(
+            self.function, point.params, key=f"ccsim-point-{point.key}-{self._token}", pure=False
+        )
+        self._futures[future] = point
+
+    def wait(self) -> list[tuple[Point, Outcome]]:
+        done, _ = self._distributed.wait(list(self._futures), return_when="FIRST_COMPLETED")
+        out: list[tuple[Point, Outcome]] = []
+        for future in done:
+            point = self._futures.pop(future)
+            if future.status == "finished":
+                out.append((point, future.result()))
+            elif future.status == "cancelled":
+                out.append((point, cf.CancelledError()))
+            else:
+                out.append((point, future.exception()))
+            future.release()
+        return out
+
+    def cancel(self) -> None:
+        if self._futures:
+            self.client.cancel(list(self._futures), force=True)
+        self._futures.clear()
+
+    def close(self) -> None:
+        self.cancel()
+        if self._own:
+            self.client.close()
