@@ -505,6 +505,18 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         "--plot", metavar="FILE", help="also draw busbw against size into FILE (png, svg, pdf)"
     )
     cmd.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="also draw a Gantt chart (time in us/ms) of the winner at the LAST size into "
+        "FILE (png, svg, pdf)",
+    )
+    cmd.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write a Chrome trace-event JSON (ts/dur in microseconds) of the winner "
+        "at the LAST size",
+    )
+    cmd.add_argument(
         "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
     )
     cmd.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
@@ -582,6 +594,25 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         text = compare_table(rows, title=title)
     if args.plot:
         save_plot(rows, args.plot, title=title)
+    if args.timeline or args.trace:
+        # matplotlib and the viz package load only when asked for.
+        from .viz.outputs import check_output_options, write_collective_outputs
+
+        check_output_options(timeline=args.timeline, trace=args.trace, report=None, force=False)
+        last = [row for row in rows if row["size_bytes"] == rows[-1]["size_bytes"]]
+        winner = next((row for row in last if row.get("winner")), last[0])
+        tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
+        result = tuner.run(
+            graph,
+            args.op,
+            float(winner["size_bytes"]),
+            winner["algorithm"],
+            int(winner["chunks"]),
+            root=args.root,
+        )
+        write_collective_outputs(
+            result, graph, rows=rows, table=text, timeline=args.timeline, trace=args.trace
+        )
     if args.out:
         write_atomically(args.out, text)
     else:

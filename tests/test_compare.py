@@ -225,3 +225,48 @@ def test_simulate_collective_auto_picks_the_compare_winner():
     )
     assert result.time_s <= best[0] * 1.01
     assert result.algorithm == best[1]
+
+
+def test_compare_draws_the_winner_at_the_last_size(tmp_path):
+    """--timeline and --trace show the fastest algorithm at the last size: the trace's
+    transfers end exactly when the table says that run ends."""
+    import json
+
+    from simulator.cli import main
+
+    png, trace = tmp_path / "t.png", tmp_path / "t.json"
+    out = tmp_path / "rows.json"
+    assert (
+        main(
+            [
+                "compare",
+                "all_reduce",
+                "--nodes",
+                "2",
+                "--algos",
+                "ring,hierarchical",
+                "--sizes",
+                "1M,16M",
+                "--chunks",
+                "2",
+                "--format",
+                "json",
+                "--out",
+                str(out),
+                "--timeline",
+                str(png),
+                "--trace",
+                str(trace),
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(out.read_text())
+    last = [row for row in rows if row["size_bytes"] == 16 * 2**20]
+    winner = min(last, key=lambda row: row["time_us"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans = [e for e in events if e.get("ph") == "X"]
+    end = max(e["ts"] + e["dur"] for e in spans)
+    assert end == pytest.approx(winner["time_us"], rel=1e-6)
