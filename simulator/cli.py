@@ -14,6 +14,7 @@ from . import __version__
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .algorithms.chain import ROOTED_OPS
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
+from .cli_args import positive_int
 from .cli_sweep import add_sweep_commands
 from .cli_topology import add_topology_commands
 from .cli_validate import add_validate_command
@@ -52,16 +53,6 @@ def parse_fraction(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = _Parser(
@@ -92,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     coll.add_argument(
         "--nodes",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="number of servers of the preset, on one switch (default: 1)",
@@ -131,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     coll.add_argument(
         "--channels",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="C",
         help="parallel rings, each carrying 1/C of the data (count, default: 1)",

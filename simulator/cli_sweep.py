@@ -6,18 +6,9 @@ import argparse
 import sys
 from typing import Any
 
+from .cli_args import positive_int
 from .errors import CcsimError
 from .report import FORMATS, to_csv, to_json
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def parse_tolerance(text: str) -> float:
@@ -41,7 +32,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SPEC.yaml", help="sweep spec (YAML)")
     parser.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="local worker processes (count; default: every core; 1 runs in this process)",

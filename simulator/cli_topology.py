@@ -8,18 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cli_args import positive_int
 from .topology import FABRICS, load_topology, summarize
 from .topology.draw import draw_topology
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +38,7 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     )
     show.add_argument(
         "--nodes",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="number of servers of the preset (count, default: 1)",

@@ -32,6 +32,7 @@ import networkx as nx
 from .algorithms import algorithm_names, build_schedule, get_algorithm
 from .algorithms.base import RankLayout
 from .algorithms.chain import ROOTED_OPS
+from .cli_args import positive_int
 from .collective import (
     COLLECTIVE_OPS,
     CollectiveResult,
@@ -460,7 +461,7 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         help="preset name or preset YAML file (default: %(default)s)",
     )
     cmd.add_argument(
-        "--nodes", type=_positive_int, default=1, metavar="N", help="servers (default: 1)"
+        "--nodes", type=positive_int, default=1, metavar="N", help="servers (default: 1)"
     )
     cmd.add_argument(
         "--algos",
@@ -485,7 +486,7 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         "algorithm's fastest of " + ", ".join(map(str, CHUNK_CANDIDATES)) + " (default: auto)",
     )
     cmd.add_argument(
-        "--channels", type=_positive_int, default=1, metavar="C", help="channels (default: 1)"
+        "--channels", type=positive_int, default=1, metavar="C", help="channels (default: 1)"
     )
     cmd.add_argument(
         "--root",
@@ -543,16 +544,6 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         "with it, link efficiencies, per-hop latencies (us) and launch overhead of the preset "
         "apply (default: none, the ideal line-rate model)",
     )
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:

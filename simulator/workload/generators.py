@@ -343,92 +343,54 @@ def megatron(
                 prev = None
                 for kind, i in order:
                     tag = f"{kind}{i}"
-                    if kind == "f":
-                        recv = None
-                        if stage > 0:
-                            recv = b.op(
-                                f"r{r}.recv.{tag}",
-                                r,
-                                "recv",
-                                [prev],
-                                peer=rank_of(stage - 1, d, t),
-                                bytes=activation / tp,
-                                tag=f"act{i}",
-                                stream="pp.recv.prev",
-                            )
-                        comp = b.op(
-                            f"r{r}.{tag}",
+                    # Forward: activations come from the previous stage and go to the next;
+                    # backward: gradients come from the next stage and go to the previous.
+                    forward = kind == "f"
+                    step = 1 if forward else -1
+                    source, target = stage - step, stage + step
+                    what = "act" if forward else "grad"
+                    recv = None
+                    if 0 <= source < pp:
+                        recv = b.op(
+                            f"r{r}.recv.{tag}",
                             r,
-                            "compute",
-                            [recv, prev],
-                            flops=fwd_flops,
-                            label=f"fwd mb {i}",
+                            "recv",
+                            [prev],
+                            peer=rank_of(source, d, t),
+                            bytes=activation / tp,
+                            tag=f"{what}{i}",
+                            stream="pp.recv.prev" if forward else "pp.recv.next",
                         )
-                        prev = b.op(
-                            f"r{r}.tp.{tag}",
+                    comp = b.op(
+                        f"r{r}.{tag}",
+                        r,
+                        "compute",
+                        [recv, prev],
+                        flops=fwd_flops if forward else bwd_flops,
+                        label=f"{'fwd' if forward else 'bwd'} mb {i}",
+                    )
+                    prev = b.op(
+                        f"r{r}.tp.{tag}",
+                        r,
+                        "collective",
+                        [comp],
+                        op="all_reduce",
+                        group=tp_groups[(stage, d)],
+                        bytes=tp_fwd if forward else tp_bwd,
+                        stream="compute",
+                        label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
+                    )
+                    if 0 <= target < pp:
+                        b.op(
+                            f"r{r}.send.{tag}",
                             r,
-                            "collective",
-                            [comp],
-                            op="all_reduce",
-                            group=tp_groups[(stage, d)],
-                            bytes=tp_fwd,
-                            stream="compute",
-                            label=f"TP fwd mb {i}",
+                            "send",
+                            [prev],
+                            peer=rank_of(target, d, t),
+                            bytes=activation / tp,
+                            tag=f"{what}{i}",
+                            stream="pp.send.next" if forward else "pp.send.prev",
                         )
-                        if stage < pp - 1:
-                            b.op(
-                                f"r{r}.send.{tag}",
-                                r,
-                                "send",
-                                [prev],
-                                peer=rank_of(stage + 1, d, t),
-                                bytes=activation / tp,
-                                tag=f"act{i}",
-                                stream="pp.send.next",
-                            )
-                    else:
-                        recv = None
-                        if stage < pp - 1:
-                            recv = b.op(
-                                f"r{r}.recv.{tag}",
-                                r,
-                                "recv",
-                                [prev],
-                                peer=rank_of(stage + 1, d, t),
-                                bytes=activation / tp,
-                                tag=f"grad{i}",
-                                stream="pp.recv.next",
-                            )
-                        comp = b.op(
-                            f"r{r}.{tag}",
-                            r,
-                            "compute",
-                            [recv, prev],
-                            flops=bwd_flops,
-                            label=f"bwd mb {i}",
-                        )
-                        prev = b.op(
-                            f"r{r}.tp.{tag}",
-                            r,
-                            "collective",
-                            [comp],
-                            op="all_reduce",
-                            group=tp_groups[(stage, d)],
-                            bytes=tp_bwd,
-                            stream="compute",
-                            label=f"TP bwd mb {i}",
-                        )
-                        if stage > 0:
-                            b.op(
-                                f"r{r}.send.{tag}",
-                                r,
-                                "send",
-                                [prev],
-                                peer=rank_of(stage - 1, d, t),
-                                bytes=activation / tp,
-                                tag=f"grad{i}",
-                                stream="pp.send.prev",
-                            )
                 grads = prev
                 if dp > 1:
                     grads = b.op(
