@@ -20,15 +20,41 @@ JSON), :mod:`~simulator.viz.plots` (bandwidth against size),
 :mod:`~simulator.viz.atomic` (atomic file writes).
 """
 
-from .atomic import atomic_open, write_bytes_atomically, write_text_atomically
-from .collective import collective_timeline
-from .links import LinkLoad, link_load
-from .outputs import topology_summary, write_collective_report
-from .perfetto import save_trace, trace_events, trace_json
-from .plots import bandwidth_figure
-from .records import Counter, Phase, Span, Timeline, Track
-from .tables import markdown_table
-from .timeline import figure_bytes, save_timeline, timeline_figure
+import importlib
+from typing import Any
+
+# Names resolve on first use (PEP 562), so that importing simulator.viz for a trace or a
+# table does not load matplotlib: only the plotting modules import it.
+_HOMES = {
+    "atomic_open": "atomic",
+    "write_bytes_atomically": "atomic",
+    "write_text_atomically": "atomic",
+    "collective_timeline": "collective",
+    "LinkLoad": "links",
+    "link_load": "links",
+    "topology_summary": "outputs",
+    "write_collective_report": "outputs",
+    "save_trace": "perfetto",
+    "trace_events": "perfetto",
+    "trace_json": "perfetto",
+    "bandwidth_figure": "plots",
+    "Counter": "records",
+    "Phase": "records",
+    "Span": "records",
+    "Timeline": "records",
+    "Track": "records",
+    "markdown_table": "tables",
+    "figure_bytes": "timeline",
+    "save_timeline": "timeline",
+    "timeline_figure": "timeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Counter",
