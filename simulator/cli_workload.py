@@ -50,7 +50,8 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "--algo",
         default="ring",
         metavar="NAME",
-        help="algorithm for collectives that do not name one (default: %(default)s)",
+        help="algorithm for collectives that do not name one, or auto for the fastest per "
+        "group, operation and size, found by simulation (default: %(default)s)",
     )
     run.add_argument(
         "--comm-slowdown",

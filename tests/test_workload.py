@@ -275,3 +275,35 @@ def test_round_trip_through_a_file(tmp_path):
     assert again.to_dict() == first.to_dict()
     _, result = run_workload(again, two_gpus())
     assert result.step_s == pytest.approx(9 * MS, rel=1e-9)
+
+
+def test_auto_algorithm_per_collective():
+    """algorithm="auto": a lone 64 MiB all-reduce over 2 dgx-a100 servers takes as long as
+    at most the fastest (algorithm, chunks) a direct search finds (+1%, the tuner's rule),
+    and much less than the flat ring, which is bound by one 25 GB/s NIC."""
+    import simulator
+    from simulator.topology import load_topology
+
+    graph = load_topology("dgx-a100", nodes=2)
+    n = 64 * 2**20
+    ops = [
+        {
+            "id": f"a{r}",
+            "rank": r,
+            "kind": "collective",
+            "op": "all_reduce",
+            "group": "dp",
+            "bytes": n,
+        }
+        for r in range(16)
+    ]
+    run, _ = run_workload(workload(ops, ranks=16), graph, algorithm="auto")
+    best = min(
+        simulator.simulate_collective(graph, "all_reduce", n, name, chunks=k).time_s
+        for name in ("ring", "hierarchical", "pipelined", "tree", "halving-doubling")
+        for k in (1, 2, 4, 8, 16, 32)
+    )
+    took = float(run.records.end_s.max())
+    assert took <= best * 1.01
+    ring = simulator.simulate_collective(graph, "all_reduce", n).time_s
+    assert took < ring / 3

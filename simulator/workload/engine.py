@@ -90,6 +90,8 @@ class WorkloadReplay:
             raise CcsimError(f"comm_slowdown must be in [0, 1), got {comm_slowdown!r}")
         if graph.graph.get("comm_engine") == "sdma":
             comm_slowdown = 0.0  # copy engines leave the GPU cores to compute
+        if algorithm != "auto":
+            get_algorithm(algorithm)  # an unknown name fails now, listing the valid ones
         self.workload = workload
         self.graph = graph
         self.algorithm = algorithm
@@ -122,6 +124,9 @@ class WorkloadReplay:
         self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
+        self._tuner = None  # for algorithm="auto": one tuner per replay, never shared
+        self._auto_choices: dict[tuple, tuple[str, int]] = {}
+        self._group_graphs: dict[tuple, nx.Graph] = {}
         self._done = 0
 
     @staticmethod
@@ -248,8 +253,14 @@ class WorkloadReplay:
                 self._finish(index)
             return
         layout = self._layout(ranks)
-        algorithm = first.algorithm or self._default_algorithm(first.op, layout)
-        key = (algorithm, first.op, first.nbytes, first.chunks, first.channels, layout)
+        chunks = first.chunks
+        if first.algorithm:
+            algorithm = first.algorithm
+        elif self.algorithm == "auto":
+            algorithm, chunks = self._auto(first.op, ranks, first.nbytes)
+        else:
+            algorithm = self._default_algorithm(first.op, layout)
+        key = (algorithm, first.op, first.nbytes, chunks, first.channels, layout)
         schedule = self._schedules.get(key)
         if schedule is None:
             schedule = build_schedule(
@@ -257,7 +268,7 @@ class WorkloadReplay:
                 first.op,
                 layout,
                 first.nbytes,
-                chunks=first.chunks,
+                chunks=chunks,
                 channels=first.channels,
             )
             self._schedules[key] = schedule
@@ -277,6 +288,33 @@ class WorkloadReplay:
             on_rank_done=rank_done,
         )
         replay.start()
+
+    def _auto(self, op: str, ranks: list[int], nbytes: float) -> tuple[str, int]:
+        """Fastest (algorithm, chunks) for this group, op and size bucket, found by
+        simulating the candidates on the group's GPUs alone (the rest of the network
+        idle), as ``--algo auto`` does for one collective; cached per run."""
+        from ..compare import AutoTuner, size_bucket  # the tuner builds on collective.py
+
+        key = (tuple(ranks), op, size_bucket(nbytes))
+        if key not in self._auto_choices:
+            if self._tuner is None:
+                self._tuner = AutoTuner(reduce_bandwidth=None)
+            group = self._group_graphs.get(tuple(ranks))
+            if group is None:
+                nodes = gpu_nodes(self.graph)
+                members = {nodes[r]: i for i, r in enumerate(ranks)}
+                keep = [
+                    n
+                    for n, d in self.graph.nodes(data=True)
+                    if d.get("kind") != "gpu" or n in members
+                ]
+                group = self.graph.subgraph(keep).copy()
+                for node, i in members.items():
+                    group.nodes[node]["rank"] = i
+                self._group_graphs[tuple(ranks)] = group
+            choice = self._tuner.choose(group, op, nbytes)
+            self._auto_choices[key] = (choice.algorithm, choice.chunks)
+        return self._auto_choices[key]
 
     def _default_algorithm(self, op: str, layout: RankLayout) -> str:
         """The run's algorithm, or the first that can run ``op`` here (e.g. all-to-all
