@@ -128,3 +128,37 @@ def test_out_file_is_written_whole(tmp_path):
     assert main(["collective", "all_reduce", "--sizes", "1M", "--out", str(target)]) == 0
     assert target.read_text().startswith("# ccsim all_reduce")
     assert [p.name for p in tmp_path.iterdir()] == ["table.txt"]  # no temporary left over
+
+
+def test_every_option_of_every_subcommand_has_help():
+    """Each subcommand's options all carry a help text (which states the unit)."""
+    import argparse
+
+    from simulator.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert {
+        "collective",
+        "compare",
+        "run",
+        "sweep",
+        "size",
+        "validate",
+        "bench",
+        "topology",
+        "generate",
+    } <= set(sub.choices)
+    missing = []
+    for name, command in sub.choices.items():
+        parsers = [command]
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in nested:
+            parsers += list(action.choices.values())
+        for each in parsers:
+            for action in each._actions:
+                if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                    continue
+                if not (action.help or "").strip():
+                    missing.append(f"{name}: {action.dest}")
+    assert missing == []
