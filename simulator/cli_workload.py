@@ -138,7 +138,9 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="B",
         help="sequences per step (megatron; count)",
     )
-    gen.add_argument("--tp", type=int, default=None, metavar="T", help="tensor parallel size (count)")
+    gen.add_argument(
+        "--tp", type=int, default=None, metavar="T", help="tensor parallel size (count)"
+    )
     gen.add_argument("--pp", type=int, default=None, metavar="P", help="pipeline stages (count)")
     gen.add_argument("--dp", type=int, default=None, metavar="D", help="data parallel size (count)")
     gen.add_argument(

@@ -148,19 +148,24 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _topology_file(topology: Any) -> Path | None:
-    """The file a ``--topology`` value was read from: a path, or a bundled preset."""
-    if isinstance(topology, nx.Graph) or topology is None:
+def _source_file(value: Any, presets: Any) -> Path | None:
+    """The file an argument was read from: a path, or a bundled preset of ``presets()``."""
+    if value is None or isinstance(value, nx.Graph):
         return None
-    path = Path(str(topology))
+    path = Path(str(value))
     if path.is_file():
         return path
     try:
-        from ..topology.presets import preset_files
-
-        return preset_files().get(str(topology))
+        return presets().get(str(value))
     except Exception:  # the report is still useful without the copy
         return None
+
+
+def _topology_file(topology: Any) -> Path | None:
+    """The file a ``--topology`` value was read from: a path, or a bundled preset."""
+    from ..topology.presets import preset_files
+
+    return _source_file(topology, preset_files)
 
 
 def write_collective_report(
@@ -397,17 +402,9 @@ WORKLOAD_REPORT_FILES = {
 
 def _workload_file(workload: Any) -> Path | None:
     """The file a workload argument was read from: a path, or a bundled preset."""
-    if workload is None:
-        return None
-    path = Path(str(workload))
-    if path.is_file():
-        return path
-    try:
-        from ..workload.presets import preset_files
+    from ..workload.presets import preset_files
 
-        return preset_files().get(str(workload))
-    except Exception:  # the report is still useful without the copy
-        return None
+    return _source_file(workload, preset_files)
 
 
 def write_workload_report(

@@ -143,56 +143,39 @@ def load_aicb(path: str | Path) -> Workload:
         return _TYPES[base], groups[(group, r)]
 
     ns = 1e-9
+
+    def compute_then_tp(op_id: str, r: int, prev, seconds: float, kind: str, size: int, label: str):
+        """A compute op, then (if any) its blocking TP-group comm on the compute stream."""
+        prev = b.op(op_id, r, "compute", [prev], duration=seconds, label=label)
+        c = comm(kind, "TP", r)
+        if c and size:
+            prev = b.op(
+                f"{op_id}.c",
+                r,
+                "collective",
+                [prev],
+                op=c[0],
+                group=c[1],
+                bytes=size,
+                stream="compute",
+                label=label,
+            )
+        return prev
+
     for r in range(ranks):
         prev = None
         wg_done: list[str | None] = [None] * len(layers)
         for mb in range(ga):
             for i, layer in enumerate(layers):
                 name, fwd_t, fwd_c, fwd_b = layer[:4]
-                prev = b.op(
-                    f"r{r}.m{mb}.f{i}",
-                    r,
-                    "compute",
-                    [prev],
-                    duration=fwd_t * ns,
-                    label=f"fwd {name}",
+                prev = compute_then_tp(
+                    f"r{r}.m{mb}.f{i}", r, prev, fwd_t * ns, fwd_c, fwd_b, f"fwd {name}"
                 )
-                c = comm(fwd_c, "TP", r)
-                if c and fwd_b:
-                    prev = b.op(
-                        f"r{r}.m{mb}.fc{i}",
-                        r,
-                        "collective",
-                        [prev],
-                        op=c[0],
-                        group=c[1],
-                        bytes=fwd_b,
-                        stream="compute",
-                        label=f"fwd {name}",
-                    )
             for i in reversed(range(len(layers))):
                 name, _, _, _, ig_t, ig_c, ig_b, wg_t, wg_c, wg_b, _ = layers[i]
-                prev = b.op(
-                    f"r{r}.m{mb}.ig{i}",
-                    r,
-                    "compute",
-                    [prev],
-                    duration=ig_t * ns,
-                    label=f"input grad {name}",
+                prev = compute_then_tp(
+                    f"r{r}.m{mb}.ig{i}", r, prev, ig_t * ns, ig_c, ig_b, f"input grad {name}"
                 )
-                c = comm(ig_c, "TP", r)
-                if c and ig_b:
-                    prev = b.op(
-                        f"r{r}.m{mb}.igc{i}",
-                        r,
-                        "collective",
-                        [prev],
-                        op=c[0],
-                        group=c[1],
-                        bytes=ig_b,
-                        stream="compute",
-                        label=f"input grad {name}",
-                    )
                 prev = b.op(
                     f"r{r}.m{mb}.wg{i}",
                     r,
