@@ -25,6 +25,10 @@ order computes the same result: a schedule with a race fails the check. Two redu
 into the same block do not conflict with each other (they commute), so a rank may
 receive several contributions at once, as a tree's inner node or a direct
 reduce-scatter's owner does.
+
+Self ops (src = dst, allowed only on switch paths: see
+:data:`~simulator.schedule.PATH_UP`) move no data between ranks; they take part in the
+ordering only.
 """
 
 from __future__ import annotations
@@ -100,6 +104,8 @@ def _run(schedule: Schedule, order: np.ndarray) -> list[list[int]]:
         ancestors[read] = before
         ancestors[write] = before | (1 << read)
         s, d, g = src[i], dst[i], seg[i]
+        if s == d:
+            continue  # a self op (into or out of a switch) moves no data: it only orders
         for writer in frontier.get((s, g), ()):
             if not before >> writer & 1:
                 raise ScheduleError(

@@ -121,12 +121,18 @@ def run_schedule(
     p = len(gpu_nodes(graph))
     if schedule.ranks > p:
         raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
+    allowed = schedule.params.get("protocols") or PROTOCOLS
     if protocol is not None and str(protocol).lower() == "auto":
         results = [
             run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=name)
-            for name in PROTOCOLS
+            for name in allowed
         ]
         return min(results, key=lambda result: result.time_s)
+    if protocol is not None and str(protocol).lower() not in {name.lower() for name in allowed}:
+        raise CcsimError(
+            f"{schedule.algorithm} runs with the {', '.join(allowed)} protocol only, not "
+            f"{protocol!r}; use --proto {allowed[0]} or auto"
+        )
     env = simpy.Environment()
     calibration = calibration_of(graph)
     proto = None if protocol is None else calibration.protocol(protocol)

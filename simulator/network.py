@@ -79,6 +79,7 @@ class FlowNetwork:
         # Usable capacity: line rate times the efficiency of the link's type (calibrated
         # runs only; records keep reporting line rate).
         self.capacity = self.links.capacity.copy()
+        self.link_efficiency = dict(link_efficiency or {})
         if link_efficiency:
             scale = [float(link_efficiency.get(kind, 1.0)) for kind in self.links.kind]
             self.capacity *= np.array(scale)
@@ -180,6 +181,10 @@ class FlowNetwork:
     def network_route_ids(self, src_ranks: np.ndarray, dst_ranks: np.ndarray) -> np.ndarray:
         """Routes that leave the server through the NICs (see Router.network_route_ids)."""
         return self.router.network_route_ids(src_ranks, dst_ranks)
+
+    def switch_route_ids(self, ranks: np.ndarray, *, down: bool) -> np.ndarray:
+        """Routes into (or out of) each rank's NVLS switch (see Router.switch_route_ids)."""
+        return self.router.switch_route_ids(ranks, down=down)
 
     def route_classes(self, routes: np.ndarray) -> list[str]:
         """Path class (nvlink, pcie, network) of each route, for protocol latencies."""

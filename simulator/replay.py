@@ -20,7 +20,15 @@ import simpy
 from .errors import DeadlockError
 from .network import FlowNetwork
 from .protocol import Protocol
-from .schedule import PATH_NETWORK, Schedule, csr_gather, successors
+from .schedule import (
+    PATH_DEFAULT,
+    PATH_DOWN,
+    PATH_NETWORK,
+    PATH_UP,
+    Schedule,
+    csr_gather,
+    successors,
+)
 from .topology.graph import gpu_nodes
 
 
@@ -76,9 +84,14 @@ class ScheduleReplay:
         self._protocol = protocol
         self._wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
         self._extra = None if protocol is None else np.zeros(n)
+        nvls = network.link_efficiency.get("nvls")
+        switch = (schedule.path == PATH_UP) | (schedule.path == PATH_DOWN)
+        if protocol is not None and nvls and switch.any():
+            # NVLink capacity is already scaled to plain copies' efficiency; the switch's
+            # multimem reads and writes reach the calibration's "nvls" share instead.
+            scale = network.link_efficiency.get("nvlink", 1.0) / nvls
+            self._wire = np.where(switch, self._wire * scale, self._wire)
         self._step_s: float | None = None
-        # Ops a multipath schedule sends through the NICs rather than the shortest way.
-        self._network_path = (schedule.path == PATH_NETWORK) if schedule.path.any() else None
         self._pending = np.diff(schedule.dep_ptr).astype(np.int32)
         (self._done_ptr, self._done_idx), (self._sent_ptr, self._sent_idx) = successors(schedule)
         self.start_s = np.full(n, np.nan)
@@ -112,28 +125,44 @@ class ScheduleReplay:
         if len(ops) == 0:
             return
         self.start_s[ops] = self.env.now
-        routes = self.network.route_ids(self._src[ops], self._dst[ops], self.schedule.channel[ops])
-        if self._network_path is not None:
-            forced = self._network_path[ops]
-            if forced.any():
-                routes = routes.copy()
-                routes[forced] = self.network.network_route_ids(
-                    self._src[ops][forced], self._dst[ops][forced]
-                )
+        routes = self._routes(ops)
         if self._protocol is not None:
-            wanted = self._step_latency(routes)
+            wanted = self._step_latency()
             self._extra[ops] = np.maximum(wanted - self.network.route_latency(routes), 0.0)
         self.network.add_flows(self._owner, ops, routes, self._wire[ops])
 
-    def _step_latency(self, routes: np.ndarray) -> float:
+    def _routes(self, ops: np.ndarray) -> np.ndarray:
+        """Route of each op: the shortest (ECMP-hashed by channel), unless the schedule
+        sends it through the NICs (multipath) or into or out of an NVLS switch."""
+        src, dst = self._src[ops], self._dst[ops]
+        if not self.schedule.path.any():
+            return self.network.route_ids(src, dst, self.schedule.channel[ops])
+        path = self.schedule.path[ops]
+        routes = np.empty(len(ops), dtype=np.int64)
+        plain = path == PATH_DEFAULT
+        if plain.any():
+            routes[plain] = self.network.route_ids(
+                src[plain], dst[plain], self.schedule.channel[ops][plain]
+            )
+        for code in (PATH_NETWORK, PATH_UP, PATH_DOWN):
+            these = path == code
+            if not these.any():
+                continue
+            if code == PATH_NETWORK:
+                routes[these] = self.network.network_route_ids(src[these], dst[these])
+            elif code == PATH_UP:
+                routes[these] = self.network.switch_route_ids(src[these], down=False)
+            else:
+                routes[these] = self.network.switch_route_ids(dst[these], down=True)
+        return routes
+
+    def _step_latency(self) -> float:
         """Protocol latency of one step: that of the slowest path class the schedule
         crosses. NCCL's cost model charges every step of a ring the inter-node hop latency
         as soon as the ring spans nodes, since the steps advance in lockstep around it."""
         if self._step_s is None:
-            all_routes = self.network.route_ids(self._src, self._dst, self.schedule.channel)
+            all_routes = self._routes(np.arange(self.schedule.n_ops))
             classes = set(self.network.route_classes(np.unique(all_routes)))
-            if self._network_path is not None and self._network_path.any():
-                classes.add("network")
             rank = {"nvlink": 0, "pcie": 1, "network": 2}
             slowest = max(classes, key=rank.__getitem__) if classes else "nvlink"
             self._step_s = self._protocol.hop_s[slowest]

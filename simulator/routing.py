@@ -161,6 +161,7 @@ class Router:
         self._sparse: dict[tuple[int, int], int] = {}
         self._groups: list[_Multipath] = []
         self._network_routes: dict[tuple[int, int], int] = {}
+        self._switch_routes: dict[tuple[int, bool], int] = {}
         self._network_view: nx.Graph | None = None
         self._route_links: list[np.ndarray] = []
         self._route_of: dict[tuple[int, ...], int] = {}
@@ -334,6 +335,32 @@ class Router:
                         "and a fabric between them"
                     ) from None
                 route = self._network_routes[(s, d)] = self._add_route(path)
+            out[n] = route
+        return out
+
+    def switch_route_ids(self, ranks: np.ndarray, *, down: bool) -> np.ndarray:
+        """Routes between each rank's GPU and the NVSwitch that reduces and multicasts
+        for it (a neighbour of kind ``nvswitch`` with ``nvls`` set): into the switch, or
+        out of it when ``down``. Cached per rank."""
+        out = np.empty(len(ranks), dtype=np.int64)
+        for n, rank in enumerate(np.asarray(ranks).tolist()):
+            route = self._switch_routes.get((rank, down))
+            if route is None:
+                gpu = self.nodes[rank]
+                switches = [
+                    node
+                    for node in sorted(self.graph.neighbors(gpu), key=str)
+                    if self.graph.nodes[node].get("kind") == "nvswitch"
+                    and self.graph.nodes[node].get("nvls")
+                ]
+                if not switches:
+                    raise CcsimError(
+                        f"GPU {gpu!r} has no NVSwitch with in-switch reduction (NVLink SHARP) "
+                        "next to it, which nvls needs: NVSwitch generations from H100 on have "
+                        "it (presets: 'nvls: true' under server.intra, as in dgx-h100)"
+                    )
+                path = [switches[0], gpu] if down else [gpu, switches[0]]
+                route = self._switch_routes[(rank, down)] = self._add_route(path)
             out[n] = route
         return out
 

@@ -48,6 +48,11 @@ _ARRAYS = {
 #: Values of ``Schedule.path``: the default (shortest) route, or a route that leaves the
 #: server through the NICs and the fabric (multipath algorithms use both at once).
 PATH_DEFAULT, PATH_NETWORK = 0, 1
+#: Routes into and out of an NVSwitch that reduces and multicasts (NVLS): ``PATH_UP``
+#: loads only the sender's link into the switch, ``PATH_DOWN`` only the switch's link to
+#: the receiver. Only these ops may be *self* ops (src = dst): they move no data between
+#: ranks, they load the link (the switch reading or writing the rank's own copy).
+PATH_UP, PATH_DOWN = 2, 3
 
 
 @dataclass
@@ -123,10 +128,18 @@ class Schedule:
                     f"schedule op {bad[0]}: {name} rank {getattr(self, name)[bad[0]]} "
                     f"is outside 0..{self.ranks - 1}"
                 )
-        same = np.flatnonzero(self.src == self.dst)
+        switch = (self.path == PATH_UP) | (self.path == PATH_DOWN)
+        same = np.flatnonzero((self.src == self.dst) & ~switch)
         if len(same):
             raise ScheduleError(
-                f"schedule op {same[0]} sends from rank {self.src[same[0]]} to itself"
+                f"schedule op {same[0]} sends from rank {self.src[same[0]]} to itself "
+                "(only ops into or out of a switch, paths 2 and 3, may)"
+            )
+        bad = np.flatnonzero((self.path < PATH_DEFAULT) | (self.path > PATH_DOWN))
+        if len(bad):
+            raise ScheduleError(
+                f"schedule op {bad[0]} has path {self.path[bad[0]]}; paths are 0 (shortest), "
+                "1 (through the NICs), 2 (into the switch) and 3 (out of the switch)"
             )
         bad = np.flatnonzero(~(self.nbytes >= 0))
         if len(bad):

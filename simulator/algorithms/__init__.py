@@ -14,6 +14,7 @@ from .direct import Direct
 from .halving_doubling import HalvingDoubling
 from .hierarchical import Hierarchical
 from .multipath import Multipath
+from .nvls import Nvls
 from .pairwise import Pairwise
 from .pipelined import Pipelined
 from .tree import Tree
@@ -28,6 +29,7 @@ _ALGORITHMS: dict[str, Algorithm] = {
         Tree(),
         HalvingDoubling(),
         Multipath(),
+        Nvls(),
         Direct(),
         Pairwise(),
     )

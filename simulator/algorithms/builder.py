@@ -283,6 +283,7 @@ def replicate_channels(schedule: Schedule, channels: int, size_bytes: float) -> 
         channel=np.repeat(np.arange(channels, dtype=np.int32), n),
         step=tile(schedule.step),
         chunk=tile(schedule.chunk),
+        path=tile(schedule.path),
         params={**schedule.params, "channels": channels},
     )
 

@@ -9,7 +9,9 @@ The section is documented with a worked example in ``topologies/README.md``. In 
     ``model`` and ``reduce_bandwidth`` of every GPU.
 ``intra``
     Shorthand for the common shapes: every GPU on one ``nvswitch`` or ``pcie_switch``
-    (a non-blocking crossbar), or a full ``mesh`` of direct links.
+    (a non-blocking crossbar), or a full ``mesh`` of direct links. ``nvls: true`` says
+    the NVSwitch reduces and multicasts in the switch (NVLink SHARP, H100 and later),
+    which the ``nvls`` algorithm needs.
 ``devices`` and ``links``
     Any other shape: named extra nodes (``pcie0: {kind: pcie_switch}``; ``sdma0-7``
     declares eight) and links between named nodes, each ``ends: [A, B]`` (every node of
@@ -136,6 +138,11 @@ def _add_intra(
     link = intra.text("link", "nvlink")
     bandwidth = intra.bandwidth("bandwidth", required=True)
     latency = intra.time("latency")
+    nvls = intra.get("nvls", False)
+    if not isinstance(nvls, bool):
+        raise TopologyError(f"{intra.field('nvls')} must be true or false, got {nvls!r}")
+    if nvls and shape != "nvswitch":
+        raise TopologyError(f"{intra.field('nvls')}: in-switch reduction needs kind nvswitch")
     intra.done()
     if shape in ("nvswitch", "pcie_switch"):
         if shape in local:
@@ -143,7 +150,7 @@ def _add_intra(
                 f"{intra.field('kind')}: a device is already named {shape!r}; rename the device"
             )
         hub = prefix + shape
-        graph.add_node(hub, kind=shape, server=server)
+        graph.add_node(hub, kind=shape, server=server, **({"nvls": True} if nvls else {}))
         local[shape] = hub
         for node in gpus:
             graph.add_edge(node, hub, bandwidth=bandwidth, latency=latency, link=link)
