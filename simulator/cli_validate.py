@@ -7,7 +7,14 @@ import sys
 
 from .errors import CcsimError
 from .report import to_json
-from .validate import BUNDLED, plot_validation, report_table, validate_folder
+from .validate import (
+    BUNDLED,
+    load_case,
+    plot_validation,
+    report_table,
+    sidecars,
+    validate_folder,
+)
 
 
 def add_validate_command(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +43,19 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         help="also draw measured vs simulated busbw (GB/s) against size (bytes)",
     )
     cmd.add_argument(
+        "--fit",
+        action="store_true",
+        help="instead, fit each case's preset constants (link efficiency, per-protocol hop "
+        "latency and bandwidth, launch) to the measurements, on every other size, and "
+        "print the error on the sizes left out before and after, and the fitted nccl "
+        "section to paste into the preset",
+    )
+    cmd.add_argument(
+        "--no-holdout",
+        action="store_true",
+        help="with --fit: fit on every size (the errors are then in-sample)",
+    )
+    cmd.add_argument(
         "--format",
         choices=("table", "json"),
         default="table",
@@ -45,6 +65,11 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> None:
+    if args.fit:
+        _cmd_fit(args)
+        return
+    if args.no_holdout:
+        raise CcsimError("--no-holdout goes with --fit")
     results = validate_folder(args.data)
     if args.format == "json":
         sys.stdout.write(to_json([r.summary() for r in results]))
@@ -55,3 +80,33 @@ def _cmd_validate(args: argparse.Namespace) -> None:
     failed = [r.name for r in results if r.error]
     if failed:
         raise CcsimError(f"{len(failed)} case(s) could not run: {', '.join(failed)}")
+
+
+def _cmd_fit(args: argparse.Namespace) -> None:
+    from .calibrate import fit_case, fit_report
+
+    holdout = not args.no_holdout
+    fits, failed = [], []
+    for sidecar in sidecars(args.data):
+        try:
+            fits.append(fit_case(load_case(sidecar), holdout=holdout))
+        except CcsimError as error:
+            failed.append(sidecar.stem)
+            sys.stderr.write(f"ccsim: {sidecar.stem}: {error}\n")
+    if args.format == "json":
+        rows = [
+            {
+                "case": f.case,
+                "preset": f.preset,
+                "before": f.before,
+                "after": f.after,
+                "factors": f.factors,
+                "nccl": f.nccl_section(),
+            }
+            for f in fits
+        ]
+        sys.stdout.write(to_json(rows))
+    else:
+        sys.stdout.write(fit_report(fits, holdout=holdout))
+    if failed:
+        raise CcsimError(f"{len(failed)} case(s) could not be fitted: {', '.join(failed)}")

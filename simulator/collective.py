@@ -123,9 +123,12 @@ def run_schedule(
         raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
     allowed = schedule.params.get("protocols") or PROTOCOLS
     if protocol is not None and str(protocol).lower() == "auto":
+        # As NCCL's tuner: the fastest of the protocols enabled on this machine (all the
+        # algorithm's own, should the machine enable none of them).
+        enabled = [name for name in allowed if name in calibration_of(graph).enabled()]
         results = [
             run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=name)
-            for name in allowed
+            for name in enabled or allowed
         ]
         return min(results, key=lambda result: result.time_s)
     if protocol is not None and str(protocol).lower() not in {name.lower() for name in allowed}:

@@ -10,8 +10,12 @@ src/graph/tuning.cc, figures in shared/reference/README.md):
 * per transfer, a per-hop latency by the class of path it crosses (``nvlink`` for
   NVLink/HCCS/SDMA inside a server, ``pcie`` for PCIe and CPU links, ``network`` for
   NICs and switches), replacing the links' propagation latency when larger;
-* a bandwidth factor: LL sends 8-byte lines carrying 4 bytes of data and a flag
-  (factor 0.5), LL128 uses 120 of every 128 bytes, Simple sends data only;
+* a bandwidth factor: LL sends 8-byte lines carrying 4 bytes of data and a flag, and
+  its threads poll flags line by line: NCCL models a ring's LL bandwidth at 1/4 of the
+  bus bandwidth (1/3 for all-gather and broadcast on one node; ccsim uses 1/4); LL128
+  uses 120 of every 128 bytes (NCCL: 0.92), Simple sends data only;
+* which protocols the library enables: NCCL turns LL128 on only where GPUs talk over
+  NVLink (Volta, Ampere, Hopper), so a PCIe-only box runs LL and Simple;
 * link efficiency per link type: the fraction of line rate a link sustains (NCCL models
   an NVLink3 link at 20 GB/s of 25).
 
@@ -39,20 +43,23 @@ PCIE_LINKS = frozenset({"pcie", "xgmi", "upi", "qpi", "cpu"})
 @dataclass(frozen=True)
 class Protocol:
     """One protocol: base latency per call, per-hop latency by path class (seconds),
-    and the fraction of link bandwidth that carries data."""
+    the fraction of link bandwidth that carries data, and whether the library uses it
+    on this machine."""
 
     name: str
     base_s: float
     hop_s: dict[str, float]
     bandwidth: float
+    enabled: bool = True
 
 
 # NCCL 2.30 tuning.cc (shared/reference/README.md): base latency LL/LL128/Simple
 # 6.6/14.0/8.4 us (ring); per-hop NVLink 0.6/1.9/3.4, PCIe 1.0/2.5/5.7, network
-# 2.7/4.0/14 us; bandwidth factor LL 0.5, LL128 ~0.92 (120/128 = 0.9375 of the lines
-# carry data), Simple 1.0.
+# 2.7/4.0/14 us; bandwidth factor LL 1/4 for a ring all-reduce (src/graph/tuning.cc:
+# busBw * 1.0/4.0; half of it is the 4-byte flag in every 8-byte line), LL128 0.92
+# (120/128 = 0.9375 of the lines carry data), Simple 1.0.
 DEFAULT_PROTOCOLS = {
-    "LL": Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.5),
+    "LL": Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.25),
     "LL128": Protocol(
         "LL128", 14.0e-6, {"nvlink": 1.9e-6, "pcie": 2.5e-6, "network": 4.0e-6}, 0.92
     ),
@@ -74,6 +81,11 @@ class Calibration:
             if key.lower() == str(name).lower():
                 return proto
         raise CcsimError(f"unknown protocol {name!r}; valid choices: {', '.join(PROTOCOLS)}, auto")
+
+    def enabled(self) -> list[str]:
+        """Protocols the library picks from on this machine (``--proto auto``); a
+        disabled one still runs when forced, as NCCL_PROTO can force it."""
+        return [name for name in PROTOCOLS if self.protocols[name].enabled]
 
 
 def path_class(link_types: list[str]) -> str:
@@ -115,11 +127,16 @@ def parse_calibration(data: Any, *, source: str) -> Calibration:
             )
         base = DEFAULT_PROTOCOLS[name]
         spec = dict(spec)
-        unknown = sorted(set(spec) - {"base", "hop", "bandwidth"})
+        unknown = sorted(set(spec) - {"base", "hop", "bandwidth", "enabled"})
         if unknown:
             raise TopologyError(
                 f"{source}: unknown key 'nccl.protocols.{name}.{unknown[0]}'; "
-                "valid keys: bandwidth, base, hop"
+                "valid keys: bandwidth, base, enabled, hop"
+            )
+        enabled = spec.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise TopologyError(
+                f"{source}: nccl.protocols.{name}.enabled must be true or false, got {enabled!r}"
             )
         hop = dict(base.hop_s)
         for cls, value in dict(spec.get("hop", {})).items():
@@ -137,7 +154,10 @@ def parse_calibration(data: Any, *, source: str) -> Calibration:
             _time(spec.get("base", base.base_s), f"{source}: nccl.protocols.{name}.base"),
             hop,
             bandwidth,
+            enabled,
         )
+    if not any(proto.enabled for proto in protocols.values()):
+        raise TopologyError(f"{source}: nccl.protocols disables every protocol; keep one")
     return Calibration(launch, efficiency, protocols)
 
 

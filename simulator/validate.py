@@ -13,6 +13,12 @@ busbw_ip``; the YAML sidecar says what ran::
     gpus_per_process: 8     # nccl-tests -g: kernel launches one process issues per call
     column: oop             # optional: oop (out-of-place, default) or ip
 
+A preset file named by a sidecar may sit in the same folder (it is not a sidecar: it has
+a ``server`` section). nccl-tests reports the mean of back-to-back calls: the host issues
+call i+1 (one kernel launch per GPU it drives) while the GPUs still run call i, so the
+simulated time of a call is the larger of the host's issue time (``gpus_per_process`` x
+the preset's ``launch``) and the GPUs' time.
+
 Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
 time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
 the three calibration runs of shared/reference/nccl-tests (public measurements).
@@ -30,7 +36,7 @@ import numpy as np
 import yaml
 
 from .algorithms import build_schedule
-from .collective import rank_layout, run_schedule
+from .collective import bus_factor, rank_layout, run_schedule
 from .errors import CcsimError
 from .protocol import calibration_of
 from .topology import load_topology
@@ -141,39 +147,71 @@ def load_case(sidecar: Path) -> Case:
     return Case(sidecar.stem, sidecar, measured, settings)
 
 
-def run_case(case: Case) -> CaseResult:
-    """Simulate every size of a case with the preset's calibrated model."""
+def case_graph(case: Case):
+    """The topology a case ran on: a bundled preset, or a preset file next to the sidecar."""
     s = case.settings
     preset = str(s["preset"])
     local = case.sidecar.parent / preset
-    graph = load_topology(
+    return load_topology(
         local if local.suffix in (".yaml", ".yml") and local.is_file() else preset,
         int(s.get("nodes", 1)),
     )
+
+
+def run_case(case: Case) -> CaseResult:
+    """Simulate every size of a case with the preset's calibrated model."""
+    s = case.settings
+    graph = case_graph(case)
     calibration = calibration_of(graph)
     per_process = int(s.get("gpus_per_process", 1))
-    # One process launching for g GPUs pays g launches per call (nccl-tests -g).
-    graph.graph["nccl"] = dataclasses.replace(
-        calibration, launch_s=calibration.launch_s * per_process
-    )
+    # nccl-tests reports the mean of back-to-back calls: the host issues call i+1 (one
+    # kernel launch per GPU it drives) while the GPUs still run call i, so a call costs
+    # the larger of the host's issue time and the GPUs' time, not their sum.
+    issue_s = calibration.launch_s * per_process
+    graph.graph["nccl"] = dataclasses.replace(calibration, launch_s=0.0)
     layout = rank_layout(graph)
+    op = str(s.get("op", "all_reduce"))
     result = CaseResult(case.name)
     for size, time_us, busbw in case.measured:
         schedule = build_schedule(
             str(s.get("algorithm", "ring")),
-            str(s.get("op", "all_reduce")),
+            op,
             layout,
             float(size),
             channels=int(s.get("channels", 1)),
         )
         run = run_schedule(graph, schedule, protocol=str(s.get("protocol", "auto")))
+        seconds = max(run.time_s, issue_s)
         result.sizes.append(size)
         result.measured_us.append(time_us)
         result.measured_busbw.append(busbw)
-        result.simulated_us.append(run.time_us)
-        result.simulated_busbw.append(run.busbw_GBps)
+        result.simulated_us.append(seconds * 1e6)
+        result.simulated_busbw.append(size / seconds / 1e9 * bus_factor(op, layout.ranks))
         result.protocols.append(str(run.params.get("protocol")))
     return result
+
+
+def _is_preset(path: Path) -> bool:
+    """A topology preset placed beside the sidecars (it has a ``server`` section)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False  # reported when read as a sidecar
+    return isinstance(data, dict) and "server" in data and "preset" not in data
+
+
+def sidecars(folder: Path | str | None = None) -> list[Path]:
+    """The sidecar files of a validation folder (default: the bundled cases); topology
+    presets the sidecars name may sit beside them."""
+    folder = Path(folder) if folder is not None else BUNDLED
+    if not folder.is_dir():
+        raise CcsimError(f"validation folder {str(folder)!r} not found")
+    found = [
+        p for p in sorted(folder.iterdir()) if p.suffix in (".yaml", ".yml") and not _is_preset(p)
+    ]
+    if not found:
+        raise CcsimError(f"{folder}: no sidecar .yaml files (each names a .csv and a preset)")
+    return found
 
 
 def validate_folder(folder: Path | None = None) -> list[CaseResult]:
@@ -182,14 +220,8 @@ def validate_folder(folder: Path | None = None) -> list[CaseResult]:
     A case whose files are malformed or that names an unknown preset gives a result
     with ``error`` set; the other cases still run.
     """
-    folder = Path(folder) if folder is not None else BUNDLED
-    if not folder.is_dir():
-        raise CcsimError(f"validation folder {str(folder)!r} not found")
-    sidecars = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml"))
-    if not sidecars:
-        raise CcsimError(f"{folder}: no sidecar .yaml files (each names a .csv and a preset)")
     results = []
-    for sidecar in sidecars:
+    for sidecar in sidecars(folder):
         try:
             results.append(run_case(load_case(sidecar)))
         except CcsimError as error:

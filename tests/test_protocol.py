@@ -9,7 +9,12 @@ import pytest
 from simulator.algorithms import build_schedule
 from simulator.collective import rank_layout, run_schedule
 from simulator.errors import TopologyError
-from simulator.protocol import DEFAULT_PROTOCOLS, Calibration, parse_calibration
+from simulator.protocol import (
+    DEFAULT_PROTOCOLS,
+    Calibration,
+    calibration_of,
+    parse_calibration,
+)
 from simulator.topology import list_presets, load_topology, ring_graph
 from simulator.validate import BUNDLED, validate_folder
 
@@ -36,18 +41,36 @@ def test_protocol_closed_form_on_a_ring(name):
 
 
 def test_link_efficiency_scales_the_ring_bound():
-    """dgx-a100's NVLink runs at 0.8 of 300 GB/s with a protocol: busbw tends to 240."""
+    """dgx-a100's NVLink runs at its calibrated share e of 300 GB/s with a protocol. A
+    Simple ring: T = launch + base + 14 (hop + n/(8 e B)), every step paying the hop
+    latency (above the links' 0.6 us); ideal: 14 (0.6 us + n/(8B))."""
     graph = load_topology("dgx-a100")
-    assert ring_run(graph, 4 * 2**30, "Simple").busbw_GBps == pytest.approx(240, rel=2e-3)
-    assert ring_run(graph, 4 * 2**30, None).busbw_GBps == pytest.approx(300, rel=2e-3)
+    cal = calibration_of(graph)
+    simple, eff, n, b = cal.protocol("Simple"), cal.efficiency["nvlink"], 4 * 2**30, 300e9
+    expected = cal.launch_s + simple.base_s + 14 * (simple.hop_s["nvlink"] + n / (8 * eff * b))
+    assert ring_run(graph, n, "Simple").time_s == pytest.approx(expected, rel=1e-9)
+    assert ring_run(graph, n, None).time_s == pytest.approx(14 * (0.6e-6 + n / (8 * b)), rel=1e-9)
 
 
 def test_multi_node_steps_pay_the_network_hop():
     """As in NCCL's model, once a ring spans servers every step pays the network hop
-    latency: 2 x dgx-a100, LL, 8 bytes: launch 3 us + base 6.6 + 30 x 2.7 us."""
+    latency: 2 x dgx-a100, LL, 8 bytes: launch + LL base 6.6 + 30 x 2.7 us."""
     graph = load_topology("dgx-a100", nodes=2)
+    launch = calibration_of(graph).launch_s * 1e6
     time_us = ring_run(graph, 8, "LL").time_us
-    assert time_us == pytest.approx(3 + 6.6 + 30 * 2.7, rel=1e-3)
+    assert time_us == pytest.approx(launch + 6.6 + 30 * 2.7, rel=1e-3)
+
+
+def test_auto_picks_among_the_enabled_protocols_only():
+    """NCCL enables LL128 only over NVLink: the PCIe box never picks it, even where it
+    would be fastest if forced; NVLS, Simple only, never runs LL."""
+    graph = load_topology("pcie-8gpu")
+    assert calibration_of(graph).enabled() == ["LL", "Simple"]
+    picked = {ring_run(graph, n, "auto").params["protocol"] for n in (64, 2**16, 2**22, 2**28)}
+    assert picked == {"LL", "Simple"}
+    assert ring_run(graph, 2**22, "LL128").params["protocol"] == "LL128"  # forced: runs
+    a100 = load_topology("dgx-a100")
+    assert calibration_of(a100).enabled() == ["LL", "LL128", "Simple"]
 
 
 @pytest.mark.parametrize("preset", [name for name, _ in list_presets()])
@@ -68,6 +91,11 @@ def test_bad_calibration_sections():
         parse_calibration({"protocols": {"LL": {"hop": {"warp": "1us"}}}}, source="x.yaml")
     with pytest.raises(TopologyError, match="unknown key 'nccl.colour'"):
         parse_calibration({"colour": 1}, source="x.yaml")
+    with pytest.raises(TopologyError, match="nccl.protocols.LL128.enabled must be true"):
+        parse_calibration({"protocols": {"LL128": {"enabled": "no"}}}, source="x.yaml")
+    off = {name: {"enabled": False} for name in ("LL", "LL128", "Simple")}
+    with pytest.raises(TopologyError, match="disables every protocol"):
+        parse_calibration({"protocols": off}, source="x.yaml")
 
 
 def test_validate_reports_bad_cases_and_runs_the_others(tmp_path):
@@ -93,10 +121,11 @@ def test_validate_reports_bad_cases_and_runs_the_others(tmp_path):
     assert "broken, ghost" in done.stderr
 
 
-def test_bundled_cases_run():
-    """The three calibration cases simulate every measured size. The H100 ring case meets
-    the issue's bar (median busbw error <= 10% for sizes >= 1 MiB); the other two do not
-    yet (see ccsim validate), so only their running is checked."""
+def test_bundled_cases_meet_the_issue_bar():
+    """The three calibration cases simulate every measured size within the issue's bar:
+    median busbw error <= 10% for sizes >= 1 MiB and median time error <= 25% for sizes
+    <= 64 KiB. (dgx-h100 keeps NCCL's constants; the other two presets were fitted on
+    every other size of their case: see test_fit_predicts_the_sizes_it_did_not_see.)"""
     results = validate_folder()
     assert [r.name for r in results] == [
         "A100-1N-AR-g8",
@@ -105,4 +134,32 @@ def test_bundled_cases_run():
     ]
     assert [len(r.sizes) for r in results] == [30, 14, 25]
     assert all(not r.error for r in results)
-    assert results[1].summary()["busbw_median_pct"] <= 10.0
+    for result in results:
+        row = result.summary()
+        assert row["busbw_median_pct"] <= 10.0, result.name
+        assert row["time_median_pct"] is None or row["time_median_pct"] <= 25.0, result.name
+
+
+def test_back_to_back_calls_cost_the_larger_of_host_and_gpus(tmp_path):
+    """nccl-tests times back-to-back calls: with g GPUs per process the host issues g
+    launches per call while the GPUs run the previous one, so a call costs
+    max(g x launch, GPU time). On a 2-GPU ring of 100 GB/s, 1 us links, launch 10 us,
+    LL (base 6.6, hop 0.6 < 1 us link): GPU time 6.6 + 2 (1 us + n/(2 x 0.25 x B)).
+    8 bytes: host-bound (2 x 10 = 20 us); 4 MB: GPU-bound (6.6 + 2 + 160 = 168.6 us)."""
+    preset = tmp_path / "pair.yaml"
+    preset.write_text(
+        "name: pair\nserver:\n  gpus: 2\n  links:\n"
+        "    - {ends: [gpu0, gpu1], bandwidth: 100GB/s, latency: 1us, link: nvlink}\n"
+        "nccl:\n  launch: 10us\n  protocols:\n    LL128: {enabled: false}\n"
+        "    Simple: {enabled: false}\n"
+    )
+    (tmp_path / "pair-run.yaml").write_text(
+        "preset: pair.yaml\nop: all_reduce\nalgorithm: ring\nprotocol: auto\ngpus_per_process: 2\n"
+    )
+    (tmp_path / "pair-run.csv").write_text(
+        "bytes,time_us_oop,busbw_oop\n8,20,0\n4000000,168.6,23.7\n"
+    )
+    (result,) = validate_folder(tmp_path)
+    assert not result.error
+    assert result.simulated_us == pytest.approx([20.0, 6.6 + 2 + 160.0], rel=1e-9)
+    assert result.protocols == ["LL", "LL"]

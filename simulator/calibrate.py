@@ -1,0 +1,263 @@
+"""Fit a preset's ``nccl`` constants to a measured nccl-tests run (``ccsim validate --fit``).
+
+NCCL's tuning constants are a model its tuner ranks protocols with, not a measurement
+of a given machine: on real boxes the latencies and the fractions of line rate differ
+(shared/reference/README.md lists NCCL's own; the calibration runs show where they
+miss). This module fits the few constants that dominate a ring's curve, by coordinate
+search on the simulator itself:
+
+* ``efficiency``: one factor on the efficiency of the case's bottleneck link types (those
+  busiest in an ideal run of the largest size), capped at 1, set so that the largest
+  size takes its measured time: the plateau;
+* ``LL.hop``, ``LL128.hop`` and ``Simple.hop``: factors on each protocol's per-hop
+  latency for the path class the case's steps cross (nvlink, pcie or network): the
+  small and mid sizes;
+* ``LL128.bandwidth`` and ``LL.bandwidth``: factors on those protocols' share of the link;
+* ``launch``: the host's issue cost per GPU, from the small-message floor (nccl-tests
+  reports the mean of back-to-back calls: a call costs the larger of the host's issue
+  time and the GPUs' time; see :func:`simulator.validate.run_case`).
+
+The objective is the mean squared log error of the time over the sizes fitted on. To
+measure how well the fitted model *predicts*, :func:`fit_case` fits on every other size
+and reports the error on the sizes it did not see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .algorithms import build_schedule
+from .collective import bus_factor, rank_layout, run_schedule
+from .protocol import PROTOCOLS, Calibration, calibration_of
+from .validate import MIB, SMALL, Case, case_graph
+
+#: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
+#: most 4 data bytes per 8-byte line, LL128 at most 120 of 128 bytes.
+BANDWIDTH_BOUNDS = {"LL": (1 / 8, 1 / 2), "LL128": (1 / 2, 120 / 128)}
+#: Multiplicative steps tried for each factor, coarse to fine.
+STEPS = (0.5, 0.7, 0.85, 0.93, 1.07, 1.18, 1.4, 2.0)
+FACTORS = ("efficiency", "Simple.hop", "LL128.hop", "LL.hop", "LL128.bandwidth", "LL.bandwidth")
+
+
+@dataclass
+class Fit:
+    """The fitted constants of one case, and the errors before and after."""
+
+    case: str
+    preset: str
+    path_class: str
+    bottleneck: list[str]
+    calibration: Calibration
+    factors: dict[str, float]
+    before: dict[str, float] = field(default_factory=dict)
+    after: dict[str, float] = field(default_factory=dict)
+
+    def nccl_section(self) -> dict[str, Any]:
+        """The fitted constants as a preset's ``nccl`` section (see topologies/README.md)."""
+        cal = self.calibration
+        protocols: dict[str, Any] = {}
+        for name in PROTOCOLS:
+            proto = cal.protocols[name]
+            entry: dict[str, Any] = {
+                "hop": {self.path_class: f"{proto.hop_s[self.path_class] * 1e6:.3g}us"},
+                "bandwidth": round(float(proto.bandwidth), 3),
+            }
+            if not proto.enabled:
+                entry["enabled"] = False
+            protocols[name] = entry
+        return {
+            "launch": f"{cal.launch_s * 1e6:.3g}us",
+            "efficiency": {kind: round(float(v), 3) for kind, v in cal.efficiency.items()},
+            "protocols": protocols,
+        }
+
+
+class _CaseModel:
+    """Simulated GPU times of a case's sizes under varied constants (cached per protocol)."""
+
+    def __init__(self, case: Case, base: Calibration | None = None):
+        self.case = case
+        s = case.settings
+        self.graph = case_graph(case)
+        self.base = base if base is not None else calibration_of(self.graph)
+        self.per_process = int(s.get("gpus_per_process", 1))
+        self.op = str(s.get("op", "all_reduce"))
+        layout = rank_layout(self.graph)
+        self.ranks = layout.ranks
+        self.sizes = np.array([size for size, _, _ in case.measured], dtype=float)
+        self.measured_s = np.array([t for _, t, _ in case.measured]) * 1e-6
+        self.schedules = [
+            build_schedule(
+                str(s.get("algorithm", "ring")),
+                self.op,
+                layout,
+                float(size),
+                channels=int(s.get("channels", 1)),
+            )
+            for size in self.sizes
+        ]
+        largest = run_schedule(self.graph, self.schedules[-1])
+        busy = np.array(largest.links["busy_s"])
+        kinds = np.array(largest.links["link"])
+        self.bottleneck = sorted(set(kinds[busy >= 0.99 * busy.max()].tolist()))
+        classes = {"nvlink": 0, "pcie": 1, "network": 2}
+        from .protocol import path_class
+
+        self.path_class = max(
+            (path_class([kind]) for kind in set(kinds[busy > 0].tolist())),
+            key=classes.__getitem__,
+        )
+        allowed = self.schedules[0].params.get("protocols") or PROTOCOLS
+        self.protocols = [name for name in allowed if name in self.base.enabled()]
+        self._cache: dict[tuple, np.ndarray] = {}
+
+    def calibration(self, factors: dict[str, float], launch_s: float) -> Calibration:
+        """The base calibration with ``factors`` applied."""
+        efficiency = dict(self.base.efficiency)
+        for kind in self.bottleneck:
+            efficiency[kind] = min(1.0, efficiency.get(kind, 1.0) * factors["efficiency"])
+        protocols = dict(self.base.protocols)
+        for name in PROTOCOLS:
+            proto = protocols[name]
+            hop = dict(proto.hop_s)
+            hop[self.path_class] *= factors[f"{name}.hop"]
+            protocols[name] = dataclasses.replace(proto, hop_s=hop)
+        for name, (low, high) in BANDWIDTH_BOUNDS.items():
+            proto = protocols[name]
+            share = float(np.clip(proto.bandwidth * factors[f"{name}.bandwidth"], low, high))
+            protocols[name] = dataclasses.replace(proto, bandwidth=share)
+        return Calibration(launch_s, efficiency, protocols)
+
+    def gpu_times(self, factors: dict[str, float], rows: np.ndarray) -> np.ndarray:
+        """Fastest enabled protocol's GPU time (no launch) of each size in ``rows``."""
+        best = np.full(len(rows), np.inf)
+        for name in self.protocols:
+            relevant = tuple(
+                factors[key] for key in FACTORS if key.split(".")[0] in ("efficiency", name)
+            )
+            key = (name, relevant)
+            if key not in self._cache:
+                self._cache[key] = np.full(len(self.sizes), np.nan)
+            times = self._cache[key]
+            todo = [i for i in rows.tolist() if np.isnan(times[i])]
+            if todo:
+                self.graph.graph["nccl"] = self.calibration(factors, 0.0)
+                for i in todo:
+                    times[i] = run_schedule(self.graph, self.schedules[i], protocol=name).time_s
+            best = np.minimum(best, times[rows])
+        return best
+
+    def times(self, factors: dict[str, float], launch_s: float, rows: np.ndarray) -> np.ndarray:
+        """Reported time of each size in ``rows``: max(host issue, GPU time)."""
+        return np.maximum(self.gpu_times(factors, rows), launch_s * self.per_process)
+
+    def loss(self, factors: dict[str, float], launch_s: float, rows: np.ndarray) -> float:
+        """Mean squared log error of the time over ``rows``."""
+        sim = self.times(factors, launch_s, rows)
+        return float(np.mean(np.log(sim / self.measured_s[rows]) ** 2))
+
+    def errors(self, factors: dict[str, float], launch_s: float, rows: np.ndarray) -> dict:
+        """Median absolute % errors on ``rows``: busbw (>= 1 MiB) and time (<= 64 KiB)."""
+        sim = self.times(factors, launch_s, rows)
+        sizes, meas = self.sizes[rows], self.measured_s[rows]
+        bus = bus_factor(self.op, self.ranks)
+        sim_bw, meas_bw = sizes / sim * bus, sizes / meas * bus
+        big, small = sizes >= MIB, sizes <= SMALL
+        out = {}
+        if big.any():
+            out["busbw_median_pct"] = float(np.median(np.abs(sim_bw[big] / meas_bw[big] - 1)) * 100)
+        if small.any():
+            out["time_median_pct"] = float(np.median(np.abs(sim[small] / meas[small] - 1)) * 100)
+        return out
+
+
+def fit_case(
+    case: Case, *, holdout: bool = True, rounds: int = 3, base: Calibration | None = None
+) -> Fit:
+    """Fit the constants of ``case``'s preset; see the module docstring.
+
+    The search starts from ``base`` (default: the preset's own constants), whose errors
+    ``before`` reports. With ``holdout`` the fit uses every other size (from the
+    smallest) and ``after`` reports the errors on the others; without it, it fits and
+    reports on every size.
+    """
+    model = _CaseModel(case, base)
+    every = np.arange(len(model.sizes))
+    train = every[::2] if holdout else every
+    test = every[1::2] if holdout else every
+    factors = dict.fromkeys(FACTORS, 1.0)
+    # Launch: the host issue time per GPU that the smallest sizes' floor shows, if the
+    # GPUs alone would be faster (the base value otherwise).
+    smallest = train[np.argsort(model.sizes[train])[:3]]
+    floor = float(np.median(model.measured_s[smallest]))
+    gpu = float(np.max(model.gpu_times(factors, smallest)))
+    launch = floor / model.per_process if floor > gpu else model.base.launch_s
+    before = model.errors(factors, model.base.launch_s, test)
+    # Efficiency: the plateau. Scale the bottleneck links' efficiency until the largest
+    # size fitted on takes the measured time (twice: the latency share shifts a little).
+    largest = train[np.argmax(model.sizes[train])[None]]
+    for _ in range(2):
+        ratio = model.gpu_times(factors, largest)[0] / model.measured_s[largest][0]
+        factors["efficiency"] = round(float(factors["efficiency"] * ratio), 4)
+    best = model.loss(factors, launch, train)
+    for _ in range(rounds):
+        improved = False
+        for key in FACTORS[1:]:
+            if key.split(".")[0] not in model.protocols:
+                continue  # a protocol the machine does not enable
+            for step in STEPS:
+                trial = {**factors, key: factors[key] * step}
+                if key.endswith("bandwidth"):
+                    low, high = BANDWIDTH_BOUNDS[key.split(".")[0]]
+                    base = model.base.protocols[key.split(".")[0]].bandwidth
+                    trial[key] = float(np.clip(trial[key], low / base, high / base))
+                    if trial[key] == factors[key]:
+                        continue
+                loss = model.loss(trial, launch, train)
+                if loss < best * (1 - 1e-4):
+                    best, factors, improved = loss, trial, True
+        if not improved:
+            break
+    return Fit(
+        case=case.name,
+        preset=str(case.settings["preset"]),
+        path_class=model.path_class,
+        bottleneck=model.bottleneck,
+        calibration=model.calibration(factors, launch),
+        factors=factors,
+        before=before,
+        after=model.errors(factors, launch, test),
+    )
+
+
+def fit_report(fits: list[Fit], *, holdout: bool) -> str:
+    """The errors before and after each fit, then the fitted ``nccl`` sections."""
+    import yaml
+
+    where = "on the sizes left out of the fit" if holdout else "on every size (fitted on all)"
+    lines = [
+        f"median absolute error {where}: preset's constants -> fitted",
+        f"{'case':<26} {'busbw >= 1 MiB':>20} {'time <= 64 KiB':>20}",
+    ]
+
+    def pair(fit: Fit, key: str) -> str:
+        if key not in fit.after:
+            return f"{'-':>20}"
+        return f"{fit.before[key]:8.1f}% -> {fit.after[key]:5.1f}%"
+
+    for fit in fits:
+        lines.append(
+            f"{fit.case:<26} {pair(fit, 'busbw_median_pct')} {pair(fit, 'time_median_pct')}"
+        )
+    for fit in fits:
+        lines += [
+            "",
+            f"# {fit.case}: preset {fit.preset}; steps cross {fit.path_class} links; "
+            f"plateau set by {', '.join(fit.bottleneck)}",
+            yaml.safe_dump({"nccl": fit.nccl_section()}, sort_keys=False).rstrip(),
+        ]
+    return "\n".join(lines) + "\n"
