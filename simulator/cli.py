@@ -21,10 +21,12 @@ from .cli_validate import add_validate_command
 from .cli_workload import add_workload_commands
 from .collective import COLLECTIVE_OPS, auto_fraction, rank_layout, run_schedule
 from .compare import (
+    CHANNEL_CANDIDATES,
     CHUNK_CANDIDATES,
     AutoTuner,
     add_compare_command,
     add_model_options,
+    parse_channels,
     parse_chunks,
 )
 from .errors import CcsimError
@@ -122,10 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     coll.add_argument(
         "--channels",
-        type=positive_int,
+        type=parse_channels,
         default=1,
         metavar="C",
-        help="parallel rings, each carrying 1/C of the data (count, default: 1)",
+        help="parallel rings, each carrying 1/C of the data (count), or auto for the "
+        "fastest of " + ", ".join(map(str, CHANNEL_CANDIDATES)) + " at each size, found "
+        "by simulation with the algorithm and chunks (default: 1)",
     )
     coll.add_argument(
         "--reduce-bw",
@@ -246,11 +250,17 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
     chosen = []
     for size in sizes:
-        if "auto" in (args.algo, args.chunks):
+        if "auto" in (args.algo, args.chunks, args.channels):
             result = tuner.simulate(
                 graph, args.op, float(size), algorithm=args.algo, chunks=args.chunks, root=args.root
             )
-            chosen.append(f"# {size:>11}  {result.algorithm} chunks {result.params['chunks']}\n")
+            protocol = result.params.get("protocol")
+            chosen.append(
+                f"# {size:>11}  {result.algorithm} chunks {result.params['chunks']} "
+                f"channels {result.params['channels']}"
+                + (f" protocol {protocol}" if protocol else "")
+                + "\n"
+            )
         else:
             options: dict = {"root": args.root} if args.op in ROOTED_OPS else {}
             if args.algo == "multipath":
@@ -289,7 +299,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     else:
         text = collective_table(rows, title=title)
         if chosen:
-            text += "# auto: size (B), algorithm and chunks chosen\n" + "".join(chosen)
+            text += "# auto: size (B), then what was chosen\n" + "".join(chosen)
     _emit(text, args.out)
     if drawing:
         write_collective_outputs(

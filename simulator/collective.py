@@ -197,7 +197,7 @@ def simulate_collective(
     *,
     nodes: int | None = None,
     chunks: int | str | None = None,
-    channels: int = 1,
+    channels: int | str = 1,
     reduce_bandwidth: float | None = None,
     root: int = 0,
     protocol: str | None = None,
@@ -222,9 +222,9 @@ def simulate_collective(
         Number of servers, for presets.
     fabric, seed : optional
         Fabric type and ECMP seed for presets (see :func:`simulator.topology.load_topology`).
-    chunks, channels : int
+    chunks, channels : int or "auto"
         Pipelining chunks per step (or slices, for pipelined) and parallel rings.
-        ``chunks="auto"`` searches the fastest count; the default is 1, or "auto" when
+        "auto" searches the fastest count; chunks default to 1, or "auto" when
         ``algorithm="auto"``.
     reduce_bandwidth : float, optional
         Bytes/s of local reductions on every GPU, overriding the topology's
@@ -250,7 +250,7 @@ def simulate_collective(
     graph = load_topology(topology, nodes, fabric=fabric, seed=seed)
     if chunks is None:  # 1, except that "auto" algorithms search the chunk count too
         chunks = "auto" if algorithm == "auto" else 1
-    if algorithm == "auto" or chunks == "auto":
+    if "auto" in (algorithm, chunks, channels):
         # Imported here: the tuner builds on this module.
         from .compare import AutoTuner
 

@@ -47,6 +47,8 @@ from .units import parse_bandwidth, parse_sizes
 
 #: Chunk counts tried, in this order, when chunks are "auto".
 CHUNK_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
+#: Channel counts tried, in this order, when channels are "auto" (NCCL runs up to 32).
+CHANNEL_CANDIDATES = (1, 2, 4, 8, 16, 32)
 #: More chunks must save at least this fraction of the time to be chosen: each chunk is
 #: more messages, whose fixed costs (kernel steps, headers) the flow model does not charge.
 MIN_GAIN = 0.01
@@ -102,11 +104,12 @@ def size_bucket(size_bytes: float) -> int:
 
 @dataclass(frozen=True)
 class Choice:
-    """An algorithm and chunk count, with the time it took where it was chosen."""
+    """An algorithm, chunk and channel count, with the time it took where it was chosen."""
 
     algorithm: str
     chunks: int
     time_s: float
+    channels: int = 1
 
 
 class AutoTuner:
@@ -122,8 +125,10 @@ class AutoTuner:
         at the first count that is not at least :data:`MIN_GAIN` faster than the best so
         far (time as a function of chunks falls while pipelining hides latency and
         transfers overlap, and rises once per-chunk latency dominates).
-    channels : int
-        Channels every candidate runs with.
+    channels : int or "auto"
+        Channels every candidate runs with, or "auto" to search
+        :data:`CHANNEL_CANDIDATES` per algorithm as chunk counts are searched (parallel
+        rings spread over more NICs and paths, and cut each message finer).
     reduce_bandwidth : float, optional
         Bytes/s of local reductions (see :func:`simulator.simulate_collective`).
     protocol : str, optional
@@ -162,6 +167,10 @@ class AutoTuner:
             )
         self.algorithms = None if algorithms is None else list(algorithms)
         self.chunk_candidates = tuple(sorted(set(chunk_candidates)))
+        if channels != "auto" and (
+            isinstance(channels, bool) or not isinstance(channels, int) or channels < 1
+        ):
+            raise CcsimError(f"channels must be a positive integer or 'auto', got {channels!r}")
         self.channels = channels
         self.reduce_bandwidth = reduce_bandwidth
         self.protocol = protocol
@@ -179,16 +188,20 @@ class AutoTuner:
         *,
         layout: RankLayout | None = None,
         root: int = 0,
+        channels: int | None = None,
     ) -> CollectiveResult:
-        """Simulate one configuration (no caching)."""
+        """Simulate one configuration (no caching); ``channels`` defaults to the tuner's
+        (1 when that is "auto")."""
         layout = layout or rank_layout(graph)
+        if channels is None:
+            channels = 1 if self.channels == "auto" else self.channels
         options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
         if algorithm == "multipath":
             options["fraction"] = auto_fraction(
-                graph, op, size_bytes, chunks=chunks, channels=self.channels, protocol=self.protocol
+                graph, op, size_bytes, chunks=chunks, channels=channels, protocol=self.protocol
             )
         schedule = build_schedule(
-            algorithm, op, layout, size_bytes, chunks=chunks, channels=self.channels, **options
+            algorithm, op, layout, size_bytes, chunks=chunks, channels=channels, **options
         )
         self.simulations += 1
         return run_schedule(
@@ -204,6 +217,7 @@ class AutoTuner:
         *,
         layout: RankLayout | None = None,
         root: int = 0,
+        channels: int | None = None,
     ) -> tuple[CollectiveResult, int]:
         """The fastest chunk count of ``algorithm`` at this size, and its result."""
         layout = layout or rank_layout(graph)
@@ -211,7 +225,14 @@ class AutoTuner:
         for chunks in self.chunk_candidates:
             try:
                 result = self.run(
-                    graph, op, size_bytes, algorithm, chunks, layout=layout, root=root
+                    graph,
+                    op,
+                    size_bytes,
+                    algorithm,
+                    chunks,
+                    layout=layout,
+                    root=root,
+                    channels=channels,
                 )
             except CcsimError:
                 if best is None:
@@ -257,21 +278,29 @@ class AutoTuner:
         layout = rank_layout(graph)
         names = self.candidates(op, layout) if algorithm == "auto" else [algorithm]
         best: Choice | None = None
+        channel_counts = CHANNEL_CANDIDATES if self.channels == "auto" else (self.channels,)
         for name in names:
-            try:
-                if chunks == "auto":
-                    result, k = self.best_chunks(
-                        graph, op, size_bytes, name, layout=layout, root=root
-                    )
-                else:
-                    k = int(chunks)
-                    result = self.run(graph, op, size_bytes, name, k, layout=layout, root=root)
-            except CcsimError:
-                if len(names) == 1:
-                    raise
-                continue  # e.g. multipath on a server whose NICs reach no switch
-            if best is None or result.time_s < best.time_s:
-                best = Choice(name, k, result.time_s)
+            mine: Choice | None = None  # this algorithm's best over channel counts
+            for c in channel_counts:
+                try:
+                    if chunks == "auto":
+                        result, k = self.best_chunks(
+                            graph, op, size_bytes, name, layout=layout, root=root, channels=c
+                        )
+                    else:
+                        k = int(chunks)
+                        result = self.run(
+                            graph, op, size_bytes, name, k, layout=layout, root=root, channels=c
+                        )
+                except CcsimError:
+                    if len(names) == 1 and mine is None:
+                        raise
+                    break  # e.g. multipath on a server whose NICs reach no switch
+                if mine is not None and not result.time_s < mine.time_s * (1 - MIN_GAIN):
+                    break  # more channels no longer pay (as with chunks)
+                mine = Choice(name, k, result.time_s, c)
+            if mine is not None and (best is None or mine.time_s < best.time_s):
+                best = mine
         assert best is not None
         self._choices[key] = best
         self._times[(*key[:2], float(size_bytes), *key[3:])] = best.time_s
@@ -297,8 +326,16 @@ class AutoTuner:
     ) -> CollectiveResult:
         """Simulate the chosen configuration at this size; ``params`` record the choice."""
         picked = self.choose(graph, op, size_bytes, root=root, **choice)
-        result = self.run(graph, op, size_bytes, picked.algorithm, picked.chunks, root=root)
-        result.params.update(chunks=picked.chunks)
+        result = self.run(
+            graph,
+            op,
+            size_bytes,
+            picked.algorithm,
+            picked.chunks,
+            root=root,
+            channels=picked.channels,
+        )
+        result.params.update(chunks=picked.chunks, channels=picked.channels)
         return result
 
 
@@ -427,6 +464,11 @@ def _binary(size: float) -> str:
         if size >= scale:
             return f"{size / scale:g}{unit}"
     return f"{size:g}"
+
+
+def parse_channels(text: str) -> int | str:
+    """``--channels``: a positive integer or ``auto``."""
+    return parse_chunks(text)
 
 
 def parse_chunks(text: str) -> int | str:

@@ -9,6 +9,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.compare import AutoTuner, compare, compare_table, size_bucket, topology_key
+from simulator.errors import CcsimError
 
 CCSIM = [sys.executable, "-m", "simulator"]
 B, A = 100e9, 1e-6
@@ -126,6 +127,7 @@ def test_compare_csv_has_the_documented_keys(capsys):
         (["compare", "all_reduce", "--algos", "ring,nope"], "unknown algorithm 'nope'"),
         (["collective", "all_to_all", "--algo", "tree"], "algorithms that can: direct, pairwise"),
         (["collective", "all_reduce", "--chunks", "0"], "positive integer or 'auto'"),
+        (["collective", "all_reduce", "--channels", "many"], "positive integer or 'auto'"),
         (["collective", "broadcast", "--algo", "tree", "--root", "9"], "root must be a rank"),
     ],
 )
@@ -158,7 +160,15 @@ def test_chunks_auto_picks_the_largest_useful_count(capsys):
     args = "collective broadcast --algo ring --chunks auto --sizes 64M"
     assert main(args.split()) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[-1].split() == ["#", str(64 * 2**20), "ring", "chunks", "64"]
+    assert out.splitlines()[-1].split() == [
+        "#",
+        str(64 * 2**20),
+        "ring",
+        "chunks",
+        "64",
+        "channels",
+        "1",
+    ]
     row = next(line.split() for line in out.splitlines() if not line.startswith("#"))
     assert float(row[4]) == pytest.approx((7 * NV_A + 70 / 64 * 2**26 / NV_B) * 1e6, abs=0.006)
 
@@ -270,3 +280,23 @@ def test_compare_draws_the_winner_at_the_last_size(tmp_path):
     spans = [e for e in events if e.get("ph") == "X"]
     end = max(e["ts"] + e["dur"] for e in spans)
     assert end == pytest.approx(winner["time_us"], rel=1e-6)
+
+
+def test_channels_auto_spreads_a_ring_over_the_nics():
+    """2 x dgx-a100, 1 GiB ring: one channel leaves each server through one 25 GB/s NIC,
+    C channels through C of the 8 NICs (rail by rail). The search doubles the count while
+    it pays, so it reaches at least 8; on one server every channel shares the same
+    NVSwitch links, so more channels gain nothing and it stays at 1."""
+    from simulator.collective import simulate_collective
+
+    one = simulate_collective("dgx-a100", "all_reduce", 2**30, "ring", nodes=2)
+    auto = simulate_collective("dgx-a100", "all_reduce", 2**30, "ring", nodes=2, channels="auto")
+    assert auto.params["channels"] >= 8
+    assert auto.busbw_GBps > 7 * one.busbw_GBps
+    single = simulate_collective("dgx-a100", "all_reduce", 2**30, "ring", channels="auto")
+    assert single.params["channels"] == 1
+
+
+def test_channels_must_be_positive_or_auto():
+    with pytest.raises(CcsimError, match="channels must be a positive integer or 'auto'"):
+        AutoTuner(channels=0)

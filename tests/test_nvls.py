@@ -94,9 +94,13 @@ def test_calibrated_h100_matches_nvidia_figures():
 
 
 def test_tuner_picks_nvls_for_large_messages_where_the_switch_has_it():
+    """--algo auto --proto auto: the (algorithm, protocol) pair with the lowest simulated
+    time: NVLS (Simple) at 1 GiB on H100; for 1 KiB the lowest-latency protocol, LL."""
     h100 = load_topology("dgx-h100", 1)
     tuner = AutoTuner(protocol="auto")
-    assert tuner.choose(h100, "all_reduce", 2**30).algorithm == "nvls"
+    big = tuner.simulate(h100, "all_reduce", 2**30)
+    assert (big.algorithm, big.params["protocol"]) == ("nvls", "Simple")
+    assert tuner.simulate(h100, "all_reduce", 2**10).params["protocol"] == "LL"
     a100 = load_topology("dgx-a100", 1)
     assert tuner.choose(a100, "all_reduce", 2**30).algorithm != "nvls"
 
