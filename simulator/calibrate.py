@@ -32,8 +32,9 @@ import numpy as np
 
 from .algorithms import build_schedule
 from .collective import bus_factor, rank_layout, run_schedule
+from .errors import CcsimError
 from .protocol import PROTOCOLS, Calibration, calibration_of
-from .validate import MIB, SMALL, Case, case_graph
+from .validate import MIB, SMALL, Case, case_graph, count_setting
 
 #: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
 #: most 4 data bytes per 8-byte line, LL128 at most 120 of 128 bytes.
@@ -87,6 +88,12 @@ class _CaseModel:
         self.per_process = int(s.get("gpus_per_process", 1))
         self.op = str(s.get("op", "all_reduce"))
         layout = rank_layout(self.graph)
+        for key in ("algorithm", "chunks", "channels"):
+            if s.get(key) == "auto":
+                raise CcsimError(
+                    f"{case.sidecar.name}: --fit needs the {key} the run used, not auto "
+                    "(force it in the run, as NCCL_ALGO / NCCL_MIN_CTAS do, and say so here)"
+                )
         self.ranks = layout.ranks
         self.sizes = np.array([size for size, _, _ in case.measured], dtype=float)
         self.measured_s = np.array([t for _, t, _ in case.measured]) * 1e-6
@@ -96,7 +103,8 @@ class _CaseModel:
                 self.op,
                 layout,
                 float(size),
-                channels=int(s.get("channels", 1)),
+                chunks=count_setting(case, "chunks"),
+                channels=count_setting(case, "channels"),
             )
             for size in self.sizes
         ]

@@ -7,9 +7,10 @@ busbw_ip``; the YAML sidecar says what ran::
     preset: dgx-a100        # topology preset (or a preset file next to the sidecar)
     nodes: 1
     op: all_reduce
-    algorithm: ring         # as forced with NCCL_ALGO, or what the library used
+    algorithm: ring         # as forced with NCCL_ALGO, or auto (the fastest, by simulation)
     protocol: auto          # LL, LL128, Simple or auto (the fastest, as NCCL's tuner)
-    channels: 24            # optional: forced channel count (NCCL_MIN_CTAS)
+    channels: 24            # optional: forced channel count (NCCL_MIN_CTAS), or auto
+    chunks: 1               # optional: pipelining chunks (ccsim's), or auto
     gpus_per_process: 8     # nccl-tests -g: kernel launches one process issues per call
     column: oop             # optional: oop (out-of-place, default) or ip
 
@@ -49,6 +50,7 @@ _KEYS = {
     "algorithm",
     "protocol",
     "channels",
+    "chunks",
     "gpus_per_process",
     "column",
     "csv",
@@ -78,6 +80,7 @@ class CaseResult:
     simulated_us: list[float] = field(default_factory=list)
     simulated_busbw: list[float] = field(default_factory=list)
     protocols: list[str] = field(default_factory=list)
+    algorithms: list[str] = field(default_factory=list)
     error: str = ""
 
     def errors(self, what: str) -> np.ndarray:
@@ -172,15 +175,21 @@ def run_case(case: Case) -> CaseResult:
     layout = rank_layout(graph)
     op = str(s.get("op", "all_reduce"))
     result = CaseResult(case.name)
+    algorithm, protocol = str(s.get("algorithm", "ring")), str(s.get("protocol", "auto"))
+    chunks, channels = (count_setting(case, key) for key in ("chunks", "channels"))
+    tuner = None
+    if "auto" in (algorithm, chunks, channels):
+        from .compare import AutoTuner  # the tuner builds on the collective module
+
+        tuner = AutoTuner(channels=channels, protocol=protocol)
     for size, time_us, busbw in case.measured:
-        schedule = build_schedule(
-            str(s.get("algorithm", "ring")),
-            op,
-            layout,
-            float(size),
-            channels=int(s.get("channels", 1)),
-        )
-        run = run_schedule(graph, schedule, protocol=str(s.get("protocol", "auto")))
+        if tuner is not None:
+            run = tuner.simulate(graph, op, float(size), algorithm=algorithm, chunks=chunks)
+        else:
+            schedule = build_schedule(
+                algorithm, op, layout, float(size), chunks=chunks, channels=channels
+            )
+            run = run_schedule(graph, schedule, protocol=protocol)
         seconds = max(run.time_s, issue_s)
         result.sizes.append(size)
         result.measured_us.append(time_us)
@@ -188,7 +197,18 @@ def run_case(case: Case) -> CaseResult:
         result.simulated_us.append(seconds * 1e6)
         result.simulated_busbw.append(size / seconds / 1e9 * bus_factor(op, layout.ranks))
         result.protocols.append(str(run.params.get("protocol")))
+        result.algorithms.append(run.algorithm)
     return result
+
+
+def count_setting(case: Case, key: str) -> int | str:
+    """A sidecar's ``chunks`` or ``channels``: a positive integer or "auto" (default 1)."""
+    value = case.settings.get(key, 1)
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise CcsimError(
+        f"{case.sidecar.name}: {key} must be a positive integer or auto, not {value!r}"
+    )
 
 
 def _is_preset(path: Path) -> bool:

@@ -7,8 +7,9 @@ import sys
 import pytest
 
 from simulator.algorithms import build_schedule
+from simulator.calibrate import fit_case
 from simulator.collective import rank_layout, run_schedule
-from simulator.errors import TopologyError
+from simulator.errors import CcsimError, TopologyError
 from simulator.protocol import (
     DEFAULT_PROTOCOLS,
     Calibration,
@@ -16,7 +17,7 @@ from simulator.protocol import (
     parse_calibration,
 )
 from simulator.topology import list_presets, load_topology, ring_graph
-from simulator.validate import BUNDLED, validate_folder
+from simulator.validate import BUNDLED, load_case, validate_folder
 
 
 def ring_run(graph, n, protocol):
@@ -163,3 +164,26 @@ def test_back_to_back_calls_cost_the_larger_of_host_and_gpus(tmp_path):
     assert not result.error
     assert result.simulated_us == pytest.approx([20.0, 6.6 + 2 + 160.0], rel=1e-9)
     assert result.protocols == ["LL", "LL"]
+
+
+def test_validate_lets_the_tuner_pick_the_algorithm(tmp_path):
+    """A run with the library's default algorithm (sidecar: algorithm auto) is simulated
+    with the fastest algorithm per size. On a 4-GPU full mesh, 8 bytes go fastest
+    one-shot: direct all-reduce takes 2 dependent steps, a ring 6, a tree 4 (2 x depth
+    2), halving-doubling 4, each step paying the same per-hop latency."""
+    preset = tmp_path / "mesh4.yaml"
+    preset.write_text(
+        "name: mesh4\nserver:\n  gpus: 4\n"
+        "  intra: {kind: mesh, bandwidth: 100GB/s, latency: 1us}\n"
+    )
+    (tmp_path / "run.yaml").write_text("preset: mesh4.yaml\nalgorithm: auto\nchunks: auto\n")
+    (tmp_path / "run.csv").write_text("bytes,time_us_oop,busbw_oop\n8,10,0\n64000000,900,1\n")
+    (result,) = validate_folder(tmp_path)
+    assert not result.error, result.error
+    assert result.algorithms[0] == "direct"
+    (tmp_path / "run.yaml").write_text("preset: mesh4.yaml\nchunks: 0\n")
+    (bad,) = validate_folder(tmp_path)
+    assert "run.yaml: chunks must be a positive integer or auto" in bad.error
+    (tmp_path / "run.yaml").write_text("preset: mesh4.yaml\nalgorithm: auto\n")
+    with pytest.raises(CcsimError, match="--fit needs the algorithm the run used"):
+        fit_case(load_case(tmp_path / "run.yaml"))
