@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.algorithms import build_schedule
+from simulator.algorithms import RankLayout, build_schedule
 from simulator.checker import verify
 from simulator.collective import simulate_collective
 from simulator.compare import AutoTuner
@@ -108,9 +108,54 @@ def test_tuner_picks_nvls_for_large_messages_where_the_switch_has_it():
 def test_errors_name_the_problem():
     with pytest.raises(CcsimError, match="NVLink SHARP"):
         simulate_collective("dgx-a100", "all_reduce", 1e6, "nvls")
-    with pytest.raises(CcsimError, match="one NVSwitch domain"):
-        simulate_collective("dgx-h100", "all_reduce", 1e6, "nvls", nodes=2)
+    with pytest.raises(CcsimError, match="across servers nvls implements all-reduce only"):
+        simulate_collective("dgx-h100", "reduce_scatter", 1e6, "nvls", nodes=2)
     with pytest.raises(CcsimError, match="Simple protocol only"):
         simulate_collective("dgx-h100", "all_reduce", 1e6, "nvls", protocol="LL")
     with pytest.raises(CcsimError, match="does not implement broadcast"):
         simulate_collective("dgx-h100", "broadcast", 1e6, "nvls")
+
+
+@pytest.mark.parametrize("servers", [2, 3])
+@pytest.mark.parametrize("per_server", [2, 4])
+@pytest.mark.parametrize(("chunks", "channels"), [(1, 1), (2, 2)])
+def test_across_servers_computes_an_all_reduce(servers, per_server, chunks, channels):
+    layout = RankLayout(
+        servers * per_server, tuple(r // per_server for r in range(servers * per_server))
+    )
+    verify(build_schedule("nvls", "all_reduce", layout, 1e6, chunks=chunks, channels=channels))
+    # Ranks need not be numbered server by server.
+    mixed = RankLayout(
+        servers * per_server, tuple(r % servers for r in range(servers * per_server))
+    )
+    verify(build_schedule("nvls", "all_reduce", mixed, 1e6, chunks=chunks))
+
+
+def test_across_servers_bytes_per_link():
+    """N servers of g GPUs: inside, each GPU <-> switch link carries n(g+1)/g each way
+    (as on one server); across, ring j all-reduces row j (n/g) over the N ranks (., j),
+    so each GPU's NIC sends and receives 2(N-1)/N x n/g."""
+    n, servers, g = 96e6, 2, 8
+    result = simulate_collective("dgx-h100", "all_reduce", n, "nvls", nodes=servers, chunks=2)
+    links = result.links
+    for src, dst, kind, nbytes in zip(
+        links["src"], links["dst"], links["link"], links["bytes"], strict=True
+    ):
+        if kind == "nvlink":
+            assert nbytes == pytest.approx(n * (g + 1) / g, rel=1e-12), (src, dst)
+        elif kind == "rdma" and ("nic" in src) != ("nic" in dst):  # NIC <-> leaf switch
+            assert nbytes == pytest.approx(2 * (servers - 1) / servers * n / g, rel=1e-12)
+
+
+def test_across_servers_pipelines_towards_its_bound():
+    """Ideal model, 2 x dgx-h100, 1 GiB: with enough chunks the intra-server NVLS phases
+    (n(g+1)/g per NVLink at 450 GB/s) and the inter-server rings (n/g per 50 GB/s NIC)
+    overlap, so the time tends to the larger of the two loads: here both take
+    2.5 ps per byte, busbw 2(p-1)/p / 2.5 ps = 750 GB/s. The plain hierarchical ring
+    adds its phases up and stays far below."""
+    n, g = 2**30, 8
+    bound = max(n * (g + 1) / g / 450e9, n / g / 50e9)
+    result = simulate_collective("dgx-h100", "all_reduce", n, "nvls", nodes=2, chunks=64)
+    assert bound <= result.time_s <= 1.1 * bound
+    hier = simulate_collective("dgx-h100", "all_reduce", n, "hierarchical", nodes=2)
+    assert result.time_s < 0.7 * hier.time_s

@@ -173,8 +173,7 @@ def test_validate_lets_the_tuner_pick_the_algorithm(tmp_path):
     2), halving-doubling 4, each step paying the same per-hop latency."""
     preset = tmp_path / "mesh4.yaml"
     preset.write_text(
-        "name: mesh4\nserver:\n  gpus: 4\n"
-        "  intra: {kind: mesh, bandwidth: 100GB/s, latency: 1us}\n"
+        "name: mesh4\nserver:\n  gpus: 4\n  intra: {kind: mesh, bandwidth: 100GB/s, latency: 1us}\n"
     )
     (tmp_path / "run.yaml").write_text("preset: mesh4.yaml\nalgorithm: auto\nchunks: auto\n")
     (tmp_path / "run.csv").write_text("bytes,time_us_oop,busbw_oop\n8,10,0\n64000000,900,1\n")

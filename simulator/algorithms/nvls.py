@@ -22,6 +22,13 @@ data between ranks and exist only to load a link:
 time (a FIFO per rank), so the all-gather of chunk k overlaps the reduce-scatter of
 chunk k + 1, and up and down links are busy at once.
 
+Across N servers of g GPUs (all-reduce only; as NCCL's NVLS tree does, with rings
+between servers): row j (1/g of the buffer) is reduced into local rank j by the switch,
+all-reduced by ring j over the ranks (., j) through their NICs, and multicast back to the
+server. Blocks are (row j, column t, chunk k), n/(gNK) bytes each; the inter-server ring
+runs chunk by chunk, so with K chunks the three phases overlap and the time tends to
+the larger load: n(g+1)/(g B) on each NVLink or 2(N-1)/N x n/(g B_nic) on each NIC.
+
 Closed form (link bandwidth B and latency a each way, n bytes, K = 1): all-reduce
 4a + 2 (p + 1) n / (p B) (four phases one after another: p n/p up, n/p down, n/p up,
 p n/p down); reduce-scatter and all-gather 2a + (p + 1) n / (p B). For large K the
@@ -32,96 +39,107 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import PATH_DOWN, PATH_UP, Schedule
+from ..schedule import PATH_DEFAULT, PATH_DOWN, PATH_UP, Schedule
 from .base import Algorithm, RankLayout, check_positive_int
-from .builder import NONE, Fifo, OpBuffer, replicate_channels
+from .builder import Fifo, LastWriter, OpBuffer, replicate_channels, ring_phase
+from .hierarchical import server_groups
 
 #: NCCL runs NVLS with the Simple protocol only.
 NVLS_PROTOCOLS = ["Simple"]
 
 
-def nvls_schedule(op: str, p: int, size_bytes: float, chunks: int) -> Schedule:
-    """One channel of an NVLS collective (see the module docstring)."""
-    K = chunks
+def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -> Schedule:
+    """One channel of an NVLS collective on ``groups[s, j]`` (rank of local index j on
+    server s); see the module docstring."""
+    N, g = groups.shape
+    p, K = N * g, chunks
     buf = OpBuffer()
     paths: list[np.ndarray] = []
-    # Each rank's sends into the switch, one chunk after another: its reduce-scatter
-    # copies (stream 0) and its all-gather writes (stream 1) proceed side by side.
-    up = Fifo(p, 2)
-    ranks = np.arange(p)
-    # Every ordered pair (r, s), r != s, then the self pairs.
-    r_all = np.repeat(ranks, p)
-    s_all = np.tile(ranks, p)
+    writer = LastWriter(p, g * N * K)
+    # Each rank's sends, one chunk after another on each stream: its reduce-scatter
+    # copies into the switch, its all-gather writes into it, and the inter-server ring's
+    # reduce-scatter and all-gather.
+    fifo = Fifo(p, 4)
+    local = np.arange(g)
+    # Every (r, j) pair of local indices: r's copy of row j goes to j's rank.
+    r_all, j_all = np.repeat(local, g), np.tile(local, g)
 
-    def add(src, dst, block, nbytes, *, reduce, step, chunk, path, deps=()):
-        ids = buf.add(src, dst, block, nbytes, reduce=reduce, step=step, chunk=chunk, deps=deps)
+    def add(src, dst, block, *, reduce, step, chunk, path, deps):
+        ids = buf.add(
+            src, dst, block, b, reduce=reduce, step=step, chunk=chunk, deps=deps
+        )  # fmt: skip
         paths.append(np.full(len(ids), path, dtype=np.int8))
         return ids
 
-    b = size_bytes / (p * K)
-    for k in range(K):
-        blocks = ranks * K + k  # block of shard s, chunk k
-        ready = np.full(p, NONE, dtype=np.int64)  # per shard: the op after which it is whole
-        if op in ("all_reduce", "reduce_scatter"):
-            # Up: rank r sends its copy of every shard (reducing into the owner's sum).
-            ids = add(
-                r_all,
-                s_all,
-                blocks[s_all],
-                b,
-                reduce=r_all != s_all,
-                step=0,
-                chunk=k,
-                path=PATH_UP,
-                deps=[(up.deps(r_all, 0), True)],
-            )
-            up.record(r_all, ids, 0)
-            into = ids.reshape(p, p)  # into[r, s]: rank r's copy of shard s
-            # Down: the sum of shard s reaches s once all p copies are up.
-            ready = add(
-                ranks,
-                ranks,
-                blocks,
-                b,
-                reduce=False,
-                step=1,
-                chunk=k,
-                path=PATH_DOWN,
-                deps=[(into[r], False) for r in range(p)],
-            )
-        if op in ("all_reduce", "all_gather"):
-            # Up once: the owner writes its (reduced) shard into the switch.
-            lifted = add(
-                ranks,
-                ranks,
-                blocks,
-                b,
-                reduce=False,
-                step=2,
-                chunk=k,
-                path=PATH_UP,
-                deps=[(up.deps(ranks, 1), True), (ready, False)],
-            )
-            up.record(ranks, lifted, 1)
-            # Down to everyone: the switch multicasts shard s to every rank.
-            add(
-                s_all,
-                r_all,
-                blocks[s_all],
-                b,
-                reduce=False,
-                step=3,
-                chunk=k,
-                path=PATH_DOWN,
-                deps=[(lifted[s_all], False)],
-            )
+    b = size_bytes / (p * K)  # one block: row j, column t (a server), chunk k
+    block = (local[:, None] * N + np.arange(N)[None, :])[:, :, None] * K + np.arange(K)
+    reduce_first = op in ("all_reduce", "reduce_scatter")
+    gather_last = op in ("all_reduce", "all_gather")
+    for s in range(N):
+        ranks = groups[s]
+        for k in range(K):
+            for t in range(N):
+                ids_of_row = block[:, t, k]  # block (j, t, k) for every row j
+                if reduce_first:
+                    # Up: every rank sends its copy of row j, the switch adds them up.
+                    src, dst = ranks[r_all], ranks[j_all]
+                    into = add(
+                        src, dst, ids_of_row[j_all], reduce=r_all != j_all, step=0,
+                        chunk=k, path=PATH_UP, deps=[(fifo.deps(src, 0), True)],
+                    ).reshape(g, g)  # fmt: skip
+                    fifo.record(src, into.ravel(), 0)
+                    # Down: the sum of row j reaches j's rank once all g copies are up.
+                    down = add(
+                        ranks, ranks, ids_of_row, reduce=False, step=1, chunk=k,
+                        path=PATH_DOWN, deps=[(into[r], False) for r in range(g)],
+                    )  # fmt: skip
+                    writer.record(ranks, ids_of_row, down)
+    if N > 1:
+        # Across servers: ring j over the ranks (·, j) reduce-scatters, then all-gathers,
+        # the blocks (j, ·) of row j (each server's sum of it).
+        # Chunk by chunk, the reduce-scatter and the all-gather on separate streams, so
+        # that chunk k's all-gather (and then its NVLS all-gather) need not wait behind
+        # every chunk's reduce-scatter: the intra-server phases, which load the links into
+        # (reduce-scatter) and out of (all-gather) the switch, then overlap.
+        rings = groups.T
+        for k in range(K):
+            blocks = block[:, :, k : k + 1, None]  # ring j, position t, this chunk
+            for reduce, stream, step0 in ((True, 2, 2), (False, 3, N + 1)):
+                ring_phase(
+                    buf, writer, fifo, rings, blocks, b, reduce=reduce, stream=stream,
+                    step0=step0, chunk0=k,
+                )  # fmt: skip
+        paths.append(np.full(buf.n - sum(len(x) for x in paths), PATH_DEFAULT, dtype=np.int8))
+    if gather_last:
+        last = 2 + 2 * (N - 1) if N > 1 else 2
+        for s in range(N):
+            ranks = groups[s]
+            for k in range(K):
+                for t in range(N):
+                    ids_of_row = block[:, t, k]
+                    # Up once: j's rank writes its (reduced) row into the switch.
+                    lifted = add(
+                        ranks, ranks, ids_of_row, reduce=False, step=last, chunk=k,
+                        path=PATH_UP, deps=[
+                            (fifo.deps(ranks, 1), True),
+                            (writer.table[ranks, ids_of_row], False),
+                        ],
+                    )  # fmt: skip
+                    fifo.record(ranks, lifted, 1)
+                    # Down to everyone: the switch multicasts row j to the server.
+                    add(
+                        ranks[j_all], ranks[r_all], ids_of_row[j_all], reduce=False,
+                        step=last + 1, chunk=k, path=PATH_DOWN,
+                        deps=[(lifted[j_all], False)],
+                    )  # fmt: skip
     schedule = buf.schedule(
         op=op,
         algorithm="nvls",
         ranks=p,
         size_bytes=size_bytes,
-        segment_owner=np.repeat(ranks, K),
-        params={"chunks": K, "protocols": list(NVLS_PROTOCOLS)},
+        # Row j, column t lands (reduce-scatter) or starts (all-gather) on rank (t, j).
+        segment_owner=groups.T[:, :, None].repeat(K, axis=2).ravel(),
+        params={"chunks": K, "servers": N, "protocols": list(NVLS_PROTOCOLS)},
     )
     schedule.path = np.concatenate(paths) if paths else np.zeros(0, dtype=np.int8)
     return schedule
@@ -132,20 +150,30 @@ class Nvls(Algorithm):
 
     name = "nvls"
     ops = ("all_reduce", "reduce_scatter", "all_gather")
-    description = "NVLink SHARP: the NVSwitch reduces and multicasts (H100 and later, one server)"
+    description = (
+        "NVLink SHARP: the NVSwitch reduces and multicasts (H100 and later); rings across servers"
+    )
 
     def unsupported(self, op: str, layout: RankLayout) -> str | None:
         reason = super().unsupported(op, layout)
-        if reason is None and layout.servers is not None and len(set(layout.servers)) > 1:
-            return "nvls works inside one NVSwitch domain (one server); use hierarchical across"
-        return reason
+        if reason is not None or layout.servers is None or len(set(layout.servers)) == 1:
+            return reason
+        if op != "all_reduce":
+            return "across servers nvls implements all-reduce only"
+        if server_groups(layout) is None:
+            counts = np.bincount(np.asarray(layout.servers)).tolist()
+            return f"nvls across servers needs the same number of ranks on every server: {counts}"
+        return None
 
     def build(
         self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
     ) -> Schedule:
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
-        one = nvls_schedule(op, layout.ranks, size_bytes / C, K)
+        groups = server_groups(layout)
+        if groups is None:  # one server (or no server attributes): one NVSwitch domain
+            groups = np.arange(layout.ranks)[None, :]
+        one = nvls_schedule(op, groups, size_bytes / C, K)
         schedule = replicate_channels(one, C, size_bytes)
         schedule.params.setdefault("protocols", list(NVLS_PROTOCOLS))
         return schedule
