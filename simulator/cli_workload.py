@@ -11,6 +11,7 @@ import argparse
 import math
 import sys
 
+from .compare import add_model_options
 from .report import FORMATS, to_csv, to_json, write_atomically
 from .topology import load_topology
 from .topology.graph import gpu_nodes
@@ -67,6 +68,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="BW",
         help="local reduction bandwidth per GPU, e.g. 1500GB/s (default: preset's)",
     )
+    add_model_options(run)
     run.add_argument("--per-rank", action="store_true", help="also print one row per rank")
     run.add_argument(
         "--format",
@@ -172,7 +174,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     if nodes is None:
         per_server = len(gpu_nodes(load_topology(args.topology, 1)))
         nodes = max(1, math.ceil(workload.ranks / per_server))
-    graph = load_topology(args.topology, nodes)
+    graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     run = WorkloadReplay(
         workload,
@@ -180,12 +182,14 @@ def _cmd_run(args: argparse.Namespace) -> None:
         algorithm=args.algo,
         comm_slowdown=args.comm_slowdown,
         reduce_bandwidth=reduce_bw,
+        protocol=args.proto,
     ).run()
     result = breakdown(run)
     title = (
         f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
         f"{workload.ranks} ranks | algorithm {args.algo} | "
         f"comm slowdown {args.comm_slowdown}"
+        + (f" | protocol {args.proto}" if args.proto else "")
     )
     if args.format == "json":
         text = to_json(
@@ -222,6 +226,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
                 "algorithm": args.algo,
                 "comm_slowdown": args.comm_slowdown,
                 "reduce_bandwidth_Bps": reduce_bw,
+                "protocol": args.proto,
+                "fabric": args.fabric,
+                "seed": args.seed,
             },
             topology=args.topology,
             workload=args.workload,

@@ -7,6 +7,7 @@ taking 2 x (n/2) / 100e9 = n / 1e11 s; 1e8 bytes take exactly 1 ms.
 
 import pytest
 
+from simulator.errors import CcsimError
 from simulator.topology import ring_graph
 from simulator.workload import WorkloadError, load_workload, parse_workload, run_workload
 
@@ -307,3 +308,31 @@ def test_auto_algorithm_per_collective():
     assert took <= best * 1.01
     ring = simulator.simulate_collective(graph, "all_reduce", n).time_s
     assert took < ring / 3
+
+
+def test_protocol_model_applies_to_collectives():
+    """With a protocol, each collective pays the launch and the protocol's base latency,
+    then every ring step its hop latency, and LL sends 4 wire bytes per data byte
+    (NCCL: 1/4 of the bandwidth). Two GPUs, 100 GB/s, launch 2 us, LL, 8 MB all-reduce
+    after a 1 ms layer: 1 ms + 2 us + 6.6 us + 2 x (0.6 us + 4 MB / 25 GB/s)."""
+    from simulator.protocol import Calibration
+
+    graph = two_gpus()
+    graph.graph["nccl"] = Calibration(launch_s=2e-6)
+    run, _ = run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="LL")
+    expected = MS + 2e-6 + 6.6e-6 + 2 * (0.6e-6 + 4e6 / 25e9)
+    assert run.records.end_s.max() == pytest.approx(expected, rel=1e-9)
+    # auto: the fastest protocol for each collective alone (here Simple at 8 MB: 8.4 us
+    # base + 2 x (3.4 us + 40 us), against LL's 2 x 160 us).
+    run, _ = run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="auto")
+    expected = MS + 2e-6 + 8.4e-6 + 2 * (3.4e-6 + 4e6 / 100e9)
+    assert run.records.end_s.max() == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(CcsimError, match="unknown protocol 'LL64'"):
+        run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="LL64")
+
+
+def test_cli_run_takes_the_protocol_model(capsys):
+    from simulator.cli import main
+
+    assert main(["run", "ddp-gpt1.5b-16", "--topology", "dgx-a100", "--proto", "LL64"]) == 2
+    assert "unknown protocol 'LL64'" in capsys.readouterr().err

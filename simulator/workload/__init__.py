@@ -22,11 +22,13 @@ def run_workload(
     algorithm: str = "ring",
     comm_slowdown: float = 0.0,
     reduce_bandwidth: float | None = None,
+    protocol: str | None = None,
 ) -> tuple[WorkloadRun, Breakdown]:
     """Replay a workload on a topology; return the raw run and its breakdown.
 
     ``comm_slowdown`` is the fraction by which compute slows while communication that
-    uses GPU cores overlaps it on the same rank.
+    uses GPU cores overlaps it on the same rank. ``protocol`` (LL, LL128, Simple or
+    auto) turns on the calibrated protocol model for the collectives (None: ideal).
     """
     if not isinstance(workload, Workload):
         workload = load_workload(workload)
@@ -37,6 +39,7 @@ def run_workload(
         algorithm=algorithm,
         comm_slowdown=comm_slowdown,
         reduce_bandwidth=reduce_bandwidth,
+        protocol=protocol,
     ).run()
     return run, breakdown(run)
 

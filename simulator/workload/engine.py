@@ -28,6 +28,7 @@ from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..errors import CcsimError
 from ..network import FlowNetwork, NetworkStats
+from ..protocol import calibration_of
 from ..replay import ScheduleReplay, reduce_bandwidths
 from ..schedule import Schedule
 from ..topology.graph import gpu_nodes, servers_of_ranks
@@ -79,6 +80,7 @@ class WorkloadReplay:
         comm_slowdown: float = 0.0,
         device: Device | None = None,
         reduce_bandwidth: float | None = None,
+        protocol: str | None = None,
     ):
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
@@ -97,7 +99,20 @@ class WorkloadReplay:
         self.algorithm = algorithm
         self.comm_slowdown = comm_slowdown
         self.env = simpy.Environment()
-        self.network = FlowNetwork(self.env, graph)
+        # With a protocol, the calibrated model of simulator.protocol applies to every
+        # collective: links at their efficiency, per-step latencies, and a launch plus
+        # base latency before each call; "auto" picks, per collective, the protocol
+        # fastest for it alone (as NCCL's tuner does per call).
+        self.calibration = calibration_of(graph)
+        if protocol is not None and str(protocol).lower() != "auto":
+            self.calibration.protocol(protocol)  # an unknown name fails now
+        self.protocol = protocol
+        self.network = FlowNetwork(
+            self.env,
+            graph,
+            link_efficiency=None if protocol is None else self.calibration.efficiency,
+        )
+        self._protocols: dict[tuple, str] = {}
         self.device = device or self._default_device(graph)
         self.reduce_bandwidth = reduce_bandwidths(graph, reduce_bandwidth)
         self.servers = servers_of_ranks(graph)
@@ -280,14 +295,35 @@ class WorkloadReplay:
             for i in positions.tolist():
                 self._finish(members[i])
 
+        proto = self._protocol_for(key, schedule, ranks)
         replay = ScheduleReplay(
             self.network,
             schedule,
             rank_map=np.asarray(ranks),
             reduce_bandwidth=self.reduce_bandwidth,
             on_rank_done=rank_done,
+            protocol=proto,
         )
-        replay.start()
+        if proto is None:
+            replay.start()
+        else:
+            overhead = self.env.timeout(self.calibration.launch_s + proto.base_s)
+            overhead.callbacks.append(lambda _event: replay.start())
+
+    def _protocol_for(self, key: tuple, schedule: Schedule, ranks: list[int]):
+        """The protocol a collective runs with (None: the ideal model); "auto" is the
+        fastest of the enabled ones for this schedule alone on the group's GPUs."""
+        if self.protocol is None:
+            return None
+        if str(self.protocol).lower() != "auto":
+            return self.calibration.protocol(self.protocol)
+        if key not in self._protocols:
+            from ..collective import run_schedule  # collective.py builds on the replay
+
+            group = self._group_graph(ranks)
+            result = run_schedule(group, schedule, protocol="auto")
+            self._protocols[key] = result.params["protocol"]
+        return self.calibration.protocol(self._protocols[key])
 
     def _auto(self, op: str, ranks: list[int], nbytes: float) -> tuple[str, int]:
         """Fastest (algorithm, chunks) for this group, op and size bucket, found by
@@ -298,23 +334,25 @@ class WorkloadReplay:
         key = (tuple(ranks), op, size_bucket(nbytes))
         if key not in self._auto_choices:
             if self._tuner is None:
-                self._tuner = AutoTuner(reduce_bandwidth=None)
-            group = self._group_graphs.get(tuple(ranks))
-            if group is None:
-                nodes = gpu_nodes(self.graph)
-                members = {nodes[r]: i for i, r in enumerate(ranks)}
-                keep = [
-                    n
-                    for n, d in self.graph.nodes(data=True)
-                    if d.get("kind") != "gpu" or n in members
-                ]
-                group = self.graph.subgraph(keep).copy()
-                for node, i in members.items():
-                    group.nodes[node]["rank"] = i
-                self._group_graphs[tuple(ranks)] = group
-            choice = self._tuner.choose(group, op, nbytes)
+                self._tuner = AutoTuner(reduce_bandwidth=None, protocol=self.protocol)
+            choice = self._tuner.choose(self._group_graph(ranks), op, nbytes)
             self._auto_choices[key] = (choice.algorithm, choice.chunks)
         return self._auto_choices[key]
+
+    def _group_graph(self, ranks: list[int]) -> nx.Graph:
+        """The topology with only the group's GPUs, renumbered 0..len(ranks)-1 (cached)."""
+        group = self._group_graphs.get(tuple(ranks))
+        if group is None:
+            nodes = gpu_nodes(self.graph)
+            members = {nodes[r]: i for i, r in enumerate(ranks)}
+            keep = [
+                n for n, d in self.graph.nodes(data=True) if d.get("kind") != "gpu" or n in members
+            ]
+            group = self.graph.subgraph(keep).copy()
+            for node, i in members.items():
+                group.nodes[node]["rank"] = i
+            self._group_graphs[tuple(ranks)] = group
+        return group
 
     def _default_algorithm(self, op: str, layout: RankLayout) -> str:
         """The run's algorithm, or the first that can run ``op`` here (e.g. all-to-all
