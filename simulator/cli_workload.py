@@ -188,8 +188,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     title = (
         f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
         f"{workload.ranks} ranks | algorithm {args.algo} | "
-        f"comm slowdown {args.comm_slowdown}"
-        + (f" | protocol {args.proto}" if args.proto else "")
+        f"comm slowdown {args.comm_slowdown}" + (f" | protocol {args.proto}" if args.proto else "")
     )
     if args.format == "json":
         text = to_json(

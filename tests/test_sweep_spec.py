@@ -178,3 +178,27 @@ def test_docstring_examples_run(name):
     module = importlib.import_module(name)
     failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert attempted > 0 and failed == 0
+
+
+def test_protocol_axis_runs_the_calibrated_model():
+    """A protocol axis: "ideal" is the line-rate model (1 GiB ring on one dgx-a100:
+    14 steps of 0.6 us + n/(8 x 300 GB/s)), "Simple" the preset's calibrated one (the
+    same ring at its NVLink efficiency, plus launch, base and per-step latencies); an
+    unknown name is refused up front; specs without the axis keep their points' keys."""
+    from simulator.protocol import calibration_of
+    from simulator.sweep import run_point
+    from simulator.topology import load_topology
+
+    spec = spec_of({"protocol": ["ideal", "Simple"]}, size="1GiB")
+    ideal, simple = (run_point(p.params) for p in spec.points)
+    n = 2**30
+    assert ideal["time_s"] == pytest.approx(14 * (0.6e-6 + n / (8 * 300e9)), rel=1e-9)
+    cal = calibration_of(load_topology("dgx-a100"))
+    proto, eff = cal.protocol("Simple"), cal.efficiency["nvlink"]
+    expected = cal.launch_s + proto.base_s + 14 * (proto.hop_s["nvlink"] + n / (8 * eff * 300e9))
+    assert simple["time_s"] == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(SweepError, match="unknown protocol 'LL64'"):
+        spec_of({"protocol": ["LL64"]})
+    assert [p.key for p in spec_of({"size": ["1M"]}).points] == [
+        p.key for p in spec_of({"size": ["1MiB"]}).points
+    ]

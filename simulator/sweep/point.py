@@ -18,6 +18,7 @@ import networkx as nx
 
 from ..collective import simulate_collective
 from ..errors import CcsimError
+from ..protocol import parse_calibration
 from ..topology import cluster_graph, fabric_spec, load_topology, preset, validate_topology
 from ..topology.graph import gpu_nodes
 
@@ -75,6 +76,8 @@ def build_topology(params: Mapping[str, Any]) -> nx.Graph:
         seed=params.get("seed"),
     )
     validate_topology(graph, source=source)
+    if "nccl" in data:  # the calibrated model's constants, for a protocol axis
+        graph.graph["nccl"] = parse_calibration(data["nccl"], source=source)
     return graph
 
 
@@ -158,6 +161,7 @@ def _collective(params: Mapping[str, Any]) -> dict[str, Any]:
         channels=params["channels"],
         reduce_bandwidth=params.get("reduce_bandwidth"),
         root=params.get("root", 0),
+        protocol=params.get("protocol"),
     )
     return {
         "ranks": result.ranks,
@@ -180,6 +184,7 @@ def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
         algorithm=params["algorithm"],
         comm_slowdown=params.get("comm_slowdown", 0.0),
         reduce_bandwidth=params.get("reduce_bandwidth"),
+        protocol=params.get("protocol"),
     )
     return {"ranks": workload.ranks, **breakdown.summary()}
 

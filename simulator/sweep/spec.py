@@ -43,6 +43,7 @@ import yaml
 from ..algorithms import algorithm_names
 from ..collective import COLLECTIVE_OPS
 from ..errors import CcsimError
+from ..protocol import PROTOCOLS
 from ..topology.fabrics import FABRICS
 from ..topology.importers import GRAPH_SUFFIXES
 from ..topology.presets import preset_files as topology_files
@@ -59,7 +60,16 @@ class SweepError(CcsimError):
 
 
 #: Scenario keys of both kinds, then of collectives and of workloads only.
-COMMON_KEYS = ("topology", "nodes", "fabric", "seed", "set", "algorithm", "reduce_bandwidth")
+COMMON_KEYS = (
+    "topology",
+    "nodes",
+    "fabric",
+    "seed",
+    "set",
+    "algorithm",
+    "reduce_bandwidth",
+    "protocol",
+)
 COLLECTIVE_KEYS = ("collective", "size", "chunks", "channels", "root")
 WORKLOAD_KEYS = ("workload", "comm_slowdown")
 #: Scenario keys that may also be axes (``set`` is the topology paths themselves).
@@ -549,6 +559,15 @@ class _Parser:
             return self.integer(raw, where, minimum=0)
         if name == "reduce_bandwidth":
             return parse_bandwidth(raw, field=name)
+        if name == "protocol":
+            # Specs without a protocol leave it out of the params (their points keep
+            # their keys); "ideal" (or null) is the line-rate model, for an axis.
+            if raw in (None, "ideal"):
+                return None
+            if raw not in (*PROTOCOLS, "auto"):
+                valid = _join([*PROTOCOLS, "auto", "ideal"])
+                raise self.error(where, f"unknown protocol {raw!r}; valid: {valid}")
+            return raw
         if name == "comm_slowdown":
             if not _is_number(raw) or not 0 <= raw < 1:
                 raise self.error(where, f"must be a fraction in [0, 1), got {raw!r}")
