@@ -33,7 +33,7 @@ import numpy as np
 from .algorithms import build_schedule
 from .collective import bus_factor, rank_layout, run_schedule
 from .errors import CcsimError
-from .protocol import PROTOCOLS, Calibration, calibration_of
+from .protocol import PROTOCOLS, Calibration, calibration_of, path_class
 from .validate import MIB, SMALL, Case, case_graph, count_setting
 
 #: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
@@ -113,8 +113,6 @@ class _CaseModel:
         kinds = np.array(largest.links["link"])
         self.bottleneck = sorted(set(kinds[busy >= 0.99 * busy.max()].tolist()))
         classes = {"nvlink": 0, "pcie": 1, "network": 2}
-        from .protocol import path_class
-
         self.path_class = max(
             (path_class([kind]) for kind in set(kinds[busy > 0].tolist())),
             key=classes.__getitem__,

@@ -64,6 +64,8 @@ def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -
     # Every (r, j) pair of local indices: r's copy of row j goes to j's rank.
     r_all, j_all = np.repeat(local, g), np.tile(local, g)
 
+    b = size_bytes / (p * K)  # one block: row j, column t (a server), chunk k
+
     def add(src, dst, block, *, reduce, step, chunk, path, deps):
         ids = buf.add(
             src, dst, block, b, reduce=reduce, step=step, chunk=chunk, deps=deps
@@ -71,7 +73,6 @@ def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -
         paths.append(np.full(len(ids), path, dtype=np.int8))
         return ids
 
-    b = size_bytes / (p * K)  # one block: row j, column t (a server), chunk k
     block = (local[:, None] * N + np.arange(N)[None, :])[:, :, None] * K + np.arange(K)
     reduce_first = op in ("all_reduce", "reduce_scatter")
     gather_last = op in ("all_reduce", "all_gather")
