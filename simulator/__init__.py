@@ -9,16 +9,19 @@ The main entry points:
 """
 
 from .algorithms import algorithm_names, build_schedule
-from .checker import verify
-from .collective import CollectiveResult, bus_factor, run_schedule, simulate_collective
+from .algorithms.checker import verify
+from .algorithms.schedule import Schedule
+from .collective.run import CollectiveResult, bus_factor, run_schedule
+from .collective.simulate import simulate_collective
 from .errors import CcsimError
-from .schedule import Schedule
 from .topology import list_presets, load_topology, ring_graph
+from .version import __version__
 
 __all__ = [
     "CcsimError",
     "CollectiveResult",
     "Schedule",
+    "__version__",
     "algorithm_names",
     "build_schedule",
     "bus_factor",
@@ -29,5 +32,3 @@ __all__ = [
     "simulate_collective",
     "verify",
 ]
-
-__version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """The algorithm suite: registry, symbolic proofs for every op and layout, broken variants.
 
-Each algorithm is checked by the symbolic checker (simulator.checker): the final buffers
+Each algorithm is checked by the symbolic checker (simulator.algorithms.checker): the final buffers
 must match the collective's definition and every conflicting access must be ordered.
 """
 
@@ -11,10 +11,10 @@ import pytest
 
 from simulator.algorithms import algorithm_names, build_schedule, get_algorithm
 from simulator.algorithms.base import RankLayout
+from simulator.algorithms.checker import verify
+from simulator.algorithms.schedule import Schedule
 from simulator.algorithms.tree import btree_parents, double_tree, tree_depth
-from simulator.checker import verify
 from simulator.errors import CcsimError, ScheduleError
-from simulator.schedule import Schedule
 
 ROOTED = ("broadcast", "reduce")
 

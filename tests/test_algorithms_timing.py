@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 
 from simulator import simulate_collective
-from simulator.compare import AutoTuner
+from simulator.collective.tuner import AutoTuner
 from simulator.topology import ring_graph
 
 B, A = 100e9, 1e-6  # 100 GB/s per direction, 1 us per link

@@ -6,7 +6,7 @@ that the figures are measured and coherent.
 
 import pytest
 
-from simulator.bench import run_bench
+from simulator.cli.bench import run_bench
 
 
 def test_quick_scenario_reports_its_figures():

@@ -9,10 +9,10 @@ import sys
 import pytest
 import yaml
 
-from simulator.calibrate import fit_case
-from simulator.collective import bus_factor
-from simulator.protocol import Calibration, parse_calibration
+from simulator.collective.run import bus_factor
+from simulator.library.protocol import Calibration, parse_calibration
 from simulator.validate import BUNDLED, load_case, run_case
+from simulator.validate.calibrate import fit_case
 
 TOPOLOGY = """\
 name: quad

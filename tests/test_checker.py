@@ -7,9 +7,9 @@ import pytest
 
 from simulator.algorithms import build_schedule
 from simulator.algorithms.base import RankLayout
-from simulator.checker import verify
+from simulator.algorithms.checker import verify
+from simulator.algorithms.schedule import Schedule
 from simulator.errors import ScheduleError
-from simulator.schedule import Schedule
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])

@@ -8,8 +8,10 @@ import networkx as nx
 import pytest
 
 from simulator.cli import main
-from simulator.compare import AutoTuner, compare, compare_table, size_bucket, topology_key
+from simulator.collective.compare import compare
+from simulator.collective.tuner import AutoTuner, size_bucket, topology_key
 from simulator.errors import CcsimError
+from simulator.viz.tables import compare_table
 
 CCSIM = [sys.executable, "-m", "simulator"]
 B, A = 100e9, 1e-6
@@ -287,7 +289,7 @@ def test_channels_auto_spreads_a_ring_over_the_nics():
     C channels through C of the 8 NICs (rail by rail). The search doubles the count while
     it pays, so it reaches at least 8; on one server every channel shares the same
     NVSwitch links, so more channels gain nothing and it stays at 1."""
-    from simulator.collective import simulate_collective
+    from simulator.collective.simulate import simulate_collective
 
     one = simulate_collective("dgx-a100", "all_reduce", 2**30, "ring", nodes=2)
     auto = simulate_collective("dgx-a100", "all_reduce", 2**30, "ring", nodes=2, channels="auto")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.maxmin import max_min_rates
+from simulator.network.maxmin import max_min_rates
 
 
 def rates(paths, capacity):

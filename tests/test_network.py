@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.network import FlowNetwork
+from simulator.network.flows import FlowNetwork
 
 
 class Log:

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from simulator.algorithms import RankLayout, build_schedule
-from simulator.checker import verify
-from simulator.collective import simulate_collective
-from simulator.compare import AutoTuner
+from simulator.algorithms.checker import verify
+from simulator.algorithms.schedule import PATH_DEFAULT, PATH_DOWN, PATH_UP, Schedule
+from simulator.collective.simulate import simulate_collective
+from simulator.collective.tuner import AutoTuner
 from simulator.errors import CcsimError, ScheduleError
-from simulator.schedule import PATH_DEFAULT, PATH_DOWN, PATH_UP, Schedule
 from simulator.topology import load_topology
 
 B = 450e9  # dgx-h100: NVLink4 per GPU and direction

@@ -7,10 +7,9 @@ import sys
 import pytest
 
 from simulator.algorithms import build_schedule
-from simulator.calibrate import fit_case
-from simulator.collective import rank_layout, run_schedule
+from simulator.collective.run import rank_layout, run_schedule
 from simulator.errors import CcsimError, TopologyError
-from simulator.protocol import (
+from simulator.library.protocol import (
     DEFAULT_PROTOCOLS,
     Calibration,
     calibration_of,
@@ -18,6 +17,7 @@ from simulator.protocol import (
 )
 from simulator.topology import list_presets, load_topology, ring_graph
 from simulator.validate import BUNDLED, load_case, validate_folder
+from simulator.validate.calibrate import fit_case
 
 
 def ring_run(graph, n, protocol):

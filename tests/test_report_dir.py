@@ -11,9 +11,10 @@ import sys
 import pytest
 
 import simulator
+from simulator import files as atomic
 from simulator.cli import main
 from simulator.topology.presets import preset_files
-from simulator.viz import atomic, collective_timeline, save_timeline, save_trace
+from simulator.viz import collective_timeline, save_timeline, save_trace
 from simulator.viz import perfetto as perfetto_module
 
 CCSIM = [sys.executable, "-m", "simulator"]

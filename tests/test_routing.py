@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import simulator
-from simulator.routing import LinkTable, Router
+from simulator.network.routing import LinkTable, Router
 from simulator.topology import gpu_nodes, load_topology, ring_graph
 
 

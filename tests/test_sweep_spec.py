@@ -171,7 +171,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):
         "simulator.sweep.run",
         "simulator.sweep.knee",
         "simulator.sweep.plot",
-        "simulator.cli_sweep",
+        "simulator.cli.sweep",
     ],
 )
 def test_docstring_examples_run(name):
@@ -185,7 +185,7 @@ def test_protocol_axis_runs_the_calibrated_model():
     14 steps of 0.6 us + n/(8 x 300 GB/s)), "Simple" the preset's calibrated one (the
     same ring at its NVLink efficiency, plus launch, base and per-step latencies); an
     unknown name is refused up front; specs without the axis keep their points' keys."""
-    from simulator.protocol import calibration_of
+    from simulator.library.protocol import calibration_of
     from simulator.sweep import run_point
     from simulator.topology import load_topology
 

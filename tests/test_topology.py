@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import simulator
-from simulator.routing import LinkTable, Router
+from simulator.network.routing import LinkTable, Router
 from simulator.topology import (
     bisection_bandwidth,
     cluster_graph,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import simulator
-from simulator.schedule import Schedule
+from simulator.algorithms.schedule import Schedule
 from simulator.topology import load_topology, ring_graph
 from simulator.viz import collective_timeline, link_load
 from simulator.viz.links import LinkLoadTooLarge

@@ -315,7 +315,7 @@ def test_protocol_model_applies_to_collectives():
     then every ring step its hop latency, and LL sends 4 wire bytes per data byte
     (NCCL: 1/4 of the bandwidth). Two GPUs, 100 GB/s, launch 2 us, LL, 8 MB all-reduce
     after a 1 ms layer: 1 ms + 2 us + 6.6 us + 2 x (0.6 us + 4 MB / 25 GB/s)."""
-    from simulator.protocol import Calibration
+    from simulator.library.protocol import Calibration
 
     graph = two_gpus()
     graph.graph["nccl"] = Calibration(launch_s=2e-6)

@@ -7,7 +7,6 @@ Adding an algorithm: one module with an :class:`Algorithm` subclass, listed in
 from __future__ import annotations
 
 from ..errors import CcsimError, unknown_choice
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout
 from .chain import RingWithChains
 from .direct import Direct
@@ -17,6 +16,7 @@ from .multipath import Multipath
 from .nvls import Nvls
 from .pairwise import Pairwise
 from .pipelined import Pipelined
+from .schedule import Schedule
 from .tree import Tree
 
 # The ring is registered with its broadcast/reduce chains (RingWithChains extends Ring).

@@ -57,7 +57,7 @@ class Algorithm(ABC):
     def build(
         self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
     ):
-        """Return the :class:`~simulator.schedule.Schedule` for this op and size."""
+        """Return the :class:`~simulator.algorithms.schedule.Schedule` for this op and size."""
 
 
 def check_positive_int(value: object, name: str) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CcsimError
-from ..schedule import Schedule
+from .schedule import Schedule
 
 #: "No dependency" in dependency columns.
 NONE = -1
@@ -111,7 +111,7 @@ class OpBuffer:
         segment_owner: np.ndarray,
         params: dict[str, Any],
     ) -> Schedule:
-        """The :class:`~simulator.schedule.Schedule` made of every batch added so far."""
+        """The :class:`~simulator.algorithms.schedule.Schedule` made of every batch added so far."""
 
         def joined(name: str, dtype) -> np.ndarray:
             parts = self._parts[name]

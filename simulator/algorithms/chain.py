@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import Schedule
 from .base import RankLayout, check_positive_int
 from .builder import NONE, OpBuffer, check_root, replicate_channels
 from .ring import Ring
+from .schedule import Schedule
 
 ROOTED_OPS = ("broadcast", "reduce")
 

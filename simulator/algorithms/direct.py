@@ -28,9 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CcsimError
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout, check_positive_int
 from .builder import Fifo, OpBuffer, check_root, replicate_channels
+from .schedule import Schedule
 
 #: Ranks beyond which direct all-reduce is refused (its dependencies grow as p^3).
 MAX_ALL_REDUCE_RANKS = 256

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout, check_positive_int
 from .builder import NONE, Fifo, LastWriter, OpBuffer, replicate_channels
+from .schedule import Schedule
 
 
 class _Rounds:

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout, check_positive_int
 from .builder import Fifo, LastWriter, OpBuffer, replicate_channels, ring_phase
+from .schedule import Schedule
 
 TWO_LEVEL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CcsimError
-from ..schedule import PATH_NETWORK, Schedule
 from .base import Algorithm, RankLayout
 from .ring import Ring
+from .schedule import PATH_NETWORK, Schedule
 
 
 def merge(first: Schedule, second: Schedule, *, name: str, size_bytes: float) -> Schedule:

@@ -7,8 +7,8 @@ once and the switch copies it to every GPU (``multimem.st``). So per GPU and per
 direction an all-reduce moves n (p + 1) / p bytes, where a ring moves 2 n (p - 1) / p,
 and at line rate B its bus bandwidth tends to 2 (p - 1) B / (p + 1) (1.56 B for p = 8).
 
-Schedules express the switch with two route kinds (:data:`~simulator.schedule.PATH_UP`
-loads only the sender's link into the switch, :data:`~simulator.schedule.PATH_DOWN`
+Schedules express the switch with two route kinds (:data:`~simulator.algorithms.schedule.PATH_UP`
+loads only the sender's link into the switch, :data:`~simulator.algorithms.schedule.PATH_DOWN`
 only the switch's link to the receiver) and with *self* ops (src = dst) that carry no
 data between ranks and exist only to load a link:
 
@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import PATH_DEFAULT, PATH_DOWN, PATH_UP, Schedule
 from .base import Algorithm, RankLayout, check_positive_int
 from .builder import Fifo, LastWriter, OpBuffer, replicate_channels, ring_phase
 from .hierarchical import server_groups
+from .schedule import PATH_DEFAULT, PATH_DOWN, PATH_UP, Schedule
 
 #: NCCL runs NVLS with the Simple protocol only.
 NVLS_PROTOCOLS = ["Simple"]

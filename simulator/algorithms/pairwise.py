@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout, check_positive_int
 from .builder import NONE, OpBuffer, replicate_channels
+from .schedule import Schedule
 
 
 def pairwise_peers(p: int, i: int) -> tuple[np.ndarray, np.ndarray]:

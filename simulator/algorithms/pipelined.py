@@ -28,10 +28,10 @@ so the best k is finite.
 
 from __future__ import annotations
 
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout, check_positive_int
 from .builder import replicate_channels
 from .hierarchical import TWO_LEVEL_OPS, server_groups, two_level_schedule, two_level_unsupported
+from .schedule import Schedule
 
 
 class Pipelined(Algorithm):

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout, check_positive_int
+from .schedule import Schedule
 
 
 def ring_orders(layout: RankLayout, channels: int) -> list[np.ndarray]:

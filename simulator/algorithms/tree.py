@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import Schedule
 from .base import Algorithm, RankLayout, check_positive_int
 from .builder import NONE, OpBuffer, check_root, replicate_channels
+from .schedule import Schedule
 
 
 def btree_parents(p: int) -> np.ndarray:

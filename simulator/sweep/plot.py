@@ -106,7 +106,7 @@ def knee_figure(
 
 def save_figure(fig: Figure, path: str | Path) -> None:
     """Write ``fig`` to ``path`` (.png, .svg or .pdf, by suffix) atomically."""
-    from ..viz.atomic import write_bytes_atomically
+    from ..files import write_bytes_atomically
     from ..viz.timeline import figure_bytes
 
     fmt = Path(path).suffix.lower().lstrip(".")

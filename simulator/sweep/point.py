@@ -16,9 +16,9 @@ from typing import Any
 
 import networkx as nx
 
-from ..collective import simulate_collective
+from ..collective.simulate import simulate_collective
 from ..errors import CcsimError
-from ..protocol import parse_calibration
+from ..library.protocol import parse_calibration
 from ..topology import cluster_graph, fabric_spec, load_topology, preset, validate_topology
 from ..topology.graph import gpu_nodes
 

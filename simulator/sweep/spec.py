@@ -41,9 +41,9 @@ from typing import Any
 import yaml
 
 from ..algorithms import algorithm_names
-from ..collective import COLLECTIVE_OPS
+from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError
-from ..protocol import PROTOCOLS
+from ..library.protocol import PROTOCOLS
 from ..topology.fabrics import FABRICS
 from ..topology.importers import GRAPH_SUFFIXES
 from ..topology.presets import preset_files as topology_files

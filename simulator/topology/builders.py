@@ -92,7 +92,7 @@ def cluster_graph(
         Where the specs came from, for error messages.
     seed : int, optional
         ECMP hash seed, stored as the graph attribute ``ecmp_seed`` that
-        :class:`~simulator.routing.Router` reads; default: the fabric's ``seed`` (0).
+        :class:`~simulator.network.routing.Router` reads; default: the fabric's ``seed`` (0).
 
     Examples
     --------

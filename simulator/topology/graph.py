@@ -18,7 +18,7 @@ Edge attributes
     1/message_rate seconds more (a NIC's message-rate limit, on its fabric-facing link).
 Graph attributes
     ``ecmp_seed`` (int, default 0): seed of the hash that spreads flows over
-    equal-cost paths (see :mod:`simulator.routing`).
+    equal-cost paths (see :mod:`simulator.network.routing`).
 
 Every GPU must reach every other GPU; when the graph has NICs, every GPU must also
 reach a NIC without passing through another GPU (GPUs do not forward network traffic).

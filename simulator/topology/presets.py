@@ -15,7 +15,6 @@ import networkx as nx
 import yaml
 
 from ..errors import TopologyError, unknown_choice
-from ..protocol import parse_calibration
 from .builders import cluster_graph, fabric_spec
 from .graph import validate_topology
 from .importers import GRAPH_SUFFIXES, read_graph
@@ -146,5 +145,8 @@ def load_topology(
     )
     validate_topology(graph, source=path.name)
     if "nccl" in data:
-        graph.graph["nccl"] = parse_calibration(data["nccl"], source=path.name)
+        # The communication library's constants, kept as read: the library layer
+        # (simulator.library.protocol.calibration_of) parses and checks them.
+        graph.graph["nccl"] = data["nccl"]
+        graph.graph["nccl_source"] = path.name
     return graph

@@ -16,8 +16,8 @@ Modules: :mod:`~simulator.viz.records` (the record types), :mod:`~simulator.viz.
 :mod:`~simulator.viz.timeline` (matplotlib Gantt), :mod:`~simulator.viz.perfetto` (trace
 JSON), :mod:`~simulator.viz.plots` (bandwidth against size),
 :mod:`~simulator.viz.tables` (Markdown tables), :mod:`~simulator.viz.outputs`
-(``--timeline``/``--trace``/``--report``) and
-:mod:`~simulator.viz.atomic` (atomic file writes).
+(``--timeline``/``--trace``/``--report``); files are written
+through :mod:`simulator.files`.
 """
 
 import importlib
@@ -26,9 +26,6 @@ from typing import Any
 # Names resolve on first use (PEP 562), so that importing simulator.viz for a trace or a
 # table does not load matplotlib: only the plotting modules import it.
 _HOMES = {
-    "atomic_open": "atomic",
-    "write_bytes_atomically": "atomic",
-    "write_text_atomically": "atomic",
     "collective_timeline": "collective",
     "LinkLoad": "links",
     "link_load": "links",
@@ -63,7 +60,6 @@ __all__ = [
     "Span",
     "Timeline",
     "Track",
-    "atomic_open",
     "bandwidth_figure",
     "collective_timeline",
     "figure_bytes",
@@ -75,7 +71,5 @@ __all__ = [
     "topology_summary",
     "trace_events",
     "trace_json",
-    "write_bytes_atomically",
     "write_collective_report",
-    "write_text_atomically",
 ]

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import networkx as nx
 import numpy as np
 
-from ..collective import CollectiveResult
+from ..collective.run import CollectiveResult
 from ..topology.graph import gpu_nodes
 from .links import MAX_WORK, LinkLoadTooLarge, link_load
 from .records import Counter, Phase, Timeline, Track

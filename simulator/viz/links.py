@@ -5,7 +5,7 @@ link carries the sum of the rates of the flows crossing it, and the network's mo
 fixes those rates: between two consecutive events (a flow starting or its last byte
 leaving) the active flows share every link max-min fairly. So the rates can be rebuilt
 after the run from the flow records alone: route each flow as the network did (same
-:class:`~simulator.routing.Router` on the same graph, so the same links), then replay
+:class:`~simulator.network.routing.Router` on the same graph, so the same links), then replay
 the event times and solve the max-min allocation once per interval. No hook in the
 network's hot path is needed, and ``tests/test_viz_links.py`` checks the result
 against the network's own per-link byte and busy-time totals.
@@ -26,8 +26,8 @@ import networkx as nx
 import numpy as np
 
 from ..errors import CcsimError
-from ..maxmin import max_min_rates
-from ..routing import LinkTable, Router
+from ..network.maxmin import max_min_rates
+from ..network.routing import LinkTable, Router
 
 #: Default bound on the work of :func:`link_load`: (flow, link) entries visited over all
 #: intervals (a 1024-rank ring all-reduce visits 4 M; 300 M take about a minute).
@@ -42,7 +42,7 @@ class LinkLoadTooLarge(CcsimError):
 class LinkLoad:
     """Rate carried by each used directed link over time.
 
-    ``links`` are indices into ``table`` (a :class:`~simulator.routing.LinkTable` of the
+    ``links`` are indices into ``table`` (a :class:`~simulator.network.routing.LinkTable` of the
     graph, the same numbering as ``CollectiveResult.links``); for link ``links[j]``,
     ``rate[j][i]`` bytes/s flow from ``time_s[j][i]`` to ``time_s[j][i + 1]`` (the last
     sample is 0, when it falls idle). ``flows[j]`` counts the transfers that crossed it.

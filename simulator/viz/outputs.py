@@ -15,7 +15,7 @@ A report folder holds everything needed to read and to rerun a sweep:
 ``README.md``             the same for people: what was run, how to rerun it
 ========================  ===============================================================
 
-Every file is written atomically (:mod:`simulator.viz.atomic`); ``run.json`` is written
+Every file is written atomically (:mod:`simulator.files`); ``run.json`` is written
 last, so a folder that has it is complete. A non-empty folder is refused unless
 ``force`` is given (files of the same names are then replaced; others are left alone).
 
@@ -40,15 +40,15 @@ from typing import Any
 
 import networkx as nx
 
-from ..collective import CollectiveResult
+from ..collective.run import CollectiveResult
 from ..errors import CcsimError
-from ..report import COLLECTIVE_KEYS, to_csv, to_json
+from ..files import atomic_open, write_bytes_atomically, write_text_atomically
 from ..topology.graph import gpu_nodes
 from ..workload.engine import WorkloadRun
-from .atomic import atomic_open, write_bytes_atomically, write_text_atomically
 from .collective import collective_timeline
 from .perfetto import save_trace
 from .plots import bandwidth_figure, size_label
+from .tables import COLLECTIVE_KEYS, to_csv, to_json
 from .timeline import figure_bytes, image_format, timeline_figure
 from .workload import workload_figure, workload_timeline
 

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from .atomic import atomic_open
+from ..files import atomic_open
 from .records import Timeline
 
 _DIGITS = 6  # decimals of a microsecond kept in ts and dur

@@ -6,13 +6,20 @@ objects): ``op, algorithm, ranks, size_bytes, time_us, algbw_GBps, busbw_GBps``.
 
 from __future__ import annotations
 
+import math
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from ..errors import CcsimError
+
+if TYPE_CHECKING:  # types only: plots draw these results, they never run them
+    from ..validate.nccl_tests import CaseResult
 
 _COLORS = ("#1f78b4", "#d95f02", "#33a02c", "#7570b3", "#e7298a", "#a6761d", "#666666")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -95,3 +102,92 @@ def bandwidth_figure(
     if title:
         fig.text(0.07, 0.97, title, ha="left", va="top", fontsize=10, fontweight="bold")
     return fig
+
+
+def save_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> None:
+    """Bus bandwidth against size (log x), one line per algorithm, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    path = Path(path)
+    suffix = path.suffix.lower().lstrip(".") or "png"
+    figure = Figure(figsize=(8, 5), dpi=100)
+    axes = figure.add_subplot()
+    for name in dict.fromkeys(row["algorithm"] for row in rows):
+        mine = [row for row in rows if row["algorithm"] == name]
+        axes.plot(
+            [row["size_bytes"] for row in mine],
+            [row["busbw_GBps"] for row in mine],
+            marker="o",
+            markersize=3,
+            label=name,
+        )
+    axes.set_xscale("log", base=2)
+    sizes = [row["size_bytes"] for row in rows]
+    low, high = math.floor(math.log2(min(sizes))), math.ceil(math.log2(max(sizes)))
+    step = max(1, (high - low + 11) // 12)  # at most about 12 labelled ticks
+    axes.set_xticks([2.0**e for e in range(low, high + 1, step)])
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: _binary(x)))
+    axes.xaxis.set_minor_formatter(FuncFormatter(lambda _x, _pos: ""))
+    axes.set_xlabel("message size (bytes; K, M, G = 2^10, 2^20, 2^30)")
+    axes.set_ylabel("bus bandwidth (GB/s, 1e9 B/s)")
+    axes.set_title(title, fontsize=9)
+    axes.grid(True, which="major", alpha=0.3)
+    axes.legend()
+    folder = path.parent if str(path.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=f".{suffix}")
+    os.close(handle)
+    try:
+        figure.savefig(temporary, format=suffix)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _binary(size: float) -> str:
+    """A byte count as nccl-tests users write it: 512, 64K, 1M, 4G."""
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= scale:
+            return f"{size / scale:g}{unit}"
+    return f"{size:g}"
+
+
+def plot_validation(results: list[CaseResult], path: str | Path) -> None:
+    """Measured vs simulated busbw against size, one panel per case (atomic write)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import os
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    good = [r for r in results if not r.error]
+    if not good:
+        raise CcsimError("no case ran; nothing to plot")
+    fig, axes = plt.subplots(1, len(good), figsize=(5 * len(good), 4), squeeze=False)
+    for ax, result in zip(axes[0], good, strict=True):
+        ax.plot(result.sizes, result.measured_busbw, "o-", label="measured", color="black")
+        ax.plot(result.sizes, result.simulated_busbw, "s--", label="ccsim", color="tab:blue")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(result.name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix
+    )
+    os.close(handle)
+    try:
+        fig.savefig(temporary, metadata={"Software": None} if path.suffix == ".png" else None)
+        os.replace(temporary, path)
+    finally:
+        plt.close(fig)
+        Path(temporary).unlink(missing_ok=True)

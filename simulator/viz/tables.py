@@ -1,9 +1,21 @@
-"""Markdown tables of result rows, for notebooks and report READMEs."""
+"""Tables of result rows: nccl-tests style text, JSON, CSV and Markdown.
+
+Writers take plain rows (dicts or result dataclasses) and return text; files are written
+through :mod:`simulator.files`.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types only: tables read these results, they never run them
+    from ..validate.calibrate import Fit
+    from ..validate.nccl_tests import CaseResult
+    from ..workload.metrics import Breakdown
 
 
 def markdown_table(
@@ -51,3 +63,183 @@ def markdown_table(
     ]
     lines += ["| " + " | ".join(cell(row, key) for key in headers) + " |" for row in rows]
     return "\n".join(lines)
+
+
+FORMATS = ("table", "json", "csv")
+
+#: Keys of a collective row, in ``--format json`` and ``csv``.
+COLLECTIVE_KEYS = ("op", "algorithm", "ranks", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps")
+
+_REDOP = {
+    "all_reduce": "sum",
+    "reduce_scatter": "sum",
+    "reduce": "sum",
+    "all_gather": "none",
+    "broadcast": "none",
+    "all_to_all": "none",
+}
+
+
+def element_count(op: str, size_bytes: int, ranks: int, type_size: int = 4) -> int:
+    """The ``count`` column as nccl-tests prints it: elements per rank's send buffer.
+
+    For all-gather and reduce-scatter nccl-tests' size is the whole gathered buffer and
+    the count is one rank's share of it.
+    """
+    count = size_bytes // type_size
+    return count // ranks if op in ("all_gather", "reduce_scatter", "all_to_all") else count
+
+
+def collective_table(rows: Sequence[dict[str, Any]], *, title: str = "") -> str:
+    """An nccl-tests-like table: size, count, type, redop, time, algbw, busbw."""
+    out = io.StringIO()
+    if title:
+        out.write(f"# {title}\n#\n")
+    out.write(
+        f"#{'size':>11} {'count':>13} {'type':>7} {'redop':>6} {'time':>11} "
+        f"{'algbw':>8} {'busbw':>8}\n"
+    )
+    out.write(
+        f"#{'(B)':>11} {'(elements)':>13} {'':>7} {'':>6} {'(us)':>11} "
+        f"{'(GB/s)':>8} {'(GB/s)':>8}\n"
+    )
+    for row in rows:
+        count = element_count(row["op"], row["size_bytes"], row["ranks"])
+        out.write(
+            f"{row['size_bytes']:>12} {count:>13} {'float':>7} {_REDOP[row['op']]:>6} "
+            f"{row['time_us']:>11.2f} {row['algbw_GBps']:>8.2f} {row['busbw_GBps']:>8.2f}\n"
+        )
+    if rows:
+        average = sum(row["busbw_GBps"] for row in rows) / len(rows)
+        out.write(f"# Avg bus bandwidth    : {average:.4f} GB/s\n")
+    return out.getvalue()
+
+
+def to_json(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows as a JSON list; floats printed with repr, so output is byte-reproducible."""
+    return json.dumps(list(rows), indent=2) + "\n"
+
+
+def to_csv(rows: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> str:
+    """Rows as CSV with a header line."""
+    out = io.StringIO()
+    keys = list(keys or (rows[0].keys() if rows else []))
+    writer = csv.DictWriter(out, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: row[key] for key in keys})
+    return out.getvalue()
+
+
+def compare_table(rows: Sequence[dict[str, Any]], *, title: str = "") -> str:
+    """Bus bandwidth (GB/s) per size (rows) and algorithm (columns), and the winner."""
+    algorithms = list(dict.fromkeys(row["algorithm"] for row in rows))
+    sizes = list(dict.fromkeys(row["size_bytes"] for row in rows))
+    cell = {(row["size_bytes"], row["algorithm"]): row for row in rows}
+    width = max([12, *(len(name) + 1 for name in algorithms)])
+    lines = [f"# {title}", "#"] if title else []
+    lines.append(f"#{'size':>11}" + "".join(f"{name:>{width}}" for name in algorithms) + "  winner")
+    lines.append(f"#{'(B)':>11}" + "".join(f"{'(GB/s)':>{width}}" for _ in algorithms))
+    for size in sizes:
+        line = f"{size:>12}"
+        winner = ""
+        for name in algorithms:
+            row = cell.get((size, name))
+            line += f"{row['busbw_GBps']:>{width}.2f}" if row else f"{'-':>{width}}"
+            if row and row["winner"]:
+                winner = f"{name} (chunks {row['chunks']})"
+        lines.append(f"{line}  {winner}")
+    return "\n".join(lines) + "\n"
+
+
+def report_table(results: list[CaseResult]) -> str:
+    """The per-case error table."""
+    lines = [
+        f"{'case':<26} {'busbw >= 1 MiB':>22} {'time <= 64 KiB':>22}",
+        f"{'':<26} {'median':>7} {'max':>7} {'n':>6} {'median':>7} {'max':>7} {'n':>6}",
+    ]
+    for result in results:
+        if result.error:
+            lines.append(f"{result.name:<26} error: {result.error}")
+            continue
+        row = result.summary()
+
+        def pct(value):
+            return f"{value:6.1f}%" if value is not None else f"{'-':>7}"
+
+        lines.append(
+            f"{result.name:<26} {pct(row['busbw_median_pct'])} {pct(row['busbw_max_pct'])}"
+            f" {row['busbw_points']:>6} {pct(row['time_median_pct'])} "
+            f"{pct(row['time_max_pct'])} {row['time_points']:>6}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def fit_report(fits: list[Fit], *, holdout: bool) -> str:
+    """The errors before and after each fit, then the fitted ``nccl`` sections."""
+    import yaml
+
+    where = "on the sizes left out of the fit" if holdout else "on every size (fitted on all)"
+    lines = [
+        f"median absolute error {where}: preset's constants -> fitted",
+        f"{'case':<26} {'busbw >= 1 MiB':>20} {'time <= 64 KiB':>20}",
+    ]
+
+    def pair(fit: Fit, key: str) -> str:
+        if key not in fit.after:
+            return f"{'-':>20}"
+        return f"{fit.before[key]:8.1f}% -> {fit.after[key]:5.1f}%"
+
+    for fit in fits:
+        lines.append(
+            f"{fit.case:<26} {pair(fit, 'busbw_median_pct')} {pair(fit, 'time_median_pct')}"
+        )
+    for fit in fits:
+        lines += [
+            "",
+            f"# {fit.case}: preset {fit.preset}; steps cross {fit.path_class} links; "
+            f"plateau set by {', '.join(fit.bottleneck)}",
+            yaml.safe_dump({"nccl": fit.nccl_section()}, sort_keys=False).rstrip(),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def breakdown_table(result: Breakdown, *, title: str = "", per_rank: bool = False) -> str:
+    """Human-readable breakdown: categories in ms (mean and max over ranks) and shares."""
+    step = result.step_s
+    lines = [f"# {title}", "#"] if title else []
+    lines.append(f"{'step time':<28} {step * 1e3:>12.3f} ms")
+    lines.append(f"{'':<28} {'mean (ms)':>12} {'max (ms)':>12} {'share':>7}")
+    for label, name in (
+        ("compute busy", "compute_s"),
+        ("communication busy", "comm_s"),
+        ("  overlapped with compute", "overlapped_s"),
+        ("  exposed", "exposed_s"),
+        ("waiting for peers", "waiting_s"),
+        ("bubble (nothing running)", "bubble_s"),
+    ):
+        mean = result.mean(name)
+        lines.append(
+            f"{label:<28} {mean * 1e3:>12.3f} {result.max(name) * 1e3:>12.3f} "
+            f"{mean / step if step else 0:>7.1%}"
+        )
+    if result.exposed_by_kind:
+        lines.append("")
+        lines.append(f"{'exposed communication by':<28} {'mean (ms)':>12} {'share':>7}")
+        for kind, value in result.exposed_by_kind.items():
+            lines.append(f"  {kind:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
+        for call, value in result.exposed_by_call.items():
+            lines.append(f"  {call:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
+    if per_rank:
+        lines.append("")
+        lines.append(
+            f"{'rank':>6} {'end (ms)':>10} {'compute':>10} {'comm':>10} {'exposed':>10} "
+            f"{'waiting':>10} {'bubble':>10}"
+        )
+        for r in result.ranks:
+            lines.append(
+                f"{r.rank:>6} {r.step_s * 1e3:>10.3f} {r.compute_s * 1e3:>10.3f} "
+                f"{r.comm_s * 1e3:>10.3f} {r.exposed_s * 1e3:>10.3f} "
+                f"{r.waiting_s * 1e3:>10.3f} {r.bubble_s * 1e3:>10.3f}"
+            )
+    return "\n".join(lines) + "\n"

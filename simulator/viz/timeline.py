@@ -29,7 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..errors import CcsimError
-from .atomic import write_bytes_atomically
+from ..files import write_bytes_atomically
+from ..version import __version__
 from .records import Counter, Timeline
 
 #: Image formats :func:`save_timeline` writes, by file suffix.
@@ -453,8 +454,6 @@ def image_format(path: str | Path) -> str:
 
 def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:
     """Render ``fig`` to bytes with fixed metadata (no dates), so output is reproducible."""
-    from .. import __version__
-
     creator = f"ccsim {__version__}"
     metadata = {
         "png": {"Software": creator},

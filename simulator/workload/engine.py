@@ -4,7 +4,7 @@ Each rank has named streams; ops on a stream run one at a time in trace order, a
 is *issued* when its dependencies are done and its stream is free. A compute op then
 runs; a collective starts when every member of its group has issued it (the time each
 member waits is recorded), and a send/recv pair when both sides have issued. Collectives
-and transfers of every rank share one :class:`~simulator.network.FlowNetwork`, so
+and transfers of every rank share one :class:`~simulator.network.flows.FlowNetwork`, so
 several collectives in flight contend for links. A rank is done with a collective when
 all transfers it sends or receives are done.
 
@@ -26,11 +26,11 @@ import simpy
 
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
+from ..algorithms.schedule import Schedule
+from ..collective.replay import ScheduleReplay, reduce_bandwidths
 from ..errors import CcsimError
-from ..network import FlowNetwork, NetworkStats
-from ..protocol import calibration_of
-from ..replay import ScheduleReplay, reduce_bandwidths
-from ..schedule import Schedule
+from ..library.protocol import calibration_of
+from ..network.flows import FlowNetwork, NetworkStats
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, device_for
 from .trace import Op, Workload, WorkloadError
@@ -99,7 +99,7 @@ class WorkloadReplay:
         self.algorithm = algorithm
         self.comm_slowdown = comm_slowdown
         self.env = simpy.Environment()
-        # With a protocol, the calibrated model of simulator.protocol applies to every
+        # With a protocol, the calibrated model of simulator.library.protocol applies to every
         # collective: links at their efficiency, per-step latencies, and a launch plus
         # base latency before each call; "auto" picks, per collective, the protocol
         # fastest for it alone (as NCCL's tuner does per call).
@@ -318,7 +318,7 @@ class WorkloadReplay:
         if str(self.protocol).lower() != "auto":
             return self.calibration.protocol(self.protocol)
         if key not in self._protocols:
-            from ..collective import run_schedule  # collective.py builds on the replay
+            from ..collective.run import run_schedule
 
             group = self._group_graph(ranks)
             result = run_schedule(group, schedule, protocol="auto")
@@ -329,7 +329,7 @@ class WorkloadReplay:
         """Fastest (algorithm, chunks) for this group, op and size bucket, found by
         simulating the candidates on the group's GPUs alone (the rest of the network
         idle), as ``--algo auto`` does for one collective; cached per run."""
-        from ..compare import AutoTuner, size_bucket  # the tuner builds on collective.py
+        from ..collective.tuner import AutoTuner, size_bucket
 
         key = (tuple(ranks), op, size_bucket(nbytes))
         if key not in self._auto_choices:

@@ -166,7 +166,7 @@ class Workload:
 
     def save(self, path: str | Path) -> None:
         """Write the workload as JSON (atomically)."""
-        from ..report import write_atomically
+        from ..files import write_atomically
 
         write_atomically(path, json.dumps(self.to_dict(), indent=1) + "\n")
 

@@ -5,16 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import CcsimError
-from .report import to_json
-from .validate import (
-    BUNDLED,
-    load_case,
-    plot_validation,
-    report_table,
-    sidecars,
-    validate_folder,
-)
+from ..errors import CcsimError
+from ..validate.nccl_tests import BUNDLED, load_case, sidecars, validate_folder
+from ..viz.tables import report_table, to_json
 
 
 def add_validate_command(sub: argparse._SubParsersAction) -> None:
@@ -76,6 +69,8 @@ def _cmd_validate(args: argparse.Namespace) -> None:
     else:
         sys.stdout.write(report_table(results))
     if args.plot:
+        from ..viz.plots import plot_validation  # matplotlib loads only when asked for
+
         plot_validation(results, args.plot)
     failed = [r.name for r in results if r.error]
     if failed:
@@ -83,7 +78,8 @@ def _cmd_validate(args: argparse.Namespace) -> None:
 
 
 def _cmd_fit(args: argparse.Namespace) -> None:
-    from .calibrate import fit_case, fit_report
+    from ..validate.calibrate import fit_case
+    from ..viz.tables import fit_report
 
     holdout = not args.no_holdout
     fits, failed = [], []

@@ -19,9 +19,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .collective import simulate_collective
-from .errors import CcsimError, unknown_choice
-from .topology import ring_graph
+from ..collective.simulate import simulate_collective
+from ..errors import CcsimError, unknown_choice
+from ..topology import ring_graph
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def run_bench(names: list[str]) -> list[dict]:
         if name not in SCENARIOS:
             raise unknown_choice("bench scenario", name, SCENARIOS)
         done = subprocess.run(
-            [sys.executable, "-m", "simulator.bench", name],
+            [sys.executable, "-m", "simulator.cli.bench", name],
             capture_output=True,
             text=True,
             check=False,

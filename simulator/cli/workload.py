@@ -11,15 +11,16 @@ import argparse
 import math
 import sys
 
+from ..files import write_atomically
+from ..topology import load_topology
+from ..topology.graph import gpu_nodes
+from ..units import parse_bandwidth, parse_size
+from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
+from ..workload import WorkloadReplay, breakdown
+from ..workload.generators import GENERATORS, MODELS
+from ..workload.metrics import Breakdown
+from ..workload.presets import describe_presets, resolve_workload
 from .compare import add_model_options
-from .report import FORMATS, to_csv, to_json, write_atomically
-from .topology import load_topology
-from .topology.graph import gpu_nodes
-from .units import parse_bandwidth, parse_size
-from .workload import WorkloadReplay, breakdown
-from .workload.generators import GENERATORS, MODELS
-from .workload.metrics import Breakdown
-from .workload.presets import describe_presets, resolve_workload
 
 
 def add_workload_commands(sub: argparse._SubParsersAction) -> None:
@@ -164,7 +165,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
 def _cmd_run(args: argparse.Namespace) -> None:
     drawing = args.timeline or args.trace or args.report
     if drawing:  # matplotlib loads only when asked for; bad names fail before the replay
-        from .viz.outputs import check_output_options
+        from ..viz.outputs import check_output_options
 
         check_output_options(
             timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
@@ -204,7 +205,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     else:
         sys.stdout.write(text)
     if drawing:
-        from .viz.outputs import write_workload_outputs
+        from ..viz.outputs import write_workload_outputs
 
         write_workload_outputs(
             run,
@@ -241,47 +242,6 @@ def _summary_row(name: str, result: Breakdown) -> dict:
     return row
 
 
-def breakdown_table(result: Breakdown, *, title: str = "", per_rank: bool = False) -> str:
-    """Human-readable breakdown: categories in ms (mean and max over ranks) and shares."""
-    step = result.step_s
-    lines = [f"# {title}", "#"] if title else []
-    lines.append(f"{'step time':<28} {step * 1e3:>12.3f} ms")
-    lines.append(f"{'':<28} {'mean (ms)':>12} {'max (ms)':>12} {'share':>7}")
-    for label, name in (
-        ("compute busy", "compute_s"),
-        ("communication busy", "comm_s"),
-        ("  overlapped with compute", "overlapped_s"),
-        ("  exposed", "exposed_s"),
-        ("waiting for peers", "waiting_s"),
-        ("bubble (nothing running)", "bubble_s"),
-    ):
-        mean = result.mean(name)
-        lines.append(
-            f"{label:<28} {mean * 1e3:>12.3f} {result.max(name) * 1e3:>12.3f} "
-            f"{mean / step if step else 0:>7.1%}"
-        )
-    if result.exposed_by_kind:
-        lines.append("")
-        lines.append(f"{'exposed communication by':<28} {'mean (ms)':>12} {'share':>7}")
-        for kind, value in result.exposed_by_kind.items():
-            lines.append(f"  {kind:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
-        for call, value in result.exposed_by_call.items():
-            lines.append(f"  {call:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
-    if per_rank:
-        lines.append("")
-        lines.append(
-            f"{'rank':>6} {'end (ms)':>10} {'compute':>10} {'comm':>10} {'exposed':>10} "
-            f"{'waiting':>10} {'bubble':>10}"
-        )
-        for r in result.ranks:
-            lines.append(
-                f"{r.rank:>6} {r.step_s * 1e3:>10.3f} {r.compute_s * 1e3:>10.3f} "
-                f"{r.comm_s * 1e3:>10.3f} {r.exposed_s * 1e3:>10.3f} "
-                f"{r.waiting_s * 1e3:>10.3f} {r.bubble_s * 1e3:>10.3f}"
-            )
-    return "\n".join(lines) + "\n"
-
-
 def _cmd_generate(args: argparse.Namespace) -> None:
     options = {
         "model": args.model,
@@ -298,7 +258,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
 
     accepted = inspect.signature(GENERATORS[args.generator]).parameters
     given = {k: v for k, v in options.items() if v is not None}
-    from .errors import CcsimError
+    from ..errors import CcsimError
 
     unknown = sorted(set(given) - set(accepted))
     if unknown:

@@ -13,7 +13,7 @@ arrive, which is what makes chunked pipelines overlap latency with transmission.
 Dependencies are a CSR structure: the dependencies of op ``i`` are
 ``dep_idx[dep_ptr[i]:dep_ptr[i + 1]]``. Schedules are plain data: they round-trip
 through JSON (:meth:`Schedule.to_dict`, :meth:`Schedule.from_dict`) and are verified
-symbolically by :mod:`simulator.checker`.
+symbolically by :mod:`simulator.algorithms.checker`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ScheduleError
+from ..errors import ScheduleError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 

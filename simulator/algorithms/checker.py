@@ -27,7 +27,7 @@ receive several contributions at once, as a tree's inner node or a direct
 reduce-scatter's owner does.
 
 Self ops (src = dst, allowed only on switch paths: see
-:data:`~simulator.schedule.PATH_UP`) move no data between ranks; they take part in the
+:data:`~simulator.algorithms.schedule.PATH_UP`) move no data between ranks; they take part in the
 ordering only.
 """
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ScheduleError
+from ..errors import ScheduleError
 from .schedule import Schedule, topological_order
 
 

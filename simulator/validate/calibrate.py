@@ -15,7 +15,7 @@ search on the simulator itself:
 * ``LL128.bandwidth`` and ``LL.bandwidth``: factors on those protocols' share of the link;
 * ``launch``: the host's issue cost per GPU, from the small-message floor (nccl-tests
   reports the mean of back-to-back calls: a call costs the larger of the host's issue
-  time and the GPUs' time; see :func:`simulator.validate.run_case`).
+  time and the GPUs' time; see :func:`simulator.validate.nccl_tests.run_case`).
 
 The objective is the mean squared log error of the time over the sizes fitted on. To
 measure how well the fitted model *predicts*, :func:`fit_case` fits on every other size
@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from .algorithms import build_schedule
-from .collective import bus_factor, rank_layout, run_schedule
-from .errors import CcsimError
-from .protocol import PROTOCOLS, Calibration, calibration_of, path_class
-from .validate import MIB, SMALL, Case, case_graph, count_setting
+from ..algorithms import build_schedule
+from ..collective.run import bus_factor, rank_layout, run_schedule
+from ..errors import CcsimError
+from ..library.protocol import PROTOCOLS, Calibration, calibration_of
+from ..network.routing import path_class
+from .nccl_tests import MIB, SMALL, Case, case_graph, count_setting
 
 #: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
 #: most 4 data bytes per 8-byte line, LL128 at most 120 of 128 bytes.
@@ -238,32 +239,3 @@ def fit_case(
         before=before,
         after=model.errors(factors, launch, test),
     )
-
-
-def fit_report(fits: list[Fit], *, holdout: bool) -> str:
-    """The errors before and after each fit, then the fitted ``nccl`` sections."""
-    import yaml
-
-    where = "on the sizes left out of the fit" if holdout else "on every size (fitted on all)"
-    lines = [
-        f"median absolute error {where}: preset's constants -> fitted",
-        f"{'case':<26} {'busbw >= 1 MiB':>20} {'time <= 64 KiB':>20}",
-    ]
-
-    def pair(fit: Fit, key: str) -> str:
-        if key not in fit.after:
-            return f"{'-':>20}"
-        return f"{fit.before[key]:8.1f}% -> {fit.after[key]:5.1f}%"
-
-    for fit in fits:
-        lines.append(
-            f"{fit.case:<26} {pair(fit, 'busbw_median_pct')} {pair(fit, 'time_median_pct')}"
-        )
-    for fit in fits:
-        lines += [
-            "",
-            f"# {fit.case}: preset {fit.preset}; steps cross {fit.path_class} links; "
-            f"plateau set by {', '.join(fit.bottleneck)}",
-            yaml.safe_dump({"nccl": fit.nccl_section()}, sort_keys=False).rstrip(),
-        ]
-    return "\n".join(lines) + "\n"

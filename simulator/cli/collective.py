@@ -1,72 +1,24 @@
-"""The ``ccsim`` command line.
-
-Every subcommand's options name their unit in ``--help``. Errors in the input print one
-line naming what is wrong and the valid choices, and exit with code 2.
-"""
+"""``ccsim collective``: one collective over a range of sizes, as an nccl-tests table."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 
-from . import __version__
-from .algorithms import algorithm_names, build_schedule, get_algorithm
-from .algorithms.chain import ROOTED_OPS
-from .bench import QUICK, SCENARIOS, bench_table, run_bench
-from .cli_args import positive_int
-from .cli_sweep import add_sweep_commands
-from .cli_topology import add_topology_commands
-from .cli_validate import add_validate_command
-from .cli_workload import add_workload_commands
-from .collective import COLLECTIVE_OPS, auto_fraction, rank_layout, run_schedule
-from .compare import (
-    CHANNEL_CANDIDATES,
-    CHUNK_CANDIDATES,
-    AutoTuner,
-    add_compare_command,
-    add_model_options,
-    parse_channels,
-    parse_chunks,
-)
-from .errors import CcsimError
-from .report import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json, write_atomically
-from .topology import list_presets, load_topology
-from .units import parse_bandwidth, parse_sizes
-
-EXIT_USAGE = 2
+from ..algorithms import algorithm_names, build_schedule, get_algorithm
+from ..algorithms.chain import ROOTED_OPS
+from ..collective import COLLECTIVE_OPS, AutoTuner, auto_fraction, rank_layout, run_schedule
+from ..collective.tuner import CHANNEL_CANDIDATES, CHUNK_CANDIDATES
+from ..errors import CcsimError
+from ..files import write_atomically
+from ..topology import load_topology
+from ..units import parse_bandwidth, parse_sizes
+from ..viz.tables import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json
+from .args import add_model_options, parse_channels, parse_chunks, parse_fraction, positive_int
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (and exit code 2, as argparse already uses)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def parse_fraction(text: str) -> float:
-    """A multipath fraction in [0, 1] (a user-facing error otherwise)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1:
-        raise CcsimError(f"--fraction must be a number in [0, 1] or auto, got {text!r}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
-    parser = _Parser(
-        prog="ccsim",
-        description="Discrete-event simulator of GPU clusters and their collective communication. "
-        "Sizes: B, K/M/G (binary, as nccl-tests), KiB/MiB/GiB, KB/MB/GB (decimal). "
-        "Reports use GB = 1e9 bytes and microseconds, as nccl-tests does.",
-    )
-    parser.add_argument("--version", action="version", version=f"ccsim {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-
+def add_collective_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``ccsim collective`` to the CLI's subcommands."""
     coll = sub.add_parser(
         "collective",
         help="simulate one collective over a range of message sizes",
@@ -178,48 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
         "over the NICs; auto (default) sizes it by simulating each path",
     )
     coll.set_defaults(handler=_cmd_collective)
-    add_compare_command(sub)
-
-    topo = sub.add_parser(
-        "topologies",
-        help="list the bundled topology presets",
-        description="List the bundled topology presets with a description.",
-    )
-    topo.set_defaults(handler=_cmd_topologies)
-    add_topology_commands(sub)
-
-    algos = sub.add_parser(
-        "algorithms",
-        help="list the collective algorithms",
-        description="List the registered collective algorithms.",
-    )
-    algos.set_defaults(handler=_cmd_algorithms)
-
-    bench = sub.add_parser(
-        "bench",
-        help="time a fixed set of scenarios",
-        description="Run fixed scenarios, each in its own process, and print wall time (s), "
-        "peak memory (MiB), simulated flows and flows per wall second. "
-        "Scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()),
-    )
-    bench.add_argument(
-        "--scenarios",
-        default=None,
-        metavar="NAMES",
-        help="comma-separated scenario names (default: all)",
-    )
-    bench.add_argument(
-        "--quick", action="store_true", help=f"run only the small scenarios ({', '.join(QUICK)})"
-    )
-    bench.add_argument(
-        "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
-    )
-    bench.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
-    bench.set_defaults(handler=_cmd_bench)
-    add_workload_commands(sub)
-    add_validate_command(sub)
-    add_sweep_commands(sub)
-    return parser
 
 
 def _emit(text: str, out: str | None) -> None:
@@ -236,7 +146,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     drawing = args.timeline or args.trace or args.report
     if drawing:  # matplotlib loads only when asked for; bad names fail before the sweep
-        from .viz.outputs import check_output_options, write_collective_outputs
+        from ..viz.outputs import check_output_options, write_collective_outputs
 
         check_output_options(
             timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
@@ -324,57 +234,3 @@ def _cmd_collective(args: argparse.Namespace) -> None:
             },
             topology=args.topology,
         )
-
-
-def _cmd_topologies(args: argparse.Namespace) -> None:
-    presets = list_presets()
-    width = max(len(name) for name, _ in presets)
-    _emit("".join(f"{name:<{width}}  {text}\n" for name, text in presets), None)
-
-
-def _cmd_algorithms(args: argparse.Namespace) -> None:
-    algos = [(name, ", ".join(get_algorithm(name).ops)) for name in algorithm_names()]
-    name_width = max(len(name) for name, _ in algos)
-    ops_width = max(len(ops) for _, ops in algos)
-    lines = [
-        f"{name:<{name_width}}  {ops:<{ops_width}}  {get_algorithm(name).description}\n"
-        for name, ops in algos
-    ]
-    _emit("".join(lines), None)
-
-
-def _cmd_bench(args: argparse.Namespace) -> None:
-    if args.scenarios:
-        names = [name.strip() for name in args.scenarios.split(",") if name.strip()]
-    else:
-        names = list(QUICK if args.quick else SCENARIOS)
-    rows = run_bench(names)
-    if args.format == "json":
-        text = to_json(rows)
-    elif args.format == "csv":
-        text = to_csv(rows)
-    else:
-        text = bench_table(rows)
-    _emit(text, args.out)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ccsim`` command; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by --report
-    try:
-        args.handler(args)
-    except CcsimError as error:
-        print(f"ccsim: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("ccsim: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

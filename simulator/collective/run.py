@@ -1,4 +1,4 @@
-"""Simulating one collective call: ``simulate_collective``.
+"""Running one collective's schedule on a topology: :func:`run_schedule` and its result.
 
 Bandwidth figures follow nccl-tests (PERFORMANCE.md): algbw = S / t with GB = 1e9
 bytes, busbw = algbw x 2(p-1)/p for all-reduce, x (p-1)/p for all-gather and
@@ -8,24 +8,22 @@ reduce-scatter (S is then the whole gathered buffer), x 1 for broadcast and redu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import numpy as np
 import simpy
 
-from .algorithms import build_schedule
-from .algorithms.base import RankLayout
-from .algorithms.chain import ROOTED_OPS
-from .algorithms.multipath import split
-from .errors import CcsimError, unknown_choice
-from .network import FlowNetwork, NetworkStats
-from .protocol import PROTOCOLS, calibration_of
+from ..algorithms import build_schedule
+from ..algorithms.base import RankLayout
+from ..algorithms.multipath import split
+from ..algorithms.schedule import OPS, Schedule
+from ..errors import CcsimError, unknown_choice
+from ..library.protocol import PROTOCOLS, calibration_of
+from ..network.flows import FlowNetwork, NetworkStats
+from ..topology import servers_of_ranks
+from ..topology.graph import gpu_nodes
 from .replay import ScheduleReplay, reduce_bandwidths
-from .schedule import OPS, Schedule
-from .topology import load_topology, servers_of_ranks
-from .topology.graph import gpu_nodes
 
 COLLECTIVE_OPS = (
     "all_reduce",
@@ -115,7 +113,7 @@ def run_schedule(
 
     ``protocol`` None runs the ideal model (line rate, propagation latency only);
     ``"LL"``, ``"LL128"`` or ``"Simple"`` adds the calibrated protocol model of
-    :mod:`simulator.protocol` with the topology's constants; ``"auto"`` runs all three
+    :mod:`simulator.library.protocol` with the topology's constants; ``"auto"`` runs all three
     and returns the fastest, as NCCL's tuner picks the protocol with the lowest time.
     """
     p = len(gpu_nodes(graph))
@@ -187,91 +185,6 @@ def run_schedule(
         stats=network.stats,
         params={**schedule.params, "protocol": proto.name if proto else None},
     )
-
-
-def simulate_collective(
-    topology: str | Path | nx.Graph,
-    op: str,
-    size_bytes: float,
-    algorithm: str = "ring",
-    *,
-    nodes: int | None = None,
-    chunks: int | str | None = None,
-    channels: int | str = 1,
-    reduce_bandwidth: float | None = None,
-    root: int = 0,
-    protocol: str | None = None,
-    fraction: float | str | None = None,
-    fabric: str | None = None,
-    seed: int | None = None,
-) -> CollectiveResult:
-    """Simulate one collective on a topology.
-
-    Parameters
-    ----------
-    topology : preset name, preset YAML path or networkx graph
-        Where it runs; graphs follow :mod:`simulator.topology.graph`'s conventions.
-    op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"}
-    size_bytes : float
-        Message size as nccl-tests counts it (for all-gather and reduce-scatter the whole
-        gathered buffer; for all-to-all each rank's whole send buffer).
-    algorithm : str
-        A registered algorithm (see :func:`simulator.algorithms.algorithm_names`), or
-        "auto" for the fastest at this size, found by simulation.
-    nodes : int, optional
-        Number of servers, for presets.
-    fabric, seed : optional
-        Fabric type and ECMP seed for presets (see :func:`simulator.topology.load_topology`).
-    chunks, channels : int or "auto"
-        Pipelining chunks per step (or slices, for pipelined) and parallel rings.
-        "auto" searches the fastest count; chunks default to 1, or "auto" when
-        ``algorithm="auto"``.
-    reduce_bandwidth : float, optional
-        Bytes/s of local reductions on every GPU, overriding the topology's
-        ``reduce_bandwidth`` attributes (absent means infinitely fast).
-    root : int
-        Root rank of a broadcast or reduce (ignored by the other operations).
-    protocol : {None, "LL", "LL128", "Simple", "auto"}
-        None for the ideal model; otherwise the calibrated protocol model
-        (:mod:`simulator.protocol`).
-    fraction : float or "auto", optional
-        For ``multipath``: the share of the data on the intra-server links (the rest
-        goes through the NICs); "auto" (the default) sizes it by simulating each path.
-
-    Examples
-    --------
-    >>> from simulator.topology import ring_graph
-    >>> r = simulate_collective(ring_graph(4, 100e9, 1e-6), "all_gather", 4e6)
-    >>> round(r.time_us, 6)  # (p-1)(a + n/(pB)) = 3 x (1 us + 10 us)
-    33.0
-    """
-    if op not in COLLECTIVE_OPS:
-        raise unknown_choice("operation", op, COLLECTIVE_OPS)
-    graph = load_topology(topology, nodes, fabric=fabric, seed=seed)
-    if chunks is None:  # 1, except that "auto" algorithms search the chunk count too
-        chunks = "auto" if algorithm == "auto" else 1
-    if "auto" in (algorithm, chunks, channels):
-        # Imported here: the tuner builds on this module.
-        from .compare import AutoTuner
-
-        tuner = AutoTuner(channels=channels, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
-        return tuner.simulate(graph, op, size_bytes, algorithm=algorithm, chunks=chunks, root=root)
-    layout = rank_layout(graph)
-    options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
-    if algorithm == "multipath":
-        options["fraction"] = (
-            auto_fraction(
-                graph, op, size_bytes, chunks=chunks, channels=channels, protocol=protocol
-            )
-            if fraction in (None, "auto")
-            else float(fraction)
-        )
-    elif fraction is not None:
-        raise CcsimError(f"fraction applies to the multipath algorithm only, not {algorithm!r}")
-    schedule = build_schedule(
-        algorithm, op, layout, size_bytes, chunks=chunks, channels=channels, **options
-    )
-    return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
 
 
 def auto_fraction(

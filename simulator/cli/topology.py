@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_args import positive_int
-from .topology import FABRICS, load_topology, summarize
-from .topology.draw import draw_topology
+from ..library.protocol import calibration_of
+from ..topology import FABRICS, load_topology, summarize
+from ..topology.draw import draw_topology
+from .args import positive_int
 
 
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +63,7 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_show(args: argparse.Namespace) -> None:
     graph = load_topology(args.name, args.nodes, fabric=args.fabric)
+    calibration_of(graph)  # a preset's nccl section is checked here, as on every run
     summary = summarize(graph, name=args.name)
     sys.stdout.write(summary.text())
     if args.png:

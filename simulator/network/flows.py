@@ -29,8 +29,7 @@ import numpy as np
 import simpy
 
 from .maxmin import max_min_rates
-from .protocol import path_class
-from .routing import LinkTable, Router
+from .routing import LinkTable, Router, path_class
 
 # Completions within this relative distance of the wake-up time happen at the wake-up:
 # floating-point finish times of flows that finish together may differ in the last bit.
@@ -148,7 +147,7 @@ class FlowNetwork:
     def route_ids(
         self, src_ranks: np.ndarray, dst_ranks: np.ndarray, labels: np.ndarray | None = None
     ) -> np.ndarray:
-        """Route ids between ranks (see :class:`~simulator.routing.Router`).
+        """Route ids between ranks (see :class:`~simulator.network.routing.Router`).
 
         ``labels`` name the connection each flow belongs to (a schedule's channel): where
         several equal-cost paths exist, the router hashes (src, dst, label) to pick one,

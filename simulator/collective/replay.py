@@ -17,10 +17,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from .errors import DeadlockError
-from .network import FlowNetwork
-from .protocol import Protocol
-from .schedule import (
+from ..algorithms.schedule import (
     PATH_DEFAULT,
     PATH_DOWN,
     PATH_NETWORK,
@@ -29,7 +26,10 @@ from .schedule import (
     csr_gather,
     successors,
 )
-from .topology.graph import gpu_nodes
+from ..errors import DeadlockError
+from ..library.protocol import Protocol
+from ..network.flows import FlowNetwork
+from ..topology.graph import gpu_nodes
 
 
 def reduce_bandwidths(graph: nx.Graph, override: float | None = None) -> np.ndarray:

@@ -29,15 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CcsimError, TopologyError
-from .units import parse_time
+from ..errors import CcsimError, TopologyError
+from ..network.routing import PATH_CLASSES
+from ..units import parse_time
 
 PROTOCOLS = ("LL", "LL128", "Simple")
-PATH_CLASSES = ("nvlink", "pcie", "network")
-
-#: Link types (edge ``link`` attribute) by path class; anything else counts as nvlink.
-NETWORK_LINKS = frozenset({"rdma", "roce", "erdma", "ethernet", "ib", "infiniband", "network"})
-PCIE_LINKS = frozenset({"pcie", "xgmi", "upi", "qpi", "cpu"})
 
 
 @dataclass(frozen=True)
@@ -86,20 +82,6 @@ class Calibration:
         """Protocols the library picks from on this machine (``--proto auto``); a
         disabled one still runs when forced, as NCCL_PROTO can force it."""
         return [name for name in PROTOCOLS if self.protocols[name].enabled]
-
-
-def path_class(link_types: list[str]) -> str:
-    """Class of a path from the link types it crosses: network > pcie > nvlink.
-
-    >>> path_class(["pcie", "rdma", "pcie"]), path_class(["nvlink", "nvlink"])
-    ('network', 'nvlink')
-    """
-    kinds = {kind.lower() for kind in link_types}
-    if kinds & NETWORK_LINKS:
-        return "network"
-    if kinds & PCIE_LINKS:
-        return "pcie"
-    return "nvlink"
 
 
 def parse_calibration(data: Any, *, source: str) -> Calibration:
@@ -172,6 +154,15 @@ def _time(value: Any, field_name: str) -> float:
 
 
 def calibration_of(graph) -> Calibration:
-    """The calibration attached to a topology graph (defaults when it has none)."""
+    """The calibration attached to a topology graph (defaults when it has none).
+
+    A preset loaded by :func:`simulator.topology.load_topology` carries its ``nccl``
+    section as read from the file (the topology layer does not know what the library
+    makes of it); it is parsed here, its errors naming the preset file.
+    """
     value = graph.graph.get("nccl")
-    return value if isinstance(value, Calibration) else Calibration()
+    if isinstance(value, Calibration):
+        return value
+    if value is None:
+        return Calibration()
+    return parse_calibration(value, source=str(graph.graph.get("nccl_source", "topology")))

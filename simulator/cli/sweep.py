@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from .cli_args import positive_int
-from .errors import CcsimError
-from .report import FORMATS, to_csv, to_json
+from ..errors import CcsimError
+from ..viz.tables import FORMATS, to_csv, to_json
+from .args import positive_int
 
 
 def parse_tolerance(text: str) -> float:
@@ -162,7 +162,7 @@ def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
-    from .sweep import execute_sweep, load_spec
+    from ..sweep import execute_sweep, load_spec
 
     spec = load_spec(args.spec)
     try:
@@ -174,12 +174,12 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def _cmd_size(args: argparse.Namespace) -> None:
-    from .sweep import default_metric, format_value, load_spec, size
+    from ..sweep import default_metric, format_value, load_spec, size
 
     spec = load_spec(args.spec)
     by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None
     if args.plot:  # a bad file name fails before the sweep, not after it
-        from .sweep.plot import _FORMATS
+        from ..sweep.plot import _FORMATS
 
         if args.plot.rsplit(".", 1)[-1].lower() not in _FORMATS:
             raise CcsimError(f"cannot draw {args.plot!r}: give a .png, .svg or .pdf file name")

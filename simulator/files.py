@@ -1,4 +1,6 @@
-"""Writing files atomically: a temporary file in the same folder, then a rename.
+"""Writing files: every file ccsim writes goes through this module.
+
+Writing is atomic: a temporary file in the same folder, then a rename.
 
 ``os.replace`` within one folder is atomic, so a reader (or the next run) sees either
 the previous file or the complete new one, never half of it, even if the writer is
@@ -14,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from ..errors import CcsimError
+from .errors import CcsimError
 
 
 def _default_mode() -> int:
@@ -68,3 +70,16 @@ def write_text_atomically(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     with atomic_open(path, "w", encoding="utf-8") as stream:
         stream.write(text)
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -42,8 +42,30 @@ from itertools import pairwise
 import networkx as nx
 import numpy as np
 
-from .errors import CcsimError
-from .topology.graph import gpu_nodes
+from ..errors import CcsimError
+from ..topology.graph import gpu_nodes
+
+#: Path classes, by the slowest kind of link a path crosses (NCCL's own split of
+#: per-hop latencies: NVLink, PCIe, network).
+PATH_CLASSES = ("nvlink", "pcie", "network")
+#: Link types (edge ``link`` attribute) by path class; anything else counts as nvlink.
+NETWORK_LINKS = frozenset({"rdma", "roce", "erdma", "ethernet", "ib", "infiniband", "network"})
+PCIE_LINKS = frozenset({"pcie", "xgmi", "upi", "qpi", "cpu"})
+
+
+def path_class(link_types: list[str]) -> str:
+    """Class of a path from the link types it crosses: network > pcie > nvlink.
+
+    >>> path_class(["pcie", "rdma", "pcie"]), path_class(["nvlink", "nvlink"])
+    ('network', 'nvlink')
+    """
+    kinds = {kind.lower() for kind in link_types}
+    if kinds & NETWORK_LINKS:
+        return "network"
+    if kinds & PCIE_LINKS:
+        return "pcie"
+    return "nvlink"
+
 
 #: Link types of a server's GPU interconnect, which network routes avoid.
 INTRA_LINKS = frozenset({"nvlink", "hccs", "sdma", "nvswitch"})

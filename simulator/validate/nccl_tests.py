@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .algorithms import build_schedule
-from .collective import bus_factor, rank_layout, run_schedule
-from .errors import CcsimError
-from .protocol import calibration_of
-from .topology import load_topology
+from ..algorithms import build_schedule
+from ..collective.run import bus_factor, rank_layout, run_schedule
+from ..errors import CcsimError
+from ..library.protocol import calibration_of
+from ..topology import load_topology
 
-BUNDLED = Path(__file__).resolve().parent / "data" / "nccl-tests"
+BUNDLED = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 _KEYS = {
     "preset",
     "nodes",
@@ -179,7 +179,7 @@ def run_case(case: Case) -> CaseResult:
     chunks, channels = (count_setting(case, key) for key in ("chunks", "channels"))
     tuner = None
     if "auto" in (algorithm, chunks, channels):
-        from .compare import AutoTuner  # the tuner builds on the collective module
+        from ..collective.tuner import AutoTuner
 
         tuner = AutoTuner(channels=channels, protocol=protocol)
     for size, time_us, busbw in case.measured:
@@ -247,63 +247,3 @@ def validate_folder(folder: Path | None = None) -> list[CaseResult]:
         except CcsimError as error:
             results.append(CaseResult(sidecar.stem, error=str(error)))
     return results
-
-
-def report_table(results: list[CaseResult]) -> str:
-    """The per-case error table."""
-    lines = [
-        f"{'case':<26} {'busbw >= 1 MiB':>22} {'time <= 64 KiB':>22}",
-        f"{'':<26} {'median':>7} {'max':>7} {'n':>6} {'median':>7} {'max':>7} {'n':>6}",
-    ]
-    for result in results:
-        if result.error:
-            lines.append(f"{result.name:<26} error: {result.error}")
-            continue
-        row = result.summary()
-
-        def pct(value):
-            return f"{value:6.1f}%" if value is not None else f"{'-':>7}"
-
-        lines.append(
-            f"{result.name:<26} {pct(row['busbw_median_pct'])} {pct(row['busbw_max_pct'])}"
-            f" {row['busbw_points']:>6} {pct(row['time_median_pct'])} "
-            f"{pct(row['time_max_pct'])} {row['time_points']:>6}"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def plot_validation(results: list[CaseResult], path: str | Path) -> None:
-    """Measured vs simulated busbw against size, one panel per case (atomic write)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import os
-    import tempfile
-
-    import matplotlib.pyplot as plt
-
-    good = [r for r in results if not r.error]
-    if not good:
-        raise CcsimError("no case ran; nothing to plot")
-    fig, axes = plt.subplots(1, len(good), figsize=(5 * len(good), 4), squeeze=False)
-    for ax, result in zip(axes[0], good, strict=True):
-        ax.plot(result.sizes, result.measured_busbw, "o-", label="measured", color="black")
-        ax.plot(result.sizes, result.simulated_busbw, "s--", label="ccsim", color="tab:blue")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("busbw (GB/s)")
-        ax.set_title(result.name, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix
-    )
-    os.close(handle)
-    try:
-        fig.savefig(temporary, metadata={"Software": None} if path.suffix == ".png" else None)
-        os.replace(temporary, path)
-    finally:
-        plt.close(fig)
-        Path(temporary).unlink(missing_ok=True)

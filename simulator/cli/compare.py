@@ -1,0 +1,166 @@
+"""``ccsim compare``: several algorithms side by side over a range of sizes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..algorithms import algorithm_names, build_schedule, get_algorithm
+from ..collective import COLLECTIVE_OPS, AutoTuner, compare, rank_layout
+from ..collective.compare import COMPARE_KEYS
+from ..collective.tuner import CHUNK_CANDIDATES
+from ..errors import CcsimError
+from ..files import write_atomically
+from ..topology import load_topology
+from ..units import parse_bandwidth, parse_sizes
+from ..viz.tables import FORMATS, compare_table, to_csv, to_json
+from .args import add_model_options, parse_chunks, positive_int
+
+
+def add_compare_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``ccsim compare`` to the CLI's subcommands."""
+    cmd = sub.add_parser(
+        "compare",
+        help="compare collective algorithms over a range of message sizes",
+        description="Simulate several algorithms for one collective on one topology and "
+        "print bus bandwidth (GB/s = 1e9 bytes/s) per algorithm and size, and the fastest "
+        "per size. Each algorithm runs with its best chunk count unless --chunks is given.",
+    )
+    cmd.add_argument(
+        "op", choices=COLLECTIVE_OPS, metavar="OP", help=f"operation: {', '.join(COLLECTIVE_OPS)}"
+    )
+    cmd.add_argument(
+        "--topology",
+        default="dgx-a100",
+        metavar="NAME",
+        help="preset name or preset YAML file (default: %(default)s)",
+    )
+    cmd.add_argument(
+        "--nodes", type=positive_int, default=1, metavar="N", help="servers (default: 1)"
+    )
+    cmd.add_argument(
+        "--algos",
+        default="ring,hierarchical,pipelined,tree",
+        metavar="NAMES",
+        help=f"comma-separated algorithms among {', '.join(algorithm_names())} "
+        "(default: %(default)s)",
+    )
+    cmd.add_argument(
+        "--sizes",
+        default="1K:1G",
+        metavar="SIZES",
+        help="message sizes in bytes: MIN:MAX (doubling), MIN:MAX:F or a list "
+        "(default: %(default)s)",
+    )
+    cmd.add_argument(
+        "--chunks",
+        type=parse_chunks,
+        default="auto",
+        metavar="K",
+        help="chunks (pipeline slices) per algorithm: a count, or auto for each "
+        "algorithm's fastest of " + ", ".join(map(str, CHUNK_CANDIDATES)) + " (default: auto)",
+    )
+    cmd.add_argument(
+        "--channels", type=positive_int, default=1, metavar="C", help="channels (default: 1)"
+    )
+    cmd.add_argument(
+        "--root",
+        type=int,
+        default=0,
+        metavar="R",
+        help="root rank of broadcast/reduce (default: 0)",
+    )
+    cmd.add_argument(
+        "--reduce-bw",
+        default=None,
+        metavar="BW",
+        help="bandwidth of local reductions, e.g. 1500GB/s (default: the preset's, else infinite)",
+    )
+    add_model_options(cmd)
+    cmd.add_argument(
+        "--plot", metavar="FILE", help="also draw busbw against size into FILE (png, svg, pdf)"
+    )
+    cmd.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="also draw a Gantt chart (time in us/ms) of the winner at the LAST size into "
+        "FILE (png, svg, pdf)",
+    )
+    cmd.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write a Chrome trace-event JSON (ts/dur in microseconds) of the winner "
+        "at the LAST size",
+    )
+    cmd.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
+    )
+    cmd.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    cmd.set_defaults(handler=_cmd_compare)
+
+
+def _cmd_compare(args: argparse.Namespace) -> None:
+    sizes = parse_sizes(args.sizes)
+    algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
+    for name in algorithms:
+        get_algorithm(name)
+    reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
+    if args.plot:
+        folder = Path(args.plot).parent
+        if str(folder) and not folder.is_dir():
+            raise CcsimError(f"--plot {args.plot!r}: folder {str(folder)!r} does not exist")
+    graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
+    layout = rank_layout(graph)
+    for name in algorithms:  # fail before simulating anything
+        reason = get_algorithm(name).unsupported(args.op, layout)
+        if reason is not None:
+            build_schedule(name, args.op, layout, 1.0)  # raises the standard message
+    rows = compare(
+        graph,
+        args.op,
+        sizes,
+        algorithms,
+        chunks=args.chunks,
+        channels=args.channels,
+        reduce_bandwidth=reduce_bw,
+        root=args.root,
+        protocol=args.proto,
+    )
+    title = (
+        f"ccsim compare {args.op} | topology {args.topology} x{args.nodes} | "
+        f"{layout.ranks} ranks | chunks {args.chunks} | channels {args.channels} | busbw"
+    )
+    if args.format == "json":
+        text = to_json(rows)
+    elif args.format == "csv":
+        text = to_csv(rows, COMPARE_KEYS)
+    else:
+        text = compare_table(rows, title=title)
+    if args.plot:
+        from ..viz.plots import save_plot  # matplotlib loads only when a plot is asked for
+
+        save_plot(rows, args.plot, title=title)
+    if args.timeline or args.trace:
+        # matplotlib and the viz package load only when asked for.
+        from ..viz.outputs import check_output_options, write_collective_outputs
+
+        check_output_options(timeline=args.timeline, trace=args.trace, report=None, force=False)
+        last = [row for row in rows if row["size_bytes"] == rows[-1]["size_bytes"]]
+        winner = next((row for row in last if row.get("winner")), last[0])
+        tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
+        result = tuner.run(
+            graph,
+            args.op,
+            float(winner["size_bytes"]),
+            winner["algorithm"],
+            int(winner["chunks"]),
+            root=args.root,
+        )
+        write_collective_outputs(
+            result, graph, rows=rows, table=text, timeline=args.timeline, trace=args.trace
+        )
+    if args.out:
+        write_atomically(args.out, text)
+    else:
+        sys.stdout.write(text)

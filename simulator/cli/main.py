@@ -1,0 +1,152 @@
+"""The ``ccsim`` command line.
+
+Every subcommand's options name their unit in ``--help``. Errors in the input print one
+line naming what is wrong and the valid choices, and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..algorithms import algorithm_names, get_algorithm
+from ..errors import CcsimError
+from ..files import write_atomically
+from ..topology import list_presets
+from ..version import __version__
+from ..viz.tables import FORMATS, to_csv, to_json
+from .bench import QUICK, SCENARIOS, bench_table, run_bench
+from .collective import add_collective_command
+from .compare import add_compare_command
+from .sweep import add_sweep_commands
+from .topology import add_topology_commands
+from .validate import add_validate_command
+from .workload import add_workload_commands
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (and exit code 2, as argparse already uses)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = _Parser(
+        prog="ccsim",
+        description="Discrete-event simulator of GPU clusters and their collective communication. "
+        "Sizes: B, K/M/G (binary, as nccl-tests), KiB/MiB/GiB, KB/MB/GB (decimal). "
+        "Reports use GB = 1e9 bytes and microseconds, as nccl-tests does.",
+    )
+    parser.add_argument("--version", action="version", version=f"ccsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    add_collective_command(sub)
+    add_compare_command(sub)
+
+    topo = sub.add_parser(
+        "topologies",
+        help="list the bundled topology presets",
+        description="List the bundled topology presets with a description.",
+    )
+    topo.set_defaults(handler=_cmd_topologies)
+    add_topology_commands(sub)
+
+    algos = sub.add_parser(
+        "algorithms",
+        help="list the collective algorithms",
+        description="List the registered collective algorithms.",
+    )
+    algos.set_defaults(handler=_cmd_algorithms)
+
+    bench = sub.add_parser(
+        "bench",
+        help="time a fixed set of scenarios",
+        description="Run fixed scenarios, each in its own process, and print wall time (s), "
+        "peak memory (MiB), simulated flows and flows per wall second. "
+        "Scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()),
+    )
+    bench.add_argument(
+        "--scenarios",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated scenario names (default: all)",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help=f"run only the small scenarios ({', '.join(QUICK)})"
+    )
+    bench.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
+    )
+    bench.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    bench.set_defaults(handler=_cmd_bench)
+    add_workload_commands(sub)
+    add_validate_command(sub)
+    add_sweep_commands(sub)
+    return parser
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        write_atomically(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+def _cmd_topologies(args: argparse.Namespace) -> None:
+    presets = list_presets()
+    width = max(len(name) for name, _ in presets)
+    _emit("".join(f"{name:<{width}}  {text}\n" for name, text in presets), None)
+
+
+def _cmd_algorithms(args: argparse.Namespace) -> None:
+    algos = [(name, ", ".join(get_algorithm(name).ops)) for name in algorithm_names()]
+    name_width = max(len(name) for name, _ in algos)
+    ops_width = max(len(ops) for _, ops in algos)
+    lines = [
+        f"{name:<{name_width}}  {ops:<{ops_width}}  {get_algorithm(name).description}\n"
+        for name, ops in algos
+    ]
+    _emit("".join(lines), None)
+
+
+def _cmd_bench(args: argparse.Namespace) -> None:
+    if args.scenarios:
+        names = [name.strip() for name in args.scenarios.split(",") if name.strip()]
+    else:
+        names = list(QUICK if args.quick else SCENARIOS)
+    rows = run_bench(names)
+    if args.format == "json":
+        text = to_json(rows)
+    elif args.format == "csv":
+        text = to_csv(rows)
+    else:
+        text = bench_table(rows)
+    _emit(text, args.out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ccsim`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by --report
+    try:
+        args.handler(args)
+    except CcsimError as error:
+        print(f"ccsim: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("ccsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

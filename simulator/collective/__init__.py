@@ -1,0 +1,35 @@
+"""How long one collective takes: replay a schedule on a topology, choose a
+configuration, compare algorithms.
+
+Modules, bottom up: :mod:`~.replay` (a schedule's ops as SimPy processes on the flow
+network), :mod:`~.run` (:func:`run_schedule` and :class:`CollectiveResult`),
+:mod:`~.tuner` (:class:`AutoTuner`, the best-found search), :mod:`~.simulate`
+(:func:`simulate_collective`) and :mod:`~.compare` (algorithms side by side, as rows).
+"""
+
+from .compare import compare
+from .run import (
+    COLLECTIVE_OPS,
+    CollectiveResult,
+    auto_fraction,
+    bus_factor,
+    rank_layout,
+    run_schedule,
+)
+from .simulate import simulate_collective
+from .tuner import AutoTuner, Choice, size_bucket, topology_key
+
+__all__ = [
+    "COLLECTIVE_OPS",
+    "AutoTuner",
+    "Choice",
+    "CollectiveResult",
+    "auto_fraction",
+    "bus_factor",
+    "compare",
+    "rank_layout",
+    "run_schedule",
+    "simulate_collective",
+    "size_bucket",
+    "topology_key",
+]

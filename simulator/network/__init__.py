@@ -1,0 +1,21 @@
+"""How bytes move: routes over the topology graph, max-min fair sharing of links, and
+the flow network that SimPy processes send through.
+
+Modules: :mod:`~.routing` (shortest paths, ECMP, the link table and path classes),
+:mod:`~.maxmin` (the water-filling rate solver) and :mod:`~.flows` (:class:`FlowNetwork`:
+flows that start and end at SimPy times, rates recomputed at each change).
+"""
+
+from .flows import FlowNetwork, NetworkStats
+from .maxmin import max_min_rates
+from .routing import PATH_CLASSES, LinkTable, Router, path_class
+
+__all__ = [
+    "PATH_CLASSES",
+    "FlowNetwork",
+    "LinkTable",
+    "NetworkStats",
+    "Router",
+    "max_min_rates",
+    "path_class",
+]
