@@ -60,6 +60,7 @@ def test_registry_lists_the_suite():
         "hierarchical",
         "pipelined",
         "tree",
+        "chain-tree",
         "halving-doubling",
         "direct",
         "pairwise",

@@ -32,7 +32,16 @@ def png_size(data):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     folder = tmp_path_factory.mktemp("runs") / "report"
-    argv = ["collective", "all_reduce", "--sizes", "1K,1M", "--report", str(folder)]
+    argv = [
+        "collective",
+        "all_reduce",
+        "--sizes",
+        "1K,1M",
+        "--algo",
+        "ring",
+        "--report",
+        str(folder),
+    ]
     assert main(argv) == 0
     return folder, argv
 
@@ -116,7 +125,16 @@ def test_report_into_a_file_or_empty_folder(tmp_path, capsys):
 
 def test_timeline_and_trace_options_write_the_last_size(tmp_path, capsys):
     png, trace = tmp_path / "t.png", tmp_path / "t.json"
-    argv = ["collective", "all_gather", "--sizes", "1K,8M", "--timeline", str(png)]
+    argv = [
+        "collective",
+        "all_gather",
+        "--algo",
+        "ring",
+        "--sizes",
+        "1K,8M",
+        "--timeline",
+        str(png),
+    ]
     assert main([*argv, "--trace", str(trace)]) == 0
     assert len(capsys.readouterr().out.splitlines()) > 4  # the table still prints
     assert png_size(png.read_bytes())[0] == 1600

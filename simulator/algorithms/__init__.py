@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..errors import CcsimError, unknown_choice
 from .base import Algorithm, RankLayout
 from .chain import RingWithChains
+from .chain_tree import ChainTree
 from .direct import Direct
 from .halving_doubling import HalvingDoubling
 from .hierarchical import Hierarchical
@@ -27,6 +28,7 @@ _ALGORITHMS: dict[str, Algorithm] = {
         Hierarchical(),
         Pipelined(),
         Tree(),
+        ChainTree(),
         HalvingDoubling(),
         Multipath(),
         Nvls(),

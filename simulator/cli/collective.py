@@ -7,7 +7,14 @@ import sys
 
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.chain import ROOTED_OPS
-from ..collective import COLLECTIVE_OPS, AutoTuner, auto_fraction, rank_layout, run_schedule
+from ..collective import (
+    COLLECTIVE_OPS,
+    AutoTuner,
+    NcclPolicy,
+    auto_fraction,
+    rank_layout,
+    run_schedule,
+)
 from ..collective.tuner import CHANNEL_CANDIDATES, CHUNK_CANDIDATES
 from ..errors import CcsimError
 from ..files import write_atomically
@@ -44,10 +51,14 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     )
     coll.add_argument(
         "--algo",
-        default="ring",
+        default="nccl",
         metavar="NAME",
-        help=f"algorithm: {', '.join(algorithm_names())}, or auto for the fastest at each "
-        "size, found by simulation (default: %(default)s)",
+        help="nccl (default): what NCCL runs with its defaults on this machine: its "
+        "algorithm, protocol and channels per size, simulated with the preset's calibrated "
+        "protocol model (the realistic prediction); or an algorithm, "
+        f"{', '.join(algorithm_names())}, run as given (the ideal line-rate model unless "
+        "--proto is given); or auto: the fastest schedule ccsim finds by simulation, an "
+        "ideal scheduler rather than a library",
     )
     coll.add_argument(
         "--sizes",
@@ -60,12 +71,13 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     coll.add_argument(
         "--chunks",
         type=parse_chunks,
-        default=1,
+        default=None,
         metavar="K",
         help="chunks per step, sent back to back on each channel to pipeline (slices for "
         "pipelined; count), or auto for the fastest of "
         + ", ".join(map(str, CHUNK_CANDIDATES))
-        + " at each size, found by simulation (default: 1)",
+        + " at each size, found by simulation (default: NCCL's pipeline granularity with "
+        "--algo nccl, else 1)",
     )
     coll.add_argument(
         "--root",
@@ -77,11 +89,12 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     coll.add_argument(
         "--channels",
         type=parse_channels,
-        default=1,
+        default=None,
         metavar="C",
         help="parallel rings, each carrying 1/C of the data (count), or auto for the "
         "fastest of " + ", ".join(map(str, CHANNEL_CANDIDATES)) + " at each size, found "
-        "by simulation with the algorithm and chunks (default: 1)",
+        "by simulation with the algorithm and chunks (default: NCCL's count with --algo "
+        "nccl, else 1)",
     )
     coll.add_argument(
         "--reduce-bw",
@@ -141,7 +154,7 @@ def _emit(text: str, out: str | None) -> None:
 
 def _cmd_collective(args: argparse.Namespace) -> None:
     sizes = parse_sizes(args.sizes)
-    if args.algo != "auto":
+    if args.algo not in ("auto", "nccl"):
         get_algorithm(args.algo)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     drawing = args.timeline or args.trace or args.report
@@ -156,11 +169,29 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     if args.fraction is not None and args.algo != "multipath":
         raise CcsimError("--fraction applies to --algo multipath only")
     rows = []
+    nccl = None
+    if args.algo == "nccl":
+        nccl = NcclPolicy(
+            protocol=args.proto,
+            channels=None if args.channels in (None, "auto") else args.channels,
+            chunks=None if args.chunks in (None, "auto") else args.chunks,
+            reduce_bandwidth=reduce_bw,
+        )
+    else:
+        args.chunks = 1 if args.chunks is None else args.chunks
+        args.channels = 1 if args.channels is None else args.channels
     # One tuner per command: "auto" choices are cached for this sweep only.
-    tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
+    tuner = AutoTuner(channels=args.channels or 1, reduce_bandwidth=reduce_bw, protocol=args.proto)
     chosen = []
     for size in sizes:
-        if "auto" in (args.algo, args.chunks, args.channels):
+        if nccl is not None:
+            result = nccl.simulate(graph, args.op, float(size), root=args.root)
+            chosen.append(
+                f"# {size:>11}  {result.params.get('nccl_algorithm', 'send/recv')} "
+                f"{result.params['protocol']} channels {result.params['channels']} "
+                f"(ccsim {result.algorithm}, chunks {result.params['chunks']})\n"
+            )
+        elif "auto" in (args.algo, args.chunks, args.channels):
             result = tuner.simulate(
                 graph, args.op, float(size), algorithm=args.algo, chunks=args.chunks, root=args.root
             )
@@ -199,8 +230,8 @@ def _cmd_collective(args: argparse.Namespace) -> None:
         rows.append(result.row())
     title = (
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
-        f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks} | "
-        f"channels {args.channels}"
+        f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks or 'nccl'} | "
+        f"channels {args.channels or 'nccl'}"
     )
     if args.format == "json":
         text = to_json(rows)
@@ -209,7 +240,8 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     else:
         text = collective_table(rows, title=title)
         if chosen:
-            text += "# auto: size (B), then what was chosen\n" + "".join(chosen)
+            what = "NCCL's choice" if nccl is not None else "what was chosen"
+            text += f"# {args.algo}: size (B), then {what}\n" + "".join(chosen)
     _emit(text, args.out)
     if drawing:
         write_collective_outputs(

@@ -8,6 +8,7 @@ network), :mod:`~.run` (:func:`run_schedule` and :class:`CollectiveResult`),
 """
 
 from .compare import compare
+from .policy import POLICIES, NcclPolicy
 from .run import (
     COLLECTIVE_OPS,
     CollectiveResult,
@@ -21,9 +22,11 @@ from .tuner import AutoTuner, Choice, size_bucket, topology_key
 
 __all__ = [
     "COLLECTIVE_OPS",
+    "POLICIES",
     "AutoTuner",
     "Choice",
     "CollectiveResult",
+    "NcclPolicy",
     "auto_fraction",
     "bus_factor",
     "compare",

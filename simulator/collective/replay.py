@@ -31,6 +31,9 @@ from ..library.protocol import Protocol
 from ..network.flows import FlowNetwork
 from ..topology.graph import gpu_nodes
 
+#: NCCL's network post overhead (x86 Intel), src/graph/tuning.cc:226-233 at v2.30.7.
+NET_OVERHEAD_S = 1e-6
+
 
 def reduce_bandwidths(graph: nx.Graph, override: float | None = None) -> np.ndarray:
     """Reduction bandwidth (bytes/s) of each rank's GPU; ``inf`` when not given."""
@@ -127,7 +130,7 @@ class ScheduleReplay:
         self.start_s[ops] = self.env.now
         routes = self._routes(ops)
         if self._protocol is not None:
-            wanted = self._step_latency()
+            wanted = self._step_latency(routes)
             self._extra[ops] = np.maximum(wanted - self.network.route_latency(routes), 0.0)
         self.network.add_flows(self._owner, ops, routes, self._wire[ops])
 
@@ -156,17 +159,22 @@ class ScheduleReplay:
                 routes[these] = self.network.switch_route_ids(dst[these], down=True)
         return routes
 
-    def _step_latency(self) -> float:
-        """Protocol latency of one step: that of the slowest path class the schedule
-        crosses. NCCL's cost model charges every step of a ring the inter-node hop latency
-        as soon as the ring spans nodes, since the steps advance in lockstep around it."""
+    def _step_latency(self, routes: np.ndarray) -> np.ndarray:
+        """Protocol latency of each transfer's step, by the class of its own path (NCCL
+        v2.30, src/graph/tuning.cc:393-413: a ring's steps inside a server cost the
+        intra-node hop latency, those that cross the network the network's). Once the
+        schedule spans servers, a step inside one costs at least NCCL's network post
+        overhead, 1 us (x3 for Simple; tuning.cc:226-233 and 405-407)."""
         if self._step_s is None:
             all_routes = self._routes(np.arange(self.schedule.n_ops))
             classes = set(self.network.route_classes(np.unique(all_routes)))
-            rank = {"nvlink": 0, "pcie": 1, "network": 2}
-            slowest = max(classes, key=rank.__getitem__) if classes else "nvlink"
-            self._step_s = self._protocol.hop_s[slowest]
-        return self._step_s
+            overhead = 0.0
+            if "network" in classes:
+                overhead = NET_OVERHEAD_S * (3 if self._protocol.name == "Simple" else 1)
+            self._step_s = overhead
+        mine = self.network.route_classes(routes)
+        hops = np.array([self._protocol.hop_s[cls] for cls in mine], dtype=float)
+        return np.maximum(hops, self._step_s)
 
     def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
         succ = csr_gather(ptr, idx, ops)

@@ -17,6 +17,7 @@ from ..algorithms import build_schedule
 from ..algorithms.chain import ROOTED_OPS
 from ..errors import CcsimError, unknown_choice
 from ..topology import load_topology
+from .policy import NcclPolicy
 from .run import COLLECTIVE_OPS, CollectiveResult, auto_fraction, rank_layout, run_schedule
 from .tuner import AutoTuner
 
@@ -29,7 +30,7 @@ def simulate_collective(
     *,
     nodes: int | None = None,
     chunks: int | str | None = None,
-    channels: int | str = 1,
+    channels: int | str | None = None,
     reduce_bandwidth: float | None = None,
     root: int = 0,
     protocol: str | None = None,
@@ -48,8 +49,10 @@ def simulate_collective(
         Message size as nccl-tests counts it (for all-gather and reduce-scatter the whole
         gathered buffer; for all-to-all each rank's whole send buffer).
     algorithm : str
-        A registered algorithm (see :func:`simulator.algorithms.algorithm_names`), or
-        "auto" for the fastest at this size, found by simulation.
+        A registered algorithm (see :func:`simulator.algorithms.algorithm_names`);
+        "nccl" for what NCCL would run with its defaults (its algorithm, protocol and
+        channels, :mod:`simulator.library.nccl`: the realistic prediction); or "auto" for
+        the fastest schedule ccsim finds by simulation (an ideal scheduler).
     nodes : int, optional
         Number of servers, for presets.
     fabric, seed : optional
@@ -57,7 +60,7 @@ def simulate_collective(
     chunks, channels : int or "auto"
         Pipelining chunks per step (or slices, for pipelined) and parallel rings.
         "auto" searches the fastest count; chunks default to 1, or "auto" when
-        ``algorithm="auto"``.
+        ``algorithm="auto"``; channels default to 1, or NCCL's count for "nccl".
     reduce_bandwidth : float, optional
         Bytes/s of local reductions on every GPU, overriding the topology's
         ``reduce_bandwidth`` attributes (absent means infinitely fast).
@@ -80,6 +83,16 @@ def simulate_collective(
     if op not in COLLECTIVE_OPS:
         raise unknown_choice("operation", op, COLLECTIVE_OPS)
     graph = load_topology(topology, nodes, fabric=fabric, seed=seed)
+    if algorithm == "nccl":
+        policy = NcclPolicy(
+            protocol=protocol,
+            channels=None if channels in (None, "auto") else channels,
+            chunks=None if chunks in (None, "auto") else chunks,
+            reduce_bandwidth=reduce_bandwidth,
+        )
+        return policy.simulate(graph, op, size_bytes, root=root)
+    if channels is None:
+        channels = 1
     if chunks is None:  # 1, except that "auto" algorithms search the chunk count too
         chunks = "auto" if algorithm == "auto" else 1
     if "auto" in (algorithm, chunks, channels):

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import build_schedule
+from ..collective.policy import NcclPolicy
 from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..errors import CcsimError
 from ..library.protocol import PROTOCOLS, Calibration, calibration_of
@@ -98,17 +99,32 @@ class _CaseModel:
         self.ranks = layout.ranks
         self.sizes = np.array([size for size, _, _ in case.measured], dtype=float)
         self.measured_s = np.array([t for _, t, _ in case.measured]) * 1e-6
-        self.schedules = [
-            build_schedule(
-                str(s.get("algorithm", "ring")),
-                self.op,
-                layout,
-                float(size),
-                chunks=count_setting(case, "chunks"),
-                channels=count_setting(case, "channels"),
+        #: Per size, the protocol NCCL's policy runs it with (None: the fastest enabled).
+        self.fixed: list[str | None] = [None] * len(self.sizes)
+        if str(s.get("algorithm", "nccl")) == "nccl":
+            # NCCL decides from its own tuning model, not from the constants fitted here,
+            # so each size's schedule and protocol stay fixed while they are fitted.
+            forced = {key: s[key] for key in ("channels", "chunks") if key in s}
+            policy = NcclPolicy(
+                protocol=str(s.get("protocol", "auto")),
+                channels=forced.get("channels"),
+                chunks=forced.get("chunks"),
             )
-            for size in self.sizes
-        ]
+            planned = [policy.schedule(self.graph, self.op, float(size)) for size in self.sizes]
+            self.schedules = [schedule for schedule, _, _ in planned]
+            self.fixed = [protocol for _, protocol, _ in planned]
+        else:
+            self.schedules = [
+                build_schedule(
+                    str(s.get("algorithm", "ring")),
+                    self.op,
+                    layout,
+                    float(size),
+                    chunks=count_setting(case, "chunks"),
+                    channels=count_setting(case, "channels"),
+                )
+                for size in self.sizes
+            ]
         largest = run_schedule(self.graph, self.schedules[-1])
         busy = np.array(largest.links["busy_s"])
         kinds = np.array(largest.links["link"])
@@ -120,6 +136,8 @@ class _CaseModel:
         )
         allowed = self.schedules[0].params.get("protocols") or PROTOCOLS
         self.protocols = [name for name in allowed if name in self.base.enabled()]
+        if self.fixed[0] is not None:
+            self.protocols = [name for name in PROTOCOLS if name in self.fixed]
         self._cache: dict[tuple, np.ndarray] = {}
 
     def calibration(self, factors: dict[str, float], launch_s: float) -> Calibration:
@@ -140,7 +158,8 @@ class _CaseModel:
         return Calibration(launch_s, efficiency, protocols)
 
     def gpu_times(self, factors: dict[str, float], rows: np.ndarray) -> np.ndarray:
-        """Fastest enabled protocol's GPU time (no launch) of each size in ``rows``."""
+        """GPU time (no launch) of each size in ``rows``: with NCCL's protocol for that
+        size, or the fastest enabled protocol where the case does not say."""
         best = np.full(len(rows), np.inf)
         for name in self.protocols:
             relevant = tuple(
@@ -150,12 +169,14 @@ class _CaseModel:
             if key not in self._cache:
                 self._cache[key] = np.full(len(self.sizes), np.nan)
             times = self._cache[key]
-            todo = [i for i in rows.tolist() if np.isnan(times[i])]
+            mine = [i for i in rows.tolist() if self.fixed[i] in (None, name)]
+            todo = [i for i in mine if np.isnan(times[i])]
             if todo:
                 self.graph.graph["nccl"] = self.calibration(factors, 0.0)
                 for i in todo:
                     times[i] = run_schedule(self.graph, self.schedules[i], protocol=name).time_s
-            best = np.minimum(best, times[rows])
+            keep = np.array([self.fixed[i] in (None, name) for i in rows.tolist()])
+            best = np.where(keep, np.minimum(best, times[rows]), best)
         return best
 
     def times(self, factors: dict[str, float], launch_s: float, rows: np.ndarray) -> np.ndarray:

@@ -7,7 +7,9 @@ busbw_ip``; the YAML sidecar says what ran::
     preset: dgx-a100        # topology preset (or a preset file next to the sidecar)
     nodes: 1
     op: all_reduce
-    algorithm: ring         # as forced with NCCL_ALGO, or auto (the fastest, by simulation)
+    algorithm: nccl         # nccl: NCCL's own choice per size (the default); a ccsim
+                            # algorithm (ring, ...); or auto (the fastest, by simulation)
+    nccl_algo: Ring         # optional, with nccl: the algorithms NCCL_ALGO allowed
     protocol: auto          # LL, LL128, Simple or auto (the fastest, as NCCL's tuner)
     channels: 24            # optional: forced channel count (NCCL_MIN_CTAS), or auto
     chunks: 1               # optional: pipelining chunks (ccsim's), or auto
@@ -37,7 +39,9 @@ import numpy as np
 import yaml
 
 from ..algorithms import build_schedule
+from ..collective.policy import NcclPolicy
 from ..collective.run import bus_factor, rank_layout, run_schedule
+from ..collective.tuner import AutoTuner
 from ..errors import CcsimError
 from ..library.protocol import calibration_of
 from ..topology import load_topology
@@ -52,6 +56,7 @@ _KEYS = {
     "channels",
     "chunks",
     "gpus_per_process",
+    "nccl_algo",
     "column",
     "csv",
 }
@@ -81,13 +86,15 @@ class CaseResult:
     simulated_busbw: list[float] = field(default_factory=list)
     protocols: list[str] = field(default_factory=list)
     algorithms: list[str] = field(default_factory=list)
+    channels: list[int] = field(default_factory=list)
     error: str = ""
 
     def errors(self, what: str) -> np.ndarray:
-        """Absolute relative errors: busbw for sizes >= 1 MiB, time for <= 64 KiB."""
+        """Absolute relative errors: busbw for sizes >= 1 MiB ("busbw") or 1-32 MiB
+        ("mid"), time for <= 64 KiB ("time")."""
         sizes = np.array(self.sizes)
-        if what == "busbw":
-            keep = sizes >= MIB
+        if what in ("busbw", "mid"):
+            keep = sizes >= MIB if what == "busbw" else (sizes >= MIB) & (sizes <= 32 * MIB)
             sim, meas = np.array(self.simulated_busbw), np.array(self.measured_busbw)
         else:
             keep = sizes <= SMALL
@@ -98,7 +105,7 @@ class CaseResult:
     def summary(self) -> dict[str, Any]:
         """Row of the report: medians and maxima in percent (None where no size applies)."""
         row: dict[str, Any] = {"case": self.name, "error": self.error}
-        for what in ("busbw", "time"):
+        for what in ("busbw", "time", "mid"):
             values = self.errors(what) if not self.error else np.zeros(0)
             row[f"{what}_points"] = len(values)
             row[f"{what}_median_pct"] = float(np.median(values) * 100) if len(values) else None
@@ -175,15 +182,25 @@ def run_case(case: Case) -> CaseResult:
     layout = rank_layout(graph)
     op = str(s.get("op", "all_reduce"))
     result = CaseResult(case.name)
-    algorithm, protocol = str(s.get("algorithm", "ring")), str(s.get("protocol", "auto"))
+    algorithm, protocol = str(s.get("algorithm", "nccl")), str(s.get("protocol", "auto"))
     chunks, channels = (count_setting(case, key) for key in ("chunks", "channels"))
     tuner = None
-    if "auto" in (algorithm, chunks, channels):
-        from ..collective.tuner import AutoTuner
-
+    policy = None
+    if algorithm == "nccl":
+        # What NCCL runs with no environment set; a forced channel count or protocol
+        # (NCCL_MIN_CTAS, NCCL_PROTO) is honoured, chunks follow NCCL's pipeline.
+        policy = NcclPolicy(
+            protocol=protocol,
+            channels=None if channels in ("auto", None) or "channels" not in s else channels,
+            chunks=None if "chunks" not in s or chunks == "auto" else chunks,
+            algorithms=_nccl_algo(case),
+        )
+    elif "auto" in (algorithm, chunks, channels):
         tuner = AutoTuner(channels=channels, protocol=protocol)
     for size, time_us, busbw in case.measured:
-        if tuner is not None:
+        if policy is not None:
+            run = policy.simulate(graph, op, float(size))
+        elif tuner is not None:
             run = tuner.simulate(graph, op, float(size), algorithm=algorithm, chunks=chunks)
         else:
             schedule = build_schedule(
@@ -197,8 +214,22 @@ def run_case(case: Case) -> CaseResult:
         result.simulated_us.append(seconds * 1e6)
         result.simulated_busbw.append(size / seconds / 1e9 * bus_factor(op, layout.ranks))
         result.protocols.append(str(run.params.get("protocol")))
-        result.algorithms.append(run.algorithm)
+        result.algorithms.append(str(run.params.get("nccl_algorithm", run.algorithm)))
+        result.channels.append(
+            int(run.params.get("channels", channels if channels != "auto" else 1))
+        )
     return result
+
+
+def _nccl_algo(case: Case) -> list[str] | None:
+    """A sidecar's ``nccl_algo``: the algorithms NCCL_ALGO allowed (default all)."""
+    value = case.settings.get("nccl_algo")
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CcsimError(f"{case.sidecar.name}: nccl_algo must be a name or a list of names")
+    return names
 
 
 def count_setting(case: Case, key: str) -> int | str:

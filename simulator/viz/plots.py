@@ -169,8 +169,12 @@ def plot_validation(results: list[CaseResult], path: str | Path) -> None:
     good = [r for r in results if not r.error]
     if not good:
         raise CcsimError("no case ran; nothing to plot")
-    fig, axes = plt.subplots(1, len(good), figsize=(5 * len(good), 4), squeeze=False)
-    for ax, result in zip(axes[0], good, strict=True):
+    columns = min(4, len(good))  # a grid, so that many cases stay readable
+    rows = -(-len(good) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(good) :]:
+        ax.set_visible(False)
+    for ax, result in zip(axes.flat, good, strict=False):
         ax.plot(result.sizes, result.measured_busbw, "o-", label="measured", color="black")
         ax.plot(result.sizes, result.simulated_busbw, "s--", label="ccsim", color="tab:blue")
         ax.set_xscale("log", base=2)

@@ -1,0 +1,201 @@
+"""NCCL's Tree all-reduce: a chain inside every server, a double binary tree across them.
+
+N servers of g GPUs, ranks numbered server by server (rank s*g + j is local rank j of
+server s). As NCCL v2.30 builds its trees (``src/graph/connect.cc``: ``ncclTopoPreset``
+and ``connectTrees``; ``src/graph/trees.cc``: ``ncclGetDtree``):
+
+* inside a server the GPUs form a chain in local rank order, local rank 0 at the top:
+  the parent of local rank j > 0 is local rank j-1 of the same server;
+* across servers, local rank 0 of each server is the server's node in a binary tree:
+  its parent is local rank 0 of the parent server. Tree 0 is ``ncclGetBtree`` over the
+  N servers and tree 1 its mirror (N even) or its shift by one (N odd), as
+  :func:`simulator.algorithms.tree.double_tree` builds them. Both trees use the same
+  chain inside each server (NCCL copies channel c to channel c + nChannels before
+  connecting the inter-server trees), so only the inter-server edges differ.
+
+(NCCL's topology search may also pick the "balanced" or "split" tree pattern, in which
+the link to one inter-server child or to the parent leaves from local rank 1 instead of
+0; this module models the plain pattern, every inter-server edge on local rank 0.)
+
+All-reduce (``runTreeSplit`` in ``src/device/all_reduce.h``): half of the data goes on
+each tree (NCCL's channel c on tree 0, channel c + nChannels on tree 1), cut into K
+chunks. In each tree every chunk is reduced up to the root (the root server's local
+rank 0), then broadcast down the same edges; a rank forwards chunk k up once it has
+chunk k from all its children (one in a chain, up to three at a server's local rank 0),
+and down once it has it from its parent. Each edge sends its chunks one after another,
+and a rank's reduction (to its parent) and broadcast (to its children) run side by side,
+so the reduction of later chunks overlaps the broadcast of earlier ones. With one server
+this is a pure chain of 2(g-1) hops; with one GPU per server it is the ``tree``
+algorithm's double binary tree.
+
+Every tree edge carries the tree's n/2 bytes once up and once down: 2(p-1)n bytes on
+the wire in all (p = gN). ``channels`` C runs C copies side by side, each on n/C.
+
+Closed forms (per-hop latency a, bandwidth B per link and direction, links not shared
+by other transfers):
+
+* one server (a chain of D = 2(g-1) hops): the two halves travel the same chain in the
+  same direction at the same moments, so every chunk of a hop shares the link with its
+  twin of the other tree and takes τ = n/(KB) (two chunks of n/(2K) at B/2 each).
+  Chunk k starts hop h (1..D) at (h-1)(a + τ) + kτ, hence
+  T = 2(g-1)(a + τ) + (K-1)τ, whatever C (2C flows of n/(2KC) at B/(2C) each);
+* one GPU per server: the ``tree`` algorithm's T = 2D(a + τ) + (K-1)τ with
+  D = ceil(log2 N), τ = n/(2KB);
+* two servers, K = 1, intra-server links (a_i, B_i) and inter-server links (a_e, B_e)
+  with a_e + n/(2B_e) >= n/(2B_i): both halves go up every chain together, (g-1)
+  hops of a_i + n/B_i; they cross between the servers in opposite directions,
+  a_e + n/(2B_e); each root then sends its half down its own chain and across, and the
+  other half follows a_e + n/(2B_e) behind on each chain, each hop alone on its link
+  (a_i + n/(2B_i)):
+  T = (g-1)(a_i + n/B_i) + 2(a_e + n/(2B_e)) + (g-1)(a_i + n/(2B_i)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Algorithm, RankLayout, check_positive_int
+from .builder import NONE, OpBuffer, replicate_channels
+from .schedule import Schedule
+from .tree import double_tree
+
+
+def chain_tree_parents(per_server: int, server_parents: np.ndarray) -> np.ndarray:
+    """Parent of every rank (-1 at the root) for the given parents of the servers.
+
+    Local rank j > 0 hangs below local rank j-1 of its server; local rank 0 below local
+    rank 0 of the parent server. Two servers of three GPUs, server 0 at the top:
+
+    >>> chain_tree_parents(3, np.array([-1, 0])).tolist()
+    [-1, 0, 1, 0, 3, 4]
+    """
+    g = per_server
+    parents = np.arange(len(server_parents) * g, dtype=np.int64) - 1
+    heads = np.arange(len(server_parents)) * g
+    parents[heads] = np.where(server_parents < 0, -1, server_parents * g)
+    return parents
+
+
+class _Tree:
+    """One tree's edges as arrays: the non-root ranks, their parents, their children.
+
+    ``children[r]`` lists rank r's children, padded with -1 (a server's local rank 0
+    may have three: the next GPU of its chain and two servers below it).
+    """
+
+    def __init__(self, parents: np.ndarray):
+        p = len(parents)
+        self.parents = parents
+        self.root = int(np.flatnonzero(parents < 0)[0])
+        self.nodes = np.flatnonzero(parents >= 0)  # op order within a batch
+        self.index = np.full(p, -1, dtype=np.int64)
+        self.index[self.nodes] = np.arange(len(self.nodes))
+        arity = max(1, int(np.bincount(parents[self.nodes], minlength=p).max(initial=0)))
+        self.children = np.full((p, arity), -1, dtype=np.int64)
+        filled = np.zeros(p, dtype=np.int64)
+        for node in self.nodes.tolist():
+            parent = parents[node]
+            self.children[parent, filled[parent]] = node
+            filled[parent] += 1
+
+    def child_ops(self, ranks: np.ndarray, up: np.ndarray) -> list[np.ndarray]:
+        """For each rank, the ops (of an up batch ``up``) that bring its children's data."""
+        kids = self.children[ranks]
+        return [
+            np.where(kids[:, c] >= 0, up[self.index[np.maximum(kids[:, c], 0)]], NONE)
+            for c in range(kids.shape[1])
+        ]
+
+
+def _up(buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous) -> np.ndarray:
+    """Chunk ``k`` reduced one level up: every non-root rank to its parent, once the
+    rank has the chunk from all its children, after its previous chunk left."""
+    nodes = tree.nodes
+    ids = buf.n + np.arange(len(nodes))
+    deps = [(ops, False) for ops in tree.child_ops(nodes, ids)]
+    deps.append((NONE if previous is None else previous, True))
+    buf.add(nodes, tree.parents[nodes], segment, nbytes, reduce=True, step=0, chunk=k, deps=deps)
+    return ids
+
+
+def _down(
+    buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous, up: np.ndarray
+) -> np.ndarray:
+    """Chunk ``k`` broadcast one level down: every parent to each child, once the parent
+    has the reduced chunk (from its parent, or at the root from all its children)."""
+    nodes = tree.nodes
+    ids = buf.n + np.arange(len(nodes))
+    parents = tree.parents[nodes]
+    from_root = parents == tree.root
+    via_parent = np.where(from_root, NONE, ids[tree.index[np.maximum(parents, 0)]])
+    deps = [(via_parent, False), (NONE if previous is None else previous, True)]
+    root_ops = tree.child_ops(np.full(len(nodes), tree.root), up)
+    deps += [(np.where(from_root, ops, NONE), False) for ops in root_ops]
+    buf.add(parents, nodes, segment, nbytes, reduce=False, step=1, chunk=k, deps=deps)
+    return ids
+
+
+def chain_tree_schedule(
+    algorithm: str, servers: int, per_server: int, size_bytes: float, chunks: int
+) -> Schedule:
+    """One channel of the all-reduce (see the module docstring): tree t carries blocks
+    t*K .. t*K + K-1, chunk k of half the data each."""
+    N, g, K = servers, per_server, chunks
+    trees = [_Tree(chain_tree_parents(g, parents)) for parents in double_tree(N)]
+    nbytes = size_bytes / (2 * K)
+    buf = OpBuffer()
+    ups: list[list[np.ndarray]] = []
+    for t, tree in enumerate(trees):
+        previous = None
+        ups.append([])
+        for k in range(K):
+            previous = _up(buf, tree, t * K + k, nbytes, k, previous)
+            ups[t].append(previous)
+    for t, tree in enumerate(trees):
+        previous = None
+        for k in range(K):
+            previous = _down(buf, tree, t * K + k, nbytes, k, previous, ups[t][k])
+    owner = np.repeat([tree.root for tree in trees], K)
+    return buf.schedule(
+        op="all_reduce",
+        algorithm=algorithm,
+        ranks=N * g,
+        size_bytes=size_bytes,
+        segment_owner=owner,
+        params={"chunks": K, "servers": N, "ranks_per_server": g},
+    )
+
+
+class ChainTree(Algorithm):
+    """NCCL's Tree all-reduce: intra-server chains joined by a double binary tree."""
+
+    name = "chain-tree"
+    ops = ("all_reduce",)
+    description = "NCCL tree all-reduce: a chain in each server, double binary tree across"
+
+    def unsupported(self, op: str, layout: RankLayout) -> str | None:
+        reason = super().unsupported(op, layout)
+        if reason is not None or layout.servers is None:
+            return reason  # no server information: all ranks form one chain
+        if layout.ranks_per_server() is None:
+            servers = np.asarray(layout.servers)
+            _, counts = np.unique(servers, return_counts=True)
+            if len(servers) != layout.ranks or len(set(counts.tolist())) != 1:
+                return (
+                    f"{self.name} needs the same number of ranks on every server, "
+                    f"got {counts.tolist()}"
+                )
+            return (
+                f"{self.name} needs ranks numbered server by server (the GPUs of a "
+                "server on consecutive ranks)"
+            )
+        return None
+
+    def build(
+        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
+    ) -> Schedule:
+        K = check_positive_int(chunks, "chunks")
+        C = check_positive_int(channels, "channels")
+        g = layout.ranks if layout.servers is None else layout.ranks_per_server()
+        one = chain_tree_schedule(self.name, layout.ranks // g, g, size_bytes / C, K)
+        return replicate_channels(one, C, size_bytes)

@@ -1,0 +1,205 @@
+"""Policies: who chooses how a collective runs.
+
+A policy turns (topology, operation, size) into a configuration (algorithm, protocol,
+channels, chunks) and simulates it. ``nccl`` is what NCCL itself would run with its
+defaults (:mod:`simulator.library.nccl`), the realistic prediction and the command
+line's default; ``auto`` (:class:`~simulator.collective.tuner.AutoTuner`) is the best
+schedule ccsim can find by simulation, an ideal scheduler rather than a library.
+
+A policy object belongs to its caller: it caches per topology, never globally.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import networkx as nx
+
+from ..algorithms import algorithm_names, build_schedule
+from ..algorithms.chain import ROOTED_OPS
+from ..algorithms.schedule import Schedule
+from ..errors import CcsimError, unknown_choice
+from ..library.nccl import ALGORITHMS, PROTOCOLS, NcclChoice, NcclSystem, nccl_choice, nccl_system
+from .run import CollectiveResult, rank_layout, run_schedule
+from .tuner import topology_key
+
+#: Names accepted where an algorithm is, that ask a policy instead.
+POLICIES = ("nccl",)
+
+#: Data bytes NCCL moves per pipeline step and channel (enqueue.cc:2182-2321 at v2.30.7,
+#: buffers from init.cc:810-816): LL 32 KiB (half of a 64 KiB step is flags), LL128
+#: 576,000 B (120 of 128 bytes of a 614,400 B step), Simple ring slices of 1 MiB (2 of
+#: the 4 steps of 512 KiB in a 2 MiB chunk), Simple tree 512 KiB, NVLS at most 128 KiB.
+PIPELINE_BYTES = {"LL": 32 * 1024, "LL128": 576_000, "Simple": 1 << 20}
+NVLS_CHUNK = 128 * 1024
+TREE_CHUNK = 512 * 1024
+#: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
+#: longer moves (a k-chunk pipeline is within (stages - 1)/k of its limit) and flows grow.
+MAX_CHUNKS = 32
+
+
+class NcclPolicy:
+    """NCCL's choice per call, simulated with ccsim's schedules and protocol model.
+
+    Parameters
+    ----------
+    protocol : str, optional
+        None or "auto": NCCL picks (its default); "LL", "LL128" or "Simple" forces one,
+        as NCCL_PROTO does.
+    channels : int, optional
+        Force the channel count (as NCCL_MIN_CTAS = NCCL_MAX_CTAS); default NCCL's.
+    chunks : int, optional
+        Pipelining chunks per step of the ccsim schedule (default: NCCL's pipeline
+        granularity, :func:`pipeline_chunks`).
+    algorithms : sequence of str, optional
+        NCCL algorithms allowed, as NCCL_ALGO does ("Ring", "Tree", "NVLS", "NVLSTree",
+        "PAT"); default all.
+    reduce_bandwidth : float, optional
+        Bytes/s of local reductions (see :func:`simulator.simulate_collective`).
+
+    Examples
+    --------
+    >>> from simulator.topology import load_topology
+    >>> policy = NcclPolicy()
+    >>> graph = load_topology("dgx-h100")
+    >>> [policy.choose(graph, "all_reduce", size).algorithm for size in (2**10, 2**30)]
+    ['Ring', 'NVLS']
+    """
+
+    name = "nccl"
+
+    def __init__(
+        self,
+        *,
+        protocol: str | None = None,
+        channels: int | None = None,
+        chunks: int | None = None,
+        reduce_bandwidth: float | None = None,
+        algorithms: tuple[str, ...] | list[str] | None = None,
+    ) -> None:
+        self.algorithms: tuple[str, ...] | None = None
+        if algorithms is not None:
+            names = {name.lower(): name for name in ALGORITHMS}
+            unknown = [name for name in algorithms if str(name).lower() not in names]
+            if unknown or not algorithms:
+                raise unknown_choice("NCCL algorithm", (unknown or [""])[0], ALGORITHMS)
+            self.algorithms = tuple(names[str(name).lower()] for name in algorithms)
+        if protocol is not None and str(protocol).lower() != "auto":
+            match = [name for name in PROTOCOLS if name.lower() == str(protocol).lower()]
+            if not match:
+                raise unknown_choice("protocol", protocol, (*PROTOCOLS, "auto"))
+            self.protocols: tuple[str, ...] | None = (match[0],)
+        else:
+            self.protocols = None
+        for value, what in ((channels, "channels"), (chunks, "chunks")):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise CcsimError(f"{what} must be a positive integer, got {value!r}")
+        self.channels = channels
+        self.chunks = chunks
+        self.reduce_bandwidth = reduce_bandwidth
+        self._systems: dict[str, NcclSystem] = {}
+
+    def system(self, graph: nx.Graph) -> NcclSystem:
+        """NCCL's view of ``graph`` (computed once per topology)."""
+        key = topology_key(graph)
+        if key not in self._systems:
+            self._systems[key] = nccl_system(graph)
+        return self._systems[key]
+
+    def choose(self, graph: nx.Graph, op: str, size_bytes: float) -> NcclChoice:
+        """NCCL's algorithm, protocol and channels for this call."""
+        return nccl_choice(
+            self.system(graph),
+            op,
+            float(size_bytes),
+            algorithms=self.algorithms,
+            protocols=self.protocols,
+        )
+
+    def schedule(
+        self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
+    ) -> tuple[Schedule, str, dict[str, Any]]:
+        """The schedule and protocol that run NCCL's choice, and what to record of it."""
+        layout = rank_layout(graph)
+        options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
+        if op == "all_to_all":
+            # NCCL's all-to-all is grouped send/receive to every peer at once, Simple.
+            name, protocol, channels, chunks = "direct", "Simple", self.channels or 1, 1
+            extra: dict[str, Any] = {}
+        else:
+            choice = self.choose(graph, op, size_bytes)
+            name = choice.schedule
+            if name not in algorithm_names():  # the NCCL tree schedule, where missing
+                name = "tree"
+            protocol = choice.protocol
+            channels = self.channels or choice.channels
+            nodes = len(set(layout.servers)) if layout.servers is not None else 1
+            chunks = self.chunks or pipeline_chunks(
+                choice, op, float(size_bytes), layout.ranks, channels, nodes
+            )
+            extra = {"nccl_algorithm": choice.algorithm, "nccl_time_us": choice.time_us}
+        # ccsim's nvls schedule already spreads over every GPU's NVLinks and NICs, so its
+        # channels are identical copies on the same links: one carries the same bytes at
+        # the same rates (checked equal to 1e-12 in the tests) with 1/C of the flows.
+        built = 1 if name == "nvls" else channels
+        schedule = build_schedule(
+            name, op, layout, float(size_bytes), chunks=chunks, channels=built, **options
+        )
+        return schedule, protocol, {"chunks": chunks, "channels": channels, **extra}
+
+    def simulate(
+        self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
+    ) -> CollectiveResult:
+        """Simulate NCCL's choice; ``params`` record it (``nccl_algorithm``, ``protocol``,
+        ``channels``, ``chunks`` and NCCL's own predicted time ``nccl_time_us``)."""
+        schedule, protocol, params = self.schedule(graph, op, size_bytes, root=root)
+        result = run_schedule(
+            graph, schedule, reduce_bandwidth=self.reduce_bandwidth, protocol=protocol
+        )
+        result.params.update(policy="nccl", **params)
+        return result
+
+
+def pipeline_chunks(
+    choice: NcclChoice, op: str, size_bytes: float, ranks: int, channels: int, nodes: int = 1
+) -> int:
+    """Chunks per step of the ccsim schedule: the data one channel moves in one step of
+    the algorithm, cut at NCCL's pipeline granularity (at most :data:`MAX_CHUNKS`).
+
+    >>> from simulator.library.nccl import NcclChoice
+    >>> pipeline_chunks(NcclChoice("NVLS", "Simple", 16, 640, 0.0), "all_reduce", 2**30, 8, 16)
+    32
+    >>> pipeline_chunks(NcclChoice("Ring", "LL", 1, 96, 0.0), "all_reduce", 8, 8, 1)
+    1
+    """
+    if choice.algorithm in ("NVLS", "NVLSTree"):
+        step, grain = size_bytes / (channels * ranks), NVLS_CHUNK
+    elif choice.algorithm == "Tree":
+        step = size_bytes / (2 * channels)  # two trees, each half the data
+        grain = TREE_CHUNK if choice.protocol == "Simple" else PIPELINE_BYTES[choice.protocol]
+        if choice.protocol == "LL128":
+            grain = tree_ll128_chunk(size_bytes, channels, ranks, nodes)
+    else:
+        per_rank = ranks if op in ("all_reduce", "all_gather", "reduce_scatter") else 1
+        step, grain = size_bytes / (channels * per_rank), PIPELINE_BYTES[choice.protocol]
+    return int(min(MAX_CHUNKS, max(1, math.ceil(step / grain))))
+
+
+def tree_ll128_chunk(size_bytes: float, channels: int, ranks: int, nodes: int) -> float:
+    """NCCL's Tree/LL128 chunk: 576,000 B halved while a channel would get too few chunks
+    to fill the tree's pipeline (enqueue.cc:2286-2294 at v2.30.7).
+
+    >>> tree_ll128_chunk(4 * 2**20, 16, 16, 2)
+    36000.0
+    """
+    ppn = ranks / nodes
+    depth = 1 + int(math.log2(nodes)) + 0.1 * ppn
+    chunk = float(PIPELINE_BYTES["LL128"])
+    while size_bytes / (channels * chunk) < depth * 64 / ppn and chunk > 131072:
+        chunk /= 2
+    while size_bytes / (channels * chunk) < depth * 16 / ppn and chunk > 32768:
+        chunk /= 2
+    return chunk

@@ -1,0 +1,538 @@
+"""NCCL's own decision: which algorithm, protocol and channel count it runs a collective
+with, from its tuning model.
+
+NCCL (v2.30.7, ``src/graph/tuning.cc`` and ``src/enqueue.cc``) predicts the time of each
+(algorithm, protocol) pair as ``latency + bytes / bandwidth`` from a table built once per
+communicator, picks the smallest, then trims the channel count for small messages. This
+module re-derives that table from a topology graph so that ``--algo nccl`` runs what the
+library would run, not the best schedule ccsim can find. Every constant cites the NCCL
+source line it comes from (file:line at v2.30.7, tag ``v2.30.7-1``).
+
+Inputs NCCL measures on the machine are derived from the graph:
+
+* the GPU generation, from the GPU ``model`` (A100 -> Ampere, H100/H200/H800/H20 ->
+  Hopper, B200/GB200/RTX 50xx -> Blackwell, V100 -> Volta);
+* NVLink bandwidth as NCCL counts it: per-link figures 20.0 (SM80), 20.6 (SM90), 40.1
+  (SM100) GB/s against line rates of 25, 25 and 50 GB/s (``graph/topo.h:17-39``);
+* PCIe as ``width x speed / 80`` (Gen4 x16 = 24, Gen5 x16 = 48 GB/s, i.e. 0.76 of the
+  31.5 / 63 GB/s line rate; ``graph/topo.cc:545-556``), NICs at line rate
+  (``topo.cc:416-418``);
+* the topology search's result (channels and per-channel bandwidth), by a simplified
+  version of ``ncclTopoCompute`` (``graph/search.cc:1074-1313``): rings at the fastest
+  speed of NCCL's speed array the GPU's bandwidth allows, duplicated as
+  ``ncclTopoDupChannels`` does. On DGX A100 and DGX H100 it reproduces the channel counts
+  in public NCCL logs (24 on one server; 16 across servers).
+
+Not modelled: CollNet/SHARP (no preset has in-network reduction yet), NCCL's tuner
+plugins, symmetric-memory and copy-engine kernels (v2.27+), the CPU vendor (multi-node
+LL caps assume Intel), and NCCL_ALGO / NCCL_PROTO settings other than forcing one
+algorithm (``algorithms=``) or protocol (``protocols=``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..errors import CcsimError
+from ..topology import servers_of_ranks
+from ..topology.graph import gpu_nodes
+
+#: NCCL's algorithms, in its own index order (include/nccl_common.h:72-90): ties in the
+#: predicted time go to the lower index (enqueue.cc:2035-2044). CollNet is not modelled.
+ALGORITHMS = ("Tree", "Ring", "NVLS", "NVLSTree", "PAT")
+PROTOCOLS = ("LL", "LL128", "Simple")
+ARCHS = ("volta", "ampere", "hopper", "blackwell")
+
+# tuning.cc:150-155: base latency (us) per algorithm and protocol (LL, LL128, Simple).
+BASE_LATENCY = {
+    "Tree": (6.8, 14.0, 8.4),
+    "Ring": (6.6, 14.0, 8.4),
+    "NVLS": (0.0, 0.0, 0.0),
+    "NVLSTree": (0.0, 0.0, 0.0),
+    "PAT": (8.0, 8.0, 8.0),
+}
+# tuning.cc:157-175: hardware latency (us) per hop class, algorithm and protocol.
+HW_LATENCY = {
+    "nvlink": {
+        "Tree": (0.6, 1.25, 4.0),
+        "Ring": (0.6, 1.9, 3.4),
+        "NVLS": (0.0, 0.0, 25.0),
+        "NVLSTree": (0.0, 0.0, 25.0),
+        "PAT": (0.0, 0.0, 4.0),
+    },
+    "pcie": {
+        "Tree": (1.0, 1.9, 4.0),
+        "Ring": (1.0, 2.5, 5.7),
+        "NVLS": (0.0, 0.0, 0.0),
+        "NVLSTree": (0.0, 0.0, 0.0),
+        "PAT": (0.0, 0.0, 4.0),
+    },
+    "network": {
+        "Tree": (5.0, 8.5, 14.0),
+        "Ring": (2.7, 4.0, 14.0),
+        "NVLS": (0.0, 0.0, 18.0),
+        "NVLSTree": (0.0, 0.0, 20.9),
+        "PAT": (0.0, 0.0, 14.0),
+    },
+}
+# tuning.cc:178-183: LL bandwidth caps (GB/s), [row][nodes index: 1, 2, >2 nodes]. One
+# node: the row of the GPU generation; several: the CPU vendor's row (Intel assumed).
+LL_MAX_BW = {
+    "volta": (39.0, 39.0, 20.4),
+    "ampere": (87.7, 22.5, 19.0),
+    "hopper": (141.0, 45.0, 35.0),
+    "blackwell": (2 * 141.0, 2 * 45.0, 2 * 35.0),
+}
+LL_MAX_BW_INTEL = (39.0, 39.0, 20.4)
+# tuning.cc:185-211: per-channel caps (GB/s) by generation and nodes index.
+RING_LL128_MAX_BW = {
+    "volta": (20.0,) * 3,
+    "ampere": (20.0,) * 3,
+    "hopper": (36.7,) * 3,
+    "blackwell": (40.0,) * 3,
+}
+TREE_LL128_MAX_BW = {
+    "volta": (20.0,) * 3,
+    "ampere": (20.0,) * 3,
+    "hopper": (36.7, 36.7, 29.0),
+    "blackwell": (55.6, 31.67, 20.0),
+}
+TREE_MAX_BW = {
+    "volta": (26.5, 18.5, 10.0),
+    "ampere": (24.0, 23.6, 17.8),
+    "hopper": (38.7, 41.4, 36.0),
+    "blackwell": (70.0, 42.8, 24.0),
+}
+NVLS_TREE_MAX_BW = {
+    "volta": (26.5, 18.5, 10.0),
+    "ampere": (24.0, 23.6, 17.8),
+    "hopper": (0.0, 57.7, 45.5),
+    "blackwell": (0.0, 96.0, 80.0),
+}
+# tuning.cc:139-144: share of NVLink bandwidth NVLS reaches.
+NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
+# tuning.cc:226-233: network post overhead (us), x86 Intel.
+NET_OVERHEAD_US = 1.0
+# tuning.cc:620-655: bandwidth correction of Tree all-reduce by log2(bytes / 64).
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}  # fmt: skip
+# include/comm.h:49-51 and tuning.cc:587-616: bytes per thread below which NCCL drops
+# channels, then threads; the ring LL threshold is multiplied by the rank count.
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+# include/device.h:93-118 and tuning.cc:244-257: threads per channel.
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+NVLS_THREADS = 640
+# enqueue.cc:585: work is spread over channels in cells of at least 32 KiB of traffic.
+MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
+# include/device.h:91 (MAXCHANNELS); graph search's ring limit is MAXCHANNELS/2.
+MAX_CHANNELS = 64
+# transport/nvls.cc:210-214: NVLS channels (CTAs).
+NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several)
+
+# graph/search.cc:1051-1067: per-channel speeds (GB/s) the topology search tries.
+SPEEDS_INTRA = {
+    "old": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
+    "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
+    "blackwell": (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18),
+}
+SPEEDS_INTER = {
+    "old": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12),
+    "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12),
+    "blackwell": (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2,
+                  0.24, 0.12),
+}  # fmt: skip
+# graph/topo.h:17-39: NCCL's per-NVLink figure against the link's line rate.
+NVLINK_SHARE = {
+    "volta": 20.0 / 25,
+    "ampere": 20.0 / 25,
+    "hopper": 20.6 / 25,
+    "blackwell": 40.1 / 50,
+}
+# graph/topo.cc:545-556: PCIe as width x speed / 80 = 0.762 of the line rate per direction.
+PCIE_SHARE = 48.0 / 63.0
+
+_ARCH_PATTERNS = (
+    ("blackwell", r"B100|B200|B300|GB200|GB300|RTX[- ]?50\d\d"),
+    ("hopper", r"H100|H200|H800|H20\b|H20-|GH200"),
+    ("ampere", r"A100|A800|A30|A40|A10\b|RTX[- ]?30\d\d|RTX[- ]?A\d"),
+    ("volta", r"V100"),
+)
+
+#: NCCL's algorithm name -> the ccsim schedule that runs it.
+SCHEDULES = {
+    "Ring": "ring",
+    "Tree": "chain-tree",
+    "NVLS": "nvls",
+    "NVLSTree": "nvls",
+    "PAT": "ring",
+}
+
+
+@dataclass(frozen=True)
+class SearchGraph:
+    """One result of NCCL's topology search: channels and GB/s per channel."""
+
+    channels: int
+    bw_intra: float
+    bw_inter: float
+
+
+@dataclass(frozen=True)
+class NcclSystem:
+    """What NCCL knows about a communicator when it builds its tuning table."""
+
+    arch: str
+    ranks: int
+    nodes: int
+    nvlink: bool  # GPUs of a server talk over NVLink (typeIntra NVL)
+    ring: SearchGraph
+    tree: SearchGraph
+    nvls: SearchGraph | None  # None: no NVLink SHARP
+    channels: int  # execution channels (comm->nChannels)
+    nvls_channels: int
+
+    @property
+    def ppn(self) -> float:
+        """Ranks per node."""
+        return self.ranks / self.nodes
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """NCCL's decision for one call, and the predicted times it chose from (us)."""
+
+    algorithm: str
+    protocol: str
+    channels: int
+    threads: int
+    time_us: float
+    table: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+
+    @property
+    def schedule(self) -> str:
+        """The ccsim algorithm that runs NCCL's choice."""
+        return SCHEDULES[self.algorithm]
+
+
+def gpu_arch(model: str | None) -> str:
+    """NCCL's compute-capability class for a GPU model name (Ampere when unknown).
+
+    >>> gpu_arch("H100-SXM5-80GB"), gpu_arch("A100-SXM4-80GB"), gpu_arch("RTX-5090")
+    ('hopper', 'ampere', 'blackwell')
+    """
+    for arch, pattern in _ARCH_PATTERNS:
+        if model and re.search(pattern, str(model), re.IGNORECASE):
+            return arch
+    return "ampere"
+
+
+def _speeds(arch: str, inter: bool) -> tuple[float, ...]:
+    table = SPEEDS_INTER if inter else SPEEDS_INTRA
+    return table["blackwell" if arch == "blackwell" else "hopper" if arch == "hopper" else "old"]
+
+
+def _search(speeds, max_bw: float, total_bw: float, per_ring: float, rings_cap: int, arch: str,
+            dup: bool = True) -> SearchGraph:  # fmt: skip
+    """Simplified ncclTopoCompute for a ring: the speed s with the most ``channels x s``
+    (ties to the faster one; search.cc:445-468), trying lower speeds while they stay above
+    0.49 of the first (search.cc:1196-1252), then ncclTopoDupChannels (search.cc:1036-1049).
+    ``per_ring`` is how much of ``total_bw`` one ring at speed s uses per s."""
+    # NCCL's bandwidths are floats; 1e-6 keeps 48/63 x 63 GB/s at 48.
+    start = next(
+        (s for s in speeds if s <= max_bw + 1e-6 and s * per_ring <= total_bw + 1e-6), speeds[-1]
+    )
+    best = (0.0, 0, start)
+    for s in speeds:
+        if s > start or s / start <= 0.49:
+            continue
+        n = min(rings_cap, max(1, math.floor(total_bw / (s * per_ring) + 1e-6)))
+        if n * s > best[0] + 1e-9:
+            best = (n * s, n, s)
+    _, n, s = best
+    if dup and s >= 25.0 and not (arch in ("hopper", "blackwell") and s < 50.0 and n > 4):
+        doubled = min(2 * n, MAX_CHANNELS // 2)
+        s, n = s / math.ceil(doubled / n), doubled
+    return SearchGraph(n, float(s), float(s))
+
+
+def nccl_system(graph: nx.Graph) -> NcclSystem:
+    """The inputs of NCCL's tuning model for a communicator over every GPU of ``graph``."""
+    gpus = sorted(gpu_nodes(graph), key=lambda node: graph.nodes[node]["rank"])
+    if len(gpus) < 2:
+        raise CcsimError("NCCL's model needs at least 2 GPUs")
+    servers = servers_of_ranks(graph)
+    nodes = len(set(servers)) if servers is not None else 1
+    arch = gpu_arch(graph.nodes[gpus[0]].get("model"))
+    first = gpus[0]
+    nvlink = pcie = 0.0
+    for _, _, data in graph.edges(first, data=True):
+        kind = str(data.get("link", "")).lower()
+        if kind in ("nvlink", "hccs"):
+            nvlink += data["bandwidth"] / 1e9
+        elif kind == "pcie":
+            pcie = max(pcie, data["bandwidth"] / 1e9)
+    nvlink *= NVLINK_SHARE[arch]
+    pcie *= PCIE_SHARE
+    has_nvlink = nvlink > 0
+    total = max(nvlink, pcie)
+    per_server = len(gpus) // nodes
+    if nodes == 1:
+        max_bw = nvlink if has_nvlink else pcie
+        ring = _search(_speeds(arch, False), max_bw, total, 1.0, MAX_CHANNELS // 2, arch)
+    else:
+        server = graph.nodes[first].get("server")
+        nics = [
+            data.get("bandwidth", 0.0) / 1e9
+            for _, data in graph.nodes(data=True)
+            if data.get("kind") == "nic" and data.get("server") == server
+        ]
+        if not nics:
+            raise CcsimError(f"server {server} has no NIC: NCCL cannot run across servers")
+        max_bw = min(max(nics), pcie) if pcie else max(nics)
+        # One ring per NIC (graph search over NETs, search.cc:1155-1184).
+        # A ring crosses each GPU's NVLinks on all hops but the one to the NIC.
+        share = (per_server - 1) / per_server if per_server > 1 else 1.0
+        ring = _search(_speeds(arch, True), max_bw, total, share, len(nics), arch)
+        ring = SearchGraph(min(ring.channels, len(nics) * max(1, ring.channels // len(nics))),
+                           ring.bw_intra, ring.bw_inter)  # fmt: skip
+    # The tree search is forced to the ring's channel count (init.cc:1184-1185).
+    tree = SearchGraph(ring.channels, ring.bw_intra, ring.bw_inter)
+    nvls = None
+    nvls_switch = any(
+        data.get("kind") == "nvswitch" and data.get("nvls") for _, data in graph.nodes(data=True)
+    )
+    if nvls_switch and arch in ("hopper", "blackwell") and has_nvlink:
+        # NVLS search: one head per GPU; each GPU moves (ppn + 1) x bw through its NVLinks.
+        speeds = _speeds(arch, nodes > 1)
+        cap = ring.bw_inter if nodes > 1 else max(speeds)
+        intra = next(
+            (s for s in speeds if s * (per_server + 1) <= nvlink + 1e-6 and s <= cap + 1e-6), 0.0
+        )
+        inter = min(cap, max(s for s in speeds if s <= 2 * intra + 1e-6)) if intra else 0.0
+        nvls = SearchGraph(min(per_server, 32), float(intra), float(inter)) if intra else None
+    channels = min(MAX_CHANNELS, 2 * min(ring.channels, tree.channels))  # connect.cc:460
+    if arch in ("hopper", "blackwell") and nodes > 1 and ring.bw_intra > 45.0 and channels < 16:
+        channels = min(MAX_CHANNELS, 2 * channels)  # connect.cc:480-483
+    nvls_channels = NVLS_CHANNELS.get(arch, (0, 0))[nodes > 1] if nvls else 0
+    return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
+                      nvls_channels)  # fmt: skip
+
+
+def _index2(nodes: int) -> int:
+    return 0 if nodes == 1 else 1 if nodes == 2 else 2  # tuning.cc:267
+
+
+def _enabled(system: NcclSystem, op: str, algorithm: str, protocol: str) -> bool:
+    """tuning.cc:288-304 and 498-536, enqueue.cc:1989-2026."""
+    if op in ("broadcast", "reduce") and algorithm != "Ring":
+        return False
+    if op in ("all_gather", "reduce_scatter") and algorithm not in ("PAT", "Ring", "NVLS"):
+        return False
+    if op == "all_reduce" and algorithm == "PAT":
+        return False
+    if algorithm in ("NVLS", "NVLSTree", "PAT") and protocol != "Simple":
+        return False
+    if algorithm in ("NVLS", "NVLSTree") and system.nvls is None:
+        return False
+    if algorithm == "NVLS" and system.nodes > 1:
+        return False  # multi-node NVLS needs CollNet (SHARP), not modelled
+    if algorithm == "NVLSTree" and system.nodes == 1:
+        return False
+    if algorithm == "PAT" and system.nodes != system.ranks:
+        return False  # ncclPatEnable: one GPU per node (tuning.cc:215-223)
+    # LL128 only where GPUs talk over NVLink (tuning.cc:514-536).
+    return not (protocol == "LL128" and not system.nvlink)
+
+
+def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> float:
+    """Algorithm bandwidth (GB/s) NCCL assigns, tuning.cc:305-383."""
+    graph = {"Ring": system.ring, "Tree": system.tree, "PAT": system.ring}.get(
+        algorithm, system.nvls
+    )
+    assert graph is not None
+    i2 = _index2(system.nodes)
+    arch = system.arch
+    bw = graph.bw_intra if system.nodes <= 2 else graph.bw_inter
+    channels = graph.channels
+    if algorithm in ("NVLS", "NVLSTree"):
+        if channels < 2:
+            return 0.0
+        intra = graph.bw_intra * NVLS_EFFICIENCY[arch] * (channels - 1) / channels
+        intra *= 2.0 if op == "all_reduce" else (system.ppn - 1) / system.ppn
+        inter = graph.bw_inter * (2 if system.nodes <= 2 and algorithm == "NVLSTree" else 1)
+        bw = min(intra, inter)
+        if algorithm == "NVLSTree":
+            bw = min(bw, NVLS_TREE_MAX_BW[arch][i2])
+    bus = channels * bw
+    ll_max = LL_MAX_BW[arch][i2] if system.nodes == 1 else LL_MAX_BW_INTEL[i2]
+    if algorithm == "Ring" and protocol == "LL":
+        bus = min(ll_max, bus * 0.5)
+    if algorithm == "Ring" and protocol == "LL128":
+        bus = min(bus * 0.92, channels * RING_LL128_MAX_BW[arch][i2])
+    if algorithm == "Tree" and op == "all_reduce":
+        bus = min(bus * 0.92, channels * TREE_MAX_BW[arch][i2])
+    if algorithm == "Tree" and protocol == "LL":
+        bus = min(bus / 3.8, ll_max)
+    if algorithm == "Tree" and protocol == "LL128":
+        share = 7.0 / 9.0 if system.nodes == 1 else 120.0 / 128.0
+        bus = min(bus * share, channels * TREE_LL128_MAX_BW[arch][i2])
+    if algorithm == "PAT":
+        bus *= 0.75
+    if algorithm == "Ring" or op == "all_reduce" or op in ("broadcast", "reduce"):
+        steps = _steps(op, system.ranks)
+        bus *= system.ranks / steps if algorithm in ("Ring", "NVLS", "NVLSTree") else 0.5
+    return bus
+
+
+def _steps(op: str, ranks: int) -> int:
+    if op == "all_reduce":
+        return 2 * (ranks - 1)
+    if op in ("all_gather", "reduce_scatter"):
+        return ranks - 1
+    return ranks
+
+
+def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> float:
+    """Latency (us) NCCL assigns, tuning.cc:384-435."""
+    p = PROTOCOLS.index(protocol)
+    intra_hw = "nvlink" if system.nvlink else "pcie"
+    hw = intra_hw if system.nodes == 1 else "network"
+    lat = BASE_LATENCY[algorithm][p]
+    intra = HW_LATENCY[intra_hw][algorithm][p]
+    net_algo = "Tree" if system.ppn == 1 else algorithm
+    inter = HW_LATENCY["network"][net_algo][p]
+    log_nodes = int(math.log2(system.nodes))
+    if algorithm == "Ring":
+        if op in ("broadcast", "reduce"):
+            return lat + HW_LATENCY[hw]["Ring"][p]  # sameChannels: one chunk latency
+        overhead = NET_OVERHEAD_US * (3 if protocol == "Simple" else 1) if system.nodes > 1 else 0
+        intra = max(intra, overhead)
+        steps = _steps(op, system.ranks)
+        inter_steps = 0
+        if system.nodes > 1:
+            inter_steps = 2 * (system.nodes - 1) if op == "all_reduce" else system.nodes - 1
+        return lat + (steps - inter_steps) * intra + inter_steps * inter
+    if algorithm == "Tree":
+        per_node = system.ranks // system.nodes
+        return lat + 2 * ((per_node - 1) * intra + log_nodes * inter)
+    if algorithm == "NVLS":
+        return intra + (inter if system.nodes > 1 else 0.0)
+    if algorithm == "NVLSTree":
+        return lat + intra + 2 * log_nodes * inter
+    return lat + log_nodes * (inter / 3.5) + system.ranks * 2.8  # PAT
+
+
+def predicted_time_us(
+    system: NcclSystem, op: str, size_bytes: float, algorithm: str, protocol: str
+) -> float | None:
+    """NCCL's predicted time (us) of one pair, or None when NCCL would not run it
+    (ncclTopoGetAlgoTime, tuning.cc:620-655). ``size_bytes`` counts as nccl-tests does
+    (all-gather / reduce-scatter: the whole gathered buffer), which is NCCL's nBytes."""
+    if not _enabled(system, op, algorithm, protocol):
+        return None
+    bw = _bandwidth(system, op, algorithm, protocol)
+    if bw <= 0:
+        return None
+    lat = _latency(system, op, algorithm, protocol)
+    log_size = int(math.log2(size_bytes // 64)) if size_bytes >= 64 else -1
+    if algorithm == "Tree" and op == "all_reduce" and 0 <= log_size < 23:
+        bw *= TREE_CORRECTION[protocol][log_size]
+    if (
+        algorithm == "Ring"
+        and protocol == "Simple"
+        and system.nodes > 1
+        and op == "all_reduce"
+        and size_bytes / (system.channels * system.ranks) >= 64
+    ):
+        lat *= 1.9 if system.arch == "volta" else 1.4  # "plateau effect of ring"
+    return lat + size_bytes / (1000 * bw)
+
+
+def nccl_choice(
+    system: NcclSystem,
+    op: str,
+    size_bytes: float,
+    *,
+    algorithms: tuple[str, ...] | None = None,
+    protocols: tuple[str, ...] | None = None,
+) -> NcclChoice:
+    """NCCL's (algorithm, protocol) for one call, and the channels and threads it runs on.
+
+    ``algorithms`` / ``protocols`` restrict the choice as NCCL_ALGO / NCCL_PROTO do.
+
+    Examples
+    --------
+    Eight A100s on NVSwitch: ring search 12 channels x 20 GB/s, run on 24 channels. At
+    256 MiB the Simple ring wins (latency 8.4 + 14 x 3.4 = 56 us, algorithm bandwidth
+    12 x 20 x 8/14 = 137.1 GB/s); at 8 bytes LL on a single channel:
+
+    >>> system = NcclSystem("ampere", 8, 1, True, SearchGraph(12, 20.0, 20.0),
+    ...                     SearchGraph(12, 20.0, 20.0), None, 24, 0)
+    >>> big = nccl_choice(system, "all_reduce", 2**28)
+    >>> big.algorithm, big.protocol, big.channels, round(big.time_us, 1)
+    ('Ring', 'Simple', 24, 2013.3)
+    >>> small = nccl_choice(system, "all_reduce", 8)
+    >>> small.algorithm, small.protocol, small.channels
+    ('Ring', 'LL', 1)
+    """
+    if op == "all_to_all":
+        raise CcsimError("NCCL runs all-to-all as grouped send/receive, not through its tuner")
+    table: dict[tuple[str, str], float] = {}
+    for algorithm in algorithms or ALGORITHMS:
+        for protocol in protocols or PROTOCOLS:
+            time = predicted_time_us(system, op, size_bytes, algorithm, protocol)
+            if time is not None:
+                table[(algorithm, protocol)] = time
+    if not table:
+        raise CcsimError(
+            f"NCCL has no algorithm for {op} here among {', '.join(algorithms or ALGORITHMS)} "
+            f"with {', '.join(protocols or PROTOCOLS)}"
+        )
+    # Strict minimum in NCCL's index order: the first of equal times wins.
+    (algorithm, protocol), time = min(
+        table.items(), key=lambda item: (item[1], ALGORITHMS.index(item[0][0]),
+                                         PROTOCOLS.index(item[0][1]))
+    )  # fmt: skip
+    channels, threads = launch_size(system, op, size_bytes, algorithm, protocol)
+    return NcclChoice(algorithm, protocol, channels, threads, time, table)
+
+
+def launch_size(
+    system: NcclSystem, op: str, size_bytes: float, algorithm: str, protocol: str
+) -> tuple[int, int]:
+    """Channels and threads per channel for one call (enqueue.cc:2068-2113), then the
+    channels that actually get work: at least 32 KiB of traffic each (enqueue.cc:585-700)."""
+    if algorithm in ("NVLS", "NVLSTree"):
+        return system.nvls_channels, NVLS_THREADS
+    nc = system.channels
+    if protocol == "Simple" and algorithm == "Ring":
+        max_threads = 256 if system.ring.bw_intra * system.ring.channels <= 12 else 512
+    else:
+        max_threads = MAX_THREADS[protocol] if algorithm != "Tree" or protocol != "Simple" else 512
+    nt = max_threads
+    threshold = THREAD_THRESHOLD[protocol] * (system.ranks if (algorithm, protocol) == (
+        "Ring", "LL") else 1)  # fmt: skip
+    while size_bytes < nc * nt * threshold and nc >= 2:
+        nc -= 1
+    while size_bytes < nc * nt * threshold and nt % 128 == 0:
+        nt //= 2
+    if protocol == "Simple":
+        nt += 32 if algorithm == "Ring" else 128 if algorithm == "Tree" else 0
+    nt = max(nt, 96)
+    if algorithm in ("Tree", "PAT"):
+        nt = 640
+    # Traffic: 2 bytes per byte for all-reduce, the whole buffer otherwise (enqueue.cc:91-102,
+    # where all-gather and reduce-scatter count nRanks x the per-rank count), x4 for LL.
+    traffic = size_bytes * (2 if op == "all_reduce" else 1) * (4 if protocol == "LL" else 1)
+    used = max(1, min(nc, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL)))
+    return used, nt

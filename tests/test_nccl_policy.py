@@ -1,0 +1,182 @@
+"""NCCL's own decision (simulator.library.nccl), pinned against its tuning formulas worked
+by hand from NCCL v2.30.7's source (src/graph/tuning.cc, src/enqueue.cc; file:line in
+simulator/library/nccl.py), and the ``nccl`` policy that simulates that decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.algorithms import build_schedule
+from simulator.cli import main
+from simulator.collective import NcclPolicy, rank_layout, run_schedule, simulate_collective
+from simulator.errors import CcsimError
+from simulator.library.nccl import nccl_choice, nccl_system, predicted_time_us
+from simulator.topology import load_topology
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return nccl_system(load_topology("dgx-a100"))
+
+
+@pytest.fixture(scope="module")
+def h100x2():
+    return nccl_system(load_topology("dgx-h100", 2))
+
+
+def test_search_reproduces_the_channel_counts_of_public_logs(a100, h100x2):
+    """DGX A100: 12 NVLinks x 20 GB/s (NCCL's SM80 figure) = 240 GB/s; the first speed
+    of the intra array, 40, fits 6 rings, duplicated to 12 x 20 (search.cc:1036-1049);
+    run on 2 x 12 = 24 channels (connect.cc:460; 'Channel 23/24' in nccl-tests#100).
+    Two DGX H100: one ring per NIC at min(PCIe Gen5 48, NDR 50) = 48 GB/s, 8 rings, no
+    duplication above 4 channels on Hopper, run on 16 ('Channel 13/16' in nccl#1453)."""
+    assert (a100.ring.channels, a100.ring.bw_intra, a100.channels) == (12, 20.0, 24)
+    assert (h100x2.ring.channels, h100x2.ring.bw_inter, h100x2.channels) == (8, 48.0, 16)
+    # NVLS: 9 x 40 GB/s <= 18 x 20.6 = 370.8 GB/s per GPU (one head per GPU).
+    assert (h100x2.nvls.channels, h100x2.nvls.bw_intra, h100x2.nvls.bw_inter) == (8, 40.0, 48.0)
+    assert h100x2.nvls_channels == 16 and a100.nvls is None
+
+
+def test_a100_large_all_reduce_is_the_simple_ring(a100):
+    size = 2**28
+    # Ring Simple: 8.4 + 14 x 3.4 us; 12 x 20 GB/s bus x 8/14 to algorithm bandwidth.
+    ring_simple = 8.4 + 14 * 3.4 + size / (1000 * 240 * 8 / 14)
+    # Ring LL128: 14 + 14 x 1.9; min(240 x 0.92, 12 x 20) x 8/14.
+    ring_ll128 = 14.0 + 14 * 1.9 + size / (1000 * 220.8 * 8 / 14)
+    # Tree Simple: 8.4 + 2 x 7 x 4.0; min(0.92 x 240, 12 x 24) x 0.5 x correction 0.9.
+    tree_simple = 8.4 + 2 * 7 * 4.0 + size / (1000 * 220.8 * 0.5 * 0.9)
+    assert predicted_time_us(a100, "all_reduce", size, "Ring", "Simple") == pytest.approx(
+        ring_simple, rel=1e-12
+    )
+    assert predicted_time_us(a100, "all_reduce", size, "Ring", "LL128") == pytest.approx(
+        ring_ll128, rel=1e-12
+    )
+    assert predicted_time_us(a100, "all_reduce", size, "Tree", "Simple") == pytest.approx(
+        tree_simple, rel=1e-12
+    )
+    choice = nccl_choice(a100, "all_reduce", size)
+    # 2^28 >= 24 channels x 512 threads x 64 B: every channel stays (enqueue.cc:2091-2097).
+    assert (choice.algorithm, choice.protocol, choice.channels) == ("Ring", "Simple", 24)
+    assert choice.time_us == pytest.approx(ring_simple, rel=1e-12)
+
+
+def test_a100_tiny_all_reduce_is_ll_on_one_channel_of_96_threads(a100):
+    """8 B: Ring LL 6.6 + 14 x 0.6 = 15.0 us beats Tree LL 6.8 + 2 x 7 x 0.6 = 15.2 us;
+    8 < nc x 512 x (8 x 8 ranks) drops channels to 1 and threads to 64, raised to 96."""
+    choice = nccl_choice(a100, "all_reduce", 8)
+    assert (choice.algorithm, choice.protocol, choice.channels, choice.threads) == (
+        "Ring",
+        "LL",
+        1,
+        96,
+    )
+    assert choice.time_us == pytest.approx(15.0 + 8 / (1000 * 87.7 * 8 / 14), rel=1e-12)
+
+
+def test_a100_mid_sizes_switch_protocols_where_the_formulas_cross(a100):
+    """Ring LL (15.0 us, 87.7 x 8/14 GB/s) against LL128 (40.6 us, 220.8 x 8/14): equal at
+    n = 25.6 us / (1/50.11 - 1/126.17) GB/s = 2.13 MB; LL128 against Simple (56.0 us,
+    137.1 GB/s) at n = 15.4 us / (1/126.17 - 1/137.14) = 24.3 MB."""
+    got = {size: nccl_choice(a100, "all_reduce", size).protocol for size in (2**21, 2**22)}
+    assert got == {2**21: "LL", 2**22: "LL128"}
+    got = {size: nccl_choice(a100, "all_reduce", size).protocol for size in (2**24, 2**25)}
+    assert got == {2**24: "LL128", 2**25: "Simple"}
+
+
+def test_h100_one_server_runs_nvls_from_a_few_mib():
+    system = nccl_system(load_topology("dgx-h100"))
+    size = 2**30
+    # NVLS: 40 x 0.85 x 7/8 x 2 (all-reduce) = 59.5 per channel, x 8 = 476 bus, x 8/14;
+    # latency the NVLink NVLS figure, 25 us (tuning.cc:424-426).
+    nvls = 25.0 + size / (1000 * 476 * 8 / 14)
+    choice = nccl_choice(system, "all_reduce", size)
+    assert (choice.algorithm, choice.protocol, choice.channels) == ("NVLS", "Simple", 16)
+    assert choice.time_us == pytest.approx(nvls, rel=1e-12)
+    assert nccl_choice(system, "all_reduce", 2**10).algorithm == "Ring"
+
+
+def test_two_h100_servers_pick_nvls_tree_over_the_plateaued_ring(h100x2):
+    size = 2**34
+    # NVLSTree: min(59.5, 2 x 48, cap 57.7) x 8 channels x 16/30; 25 + 2 x 1 x 20.9 us.
+    nvls_tree = 25.0 + 2 * 20.9 + size / (1000 * 8 * 57.7 * 16 / 30)
+    # Ring Simple: 8.4 + 28 x max(3.4, 3 x 1.0) + 2 x 14 us, x 1.4 for the ring plateau.
+    ring = (8.4 + 28 * 3.4 + 2 * 14.0) * 1.4 + size / (1000 * 8 * 48 * 16 / 30)
+    assert predicted_time_us(h100x2, "all_reduce", size, "Ring", "Simple") == pytest.approx(ring)
+    choice = nccl_choice(h100x2, "all_reduce", size)
+    assert (choice.algorithm, choice.channels) == ("NVLSTree", 16)
+    assert choice.time_us == pytest.approx(nvls_tree, rel=1e-12)
+
+
+def test_two_servers_small_all_reduce_is_the_tree():
+    """Tree LL: 6.8 + 2 (7 x 0.6 + log2(2) x 5.0) = 25.2 us; Ring LL: 6.6 + 28 x
+    max(0.6, 1.0 net overhead) + 2 x 2.7 = 40.0 us."""
+    system = nccl_system(load_topology("dgx-a100", 2))
+    assert predicted_time_us(system, "all_reduce", 0, "Tree", "LL") == pytest.approx(25.2)
+    assert predicted_time_us(system, "all_reduce", 0, "Ring", "LL") == pytest.approx(40.0)
+    assert nccl_choice(system, "all_reduce", 8).algorithm == "Tree"
+
+
+def test_pcie_box_never_runs_ll128():
+    system = nccl_system(load_topology("pcie-8gpu"))
+    choice = nccl_choice(system, "all_reduce", 2**24)
+    assert not any(protocol == "LL128" for _, protocol in choice.table)
+    assert choice.protocol in ("LL", "Simple")
+
+
+def test_all_gather_has_no_tree_and_all_to_all_is_not_tuned(a100):
+    choice = nccl_choice(a100, "all_gather", 2**26)
+    assert {algorithm for algorithm, _ in choice.table} == {"Ring"}
+    with pytest.raises(CcsimError, match="send/receive"):
+        nccl_choice(a100, "all_to_all", 2**20)
+
+
+def test_policy_runs_exactly_the_chosen_schedule():
+    graph = load_topology("dgx-a100")
+    policy = NcclPolicy()
+    result = policy.simulate(graph, "all_reduce", 2**30)
+    assert result.params["nccl_algorithm"] == "Ring" and result.params["protocol"] == "Simple"
+    schedule = build_schedule(
+        "ring",
+        "all_reduce",
+        rank_layout(graph),
+        2**30,
+        chunks=result.params["chunks"],
+        channels=result.params["channels"],
+    )
+    assert run_schedule(graph, schedule, protocol="Simple").time_s == result.time_s
+    assert simulate_collective(graph, "all_reduce", 2**30, "nccl").time_s == result.time_s
+
+
+def test_forcing_a_protocol_is_nccl_proto():
+    graph = load_topology("dgx-a100")
+    assert NcclPolicy(protocol="Simple").choose(graph, "all_reduce", 8).protocol == "Simple"
+    with pytest.raises(CcsimError, match="protocol"):
+        NcclPolicy(protocol="LL256")
+
+
+def test_the_command_line_default_is_nccl(capsys):
+    assert main(["collective", "all_reduce", "--sizes", "8,256M"]) == 0
+    out = capsys.readouterr().out
+    assert "algorithm nccl" in out
+    assert "#           8  Ring LL channels 1" in out
+    assert "#   268435456  Ring Simple channels 24" in out
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_nvls_channels_are_copies_on_the_same_links(nodes):
+    """The policy simulates NCCL's 16 NVLS channels as one: same bytes on the same links,
+    so the same time (what lets it skip 15/16 of the flows)."""
+    times = [
+        simulate_collective(
+            "dgx-h100",
+            "all_reduce",
+            2**28,
+            "nvls",
+            nodes=nodes,
+            channels=c,
+            chunks=8,
+            protocol="Simple",
+        ).time_s
+        for c in (1, 16)
+    ]
+    assert times[0] == pytest.approx(times[1], rel=1e-12)
