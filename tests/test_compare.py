@@ -176,24 +176,27 @@ def test_chunks_auto_picks_the_largest_useful_count(capsys):
 
 
 def test_tuner_caches_per_bucket_and_belongs_to_its_caller():
-    """Two candidates x one chunk count = 2 simulations for the first choice; sizes in
-    the same power-of-two bucket (1000 and 1023 are in [512, 1024)) reuse it; 1024 is a
-    new bucket. A second tuner is independent: its own cache, its own count."""
+    """Two candidates x one chunk count for the first choice: direct, whose lower bound is
+    smaller, is simulated first, 2(a + n/(pB)); the ring's bound, its chain of 2(p-1) = 6
+    steps of at least a each, is already slower, so it is pruned, not simulated. Sizes in
+    the same power-of-two bucket (1000 and 1023 are in [512, 1024)) reuse the choice;
+    1024 is a new bucket. A second tuner is independent: its own cache, its own count."""
     graph = mesh(4)
     tuner = AutoTuner(algorithms=["ring", "direct"], chunk_candidates=(1,))
     first = tuner.choose(graph, "all_reduce", 1000)
-    assert tuner.simulations == 2
+    assert first.algorithm == "direct"
+    assert (tuner.simulations, tuner.pruned) == (1, 1)
     assert tuner.choose(graph, "all_reduce", 1023) is first
-    assert tuner.simulations == 2
+    assert tuner.simulations == 1
     tuner.choose(graph, "all_reduce", 1024)
-    assert tuner.simulations == 4
+    assert (tuner.simulations, tuner.pruned) == (2, 2)
     # Exact-size times are cached too: 1000 was timed while choosing (direct,
     # 2(a + n/(pB))); 700 takes one simulation of the chosen algorithm, then none.
     assert tuner.time_s(graph, "all_reduce", 1000) == pytest.approx(2 * (A + 1000 / (4 * B)))
-    assert tuner.simulations == 4
+    assert tuner.simulations == 2
     tuner.time_s(graph, "all_reduce", 700)
     tuner.time_s(graph, "all_reduce", 700)
-    assert tuner.simulations == 5
+    assert tuner.simulations == 3
     other = AutoTuner(algorithms=["ring"], chunk_candidates=(1,))
     assert other.choose(graph, "all_reduce", 1000).algorithm == "ring"
     assert other.simulations == 1 and tuner.choose(graph, "all_reduce", 1000) is first

@@ -29,6 +29,7 @@ from ..algorithms.schedule import (
 from ..errors import DeadlockError
 from ..library.protocol import Protocol
 from ..network.flows import FlowNetwork
+from ..network.routing import Router
 from ..topology.graph import gpu_nodes
 
 #: NCCL's network post overhead (x86 Intel), src/graph/tuning.cc:226-233 at v2.30.7.
@@ -135,29 +136,7 @@ class ScheduleReplay:
         self.network.add_flows(self._owner, ops, routes, self._wire[ops])
 
     def _routes(self, ops: np.ndarray) -> np.ndarray:
-        """Route of each op: the shortest (ECMP-hashed by channel), unless the schedule
-        sends it through the NICs (multipath) or into or out of an NVLS switch."""
-        src, dst = self._src[ops], self._dst[ops]
-        if not self.schedule.path.any():
-            return self.network.route_ids(src, dst, self.schedule.channel[ops])
-        path = self.schedule.path[ops]
-        routes = np.empty(len(ops), dtype=np.int64)
-        plain = path == PATH_DEFAULT
-        if plain.any():
-            routes[plain] = self.network.route_ids(
-                src[plain], dst[plain], self.schedule.channel[ops][plain]
-            )
-        for code in (PATH_NETWORK, PATH_UP, PATH_DOWN):
-            these = path == code
-            if not these.any():
-                continue
-            if code == PATH_NETWORK:
-                routes[these] = self.network.network_route_ids(src[these], dst[these])
-            elif code == PATH_UP:
-                routes[these] = self.network.switch_route_ids(src[these], down=False)
-            else:
-                routes[these] = self.network.switch_route_ids(dst[these], down=True)
-        return routes
+        return route_ops(self.network.router, self.schedule, ops)
 
     def _step_latency(self, routes: np.ndarray) -> np.ndarray:
         """Protocol latency of each transfer's step, by the class of its own path (NCCL
@@ -266,3 +245,27 @@ class ScheduleReplay:
             f"{self.schedule.algorithm} {self.schedule.op}: {len(stuck)} of "
             f"{self.schedule.n_ops} transfers can never start; first: {sample}"
         )
+
+
+def route_ops(router: Router, schedule: Schedule, ops: np.ndarray) -> np.ndarray:
+    """Route of each op: the shortest (ECMP-hashed by channel), unless the schedule
+    sends it through the NICs (multipath) or into or out of an NVLS switch."""
+    src, dst = schedule.src[ops], schedule.dst[ops]
+    if not schedule.path.any():
+        return router.route_ids(src, dst, schedule.channel[ops])
+    path = schedule.path[ops]
+    routes = np.empty(len(ops), dtype=np.int64)
+    plain = path == PATH_DEFAULT
+    if plain.any():
+        routes[plain] = router.route_ids(src[plain], dst[plain], schedule.channel[ops][plain])
+    for code in (PATH_NETWORK, PATH_UP, PATH_DOWN):
+        these = path == code
+        if not these.any():
+            continue
+        if code == PATH_NETWORK:
+            routes[these] = router.network_route_ids(src[these], dst[these])
+        elif code == PATH_UP:
+            routes[these] = router.switch_route_ids(src[these], down=False)
+        else:
+            routes[these] = router.switch_route_ids(dst[these], down=True)
+    return routes

@@ -23,6 +23,8 @@ from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..algorithms.chain import ROOTED_OPS
 from ..errors import CcsimError
+from ..library.protocol import PROTOCOLS, calibration_of
+from .bounds import LoadBound
 from .run import COLLECTIVE_OPS, CollectiveResult, auto_fraction, rank_layout, run_schedule
 
 #: Chunk counts tried, in this order, when chunks are "auto".
@@ -142,7 +144,10 @@ class AutoTuner:
         self.protocol = protocol
         self._choices: dict[tuple, Choice] = {}
         self._times: dict[tuple, float] = {}
+        self._results: dict[tuple, CollectiveResult] = {}
+        self._bounds: dict[str, LoadBound] = {}
         self.simulations = 0  # how many schedules the tuner has replayed
+        self.pruned = 0  # candidates skipped: their link-load bound was already slower
 
     def run(
         self,
@@ -155,12 +160,18 @@ class AutoTuner:
         layout: RankLayout | None = None,
         root: int = 0,
         channels: int | None = None,
-    ) -> CollectiveResult:
-        """Simulate one configuration (no caching); ``channels`` defaults to the tuner's
-        (1 when that is "auto")."""
+        cutoff: float = math.inf,
+    ) -> CollectiveResult | None:
+        """Simulate one configuration, once per tuner (later calls return the same
+        result); ``channels`` defaults to the tuner's (1 when that is "auto"). With a
+        ``cutoff`` (seconds), a configuration whose link-load lower bound
+        (:class:`~.bounds.LoadBound`) is not below it is not simulated: None."""
         layout = layout or rank_layout(graph)
         if channels is None:
             channels = 1 if self.channels == "auto" else self.channels
+        key = (topology_key(graph), op, float(size_bytes), algorithm, chunks, channels, root)
+        if key in self._results:
+            return self._results[key]
         options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
         if algorithm == "multipath":
             options["fraction"] = auto_fraction(
@@ -169,10 +180,57 @@ class AutoTuner:
         schedule = build_schedule(
             algorithm, op, layout, size_bytes, chunks=chunks, channels=channels, **options
         )
+        if math.isfinite(cutoff) and self._bound_of(graph, schedule) >= cutoff:
+            self.pruned += 1
+            return None
         self.simulations += 1
-        return run_schedule(
+        result = run_schedule(
             graph, schedule, reduce_bandwidth=self.reduce_bandwidth, protocol=self.protocol
         )
+        self._results[key] = result
+        return result
+
+    def bound(
+        self,
+        graph: nx.Graph,
+        op: str,
+        size_bytes: float,
+        algorithm: str,
+        chunks: int,
+        layout: RankLayout,
+        root: int,
+        channels: int,
+    ) -> float:
+        """Lower bound (s) on one configuration's time (:class:`~.bounds.LoadBound`);
+        0 where it cannot be built (it then sorts first and fails when run)."""
+        if algorithm == "multipath":
+            return 0.0  # its split is itself found by simulation
+        options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
+        try:
+            schedule = build_schedule(
+                algorithm, op, layout, size_bytes, chunks=chunks, channels=channels, **options
+            )
+            return self._bound_of(graph, schedule)
+        except CcsimError:  # e.g. nvls where no switch reduces: the run says why
+            return 0.0
+
+    def _bound_of(self, graph: nx.Graph, schedule) -> float:
+        key = topology_key(graph)
+        if key not in self._bounds:
+            self._bounds[key] = LoadBound(graph)
+        return self._bounds[key].time_s(
+            schedule, calibration=calibration_of(graph), protocols=self._protocols(graph, schedule)
+        )
+
+    def _protocols(self, graph: nx.Graph, schedule) -> tuple[str, ...]:
+        """The protocols a run of ``schedule`` may use (none: the ideal model)."""
+        if self.protocol is None:
+            return ()
+        allowed = schedule.params.get("protocols") or PROTOCOLS
+        if str(self.protocol).lower() != "auto":
+            return tuple(name for name in PROTOCOLS if name.lower() == str(self.protocol).lower())
+        enabled = [name for name in allowed if name in calibration_of(graph).enabled()]
+        return tuple(enabled or allowed)
 
     def best_chunks(
         self,
@@ -184,8 +242,10 @@ class AutoTuner:
         layout: RankLayout | None = None,
         root: int = 0,
         channels: int | None = None,
-    ) -> tuple[CollectiveResult, int]:
-        """The fastest chunk count of ``algorithm`` at this size, and its result."""
+        cutoff: float = math.inf,
+    ) -> tuple[CollectiveResult, int] | None:
+        """The fastest chunk count of ``algorithm`` at this size, and its result; None
+        when its link load alone is slower than ``cutoff`` (seconds) at every count."""
         layout = layout or rank_layout(graph)
         best: tuple[CollectiveResult, int] | None = None
         for chunks in self.chunk_candidates:
@@ -199,15 +259,17 @@ class AutoTuner:
                     layout=layout,
                     root=root,
                     channels=channels,
+                    cutoff=min(cutoff, best[0].time_s) if best else cutoff,
                 )
             except CcsimError:
                 if best is None:
                     raise
                 break  # too many chunks to build (e.g. direct all-reduce's size limit)
+            if result is None:
+                break  # more chunks move the same bytes: no count can beat the cutoff
             if best is not None and not result.time_s < best[0].time_s * (1 - MIN_GAIN):
                 break
             best = (result, chunks)
-        assert best is not None  # chunk_candidates is never empty
         return best
 
     def candidates(self, op: str, layout: RankLayout) -> list[str]:
@@ -245,23 +307,57 @@ class AutoTuner:
         names = self.candidates(op, layout) if algorithm == "auto" else [algorithm]
         best: Choice | None = None
         channel_counts = CHANNEL_CANDIDATES if self.channels == "auto" else (self.channels,)
+        if len(names) > 1:
+            # Most promising first (smallest lower bound), so that the best time found
+            # early prunes the rest; ties keep the registry's order.
+            first = self.chunk_candidates[-1] if chunks == "auto" else int(chunks)
+            names = sorted(
+                names,
+                key=lambda name: self.bound(
+                    graph, op, size_bytes, name, first, layout, root, channel_counts[0]
+                ),
+            )
         for name in names:
             mine: Choice | None = None  # this algorithm's best over channel counts
             for c in channel_counts:
+                # Prune only when there is a choice to make: a candidate whose link load
+                # alone is slower than the best so far cannot win.
+                cutoff = min(
+                    best.time_s if best and len(names) > 1 else math.inf,
+                    mine.time_s if mine else math.inf,
+                )
                 try:
                     if chunks == "auto":
-                        result, k = self.best_chunks(
-                            graph, op, size_bytes, name, layout=layout, root=root, channels=c
+                        found = self.best_chunks(
+                            graph,
+                            op,
+                            size_bytes,
+                            name,
+                            layout=layout,
+                            root=root,
+                            channels=c,
+                            cutoff=cutoff,
                         )
+                        result, k = found if found else (None, 0)
                     else:
                         k = int(chunks)
                         result = self.run(
-                            graph, op, size_bytes, name, k, layout=layout, root=root, channels=c
+                            graph,
+                            op,
+                            size_bytes,
+                            name,
+                            k,
+                            layout=layout,
+                            root=root,
+                            channels=c,
+                            cutoff=cutoff,
                         )
                 except CcsimError:
                     if len(names) == 1 and mine is None:
                         raise
                     break  # e.g. multipath on a server whose NICs reach no switch
+                if result is None:
+                    break  # more channels move the same bytes: they cannot win either
                 if mine is not None and not result.time_s < mine.time_s * (1 - MIN_GAIN):
                     break  # more channels no longer pay (as with chunks)
                 mine = Choice(name, k, result.time_s, c)
@@ -301,5 +397,6 @@ class AutoTuner:
             root=root,
             channels=picked.channels,
         )
+        assert result is not None  # no cutoff: always simulated (or cached)
         result.params.update(chunks=picked.chunks, channels=picked.channels)
         return result
