@@ -51,9 +51,12 @@ class Protocol:
 
 # NCCL 2.30 tuning.cc (shared/reference/README.md): base latency LL/LL128/Simple
 # 6.6/14.0/8.4 us (ring); per-hop NVLink 0.6/1.9/3.4, PCIe 1.0/2.5/5.7, network
-# 2.7/4.0/14 us; bandwidth factor LL 1/4 for a ring all-reduce (src/graph/tuning.cc:
-# busBw * 1.0/4.0; half of it is the 4-byte flag in every 8-byte line), LL128 0.92
-# (120/128 = 0.9375 of the lines carry data), Simple 1.0.
+# 2.7/4.0/14 us; bandwidth factor LL 1/4 for a ring all-reduce (tuning.cc up to NCCL
+# 2.18: busBw * 1.0/4.0; half of it is the 4-byte flag in every 8-byte line; 2.30's
+# model says 0.5, the line's data share, but 1/4 predicts the bundled H100 runs' small-
+# message times better: 11.0% and 19.5% median error against 12.5% and 22.2%), LL128
+# 0.92 (120/128 = 0.9375 of the lines carry data), Simple 1.0. simulator.library.nccl
+# holds 2.30's own model for NCCL's choice; these are the costs ccsim simulates.
 DEFAULT_PROTOCOLS = {
     "LL": Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.25),
     "LL128": Protocol(
