@@ -7,6 +7,7 @@ import sys
 import networkx as nx
 import pytest
 
+from simulator.algorithms import algorithm_names, get_algorithm
 from simulator.cli import main
 from simulator.collective.compare import compare
 from simulator.collective.tuner import AutoTuner, size_bucket, topology_key
@@ -305,3 +306,20 @@ def test_channels_auto_spreads_a_ring_over_the_nics():
 def test_channels_must_be_positive_or_auto():
     with pytest.raises(CcsimError, match="channels must be a positive integer or 'auto'"):
         AutoTuner(channels=0)
+
+
+@pytest.mark.parametrize(
+    "op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"]
+)
+def test_compare_default_runs_every_algorithm_that_can(op, capsys):
+    """Without --algos, compare takes every algorithm that can run OP here: on one
+    dgx-a100, none that lacks OP, and not nvls (no reducing NVSwitch there) or multipath
+    (its NICs reach no switch on one server)."""
+    assert main(["compare", op, "--sizes", "1M", "--chunks", "1", "--format", "json"]) == 0
+    names = {row["algorithm"] for row in json.loads(capsys.readouterr().out)}
+    expected = {
+        name
+        for name in algorithm_names()
+        if op in get_algorithm(name).ops and name not in ("nvls", "multipath")
+    }
+    assert names == expected

@@ -41,10 +41,10 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument(
         "--algos",
-        default="ring,hierarchical,pipelined,tree",
+        default=None,
         metavar="NAMES",
         help=f"comma-separated algorithms among {', '.join(algorithm_names())} "
-        "(default: %(default)s)",
+        "(default: every one of them that can run OP on this topology)",
     )
     cmd.add_argument(
         "--sizes",
@@ -102,7 +102,10 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_compare(args: argparse.Namespace) -> None:
     sizes = parse_sizes(args.sizes)
-    algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
+    given = args.algos is not None
+    algorithms = [name.strip() for name in (args.algos or "").split(",") if name.strip()]
+    if given and not algorithms:
+        raise CcsimError("--algos: give at least one algorithm name")
     for name in algorithms:
         get_algorithm(name)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
@@ -112,6 +115,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
             raise CcsimError(f"--plot {args.plot!r}: folder {str(folder)!r} does not exist")
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)
+    if not given:
+        algorithms = runnable(graph, args.op, min(sizes))
     for name in algorithms:  # fail before simulating anything
         reason = get_algorithm(name).unsupported(args.op, layout)
         if reason is not None:
@@ -164,3 +169,23 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         write_atomically(args.out, text)
     else:
         sys.stdout.write(text)
+
+
+def runnable(graph, op: str, size: float) -> list[str]:
+    """Every registered algorithm that runs ``op`` on ``graph``: it implements it for
+    these ranks and a run at ``size`` (the smallest asked for) succeeds (nvls needs an
+    NVSwitch that reduces, multipath NICs on a switch)."""
+    layout = rank_layout(graph)
+    tuner = AutoTuner()
+    names = []
+    for name in algorithm_names():
+        if get_algorithm(name).unsupported(op, layout) is not None:
+            continue
+        try:
+            tuner.run(graph, op, float(size), name, 1, layout=layout)
+        except CcsimError:
+            continue
+        names.append(name)
+    if not names:
+        raise CcsimError(f"no algorithm can run {op} on this topology")
+    return names
