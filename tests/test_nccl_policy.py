@@ -180,3 +180,25 @@ def test_nvls_channels_are_copies_on_the_same_links(nodes):
         for c in (1, 16)
     ]
     assert times[0] == pytest.approx(times[1], rel=1e-12)
+
+
+def test_validate_detail_lists_every_size_with_nccl_s_choice(tmp_path, capsys):
+    """`ccsim validate --detail` prints, per size, what ran: on the RTX 5090 PCIe box
+    NCCL never runs LL128 (no NVLink), so every row is LL or Simple on the ring."""
+    import json
+    import shutil
+
+    from simulator.validate import BUNDLED
+
+    for suffix in (".csv", ".yaml"):
+        shutil.copy(BUNDLED / f"RTX5090-1N-AR-PCIe{suffix}", tmp_path / f"rtx{suffix}")
+    assert main(["validate", "--data", str(tmp_path), "--detail", "--format", "json"]) == 0
+    (case,) = json.loads(capsys.readouterr().out)
+    measured = (tmp_path / "rtx.csv").read_text().strip().splitlines()[1:]
+    assert [row["size_bytes"] for row in case["sizes"]] == [
+        int(line.split(",")[0]) for line in measured
+    ]
+    assert {(row["algorithm"], row["protocol"]) for row in case["sizes"]} <= {
+        ("Ring", "LL"),
+        ("Ring", "Simple"),
+    }

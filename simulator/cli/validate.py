@@ -7,7 +7,7 @@ import sys
 
 from ..errors import CcsimError
 from ..validate.nccl_tests import BUNDLED, load_case, sidecars, validate_folder
-from ..viz.tables import report_table, to_json
+from ..viz.tables import detail_rows, report_table, to_json, validation_detail
 
 
 def add_validate_command(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         "--data",
         default=None,
         metavar="DIR",
-        help=f"folder of cases (default: the bundled calibration cases, {BUNDLED})",
+        help=f"folder of cases (default: the eleven bundled public runs, {BUNDLED})",
     )
     cmd.add_argument(
         "--plot",
@@ -49,6 +49,12 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         help="with --fit: fit on every size (the errors are then in-sample)",
     )
     cmd.add_argument(
+        "--detail",
+        action="store_true",
+        help="also print every size of every case: measured and simulated time (us) and "
+        "busbw (GB/s), and the algorithm, protocol and channels it ran with",
+    )
+    cmd.add_argument(
         "--format",
         choices=("table", "json"),
         default="table",
@@ -65,9 +71,15 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         raise CcsimError("--no-holdout goes with --fit")
     results = validate_folder(args.data)
     if args.format == "json":
-        sys.stdout.write(to_json([r.summary() for r in results]))
+        rows = [r.summary() for r in results]
+        if args.detail:
+            for row, result in zip(rows, results, strict=True):
+                row["sizes"] = detail_rows(result)
+        sys.stdout.write(to_json(rows))
     else:
         sys.stdout.write(report_table(results))
+        if args.detail:
+            sys.stdout.write(validation_detail(results))
     if args.plot:
         from ..viz.plots import plot_validation  # matplotlib loads only when asked for
 

@@ -24,7 +24,10 @@ the preset's ``launch``) and the GPUs' time.
 
 Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
 time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
-the three calibration runs of shared/reference/nccl-tests (public measurements).
+eleven public nccl-tests runs: the three calibration runs of shared/reference/nccl-tests
+and eight more (H100 on 1 to 8 servers, A100 on 2 over RoCE), each sidecar citing its
+source. A sidecar's ``algorithm`` defaults to ``nccl``: what NCCL runs with no
+environment set.
 """
 
 from __future__ import annotations
@@ -266,7 +269,7 @@ def sidecars(folder: Path | str | None = None) -> list[Path]:
 
 
 def validate_folder(folder: Path | None = None) -> list[CaseResult]:
-    """Run every case of a folder (default: the bundled calibration cases).
+    """Run every case of a folder (default: the bundled cases).
 
     A case whose files are malformed or that names an unknown preset gives a result
     with ``error`` set; the other cases still run.

@@ -243,3 +243,42 @@ def breakdown_table(result: Breakdown, *, title: str = "", per_rank: bool = Fals
                 f"{r.waiting_s * 1e3:>10.3f} {r.bubble_s * 1e3:>10.3f}"
             )
     return "\n".join(lines) + "\n"
+
+
+def detail_rows(result: CaseResult) -> list[dict[str, Any]]:
+    """One row per size of a validation case: what was measured, what ran, what came out."""
+    return [
+        {
+            "size_bytes": int(result.sizes[i]),
+            "measured_us": result.measured_us[i],
+            "simulated_us": result.simulated_us[i],
+            "measured_busbw_GBps": result.measured_busbw[i],
+            "simulated_busbw_GBps": result.simulated_busbw[i],
+            "algorithm": result.algorithms[i],
+            "protocol": result.protocols[i],
+            "channels": result.channels[i] if i < len(result.channels) else None,
+        }
+        for i in range(len(result.sizes))
+    ]
+
+
+def validation_detail(results: Sequence[CaseResult]) -> str:
+    """Every size of every case: measured against simulated, and the choice it ran with."""
+    lines = []
+    for result in results:
+        if result.error:
+            continue
+        lines += [
+            "",
+            f"# {result.name}",
+            f"{'size (B)':>12} {'time (us)':>10} {'ccsim':>10} {'busbw':>8} {'ccsim':>8}  "
+            "algorithm  protocol  channels",
+        ]
+        for row in detail_rows(result):
+            lines.append(
+                f"{row['size_bytes']:>12} {row['measured_us']:>10.1f} "
+                f"{row['simulated_us']:>10.1f} {row['measured_busbw_GBps']:>8.2f} "
+                f"{row['simulated_busbw_GBps']:>8.2f}  {row['algorithm']:<9}  "
+                f"{row['protocol']:<8}  {row['channels']}"
+            )
+    return "\n".join(lines) + "\n"
