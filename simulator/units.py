@@ -6,9 +6,10 @@ Internally ccsim works in bytes, bytes per second and seconds. Users may write
 * Sizes: ``K``/``M``/``G``/``T`` without ``B`` are binary multiples, as in nccl-tests'
   ``-b 8 -e 4G`` (4G = 4 GiB). ``KiB``/``MiB``/``GiB`` are binary; ``KB``/``MB``/``GB``
   are decimal (10^3, 10^6, 10^9), as in nccl-tests' reports.
-* Bandwidths: ``bps``/``Kbps``/``Mbps``/``Gbps``/``Tbps`` are bits per second (decimal);
-  ``B/s``, ``KB/s``, ``MB/s``, ``GB/s``, ``TB/s`` (also ``GBps``) are bytes per second
-  (decimal); ``GiB/s`` and friends are binary. A bare number is bytes per second.
+* Bandwidths: a small ``b`` is bits, a capital ``B`` bytes, whatever follows:
+  ``Gbps``, ``Gb/s``, ``Gbit/s`` are bits per second; ``GBps``, ``GB/s``, ``GByte/s``
+  bytes per second (decimal); ``GiB/s`` and friends are binary. A bare number is bytes
+  per second.
 * Times: ``s``, ``ms``, ``us`` (or ``µs``), ``ns``. A bare number is seconds.
 """
 
@@ -39,24 +40,14 @@ _SIZE_UNITS = {
     "tb": 10**12,
 }
 
-_BANDWIDTH_UNITS = {
-    "": 1.0,
-    "b/s": 1.0,
-    "bps_bytes": 1.0,
-    "bps": 1 / 8,
-    "kbps": 1e3 / 8,
-    "mbps": 1e6 / 8,
-    "gbps": 1e9 / 8,
-    "tbps": 1e12 / 8,
-    "kb/s": 1e3,
-    "mb/s": 1e6,
-    "gb/s": 1e9,
-    "tb/s": 1e12,
-    "kib/s": 2.0**10,
-    "mib/s": 2.0**20,
-    "gib/s": 2.0**30,
-    "tib/s": 2.0**40,
-}
+# A rate unit: an optional prefix (k, M, G, T; i for binary), then bits (b, bit, bits)
+# or bytes (B, Byte, Bytes), then "ps", "/s" or "/sec". The case of b / B decides:
+# vendors write NIC speeds as 400Gb/s (bits) and link speeds as 900GB/s (bytes).
+_RATE_UNIT = re.compile(
+    r"^(?P<prefix>[kKmMgGtT]?)(?P<binary>i?)"
+    r"(?:(?P<bits>b(?:its?)?)|(?P<bytes>B(?:ytes?)?))(?:ps|/s|/sec)$"
+)
+_RATE_PREFIX = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
 # Divisors rather than factors: 500 / 1e9 is exactly 5e-07, 500 * 1e-9 is not.
 _TIME_DIVISORS = {"": 1.0, "s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
@@ -94,18 +85,24 @@ def parse_bandwidth(text: str | float, *, field: str = "bandwidth") -> float:
 
     >>> parse_bandwidth("400Gbps"), parse_bandwidth("900GB/s"), parse_bandwidth("25GBps")
     (50000000000.0, 900000000000.0, 25000000000.0)
+    >>> parse_bandwidth("200Gb/s"), parse_bandwidth("400Gbit/s")  # bits, as NIC speeds
+    (25000000000.0, 50000000000.0)
     """
     value, unit = _split(text, field, "400Gbps or 900GB/s")
-    key = unit.lower()
-    # 'GBps' (capital B) means bytes; 'Gbps' (small b) means bits: look at the case.
-    if unit.endswith("Bps"):
-        key = key[:-3] + "b/s"
-    if key not in _BANDWIDTH_UNITS or key == "bps_bytes":
-        raise CcsimError(
-            f"invalid {field} {text!r}: unknown unit {unit!r}; use bits per second "
-            "(Gbps, Mbps) or bytes per second (GB/s, GBps, GiB/s)"
-        )
-    result = value * _BANDWIDTH_UNITS[key]
+    if unit == "":
+        scale = 1.0  # a bare number is bytes per second
+    else:
+        match = _RATE_UNIT.match(unit)
+        if match is None:
+            raise CcsimError(
+                f"invalid {field} {text!r}: unknown unit {unit!r}; use bits per second "
+                "(Gbps, Gb/s, Gbit/s) or bytes per second (GB/s, GBps, GiB/s)"
+            )
+        power = _RATE_PREFIX[match["prefix"].lower()]
+        scale = (1024.0 if match["binary"] else 1000.0) ** power
+        if match["bits"]:
+            scale /= 8
+    result = value * scale
     if not result > 0 or math.isinf(result):
         raise CcsimError(f"invalid {field} {text!r}: a bandwidth must be positive and finite")
     return result

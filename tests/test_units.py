@@ -3,6 +3,8 @@
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulator.errors import CcsimError
 from simulator.units import parse_bandwidth, parse_size, parse_sizes, parse_time
@@ -71,3 +73,40 @@ def test_size_range_with_factor_and_list():
 def test_bad_sizes(bad):
     with pytest.raises(CcsimError):
         parse_sizes(bad)
+
+
+PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+BITS = ("bps", "b/s", "bit/s", "bits/s", "b/sec")
+BYTES = ("Bps", "B/s", "Byte/s", "Bytes/s", "B/sec")
+
+
+@pytest.mark.parametrize("prefix", sorted(PREFIXES))
+@pytest.mark.parametrize("spelling", BITS + BYTES)
+def test_small_b_is_bits_and_capital_b_is_bytes_in_every_spelling(prefix, spelling):
+    """Vendors write NIC speeds as 200Gb/s (bits): a small b divides by 8 whatever
+    follows it; a capital B never does."""
+    bytes_per_unit = PREFIXES[prefix] / (8 if spelling in BITS else 1)
+    assert parse_bandwidth(f"200{prefix}{spelling}") == pytest.approx(200 * bytes_per_unit)
+
+
+@given(
+    value=st.floats(min_value=1e-3, max_value=1e6, allow_nan=False),
+    prefix=st.sampled_from(sorted(PREFIXES)),
+    spelling=st.sampled_from(("bps", "b/s", "b/sec")),  # B in their place spells bytes
+)
+def test_bits_are_an_eighth_of_the_same_bytes(value, prefix, spelling):
+    as_bits = parse_bandwidth(f"{value!r}{prefix}{spelling}")
+    as_bytes = parse_bandwidth(f"{value!r}{prefix}{spelling.replace('b', 'B', 1)}")
+    assert as_bits * 8 == pytest.approx(as_bytes, rel=1e-12)
+
+
+def test_a_nic_written_in_gb_per_second_is_bits():
+    """The regression: 'bandwidth: 200Gb/s' on a NIC was read as 200 GB/s (8x too fast);
+    it is 25 GB/s, the same machine as 200Gbps."""
+    from simulator.topology import load_topology
+    from simulator.topology.presets import preset
+
+    assert parse_bandwidth("200Gb/s") == parse_bandwidth("200Gbps") == 25e9
+    graph = load_topology("dgx-a100", 2)
+    nics = {d["bandwidth"] for _, d in graph.nodes(data=True) if d["kind"] == "nic"}
+    assert preset("dgx-a100")["server"]["nic"]["bandwidth"] == "200Gbps" and nics == {25e9}
