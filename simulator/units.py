@@ -77,7 +77,10 @@ def parse_size(text: str | float, *, field: str = "size") -> float:
             f"invalid {field} {text!r}: unknown unit {unit!r}; "
             "use B, K, M, G, KiB, MiB, GiB, KB, MB or GB"
         )
-    return value * _SIZE_UNITS[key]
+    result = value * _SIZE_UNITS[key]
+    if not math.isfinite(result):
+        raise CcsimError(f"invalid {field} {text!r}: a size must be finite")
+    return result
 
 
 def parse_bandwidth(text: str | float, *, field: str = "bandwidth") -> float:

@@ -110,3 +110,9 @@ def test_a_nic_written_in_gb_per_second_is_bits():
     graph = load_topology("dgx-a100", 2)
     nics = {d["bandwidth"] for _, d in graph.nodes(data=True) if d["kind"] == "nic"}
     assert preset("dgx-a100")["server"]["nic"]["bandwidth"] == "200Gbps" and nics == {25e9}
+
+
+@pytest.mark.parametrize("text", ["1e999", "1e999G", "1e400MiB"])
+def test_an_infinite_size_is_refused(text):
+    with pytest.raises(CcsimError, match="finite"):
+        parse_size(text)
