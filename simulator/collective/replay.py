@@ -136,7 +136,8 @@ class ScheduleReplay:
         self.network.add_flows(self._owner, ops, routes, self._wire[ops])
 
     def _routes(self, ops: np.ndarray) -> np.ndarray:
-        return route_ops(self.network.router, self.schedule, ops)
+        # The replay's ranks, which a workload maps from the group's to the cluster's.
+        return route_ops(self.network.router, self.schedule, ops, self._src, self._dst)
 
     def _step_latency(self, routes: np.ndarray) -> np.ndarray:
         """Protocol latency of each transfer's step, by the class of its own path (NCCL
@@ -247,10 +248,18 @@ class ScheduleReplay:
         )
 
 
-def route_ops(router: Router, schedule: Schedule, ops: np.ndarray) -> np.ndarray:
+def route_ops(
+    router: Router,
+    schedule: Schedule,
+    ops: np.ndarray,
+    src: np.ndarray | None = None,
+    dst: np.ndarray | None = None,
+) -> np.ndarray:
     """Route of each op: the shortest (ECMP-hashed by channel), unless the schedule
-    sends it through the NICs (multipath) or into or out of an NVLS switch."""
-    src, dst = schedule.src[ops], schedule.dst[ops]
+    sends it through the NICs (multipath) or into or out of an NVLS switch. ``src`` and
+    ``dst`` give every op's ranks on the topology when they are not the schedule's own."""
+    src = (schedule.src if src is None else src)[ops]
+    dst = (schedule.dst if dst is None else dst)[ops]
     if not schedule.path.any():
         return router.route_ids(src, dst, schedule.channel[ops])
     path = schedule.path[ops]
