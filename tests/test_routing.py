@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import networkx as nx
 import numpy as np
 import pytest
@@ -181,18 +179,16 @@ def test_directed_graph_routes_along_its_arcs():
     assert path(router, 0, 3) == [0, 1, 2, 3]
 
 
-def test_large_ring_still_routes_fast():
+def test_large_ring_routes_neighbours_in_one_hop():
     """1024 GPUs on a ring: the 1024 neighbour routes (one hop each) come from the dense
-    single-path table; well under a second."""
+    single-path table. (Its speed is ccsim bench's ring-1024, not a timed test: CI
+    machines are shared.)"""
     graph = ring_graph(1024, 150e9, 500e-9)
     router = router_of(graph)
     src = np.arange(1024)
-    start = time.perf_counter()
     routes = router.route_ids(src, (src + 1) % 1024, np.zeros(1024, dtype=int))
-    elapsed = time.perf_counter() - start
     ptr = router.arrays()[0]
     assert np.all(ptr[routes + 1] - ptr[routes] == 1)
-    assert elapsed < 1.0
 
 
 def test_router_reads_the_seed_from_the_graph():
