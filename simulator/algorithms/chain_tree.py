@@ -55,9 +55,9 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Algorithm, RankLayout, check_positive_int
-from .builder import NONE, OpBuffer, replicate_channels
+from .builder import OpBuffer, replicate_channels
 from .schedule import Schedule
-from .tree import double_tree
+from .tree import _down, _Tree, _up, double_tree
 
 
 def chain_tree_parents(per_server: int, server_parents: np.ndarray) -> np.ndarray:
@@ -74,65 +74,6 @@ def chain_tree_parents(per_server: int, server_parents: np.ndarray) -> np.ndarra
     heads = np.arange(len(server_parents)) * g
     parents[heads] = np.where(server_parents < 0, -1, server_parents * g)
     return parents
-
-
-class _Tree:
-    """One tree's edges as arrays: the non-root ranks, their parents, their children.
-
-    ``children[r]`` lists rank r's children, padded with -1 (a server's local rank 0
-    may have three: the next GPU of its chain and two servers below it).
-    """
-
-    def __init__(self, parents: np.ndarray):
-        p = len(parents)
-        self.parents = parents
-        self.root = int(np.flatnonzero(parents < 0)[0])
-        self.nodes = np.flatnonzero(parents >= 0)  # op order within a batch
-        self.index = np.full(p, -1, dtype=np.int64)
-        self.index[self.nodes] = np.arange(len(self.nodes))
-        arity = max(1, int(np.bincount(parents[self.nodes], minlength=p).max(initial=0)))
-        self.children = np.full((p, arity), -1, dtype=np.int64)
-        filled = np.zeros(p, dtype=np.int64)
-        for node in self.nodes.tolist():
-            parent = parents[node]
-            self.children[parent, filled[parent]] = node
-            filled[parent] += 1
-
-    def child_ops(self, ranks: np.ndarray, up: np.ndarray) -> list[np.ndarray]:
-        """For each rank, the ops (of an up batch ``up``) that bring its children's data."""
-        kids = self.children[ranks]
-        return [
-            np.where(kids[:, c] >= 0, up[self.index[np.maximum(kids[:, c], 0)]], NONE)
-            for c in range(kids.shape[1])
-        ]
-
-
-def _up(buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous) -> np.ndarray:
-    """Chunk ``k`` reduced one level up: every non-root rank to its parent, once the
-    rank has the chunk from all its children, after its previous chunk left."""
-    nodes = tree.nodes
-    ids = buf.n + np.arange(len(nodes))
-    deps = [(ops, False) for ops in tree.child_ops(nodes, ids)]
-    deps.append((NONE if previous is None else previous, True))
-    buf.add(nodes, tree.parents[nodes], segment, nbytes, reduce=True, step=0, chunk=k, deps=deps)
-    return ids
-
-
-def _down(
-    buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous, up: np.ndarray
-) -> np.ndarray:
-    """Chunk ``k`` broadcast one level down: every parent to each child, once the parent
-    has the reduced chunk (from its parent, or at the root from all its children)."""
-    nodes = tree.nodes
-    ids = buf.n + np.arange(len(nodes))
-    parents = tree.parents[nodes]
-    from_root = parents == tree.root
-    via_parent = np.where(from_root, NONE, ids[tree.index[np.maximum(parents, 0)]])
-    deps = [(via_parent, False), (NONE if previous is None else previous, True)]
-    root_ops = tree.child_ops(np.full(len(nodes), tree.root), up)
-    deps += [(np.where(from_root, ops, NONE), False) for ops in root_ops]
-    buf.add(parents, nodes, segment, nbytes, reduce=False, step=1, chunk=k, deps=deps)
-    return ids
 
 
 def chain_tree_schedule(

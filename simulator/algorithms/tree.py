@@ -70,30 +70,43 @@ def tree_depth(parents: np.ndarray) -> int:
 
 
 class _Tree:
-    """One tree's edges as arrays: the non-root ranks, their parents and children."""
+    """One tree's edges as arrays: the non-root ranks, their parents, their children.
+
+    ``children[r]`` lists rank r's children, padded with -1 (two in a binary tree; in
+    chain-tree a server's local rank 0 may have three: the next GPU of its chain and two
+    servers below it).
+    """
 
     def __init__(self, parents: np.ndarray):
+        p = len(parents)
         self.parents = parents
         self.root = int(np.flatnonzero(parents < 0)[0])
         self.nodes = np.flatnonzero(parents >= 0)  # op order within a batch
-        self.index = np.full(len(parents), -1, dtype=np.int64)
+        self.index = np.full(p, -1, dtype=np.int64)
         self.index[self.nodes] = np.arange(len(self.nodes))
-        self.children = np.full((len(parents), 2), -1, dtype=np.int64)
+        arity = max(1, int(np.bincount(parents[self.nodes], minlength=p).max(initial=0)))
+        self.children = np.full((p, arity), -1, dtype=np.int64)
+        filled = np.zeros(p, dtype=np.int64)
         for node in self.nodes.tolist():
-            slot = 0 if self.children[parents[node], 0] < 0 else 1
-            self.children[parents[node], slot] = node
+            parent = parents[node]
+            self.children[parent, filled[parent]] = node
+            filled[parent] += 1
 
     def child_ops(self, ranks: np.ndarray, up: np.ndarray) -> list[np.ndarray]:
         """For each rank, the ops (of an up batch ``up``) that bring its children's data."""
         kids = self.children[ranks]
-        return [np.where(kids[:, c] >= 0, up[self.index[kids[:, c]]], NONE) for c in (0, 1)]
+        return [
+            np.where(kids[:, c] >= 0, up[self.index[np.maximum(kids[:, c], 0)]], NONE)
+            for c in range(kids.shape[1])
+        ]
 
 
 def _up(buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous) -> np.ndarray:
-    """Chunk ``k`` of a reduction towards the root: every non-root rank to its parent."""
+    """Chunk ``k`` reduced one level up: every non-root rank to its parent, once the
+    rank has the chunk from all its children, after its previous chunk left."""
     nodes = tree.nodes
     ids = buf.n + np.arange(len(nodes))
-    deps = [(c, False) for c in tree.child_ops(nodes, ids)]
+    deps = [(ops, False) for ops in tree.child_ops(nodes, ids)]
     deps.append((NONE if previous is None else previous, True))
     buf.add(nodes, tree.parents[nodes], segment, nbytes, reduce=True, step=0, chunk=k, deps=deps)
     return ids
@@ -102,15 +115,13 @@ def _up(buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previou
 def _down(
     buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous, up
 ) -> np.ndarray:
-    """Chunk ``k`` of a broadcast from the root: every parent to each child.
-
-    With ``up`` (the chunk's reduction ops) the root first waits for its children's data.
-    """
+    """Chunk ``k`` broadcast one level down: every parent to each child, once the parent
+    has the chunk from its parent. With ``up`` (the chunk's reduction ops, in an
+    all-reduce) the root first waits for its children's data."""
     nodes = tree.nodes
     ids = buf.n + np.arange(len(nodes))
     parents = tree.parents[nodes]
     from_root = parents == tree.root
-    # Below the root: the parent must have received the chunk from its own parent.
     via_parent = np.where(from_root, NONE, ids[tree.index[np.maximum(parents, 0)]])
     deps = [(via_parent, False), (NONE if previous is None else previous, True)]
     if up is not None:
