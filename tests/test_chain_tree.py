@@ -124,7 +124,7 @@ def test_edges_follow_nccl_for_four_servers_of_two():
     tree 0: 1->0, 2->4, 3->2, 4->0, 5->4, 6->4, 7->6 (root 0);
     tree 1: 0->2, 1->0, 2->6, 3->2, 4->2, 5->4, 7->6 (root 6).
     The broadcast uses the same edges reversed."""
-    schedule = chain_tree(servers(4, 2), chunks=2, channels=2)
+    schedule = chain_tree(servers(4, 2), chunks=2)
     assert sorted(set(schedule.segment_owner.tolist())) == [0, 6]
     expected = {
         0: {(1, 0), (2, 4), (3, 2), (4, 0), (5, 4), (6, 4), (7, 6)},
@@ -182,17 +182,43 @@ def test_bytes_on_the_wire(N, g, chunks, channels):
     number of bytes here, so the sum is exact). Per ordered pair: a chain edge is in
     both trees, so it carries n each way; an inter-server edge carries n/2 each way per
     tree that uses it."""
-    p, n = N * g, N_BYTES
+    p, n, C = N * g, N_BYTES, channels
     schedule = chain_tree(servers(N, g), chunks=chunks, channels=channels)
     assert schedule.nbytes.sum() == 2 * (p - 1) * n
-    pairs = pair_bytes(schedule)
-    for j in range(1, g):
-        for s in range(N):
-            assert pairs[s * g + j, s * g + j - 1] == n
-            assert pairs[s * g + j - 1, s * g + j] == n
-    across = {(u, v): b for (u, v), b in pairs.items() if u // g != v // g}
-    assert all(u % g == 0 and v % g == 0 for u, v in across)
-    assert sum(across.values()) == 2 * (N - 1) * n  # N-1 edges x 2 trees x 2 ways x n/2
+    for c in range(C):
+        # Channel c's chain runs through local GPUs c, c+1, ... (mod g), with local GPU
+        # c at the top: its j-th link joins local GPUs (c+j) mod g and (c+j-1) mod g.
+        ops = schedule.channel == c
+        pairs = pair_bytes(
+            dataclasses.replace(
+                schedule, src=schedule.src[ops], dst=schedule.dst[ops], nbytes=schedule.nbytes[ops]
+            )
+        )
+        for j in range(1, g):
+            below, above = (c + j) % g, (c + j - 1) % g
+            for s in range(N):
+                assert pairs[s * g + below, s * g + above] == n / C
+                assert pairs[s * g + above, s * g + below] == n / C
+        across = {(u, v): b for (u, v), b in pairs.items() if u // g != v // g}
+        assert all(u % g == c % g and v % g == c % g for u, v in across)
+        # N-1 edges x 2 trees x 2 ways x n/(2C)
+        assert sum(across.values()) == 2 * (N - 1) * n / C
+
+
+def test_channels_leave_through_different_gpus():
+    """2 servers of 4, 4 channels: channel c's chains start at local GPU c (NCCL takes
+    each tree channel's chain from the ring of that channel), so the four channels cross
+    between the servers on four different GPU pairs (four NICs), n/2 each way on each:
+    the n/4 of a channel travels once up and once down each of its two trees' crossing
+    edge, n/(2C) per tree and way, and both trees cross the same pair."""
+    n, g = N_BYTES, 4
+    schedule = chain_tree(servers(2, g), channels=4)
+    across = {}
+    for u, v, b in zip(schedule.src, schedule.dst, schedule.nbytes, strict=True):
+        if u // g != v // g:
+            across[int(u), int(v)] = across.get((int(u), int(v)), 0.0) + float(b)
+    assert across == {(j, g + j): n / 4 for j in range(g)} | {(g + j, j): n / 4 for j in range(g)}
+    verify(schedule)
 
 
 # -- simulated times ---------------------------------------------------------------------
@@ -217,19 +243,19 @@ def time_of(graph, n=N_BYTES, **options) -> float:
 
 @pytest.mark.parametrize("g", [2, 3, 8])
 @pytest.mark.parametrize("chunks", [1, 4, 16])
-@pytest.mark.parametrize("channels", [1, 2])
-def test_one_server_chain_time(g, chunks, channels):
+def test_one_server_chain_time(g, chunks):
     """Pure chain of D = 2(g-1) hops on a full mesh (each hop its own link; up and down
-    use the two directions). Both halves (and all C channels) cross every hop in the
-    same direction at the same moments, so a chunk of n/(2KC) shares its link with 2C-1
-    twins and takes τ = n/(KB). Chunk k starts hop h at (h-1)(a + τ) + kτ (its previous
+    use the two directions), one channel (channels start their chains at different
+    GPUs, so their links differ). Both halves cross every hop in the same direction at
+    the same moments, so a chunk of n/(2K) shares its link with its twin and takes
+    τ = n/(KB). Chunk k starts hop h at (h-1)(a + τ) + kτ (its previous
     hop and the previous chunk of this hop both end then), so
     T = 2(g-1)(a + τ) + (K-1)τ. g = 8, K = 4: τ = 125.83 us, T = 14 x 126.83 + 3 x 125.83
     = 2153.1 us."""
     tau = N_BYTES / (chunks * B)
     expected = 2 * (g - 1) * (A + tau) + (chunks - 1) * tau
-    assert time_of(mesh(g, g), chunks=chunks, channels=channels) == pytest.approx(expected, rel=REL)
-    if channels == 1 and chunks == 4:  # no server attribute: the same single chain
+    assert time_of(mesh(g, g), chunks=chunks) == pytest.approx(expected, rel=REL)
+    if chunks == 4:  # no server attribute: the same single chain
         assert time_of(mesh(g), chunks=chunks) == pytest.approx(expected, rel=REL)
 
 

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import CcsimError
-from .schedule import Schedule
+from .schedule import PATH_DEFAULT, Schedule
 
 #: "No dependency" in dependency columns.
 NONE = -1
 
-_FIELDS = ("src", "dst", "segment", "nbytes", "reduce", "step", "chunk")
+_FIELDS = ("src", "dst", "segment", "nbytes", "reduce", "step", "chunk", "path")
 
 
 class OpBuffer:
@@ -58,6 +58,7 @@ class OpBuffer:
         reduce: bool | np.ndarray,
         step: int | np.ndarray,
         chunk: int | np.ndarray = 0,
+        path: int | np.ndarray = PATH_DEFAULT,
         deps: Sequence[tuple[Any, bool]] = (),
     ) -> np.ndarray:
         """Append one batch of ops; return their ids.
@@ -66,8 +67,8 @@ class OpBuffer:
         ----------
         src, dst, segment, nbytes : array-like or scalar
             Broadcast to a common length (the batch size).
-        reduce, step, chunk : bool / int or arrays
-            Per-op flags and labels, broadcast likewise.
+        reduce, step, chunk, path : bool / int or arrays
+            Per-op flags, labels and route kinds (``Schedule.path``), broadcast likewise.
         deps : sequence of (ids, sent)
             Dependency columns: ``ids`` (one per op, :data:`NONE` for none) and whether
             the op waits for them to be *sent* (True) or *done* (False).
@@ -81,6 +82,7 @@ class OpBuffer:
             np.asarray(reduce, dtype=bool).ravel(),
             np.asarray(step).ravel(),
             np.asarray(chunk).ravel(),
+            np.asarray(path).ravel(),
         )
         m = len(arrays[0])
         for name, values in zip(_FIELDS, arrays, strict=True):
@@ -136,6 +138,7 @@ class OpBuffer:
             segment_owner=np.asarray(segment_owner, dtype=np.int32),
             step=joined("step", np.int32),
             chunk=joined("chunk", np.int32),
+            path=joined("path", np.int8),
             params=params,
         )
 
@@ -247,21 +250,47 @@ def ring_phase(
     return received
 
 
-def replicate_channels(schedule: Schedule, channels: int, size_bytes: float) -> Schedule:
+def replicate_channels(
+    schedule: Schedule,
+    channels: int,
+    size_bytes: float,
+    rank_maps: np.ndarray | None = None,
+) -> Schedule:
     """``channels`` independent copies of a one-channel ``schedule``, one per channel.
 
     Copy ``c`` has its own blocks (ids shifted by ``c`` x blocks) and ops, labelled
     channel ``c``; ``schedule`` must have been built for ``size_bytes / channels``.
+    ``rank_maps[c][r]``, when given, is the rank that plays rank ``r`` in copy ``c``
+    (each row a permutation), so channels can run the same pattern through different
+    GPUs and NICs.
     """
+    if rank_maps is not None:
+        rank_maps = np.asarray(rank_maps, dtype=np.int64)
+        expected = np.arange(schedule.ranks)
+        if rank_maps.shape != (channels, schedule.ranks) or not all(
+            np.array_equal(np.sort(row), expected) for row in rank_maps
+        ):
+            raise ValueError("rank_maps must hold one permutation of the ranks per channel")
     if channels == 1:
         schedule.size_bytes = float(size_bytes)
         schedule.params["channels"] = 1
+        if rank_maps is not None:
+            schedule.src = rank_maps[0][schedule.src].astype(schedule.src.dtype)
+            schedule.dst = rank_maps[0][schedule.dst].astype(schedule.dst.dtype)
+            schedule.segment_owner = rank_maps[0][schedule.segment_owner].astype(
+                schedule.segment_owner.dtype
+            )
         return schedule
     n, n_deps, n_blocks = schedule.n_ops, len(schedule.dep_idx), schedule.n_segments
     copies = np.arange(channels, dtype=np.int64)[:, None]
 
     def tile(values: np.ndarray) -> np.ndarray:
         return np.tile(values, channels)
+
+    def ranks(values: np.ndarray) -> np.ndarray:
+        if rank_maps is None:
+            return tile(values)
+        return rank_maps[:, values].ravel().astype(values.dtype)
 
     dep_ptr = np.empty(channels * n + 1, dtype=np.int64)
     dep_ptr[:-1] = (schedule.dep_ptr[:-1][None, :] + copies * n_deps).ravel()
@@ -271,15 +300,15 @@ def replicate_channels(schedule: Schedule, channels: int, size_bytes: float) -> 
         algorithm=schedule.algorithm,
         ranks=schedule.ranks,
         size_bytes=float(size_bytes),
-        src=tile(schedule.src),
-        dst=tile(schedule.dst),
+        src=ranks(schedule.src),
+        dst=ranks(schedule.dst),
         nbytes=tile(schedule.nbytes),
         segment=(schedule.segment[None, :] + copies * n_blocks).ravel(),
         reduce=tile(schedule.reduce),
         dep_ptr=dep_ptr,
         dep_idx=(schedule.dep_idx[None, :] + copies * n).ravel(),
         dep_sent=tile(schedule.dep_sent),
-        segment_owner=tile(schedule.segment_owner),
+        segment_owner=ranks(schedule.segment_owner),
         channel=np.repeat(np.arange(channels, dtype=np.int32), n),
         step=tile(schedule.step),
         chunk=tile(schedule.chunk),

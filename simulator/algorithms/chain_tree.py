@@ -26,7 +26,9 @@ and down once it has it from its parent. Each edge sends its chunks one after an
 and a rank's reduction (to its parent) and broadcast (to its children) run side by side,
 so the reduction of later chunks overlaps the broadcast of earlier ones. With one server
 this is a pure chain of 2(g-1) hops; with one GPU per server it is the ``tree``
-algorithm's double binary tree.
+algorithm's double binary tree. Channel c starts every server's chain at local GPU
+c mod g (the chain runs j = c, c+1, ... cyclically), as NCCL's tree channels follow the
+same channel's ring, so channels spread over the servers' GPUs and NICs.
 
 Every tree edge carries the tree's n/2 bytes once up and once down: 2(p-1)n bytes on
 the wire in all (p = gN). ``channels`` C runs C copies side by side, each on n/C.
@@ -138,5 +140,23 @@ class ChainTree(Algorithm):
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
         g = layout.ranks if layout.servers is None else layout.ranks_per_server()
-        one = chain_tree_schedule(self.name, layout.ranks // g, g, size_bytes / C, K)
-        return replicate_channels(one, C, size_bytes)
+        servers = layout.ranks // g
+        one = chain_tree_schedule(self.name, servers, g, size_bytes / C, K)
+        return replicate_channels(one, C, size_bytes, chain_rotations(servers, g, C))
+
+
+def chain_rotations(servers: int, per_server: int, channels: int) -> np.ndarray:
+    """Rank maps that start channel ``c``'s chains at local GPU ``c mod g`` of every
+    server, as a ring's channel ``c`` does (:func:`simulator.algorithms.ring.ring_orders`).
+
+    NCCL builds each tree channel's intra-server chain from the ring graph of the same
+    channel (``src/graph/connect.cc``, ``ncclTopoPreset`` at v2.30.7), so channels leave
+    a server through different GPUs and NICs; every server rotates alike, so the
+    inter-server edges join GPUs of one local index (one rail).
+
+    >>> chain_rotations(2, 3, 2).tolist()
+    [[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3]]
+    """
+    local = (np.arange(per_server)[None, :] + np.arange(channels)[:, None]) % per_server
+    offsets = np.arange(servers)[:, None] * per_server
+    return (offsets[None, :, :] + local[:, None, :]).reshape(channels, -1)
