@@ -66,6 +66,7 @@ def test_registry_lists_the_suite():
         "pairwise",
         "multipath",
         "nvls",
+        "nvls-tree",
     }
     assert get_algorithm("pairwise").ops == ("all_to_all",)
     assert set(get_algorithm("ring").ops) >= {"broadcast", "reduce", "all_reduce"}

@@ -15,6 +15,7 @@ from .halving_doubling import HalvingDoubling
 from .hierarchical import Hierarchical
 from .multipath import Multipath
 from .nvls import Nvls
+from .nvls_tree import NvlsTree
 from .pairwise import Pairwise
 from .pipelined import Pipelined
 from .schedule import Schedule
@@ -32,6 +33,7 @@ _ALGORITHMS: dict[str, Algorithm] = {
         HalvingDoubling(),
         Multipath(),
         Nvls(),
+        NvlsTree(),
         Direct(),
         Pairwise(),
     )

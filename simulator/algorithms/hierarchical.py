@@ -61,6 +61,24 @@ def server_groups(layout: RankLayout) -> np.ndarray | None:
     return np.array(members, dtype=np.int64)
 
 
+def groups_or_one_server(layout: RankLayout) -> np.ndarray:
+    """:func:`server_groups`, or every rank on one server when the layout names none.
+
+    >>> groups_or_one_server(RankLayout(3)).tolist()
+    [[0, 1, 2]]
+    """
+    groups = server_groups(layout)
+    return np.arange(layout.ranks)[None, :] if groups is None else groups
+
+
+def uneven_servers(name: str, layout: RankLayout) -> str | None:
+    """Why ``name`` cannot run where servers hold different numbers of ranks, or None."""
+    if layout.servers is None or server_groups(layout) is not None:
+        return None
+    counts = np.bincount(np.asarray(layout.servers)).tolist()
+    return f"{name} needs the same number of ranks on every server, got {counts}"
+
+
 def two_level_unsupported(algo: Algorithm, op: str, layout: RankLayout) -> str | None:
     """Shared ``unsupported`` of the hierarchical and pipelined algorithms."""
     reason = Algorithm.unsupported(algo, op, layout)
@@ -71,10 +89,7 @@ def two_level_unsupported(algo: Algorithm, op: str, layout: RankLayout) -> str |
             f"{algo.name} needs to know each rank's server; give every GPU node a "
             "'server' attribute"
         )
-    if server_groups(layout) is None:
-        counts = np.bincount(np.asarray(layout.servers)).tolist()
-        return f"{algo.name} needs the same number of ranks on every server, got {counts}"
-    return None
+    return uneven_servers(algo.name, layout)
 
 
 def two_level_schedule(

@@ -74,13 +74,16 @@ class _Tree:
 
     ``children[r]`` lists rank r's children, padded with -1 (two in a binary tree; in
     chain-tree a server's local rank 0 may have three: the next GPU of its chain and two
-    servers below it).
+    servers below it). ``parents`` may describe a forest (several ranks with parent -1,
+    e.g. one tree per row of heads in nvls-tree, where the other ranks stand alone):
+    ``root`` is then the first root, and ``is_root`` marks them all.
     """
 
     def __init__(self, parents: np.ndarray):
         p = len(parents)
         self.parents = parents
-        self.root = int(np.flatnonzero(parents < 0)[0])
+        self.is_root = parents < 0
+        self.root = int(np.flatnonzero(self.is_root)[0])
         self.nodes = np.flatnonzero(parents >= 0)  # op order within a batch
         self.index = np.full(p, -1, dtype=np.int64)
         self.index[self.nodes] = np.arange(len(self.nodes))
@@ -95,39 +98,76 @@ class _Tree:
     def child_ops(self, ranks: np.ndarray, up: np.ndarray) -> list[np.ndarray]:
         """For each rank, the ops (of an up batch ``up``) that bring its children's data."""
         kids = self.children[ranks]
+        up = np.append(up, NONE)  # index -1 (no such child) reads NONE, even with no nodes
         return [
             np.where(kids[:, c] >= 0, up[self.index[np.maximum(kids[:, c], 0)]], NONE)
             for c in range(kids.shape[1])
         ]
 
 
-def _up(buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous) -> np.ndarray:
+def _blocks(segment: int | np.ndarray, ranks: np.ndarray) -> int | np.ndarray:
+    """The block each of ``ranks`` handles: one for all, or ``segment[rank]``."""
+    return segment if np.ndim(segment) == 0 else np.asarray(segment)[ranks]
+
+
+def _up(
+    buf: OpBuffer,
+    tree: _Tree,
+    segment: int | np.ndarray,
+    nbytes: float,
+    k: int,
+    previous,
+    ready: np.ndarray | None = None,
+) -> np.ndarray:
     """Chunk ``k`` reduced one level up: every non-root rank to its parent, once the
-    rank has the chunk from all its children, after its previous chunk left."""
+    rank has the chunk from all its children, after its previous chunk left.
+
+    ``segment`` is the block (or, per rank, the block each rank sends); ``ready[r]``,
+    if given, is an op that must be done before rank r's own copy may leave (the op that
+    reduced it inside its server, in nvls-tree), :data:`NONE` for none.
+    """
     nodes = tree.nodes
     ids = buf.n + np.arange(len(nodes))
     deps = [(ops, False) for ops in tree.child_ops(nodes, ids)]
     deps.append((NONE if previous is None else previous, True))
-    buf.add(nodes, tree.parents[nodes], segment, nbytes, reduce=True, step=0, chunk=k, deps=deps)
+    if ready is not None:
+        deps.append((ready[nodes], False))
+    buf.add(
+        nodes, tree.parents[nodes], _blocks(segment, nodes), nbytes, reduce=True, step=0,
+        chunk=k, deps=deps,
+    )  # fmt: skip
     return ids
 
 
 def _down(
-    buf: OpBuffer, tree: _Tree, segment: int, nbytes: float, k: int, previous, up
+    buf: OpBuffer,
+    tree: _Tree,
+    segment: int | np.ndarray,
+    nbytes: float,
+    k: int,
+    previous,
+    up,
+    ready: np.ndarray | None = None,
 ) -> np.ndarray:
     """Chunk ``k`` broadcast one level down: every parent to each child, once the parent
     has the chunk from its parent. With ``up`` (the chunk's reduction ops, in an
-    all-reduce) the root first waits for its children's data."""
+    all-reduce) a root first waits for its children's data, and with ``ready`` (as in
+    :func:`_up`) for ``ready[root]``."""
     nodes = tree.nodes
     ids = buf.n + np.arange(len(nodes))
     parents = tree.parents[nodes]
-    from_root = parents == tree.root
+    from_root = tree.is_root[parents]
     via_parent = np.where(from_root, NONE, ids[tree.index[np.maximum(parents, 0)]])
     deps = [(via_parent, False), (NONE if previous is None else previous, True)]
     if up is not None:
-        root_ops = tree.child_ops(np.full(len(nodes), tree.root), up)
+        root_ops = tree.child_ops(parents, up)
         deps += [(np.where(from_root, ops, NONE), False) for ops in root_ops]
-    buf.add(parents, nodes, segment, nbytes, reduce=False, step=1, chunk=k, deps=deps)
+    if ready is not None:
+        deps.append((np.where(from_root, ready[parents], NONE), False))
+    buf.add(
+        parents, nodes, _blocks(segment, nodes), nbytes, reduce=False, step=1, chunk=k,
+        deps=deps,
+    )  # fmt: skip
     return ids
 
 

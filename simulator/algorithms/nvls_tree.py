@@ -1,0 +1,167 @@
+"""NCCL's NVLS-tree all-reduce: NVLink SHARP inside each server, a double binary tree
+across servers.
+
+N servers of g GPUs; rank (s, j) is local rank j of server s. As NCCL v2.30 runs it
+(``src/device/all_reduce.h``, ``RunWorkColl<..., NCCL_ALGO_NVLS_TREE, ...>``, and
+``src/graph/connect.cc``, ``connectNvls``):
+
+* every server has *heads*, one per NIC (the GPU next to it: the NVLS search keeps one
+  head per NIC, ``src/graph/search.cc``); each head reduces and shares 1/heads of every
+  chunk. Here every GPU has its own NIC (as in a DGX), so head j is local rank j and
+  handles *row* j, 1/g of the buffer;
+* inside the server, every GPU writes its copy of row j into the NVSwitch, which adds
+  the g copies up and hands the sum to head j (``multimem.ld_reduce``: the "scatter"
+  and "reduce" warps);
+* across servers, the heads of row j (one per server) form a binary tree: head (s, j)
+  reduces the sums of its children (``treeDown``) into its own and sends the result to
+  its parent (``treeUp``); the root then sends the total back down the same edges.
+  The trees are ``ncclGetDtree`` over the servers; NCCL puts channel c on tree c % 2, so
+  half the data takes each tree: here each row is cut into two halves, one per tree;
+* every head writes its row's total into the NVSwitch once, which multicasts it to the
+  server (``multimem.st``: the "broadcast" and "gather" warps).
+
+``chunks`` K cuts every half-row into K blocks (n/(2gK) bytes); each chunk flows
+through the four phases as soon as it can, so with many chunks they overlap. Each GPU
+sends its NVSwitch writes one chunk after another, and each head its tree messages (per
+tree and direction). ``channels`` C runs C copies side by side, each on n/C.
+
+Loads per GPU and direction (no latency), as NVLS on one server: every GPU's link into
+the NVSwitch carries n (its copy of every row) plus n/g (its row's total, once), and the
+link out carries n/g (its row's sum) plus n (every row's total): n(g+1)/g each way. A
+head's NIC carries n/(2g) each way per tree edge at its server (up to its parent, down
+to each child), e_s edges in both trees: e_s n/(2g). ``ncclGetDtree`` gives every server
+one edge per tree for N = 2 (e = 2, n/g), at most 3 for N = 3 and 4 for N >= 4 (a server
+is an inner node with two children in one tree and a leaf in the other). With K large,
+the time tends to the larger of the two: max(n(g+1)/(g B_nvlink), max_s e_s n/(2g B_nic)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Algorithm, RankLayout, check_positive_int
+from .builder import NONE, Fifo, OpBuffer, replicate_channels
+from .hierarchical import groups_or_one_server, uneven_servers
+from .in_switch import into_switch, out_of_switch
+from .nvls import NVLS_PROTOCOLS
+from .schedule import PATH_DOWN, PATH_UP, Schedule
+from .tree import _down, _Tree, _up, double_tree
+
+# FIFO streams of each GPU: its copies into the NVSwitch (reduction), its row's total
+# into the NVSwitch (multicast).
+_REDUCE, _MULTICAST = 0, 1
+
+
+def head_trees(groups: np.ndarray) -> list[_Tree]:
+    """The two inter-server trees as forests over all ranks: in tree t, head (s, j) hangs
+    below head (parent_t(s), j), so row j's heads form one tree.
+
+    Two servers of two GPUs (ranks s*2 + j): tree 0 has server 0 on top, tree 1 server 1.
+
+    >>> [tree.parents.tolist() for tree in head_trees(np.array([[0, 1], [2, 3]]))]
+    [[-1, -1, 0, 1], [2, 3, -1, -1]]
+    """
+    N, g = groups.shape
+    forests = []
+    for server_parents in double_tree(N):
+        parents = np.full(N * g, -1, dtype=np.int64)
+        below = server_parents >= 0
+        parents[groups[below]] = groups[server_parents[below]]
+        forests.append(_Tree(parents))
+    return forests
+
+
+def nvls_tree_schedule(groups: np.ndarray, size_bytes: float, chunks: int) -> Schedule:
+    """One channel of the all-reduce on ``groups[s, j]`` (see the module docstring).
+
+    Block (j, t, k) is chunk k of tree t's half of row j: id (2j + t)K + k.
+    """
+    N, g = groups.shape
+    p, K = N * g, chunks
+    b = size_bytes / (2 * g * K)
+    buf = OpBuffer()
+    fifo = Fifo(p, 2)
+    trees = head_trees(groups)
+    local = np.empty(p, dtype=np.int64)
+    local[groups] = np.arange(g)[None, :]  # each rank's row
+    # The NVSwitch groups: (server s, row j) has the g ranks of s and owner (s, j).
+    members = np.repeat(groups, g, axis=0)
+    owners = groups.ravel()
+    rows = np.tile(np.arange(g), N)
+    previous_up: list = [None, None]
+    previous_down: list = [None, None]
+    for k in range(K):
+        # The NVSwitch adds up each row's copies (both halves) and hands the sum to its head.
+        blocks = (2 * rows[:, None] + np.arange(2)) * K + k
+        into = into_switch(
+            buf, members, owners, blocks, b, path=PATH_UP, step=0, chunk=k,
+            deps=[(fifo.deps(members, _REDUCE)[:, :, None], True)],
+        )  # fmt: skip
+        fifo.record(members.ravel(), into[:, :, 0].ravel(), _REDUCE)
+        summed = out_of_switch(
+            buf, owners, owners[:, None], blocks, b, path=PATH_DOWN, step=1, chunk=k,
+            after=into,
+        )  # fmt: skip
+        totals = []  # dependency columns of each head's total, per half
+        for t, tree in enumerate(trees):
+            ready = np.full(p, NONE, dtype=np.int64)
+            ready[owners] = summed[:, 0, t]
+            segment = (2 * local + t) * K + k
+            up = previous_up[t] = _up(buf, tree, segment, b, k, previous_up[t], ready=ready)
+            down = previous_down[t] = _down(
+                buf, tree, segment, b, k, previous_down[t], up, ready=ready
+            )  # fmt: skip
+            # Each head's total: from its parent, or (at a root) its own sum and its
+            # children's.
+            from_parent = np.full(p, NONE, dtype=np.int64)
+            from_parent[tree.nodes] = down
+            roots = tree.is_root[owners]
+            columns = [from_parent[owners], ready[owners]]
+            columns += [np.where(roots, ops, NONE) for ops in tree.child_ops(owners, up)]
+            for ops in columns:
+                half = np.full((len(owners), 1, 2), NONE, dtype=np.int64)
+                half[:, 0, t] = ops
+                totals.append((half, False))
+        # Each head writes its row's total (both halves) into the NVSwitch once, which
+        # multicasts it to the server.
+        lifted = into_switch(
+            buf, owners[:, None], owners, blocks, b, path=PATH_UP, step=2, chunk=k,
+            deps=[(fifo.deps(owners, _MULTICAST)[:, None, None], True), *totals],
+        )  # fmt: skip
+        fifo.record(owners, lifted[:, 0, 0], _MULTICAST)
+        out_of_switch(
+            buf, owners, members, blocks, b, path=PATH_DOWN, step=3, chunk=k, after=lifted
+        )  # fmt: skip
+    # Block (j, t, k) is totalled at the head of row j on the root server of tree t.
+    root_heads = np.stack([groups[np.flatnonzero(tree.is_root[groups[:, 0]])[0]] for tree in trees])
+    return buf.schedule(
+        op="all_reduce",
+        algorithm="nvls-tree",
+        ranks=p,
+        size_bytes=size_bytes,
+        segment_owner=root_heads.T[:, :, None].repeat(K, axis=2).ravel(),
+        params={"chunks": K, "servers": N, "ranks_per_server": g},
+    )
+
+
+class NvlsTree(Algorithm):
+    """NCCL's NVLS-tree: in-NVSwitch reduction and multicast, a double binary tree across."""
+
+    name = "nvls-tree"
+    ops = ("all_reduce",)
+    description = (
+        "NCCL NVLS-tree all-reduce: NVSwitch reduces and multicasts, double binary tree across"
+    )
+
+    def unsupported(self, op: str, layout: RankLayout) -> str | None:
+        return super().unsupported(op, layout) or uneven_servers(self.name, layout)
+
+    def build(
+        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
+    ) -> Schedule:
+        K = check_positive_int(chunks, "chunks")
+        C = check_positive_int(channels, "channels")
+        one = nvls_tree_schedule(groups_or_one_server(layout), size_bytes / C, K)
+        schedule = replicate_channels(one, C, size_bytes)
+        schedule.params["protocols"] = list(NVLS_PROTOCOLS)
+        return schedule
