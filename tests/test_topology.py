@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import simulator
+from simulator.errors import TopologyError
 from simulator.network.routing import LinkTable, Router
 from simulator.topology import (
     bisection_bandwidth,
@@ -212,6 +213,26 @@ def test_fabric_counts_degrees_and_bisection(fabric, params):
             assert graph.degree(node) == degree[data["tier"]], node
     assert bisection_bandwidth(graph) == pytest.approx(800e9)
     assert nx.is_connected(graph)
+
+
+@pytest.mark.parametrize("fabric, params", list(FABRIC_SHAPES))
+def test_sharp_marks_every_fabric_switch(fabric, params):
+    """``sharp: true`` in the fabric section marks every fabric switch (and only those:
+    not the NVSwitches) as reducing in the network; the default marks none. The shape
+    is the same either way."""
+    spec = {"type": fabric, **dict(params)}
+    plain = load_topology("dgx-h100", nodes=4, fabric=spec)
+    sharp = load_topology("dgx-h100", nodes=4, fabric={**spec, "sharp": True})
+    switches = [n for n, d in sharp.nodes(data=True) if d["kind"] == "switch"]
+    assert switches and all(sharp.nodes[n]["sharp"] is True for n in switches)
+    assert [n for n, d in sharp.nodes(data=True) if d.get("sharp")] == switches
+    assert not any(d.get("sharp") for _, d in plain.nodes(data=True))
+    assert nx.utils.graphs_equal(nx.Graph(sharp.edges(data=True)), nx.Graph(plain.edges(data=True)))
+
+
+def test_sharp_must_be_true_or_false():
+    with pytest.raises(TopologyError, match="fabric.sharp must be true or false, got 'yes'"):
+        load_topology("dgx-h100", nodes=2, fabric={"type": "single-switch", "sharp": "yes"})
 
 
 def test_rail_optimized_puts_nic_k_on_leaf_k():

@@ -14,6 +14,7 @@ import networkx as nx
 
 from ..errors import TopologyError
 from .fabrics import COMMON_KEYS, DEFAULT_FABRIC, get_fabric
+from .fabrics.base import mark_sharp
 from .server import add_server
 from .spec import Spec
 
@@ -123,5 +124,7 @@ def cluster_graph(
             f"{source}: {nodes} nodes need NICs to reach each other; add a 'server.nic' section"
         )
     variant.build(graph, all_nics, config)
+    if config.sharp:
+        mark_sharp(graph)
     graph.graph["fabric"] = variant.name
     return graph

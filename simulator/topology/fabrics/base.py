@@ -46,6 +46,14 @@ class FabricConfig:
         default=0,
         metadata={"unit": "seed", "help": "seed of the ECMP hash that spreads flows over paths"},
     )
+    sharp: bool = field(
+        default=False,
+        metadata={
+            "unit": "flag",
+            "help": "true: the switches reduce in the network (SHARP), which the collnet "
+            "algorithms need (default false)",
+        },
+    )
 
 
 COMMON_KEYS = tuple(f.name for f in fields(FabricConfig))
@@ -87,6 +95,11 @@ class Fabric(ABC):
                         f"{spec.field(f.name)} must be a non-negative integer, got {seed!r}"
                     )
                 values[f.name] = seed
+            elif unit == "flag":
+                flag = spec.get(f.name)
+                if not isinstance(flag, bool):
+                    raise TopologyError(f"{spec.field(f.name)} must be true or false, got {flag!r}")
+                values[f.name] = flag
             else:
                 values[f.name] = spec.text(f.name)
         spec.done()
@@ -110,6 +123,14 @@ def add_switch(graph: nx.Graph, name: str, tier: str) -> str:
     """Add a fabric switch node (``kind='switch'``) of a tier (leaf, spine, ...)."""
     graph.add_node(name, kind="switch", tier=tier)
     return name
+
+
+def mark_sharp(graph: nx.Graph) -> None:
+    """Mark every fabric switch (``kind='switch'``) as reducing in the network (SHARP):
+    node attribute ``sharp=True``, which the router's in-network reduction looks for."""
+    for _, data in graph.nodes(data=True):
+        if data.get("kind") == "switch":
+            data["sharp"] = True
 
 
 def attach_nic(graph: nx.Graph, nic: str, switch: str, config: FabricConfig, port: float) -> None:
