@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..algorithms import algorithm_names, build_schedule, get_algorithm
+from ..algorithms import algorithm_names, build_schedule
 from ..algorithms.chain import ROOTED_OPS
 from ..collective import (
     COLLECTIVE_OPS,
+    POLICIES,
     AutoTuner,
-    NcclPolicy,
     auto_fraction,
+    library_of,
+    library_policy,
     rank_layout,
     run_schedule,
 )
 from ..collective.tuner import CHANNEL_CANDIDATES, CHUNK_CANDIDATES
-from ..errors import CcsimError
+from ..errors import CcsimError, unknown_choice
 from ..files import write_atomically
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
@@ -51,11 +53,14 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     )
     coll.add_argument(
         "--algo",
-        default="nccl",
+        default=None,
         metavar="NAME",
-        help="nccl (default): what NCCL runs with its defaults on this machine: its "
+        help="nccl: what NCCL runs with its defaults on this machine: its "
         "algorithm, protocol and channels per size, simulated with the preset's calibrated "
-        "protocol model (the realistic prediction); or an algorithm, "
+        "protocol model (the realistic prediction); hccl: what Huawei's HCCL runs on Ascend "
+        "NPUs, its algorithm per size run as the nearest ccsim schedule (ideal model); "
+        "default: the preset's library (hccl for the Ascend presets, else nccl); or an "
+        "algorithm, "
         f"{', '.join(algorithm_names())}, run as given (the ideal line-rate model unless "
         "--proto is given); or auto: the fastest schedule ccsim finds by simulation, an "
         "ideal scheduler rather than a library",
@@ -76,8 +81,8 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         help="chunks per step, sent back to back on each channel to pipeline (slices for "
         "pipelined; count), or auto for the fastest of "
         + ", ".join(map(str, CHUNK_CANDIDATES))
-        + " at each size, found by simulation (default: NCCL's pipeline granularity with "
-        "--algo nccl, else 1)",
+        + " at each size, found by simulation (default: the library's own with --algo nccl "
+        "or hccl, else 1)",
     )
     coll.add_argument(
         "--root",
@@ -93,8 +98,8 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         metavar="C",
         help="parallel rings, each carrying 1/C of the data (count), or auto for the "
         "fastest of " + ", ".join(map(str, CHANNEL_CANDIDATES)) + " at each size, found "
-        "by simulation with the algorithm and chunks (default: NCCL's count with --algo "
-        "nccl, else 1)",
+        "by simulation with the algorithm and chunks (default: the library's count with "
+        "--algo nccl or hccl, else 1)",
     )
     coll.add_argument(
         "--reduce-bw",
@@ -152,10 +157,25 @@ def _emit(text: str, out: str | None) -> None:
         sys.stdout.write(text)
 
 
+def _choice_line(size: int, result) -> str:
+    """The library's choice at ``size``, as its policy recorded it in ``result.params``."""
+    params = result.params
+    if params["policy"] == "hccl":
+        loops = params["hccl_loops"]
+        what = f"{params['hccl_algorithm']} ({params['hccl_executor']}"
+        what += f", {loops} buffer passes)" if loops > 1 else ")"
+    else:
+        what = f"{params.get('nccl_algorithm', 'send/recv')} {params['protocol']}"
+    return (
+        f"# {size:>11}  {what} channels {params['channels']} "
+        f"(ccsim {result.algorithm}, chunks {params['chunks']})\n"
+    )
+
+
 def _cmd_collective(args: argparse.Namespace) -> None:
     sizes = parse_sizes(args.sizes)
-    if args.algo not in ("auto", "nccl"):
-        get_algorithm(args.algo)
+    if args.algo not in (None, "auto", *POLICIES, *algorithm_names()):
+        raise unknown_choice("--algo", args.algo, ("auto", *POLICIES, *algorithm_names()))
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     drawing = args.timeline or args.trace or args.report
     if drawing:  # matplotlib loads only when asked for; bad names fail before the sweep
@@ -166,15 +186,18 @@ def _cmd_collective(args: argparse.Namespace) -> None:
         )
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)
+    args.algo = args.algo or library_of(graph)
     if args.fraction is not None and args.algo != "multipath":
         raise CcsimError("--fraction applies to --algo multipath only")
     rows = []
-    nccl = None
-    if args.algo == "nccl":
-        nccl = NcclPolicy(
+    policy = None
+    if args.algo in POLICIES:
+        policy = library_policy(
+            args.algo,
+            graph,
             protocol=args.proto,
-            channels=None if args.channels in (None, "auto") else args.channels,
-            chunks=None if args.chunks in (None, "auto") else args.chunks,
+            channels=args.channels,
+            chunks=args.chunks,
             reduce_bandwidth=reduce_bw,
         )
     else:
@@ -184,13 +207,9 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     tuner = AutoTuner(channels=args.channels or 1, reduce_bandwidth=reduce_bw, protocol=args.proto)
     chosen = []
     for size in sizes:
-        if nccl is not None:
-            result = nccl.simulate(graph, args.op, float(size), root=args.root)
-            chosen.append(
-                f"# {size:>11}  {result.params.get('nccl_algorithm', 'send/recv')} "
-                f"{result.params['protocol']} channels {result.params['channels']} "
-                f"(ccsim {result.algorithm}, chunks {result.params['chunks']})\n"
-            )
+        if policy is not None:
+            result = policy.simulate(graph, args.op, float(size), root=args.root)
+            chosen.append(_choice_line(size, result))
         elif "auto" in (args.algo, args.chunks, args.channels):
             result = tuner.simulate(
                 graph, args.op, float(size), algorithm=args.algo, chunks=args.chunks, root=args.root
@@ -230,8 +249,8 @@ def _cmd_collective(args: argparse.Namespace) -> None:
         rows.append(result.row())
     title = (
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
-        f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks or 'nccl'} | "
-        f"channels {args.channels or 'nccl'}"
+        f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks or args.algo} | "
+        f"channels {args.channels or args.algo}"
     )
     if args.format == "json":
         text = to_json(rows)
@@ -240,7 +259,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     else:
         text = collective_table(rows, title=title)
         if chosen:
-            what = "NCCL's choice" if nccl is not None else "what was chosen"
+            what = f"{args.algo.upper()}'s choice" if policy is not None else "what was chosen"
             text += f"# {args.algo}: size (B), then {what}\n" + "".join(chosen)
     _emit(text, args.out)
     if drawing:

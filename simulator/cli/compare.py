@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
-from ..collective import COLLECTIVE_OPS, AutoTuner, compare, rank_layout
+from ..collective import COLLECTIVE_OPS, POLICIES, AutoTuner, compare, library_policy, rank_layout
 from ..collective.compare import COMPARE_KEYS
 from ..collective.tuner import CHUNK_CANDIDATES
 from ..errors import CcsimError
@@ -43,8 +43,9 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         "--algos",
         default=None,
         metavar="NAMES",
-        help=f"comma-separated algorithms among {', '.join(algorithm_names())} "
-        "(default: every one of them that can run OP on this topology)",
+        help=f"comma-separated algorithms among {', '.join(algorithm_names())}, or "
+        f"{' / '.join(POLICIES)} for that library's own choice per size "
+        "(default: every algorithm that can run OP on this topology)",
     )
     cmd.add_argument(
         "--sizes",
@@ -107,7 +108,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     if given and not algorithms:
         raise CcsimError("--algos: give at least one algorithm name")
     for name in algorithms:
-        get_algorithm(name)
+        if name not in POLICIES:
+            get_algorithm(name)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     if args.plot:
         folder = Path(args.plot).parent
@@ -117,7 +119,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     layout = rank_layout(graph)
     if not given:
         algorithms = runnable(graph, args.op, min(sizes))
-    for name in algorithms:  # fail before simulating anything
+    for name in (name for name in algorithms if name not in POLICIES):  # fail early
         reason = get_algorithm(name).unsupported(args.op, layout)
         if reason is not None:
             build_schedule(name, args.op, layout, 1.0)  # raises the standard message
@@ -154,14 +156,20 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         last = [row for row in rows if row["size_bytes"] == rows[-1]["size_bytes"]]
         winner = next((row for row in last if row.get("winner")), last[0])
         tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
-        result = tuner.run(
-            graph,
-            args.op,
-            float(winner["size_bytes"]),
-            winner["algorithm"],
-            int(winner["chunks"]),
-            root=args.root,
-        )
+        if winner["algorithm"] in POLICIES:
+            policy = library_policy(
+                winner["algorithm"], graph, protocol=args.proto, reduce_bandwidth=reduce_bw
+            )
+            result = policy.simulate(graph, args.op, float(winner["size_bytes"]), root=args.root)
+        else:
+            result = tuner.run(
+                graph,
+                args.op,
+                float(winner["size_bytes"]),
+                winner["algorithm"],
+                int(winner["chunks"]),
+                root=args.root,
+            )
         write_collective_outputs(
             result, graph, rows=rows, table=text, timeline=args.timeline, trace=args.trace
         )

@@ -8,7 +8,7 @@ network), :mod:`~.run` (:func:`run_schedule` and :class:`CollectiveResult`),
 """
 
 from .compare import compare
-from .policy import POLICIES, NcclPolicy
+from .policy import POLICIES, HcclPolicy, NcclPolicy, library_of, library_policy
 from .run import (
     COLLECTIVE_OPS,
     CollectiveResult,
@@ -26,10 +26,13 @@ __all__ = [
     "AutoTuner",
     "Choice",
     "CollectiveResult",
+    "HcclPolicy",
     "NcclPolicy",
     "auto_fraction",
     "bus_factor",
     "compare",
+    "library_of",
+    "library_policy",
     "rank_layout",
     "run_schedule",
     "simulate_collective",

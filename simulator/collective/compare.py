@@ -14,6 +14,7 @@ import networkx as nx
 
 from ..algorithms import get_algorithm
 from ..errors import CcsimError
+from .policy import POLICIES, library_policy
 from .run import rank_layout
 from .tuner import AutoTuner
 
@@ -48,7 +49,8 @@ def compare(
 
     Rows have the keys :data:`COMPARE_KEYS`; ``winner`` marks the fastest algorithm at
     each size (ties go to the first listed). With ``chunks="auto"`` each algorithm runs
-    with its best chunk count at that size.
+    with its best chunk count at that size. A policy name (``nccl``, ``hccl``) runs that
+    library's own choice per size, with its chunks and channels.
 
     Examples
     --------
@@ -64,22 +66,33 @@ def compare(
     """
     if not algorithms:
         raise CcsimError("give at least one algorithm to compare")
+    policies = {
+        name: library_policy(name, graph, protocol=protocol, reduce_bandwidth=reduce_bandwidth)
+        for name in algorithms
+        if name in POLICIES
+    }
     for name in algorithms:
-        get_algorithm(name)
+        if name not in policies:
+            get_algorithm(name)
     tuner = AutoTuner(channels=channels, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
     layout = rank_layout(graph)
     rows = []
     for size in sizes:
         group = []
         for name in algorithms:
-            if chunks == "auto":
+            c = channels
+            if name in policies:
+                result = policies[name].simulate(graph, op, float(size), root=root)
+                k, c = result.params["chunks"], result.params["channels"]
+            elif chunks == "auto":
                 result, k = tuner.best_chunks(
                     graph, op, float(size), name, layout=layout, root=root
                 )
             else:
                 k = int(chunks)
                 result = tuner.run(graph, op, float(size), name, k, layout=layout, root=root)
-            group.append({**result.row(), "chunks": k, "channels": channels, "winner": False})
+            row = {**result.row(), "algorithm": name}
+            group.append({**row, "chunks": k, "channels": c, "winner": False})
         fastest = min(range(len(group)), key=lambda i: group[i]["time_us"])
         group[fastest]["winner"] = True
         rows.extend(group)

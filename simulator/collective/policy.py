@@ -2,9 +2,11 @@
 
 A policy turns (topology, operation, size) into a configuration (algorithm, protocol,
 channels, chunks) and simulates it. ``nccl`` is what NCCL itself would run with its
-defaults (:mod:`simulator.library.nccl`), the realistic prediction and the command
-line's default; ``auto`` (:class:`~simulator.collective.tuner.AutoTuner`) is the best
-schedule ccsim can find by simulation, an ideal scheduler rather than a library.
+defaults (:mod:`simulator.library.nccl`), ``hccl`` what Huawei's HCCL would run on Ascend
+NPUs (:mod:`simulator.library.hccl`): the realistic prediction, and the command line's
+default by the preset's ``library`` (:func:`library_of`). ``auto``
+(:class:`~simulator.collective.tuner.AutoTuner`) is the best schedule ccsim can find by
+simulation, an ideal scheduler rather than a library.
 
 A policy object belongs to its caller: it caches per topology, never globally.
 """
@@ -20,12 +22,15 @@ from ..algorithms import algorithm_names, build_schedule
 from ..algorithms.chain import ROOTED_OPS
 from ..algorithms.schedule import Schedule
 from ..errors import CcsimError, unknown_choice
+from ..library.hccl import OPS as HCCL_OPS
+from ..library.hccl import HcclChoice, HcclSystem, hccl_choice, hccl_system, parse_hccl_algo
 from ..library.nccl import ALGORITHMS, PROTOCOLS, NcclChoice, NcclSystem, nccl_choice, nccl_system
 from .run import CollectiveResult, rank_layout, run_schedule
 from .tuner import topology_key
 
-#: Names accepted where an algorithm is, that ask a policy instead.
-POLICIES = ("nccl",)
+#: Names accepted where an algorithm is, that ask a policy instead: the communication
+#: libraries whose own choice ccsim reproduces.
+POLICIES = ("nccl", "hccl")
 
 #: Data bytes NCCL moves per pipeline step and channel (enqueue.cc:2182-2321 at v2.30.7,
 #: buffers from init.cc:810-816): LL 32 KiB (half of a 64 KiB step is flags), LL128
@@ -92,11 +97,7 @@ class NcclPolicy:
             self.protocols: tuple[str, ...] | None = (match[0],)
         else:
             self.protocols = None
-        for value, what in ((channels, "channels"), (chunks, "chunks")):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise CcsimError(f"{what} must be a positive integer, got {value!r}")
+        check_counts(channels=channels, chunks=chunks)
         self.channels = channels
         self.chunks = chunks
         self.reduce_bandwidth = reduce_bandwidth
@@ -161,6 +162,152 @@ class NcclPolicy:
         )
         result.params.update(policy="nccl", **params)
         return result
+
+
+class HcclPolicy:
+    """HCCL's choice per call (:mod:`simulator.library.hccl`), simulated with ccsim's
+    schedules on the ideal line-rate model (HCCL has no LL / LL128 / Simple protocols).
+
+    Parameters
+    ----------
+    algo : str, optional
+        An HCCL_ALGO setting, such as ``"level0:NA;level1:ring"`` or
+        ``"allreduce=level0:NA;level1:NHR"``; default HCCL chooses.
+    channels, chunks : int, optional
+        Force the ccsim schedule's channels or chunks (default: those of the choice).
+    reduce_bandwidth : float, optional
+        Bytes/s of local reductions (see :func:`simulator.simulate_collective`).
+    rdma_lite : bool
+        Whether the NPUs' RoCE has RDMA Lite, which lowers the size from which HCCL
+        pipelines (default False, HCCL's own default).
+
+    Examples
+    --------
+    >>> from simulator.topology import load_topology
+    >>> policy = HcclPolicy()
+    >>> graph = load_topology("ascend-910b", 2)
+    >>> [policy.choose(graph, "all_reduce", size).algorithm for size in (2**20, 2**30)]
+    ['fullmesh+ring', 'fullmesh+pipeline']
+    """
+
+    name = "hccl"
+
+    def __init__(
+        self,
+        *,
+        algo: str | None = None,
+        channels: int | None = None,
+        chunks: int | None = None,
+        reduce_bandwidth: float | None = None,
+        rdma_lite: bool = False,
+    ) -> None:
+        for op in HCCL_OPS:  # a bad setting fails before anything is simulated
+            parse_hccl_algo(algo, op)
+        check_counts(channels=channels, chunks=chunks)
+        self.algo = algo
+        self.channels = channels
+        self.chunks = chunks
+        self.reduce_bandwidth = reduce_bandwidth
+        self.rdma_lite = rdma_lite
+        self._systems: dict[str, HcclSystem] = {}
+
+    def system(self, graph: nx.Graph) -> HcclSystem:
+        """HCCL's view of ``graph`` (computed once per topology)."""
+        key = topology_key(graph)
+        if key not in self._systems:
+            self._systems[key] = hccl_system(graph, rdma_lite=self.rdma_lite)
+        return self._systems[key]
+
+    def choose(self, graph: nx.Graph, op: str, size_bytes: float) -> HcclChoice:
+        """HCCL's algorithm for this call and the ccsim schedule that runs it."""
+        return hccl_choice(self.system(graph), op, float(size_bytes), algo=self.algo)
+
+    def simulate(
+        self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
+    ) -> CollectiveResult:
+        """Simulate HCCL's choice; ``params`` record it (``hccl_algorithm`` as HCCL names
+        it, ``hccl_executor``, ``hccl_loops`` through its buffer, ``channels``,
+        ``chunks``). ``root`` is accepted for symmetry; HCCL's modelled operations have
+        none."""
+        choice = self.choose(graph, op, size_bytes)
+        channels = self.channels or choice.channels
+        chunks = self.chunks or choice.chunks
+        schedule = build_schedule(
+            choice.schedule, op, rank_layout(graph), float(size_bytes), chunks=chunks,
+            channels=channels,
+        )  # fmt: skip
+        result = run_schedule(graph, schedule, reduce_bandwidth=self.reduce_bandwidth)
+        result.params.update(
+            policy="hccl", hccl_algorithm=choice.algorithm, hccl_executor=choice.executor,
+            hccl_loops=choice.loops, channels=channels, chunks=chunks,
+        )  # fmt: skip
+        return result
+
+
+def check_counts(**counts: int | None) -> None:
+    """Channel and chunk counts given to a policy are positive integers (or None)."""
+    for what, value in counts.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise CcsimError(f"{what} must be a positive integer, got {value!r}")
+
+
+def library_of(graph: nx.Graph) -> str:
+    """The communication library a topology runs: its ``library`` attribute (a preset's
+    ``library:`` key; the Ascend presets say hccl), else nccl.
+
+    >>> from simulator.topology import load_topology
+    >>> library_of(load_topology("ascend-910b")), library_of(load_topology("dgx-a100"))
+    ('hccl', 'nccl')
+    """
+    name = graph.graph.get("library", "nccl")
+    if name not in POLICIES:
+        where = graph.graph.get("name", "the topology")
+        raise unknown_choice(f"library of {where}", name, POLICIES)
+    return name
+
+
+def library_policy(
+    name: str,
+    graph: nx.Graph,
+    *,
+    protocol: str | None = None,
+    channels: int | str | None = None,
+    chunks: int | str | None = None,
+    reduce_bandwidth: float | None = None,
+) -> NcclPolicy | HcclPolicy:
+    """The policy ``name`` (one of :data:`POLICIES`) for ``graph``; channels or chunks
+    None or "auto" leave them to the library. NCCL is refused where the topology's
+    library is another (it runs on NVIDIA GPUs only), as HCCL is off Ascend NPUs.
+
+    >>> from simulator.topology import load_topology
+    >>> library_policy("nccl", load_topology("ascend-910"))
+    Traceback (most recent call last):
+    ...
+    simulator.errors.CcsimError: NCCL runs on NVIDIA GPUs only; ascend-910 runs hccl: ask ...
+    """
+    if name not in POLICIES:
+        raise unknown_choice("policy", name, POLICIES)
+    library = library_of(graph)
+    if name == "nccl" and library != "nccl":
+        where = graph.graph.get("name", "this topology")
+        raise CcsimError(
+            f"NCCL runs on NVIDIA GPUs only; {where} runs {library}: ask for {library} "
+            f"(--algo {library}, its default)"
+        )
+    channels = None if channels in (None, "auto") else channels
+    chunks = None if chunks in (None, "auto") else chunks
+    if name == "nccl":
+        return NcclPolicy(
+            protocol=protocol, channels=channels, chunks=chunks, reduce_bandwidth=reduce_bandwidth
+        )
+    if protocol not in (None, "auto"):
+        raise CcsimError(
+            "HCCL has no LL / LL128 / Simple protocols: --proto applies to nccl and to "
+            "algorithms run as given"
+        )
+    return HcclPolicy(channels=channels, chunks=chunks, reduce_bandwidth=reduce_bandwidth)
 
 
 def pipeline_chunks(

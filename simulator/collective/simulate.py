@@ -17,7 +17,7 @@ from ..algorithms import build_schedule
 from ..algorithms.chain import ROOTED_OPS
 from ..errors import CcsimError, unknown_choice
 from ..topology import load_topology
-from .policy import NcclPolicy
+from .policy import POLICIES, library_policy
 from .run import COLLECTIVE_OPS, CollectiveResult, auto_fraction, rank_layout, run_schedule
 from .tuner import AutoTuner
 
@@ -51,8 +51,10 @@ def simulate_collective(
     algorithm : str
         A registered algorithm (see :func:`simulator.algorithms.algorithm_names`);
         "nccl" for what NCCL would run with its defaults (its algorithm, protocol and
-        channels, :mod:`simulator.library.nccl`: the realistic prediction); or "auto" for
-        the fastest schedule ccsim finds by simulation (an ideal scheduler).
+        channels, :mod:`simulator.library.nccl`: the realistic prediction); "hccl" for
+        what HCCL would run on Ascend NPUs (:mod:`simulator.library.hccl`; refused with
+        "nccl" where the topology's ``library`` is hccl); or "auto" for the fastest
+        schedule ccsim finds by simulation (an ideal scheduler).
     nodes : int, optional
         Number of servers, for presets.
     fabric, seed : optional
@@ -60,7 +62,8 @@ def simulate_collective(
     chunks, channels : int or "auto"
         Pipelining chunks per step (or slices, for pipelined) and parallel rings.
         "auto" searches the fastest count; chunks default to 1, or "auto" when
-        ``algorithm="auto"``; channels default to 1, or NCCL's count for "nccl".
+        ``algorithm="auto"``; channels default to 1, or the library's for "nccl" and
+        "hccl".
     reduce_bandwidth : float, optional
         Bytes/s of local reductions on every GPU, overriding the topology's
         ``reduce_bandwidth`` attributes (absent means infinitely fast).
@@ -83,11 +86,13 @@ def simulate_collective(
     if op not in COLLECTIVE_OPS:
         raise unknown_choice("operation", op, COLLECTIVE_OPS)
     graph = load_topology(topology, nodes, fabric=fabric, seed=seed)
-    if algorithm == "nccl":
-        policy = NcclPolicy(
+    if algorithm in POLICIES:
+        policy = library_policy(
+            algorithm,
+            graph,
             protocol=protocol,
-            channels=None if channels in (None, "auto") else channels,
-            chunks=None if chunks in (None, "auto") else chunks,
+            channels=channels,
+            chunks=chunks,
             reduce_bandwidth=reduce_bandwidth,
         )
         return policy.simulate(graph, op, size_bytes, root=root)

@@ -20,7 +20,7 @@ from .graph import validate_topology
 from .importers import GRAPH_SUFFIXES, read_graph
 
 _PACKAGE = Path(__file__).resolve().parents[1]
-_TOP_KEYS = ("description", "fabric", "name", "nccl", "server")
+_TOP_KEYS = ("description", "fabric", "library", "name", "nccl", "server")
 
 
 def data_dir(name: str) -> Path:
@@ -144,6 +144,10 @@ def load_topology(
         single_server_fabric=fabric is not None,
     )
     validate_topology(graph, source=path.name)
+    if "library" in data:
+        # The communication library the machine runs (nccl unless said): the collective
+        # layer checks the name and picks its policy (simulator.collective.library_of).
+        graph.graph["library"] = str(data["library"])
     if "nccl" in data:
         # The communication library's constants, kept as read: the library layer
         # (simulator.library.protocol.calibration_of) parses and checks them.
