@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,10 +23,38 @@ def test_full_sweep_prints_thirty_rows_and_reaches_the_ring_bound(capsys):
     assert main([*argv, "--algo", "ring"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     assert len(lines) == 30
-    size, count, _type, redop, _time_us, algbw, busbw = lines[-1].split()
+    size, count, _type, redop, _root, _time_us, algbw, busbw, *_ = lines[-1].split()
     assert int(size) == 4 * 2**30 and int(count) == 2**30 and redop == "sum"
     assert float(busbw) == pytest.approx(300.0, rel=1e-3)
     assert float(algbw) == pytest.approx(float(busbw) * 8 / 14, rel=1e-3)
+
+
+def test_table_columns_sit_where_nccl_tests_puts_them(capsys):
+    """Split on whitespace, a ccsim row has nccl-tests' fields in nccl-tests' places (a
+    public all_reduce_perf log is the reference): size, count, type, redop, root, time,
+    algbw, busbw, #wrong, then the in-place four, so awk '{print $8}' is busbw in both;
+    the column header's names match too."""
+    log = Path(__file__).parent / "data" / "nccl-tests" / "oci-a100-2n-all_reduce.log"
+    lines = log.read_text().splitlines()
+    header = next(line for line in lines if line.split()[1:3] == ["size", "count"])
+    real = next(line for line in lines if line.strip().startswith("1048576 "))
+    argv = ["collective", "all_reduce", "--topology", "dgx-a100", "--sizes", "1M,2M"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert next(line for line in text if "size" in line).split() == header.split()
+    rows = [line.split() for line in text if not line.startswith("#")]
+    assert main([*argv, "--format", "json"]) == 0
+    busbw = [row["busbw_GBps"] for row in json.loads(capsys.readouterr().out)]
+    reference = real.split()
+    for fields, expected in zip(rows, busbw, strict=True):
+        assert len(fields) == len(reference) == 13
+        assert fields[2:5] == reference[2:5] == ["float", "sum", "-1"]
+        assert float(fields[7]) == pytest.approx(expected, abs=0.005)  # awk '{print $8}'
+        assert fields[8] == fields[12] == "N/A" and reference[8] == "0"  # #wrong
+        assert fields[5:8] == fields[9:12]  # in-place repeats out-of-place, as said
+        assert all(float(value) >= 0 for value in fields[5:8] + reference[5:8])
+    assert [int(row[0]) for row in rows] == [2**20, 2**21]
+    assert [int(row[1]) for row in rows] == [2**18, 2**19]
 
 
 def test_all_gather_count_is_per_rank(capsys):

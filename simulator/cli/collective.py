@@ -257,7 +257,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     elif args.format == "csv":
         text = to_csv(rows, COLLECTIVE_KEYS)
     else:
-        text = collective_table(rows, title=title)
+        text = collective_table(rows, title=title, root=args.root)
         if chosen:
             what = f"{args.algo.upper()}'s choice" if policy is not None else "what was chosen"
             text += f"# {args.algo}: size (B), then {what}\n" + "".join(chosen)
@@ -267,7 +267,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
             result,
             graph,
             rows=rows,
-            table=collective_table(rows, title=title),
+            table=collective_table(rows, title=title, root=args.root),
             timeline=args.timeline,
             trace=args.trace,
             report=args.report,

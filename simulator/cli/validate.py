@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..collective import COLLECTIVE_OPS
 from ..errors import CcsimError
-from ..validate.nccl_tests import BUNDLED, load_case, sidecars, validate_folder
+from ..validate.log_cases import case_loaders
+from ..validate.nccl_tests import BUNDLED, run_cases
 from ..viz.tables import detail_rows, report_table, to_json, validation_detail
+from .args import positive_int
 
 
 def add_validate_command(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +24,39 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         "with the preset's calibrated protocol model and print the median and max "
         "absolute error (percent of the measured value) of busbw for sizes >= 1 MiB "
         "and of time for sizes <= 64 KiB. A malformed case is reported as an error; "
-        "the others still run.",
+        "the others still run. LOG files (nccl-tests stdout, or the JSON of its -J "
+        "option) need no sidecar: the operation, hosts, ranks, GPUs per process and GPU "
+        "model are read from the file, and --topology / --nodes / --op supply what it "
+        "does not say.",
+    )
+    cmd.add_argument(
+        "logs",
+        nargs="*",
+        metavar="LOG",
+        help="nccl-tests output files (stdout as printed, with its # header lines, or "
+        "-J JSON) to compare against, each size by the faster of its out-of-place and "
+        "in-place runs; without --data only these run",
+    )
+    cmd.add_argument(
+        "--topology",
+        default=None,
+        metavar="NAME|FILE",
+        help="with LOG: the preset or preset file the runs used (default: the one bundled "
+        "preset whose GPU is the log's)",
+    )
+    cmd.add_argument(
+        "--nodes",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="with LOG: servers the runs used (count; default: the hosts in the log)",
+    )
+    cmd.add_argument(
+        "--op",
+        choices=COLLECTIVE_OPS,
+        default=None,
+        help="with LOG: the operation (default: from the *_perf name in the file, else "
+        "from its rows)",
     )
     cmd.add_argument(
         "--data",
@@ -69,7 +104,7 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         return
     if args.no_holdout:
         raise CcsimError("--no-holdout goes with --fit")
-    results = validate_folder(args.data)
+    results = run_cases(_loaders(args))
     if args.format == "json":
         rows = [r.summary() for r in results]
         if args.detail:
@@ -84,9 +119,32 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         from ..viz.plots import plot_validation  # matplotlib loads only when asked for
 
         plot_validation(results, args.plot)
-    failed = [r.name for r in results if r.error]
+    failed = [r for r in results if r.error]
+    if len(failed) == 1:  # its own message says what to pass or fix
+        name, error = failed[0].name, failed[0].error
+        raise CcsimError(error if error.startswith(name) else f"{name}: {error}")
     if failed:
-        raise CcsimError(f"{len(failed)} case(s) could not run: {', '.join(failed)}")
+        names = ", ".join(r.name for r in failed)
+        raise CcsimError(f"{len(failed)} case(s) could not run: {names}")
+
+
+def _loaders(args: argparse.Namespace) -> list:
+    """The cases to run: the --data folder's sidecars (the bundled ones when no folder and
+    no LOG is given), then the LOG files with the settings given for them."""
+    given = [f"--{name}" for name in ("topology", "nodes", "op") if getattr(args, name)]
+    if given and not args.logs:
+        raise CcsimError(
+            f"{', '.join(given)}: only with LOG files (a --data folder's sidecars name "
+            "their own settings)"
+        )
+    return case_loaders(
+        args.data,
+        args.logs,
+        topology=args.topology,
+        nodes=args.nodes,
+        op=args.op,
+        notify=lambda line: sys.stderr.write(f"ccsim: {line}\n"),
+    )
 
 
 def _cmd_fit(args: argparse.Namespace) -> None:
@@ -95,12 +153,12 @@ def _cmd_fit(args: argparse.Namespace) -> None:
 
     holdout = not args.no_holdout
     fits, failed = [], []
-    for sidecar in sidecars(args.data):
+    for name, load in _loaders(args):
         try:
-            fits.append(fit_case(load_case(sidecar), holdout=holdout))
+            fits.append(fit_case(load(), holdout=holdout))
         except CcsimError as error:
-            failed.append(sidecar.stem)
-            sys.stderr.write(f"ccsim: {sidecar.stem}: {error}\n")
+            failed.append(name)
+            sys.stderr.write(f"ccsim: {name}: {error}\n")
     if args.format == "json":
         rows = [
             {

@@ -28,13 +28,17 @@ eleven public nccl-tests runs: the three calibration runs of shared/reference/nc
 and eight more (H100 on 1 to 8 servers, A100 on 2 over RoCE), each sidecar citing its
 source. A sidecar's ``algorithm`` defaults to ``nccl``: what NCCL runs with no
 environment set.
+
+Raw nccl-tests output (stdout or ``-J`` JSON) needs no sidecar: see :mod:`~.log_cases`.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -274,10 +278,16 @@ def validate_folder(folder: Path | None = None) -> list[CaseResult]:
     A case whose files are malformed or that names an unknown preset gives a result
     with ``error`` set; the other cases still run.
     """
+    return run_cases((sidecar.stem, partial(load_case, sidecar)) for sidecar in sidecars(folder))
+
+
+def run_cases(loaders: Iterable[tuple[str, Callable[[], Case]]]) -> list[CaseResult]:
+    """Load and simulate each (name, loader) case; one that cannot load or run gives a
+    result with ``error`` set, and the others still run."""
     results = []
-    for sidecar in sidecars(folder):
+    for name, load in loaders:
         try:
-            results.append(run_case(load_case(sidecar)))
+            results.append(run_case(load()))
         except CcsimError as error:
-            results.append(CaseResult(sidecar.stem, error=str(error)))
+            results.append(CaseResult(name, error=str(error)))
     return results

@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..algorithms.chain import ROOTED_OPS
+
 if TYPE_CHECKING:  # types only: tables read these results, they never run them
     from ..validate.calibrate import Fit
     from ..validate.nccl_tests import CaseResult
@@ -90,29 +92,71 @@ def element_count(op: str, size_bytes: int, ranks: int, type_size: int = 4) -> i
     return count // ranks if op in ("all_gather", "reduce_scatter", "all_to_all") else count
 
 
-def collective_table(rows: Sequence[dict[str, Any]], *, title: str = "") -> str:
-    """An nccl-tests-like table: size, count, type, redop, time, algbw, busbw."""
+def collective_table(rows: Sequence[dict[str, Any]], *, title: str = "", root: int = 0) -> str:
+    """nccl-tests' table, column for column (its ``src/util.cu``): size, count, type,
+    redop, root, then time, algbw, busbw and #wrong out-of-place and again in-place, and
+    the average-busbw footer.
+
+    Whitespace-split fields sit where nccl-tests' do (busbw is ``awk '{print $8}'``).
+    ccsim does not model in-place buffers, so the in-place columns repeat the
+    out-of-place ones, and it checks no data, so #wrong is N/A (as nccl-tests prints
+    with ``-c 0``); the header says both. ``root`` is printed for broadcast and reduce,
+    -1 otherwise, as nccl-tests does.
+
+    >>> row = {"op": "all_reduce", "size_bytes": 1048576, "ranks": 8, "time_us": 19.6,
+    ...        "algbw_GBps": 53.5, "busbw_GBps": 93.6}
+    >>> print(collective_table([row]).splitlines()[-2][:84])
+         1048576        262144     float     sum      -1    19.60   53.50   93.60    N/A
+    """
     out = io.StringIO()
     if title:
         out.write(f"# {title}\n#\n")
     out.write(
-        f"#{'size':>11} {'count':>13} {'type':>7} {'redop':>6} {'time':>11} "
-        f"{'algbw':>8} {'busbw':>8}\n"
+        "# in-place columns repeat out-of-place (ccsim does not model in-place buffers); "
+        "#wrong is N/A (no data is checked)\n#\n"
     )
-    out.write(
-        f"#{'(B)':>11} {'(elements)':>13} {'':>7} {'':>6} {'(us)':>11} "
-        f"{'(GB/s)':>8} {'(GB/s)':>8}\n"
-    )
+    lead = "# %10s  %12s  %8s  %6s  %6s"
+    names = ("time", "algbw", "busbw", "#wrong") * 2
+    units = ("(us)", "(GB/s)", "(GB/s)", "") * 2
+    for line in (
+        lead % ("", "", "", "", "") + "           out-of-place                       in-place",
+        lead % ("size", "count", "type", "redop", "root") + _FIGURES % names,
+        lead % ("(B)", "(elements)", "", "", "") + _FIGURES % units,
+    ):
+        out.write(line.rstrip() + "\n")
     for row in rows:
         count = element_count(row["op"], row["size_bytes"], row["ranks"])
+        # nccl-tests prints "  %7s  %6s  %6s    N/A" when it checks no data
+        figures = (
+            f"  {_fixed(row['time_us'], 7)}  {_fixed(row['algbw_GBps'], 6)}  "
+            f"{_fixed(row['busbw_GBps'], 6)}    N/A"
+        )
         out.write(
-            f"{row['size_bytes']:>12} {count:>13} {'float':>7} {_REDOP[row['op']]:>6} "
-            f"{row['time_us']:>11.2f} {row['algbw_GBps']:>8.2f} {row['busbw_GBps']:>8.2f}\n"
+            f"{row['size_bytes']:>12}  {count:>12}  {'float':>8}  {_REDOP[row['op']]:>6}  "
+            f"{root if row['op'] in ROOTED_OPS else -1:>6}{figures}{figures}\n"
         )
     if rows:
         average = sum(row["busbw_GBps"] for row in rows) / len(rows)
-        out.write(f"# Avg bus bandwidth    : {average:.4f} GB/s\n")
+        out.write(f"# {'Avg bus bandwidth':<20} : {average:g}\n")
     return out.getvalue()
+
+
+#: nccl-tests' headers of the out-of-place and in-place columns: time, algbw, busbw, #wrong.
+_FIGURES = "  %7s  %6s  %6s  %6s" * 2
+
+
+def _fixed(value: float, width: int) -> str:
+    """A figure in ``width`` characters, as nccl-tests' ``getFloatStr``: two decimals,
+    then fewer, then an exponent when the number does not fit.
+
+    >>> _fixed(12.345, 7), _fixed(123456.7, 7), _fixed(12345678.0, 7)
+    ('  12.35', ' 123457', '1.2e+07')
+    """
+    for spec in (".2f", ".1f", ".0f"):
+        text = f"{value:{width}{spec}}"
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.1e}" if width >= 7 else f"{value:{width}.0e}"
 
 
 def to_json(rows: Sequence[dict[str, Any]]) -> str:
