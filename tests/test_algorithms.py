@@ -67,6 +67,8 @@ def test_registry_lists_the_suite():
         "multipath",
         "nvls",
         "nvls-tree",
+        "collnet-direct",
+        "collnet-chain",
     }
     assert get_algorithm("pairwise").ops == ("all_to_all",)
     assert set(get_algorithm("ring").ops) >= {"broadcast", "reduce", "all_reduce"}

@@ -14,8 +14,11 @@ from simulator import simulate_collective
 from simulator.algorithms import algorithm_names, build_schedule, get_algorithm
 from simulator.algorithms.base import RankLayout
 from simulator.algorithms.checker import verify
+from simulator.algorithms.nvls_tree import nvls_tree_schedule
 from simulator.algorithms.schedule import PATH_DEFAULT, PATH_DOWN, PATH_UP
+from simulator.collective.run import run_schedule
 from simulator.errors import CcsimError
+from simulator.topology import load_topology
 from simulator.topology.builders import cluster_graph
 
 N_BYTES = 2**30
@@ -54,7 +57,7 @@ def bandwidth_term(graph, chunks: int = 16) -> float:
 
 
 @pytest.mark.parametrize(
-    ("N", "g"), [(1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (3, 2), (4, 2), (5, 3), (7, 1), (8, 2)]
+    ("N", "g"), [(2, 1), (2, 2), (2, 4), (3, 2), (3, 8), (4, 2), (5, 3), (7, 1), (8, 2)]
 )
 @pytest.mark.parametrize(("chunks", "channels"), [(1, 1), (3, 1), (2, 2)])
 def test_checker_proves_an_all_reduce(N, g, chunks, channels):
@@ -67,7 +70,6 @@ def test_checker_proves_an_all_reduce(N, g, chunks, channels):
 def test_ranks_need_not_be_numbered_server_by_server():
     interleaved = RankLayout(6, (0, 1, 2, 0, 1, 2))
     verify(build_schedule("nvls-tree", "all_reduce", interleaved, 1e6, chunks=2))
-    verify(build_schedule("nvls-tree", "all_reduce", 4, 1e6, chunks=2))  # no servers: one
 
 
 # -- the edges NCCL builds ---------------------------------------------------------------
@@ -119,11 +121,14 @@ def test_bytes_on_every_link(N, g, edges):
 
 def test_one_server_is_nvls():
     """On one server there is no tree: the NVSwitch reduces and multicasts, and the time
-    is NVLS's to the last bit (NCCL runs NVLS there; NVLS-tree needs 2 servers)."""
+    is NVLS's to the last bit. (The registry refuses one server, as NCCL runs NVLS
+    there and enables NVLS-tree from 2 nodes; the schedule itself still works.)"""
+    graph = load_topology("dgx-h100")
     for chunks in (1, 4):
-        ours = simulate_collective("dgx-h100", "all_reduce", N_BYTES, "nvls-tree", chunks=chunks)
-        theirs = simulate_collective("dgx-h100", "all_reduce", N_BYTES, "nvls", chunks=chunks)
-        assert ours.time_s == pytest.approx(theirs.time_s, rel=1e-12)
+        one = nvls_tree_schedule(np.arange(8)[None, :], N_BYTES, chunks)
+        verify(one)
+        theirs = simulate_collective(graph, "all_reduce", N_BYTES, "nvls", chunks=chunks)
+        assert run_schedule(graph, one).time_s == pytest.approx(theirs.time_s, rel=1e-12)
 
 
 # -- the bandwidth term ------------------------------------------------------------------
@@ -172,6 +177,10 @@ def test_registered_for_all_reduce_with_simple_only():
     assert algo.unsupported("all_reduce", RankLayout(4, (0, 0, 0, 1))) == (
         "nvls-tree needs the same number of ranks on every server, got [3, 1]"
     )
+    assert algo.unsupported("all_reduce", servers(1, 8)) == (
+        "nvls-tree joins servers: it needs ranks on 2 servers or more (each GPU's 'server')"
+    )
+    assert "2 servers or more" in algo.unsupported("all_reduce", RankLayout(8))
     with pytest.raises(CcsimError, match="Simple protocol only"):
         simulate_collective("dgx-h100", "all_reduce", 1e6, "nvls-tree", nodes=2, protocol="LL")
 

@@ -10,6 +10,7 @@ from ..errors import CcsimError, unknown_choice
 from .base import Algorithm, RankLayout
 from .chain import RingWithChains
 from .chain_tree import ChainTree
+from .collnet import CollNetChain, CollNetDirect
 from .direct import Direct
 from .halving_doubling import HalvingDoubling
 from .hierarchical import Hierarchical
@@ -34,6 +35,8 @@ _ALGORITHMS: dict[str, Algorithm] = {
         Multipath(),
         Nvls(),
         NvlsTree(),
+        CollNetDirect(),
+        CollNetChain(),
         Direct(),
         Pairwise(),
     )

@@ -26,9 +26,11 @@ into the same block do not conflict with each other (they commute), so a rank ma
 receive several contributions at once, as a tree's inner node or a direct
 reduce-scatter's owner does.
 
-Self ops (src = dst, allowed only on switch paths: see
-:data:`~simulator.algorithms.schedule.PATH_UP`) move no data between ranks; they take part in the
-ordering only.
+Self ops (src = dst, allowed only into or out of a reducing switch, an NVSwitch or a
+SHARP switch of the fabric: see :data:`~simulator.algorithms.schedule.SWITCH_PATHS`) move
+no data between ranks; they take part in the ordering only. The switch's reduction
+itself is symbolic: members' copies reduce into the group owner's block (see
+:mod:`simulator.algorithms.in_switch`).
 """
 
 from __future__ import annotations

@@ -61,14 +61,16 @@ def server_groups(layout: RankLayout) -> np.ndarray | None:
     return np.array(members, dtype=np.int64)
 
 
-def groups_or_one_server(layout: RankLayout) -> np.ndarray:
-    """:func:`server_groups`, or every rank on one server when the layout names none.
+def across_servers(name: str, layout: RankLayout) -> str | None:
+    """Why ``name``, an algorithm that joins servers, cannot run on ``layout``, or None:
+    it needs each rank's server, ranks on 2 servers or more, the same number on each.
 
-    >>> groups_or_one_server(RankLayout(3)).tolist()
-    [[0, 1, 2]]
+    >>> across_servers("nvls-tree", RankLayout(4, (0, 0, 0, 0)))
+    "nvls-tree joins servers: it needs ranks on 2 servers or more (each GPU's 'server')"
     """
-    groups = server_groups(layout)
-    return np.arange(layout.ranks)[None, :] if groups is None else groups
+    if layout.servers is None or len(set(layout.servers)) < 2:
+        return f"{name} joins servers: it needs ranks on 2 servers or more (each GPU's 'server')"
+    return uneven_servers(name, layout)
 
 
 def uneven_servers(name: str, layout: RankLayout) -> str | None:
@@ -77,6 +79,35 @@ def uneven_servers(name: str, layout: RankLayout) -> str | None:
         return None
     counts = np.bincount(np.asarray(layout.servers)).tolist()
     return f"{name} needs the same number of ranks on every server, got {counts}"
+
+
+class AcrossServers(Algorithm):
+    """An all-reduce that joins equal servers (nvls-tree, collnet-direct, collnet-chain):
+    one channel from :meth:`one_channel` on :func:`server_groups`, copied per channel,
+    with the protocols the library runs it with."""
+
+    ops = ("all_reduce",)
+    #: The protocols NCCL runs it with (None: any).
+    protocols: tuple[str, ...] | None = None
+
+    def unsupported(self, op: str, layout: RankLayout) -> str | None:
+        return super().unsupported(op, layout) or across_servers(self.name, layout)
+
+    def build(
+        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
+    ) -> Schedule:
+        K = check_positive_int(chunks, "chunks")
+        C = check_positive_int(channels, "channels")
+        one = self.one_channel(server_groups(layout), size_bytes / C, K)
+        schedule = replicate_channels(one, C, size_bytes)
+        if self.protocols is not None:
+            schedule.params["protocols"] = list(self.protocols)
+        return schedule
+
+    @staticmethod
+    def one_channel(groups: np.ndarray, size_bytes: float, chunks: int) -> Schedule:
+        """One channel's schedule on ``groups[s, j]`` (rank of local index j on server s)."""
+        raise NotImplementedError
 
 
 def two_level_unsupported(algo: Algorithm, op: str, layout: RankLayout) -> str | None:

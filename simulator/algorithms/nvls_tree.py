@@ -20,6 +20,9 @@ N servers of g GPUs; rank (s, j) is local rank j of server s. As NCCL v2.30 runs
 * every head writes its row's total into the NVSwitch once, which multicasts it to the
   server (``multimem.st``: the "broadcast" and "gather" warps).
 
+NCCL enables NVLS-tree from 2 nodes (``src/graph/tuning.cc`` disables it on one, where
+NVLS runs), and so does the registry: on one server this schedule would be ``nvls``.
+
 ``chunks`` K cuts every half-row into K blocks (n/(2gK) bytes); each chunk flows
 through the four phases as soon as it can, so with many chunks they overlap. Each GPU
 sends its NVSwitch writes one chunk after another, and each head its tree messages (per
@@ -39,9 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Algorithm, RankLayout, check_positive_int
-from .builder import NONE, Fifo, OpBuffer, replicate_channels
-from .hierarchical import groups_or_one_server, uneven_servers
+from .builder import NONE, Fifo, OpBuffer
+from .hierarchical import AcrossServers
 from .in_switch import into_switch, out_of_switch
 from .nvls import NVLS_PROTOCOLS
 from .schedule import PATH_DOWN, PATH_UP, Schedule
@@ -144,24 +146,12 @@ def nvls_tree_schedule(groups: np.ndarray, size_bytes: float, chunks: int) -> Sc
     )
 
 
-class NvlsTree(Algorithm):
+class NvlsTree(AcrossServers):
     """NCCL's NVLS-tree: in-NVSwitch reduction and multicast, a double binary tree across."""
 
     name = "nvls-tree"
-    ops = ("all_reduce",)
     description = (
         "NCCL NVLS-tree all-reduce: NVSwitch reduces and multicasts, double binary tree across"
     )
-
-    def unsupported(self, op: str, layout: RankLayout) -> str | None:
-        return super().unsupported(op, layout) or uneven_servers(self.name, layout)
-
-    def build(
-        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
-    ) -> Schedule:
-        K = check_positive_int(chunks, "chunks")
-        C = check_positive_int(channels, "channels")
-        one = nvls_tree_schedule(groups_or_one_server(layout), size_bytes / C, K)
-        schedule = replicate_channels(one, C, size_bytes)
-        schedule.params["protocols"] = list(NVLS_PROTOCOLS)
-        return schedule
+    protocols = tuple(NVLS_PROTOCOLS)
+    one_channel = staticmethod(nvls_tree_schedule)

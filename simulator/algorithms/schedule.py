@@ -53,6 +53,12 @@ PATH_DEFAULT, PATH_NETWORK = 0, 1
 #: the receiver. Only these ops may be *self* ops (src = dst): they move no data between
 #: ranks, they load the link (the switch reading or writing the rank's own copy).
 PATH_UP, PATH_DOWN = 2, 3
+#: The same for a fabric switch that reduces and multicasts in the network (SHARP, for
+#: CollNet): ``PATH_SHARP_UP`` loads the route from the sender's GPU out through its NIC
+#: to the switch, ``PATH_SHARP_DOWN`` the route from the switch to the receiver's GPU.
+PATH_SHARP_UP, PATH_SHARP_DOWN = 4, 5
+#: Every route kind that goes into or out of a reducing switch (self ops allowed).
+SWITCH_PATHS = (PATH_UP, PATH_DOWN, PATH_SHARP_UP, PATH_SHARP_DOWN)
 
 
 @dataclass
@@ -128,18 +134,19 @@ class Schedule:
                     f"schedule op {bad[0]}: {name} rank {getattr(self, name)[bad[0]]} "
                     f"is outside 0..{self.ranks - 1}"
                 )
-        switch = (self.path == PATH_UP) | (self.path == PATH_DOWN)
+        switch = np.isin(self.path, SWITCH_PATHS)
         same = np.flatnonzero((self.src == self.dst) & ~switch)
         if len(same):
             raise ScheduleError(
                 f"schedule op {same[0]} sends from rank {self.src[same[0]]} to itself "
-                "(only ops into or out of a switch, paths 2 and 3, may)"
+                "(only ops into or out of a switch, paths 2 to 5, may)"
             )
-        bad = np.flatnonzero((self.path < PATH_DEFAULT) | (self.path > PATH_DOWN))
+        bad = np.flatnonzero((self.path < PATH_DEFAULT) | (self.path > PATH_SHARP_DOWN))
         if len(bad):
             raise ScheduleError(
                 f"schedule op {bad[0]} has path {self.path[bad[0]]}; paths are 0 (shortest), "
-                "1 (through the NICs), 2 (into the switch) and 3 (out of the switch)"
+                "1 (through the NICs), 2 and 3 (into and out of the NVSwitch), 4 and 5 (into "
+                "and out of the fabric's SHARP switch)"
             )
         bad = np.flatnonzero(~(self.nbytes >= 0))
         if len(bad):

@@ -21,6 +21,8 @@ from ..algorithms.schedule import (
     PATH_DEFAULT,
     PATH_DOWN,
     PATH_NETWORK,
+    PATH_SHARP_DOWN,
+    PATH_SHARP_UP,
     PATH_UP,
     Schedule,
     csr_gather,
@@ -256,8 +258,9 @@ def route_ops(
     dst: np.ndarray | None = None,
 ) -> np.ndarray:
     """Route of each op: the shortest (ECMP-hashed by channel), unless the schedule
-    sends it through the NICs (multipath) or into or out of an NVLS switch. ``src`` and
-    ``dst`` give every op's ranks on the topology when they are not the schedule's own."""
+    sends it through the NICs (multipath) or into or out of a reducing switch (an NVLS
+    NVSwitch, or a SHARP switch of the fabric). ``src`` and ``dst`` give every op's
+    ranks on the topology when they are not the schedule's own."""
     src = (schedule.src if src is None else src)[ops]
     dst = (schedule.dst if dst is None else dst)[ops]
     if not schedule.path.any():
@@ -267,7 +270,7 @@ def route_ops(
     plain = path == PATH_DEFAULT
     if plain.any():
         routes[plain] = router.route_ids(src[plain], dst[plain], schedule.channel[ops][plain])
-    for code in (PATH_NETWORK, PATH_UP, PATH_DOWN):
+    for code in (PATH_NETWORK, PATH_UP, PATH_DOWN, PATH_SHARP_UP, PATH_SHARP_DOWN):
         these = path == code
         if not these.any():
             continue
@@ -275,6 +278,10 @@ def route_ops(
             routes[these] = router.network_route_ids(src[these], dst[these])
         elif code == PATH_UP:
             routes[these] = router.switch_route_ids(src[these], down=False)
-        else:
+        elif code == PATH_DOWN:
             routes[these] = router.switch_route_ids(dst[these], down=True)
+        elif code == PATH_SHARP_UP:
+            routes[these] = router.sharp_route_ids(src[these], down=False, partners=dst[these])
+        else:
+            routes[these] = router.sharp_route_ids(dst[these], down=True, partners=src[these])
     return routes

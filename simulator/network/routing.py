@@ -183,7 +183,9 @@ class Router:
         self._sparse: dict[tuple[int, int], int] = {}
         self._groups: list[_Multipath] = []
         self._network_routes: dict[tuple[int, int], int] = {}
-        self._switch_routes: dict[tuple[int, bool], int] = {}
+        self._switch_routes: dict[tuple, int] = {}
+        self._sharp_switches: dict[int, object] = {}
+        self._sharp_paths: dict[int, list] = {}
         self._network_view: nx.Graph | None = None
         self._route_links: list[np.ndarray] = []
         self._route_of: dict[tuple[int, ...], int] = {}
@@ -383,6 +385,74 @@ class Router:
                     )
                 path = [switches[0], gpu] if down else [gpu, switches[0]]
                 route = self._switch_routes[(rank, down)] = self._add_route(path)
+            out[n] = route
+        return out
+
+    def sharp_switch(self, rank: int) -> object:
+        """The fabric switch that reduces in the network for ``rank`` (SHARP): the nearest
+        switch marked ``sharp`` on a path out through the rank's NIC (least latency, then
+        fewest hops, then graph order). Cached; an error says how to mark one."""
+        switch = self._sharp_switches.get(rank)
+        if switch is not None:
+            return switch
+        if self._network_view is None:
+            self._network_view = self._without_interconnect()
+        view, gpu = self._network_view, self.nodes[rank]
+        order, gpus = self._order, self._gpus
+        dist, pred = {gpu: 0}, {gpu: None}
+        heap = [(0, order[gpu], gpu)]
+        while heap:
+            du, _, u = heappop(heap)
+            if du > dist[u]:
+                continue
+            data = self.graph.nodes[u]
+            if data.get("kind") == "switch" and data.get("sharp"):
+                switch = u
+                break
+            if u in gpus and u != gpu:
+                continue  # GPUs do not forward traffic
+            for v in sorted(view.neighbors(u), key=order.__getitem__):
+                cost = round(float(view.edges[u, v].get("latency", 0.0)) * _PS_PER_S) + _HOP
+                if v not in dist or du + cost < dist[v]:
+                    dist[v], pred[v] = du + cost, u
+                    heappush(heap, (du + cost, order[v], v))
+        if switch is None:
+            raise CcsimError(
+                f"GPU {gpu!r} reaches no fabric switch with in-network reduction (SHARP) "
+                "through its NIC, which collnet needs: set 'sharp: true' in the topology's "
+                "fabric section"
+            )
+        path = [switch]
+        while pred[path[-1]] is not None:
+            path.append(pred[path[-1]])
+        self._sharp_paths[rank] = path[::-1]
+        self._sharp_switches[rank] = switch
+        return switch
+
+    def sharp_route_ids(
+        self, ranks: np.ndarray, *, down: bool, partners: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Routes between each rank's GPU and its SHARP switch (:meth:`sharp_switch`): out
+        through the NIC into the switch, or back when ``down``. ``partners[i]`` (the other
+        rank of op i) must reduce in the same switch: a group reduces in one switch."""
+        ranks = np.asarray(ranks).tolist()
+        out = np.empty(len(ranks), dtype=np.int64)
+        for n, rank in enumerate(ranks):
+            switch = self.sharp_switch(rank)
+            if partners is not None:
+                other = int(partners[n])
+                if self.sharp_switch(other) != switch:
+                    raise CcsimError(
+                        f"GPUs {self.nodes[rank]!r} and {self.nodes[other]!r} reach different "
+                        f"SHARP switches ({switch!r}, {self.sharp_switch(other)!r}); ccsim "
+                        "reduces a group in one switch: use a rail-optimized or single-switch "
+                        "fabric, or put the servers under one leaf"
+                    )
+            route = self._switch_routes.get((rank, down, "sharp"))
+            if route is None:
+                path = self._sharp_paths[rank]
+                route = self._add_route(path[::-1] if down else path)
+                self._switch_routes[(rank, down, "sharp")] = route
             out[n] = route
         return out
 
