@@ -87,6 +87,28 @@ def test_level0_follows_the_hardware():
     assert hccl_choice(b, "all_reduce", MIB).algorithm == "fullmesh+ring"
 
 
+@pytest.mark.parametrize(
+    ("system", "size", "schedule", "intra"),
+    [
+        (HcclSystem("910b", 2, 8, "NP_MESH", 25e9), MIB, "hierarchical", "mesh"),
+        (HcclSystem("910b", 2, 8, "NP_MESH", 25e9), 1 << 30, "pipelined", "mesh"),
+        (HcclSystem("910b", 2, 8, "8P_RING", 25e9), MIB, "hierarchical", "ring"),
+        (HcclSystem("910", 2, 4, "4P_MESH", 12.5e9), MIB, "hierarchical", "mesh"),
+        (HcclSystem("910", 3, 8, "8P_RING", 12.5e9), MIB, "hierarchical", "ring"),
+        (HcclSystem("910", 3, 2, "NP_SINGLE_RING", 12.5e9), MIB, "hierarchical", "ring"),
+        (HcclSystem("910b", 1, 8, "NP_MESH"), MIB, "direct", None),
+        (HcclSystem("910b", 4, 1, "NP_SINGLE_RING", 25e9), MIB, "ring", None),
+    ],
+)
+def test_level0_sets_the_in_server_phase(system, size, schedule, intra):
+    """Across servers level0 runs as HCCL runs it: a full mesh where it is fullmesh
+    (NP_MESH, 4P_MESH: common.h:76-89), a ring for the 8P and single rings; one-level
+    schedules take no option."""
+    choice = hccl_choice(system, "all_reduce", size)
+    assert (choice.schedule, choice.intra) == (schedule, intra)
+    assert choice.options == ({"intra": intra} if intra else {})
+
+
 COUNTS = [(5, "ring"), (6, "ring"), (7, "ring"), (8, "H-D_R"), (12, "H-D_R"), (16, "H-D_R")]
 
 

@@ -17,7 +17,9 @@ dependency arrays once at the end. Two trackers compute the usual dependencies:
   to the same peer at once) they run side by side and finish together, so any one of
   them stands for the group.
 
-:func:`ring_phase` expands a reduce-scatter or all-gather over many rings at once, and
+:func:`ring_phase` expands a reduce-scatter or all-gather over many rings at once,
+:func:`mesh_phase` the same over many groups as a direct (full-mesh) exchange, both on
+:func:`pair_sends` (messages in chunks on per-pair streams), and
 :func:`replicate_channels` turns a one-channel schedule into ``C`` independent copies,
 each carrying 1/C of the data.
 """
@@ -247,6 +249,125 @@ def ring_phase(
             fifo.record(src_ops, ids, stream)
             if s == m - 2:
                 received[dst[:, :, None], k, np.arange(width)] = ids.reshape(n_rings, m, width)
+    return received
+
+
+def ordered_pairs(p: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` of every ordered pair of distinct positions ``0..p-1``, by src then dst.
+
+    >>> [a.tolist() for a in ordered_pairs(3)]
+    [[0, 0, 1, 1, 2, 2], [1, 2, 0, 2, 0, 1]]
+    """
+    src, dst = np.divmod(np.arange(p * p, dtype=np.int64), p)
+    keep = src != dst
+    return src[keep], dst[keep]
+
+
+def pair_sends(
+    buf: OpBuffer,
+    fifo: Fifo,
+    src: Any,
+    dst: Any,
+    segments: Sequence[Any],
+    nbytes: float,
+    *,
+    reduce: bool,
+    step: int,
+    chunk0: int = 0,
+    streams: Any = None,
+    deps: Sequence[Sequence[tuple[Any, bool]]] = (),
+) -> list[np.ndarray]:
+    """Send a message from each ``src[i]`` to ``dst[i]``, all at once, in chunks.
+
+    Chunk ``k`` carries blocks ``segments[k]`` (one per op, or a scalar) and is labelled
+    chunk ``chunk0 + k``; the chunks of one message leave one after another on the
+    sender's FIFO stream ``streams[i]`` (default ``dst[i]``: one stream per receiver, on a
+    ``Fifo(ranks, ranks)``). ``deps[k]``, when given, are chunk k's further dependency
+    columns. Returns the op ids of each chunk.
+    """
+    streams = dst if streams is None else streams
+    chunks = []
+    for k, segment in enumerate(segments):
+        ids = buf.add(
+            src,
+            dst,
+            segment,
+            nbytes,
+            reduce=reduce,
+            step=step,
+            chunk=chunk0 + k,
+            deps=[(fifo.deps(src, streams), True), *(deps[k] if deps else ())],
+        )
+        fifo.record(src, ids, streams)
+        chunks.append(ids)
+    return chunks
+
+
+def mesh_phase(
+    buf: OpBuffer,
+    writer: LastWriter | None,
+    fifo: Fifo,
+    groups: np.ndarray,
+    blocks: np.ndarray,
+    block_bytes: float,
+    *,
+    reduce: bool,
+    stream: int = 0,
+    segment_base: int = 0,
+    step0: int = 0,
+    chunk0: int = 0,
+    after: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """Emit a direct (full-mesh) reduce-scatter (``reduce``) or all-gather on many groups.
+
+    ``groups[q]`` lists the m ranks of group ``q``; ``blocks[q, b, k]`` are the local
+    block ids (of ``block_bytes`` each) that make up chunk ``k`` of group block ``b``, as
+    in :func:`ring_phase`. Reduce-scatter: every member ``i`` sends group block ``b`` to
+    member ``b`` for every ``b != i``, all at once, and member ``b`` reduces the m-1
+    contributions as they arrive (they commute). All-gather: member ``i`` sends group
+    block ``i`` to every other member. One step, labelled ``step0``; the chunks of a
+    message go one after another on the sender's stream ``stream + b`` for receiver
+    position ``b`` (a FIFO per peer), labelled ``chunk0 + k``.
+
+    ``writer`` tracks blocks as in :func:`ring_phase` (None: ``after`` alone orders the
+    phase, as in a one-group direct all-reduce). Every send of chunk k waits for the
+    ops ``after[rank, k]``. Returns, for the next phase, every op of this phase into
+    each rank by chunk: ``received[rank, k]`` holds the m-1 senders' ops (by sender
+    position, then block), :data:`NONE`-padded.
+    """
+    n_groups, m = groups.shape
+    n_chunks, width = blocks.shape[2:]
+    if m < 2:
+        return after
+    i, b = ordered_pairs(m)
+    shape = (n_groups, len(i), width)
+    src = np.broadcast_to(groups[:, i, None], shape).ravel()
+    dst = np.broadcast_to(groups[:, b, None], shape).ravel()
+    streams = np.broadcast_to((stream + b)[None, :, None], shape).ravel()
+    # Blocks of chunk k travelling on each op: the receiver's (reduce) or the sender's.
+    local = [
+        blocks[np.arange(n_groups)[:, None], (b if reduce else i)[None, :], k].ravel()
+        for k in range(n_chunks)
+    ]
+    deps = []
+    for k in range(n_chunks):
+        columns = writer.columns(src, dst, local[k]) if writer is not None else []
+        if after is not None:
+            waits = after[src, k]
+            columns += [(waits[:, c], False) for c in range(waits.shape[1])]
+        deps.append(columns)
+    segments = [blocks_k + segment_base for blocks_k in local]
+    sent = pair_sends(
+        buf, fifo, src, dst, segments, block_bytes, reduce=reduce, step=step0, chunk0=chunk0,
+        streams=streams, deps=deps,
+    )  # fmt: skip
+    # Slot of each op in its receiver's row: the sender's position among the others.
+    slot = np.broadcast_to(((i - (i > b)) * width)[None, :, None] + np.arange(width), shape)
+    received = np.full((int(groups.max()) + 1, n_chunks, (m - 1) * width), NONE, np.int64)
+    for k, ids in enumerate(sent):
+        if writer is not None:
+            writer.record(dst, local[k], ids)
+        received[dst, k, slot.ravel()] = ids
     return received
 
 

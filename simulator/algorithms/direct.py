@@ -29,23 +29,20 @@ import numpy as np
 
 from ..errors import CcsimError
 from .base import Algorithm, RankLayout, check_positive_int
-from .builder import Fifo, OpBuffer, check_root, replicate_channels
+from .builder import (
+    Fifo,
+    OpBuffer,
+    check_root,
+    mesh_phase,
+    ordered_pairs,
+    pair_sends,
+    replicate_channels,
+)
 from .schedule import Schedule
 
 #: Ranks beyond which direct all-reduce is refused (its dependencies grow as p^3).
 MAX_ALL_REDUCE_RANKS = 256
 _MAX_DEPENDENCIES = 1 << 27
-
-
-def ordered_pairs(p: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(src, dst)`` of every ordered pair of distinct ranks, by src then dst.
-
-    >>> [a.tolist() for a in ordered_pairs(3)]
-    [[0, 0, 1, 1, 2, 2], [1, 2, 0, 2, 0, 1]]
-    """
-    src, dst = np.divmod(np.arange(p * p, dtype=np.int64), p)
-    keep = src != dst
-    return src[keep], dst[keep]
 
 
 def direct_schedule(
@@ -55,49 +52,34 @@ def direct_schedule(
     p, K = ranks, chunks
     buf = OpBuffer()
     fifo = Fifo(p, p)  # one FIFO per (sender, receiver) pair
-
-    def send(src, dst, block, nbytes, reduce, step, extra=()):
-        for k in range(K):
-            ids = buf.add(
-                src,
-                dst,
-                block * K + k,
-                nbytes,
-                reduce=reduce,
-                step=step,
-                chunk=k,
-                deps=[(fifo.deps(src, dst), True), *(extra[k] if extra else ())],
-            )
-            fifo.record(src, ids, dst)
-            yield ids
-
-    src, dst = ordered_pairs(p)
-    if op in ("all_reduce", "reduce_scatter"):
+    if op in ("all_reduce", "reduce_scatter", "all_gather"):
         owner = np.arange(p)
-        rs = list(send(src, dst, dst, size_bytes / (p * K), True, 0))
-        if op == "all_reduce":
-            # Contributions to block d, chunk k: the RS ops (x -> d) for every x != d.
-            into = np.full((p, p), -1, dtype=np.int64)
-            others = np.array([np.delete(np.arange(p), d) for d in range(p)])  # (p, p-1)
-            waits = []
-            for ids in rs:
-                into[src, dst] = ids
-                table = into[others, np.arange(p)[:, None]][src]  # for AG op (src -> dst)
-                waits.append([(table[:, c], False) for c in range(p - 1)])
-            list(send(src, dst, src, size_bytes / (p * K), False, 1, waits))
-    elif op == "all_gather":
-        owner = np.arange(p)
-        list(send(src, dst, src, size_bytes / (p * K), False, 0))
+        everyone = np.arange(p)[None, :]
+        blocks = (np.arange(p)[:, None] * K + np.arange(K))[None, :, :, None]  # block d, chunk k
+        # All-reduce: the all-gather of block d, chunk k, waits for chunk k of every
+        # contribution to it (the reduce-scatter ops into rank d).
+        received = None
+        if op != "all_gather":
+            received = mesh_phase(buf, None, fifo, everyone, blocks, size_bytes / (p * K),
+                                  reduce=True)  # fmt: skip
+        if op != "reduce_scatter":
+            mesh_phase(
+                buf, None, fifo, everyone, blocks, size_bytes / (p * K), reduce=False,
+                step0=int(op == "all_reduce"), after=received,
+            )  # fmt: skip
     elif op == "all_to_all":
         owner = np.arange(p * p)  # block (s, d) = s * p + d: from s, for d
-        list(send(src, dst, src * p + dst, size_bytes / (p * K), False, 0))
+        src, dst = ordered_pairs(p)
+        segments = [(src * p + dst) * K + k for k in range(K)]
+        pair_sends(buf, fifo, src, dst, segments, size_bytes / (p * K), reduce=False, step=0)
     else:
         owner = np.full(1, root)
         peers = np.delete(np.arange(p), root)
-        if op == "broadcast":
-            list(send(np.full(p - 1, root), peers, 0, size_bytes / K, False, 0))
-        else:
-            list(send(peers, np.full(p - 1, root), 0, size_bytes / K, True, 0))
+        ends = (np.full(p - 1, root), peers)
+        src, dst = ends if op == "broadcast" else ends[::-1]
+        pair_sends(
+            buf, fifo, src, dst, range(K), size_bytes / K, reduce=op == "reduce", step=0
+        )  # fmt: skip
     return buf.schedule(
         op=op,
         algorithm=algorithm,

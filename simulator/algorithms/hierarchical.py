@@ -1,4 +1,4 @@
-"""Two-level (hierarchical) collectives: rings inside servers, rings across servers.
+"""Two-level (hierarchical) collectives: rings (or a full mesh) inside servers, rings across.
 
 N servers of g ranks each; rank (s, j) is local rank j of server s. The buffer is cut
 into g x N blocks (j, t) of n/(gN) bytes.
@@ -25,6 +25,16 @@ message: the phases follow one another (overlapping them is what ``pipelined`` d
 
 Options: ``chunks`` K cuts every ring step into K chunks sent back to back (as the
 ring does), ``channels`` C runs C copies side by side, each on 1/C of the data.
+``intra="mesh"`` runs the in-server phases as a direct (full-mesh) exchange instead of a
+ring, as HCCL's level0 does on a fully connected server (:func:`mesh_phase
+<simulator.algorithms.builder.mesh_phase>`): in the reduce-scatter each rank sends the
+part each server peer owns straight to that peer, all g-1 messages at once, and reduces
+what it receives; in the all-gather it sends its part to every peer at once. With each
+pair of a server on its own link, an in-server phase then takes one step,
+a_i + n/(g B_i) with every rank's g-1 links busy together, in place of g-1 ring steps:
+    all-reduce     2(a_i + n/(g B_i)) + 2(N-1)(a_e + n/(gN B_e))
+    all-gather     (N-1)(a_e + n/(p B_e)) + a_i + n/(g B_i)
+and reduce-scatter as all-gather.
 :mod:`simulator.algorithms.pipelined` reuses these phases with the data cut into slices.
 
 Ranks need not be numbered server by server; every server must hold the same number
@@ -35,15 +45,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import unknown_choice
 from .base import Algorithm, RankLayout, check_positive_int
-from .builder import Fifo, LastWriter, OpBuffer, replicate_channels, ring_phase
+from .builder import Fifo, LastWriter, OpBuffer, mesh_phase, replicate_channels, ring_phase
 from .schedule import Schedule
 
 TWO_LEVEL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 # FIFO streams: the intra-server and the inter-server links are different resources,
-# so each rank sends on them independently.
-_INTRA, _INTER = 0, 1
+# so each rank sends on them independently. A mesh phase sends on one stream per server
+# peer, _MESH + the peer's local index.
+_INTRA, _INTER, _MESH = 0, 1, 2
+#: How the in-server phases run: ``intra`` option values and their phase builders.
+INTRA_PHASES = {"ring": ring_phase, "mesh": mesh_phase}
+
+
+def check_intra(intra: object) -> str:
+    """Validate the ``intra`` option of the two-level algorithms."""
+    if intra not in INTRA_PHASES:
+        raise unknown_choice("in-server phase (intra)", intra, INTRA_PHASES)
+    return str(intra)
 
 
 def server_groups(layout: RankLayout) -> np.ndarray | None:
@@ -131,8 +152,10 @@ def two_level_schedule(
     *,
     slices: int = 1,
     chunks: int = 1,
+    intra: str = "ring",
 ) -> Schedule:
-    """One channel of a two-level collective; ``slices`` > 1 pipelines it.
+    """One channel of a two-level collective; ``slices`` > 1 pipelines it, ``intra``
+    ("ring" or "mesh") says how the in-server phases run.
 
     With L slices the data is cut into L parts, each running every phase. Each rank
     sends on its intra-server and inter-server links in slice order, so slice i's
@@ -140,91 +163,110 @@ def two_level_schedule(
     first and last phases share the intra-server links, a rank's intra-server sends run
     in the order RS(0), RS(1), AG(0), RS(2), AG(1), ...: the all-gather of a slice
     waits behind the next slice's reduce-scatter, which keeps the inter-server rings fed.
+    With ``intra="mesh"`` the order is the same on each (rank, peer) stream.
     """
     N, g = groups.shape
     p = N * g
     L, K = slices, chunks
     per_slice = g * N * K
     block_bytes = size_bytes / (L * per_slice)
-    fifo = Fifo(p, 2)
+    fifo = Fifo(p, _MESH + g)
     buf = OpBuffer()
+    # The in-server phase builder, its first stream and its number of steps.
+    mesh = intra == "mesh"
+    intra_phase = INTRA_PHASES[intra]
+    intra_stream, intra_steps = (_MESH, min(1, g - 1)) if mesh else (_INTRA, g - 1)
 
     if op == "all_reduce":
         # Local block id of (row j, column t, chunk k), as ids[j, k, t].
         j, k, t = np.ix_(np.arange(g), np.arange(K), np.arange(N))
         ids = (j * N + t) * K + k
-        intra = np.broadcast_to(ids[None], (N, g, K, N))  # ring s, position j: row j
-        inter = ids.transpose(0, 2, 1)[:, :, :, None]  # ring j, position t: block (j, t)
+        intra_blocks = np.broadcast_to(ids[None], (N, g, K, N))  # ring s, position j: row j
+        inter_blocks = ids.transpose(0, 2, 1)[:, :, :, None]  # ring j, position t: block (j, t)
         # Block (j, t) ends its inter-server reduce-scatter on rank (t, j).
         owner = np.broadcast_to(groups.T[:, :, None], (g, N, K)).ravel()
         # Per live slice: its block tracker and the last messages of its latest phase.
         writers: dict[int, LastWriter] = {}
         barrier: dict[int, np.ndarray | None] = {}
 
-        def phase(i: int, rings, blocks, reduce: bool, stream: int, step0: int) -> None:
-            barrier[i] = ring_phase(
+        def phase(i: int, build, rings, blocks, reduce: bool, stream: int, step0: int) -> None:
+            barrier[i] = build(
                 buf, writers[i], fifo, rings, blocks, block_bytes,
                 reduce=reduce, stream=stream, segment_base=i * per_slice,
                 step0=step0, chunk0=i * K, after=barrier[i],
             )  # fmt: skip
 
+        last = intra_steps + 2 * (N - 1)  # the in-server all-gather's first step
         for i in range(L):
             writers[i], barrier[i] = LastWriter(p, per_slice), None
-            phase(i, groups, intra, True, _INTRA, 0)
+            phase(i, intra_phase, groups, intra_blocks, True, intra_stream, 0)
             if i >= 1:
-                phase(i - 1, groups, intra, False, _INTRA, g - 1 + 2 * (N - 1))
+                phase(i - 1, intra_phase, groups, intra_blocks, False, intra_stream, last)
                 del writers[i - 1], barrier[i - 1]
-            phase(i, groups.T, inter, True, _INTER, g - 1)
-            phase(i, groups.T, inter, False, _INTER, g - 1 + N - 1)
-        phase(L - 1, groups, intra, False, _INTRA, g - 1 + 2 * (N - 1))
+            phase(i, ring_phase, groups.T, inter_blocks, True, _INTER, intra_steps)
+            phase(i, ring_phase, groups.T, inter_blocks, False, _INTER, intra_steps + N - 1)
+        phase(L - 1, intra_phase, groups, intra_blocks, False, intra_stream, last)
     else:
         # Local block id of rank (s, j)'s block, chunk k, as ids[s, j, k].
         s, j, k = np.ix_(np.arange(N), np.arange(g), np.arange(K))
         ids = (s * g + j) * K + k
-        inter = ids.transpose(1, 0, 2)[:, :, :, None]  # ring j, position s, chunk k
-        intra = np.broadcast_to(ids.transpose(1, 2, 0)[None], (N, g, K, N))
+        inter_blocks = ids.transpose(1, 0, 2)[:, :, :, None]  # ring j, position s, chunk k
+        intra_blocks = np.broadcast_to(ids.transpose(1, 2, 0)[None], (N, g, K, N))
         owner = np.repeat(groups.ravel(), K)
         reduce = op == "reduce_scatter"
-        first, second = (
-            ((groups, intra, _INTRA), (groups.T, inter, _INTER))
-            if reduce
-            else ((groups.T, inter, _INTER), (groups, intra, _INTRA))
-        )
+        in_server = (intra_phase, groups, intra_blocks, intra_stream, intra_steps)
+        across = (ring_phase, groups.T, inter_blocks, _INTER, N - 1)
         for i in range(L):
             writer, after, step = LastWriter(p, per_slice), None, 0
-            for rings, blocks, stream in (first, second):
-                after = ring_phase(
+            for build, rings, blocks, stream, steps in (
+                (in_server, across) if reduce else (across, in_server)
+            ):
+                after = build(
                     buf, writer, fifo, rings, blocks, block_bytes, reduce=reduce,
                     stream=stream, segment_base=i * per_slice, step0=step, chunk0=i * K,
                     after=after,
                 )  # fmt: skip
-                step += rings.shape[1] - 1
+                step += steps
     return buf.schedule(
         op=op,
         algorithm=algorithm,
         ranks=p,
         size_bytes=size_bytes,
         segment_owner=np.tile(owner, L),
-        params={"servers": N, "ranks_per_server": g},
+        params={"servers": N, "ranks_per_server": g, **({"intra": intra} if mesh else {})},
     )
 
 
 class Hierarchical(Algorithm):
-    """Two-level rings: intra-server, then inter-server on g parallel rings, then intra."""
+    """Two-level rings: intra-server, then inter-server on g parallel rings, then intra
+    (``intra="mesh"``: the in-server phases as a full-mesh exchange)."""
 
     name = "hierarchical"
     ops = TWO_LEVEL_OPS
     description = "intra-server ring RS, inter-server ring AR on g parallel rings, intra AG"
+    #: Whether ``chunks`` cuts the data into pipeline slices (``pipelined``) rather than
+    #: each ring step into chunks.
+    slices = False
 
     def unsupported(self, op: str, layout: RankLayout) -> str | None:
         return two_level_unsupported(self, op, layout)
 
     def build(
-        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
+        self,
+        op: str,
+        layout: RankLayout,
+        size_bytes: float,
+        *,
+        chunks: int = 1,
+        channels: int = 1,
+        intra: str = "ring",
     ) -> Schedule:
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
-        groups = server_groups(layout)
-        one = two_level_schedule(self.name, op, groups, size_bytes / C, chunks=K)
+        intra = check_intra(intra)
+        one = two_level_schedule(
+            self.name, op, server_groups(layout), size_bytes / C, intra=intra,
+            **({"slices": K} if self.slices else {"chunks": K}),
+        )  # fmt: skip
         one.params.update(chunks=K)
         return replicate_channels(one, C, size_bytes)

@@ -23,33 +23,19 @@ with t_i the stage times of one slice (latency included). Per-slice latency grow
 so the best k is finite.
 
 ``chunks`` = k = 1 is plain ``hierarchical``. More slices add per-step latency and ops
-(k times as many); ``--chunks auto`` picks k by simulation.
+(k times as many); ``--chunks auto`` picks k by simulation. ``intra="mesh"`` runs the
+in-server phases as a full-mesh exchange, as in ``hierarchical`` (T_intra is then
+2(a_i + n/(g B_i)) for all-reduce); the stage model above is unchanged.
 """
 
 from __future__ import annotations
 
-from .base import Algorithm, RankLayout, check_positive_int
-from .builder import replicate_channels
-from .hierarchical import TWO_LEVEL_OPS, server_groups, two_level_schedule, two_level_unsupported
-from .schedule import Schedule
+from .hierarchical import Hierarchical
 
 
-class Pipelined(Algorithm):
+class Pipelined(Hierarchical):
     """Hierarchical with k slices whose intra- and inter-server phases overlap."""
 
     name = "pipelined"
-    ops = TWO_LEVEL_OPS
     description = "hierarchical on k = --chunks slices, intra and inter phases overlapped"
-
-    def unsupported(self, op: str, layout: RankLayout) -> str | None:
-        return two_level_unsupported(self, op, layout)
-
-    def build(
-        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
-    ) -> Schedule:
-        k = check_positive_int(chunks, "chunks")
-        C = check_positive_int(channels, "channels")
-        groups = server_groups(layout)
-        one = two_level_schedule(self.name, op, groups, size_bytes / C, slices=k)
-        one.params.update(chunks=k)
-        return replicate_channels(one, C, size_bytes)
+    slices = True

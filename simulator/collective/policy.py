@@ -227,19 +227,20 @@ class HcclPolicy:
     ) -> CollectiveResult:
         """Simulate HCCL's choice; ``params`` record it (``hccl_algorithm`` as HCCL names
         it, ``hccl_executor``, ``hccl_loops`` through its buffer, ``channels``,
-        ``chunks``). ``root`` is accepted for symmetry; HCCL's modelled operations have
+        ``chunks``, and ``intra``, how a two-level schedule runs level0: "mesh" or
+        "ring"). ``root`` is accepted for symmetry; HCCL's modelled operations have
         none."""
         choice = self.choose(graph, op, size_bytes)
         channels = self.channels or choice.channels
         chunks = self.chunks or choice.chunks
         schedule = build_schedule(
             choice.schedule, op, rank_layout(graph), float(size_bytes), chunks=chunks,
-            channels=channels,
+            channels=channels, **choice.options,
         )  # fmt: skip
         result = run_schedule(graph, schedule, reduce_bandwidth=self.reduce_bandwidth)
         result.params.update(
             policy="hccl", hccl_algorithm=choice.algorithm, hccl_executor=choice.executor,
-            hccl_loops=choice.loops, channels=channels, chunks=chunks,
+            hccl_loops=choice.loops, channels=channels, chunks=chunks, **choice.options,
         )  # fmt: skip
         return result
 

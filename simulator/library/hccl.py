@@ -46,15 +46,14 @@ Each HCCL algorithm runs as the nearest ccsim schedule (:data:`SCHEDULES`):
   each one step over every HCCS link, [doc] Mesh.md: 2 alpha + 2/p n beta, which
   ``direct`` reproduces); ring -> ``ring``;
 * several servers: ``hierarchical`` (level0 reduce-scatter, level1 across servers on one
-  plane per local index, level0 all-gather), or ``pipelined`` for HCCL's pipeline;
+  plane per local index, level0 all-gather), or ``pipelined`` for HCCL's pipeline, with
+  the level0 phases as a full mesh (``intra="mesh"``: every NPU sends to all its server
+  peers at once, one step each way) where level0 is fullmesh (910B's NP_MESH, 910's
+  4P_MESH), and as a ring for 910's 8P_RING and the single and whole rings;
   one NPU per server: ``ring`` or ``halving-doubling`` over the servers.
 
 Not modelled (the nearest schedule runs instead):
 
-* ccsim's ``hierarchical`` and ``pipelined`` run their in-server phases as a ring, not
-  HCCL's fullmesh, so on a 910B fullmesh across servers the in-server phases use one
-  HCCS link per NPU instead of seven (ccsim has no two-level schedule with a mesh
-  inside; across servers predictions are too slow where in-server time dominates);
 * the level1 algorithms NHR, NHR_V1, NB and AHC, and H-D_R between servers of several
   NPUs: ccsim runs its ring between the servers (NHR and NB move the same bytes as the
   ring in fewer steps, [env], so ccsim overstates their latency as log2(N) -> N - 1
@@ -195,6 +194,13 @@ class HcclChoice:
     channels: int  # ccsim channels (HCCL's rings of 8P_RING)
     chunks: int  # ccsim chunks (pipelined: slices)
     loops: int  # passes through HCCL's CCL buffer
+    #: How the two-level schedule runs level0 ("mesh" or "ring"); None for one level.
+    intra: str | None = None
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The schedule's build options beyond chunks and channels (``intra``)."""
+        return {} if self.intra is None else {"intra": self.intra}
 
     @property
     def algorithm(self) -> str:
@@ -409,8 +415,14 @@ def hccl_choice(
     >>> hccl_choice(HcclSystem("910b", 1, 8, "NP_MESH"), "all_reduce", 2**30).schedule
     'direct'
     >>> choice = hccl_choice(HcclSystem("910", 2, 8, "8P_RING", 12.5e9), "all_gather", 2**30)
-    >>> choice.algorithm, choice.schedule, choice.channels
-    ('ring+H-D_R', 'hierarchical', 4)
+    >>> choice.algorithm, choice.schedule, choice.channels, choice.intra
+    ('ring+H-D_R', 'hierarchical', 4, 'ring')
+
+    Two 910B servers: fullmesh inside, so the two-level schedule runs its level0 phases
+    as a full mesh:
+
+    >>> hccl_choice(HcclSystem("910b", 2, 8, "NP_MESH", 25e9), "all_reduce", 2**20).options
+    {'intra': 'mesh'}
     """
     if op not in OPS:
         raise CcsimError(
@@ -444,4 +456,7 @@ def hccl_choice(
     chunks = max(2, system.servers) if schedule == "pipelined" else 1
     channels = RINGS_8P if system.level0 == "8P_RING" else 1
     loops = max(1, math.ceil(size_bytes / system.buffer_bytes))
-    return HcclChoice(system.level0, level1, executor, schedule, channels, chunks, loops)
+    intra = None
+    if schedule in ("hierarchical", "pipelined"):
+        intra = "mesh" if system.mesh else "ring"
+    return HcclChoice(system.level0, level1, executor, schedule, channels, chunks, loops, intra)
