@@ -22,6 +22,7 @@ from ..errors import CcsimError, unknown_choice
 from ..files import write_atomically
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
+from ..viz.progress import simulated_time
 from ..viz.tables import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json
 from .args import add_model_options, parse_channels, parse_chunks, parse_fraction, positive_int
 
@@ -173,6 +174,11 @@ def _choice_line(size: int, result) -> str:
 
 
 def _cmd_collective(args: argparse.Namespace) -> None:
+    with simulated_time(f"ccsim {args.op}") as progress:  # a bar on a terminal, if slow
+        _run_collective(args, progress)
+
+
+def _run_collective(args: argparse.Namespace, progress) -> None:
     sizes = parse_sizes(args.sizes)
     if args.algo not in (None, "auto", *POLICIES, *algorithm_names()):
         raise unknown_choice("--algo", args.algo, ("auto", *POLICIES, *algorithm_names()))
@@ -208,7 +214,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
     chosen = []
     for size in sizes:
         if policy is not None:
-            result = policy.simulate(graph, args.op, float(size), root=args.root)
+            result = policy.simulate(graph, args.op, float(size), root=args.root, progress=progress)
             chosen.append(_choice_line(size, result))
         elif "auto" in (args.algo, args.chunks, args.channels):
             result = tuner.simulate(
@@ -245,7 +251,9 @@ def _cmd_collective(args: argparse.Namespace) -> None:
                 channels=args.channels,
                 **options,
             )
-            result = run_schedule(graph, schedule, reduce_bandwidth=reduce_bw, protocol=args.proto)
+            result = run_schedule(
+                graph, schedule, reduce_bandwidth=reduce_bw, protocol=args.proto, progress=progress
+            )
         rows.append(result.row())
     title = (
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "

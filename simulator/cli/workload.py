@@ -15,6 +15,7 @@ from ..files import write_atomically
 from ..topology import load_topology
 from ..topology.graph import gpu_nodes
 from ..units import parse_bandwidth, parse_size
+from ..viz.progress import simulated_time
 from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
 from ..workload.generators import GENERATORS, MODELS
@@ -177,14 +178,16 @@ def _cmd_run(args: argparse.Namespace) -> None:
         nodes = max(1, math.ceil(workload.ranks / per_server))
     graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
-    run = WorkloadReplay(
+    replay = WorkloadReplay(
         workload,
         graph,
         algorithm=args.algo,
         comm_slowdown=args.comm_slowdown,
         reduce_bandwidth=reduce_bw,
         protocol=args.proto,
-    ).run()
+    )
+    with simulated_time(f"ccsim run {workload.name}") as progress:  # on a terminal, if slow
+        run = replay.run(progress)
     result = breakdown(run)
     title = (
         f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "

@@ -14,6 +14,7 @@ A policy object belongs to its caller: it caches per topology, never globally.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import networkx as nx
@@ -152,13 +153,24 @@ class NcclPolicy:
         return schedule, protocol, {"chunks": chunks, "channels": channels, **extra}
 
     def simulate(
-        self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
+        self,
+        graph: nx.Graph,
+        op: str,
+        size_bytes: float,
+        *,
+        root: int = 0,
+        progress: Callable[[float], None] | None = None,
     ) -> CollectiveResult:
         """Simulate NCCL's choice; ``params`` record it (``nccl_algorithm``, ``protocol``,
-        ``channels``, ``chunks`` and NCCL's own predicted time ``nccl_time_us``)."""
+        ``channels``, ``chunks`` and NCCL's own predicted time ``nccl_time_us``).
+        ``progress`` is :func:`~simulator.collective.run.run_schedule`'s."""
         schedule, protocol, params = self.schedule(graph, op, size_bytes, root=root)
         result = run_schedule(
-            graph, schedule, reduce_bandwidth=self.reduce_bandwidth, protocol=protocol
+            graph,
+            schedule,
+            reduce_bandwidth=self.reduce_bandwidth,
+            protocol=protocol,
+            progress=progress,
         )
         result.params.update(policy="nccl", **params)
         return result
@@ -223,13 +235,19 @@ class HcclPolicy:
         return hccl_choice(self.system(graph), op, float(size_bytes), algo=self.algo)
 
     def simulate(
-        self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
+        self,
+        graph: nx.Graph,
+        op: str,
+        size_bytes: float,
+        *,
+        root: int = 0,
+        progress: Callable[[float], None] | None = None,
     ) -> CollectiveResult:
         """Simulate HCCL's choice; ``params`` record it (``hccl_algorithm`` as HCCL names
         it, ``hccl_executor``, ``hccl_loops`` through its buffer, ``channels``,
         ``chunks``, and ``intra``, how a two-level schedule runs level0: "mesh" or
         "ring"). ``root`` is accepted for symmetry; HCCL's modelled operations have
-        none."""
+        none. ``progress`` is :func:`~simulator.collective.run.run_schedule`'s."""
         choice = self.choose(graph, op, size_bytes)
         channels = self.channels or choice.channels
         chunks = self.chunks or choice.chunks
@@ -237,7 +255,9 @@ class HcclPolicy:
             choice.schedule, op, rank_layout(graph), float(size_bytes), chunks=chunks,
             channels=channels, **choice.options,
         )  # fmt: skip
-        result = run_schedule(graph, schedule, reduce_bandwidth=self.reduce_bandwidth)
+        result = run_schedule(
+            graph, schedule, reduce_bandwidth=self.reduce_bandwidth, progress=progress
+        )
         result.params.update(
             policy="hccl", hccl_algorithm=choice.algorithm, hccl_executor=choice.executor,
             hccl_loops=choice.loops, channels=channels, chunks=chunks, **choice.options,

@@ -7,6 +7,7 @@ reduce-scatter (S is then the whole gathered buffer), x 1 for broadcast and redu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..algorithms.multipath import split
 from ..algorithms.schedule import OPS, Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.protocol import PROTOCOLS, calibration_of
-from ..network.flows import FlowNetwork, NetworkStats
+from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
 from .replay import ScheduleReplay, reduce_bandwidths
@@ -108,6 +109,7 @@ def run_schedule(
     *,
     reduce_bandwidth: float | None = None,
     protocol: str | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> CollectiveResult:
     """Replay ``schedule`` on ``graph`` in a fresh SimPy environment.
 
@@ -115,6 +117,8 @@ def run_schedule(
     ``"LL"``, ``"LL128"`` or ``"Simple"`` adds the calibrated protocol model of
     :mod:`simulator.library.protocol` with the topology's constants; ``"auto"`` runs all three
     and returns the fastest, as NCCL's tuner picks the protocol with the lowest time.
+    ``progress``, if given, is called with the simulated time (seconds) as it advances
+    (the command line passes a progress bar's callback).
     """
     p = len(gpu_nodes(graph))
     if schedule.ranks > p:
@@ -125,7 +129,13 @@ def run_schedule(
         # algorithm's own, should the machine enable none of them).
         enabled = [name for name in allowed if name in calibration_of(graph).enabled()]
         results = [
-            run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=name)
+            run_schedule(
+                graph,
+                schedule,
+                reduce_bandwidth=reduce_bandwidth,
+                protocol=name,
+                progress=progress,
+            )
             for name in enabled or allowed
         ]
         return min(results, key=lambda result: result.time_s)
@@ -154,7 +164,7 @@ def run_schedule(
         overhead = env.timeout(calibration.launch_s + proto.base_s)
         overhead.callbacks.append(lambda _event: replay.start())
     try:
-        env.run(until=finished)
+        run_env(env, finished, progress)
     except RuntimeError as error:  # SimPy: no events left but `finished` never fired
         if finished.triggered:
             raise

@@ -384,3 +384,39 @@ class FlowNetwork:
             "bytes": self.link_bytes.tolist(),
             "busy_s": self.link_busy.tolist(),
         }
+
+
+def run_env(
+    env: simpy.Environment,
+    until: simpy.Event | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> None:
+    """``env.run(until)``, calling ``progress(env.now)`` each time simulated time advances.
+
+    Without ``progress`` this is ``env.run(until)`` itself. With it, the same events run
+    in the same order (SimPy's ``run`` is a loop over ``step`` too); like ``env.run``, a
+    :class:`RuntimeError` says the events ran out before ``until`` was triggered.
+
+    >>> env = simpy.Environment()
+    >>> done = env.timeout(3)
+    >>> _ = env.timeout(1), env.timeout(2)
+    >>> seen = []
+    >>> run_env(env, done, seen.append)
+    >>> seen
+    [1, 2, 3]
+    """
+    if progress is None:
+        env.run(until=until)
+        return
+    shown = env.now
+    try:
+        while until is None or not until.processed:
+            env.step()
+            if env.now != shown:
+                shown = env.now
+                progress(shown)
+    except simpy.core.EmptySchedule:
+        if until is not None and not until.triggered:
+            raise RuntimeError(
+                f'No scheduled events left but "until" event was not triggered: {until}'
+            ) from None

@@ -9,13 +9,13 @@ it is recorded as failed.
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..viz.progress import progress_bar
 from .point import METRICS
 from .runners import (
     DaskRunner,
@@ -258,19 +258,9 @@ def typed_row(
 
 
 def _progress_bar(spec: SweepSpec, total: int, initial: int, enabled: bool | None) -> Any:
-    from tqdm import tqdm
-
-    if enabled is None:  # on for people watching a terminal, off in logs and pipes
-        enabled = sys.stderr.isatty()
-    return tqdm(
-        total=total,
-        initial=initial,
-        desc=spec.name,
-        unit="pt",
-        file=sys.stderr,
-        disable=not enabled,
-        dynamic_ncols=True,
-        smoothing=0.1,
+    # On for people watching a terminal or a notebook, off in logs and pipes.
+    return progress_bar(
+        total, initial=initial, desc=spec.name, unit="pt", enabled=enabled, smoothing=0.1
     )
 
 
@@ -302,7 +292,8 @@ def run_sweep(
     client : distributed.Client, optional
         A Dask client to run on instead (left open).
     progress : bool, optional
-        Show a progress bar on stderr (default: when stderr is a terminal).
+        Show a progress bar (``tqdm.auto``: on stderr, or a widget in Jupyter; default:
+        when stderr is a terminal or this runs in a notebook).
     retry_failed : bool
         Run again the points whose row in ``out`` records an error.
     records : bool

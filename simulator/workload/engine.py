@@ -18,6 +18,7 @@ does not slow compute: pass ``comm_slowdown=0`` or mark the topology graph with
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -30,7 +31,7 @@ from ..algorithms.schedule import Schedule
 from ..collective.replay import ScheduleReplay, reduce_bandwidths
 from ..errors import CcsimError
 from ..library.protocol import calibration_of
-from ..network.flows import FlowNetwork, NetworkStats
+from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, device_for
 from .trace import Op, Workload, WorkloadError
@@ -155,12 +156,16 @@ class WorkloadReplay:
         return None
 
     # -- running ---------------------------------------------------------------------------
-    def run(self) -> WorkloadRun:
-        """Replay every op; raise :class:`WorkloadError` if some can never run."""
+    def run(self, progress: Callable[[float], None] | None = None) -> WorkloadRun:
+        """Replay every op; raise :class:`WorkloadError` if some can never run.
+
+        ``progress``, if given, is called with the simulated time (seconds) as it
+        advances (the command line passes a progress bar's callback).
+        """
         for key, queue in self._streams.items():
             del key
             self._try_issue(queue[0])
-        self.env.run()
+        run_env(self.env, progress=progress)
         self.network.close_link_records()
         if self._done < len(self.workload.ops):
             raise self._deadlock()
