@@ -188,15 +188,15 @@ def test_interrupted_trace_leaves_the_old_file_and_no_temporary(tmp_path, small,
     graph, result = small
     target = tmp_path / "trace.json"
     target.write_text("old")
-    real = perfetto_module.trace_events
+    real = perfetto_module._Layout.batches
 
-    def interrupted(timeline):
-        for count, event in enumerate(real(timeline)):
-            if count == 5:
-                raise KeyboardInterrupt  # half the events are written by now
-            yield event
+    def interrupted(layout):
+        for count, batch in enumerate(real(layout)):
+            if count == 1:
+                raise KeyboardInterrupt  # the first batch of events is written by now
+            yield batch
 
-    monkeypatch.setattr(perfetto_module, "trace_events", interrupted)
+    monkeypatch.setattr(perfetto_module._Layout, "batches", interrupted)
     with pytest.raises(KeyboardInterrupt):
         save_trace(collective_timeline(result, graph), target)
     assert target.read_text() == "old"

@@ -30,6 +30,7 @@ from simulator.viz import (
     timeline_figure,
     trace_events,
 )
+from simulator.viz.records import interval_lanes
 from simulator.viz.timeline import KIND_COLORS
 
 
@@ -281,6 +282,29 @@ def test_lanes_keep_overlapping_spans_apart():
     )
     lane, count = t.lanes()
     assert lane.tolist() == [0, 1, 0, 0] and count.tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("rounds_max", [4096, 3])
+def test_lanes_of_all_tracks_at_once_are_each_tracks_greedy_lanes(monkeypatch, rounds_max):
+    """Timeline.lanes partitions every track at once (numpy), or one by one past
+    _ROUNDS_MAX spans; either way each track gets interval_lanes' answer: each span in the
+    first lane whose last span has ended, in (start, end) order. Integer times make ties
+    (a span starting as another ends) common."""
+    monkeypatch.setattr("simulator.viz.records._ROUNDS_MAX", rounds_max)
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 200))
+        start = rng.integers(0, 20, n).astype(float)
+        end = start + rng.integers(0, 5, n)
+        track = rng.integers(0, 6, n)
+        t = Timeline.from_spans(zip((f"t{k}" for k in track), start, end, ["x"] * n, strict=True))
+        lane, count = t.lanes()
+        for k in range(len(t.tracks)):
+            rows = np.lexsort((t.end_s, t.start_s))
+            rows = rows[t.track[rows] == k]
+            expected, lanes = interval_lanes(t.start_s[rows], t.end_s[rows])
+            assert lane[rows].tolist() == expected.tolist()
+            assert count[k] == max(lanes, 1)
 
 
 @pytest.mark.parametrize(

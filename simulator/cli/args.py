@@ -71,3 +71,70 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         "with it, link efficiencies, per-hop latencies (us) and launch overhead of the preset "
         "apply (default: none, the ideal line-rate model)",
     )
+
+
+def parse_trace_detail(text: str) -> tuple[str, ...]:
+    """``--trace-detail``: a comma list of phases, ranks, links, counters, or all.
+
+    >>> parse_trace_detail("ranks,phases")
+    ('ranks', 'phases')
+    """
+    from ..viz.perfetto import DETAILS
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if names == ("all",):
+        return DETAILS
+    wrong = [name for name in names if name not in DETAILS]
+    if wrong or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of {', '.join(DETAILS)} (or all), got {text!r}"
+        )
+    return names
+
+
+def parse_rank_ranges(text: str) -> tuple[tuple[int, int], ...]:
+    """``--trace-ranks``: ranks and ranges such as ``0-7,64``, as ``(first, last)`` pairs.
+
+    >>> parse_rank_ranges("0-7,64")
+    ((0, 7), (64, 64))
+    """
+    ranges = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            pair = (int(first), int(last or first))
+        except ValueError:
+            pair = (0, -1)
+        if not 0 <= pair[0] <= pair[1]:
+            raise argparse.ArgumentTypeError(
+                f"expected ranks such as 0-7,64 (whole numbers from 0, ranges low-high), "
+                f"got {text!r}"
+            )
+        ranges.append(pair)
+    return tuple(ranges)
+
+
+def add_trace_options(cmd: argparse.ArgumentParser) -> None:
+    """``--trace-detail`` and ``--trace-ranks``: what ``--trace`` (and a report's
+    trace.json) holds."""
+    from ..viz.perfetto import DEFAULT_DETAIL
+
+    cmd.add_argument(
+        "--trace-detail",
+        type=parse_trace_detail,
+        default=DEFAULT_DETAIL,
+        metavar="LIST",
+        help="what --trace holds: a comma list of phases, ranks (each GPU stream's "
+        "transfers or ops), links (each link's busy spans), counters (link utilisation "
+        "over time; the bulk of a large trace), or all (default: "
+        + ",".join(DEFAULT_DETAIL)
+        + ": a 1024-rank collective is then tens of MB as .json.gz)",
+    )
+    cmd.add_argument(
+        "--trace-ranks",
+        type=parse_rank_ranges,
+        default=None,
+        metavar="RANKS",
+        help="keep only these ranks in --trace, e.g. 0-7,64: their streams and the links "
+        "into and out of their GPUs (default: every rank)",
+    )

@@ -24,7 +24,14 @@ from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.progress import simulated_time
 from ..viz.tables import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json
-from .args import add_model_options, parse_channels, parse_chunks, parse_fraction, positive_int
+from .args import (
+    add_model_options,
+    add_trace_options,
+    parse_channels,
+    parse_chunks,
+    parse_fraction,
+    positive_int,
+)
 
 
 def add_collective_command(sub: argparse._SubParsersAction) -> None:
@@ -126,8 +133,9 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         "--trace",
         metavar="FILE",
         help="also write a Chrome trace-event JSON (ts/dur in microseconds; open it at "
-        "ui.perfetto.dev) of the LAST size of the sweep to FILE",
+        "ui.perfetto.dev) of the LAST size of the sweep to FILE (gzipped if FILE ends in .gz)",
     )
+    add_trace_options(coll)
     coll.add_argument(
         "--report",
         metavar="DIR",
@@ -278,6 +286,8 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
             table=collective_table(rows, title=title, root=args.root),
             timeline=args.timeline,
             trace=args.trace,
+            trace_detail=args.trace_detail,
+            trace_ranks=args.trace_ranks,
             report=args.report,
             force=args.force,
             argv=getattr(args, "argv", ()),

@@ -15,7 +15,7 @@ from ..files import write_atomically
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.tables import FORMATS, compare_table, to_csv, to_json
-from .args import add_model_options, parse_chunks, positive_int
+from .args import add_model_options, add_trace_options, parse_chunks, positive_int
 
 
 def add_compare_command(sub: argparse._SubParsersAction) -> None:
@@ -94,6 +94,7 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         help="also write a Chrome trace-event JSON (ts/dur in microseconds) of the winner "
         "at the LAST size",
     )
+    add_trace_options(cmd)
     cmd.add_argument(
         "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
     )
@@ -171,7 +172,14 @@ def _cmd_compare(args: argparse.Namespace) -> None:
                 root=args.root,
             )
         write_collective_outputs(
-            result, graph, rows=rows, table=text, timeline=args.timeline, trace=args.trace
+            result,
+            graph,
+            rows=rows,
+            table=text,
+            timeline=args.timeline,
+            trace=args.trace,
+            trace_detail=args.trace_detail,
+            trace_ranks=args.trace_ranks,
         )
     if args.out:
         write_atomically(args.out, text)

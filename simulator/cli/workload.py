@@ -21,6 +21,7 @@ from ..workload import WorkloadReplay, breakdown
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
+from .args import add_trace_options
 from .compare import add_model_options
 
 
@@ -92,8 +93,9 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="also write a Chrome trace-event JSON of the step to FILE (one process per "
         "server, one thread per rank and stream; ts/dur in microseconds; open it at "
-        "ui.perfetto.dev)",
+        "ui.perfetto.dev; gzipped if FILE ends in .gz)",
     )
+    add_trace_options(run)
     run.add_argument(
         "--report",
         metavar="DIR",
@@ -219,6 +221,8 @@ def _cmd_run(args: argparse.Namespace) -> None:
             ranks=[vars(r) for r in result.ranks],
             timeline=args.timeline,
             trace=args.trace,
+            trace_detail=args.trace_detail,
+            trace_ranks=args.trace_ranks,
             report=args.report,
             force=args.force,
             argv=getattr(args, "argv", ()),

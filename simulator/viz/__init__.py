@@ -8,7 +8,7 @@ writers:
 >>> t = Timeline.from_spans([("rank 0", 0.0, 1e-6, "compute", "fwd"),
 ...                          ("rank 0", 1e-6, 3e-6, "comm", "all_reduce")])
 >>> fig = timeline_figure(t, width=800, height=300)
->>> '"dur": 2.0' in trace_json(t)
+>>> '"dur":2.0' in trace_json(t)
 True
 
 Modules: :mod:`~simulator.viz.records` (the record types), :mod:`~simulator.viz.collective`

@@ -13,7 +13,7 @@ Rows (tracks):
   intervals as spans and its utilisation (rate / capacity, from
   :func:`~simulator.viz.links.link_load`) as a counter. Links inside a server belong to
   it, the others to ``"fabric"``; they merge by link type and endpoint kinds
-  (``"nvlink gpu→nvswitch"``).
+  (``"nvlink gpu→nvswitch"``). A link out of or into a GPU has that GPU's rank.
 
 Phases: consecutive steps whose transfers all reduce, or all copy, form one phase (a
 ring all-reduce: p-1 reduce steps, then p-1 copy steps). Phases are named from
@@ -131,7 +131,7 @@ def collective_timeline(
         group = "" if servers is None else f"server {servers[rank]}"
         for c in range(channels):
             name = f"rank {rank}" if channels == 1 else f"rank {rank} ch {c}"
-            tracks.append(Track(name, group, "streams", f"rank {rank}"))
+            tracks.append(Track(name, group, "streams", f"rank {rank}", rank))
     track = src * channels + channel
 
     phases, phase_of_step = _phases(result, step, reduce, start, sent, end, phase_names)
@@ -254,6 +254,7 @@ def _add_links(graph, flows, tracks, columns, args, kinds, *, busy_label, max_wo
     load = link_load(graph, flows, max_work=max_work)
     table = load.table
     kind_of = {node: str(data.get("kind", "")) for node, data in graph.nodes(data=True)}
+    rank_of = {node: rank for rank, node in enumerate(gpu_nodes(graph))}
 
     def group(node_a, node_b) -> str:
         a = graph.nodes[node_a].get("server")
@@ -277,7 +278,9 @@ def _add_links(graph, flows, tracks, columns, args, kinds, *, busy_label, max_wo
         link = int(load.links[j])
         a, b = table.src_node[link], table.dst_node[link]
         name = f"{a}→{b}"
-        tracks.append(Track(name, grp, "links", f"{link_type} {kind_a}→{kind_b}".strip()))
+        # A link out of or into a GPU belongs to that GPU's rank (for --trace-ranks).
+        rank = rank_of.get(a, rank_of.get(b))
+        tracks.append(Track(name, grp, "links", f"{link_type} {kind_a}→{kind_b}".strip(), rank))
         t, rate = load.time_s[j], load.rate[j]
         counters.append(Counter(name, t, rate / table.capacity[link], "fraction"))
         # Busy intervals: maximal runs of samples with a positive rate; bytes carried are

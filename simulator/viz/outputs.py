@@ -46,7 +46,7 @@ from ..files import atomic_open, write_bytes_atomically, write_text_atomically
 from ..topology.graph import gpu_nodes
 from ..workload.engine import WorkloadRun
 from .collective import collective_timeline
-from .perfetto import save_trace
+from .perfetto import DETAILS, save_trace
 from .plots import bandwidth_figure, size_label
 from .tables import COLLECTIVE_KEYS, to_csv, to_json
 from .timeline import figure_bytes, image_format, timeline_figure
@@ -179,6 +179,8 @@ def write_collective_report(
     inputs: Mapping[str, Any] | None = None,
     topology: Any = None,
     force: bool = False,
+    trace_detail: Sequence[str] | None = None,
+    trace_ranks: Sequence[tuple[int, int]] | None = None,
 ) -> list[Path]:
     """Write a report folder (see the module docstring); return the files written.
 
@@ -200,6 +202,9 @@ def write_collective_report(
         The resolved inputs (op, sizes in bytes, options), recorded in ``run.json``.
     topology : str, path or graph, optional
         What ``--topology`` named: its file is copied into the folder.
+    trace_detail, trace_ranks : optional
+        What ``trace.json`` holds (:func:`~simulator.viz.perfetto.select`; default:
+        everything).
     """
     directory = check_report_dir(directory, force=force)
     directory.mkdir(parents=True, exist_ok=True)
@@ -220,7 +225,7 @@ def write_collective_report(
     put("bandwidth.png", figure_bytes(bandwidth_figure(rows, title=title), "png"))
     timeline = collective_timeline(result, graph)
     put("timeline.png", figure_bytes(timeline_figure(timeline), "png"))
-    save_trace(timeline, directory / "trace.json")
+    save_trace(timeline, directory / "trace.json", detail=trace_detail, ranks=trace_ranks)
     written.append(directory / "trace.json")
     source = _topology_file(topology)
     copied = None
@@ -359,19 +364,24 @@ def write_collective_outputs(
     argv: Sequence[str] = (),
     inputs: Mapping[str, Any] | None = None,
     topology: Any = None,
+    trace_detail: Sequence[str] | None = None,
+    trace_ranks: Sequence[tuple[int, int]] | None = None,
 ) -> None:
     """Write what ``--timeline``, ``--trace`` and ``--report`` ask for, each atomically.
 
     ``result`` is the run drawn (the CLI passes the sweep's last size); the other
-    arguments are those of :func:`write_collective_report`.
+    arguments are those of :func:`write_collective_report`. Link rows, whose load can
+    take as long to rebuild as the run took, are built only if the picture or the trace
+    shows them.
     """
     if timeline or trace:
-        records = collective_timeline(result, graph)
+        links = bool(timeline) or not {"links", "counters"}.isdisjoint(trace_detail or DETAILS)
+        records = collective_timeline(result, graph, links=links)
         if timeline:
             fig = timeline_figure(records)
             write_bytes_atomically(timeline, figure_bytes(fig, image_format(timeline)))
         if trace:
-            save_trace(records, trace)
+            save_trace(records, trace, detail=trace_detail, ranks=trace_ranks)
     if report:
         write_collective_report(
             report,
@@ -383,6 +393,8 @@ def write_collective_outputs(
             inputs=inputs,
             topology=topology,
             force=force,
+            trace_detail=trace_detail,
+            trace_ranks=trace_ranks,
         )
 
 
@@ -420,6 +432,8 @@ def write_workload_report(
     topology: Any = None,
     workload: Any = None,
     force: bool = False,
+    trace_detail: Sequence[str] | None = None,
+    trace_ranks: Sequence[tuple[int, int]] | None = None,
 ) -> list[Path]:
     """Write a workload report folder (:data:`WORKLOAD_REPORT_FILES`); return the files.
 
@@ -442,6 +456,8 @@ def write_workload_report(
     topology, workload : str, path or graph, optional
         What the command named: their files (a path, or a bundled preset's file) are
         copied into the folder as ``topology.<ext>`` and ``workload.<ext>``.
+    trace_detail, trace_ranks : optional
+        What ``trace.json`` holds, as for :func:`write_collective_report`.
 
     Like :func:`write_collective_report`, every file is written atomically and
     ``run.json`` last, so a folder that has it is complete.
@@ -464,7 +480,7 @@ def write_workload_report(
     put("breakdown.json", to_json([dict(summary), *ranks]))
     records = workload_timeline(run, graph)
     put("timeline.png", figure_bytes(workload_figure(records), "png"))
-    save_trace(records, directory / "trace.json")
+    save_trace(records, directory / "trace.json", detail=trace_detail, ranks=trace_ranks)
     written.append(directory / "trace.json")
     copies: dict[str, str | None] = {}
     for role, source in (
@@ -576,6 +592,8 @@ def write_workload_outputs(
     inputs: Mapping[str, Any] | None = None,
     topology: Any = None,
     workload: Any = None,
+    trace_detail: Sequence[str] | None = None,
+    trace_ranks: Sequence[tuple[int, int]] | None = None,
 ) -> None:
     """Write what ``ccsim run --timeline``, ``--trace`` and ``--report`` ask for.
 
@@ -588,7 +606,7 @@ def write_workload_outputs(
             fig = workload_figure(records)
             write_bytes_atomically(timeline, figure_bytes(fig, image_format(timeline)))
         if trace:
-            save_trace(records, trace)
+            save_trace(records, trace, detail=trace_detail, ranks=trace_ranks)
     if report:
         write_workload_report(
             report,
@@ -602,4 +620,6 @@ def write_workload_outputs(
             topology=topology,
             workload=workload,
             force=force,
+            trace_detail=trace_detail,
+            trace_ranks=trace_ranks,
         )

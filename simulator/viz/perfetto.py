@@ -6,7 +6,9 @@ Open the file at https://ui.perfetto.dev (or chrome://tracing). Layout:
   a ``"phases"`` process first when the timeline has phases;
 * one thread per track (a GPU stream, a link), in the timeline's order. Spans of one
   track that overlap in time go to extra threads named ``"<track> #2"``, ``#3``...,
-  because trace viewers require the slices of one thread to nest;
+  because trace viewers require the slices of one thread to nest. Phases that overlap
+  (a pipelined all-reduce's reduce and copy phases) go to threads ``"phases #2"``... the
+  same way: each slice to the first thread whose last slice has ended;
 * each span is a complete event (``ph: "X"``) named by its label, with its kind as
   category, ``ts`` and ``dur`` in microseconds (the format's unit) and its args (bytes,
   bandwidth in GB/s...);
@@ -15,31 +17,287 @@ Open the file at https://ui.perfetto.dev (or chrome://tracing). Layout:
 * ``process_name``, ``process_sort_index``, ``thread_name`` and ``thread_sort_index``
   metadata events (``ph: "M"``) name and order everything.
 
-Times are rounded to 1e-6 us (a picosecond), below what the viewers resolve, so that the
-text is short and reproducible.
+What a trace holds (``detail``, the command line's ``--trace-detail``) is any of
+:data:`DETAILS`: ``phases``, ``ranks`` (the GPU streams' spans), ``links`` (the links'
+busy spans) and ``counters`` (link utilisation); ``ranks`` (``--trace-ranks``) keeps the
+rows of a few ranks only (:func:`select`). A 1024-rank collective with every detail is
+millions of events, most of them counters, more than the Perfetto UI opens;
+:data:`DEFAULT_DETAIL` keeps it small. A path ending in ``.gz`` is written gzipped.
+
+Events are formatted in batches from the timeline's columns and streamed to the file,
+so a trace of millions of transfers never exists as one string; :func:`save_trace`
+estimates the size first and warns past :data:`WARN_BYTES`. Times are rounded to 1e-6 us
+(a picosecond), below what the viewers resolve, so that the text is short and
+reproducible.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
-from collections.abc import Iterator
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 import numpy as np
 
+from ..errors import CcsimError
 from ..files import atomic_open
+from .progress import progress_bar
 from .records import Timeline
 
+#: What a trace can hold (``--trace-detail``).
+DETAILS = ("phases", "ranks", "links", "counters")
+#: The command line's default: phases and every rank's streams, no link rows. A 1024-rank
+#: all-reduce (2 M transfers) is then about 60 MB as ``.json.gz``.
+DEFAULT_DETAIL = ("phases", "ranks")
+#: Estimated file size past which :func:`save_trace` warns (Perfetto's UI struggles
+#: with traces past a few hundred MB).
+WARN_BYTES = 500_000_000
+#: gzip level of ``.gz`` traces: level 1 is 2x faster than 6 and 25% larger.
+GZIP_LEVEL = 1
+
 _DIGITS = 6  # decimals of a microsecond kept in ts and dur
+_BATCH = 50_000  # events formatted at once
+_SAMPLE = 500  # events per sampled block when estimating the size
+_dump = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=lambda v: _plain(v)
+).encode
+
+RankRanges = Sequence[tuple[int, int]]
 
 
-def _us(seconds: float) -> float:
-    return round(float(seconds) * 1e6, _DIGITS)
+def select(
+    timeline: Timeline,
+    detail: Sequence[str] | None = None,
+    ranks: RankRanges | None = None,
+) -> Timeline:
+    """The part of ``timeline`` a trace with ``detail`` (default: every one of
+    :data:`DETAILS`) and ``ranks`` (``(first, last)`` ranges, inclusive; default: every
+    rank) holds. With ``ranks``, only tracks of those ranks stay (a link out of or into
+    one of their GPUs counts; links between switches go).
+
+    >>> t = Timeline.from_spans([], tracks=[("rank 0", "", "streams", "", 0),
+    ...                                     ("rank 1", "", "streams", "", 1)])
+    >>> t = Timeline.from_spans([("rank 0", 0, 1, "copy"), ("rank 1", 0, 1, "copy")],
+    ...                         tracks=t.tracks, phases=[("copy", 0, 1)])
+    >>> part = select(t, ["ranks"], [(1, 1)])
+    >>> [track.name for track in part.tracks], part.phases
+    (['rank 1'], [])
+    """
+    detail = DETAILS if detail is None else tuple(detail)
+    unknown = [name for name in detail if name not in DETAILS]
+    if unknown:
+        raise CcsimError(
+            f"unknown trace detail {unknown[0]!r}; use a comma list of {', '.join(DETAILS)}"
+        )
+    if set(detail) == set(DETAILS) and ranks is None:
+        return timeline
+    tracks = timeline.tracks
+    keep = np.ones(len(tracks), dtype=bool)
+    if ranks is not None:
+        rank = np.array([-1 if t.rank is None else t.rank for t in tracks], dtype=np.int64)
+        keep = np.zeros(len(tracks), dtype=bool)
+        for first, last in ranks:
+            keep |= (rank >= first) & (rank <= last)
+        if not keep.any():
+            known = rank[rank >= 0]
+            have = f"ranks {known.min()}-{known.max()}" if len(known) else "no ranks"
+            wanted = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranks)
+            raise CcsimError(f"trace ranks {wanted} name no rank of this run (it has {have})")
+    # A stream's spans are "ranks", a link's "links".
+    shown = np.array(
+        [("ranks" if t.section == "streams" else t.section) in detail for t in tracks], dtype=bool
+    )
+    index = {track.name: t for t, track in enumerate(tracks)}
+    counters = ["counters" in detail and keep[index[c.track]] for c in timeline.counters]
+    spans = (keep & shown)[timeline.track] if len(tracks) else np.zeros(0, dtype=bool)
+    return timeline.restrict(spans, counters, phases="phases" in detail)
 
 
-def trace_events(timeline: Timeline) -> Iterator[dict[str, Any]]:
-    """The trace events of ``timeline``, metadata first (see the module docstring).
+class _Layout:
+    """Process and thread ids of a timeline's rows, and the fixed text of their events."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
+        groups: dict[str, int] = {}
+        first_pid = 2 if timeline.phases else 1
+        for track in timeline.tracks:
+            groups.setdefault(track.group, first_pid + len(groups))
+        self.groups = groups
+        self.pid_of_track = [groups[track.group] for track in timeline.tracks]
+        # Spans in track order, then time order; each (track, lane) is one thread.
+        n = len(timeline)
+        self.order = np.lexsort((timeline.start_s, timeline.track)) if n else np.zeros(0, int)
+        lane, lanes_of_track = timeline.lanes()
+        has_spans = np.bincount(timeline.track, minlength=len(timeline.tracks)) > 0
+        next_tid = dict.fromkeys(groups.values(), 1)
+        first_head = np.zeros(len(timeline.tracks), dtype=np.int64)
+        heads: list[str] = []
+        self.threads: list[tuple[int, int, str]] = []
+        for t, track in enumerate(timeline.tracks):
+            pid = self.pid_of_track[t]
+            first_head[t] = len(heads)
+            for k in range(int(lanes_of_track[t]) if has_spans[t] else 0):
+                tid = next_tid[pid]
+                next_tid[pid] += 1
+                heads.append(f'{{"ph":"X","pid":{pid},"tid":{tid},"ts":')
+                self.threads.append((pid, tid, track.name if k == 0 else f"{track.name} #{k + 1}"))
+        self.heads = np.array(heads, dtype=object)
+        self.head_of_span = first_head[timeline.track] + lane if n else np.zeros(0, int)
+        self.phase_lane, self.phase_lanes = timeline.phase_lanes()
+        # The name and category of each (label, kind) that occurs: a span is named by its
+        # label, or by its kind when it has none.
+        kinds = len(timeline.kinds)
+        pairs, self.name_of_span = np.unique(
+            timeline.label * kinds + timeline.kind, return_inverse=True
+        )
+        names = []
+        for pair in pairs.tolist():
+            label, kind = timeline.labels[pair // kinds], timeline.kinds[pair % kinds]
+            names.append(f',"name":{_dump(label or kind)},"cat":{_dump(kind)}')
+        self.names = np.array(names, dtype=object)
+        track_of = {track.name: t for t, track in enumerate(timeline.tracks)}
+        self.counter_pids = [self.pid_of_track[track_of[c.track]] for c in timeline.counters]
+
+    @property
+    def events(self) -> int:
+        """Events in the trace, metadata included."""
+        return (
+            len(self.metadata())
+            + len(self.timeline.phases)
+            + len(self.timeline)
+            + sum(len(c.time_s) for c in self.timeline.counters)
+        )
+
+    def metadata(self) -> list[str]:
+        timeline = self.timeline
+        lines = []
+        if timeline.phases:
+            lines += [_meta("process_name", 1, None, "phases")]
+            lines += [_meta("process_sort_index", 1, None, 0, key="sort_index")]
+        for name, pid in self.groups.items():
+            lines += [_meta("process_name", pid, None, name or "ccsim")]
+            lines += [_meta("process_sort_index", pid, None, pid, key="sort_index")]
+        threads = [
+            (1, k + 1, "phases" if k == 0 else f"phases #{k + 1}") for k in range(self.phase_lanes)
+        ]
+        for pid, tid, name in threads + self.threads:
+            lines += [_meta("thread_name", pid, tid, name)]
+            lines += [_meta("thread_sort_index", pid, tid, tid, key="sort_index")]
+        return lines
+
+    def phase_lines(self) -> list[str]:
+        lines = []
+        for phase, lane in zip(self.timeline.phases, self.phase_lane.tolist(), strict=True):
+            ts = _us(phase.start_s)
+            dur = round(_us(phase.end_s) - ts, _DIGITS)
+            lines.append(
+                f'{{"ph":"X","pid":1,"tid":{lane + 1},"ts":{ts!r},"dur":{dur!r},'
+                f'"name":{_dump(phase.name)},"cat":"phase","args":{{}}}}'
+            )
+        return lines
+
+    def span_lines(self, rows: np.ndarray) -> list[str]:
+        """The events of spans ``rows`` (storage indices), in that order."""
+        t = self.timeline
+        starts = np.round(t.start_s[rows] * 1e6, _DIGITS)
+        durations = np.round(np.round(t.end_s[rows] * 1e6, _DIGITS) - starts, _DIGITS)
+        names = self.names[self.name_of_span[rows]]
+        # Args: each present value after a comma, but the first of its span.
+        args = np.full(len(rows), "", dtype=object)
+        started = np.zeros(len(rows), dtype=bool)
+        for key, column in t.args.items():
+            table, index = _table(column[rows], prefix=f"{_dump(key)}:")
+            present = (table != "")[index]
+            after = np.array([f",{text}" if text else "" for text in table.tolist()], dtype=object)
+            args += np.where(started, after[index], table[index])
+            started |= present
+        return [
+            f'{head}{ts},"dur":{dur}{name},"args":{{{arg}}}}}'
+            for head, ts, dur, name, arg in zip(
+                self.heads[self.head_of_span[rows]].tolist(),
+                _texts(starts, whole=False).tolist(),
+                _texts(durations, whole=False).tolist(),
+                names.tolist(),
+                args.tolist(),
+                strict=True,
+            )
+        ]
+
+    def counter_lines(self, c: int, first: int = 0, last: int | None = None) -> list[str]:
+        """The events of counter ``c``'s samples ``first`` to ``last``."""
+        counter = self.timeline.counters[c]
+        if counter.unit == "fraction":
+            name, key, factor = f"{counter.track} utilisation", "%", 100.0
+        else:
+            name, key, factor = f"{counter.track} {counter.unit}", counter.unit, 1.0
+        head = f'{{"ph":"C","pid":{self.counter_pids[c]},"ts":'
+        middle = f',"name":{_dump(name)},"args":{{{_dump(key)}:'
+        times = np.round(np.asarray(counter.time_s[first:last], dtype=float) * 1e6, _DIGITS)
+        values = np.asarray(counter.value[first:last], dtype=float) * factor
+        return [
+            f"{head}{ts}{middle}{value}}}}}"
+            for ts, value in zip(
+                _texts(times, whole=False).tolist(),
+                _texts(values, whole=False).tolist(),
+                strict=True,
+            )
+        ]
+
+    def batches(self) -> Iterator[list[str]]:
+        """Every event's text, in file order, a batch at a time."""
+        yield self.metadata() + self.phase_lines()
+        for first in range(0, len(self.order), _BATCH):
+            yield self.span_lines(self.order[first : first + _BATCH])
+        for c, counter in enumerate(self.timeline.counters):
+            for first in range(0, len(counter.time_s), _BATCH):
+                yield self.counter_lines(c, first, first + _BATCH)
+
+
+def _estimate(layout: _Layout, *, compressed: bool) -> int:
+    """Bytes the trace will take: the metadata and phases exactly, spans and counter
+    samples from a few blocks of each spread over the trace (and for ``compressed``,
+    gzip's ratio on those blocks)."""
+    timeline = layout.timeline
+    sample = layout.metadata() + layout.phase_lines()
+    total = float(sum(len(line.encode()) + 2 for line in sample))
+    blocks = []
+    n = len(layout.order)
+    if n:
+        lines = []
+        for first in sorted({n * k // 4 for k in range(4)}):
+            lines += layout.span_lines(layout.order[first : first + _SAMPLE])
+        blocks.append((lines, n))
+    counters = timeline.counters
+    samples = sum(len(counter.time_s) for counter in counters)
+    if samples:
+        lines = []
+        for c in sorted({len(counters) * k // 4 for k in range(4)}):
+            lines += layout.counter_lines(c, 0, _SAMPLE)
+        blocks.append((lines, samples))
+    for lines, count in blocks:
+        if lines:
+            total += count * sum(len(line.encode()) + 2 for line in lines) / len(lines)
+        sample += lines
+    if compressed:
+        text = ",\n".join(sample).encode()
+        total *= len(gzip.compress(text, GZIP_LEVEL)) / max(len(text), 1)
+    return int(total)
+
+
+def trace_events(
+    timeline: Timeline,
+    *,
+    detail: Sequence[str] | None = None,
+    ranks: RankRanges | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The trace events of ``timeline`` as dicts, metadata first (see the module
+    docstring; ``detail`` and ``ranks`` as :func:`select`'s). For tests and small
+    timelines: files are written by :func:`save_trace` from the same text.
 
     Examples
     --------
@@ -48,131 +306,141 @@ def trace_events(timeline: Timeline) -> Iterator[dict[str, Any]]:
     ...  if e["ph"] == "X"]
     [(1, 1, 1.0, 2.0, {'bytes': 64})]
     """
-    groups: dict[str, int] = {}
-    first_pid = 2 if timeline.phases else 1
-    for track in timeline.tracks:
-        groups.setdefault(track.group, first_pid + len(groups))
-
-    # Thread ids: per process, one per (track, lane), in track order.
-    order = np.lexsort((timeline.start_s, timeline.track)) if len(timeline) else np.zeros(0, int)
-    lane, lanes_of_track = timeline.lanes()
-    next_tid = dict.fromkeys(groups.values(), 1)
-    tid_of: list[list[int]] = []
-    threads: list[tuple[int, int, str]] = []
-    for t, track in enumerate(timeline.tracks):
-        pid = groups[track.group]
-        tids = []
-        for k in range(int(lanes_of_track[t])):
-            tid = next_tid[pid]
-            next_tid[pid] += 1
-            tids.append(tid)
-            threads.append((pid, tid, track.name if k == 0 else f"{track.name} #{k + 1}"))
-        tid_of.append(tids)
-
-    if timeline.phases:
-        yield _meta("process_name", 1, None, "phases")
-        yield _meta("process_sort_index", 1, None, 0, key="sort_index")
-    for name, pid in groups.items():
-        yield _meta("process_name", pid, None, name or "ccsim")
-        yield _meta("process_sort_index", pid, None, pid, key="sort_index")
-    if timeline.phases:
-        yield _meta("thread_name", 1, 1, "phases")
-    for pid, tid, name in threads:
-        yield _meta("thread_name", pid, tid, name)
-        yield _meta("thread_sort_index", pid, tid, tid, key="sort_index")
-
-    for phase in timeline.phases:
-        ts = _us(phase.start_s)
-        yield {
-            "ph": "X",
-            "pid": 1,
-            "tid": 1,
-            "ts": ts,
-            "dur": round(_us(phase.end_s) - ts, _DIGITS),
-            "name": phase.name,
-            "cat": "phase",
-            "args": {},
-        }
-    pid_of_track = [groups[track.group] for track in timeline.tracks]
-    starts = np.round(timeline.start_s[order] * 1e6, _DIGITS)
-    durations = np.round(np.round(timeline.end_s[order] * 1e6, _DIGITS) - starts, _DIGITS)
-    columns = zip(
-        timeline.track[order].tolist(),
-        lane[order].tolist(),
-        starts.tolist(),
-        durations.tolist(),
-        timeline.label[order].tolist(),
-        timeline.kind[order].tolist(),
-        timeline.iter_args(order),
-        strict=True,
-    )
-    for t, k, ts, dur, label, kind, args in columns:
-        yield {
-            "ph": "X",
-            "pid": pid_of_track[t],
-            "tid": tid_of[t][k],
-            "ts": ts,
-            "dur": dur,
-            "name": timeline.labels[label] or timeline.kinds[kind],
-            "cat": timeline.kinds[kind],
-            # JSON has no infinity (an instantaneous transfer's bandwidth): leave it out.
-            "args": {key: v for key, v in args.items() if not _infinite(v)},
-        }
-    group_of = {track.name: track.group for track in timeline.tracks}
-    for counter in timeline.counters:
-        pid = groups[group_of[counter.track]]
-        if counter.unit == "fraction":
-            name, key, factor = f"{counter.track} utilisation", "%", 100.0
-        else:
-            name, key, factor = f"{counter.track} {counter.unit}", counter.unit, 1.0
-        for t, v in zip(counter.time_s.tolist(), counter.value.tolist(), strict=True):
-            yield {"ph": "C", "pid": pid, "ts": _us(t), "name": name, "args": {key: v * factor}}
+    for batch in _Layout(select(timeline, detail, ranks)).batches():
+        for line in batch:
+            yield json.loads(line)
 
 
-def _infinite(value: Any) -> bool:
-    return type(value) is float and (value == np.inf or value == -np.inf)
-
-
-def _meta(name: str, pid: int, tid: int | None, value, *, key: str = "name") -> dict:
-    event: dict[str, Any] = {"ph": "M", "pid": pid, "name": name, "args": {key: value}}
-    if tid is not None:
-        event["tid"] = tid
-    return event
-
-
-def write_trace(timeline: Timeline, stream: TextIO) -> None:
-    """Write the trace JSON object to ``stream``, one event per line."""
-    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_plain).encode
-    stream.write('{"traceEvents": [\n')
+def _write(
+    layout: _Layout, write: Callable[[str], Any], progress: Callable[[int], Any] | None = None
+) -> None:
+    """Write the trace JSON object, one event per line; ``progress(n)`` after each batch
+    of ``n`` events."""
+    write('{"traceEvents":[\n')
     first = True
-    for event in trace_events(timeline):
-        if not first:
-            stream.write(",\n")
-        stream.write(encode(event))
+    for batch in layout.batches():
+        if not batch:
+            continue
+        write(("" if first else ",\n") + ",\n".join(batch))
         first = False
+        if progress is not None:
+            progress(len(batch))
+    timeline = layout.timeline
     other = {"title": timeline.title, **{k: v for k, v in timeline.meta.items() if k != "notes"}}
-    stream.write('\n],\n"displayTimeUnit": "ns",\n"otherData": ')
-    stream.write(encode(other))
-    stream.write("}\n")
+    write(f'\n],\n"displayTimeUnit":"ns",\n"otherData":{_dump(other)}}}\n')
 
 
-def trace_json(timeline: Timeline) -> str:
+def write_trace(
+    timeline: Timeline,
+    stream: TextIO,
+    *,
+    detail: Sequence[str] | None = None,
+    ranks: RankRanges | None = None,
+) -> None:
+    """Write the trace JSON object to the text ``stream``, one event per line."""
+    _write(_Layout(select(timeline, detail, ranks)), stream.write)
+
+
+def trace_json(timeline: Timeline, **options: Any) -> str:
     """The trace as one JSON string (for small timelines; files: :func:`save_trace`)."""
-    import io
-
     buffer = io.StringIO()
-    write_trace(timeline, buffer)
+    write_trace(timeline, buffer, **options)
     return buffer.getvalue()
 
 
-def save_trace(timeline: Timeline, path: str | Path) -> None:
-    """Write the trace to ``path`` atomically (temporary file in the folder, then rename).
+def save_trace(
+    timeline: Timeline,
+    path: str | Path,
+    *,
+    detail: Sequence[str] | None = None,
+    ranks: RankRanges | None = None,
+    progress: bool | None = None,
+) -> int:
+    """Write the trace to ``path`` (gzipped if its name ends in ``.gz``); return the
+    number of events.
 
-    Events are streamed to the file, so a trace of millions of transfers never exists
-    as one string in memory.
+    ``detail`` and ``ranks`` choose what it holds (:func:`select`). Before writing, the
+    size is estimated; past :data:`WARN_BYTES` a warning with the estimate goes to
+    stderr. Events are streamed to the file through :func:`simulator.files.atomic_open`
+    (a regular file is replaced atomically), with a progress bar where a person watches
+    (``progress``: default :func:`~simulator.viz.progress.watched`).
     """
-    with atomic_open(path, "w", encoding="utf-8") as stream:
-        write_trace(timeline, stream)
+    layout = _Layout(select(timeline, detail, ranks))
+    compressed = str(path).endswith(".gz")
+    events = layout.events
+    estimate = _estimate(layout, compressed=compressed)
+    if estimate > WARN_BYTES:
+        print(
+            f"ccsim: warning: the trace {str(path)!r} will be about {estimate / 1e6:,.0f} MB "
+            f"({events:,} events), more than Perfetto's UI opens comfortably; keep less with "
+            "--trace-detail (phases,ranks), --trace-ranks (e.g. 0-7) or a .json.gz name",
+            file=sys.stderr,
+        )
+
+    def write(stream: IO[bytes]) -> None:
+        with progress_bar(
+            events, desc=f"writing {Path(path).name}", unit="ev", unit_scale=True, enabled=progress
+        ) as bar:
+            if not compressed:
+                _write(layout, lambda text: stream.write(text.encode()), bar.update)
+                return
+            # No file name or time in the gzip header: the same trace, the same bytes.
+            with gzip.GzipFile("", "wb", GZIP_LEVEL, stream, mtime=0) as packed:
+                _write(layout, lambda text: packed.write(text.encode()), bar.update)
+
+    with atomic_open(path, "wb") as stream:
+        write(stream)
+    return events
+
+
+def _us(seconds: float) -> float:
+    return round(float(seconds) * 1e6, _DIGITS)
+
+
+def _meta(name: str, pid: int, tid: int | None, value, *, key: str = "name") -> str:
+    event: dict[str, Any] = {"ph": "M", "pid": pid, "name": name, "args": {key: value}}
+    if tid is not None:
+        event["tid"] = tid
+    return _dump(event)
+
+
+def _texts(values: np.ndarray, *, prefix: str = "", whole: bool = True) -> np.ndarray:
+    """The JSON text of each value, after ``prefix``; ``""`` where there is none (None,
+    NaN) or JSON cannot say it (infinity, as an instantaneous transfer's bandwidth).
+    With ``whole``, floats holding whole numbers are written as ints (byte counts, ranks
+    in float columns).
+
+    >>> _texts(np.array([2.0, 0.5, np.nan, np.inf, 2.0]), prefix=",").tolist()
+    [',2', ',0.5', '', '', ',2']
+    """
+    table, index = _table(values, prefix=prefix, whole=whole)
+    return table[index]
+
+
+def _table(
+    values: np.ndarray, *, prefix: str = "", whole: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_texts` as ``(table, index)``: the text of value ``i`` is
+    ``table[index[i]]``. Each distinct value is formatted once: a trace's times are a few
+    thousand event times, its ranks, steps and sizes fewer, so this is what makes
+    writing millions of events fast."""
+    values = np.asarray(values)
+    if values.dtype.kind == "O":
+        table = [_text(prefix, v, whole) for v in values.tolist()]
+        return np.array(table, dtype=object), np.arange(len(values))
+    unique, inverse = np.unique(values, return_inverse=True)
+    table = [_text(prefix, v, whole) for v in unique.tolist()]
+    return np.array(table, dtype=object), inverse.reshape(-1)
+
+
+def _text(prefix: str, value: Any, whole: bool) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or (type(value) is float and not math.isfinite(value)):
+        return ""
+    if whole and type(value) is float and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    return prefix + _dump(value)
 
 
 def _plain(value: Any) -> Any:

@@ -35,6 +35,10 @@ from ..errors import CcsimError
 #: Plot sections, top to bottom.
 SECTIONS = ("streams", "links")
 
+#: Tracks with more spans than this get their lanes one span at a time (in Python);
+#: the others all together, a round per position in their track (numpy).
+_ROUNDS_MAX = 4096
+
 
 class Span(NamedTuple):
     """One interval of activity on a track (times in seconds)."""
@@ -52,13 +56,16 @@ class Track(NamedTuple):
 
     ``group`` is the machine it belongs to (a Perfetto process; ``""`` for none),
     ``section`` one of :data:`SECTIONS`, ``category`` what rows merge into when a plot
-    has too many (``""``: the track's own name).
+    has too many (``""``: the track's own name), ``rank`` the rank whose row it is (a
+    GPU's stream; a link out of or into a GPU), None for rows of no rank (links between
+    switches), so that a trace can keep a few ranks only.
     """
 
     name: str
     group: str = ""
     section: str = "streams"
     category: str = ""
+    rank: int | None = None
 
 
 class Counter(NamedTuple):
@@ -251,33 +258,102 @@ class Timeline:
         Returns ``(lane, count)``: span ``i`` goes in lane ``lane[i]`` of its track, and
         track ``t`` needs ``count[t]`` lanes (1 when its spans follow one another, the
         usual case; a span may start exactly when the one before it ends). Trace viewers
-        need this (slices of one thread must nest), and so do Gantt rows.
+        need this (slices of one thread must nest), and so do Gantt rows. Each track is
+        partitioned as :func:`interval_lanes` does, in (start, end) order.
+
+        >>> t = Timeline.from_spans([("a", 0, 2, "x"), ("a", 1, 3, "x"), ("a", 2, 4, "x"),
+        ...                          ("b", 0, 1, "x"), ("b", 1, 2, "x")])
+        >>> [k.tolist() for k in t.lanes()]
+        [[0, 1, 0, 0, 0], [2, 1]]
         """
-        lane = np.zeros(len(self), dtype=np.int64)
+        n = len(self)
+        lane = np.zeros(n, dtype=np.int64)
         count = np.ones(len(self.tracks), dtype=np.int64)
-        if len(self) == 0:
+        if n == 0:
             return lane, count
         order = np.lexsort((self.end_s, self.start_s, self.track))
-        bounds = np.searchsorted(self.track[order], np.arange(len(self.tracks) + 1))
-        for t in range(len(self.tracks)):
-            rows = order[bounds[t] : bounds[t + 1]]
-            if len(rows) < 2:
-                continue
-            start, end = self.start_s[rows], self.end_s[rows]
-            if np.all(start[1:] >= np.maximum.accumulate(end)[:-1]):
-                continue
-            ends: list[float] = []  # greedy interval partitioning, in start order
-            for position, (a, b) in enumerate(zip(start.tolist(), end.tolist(), strict=True)):
-                for k, last in enumerate(ends):
-                    if last <= a:
-                        ends[k] = b
-                        lane[rows[position]] = k
-                        break
-                else:
-                    lane[rows[position]] = len(ends)
-                    ends.append(b)
-            count[t] = len(ends)
+        track, start, end = self.track[order], self.start_s[order], self.end_s[order]
+        # A span that starts before an earlier span of its track has ended: the running
+        # maximum of the ends within each track, on integer keys (track-major, so that
+        # the maximum starts afresh at each track). start < end exactly when the number
+        # of ends <= start is at most the number of ends < end.
+        ends = np.sort(end)
+        key_start = track * (n + 1) + np.searchsorted(ends, start, side="right")
+        latest_end = np.maximum.accumulate(track * (n + 1) + np.searchsorted(ends, end))
+        overlaps = np.zeros(n, dtype=bool)
+        overlaps[1:] = (track[1:] == track[:-1]) & (key_start[1:] <= latest_end[:-1])
+        busy = np.unique(track[overlaps])
+        if len(busy) == 0:
+            return lane, count
+        first = np.searchsorted(track, np.arange(len(self.tracks) + 1))
+        sizes = first[busy + 1] - first[busy]
+        in_order = np.zeros(n, dtype=np.int64)
+        # Tracks with many spans one by one; the others together, their k-th spans at once.
+        for t in busy[sizes > _ROUNDS_MAX].tolist():
+            rows = slice(first[t], first[t + 1])
+            in_order[rows], count[t] = interval_lanes(start[rows], end[rows])
+        together = busy[sizes <= _ROUNDS_MAX]
+        if len(together):
+            row_of = np.full(len(self.tracks), -1, dtype=np.int64)
+            row_of[together] = np.arange(len(together))
+            rows = np.flatnonzero(row_of[track] >= 0)  # whole tracks, one after another
+            in_order[rows] = _lanes_together(
+                row_of[track[rows]], rows - first[track[rows]], start[rows], end[rows]
+            )
+            # The lanes of a track: its largest lane + 1 (its rows are contiguous).
+            heads = np.flatnonzero(np.diff(track[rows], prepend=-1))
+            count[together] = np.maximum.reduceat(in_order[rows], heads) + 1
+        lane[order] = in_order
         return lane, count
+
+    def phase_lanes(self) -> tuple[np.ndarray, int]:
+        """Lanes that keep phases from overlapping (a pipelined all-reduce's reduce and
+        copy phases do): ``(lane, count)`` as :func:`interval_lanes`, in phase order.
+
+        >>> t = Timeline.from_spans([], phases=[("reduce", 0, 2), ("copy", 1, 3), ("x", 2, 4)])
+        >>> [int(k) for k in t.phase_lanes()[0]], t.phase_lanes()[1]
+        ([0, 1, 0], 2)
+        """
+        start = np.array([p.start_s for p in self.phases], dtype=float)
+        end = np.array([p.end_s for p in self.phases], dtype=float)
+        order = np.lexsort((end, start))
+        lane = np.zeros(len(order), dtype=np.int64)
+        lane[order], count = interval_lanes(start[order], end[order])
+        return lane, count
+
+    def restrict(self, spans: np.ndarray, counters: Sequence[bool], *, phases: bool) -> Timeline:
+        """The timeline with only the spans and counters marked True (boolean masks), and
+        its phases if ``phases``. Tracks left with neither spans nor counters are dropped;
+        the others keep their order.
+
+        >>> t = Timeline.from_spans([("a", 0, 1, "copy"), ("b", 0, 1, "copy")],
+        ...                         phases=[("p", 0, 1)])
+        >>> part = t.restrict(np.array([False, True]), [], phases=False)
+        >>> [track.name for track in part.tracks], part.track.tolist(), part.phases
+        (['b'], [0], [])
+        """
+        spans = np.asarray(spans, dtype=bool)
+        counters = [c for c, keep in zip(self.counters, counters, strict=True) if keep]
+        used = np.zeros(len(self.tracks), dtype=bool)
+        used[self.track[spans]] = True
+        index = {track.name: t for t, track in enumerate(self.tracks)}
+        used[[index[c.track] for c in counters]] = True
+        new_index = np.cumsum(used) - 1
+        return Timeline(
+            tracks=[track for track, keep in zip(self.tracks, used, strict=True) if keep],
+            track=new_index[self.track[spans]],
+            start_s=self.start_s[spans],
+            end_s=self.end_s[spans],
+            kinds=self.kinds,
+            kind=self.kind[spans],
+            labels=self.labels,
+            label=self.label[spans],
+            args={key: column[spans] for key, column in self.args.items()},
+            counters=counters,
+            phases=list(self.phases) if phases else [],
+            title=self.title,
+            meta=self.meta,
+        )
 
     @property
     def t_end(self) -> float:
@@ -294,3 +370,52 @@ class Timeline:
         starts += [float(c.time_s[0]) for c in self.counters if len(c.time_s)]
         starts += [p.start_s for p in self.phases]
         return min(starts, default=0.0)
+
+
+def interval_lanes(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
+    """Lanes for intervals in start order, such that the intervals of a lane follow one
+    another: each goes to the first lane whose last interval has ended (greedy interval
+    partitioning, which uses as few lanes as the most intervals open at one time).
+
+    Returns ``(lane, count)``. An interval may start exactly when the one before it ends.
+
+    >>> lane, count = interval_lanes(np.array([0.0, 1.0, 2.0, 3.0]), np.array([2.0, 3.0, 4.0, 5.0]))
+    >>> lane.tolist(), count
+    ([0, 1, 0, 1], 2)
+    """
+    lane = np.zeros(len(start), dtype=np.int64)
+    ends: list[float] = []  # the end of each lane's last interval
+    for position, (a, b) in enumerate(zip(start.tolist(), end.tolist(), strict=True)):
+        for k, last in enumerate(ends):
+            if last <= a:
+                ends[k] = b
+                lane[position] = k
+                break
+        else:
+            lane[position] = len(ends)
+            ends.append(b)
+    return lane, len(ends)
+
+
+def _lanes_together(
+    row: np.ndarray, position: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """:func:`interval_lanes` of several tracks at once: span ``i`` is the
+    ``position[i]``-th, in start order, of track row ``row[i]``. Round ``j``
+    places the ``j``-th span of every track, each to the first lane whose last span has
+    ended (unused lanes have ended at minus infinity, and come after the used ones)."""
+    lane = np.zeros(len(row), dtype=np.int64)
+    by_position = np.argsort(position, kind="stable")
+    bounds = np.searchsorted(position[by_position], np.arange(int(position.max()) + 2))
+    ends = np.full((int(row.max()) + 1, 4), -np.inf)
+    for j in range(len(bounds) - 1):
+        spans = by_position[bounds[j] : bounds[j + 1]]
+        r = row[spans]
+        free = ends[r] <= start[spans][:, None]
+        if not free.any(axis=1).all():  # every lane of some track busy: add lanes
+            ends = np.concatenate([ends, np.full_like(ends, -np.inf)], axis=1)
+            free = ends[r] <= start[spans][:, None]
+        k = free.argmax(axis=1)
+        lane[spans] = k
+        ends[r, k] = end[spans]
+    return lane

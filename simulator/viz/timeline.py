@@ -109,23 +109,6 @@ def _time_unit(extent: float) -> tuple[str, float]:
     return "ns", 1e9
 
 
-def _lanes(intervals: list[tuple[float, float]]) -> list[int]:
-    """Lane of each interval so that intervals in one lane do not overlap."""
-    ends: list[float] = []
-    out = [0] * len(intervals)
-    for i in sorted(range(len(intervals)), key=lambda i: intervals[i]):
-        start, end = intervals[i]
-        for lane, last in enumerate(ends):
-            if last <= start:
-                ends[lane] = end
-                out[i] = lane
-                break
-        else:
-            out[i] = len(ends)
-            ends.append(end)
-    return out
-
-
 def _busy_share(start: np.ndarray, end: np.ndarray, edges: np.ndarray, members: int) -> np.ndarray:
     """Mean number of the spans active in each bin, divided by ``members``.
 
@@ -205,8 +188,7 @@ def timeline_figure(
     stream_rows = _rows(timeline, "streams", max_rows)
     link_rows = _rows(timeline, "links", max_link_rows) if links else []
     counters = {c.track: c for c in timeline.counters}
-    phase_lanes = _lanes([(p.start_s, p.end_s) for p in timeline.phases])
-    n_lanes = max(phase_lanes, default=-1) + 1
+    phase_lanes, n_lanes = timeline.phase_lanes()
     n_rows = len(stream_rows) + len(link_rows)
     phase_px = n_lanes * _PHASE_LANE + (8 if n_lanes else 0)
     sections = bool(stream_rows) + bool(link_rows)

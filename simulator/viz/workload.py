@@ -166,7 +166,7 @@ def workload_timeline(
                 group = f"server {servers[rank]}"
                 category = f"{group} {stream}"
             index[(rank, stream)] = len(tracks)
-            tracks.append(Track(f"rank {rank} {stream}", group, "streams", category))
+            tracks.append(Track(f"rank {rank} {stream}", group, "streams", category, rank))
 
     kinds: dict[str, int] = {kind: i for i, kind in enumerate(KINDS)}
     labels: dict[str, int] = {}
