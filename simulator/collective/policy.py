@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -43,6 +44,20 @@ TREE_CHUNK = 512 * 1024
 #: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
 #: longer moves (a k-chunk pipeline is within (stages - 1)/k of its limit) and flows grow.
 MAX_CHUNKS = 32
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A library's choice for one call as a ccsim configuration: the schedule, its
+    protocol (None: the ideal model), the library's channels, the chunks, the channels
+    the schedule is built with, and what to record of the choice."""
+
+    schedule: str
+    protocol: str | None
+    channels: int
+    chunks: int
+    built: int
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 class NcclPolicy:
@@ -121,36 +136,48 @@ class NcclPolicy:
             protocols=self.protocols,
         )
 
-    def schedule(
-        self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
-    ) -> tuple[Schedule, str, dict[str, Any]]:
-        """The schedule and protocol that run NCCL's choice, and what to record of it."""
-        layout = rank_layout(graph)
-        options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
+    def plan(self, system: NcclSystem | None, op: str, size_bytes: float) -> Plan:
+        """NCCL's choice for one call on ``system`` (None for all-to-all, which NCCL runs
+        without its tuner) as a ccsim configuration."""
         if op == "all_to_all":
             # NCCL's all-to-all is grouped send/receive to every peer at once, Simple.
-            name, protocol, channels, chunks = "direct", "Simple", self.channels or 1, 1
-            extra: dict[str, Any] = {}
-        else:
-            choice = self.choose(graph, op, size_bytes)
-            name = choice.schedule
-            if name not in algorithm_names():  # the NCCL tree schedule, where missing
-                name = "tree"
-            protocol = choice.protocol
-            channels = self.channels or choice.channels
-            nodes = len(set(layout.servers)) if layout.servers is not None else 1
-            chunks = self.chunks or pipeline_chunks(
-                choice, op, float(size_bytes), layout.ranks, channels, nodes
-            )
-            extra = {"nccl_algorithm": choice.algorithm, "nccl_time_us": choice.time_us}
+            channels = self.channels or 1
+            return Plan("direct", "Simple", channels, 1, channels)
+        assert system is not None
+        choice = nccl_choice(
+            system, op, float(size_bytes), algorithms=self.algorithms, protocols=self.protocols
+        )
+        name = choice.schedule
+        if name not in algorithm_names():  # the NCCL tree schedule, where missing
+            name = "tree"
+        channels = self.channels or choice.channels
+        chunks = self.chunks or pipeline_chunks(
+            choice, op, float(size_bytes), system.ranks, channels, system.nodes
+        )
         # ccsim's nvls schedule already spreads over every GPU's NVLinks and NICs, so its
         # channels are identical copies on the same links: one carries the same bytes at
         # the same rates (checked equal to 1e-12 in the tests) with 1/C of the flows.
         built = 1 if name == "nvls" else channels
+        extra = {"nccl_algorithm": choice.algorithm, "nccl_time_us": choice.time_us}
+        return Plan(name, choice.protocol, channels, chunks, built, extra)
+
+    def schedule(
+        self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
+    ) -> tuple[Schedule, str, dict[str, Any]]:
+        """The schedule and protocol that run NCCL's choice, and what to record of it."""
+        options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
+        plan = self.plan(None if op == "all_to_all" else self.system(graph), op, size_bytes)
         schedule = build_schedule(
-            name, op, layout, float(size_bytes), chunks=chunks, channels=built, **options
+            plan.schedule,
+            op,
+            rank_layout(graph),
+            float(size_bytes),
+            chunks=plan.chunks,
+            channels=plan.built,
+            **options,
         )
-        return schedule, protocol, {"chunks": chunks, "channels": channels, **extra}
+        params = {"chunks": plan.chunks, "channels": plan.channels, **plan.params}
+        return schedule, plan.protocol, params
 
     def simulate(
         self,
