@@ -3,7 +3,8 @@
 Each scenario runs in its own Python process so that its peak memory (the process's
 maximum resident set) is its own. Reported per scenario: wall time of the simulation
 (topology, schedule and replay; not interpreter start-up), peak memory, flows simulated
-and flows per wall second.
+and flows per wall second. The trace scenario also reports the wall time and size of the
+trace written after the run.
 
 For reference (issue 2): the C++ simulator ASTRA-sim's analytical backend needs 17.5 s
 (congestion-unaware) and 24.2 s (congestion-aware) for the 1024-rank ring on this class
@@ -16,12 +17,14 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..collective import NcclPolicy, simulate_collective
 from ..errors import CcsimError, unknown_choice
-from ..topology import ring_graph
+from ..topology import load_topology, ring_graph
 from ..validate import BUNDLED, case_graph, load_case
 
 
@@ -40,7 +43,9 @@ class Scenario:
 
     #: "ring": one ring all-reduce; "validate": a bundled nccl-tests case, every size as
     #: NCCL would run it (what ``ccsim validate`` does); "auto": the tuner's search of
-    #: algorithm, channels and chunks at ``sizes``.
+    #: algorithm, channels and chunks at ``sizes``; "trace": NCCL's all-reduce on the
+    #: preset, then its Perfetto trace written as ``ccsim collective --trace x.json.gz``
+    #: writes it (:func:`write_trace`).
     kind: str = "ring"
     case: str = ""
     sizes: tuple[int, ...] = ()
@@ -49,6 +54,9 @@ class Scenario:
 
     def run(self) -> list:
         """The scenario's simulated collectives."""
+        if self.kind == "trace":
+            graph = load_topology(self.preset, self.nodes)
+            return [simulate_collective(graph, "all_reduce", self.size_bytes, "nccl")]
         if self.kind == "validate":
             case = load_case(BUNDLED / f"{self.case}.yaml")
             graph = case_graph(case)
@@ -78,6 +86,11 @@ class Scenario:
                 channels=self.channels,
             )
         ]
+
+
+#: The "trace" scenario's targets: the trace adds less than the run's own wall time
+#: (under 2x in all) and is smaller than this.
+TRACE_TARGET_MB = 150.0
 
 
 SCENARIOS = {
@@ -116,10 +129,36 @@ SCENARIOS = {
             sizes=(2**20, 2**26, 2**30),
             target_s=10.0,
         ),
+        Scenario(
+            "trace-1024",
+            "NCCL's all-reduce 64 MiB on 128x dgx-a100 (1024 ranks), then its trace as "
+            "--trace x.json.gz --trace-detail phases,ranks (target: under "
+            f"{TRACE_TARGET_MB:g} MB, and adding less than the run's wall time)",
+            kind="trace",
+            preset="dgx-a100",
+            nodes=128,
+        ),
     )
 }
 
 QUICK = ("ring-8", "ring-64", "dgx-a100x4-nic")
+
+
+def write_trace(result, preset: str, nodes: int) -> dict:
+    """Write ``result``'s trace as ``ccsim collective --trace x.json.gz`` does (default
+    detail, through the same writer) into a temporary folder; its wall time and size."""
+    from ..viz.outputs import write_collective_outputs
+    from ..viz.perfetto import DEFAULT_DETAIL
+
+    graph = load_topology(preset, nodes)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json.gz"
+        start = time.perf_counter()
+        write_collective_outputs(
+            result, graph, rows=[], table="", trace=str(path), trace_detail=DEFAULT_DETAIL
+        )
+        wall = time.perf_counter() - start
+        return {"trace_s": wall, "trace_MB": path.stat().st_size / 1e6}
 
 
 def run_scenario(name: str) -> dict:
@@ -128,9 +167,10 @@ def run_scenario(name: str) -> dict:
     start = time.perf_counter()
     results = scenario.run()
     wall = time.perf_counter() - start
+    last = results[-1]  # several runs: the largest size's figures
+    trace = write_trace(last, scenario.preset, scenario.nodes) if scenario.kind == "trace" else {}
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     flows = sum(result.stats.flows for result in results)
-    last = results[-1]  # several runs: the largest size's figures
     return {
         "scenario": name,
         "ranks": last.ranks,
@@ -141,6 +181,7 @@ def run_scenario(name: str) -> dict:
         "peak_MiB": peak_kib / 1024,
         "flows_per_s": flows / wall,
         "target_s": scenario.target_s or None,
+        **trace,
     }
 
 
@@ -179,6 +220,12 @@ def bench_table(rows: list[dict]) -> str:
 
 
 def _target(row: dict) -> str:
+    if "trace_s" in row:
+        met = row["trace_s"] <= row["wall_s"] and row["trace_MB"] <= TRACE_TARGET_MB
+        return (
+            f"{'met' if met else 'MISSED'} (trace {row['trace_MB']:.0f} MB in "
+            f"{row['trace_s']:.1f} s: < {TRACE_TARGET_MB:g} MB, < the run's wall)"
+        )
     target = row.get("target_s")
     if not target:
         return ""
