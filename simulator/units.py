@@ -52,6 +52,10 @@ _RATE_PREFIX = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 # Divisors rather than factors: 500 / 1e9 is exactly 5e-07, 500 * 1e-9 is not.
 _TIME_DIVISORS = {"": 1.0, "s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
 
+#: Most sizes one --sizes may list: a sweep of sizes is one simulation per size, and
+#: 10,000 of them step by a factor of 1.0045 from 1 B to 16 EiB.
+MAX_SIZES = 10_000
+
 
 def _split(text: object, what: str, example: str) -> tuple[float, str]:
     if isinstance(text, bool):
@@ -151,17 +155,28 @@ def parse_sizes(text: str) -> list[int]:
                 factor = float(parts[2])
             except ValueError:
                 factor = 0.0
-            if factor <= 1:
+            if not factor > 1 or math.isinf(factor):
                 raise CcsimError(f"invalid sizes {text!r}: the factor must be a number above 1")
         if high < low:
             raise CcsimError(f"invalid sizes {text!r}: the maximum is below the minimum")
+        _check_count(math.floor(math.log(high / low) / math.log(factor) + 1e-9) + 1, text)
         sizes = []
         size = low
         while size <= high * (1 + 1e-12):
             sizes.append(round(size))
             size *= factor
         return sizes
-    return [round(_positive_size(p, text)) for p in text.split(",")]
+    parts = text.split(",")
+    _check_count(len(parts), text)
+    return [round(_positive_size(p, text)) for p in parts]
+
+
+def _check_count(count: int, text: str) -> None:
+    if count > MAX_SIZES:
+        raise CcsimError(
+            f"invalid sizes {text!r}: {count:,} sizes, more than {MAX_SIZES:,}; "
+            "use a larger factor or fewer values (e.g. 1M:1G:2)"
+        )
 
 
 def _positive_size(part: str, whole: str) -> float:

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from ..collective.guards import (
+    BYTES_PER_FLOW,
+    ENVIRONMENT,
+    GRAPH_ITEM_FLOWS,
+    OP_FLOWS,
+    check_collective,
+    default_max_flows,
+)
 from ..errors import CcsimError
 
 
@@ -70,6 +78,37 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         help="protocol model: LL, LL128, Simple, or auto for the fastest (as NCCL_PROTO); "
         "with it, link efficiencies, per-hop latencies (us) and launch overhead of the preset "
         "apply (default: none, the ideal line-rate model)",
+    )
+
+
+def add_max_flows_option(cmd: argparse.ArgumentParser) -> None:
+    """``--max-flows``: the resource guard's limit (:mod:`simulator.collective.guards`)."""
+    cmd.add_argument(
+        "--max-flows",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="refuse, before building anything, a run estimated to create more than N flows "
+        f"(about {BYTES_PER_FLOW} bytes each; a topology node or link counts as "
+        f"{GRAPH_ITEM_FLOWS}, a trace op as {OP_FLOWS}) (default: ${ENVIRONMENT} if set, "
+        f"else half of this machine's memory: {default_max_flows():,})",
+    )
+
+
+def check_run_size(args: argparse.Namespace, sizes: list[int], algorithms: list) -> None:
+    """The resource guard for ``collective`` or ``compare``: refuse, before the topology
+    is built, a run of ``algorithms`` (None: the topology's library) past the limit."""
+    check_collective(
+        args.topology,
+        args.op,
+        sizes,
+        algorithms,
+        nodes=args.nodes,
+        fabric=args.fabric,
+        chunks=args.chunks,
+        channels=args.channels,
+        protocol=args.proto,
+        max_flows=args.max_flows,
     )
 
 

@@ -25,8 +25,10 @@ from ..units import parse_bandwidth, parse_sizes
 from ..viz.progress import simulated_time
 from ..viz.tables import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json
 from .args import (
+    add_max_flows_option,
     add_model_options,
     add_trace_options,
+    check_run_size,
     parse_channels,
     parse_chunks,
     parse_fraction,
@@ -149,6 +151,7 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         help="let --report write into a non-empty folder (its report files are replaced)",
     )
     add_model_options(coll)
+    add_max_flows_option(coll)
     coll.add_argument(
         "--fraction",
         default=None,
@@ -198,6 +201,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
         check_output_options(
             timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
         )
+    check_run_size(args, sizes, [args.algo])
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)
     args.algo = args.algo or library_of(graph)

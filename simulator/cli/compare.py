@@ -15,7 +15,14 @@ from ..files import write_atomically
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.tables import FORMATS, compare_table, to_csv, to_json
-from .args import add_model_options, add_trace_options, parse_chunks, positive_int
+from .args import (
+    add_max_flows_option,
+    add_model_options,
+    add_trace_options,
+    check_run_size,
+    parse_chunks,
+    positive_int,
+)
 
 
 def add_compare_command(sub: argparse._SubParsersAction) -> None:
@@ -79,6 +86,7 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         help="bandwidth of local reductions, e.g. 1500GB/s (default: the preset's, else infinite)",
     )
     add_model_options(cmd)
+    add_max_flows_option(cmd)
     cmd.add_argument(
         "--plot", metavar="FILE", help="also draw busbw against size into FILE (png, svg, pdf)"
     )
@@ -116,6 +124,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         folder = Path(args.plot).parent
         if str(folder) and not folder.is_dir():
             raise CcsimError(f"--plot {args.plot!r}: folder {str(folder)!r} does not exist")
+    check_run_size(args, sizes, algorithms or ["auto"])  # no --algos: all that can run
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)
     if not given:

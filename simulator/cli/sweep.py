@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import CcsimError
 from ..viz.tables import FORMATS, to_csv, to_json
-from .args import positive_int
+from .args import add_max_flows_option, positive_int
 
 
 def parse_tolerance(text: str) -> float:
@@ -52,6 +52,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quiet", action="store_true", help="no progress bar and no summary on stderr"
     )
+    add_max_flows_option(parser)
 
 
 def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
@@ -164,7 +165,7 @@ def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> None:
     from ..sweep import execute_sweep, load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, max_flows=args.max_flows)
     try:
         run = execute_sweep(spec, args.out, **_options(args))
     except KeyboardInterrupt:
@@ -176,7 +177,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 def _cmd_size(args: argparse.Namespace) -> None:
     from ..sweep import default_metric, format_value, load_spec, size
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, max_flows=args.max_flows)
     by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None
     if args.plot:  # a bad file name fails before the sweep, not after it
         from ..sweep.plot import _FORMATS

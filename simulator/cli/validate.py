@@ -10,7 +10,7 @@ from ..errors import CcsimError
 from ..validate.log_cases import case_loaders
 from ..validate.nccl_tests import BUNDLED, run_cases
 from ..viz.tables import detail_rows, report_table, to_json, validation_detail
-from .args import positive_int
+from .args import add_max_flows_option, positive_int
 
 
 def add_validate_command(sub: argparse._SubParsersAction) -> None:
@@ -95,6 +95,7 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         default="table",
         help="table or json (default: %(default)s)",
     )
+    add_max_flows_option(cmd)
     cmd.set_defaults(handler=_cmd_validate)
 
 
@@ -104,7 +105,7 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         return
     if args.no_holdout:
         raise CcsimError("--no-holdout goes with --fit")
-    results = run_cases(_loaders(args))
+    results = run_cases(_loaders(args), max_flows=args.max_flows)
     if args.format == "json":
         rows = [r.summary() for r in results]
         if args.detail:

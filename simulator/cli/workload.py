@@ -11,17 +11,18 @@ import argparse
 import math
 import sys
 
+from ..collective.guards import check_flows, cluster_of
 from ..files import write_atomically
 from ..topology import load_topology
-from ..topology.graph import gpu_nodes
 from ..units import parse_bandwidth, parse_size
 from ..viz.progress import simulated_time
 from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
 from ..workload.generators import GENERATORS, MODELS
+from ..workload.guards import check_generator, workload_estimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
-from .args import add_trace_options
+from .args import add_max_flows_option, add_trace_options
 from .compare import add_model_options
 
 
@@ -72,6 +73,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="local reduction bandwidth per GPU, e.g. 1500GB/s (default: preset's)",
     )
     add_model_options(run)
+    add_max_flows_option(run)
     run.add_argument("--per-rank", action="store_true", help="also print one row per rank")
     run.add_argument(
         "--format",
@@ -155,6 +157,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="SIZE",
         help="DDP gradient bucket size in bytes, e.g. 25MiB",
     )
+    add_max_flows_option(gen)
     gen.set_defaults(handler=_cmd_generate)
 
     lst = sub.add_parser(
@@ -173,11 +176,13 @@ def _cmd_run(args: argparse.Namespace) -> None:
         check_output_options(
             timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
         )
-    workload = resolve_workload(args.workload)
+    workload = resolve_workload(args.workload, max_flows=args.max_flows)
     nodes = args.nodes
     if nodes is None:
-        per_server = len(gpu_nodes(load_topology(args.topology, 1)))
+        per_server = cluster_of(args.topology).ranks
         nodes = max(1, math.ceil(workload.ranks / per_server))
+    cluster = cluster_of(args.topology, nodes, fabric=args.fabric)
+    check_flows(workload_estimate(workload, args.algo).plus(cluster.estimate()), args.max_flows)
     graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     replay = WorkloadReplay(
@@ -273,6 +278,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
             f"--{unknown[0].replace('_', '-')} does not apply to {args.generator}; "
             f"it takes: {', '.join(sorted(accepted))}"
         )
+    check_generator(args.generator, given, args.max_flows)
     workload = GENERATORS[args.generator](**given)
     workload.save(args.out)
     print(f"wrote {args.out}: {workload.name}, {workload.ranks} ranks, {len(workload.ops)} ops")

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from ..algorithms import algorithm_names
+from ..collective.guards import POINT_FLOWS, Estimate, check_flows
 from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError
 from ..library.protocol import PROTOCOLS
@@ -223,7 +224,12 @@ def format_value(axis: str, value: Any) -> str:
     return str(value)
 
 
-def load_spec(source: str | Path | Mapping[str, Any], *, name: str | None = None) -> SweepSpec:
+def load_spec(
+    source: str | Path | Mapping[str, Any],
+    *,
+    name: str | None = None,
+    max_flows: int | None = None,
+) -> SweepSpec:
     """Parse and validate a sweep spec.
 
     Parameters
@@ -234,6 +240,9 @@ def load_spec(source: str | Path | Mapping[str, Any], *, name: str | None = None
     name : str, optional
         Name to use in messages and results (default: the spec's ``name``, else the
         file name).
+    max_flows : int, optional
+        The resource guard's limit (:mod:`simulator.collective.guards`): a spec with
+        more points than it allows is refused before they are expanded.
 
     Examples
     --------
@@ -255,7 +264,7 @@ def load_spec(source: str | Path | Mapping[str, Any], *, name: str | None = None
             raise SweepError(f"{path}: cannot read the sweep spec: {error.strerror}") from None
         except yaml.YAMLError as error:
             raise SweepError(f"{path}: not valid YAML: {error}") from None
-    return _Parser(origin, folder).parse(data, name)
+    return _Parser(origin, folder, max_flows).parse(data, name)
 
 
 def point_key(params: Mapping[str, Any]) -> str:
@@ -282,9 +291,10 @@ def _without_paths(value: Any) -> Any:
 class _Parser:
     """Parses one spec; ``origin`` prefixes every message, files resolve from ``folder``."""
 
-    def __init__(self, origin: str, folder: Path):
+    def __init__(self, origin: str, folder: Path, max_flows: int | None = None):
         self.origin = origin
         self.folder = folder
+        self.max_flows = max_flows
         self.kind = ""
         self.base: dict[str, Any] = {}
         self.workload_overrides: dict[str, Any] = {}
@@ -338,6 +348,9 @@ class _Parser:
         if not axes:
             raise self.error("axes", "the sweep has no points; give 'axes' or 'points'")
         counts = {str(k): len(v) for k, v in zip(raw_axes, product, strict=True)}
+        total = (math.prod(counts.values()) if product else 0) + len(explicit)
+        what = f"{self.origin}: a sweep of {total:,} points"
+        check_flows(Estimate(total * POINT_FLOWS, what), self.max_flows)
         self.check_contexts(axes, counts, explicit)
 
         combos: list[dict[str, tuple[Any, Any]]] = []

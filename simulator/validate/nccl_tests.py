@@ -46,6 +46,7 @@ import numpy as np
 import yaml
 
 from ..algorithms import build_schedule
+from ..collective.guards import check_collective
 from ..collective.policy import NcclPolicy
 from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
@@ -164,20 +165,44 @@ def load_case(sidecar: Path) -> Case:
     return Case(sidecar.stem, sidecar, measured, settings)
 
 
-def case_graph(case: Case):
-    """The topology a case ran on: a bundled preset, or a preset file next to the sidecar."""
+def case_topology(case: Case) -> tuple[str | Path, int]:
+    """The topology a case ran on (a bundled preset, or a preset file next to the
+    sidecar) and its server count."""
     s = case.settings
     preset = str(s["preset"])
     local = case.sidecar.parent / preset
-    return load_topology(
-        local if local.suffix in (".yaml", ".yml") and local.is_file() else preset,
-        int(s.get("nodes", 1)),
+    topology = local if local.suffix in (".yaml", ".yml") and local.is_file() else preset
+    return topology, int(s.get("nodes", 1))
+
+
+def case_graph(case: Case):
+    """The topology a case ran on, built."""
+    return load_topology(*case_topology(case))
+
+
+def check_case(case: Case, max_flows: int | None = None) -> None:
+    """Refuse a case whose runs would pass the resource guard's limit (a sidecar with
+    ``nodes: 100000``), before its topology is built."""
+    s = case.settings
+    topology, nodes = case_topology(case)
+    check_collective(
+        topology,
+        str(s.get("op", "all_reduce")),
+        [size for size, *_ in case.measured],
+        [str(s.get("algorithm", "nccl"))],
+        nodes=nodes,
+        chunks=count_setting(case, "chunks") if "chunks" in s else None,
+        channels=count_setting(case, "channels") if "channels" in s else None,
+        protocol=str(s.get("protocol", "auto")),
+        max_flows=max_flows,
     )
 
 
-def run_case(case: Case) -> CaseResult:
-    """Simulate every size of a case with the preset's calibrated model."""
+def run_case(case: Case, *, max_flows: int | None = None) -> CaseResult:
+    """Simulate every size of a case with the preset's calibrated model; ``max_flows``
+    is the resource guard's limit (:func:`check_case`)."""
     s = case.settings
+    check_case(case, max_flows)
     graph = case_graph(case)
     calibration = calibration_of(graph)
     per_process = int(s.get("gpus_per_process", 1))
@@ -272,22 +297,27 @@ def sidecars(folder: Path | str | None = None) -> list[Path]:
     return found
 
 
-def validate_folder(folder: Path | None = None) -> list[CaseResult]:
+def validate_folder(
+    folder: Path | None = None, *, max_flows: int | None = None
+) -> list[CaseResult]:
     """Run every case of a folder (default: the bundled cases).
 
-    A case whose files are malformed or that names an unknown preset gives a result
-    with ``error`` set; the other cases still run.
+    A case whose files are malformed, that names an unknown preset or that would pass
+    the resource guard's limit gives a result with ``error`` set; the others still run.
     """
-    return run_cases((sidecar.stem, partial(load_case, sidecar)) for sidecar in sidecars(folder))
+    loaders = ((sidecar.stem, partial(load_case, sidecar)) for sidecar in sidecars(folder))
+    return run_cases(loaders, max_flows=max_flows)
 
 
-def run_cases(loaders: Iterable[tuple[str, Callable[[], Case]]]) -> list[CaseResult]:
+def run_cases(
+    loaders: Iterable[tuple[str, Callable[[], Case]]], *, max_flows: int | None = None
+) -> list[CaseResult]:
     """Load and simulate each (name, loader) case; one that cannot load or run gives a
     result with ``error`` set, and the others still run."""
     results = []
     for name, load in loaders:
         try:
-            results.append(run_case(load()))
+            results.append(run_case(load(), max_flows=max_flows))
         except CcsimError as error:
             results.append(CaseResult(name, error=str(error)))
     return results

@@ -19,6 +19,7 @@ from ..errors import unknown_choice
 from ..topology.presets import data_dir
 from .aicb import load_aicb
 from .generators import GENERATORS
+from .guards import check_generator
 from .trace import FORMAT, Workload, WorkloadError, parse_workload
 
 SPEC_FORMAT = "ccsim-workload-spec/1"
@@ -50,8 +51,11 @@ def _read(path: Path) -> Any:
         raise WorkloadError(f"{path}: not valid {path.suffix[1:].upper()}: {error}") from None
 
 
-def from_spec(data: dict[str, Any], *, origin: str = "spec") -> Workload:
-    """Expand a generator spec (see the module docstring)."""
+def from_spec(
+    data: dict[str, Any], *, origin: str = "spec", max_flows: int | None = None
+) -> Workload:
+    """Expand a generator spec (see the module docstring); one whose trace would pass
+    the resource guard's limit (``max_flows``) is refused before it is generated."""
     generator = data.get("generator")
     if generator not in GENERATORS:
         raise unknown_choice(f"generator in {origin}", generator, GENERATORS)
@@ -65,6 +69,7 @@ def from_spec(data: dict[str, Any], *, origin: str = "spec") -> Workload:
             f"{origin}: unknown parameter {unknown[0]!r} for {generator}; valid: "
             + ", ".join(sorted(accepted))
         )
+    check_generator(generator, params, max_flows)
     workload = GENERATORS[generator](**params)
     if data.get("name"):
         workload.name = str(data["name"])
@@ -73,8 +78,9 @@ def from_spec(data: dict[str, Any], *, origin: str = "spec") -> Workload:
     return workload
 
 
-def resolve_workload(source: str | Path) -> Workload:
-    """A preset name, a trace file (.json/.yaml), a spec file or an AICB file (.txt)."""
+def resolve_workload(source: str | Path, *, max_flows: int | None = None) -> Workload:
+    """A preset name, a trace file (.json/.yaml), a spec file or an AICB file (.txt);
+    ``max_flows`` is the resource guard's limit for a spec's generator."""
     presets = preset_files()
     path = presets.get(str(source), Path(str(source)))
     if not path.is_file():
@@ -83,7 +89,7 @@ def resolve_workload(source: str | Path) -> Workload:
         return load_aicb(path)
     data = _read(path)
     if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
-        return from_spec({"name": path.stem, **data}, origin=str(path))
+        return from_spec({"name": path.stem, **data}, origin=str(path), max_flows=max_flows)
     if isinstance(data, dict) and data.get("format") == FORMAT:
         return parse_workload(data, origin=str(path))
     raise WorkloadError(
