@@ -10,8 +10,11 @@ Per rank, from the op records:
   compute stream is idle and communication is the reason the step is not over;
 * *waiting*: a communication op has been issued but its peers have not yet issued
   theirs, and nothing else runs;
-* *bubble*: step time minus the time anything runs (waiting included): what a pipeline
-  schedule leaves idle.
+* *bubble*: step time minus the time anything runs or the rank waits for peers: what a
+  pipeline schedule leaves idle.
+
+Compute busy, exposed communication, waiting and bubble are disjoint and add up to the
+step time (overlapped communication is part of compute busy).
 
 Exposed time is attributed to the communication ops in flight at each instant (split
 equally among them) and summed per parallel dimension (the group's ``kind``: TP, PP,
@@ -140,7 +143,8 @@ def breakdown(run: WorkloadRun) -> Breakdown:
         overlapped = measure(intersect(busy_compute, busy_comm))
         anything = union(busy_compute + busy_comm)
         waiting = union(waits[rank])
-        idle_wait = measure(waiting) - measure(intersect(waiting, anything))
+        occupied = union(anything + waiting)  # running, or waiting for peers
+        idle_wait = measure(occupied) - measure(anything)
         rank_end = max((e for _, e in anything), default=0.0)
         rows.append(
             RankBreakdown(
@@ -151,7 +155,7 @@ def breakdown(run: WorkloadRun) -> Breakdown:
                 overlapped_s=overlapped,
                 exposed_s=measure(busy_comm) - overlapped,
                 waiting_s=idle_wait,
-                bubble_s=step - measure(anything),
+                bubble_s=step - measure(occupied),
             )
         )
         _attribute(comm[rank], busy_compute, workload, by_kind, by_call)
