@@ -72,8 +72,9 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         "default: the preset's library (hccl for the Ascend presets, else nccl); or an "
         "algorithm, "
         f"{', '.join(algorithm_names())}, run as given (the ideal line-rate model unless "
-        "--proto is given); or auto: the fastest schedule ccsim finds by simulation, an "
-        "ideal scheduler rather than a library",
+        "--proto is given); or auto: every algorithm that can run OP, each with its chunks "
+        "searched as --chunks auto does, the fastest simulated kept: an ideal scheduler "
+        "rather than a library",
     )
     coll.add_argument(
         "--sizes",
@@ -89,10 +90,9 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="K",
         help="chunks per step, sent back to back on each channel to pipeline (slices for "
-        "pipelined; count), or auto for the fastest of "
-        + ", ".join(map(str, CHUNK_CANDIDATES))
-        + " at each size, found by simulation (default: the library's own with --algo nccl "
-        "or hccl, else 1)",
+        "pipelined; count), or auto: " + ", ".join(map(str, CHUNK_CANDIDATES)) + " simulated "
+        "in turn at each size while each is faster than the one before, the fastest kept "
+        "(default: the library's own with --algo nccl or hccl, else 1)",
     )
     coll.add_argument(
         "--root",
@@ -106,10 +106,10 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         type=parse_channels,
         default=None,
         metavar="C",
-        help="parallel rings, each carrying 1/C of the data (count), or auto for the "
-        "fastest of " + ", ".join(map(str, CHANNEL_CANDIDATES)) + " at each size, found "
-        "by simulation with the algorithm and chunks (default: the library's count with "
-        "--algo nccl or hccl, else 1)",
+        help="parallel rings, each carrying 1/C of the data (count), or auto: "
+        + ", ".join(map(str, CHANNEL_CANDIDATES))
+        + " searched at each size as --chunks auto searches chunks, with the algorithm and "
+        "chunks (default: the library's count with --algo nccl or hccl, else 1)",
     )
     coll.add_argument(
         "--reduce-bw",

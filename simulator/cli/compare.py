@@ -66,8 +66,10 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         type=parse_chunks,
         default="auto",
         metavar="K",
-        help="chunks (pipeline slices) per algorithm: a count, or auto for each "
-        "algorithm's fastest of " + ", ".join(map(str, CHUNK_CANDIDATES)) + " (default: auto)",
+        help="chunks (pipeline slices) per algorithm: a count, or auto: "
+        + ", ".join(map(str, CHUNK_CANDIDATES))
+        + " simulated in turn while each is faster than the one before, each algorithm's "
+        "fastest kept (default: auto)",
     )
     cmd.add_argument(
         "--channels", type=positive_int, default=1, metavar="C", help="channels (default: 1)"

@@ -55,8 +55,9 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "--algo",
         default="ring",
         metavar="NAME",
-        help="algorithm for collectives that do not name one, or auto for the fastest per "
-        "group, operation and size, found by simulation (default: %(default)s)",
+        help="algorithm for collectives that do not name one, or auto: per group, operation "
+        "and size, every algorithm with its chunks searched as collective --chunks auto "
+        "does, the fastest simulated kept (default: %(default)s)",
     )
     run.add_argument(
         "--comm-slowdown",

@@ -31,9 +31,6 @@ from .run import COLLECTIVE_OPS, CollectiveResult, auto_fraction, rank_layout, r
 CHUNK_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 #: Channel counts tried, in this order, when channels are "auto" (NCCL runs up to 32).
 CHANNEL_CANDIDATES = (1, 2, 4, 8, 16, 32)
-#: More chunks must save at least this fraction of the time to be chosen: each chunk is
-#: more messages, whose fixed costs (kernel steps, headers) the flow model does not charge.
-MIN_GAIN = 0.01
 
 
 def topology_key(graph: nx.Graph) -> str:
@@ -89,10 +86,11 @@ class AutoTuner:
         Candidates for ``algorithm="auto"``; default every registered algorithm that
         supports the operation on the topology's ranks.
     chunk_candidates : sequence of int
-        Chunk counts tried for ``chunks="auto"``, in increasing order. The search stops
-        at the first count that is not at least :data:`MIN_GAIN` faster than the best so
-        far (time as a function of chunks falls while pipelining hides latency and
-        transfers overlap, and rises once per-chunk latency dominates).
+        Chunk counts tried for ``chunks="auto"``, in increasing order: the search goes on
+        while each count is faster than the one before, stops at the first that is not
+        (time as a function of chunks falls while pipelining hides latency and transfers
+        overlap, and rises once per-chunk latency dominates), and keeps the fastest it
+        simulated; of equal times, the fewer chunks.
     channels : int or "auto"
         Channels every candidate runs with, or "auto" to search
         :data:`CHANNEL_CANDIDATES` per algorithm as chunk counts are searched (parallel
@@ -267,8 +265,8 @@ class AutoTuner:
                 break  # too many chunks to build (e.g. direct all-reduce's size limit)
             if result is None:
                 break  # more chunks move the same bytes: no count can beat the cutoff
-            if best is not None and not result.time_s < best[0].time_s * (1 - MIN_GAIN):
-                break
+            if best is not None and not result.time_s < best[0].time_s:
+                break  # no faster than the count before: the fastest is found
             best = (result, chunks)
         return best
 
@@ -358,7 +356,7 @@ class AutoTuner:
                     break  # e.g. multipath on a server whose NICs reach no switch
                 if result is None:
                     break  # more channels move the same bytes: they cannot win either
-                if mine is not None and not result.time_s < mine.time_s * (1 - MIN_GAIN):
+                if mine is not None and not result.time_s < mine.time_s:
                     break  # more channels no longer pay (as with chunks)
                 mine = Choice(name, k, result.time_s, c)
             if mine is not None and (best is None or mine.time_s < best.time_s):
