@@ -343,3 +343,13 @@ def test_auto_keeps_the_fastest_chunk_count_however_small_the_gain(capsys):
     args = "collective all_reduce --algo direct --chunks auto --sizes 128M"
     assert main(args.split()) == 0
     assert capsys.readouterr().out.splitlines()[-1].split()[2:5] == ["direct", "chunks", "2"]
+
+
+def test_compare_runs_an_algorithm_listed_twice_once(capsys):
+    """--algos ring,ring is one ring column with its winner, not two that hide it."""
+    assert main(["compare", "all_reduce", "--algos", "ring,ring", "--sizes", "1M"]) == 0
+    size, _busbw, *winner = capsys.readouterr().out.splitlines()[-1].split()
+    assert size == str(2**20) and winner[:2] == ["ring", "(chunks"]  # one column, a winner
+    rows = compare(mesh(4), "all_gather", [4e6], ["ring", "direct", "ring"], chunks=1)
+    assert [row["algorithm"] for row in rows] == ["ring", "direct"]
+    assert sum(row["winner"] for row in rows) == 1

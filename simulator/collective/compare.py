@@ -48,9 +48,10 @@ def compare(
     """Simulate each algorithm at each size; one row per (size, algorithm).
 
     Rows have the keys :data:`COMPARE_KEYS`; ``winner`` marks the fastest algorithm at
-    each size (ties go to the first listed). With ``chunks="auto"`` each algorithm runs
-    with its best chunk count at that size. A policy name (``nccl``, ``hccl``) runs that
-    library's own choice per size, with its chunks and channels.
+    each size (ties go to the first listed); a name listed twice runs once, in its first
+    place. With ``chunks="auto"`` each algorithm runs with its best chunk count at that
+    size. A policy name (``nccl``, ``hccl``) runs that library's own choice per size,
+    with its chunks and channels.
 
     Examples
     --------
@@ -64,6 +65,7 @@ def compare(
     >>> [(row["algorithm"], round(row["time_us"], 6), row["winner"]) for row in rows]
     [('ring', 33.0, False), ('direct', 32.0, True)]
     """
+    algorithms = list(dict.fromkeys(algorithms))  # one column per algorithm
     if not algorithms:
         raise CcsimError("give at least one algorithm to compare")
     policies = {
