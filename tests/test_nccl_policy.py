@@ -9,8 +9,10 @@ import pytest
 from simulator.algorithms import build_schedule
 from simulator.cli import main
 from simulator.collective import NcclPolicy, rank_layout, run_schedule, simulate_collective
+from simulator.collective.policy import protocol_model
 from simulator.errors import CcsimError
 from simulator.library.nccl import nccl_choice, nccl_system, predicted_time_us
+from simulator.library.protocol import calibration_of
 from simulator.topology import load_topology
 
 
@@ -145,6 +147,37 @@ def test_policy_runs_exactly_the_chosen_schedule():
     )
     assert run_schedule(graph, schedule, protocol="Simple").time_s == result.time_s
     assert simulate_collective(graph, "all_reduce", 2**30, "nccl").time_s == result.time_s
+
+
+def test_tree_runs_with_nccl_s_tree_latencies_and_middle_size_correction():
+    """NCCL's latency table (tuning.cc:157-175, v2.30.7) charges a Tree step over the
+    network 8.5 us with LL128 where a Ring step costs 4.0, and over NVLink 1.25 against
+    1.9; its treeCorrectionFactor (tuning.cc:620-655) gives the Tree LL128 all-reduce
+    0.6 of its bandwidth at 1 MiB (log2(2^20 / 64) = 14). The policy's Tree call runs
+    with the preset's (ring) constants scaled so; a Ring call with them unchanged."""
+    graph = load_topology("dgx-h100", 2)
+    policy = NcclPolicy()
+    _, protocol, params = policy.schedule(graph, "all_reduce", 2**20)
+    assert (params["nccl_algorithm"], protocol) == ("Tree", "LL128")
+    model = protocol_model(graph, protocol, params)
+    ring = calibration_of(graph).protocol("LL128")
+    assert model.bandwidth == pytest.approx(ring.bandwidth * 0.6, rel=1e-12)
+    assert model.hop_s["network"] == pytest.approx(ring.hop_s["network"] * 8.5 / 4.0)
+    assert model.hop_s["nvlink"] == pytest.approx(ring.hop_s["nvlink"] * 1.25 / 1.9)
+    _, protocol, params = NcclPolicy(algorithms=["Ring"]).schedule(graph, "all_reduce", 2**20)
+    assert protocol_model(graph, protocol, params) == protocol
+
+
+def test_nvls_tree_pipelines_in_nccl_s_loops():
+    """NVLSTree on 4 servers of 8 with 16 channels: NCCL's loop is channels x heads x
+    chunk = 16 x 8 x 128 KiB = 16 MiB (enqueue.cc:2276-2285, 2322-2369), so 64 MiB takes
+    4 loops; at 4 MiB (< 1 x ops x 128 KiB) the chunk is capped at 32 KiB: 4 MiB / (16 x
+    8 x 32 KiB) = 1 loop."""
+    graph = load_topology("dgx-h100", 4)
+    for size, chunks in ((2**26, 4), (2**22, 1)):
+        _, _, params = NcclPolicy(algorithms=["NVLSTree"]).schedule(graph, "all_reduce", size)
+        assert (params["nccl_algorithm"], params["channels"]) == ("NVLSTree", 16)
+        assert params["chunks"] == chunks
 
 
 def test_forcing_a_protocol_is_nccl_proto():

@@ -13,6 +13,7 @@ A policy object belongs to its caller: it caches per topology, never globally.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,17 @@ from ..algorithms.schedule import Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclChoice, HcclSystem, hccl_choice, hccl_system, parse_hccl_algo
-from ..library.nccl import ALGORITHMS, PROTOCOLS, NcclChoice, NcclSystem, nccl_choice, nccl_system
+from ..library.nccl import (
+    ALGORITHMS,
+    PROTOCOLS,
+    NcclChoice,
+    NcclSystem,
+    hop_scale,
+    nccl_choice,
+    nccl_system,
+    tree_correction,
+)
+from ..library.protocol import Protocol, calibration_of
 from .run import CollectiveResult, rank_layout, run_schedule
 from .tuner import topology_key
 
@@ -154,11 +165,18 @@ class NcclPolicy:
         chunks = self.chunks or pipeline_chunks(
             choice, op, float(size_bytes), system.ranks, channels, system.nodes
         )
-        # ccsim's nvls schedule already spreads over every GPU's NVLinks and NICs, so its
-        # channels are identical copies on the same links: one carries the same bytes at
-        # the same rates (checked equal to 1e-12 in the tests) with 1/C of the flows.
-        built = 1 if name == "nvls" else channels
-        extra = {"nccl_algorithm": choice.algorithm, "nccl_time_us": choice.time_us}
+        # ccsim's nvls and nvls-tree schedules already spread over every GPU's NVLinks
+        # and NICs, so their channels are identical copies on the same links: one
+        # carries the same bytes at the same rates (checked equal to 1e-12 in the tests)
+        # with 1/C of the flows.
+        built = 1 if name in ("nvls", "nvls-tree") else channels
+        extra = {
+            "nccl_algorithm": choice.algorithm,
+            "nccl_time_us": choice.time_us,
+            "bandwidth_factor": tree_correction(
+                op, choice.algorithm, choice.protocol, float(size_bytes)
+            ),
+        }
         return Plan(name, choice.protocol, channels, chunks, built, extra)
 
     def schedule(
@@ -196,7 +214,7 @@ class NcclPolicy:
             graph,
             schedule,
             reduce_bandwidth=self.reduce_bandwidth,
-            protocol=protocol,
+            protocol=protocol_model(graph, protocol, params),
             progress=progress,
         )
         result.params.update(policy="nccl", **params)
@@ -358,6 +376,22 @@ def library_policy(
     return HcclPolicy(channels=channels, chunks=chunks, reduce_bandwidth=reduce_bandwidth)
 
 
+def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> str | Protocol:
+    """The protocol a planned NCCL call runs with: the topology's constants (a ring's),
+    with the per-hop latencies scaled to the plan's algorithm as NCCL's latency table
+    does (:func:`simulator.library.nccl.hop_scale`) and the share of line rate by the
+    plan's ``bandwidth_factor`` (NCCL's own correction of its Tree at middle sizes,
+    :func:`simulator.library.nccl.tree_correction`)."""
+    factor = float(params.get("bandwidth_factor", 1.0))
+    algorithm = params.get("nccl_algorithm")
+    scale = hop_scale(algorithm, protocol) if algorithm in ALGORITHMS else {}
+    if factor == 1.0 and all(value == 1.0 for value in scale.values()):
+        return protocol
+    proto = calibration_of(graph).protocol(protocol)
+    hops = {cls: value * scale.get(cls, 1.0) for cls, value in proto.hop_s.items()}
+    return dataclasses.replace(proto, bandwidth=proto.bandwidth * factor, hop_s=hops)
+
+
 def pipeline_chunks(
     choice: NcclChoice, op: str, size_bytes: float, ranks: int, channels: int, nodes: int = 1
 ) -> int:
@@ -371,7 +405,9 @@ def pipeline_chunks(
     1
     """
     if choice.algorithm in ("NVLS", "NVLSTree"):
-        step, grain = size_bytes / (channels * ranks), NVLS_CHUNK
+        heads = ranks // nodes  # every GPU of a server is an NVLS head (one NIC each)
+        step = size_bytes / (channels * heads)
+        grain = nvls_chunk(choice.algorithm, size_bytes, channels * heads)
     elif choice.algorithm == "Tree":
         step = size_bytes / (2 * channels)  # two trees, each half the data
         grain = TREE_CHUNK if choice.protocol == "Simple" else PIPELINE_BYTES[choice.protocol]
@@ -381,6 +417,27 @@ def pipeline_chunks(
         per_rank = ranks if op in ("all_reduce", "all_gather", "reduce_scatter") else 1
         step, grain = size_bytes / (channels * per_rank), PIPELINE_BYTES[choice.protocol]
     return int(min(MAX_CHUNKS, max(1, math.ceil(step / grain))))
+
+
+def nvls_chunk(algorithm: str, size_bytes: float, ops: int) -> float:
+    """NCCL's NVLS / NVLSTree chunk: 128 KiB (NCCL_NVLS_CHUNKSIZE), capped for small
+    calls so that each of the ``ops`` = channels x heads pieces gets several chunks
+    (enqueue.cc:2258-2285 at v2.30.7).
+
+    >>> nvls_chunk("NVLS", 2**30, 128), nvls_chunk("NVLS", 2**20, 128)
+    (131072.0, 16384.0)
+    >>> nvls_chunk("NVLSTree", 64 * 2**20, 128), nvls_chunk("NVLSTree", 4 * 2**20, 128)
+    (131072.0, 32768.0)
+    """
+    chunk = float(NVLS_CHUNK)
+    if algorithm == "NVLS":
+        caps = ((64, 65536), (8, 32768), (2, 16384))
+    else:
+        caps = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+    for factor, cap in caps:
+        if size_bytes < factor * ops * NVLS_CHUNK:
+            chunk = min(chunk, float(cap))
+    return chunk
 
 
 def tree_ll128_chunk(size_bytes: float, channels: int, ranks: int, nodes: int) -> float:

@@ -20,7 +20,7 @@ from ..algorithms.base import RankLayout
 from ..algorithms.multipath import split
 from ..algorithms.schedule import OPS, Schedule
 from ..errors import CcsimError, unknown_choice
-from ..library.protocol import PROTOCOLS, calibration_of
+from ..library.protocol import PROTOCOLS, Protocol, calibration_of
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
@@ -108,7 +108,7 @@ def run_schedule(
     schedule: Schedule,
     *,
     reduce_bandwidth: float | None = None,
-    protocol: str | None = None,
+    protocol: str | Protocol | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> CollectiveResult:
     """Replay ``schedule`` on ``graph`` in a fresh SimPy environment.
@@ -116,14 +116,18 @@ def run_schedule(
     ``protocol`` None runs the ideal model (line rate, propagation latency only);
     ``"LL"``, ``"LL128"`` or ``"Simple"`` adds the calibrated protocol model of
     :mod:`simulator.library.protocol` with the topology's constants; ``"auto"`` runs all three
-    and returns the fastest, as NCCL's tuner picks the protocol with the lowest time.
-    ``progress``, if given, is called with the simulated time (seconds) as it advances
-    (the command line passes a progress bar's callback).
+    and returns the fastest, as NCCL's tuner picks the protocol with the lowest time; a
+    :class:`~simulator.library.protocol.Protocol` runs with those constants instead of
+    the topology's. ``progress``, if given, is called with the simulated time (seconds)
+    as it advances (the command line passes a progress bar's callback).
     """
     p = len(gpu_nodes(graph))
     if schedule.ranks > p:
         raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
     allowed = schedule.params.get("protocols") or PROTOCOLS
+    given = protocol if isinstance(protocol, Protocol) else None
+    if given is not None:
+        protocol = given.name
     if protocol is not None and str(protocol).lower() == "auto":
         # As NCCL's tuner: the fastest of the protocols enabled on this machine (all the
         # algorithm's own, should the machine enable none of them).
@@ -146,7 +150,7 @@ def run_schedule(
         )
     env = simpy.Environment()
     calibration = calibration_of(graph)
-    proto = None if protocol is None else calibration.protocol(protocol)
+    proto = given or (None if protocol is None else calibration.protocol(protocol))
     network = FlowNetwork(
         env, graph, link_efficiency=None if proto is None else calibration.efficiency
     )

@@ -173,7 +173,7 @@ SCHEDULES = {
     "Ring": "ring",
     "Tree": "chain-tree",
     "NVLS": "nvls",
-    "NVLSTree": "nvls",
+    "NVLSTree": "nvls-tree",
     "PAT": "ring",
 }
 
@@ -432,6 +432,44 @@ def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> floa
     return lat + log_nodes * (inter / 3.5) + system.ranks * 2.8  # PAT
 
 
+def hop_scale(algorithm: str, protocol: str) -> dict[str, float]:
+    """How much a step of ``algorithm`` costs against a ring's step, per path class, in
+    NCCL's latency table (hwLatencies, tuning.cc:157-175 at v2.30.7): a Tree step over
+    the network costs 8.5 us with LL128 where a Ring step costs 4.0, so 2.125. ccsim's
+    protocol hop latencies are the ring's (presets may fit them); other algorithms scale
+    them by these ratios. NVLS's NVLink entry (25 us) is a whole call's latency, not a
+    step's, so NVLink steps of NVLS and NVLSTree keep the ring's cost.
+
+    >>> hop_scale("Tree", "LL128")["network"]
+    2.125
+    >>> hop_scale("Ring", "Simple")
+    {'nvlink': 1.0, 'pcie': 1.0, 'network': 1.0}
+    """
+    index = PROTOCOLS.index(protocol)
+    scale = {}
+    for cls, table in HW_LATENCY.items():
+        ring, mine = table["Ring"][index], table[algorithm][index]
+        whole_call = algorithm in ("NVLS", "NVLSTree") and cls == "nvlink"
+        scale[cls] = mine / ring if ring > 0 and mine > 0 and not whole_call else 1.0
+    return scale
+
+
+def tree_correction(op: str, algorithm: str, protocol: str, size_bytes: float) -> float:
+    """The share of its modelled bandwidth NCCL's Tree all-reduce reaches at this size
+    (``treeCorrectionFactor``, tuning.cc:620-655 at v2.30.7: NCCL's own record of the
+    tree's slower middle sizes); 1 for every other algorithm.
+
+    >>> tree_correction("all_reduce", "Tree", "LL128", 2**20)
+    0.6
+    >>> tree_correction("all_reduce", "Ring", "LL128", 2**20)
+    1.0
+    """
+    log_size = int(math.log2(size_bytes // 64)) if size_bytes >= 64 else -1
+    if algorithm == "Tree" and op == "all_reduce" and 0 <= log_size < 23:
+        return TREE_CORRECTION[protocol][log_size]
+    return 1.0
+
+
 def predicted_time_us(
     system: NcclSystem, op: str, size_bytes: float, algorithm: str, protocol: str
 ) -> float | None:
@@ -444,9 +482,7 @@ def predicted_time_us(
     if bw <= 0:
         return None
     lat = _latency(system, op, algorithm, protocol)
-    log_size = int(math.log2(size_bytes // 64)) if size_bytes >= 64 else -1
-    if algorithm == "Tree" and op == "all_reduce" and 0 <= log_size < 23:
-        bw *= TREE_CORRECTION[protocol][log_size]
+    bw *= tree_correction(op, algorithm, protocol, size_bytes)
     if (
         algorithm == "Ring"
         and protocol == "Simple"

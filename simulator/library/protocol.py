@@ -73,6 +73,11 @@ class Calibration:
     launch_s: float = 0.0
     efficiency: dict[str, float] = field(default_factory=dict)
     protocols: dict[str, Protocol] = field(default_factory=lambda: dict(DEFAULT_PROTOCOLS))
+    #: The measured runs (``ccsim validate`` case names) these constants were fitted
+    #: to, and the constants before that fit (NCCL's own and physical figures): what
+    #: a leave-one-case-out check predicts those runs with.
+    fitted_to: tuple[str, ...] = ()
+    unfitted: Calibration | None = None
 
     def protocol(self, name: str) -> Protocol:
         """The protocol called ``name`` (case-insensitive)."""
@@ -91,11 +96,22 @@ def parse_calibration(data: Any, *, source: str) -> Calibration:
     """Read a preset's ``nccl`` section (see topologies/README.md)."""
     if not isinstance(data, Mapping):
         raise TopologyError(f"{source}: 'nccl' must be a mapping")
-    unknown = sorted(set(data) - {"launch", "efficiency", "protocols"})
+    keys = {"launch", "efficiency", "protocols", "fitted_to", "unfitted"}
+    unknown = sorted(set(data) - keys)
     if unknown:
         raise TopologyError(
-            f"{source}: unknown key 'nccl.{unknown[0]}'; valid keys: efficiency, launch, protocols"
+            f"{source}: unknown key 'nccl.{unknown[0]}'; valid keys: " + ", ".join(sorted(keys))
         )
+    fitted_to = data.get("fitted_to", [])
+    if not isinstance(fitted_to, list) or not all(isinstance(n, str) for n in fitted_to):
+        raise TopologyError(f"{source}: nccl.fitted_to must be a list of case names")
+    unfitted = None
+    if "unfitted" in data:
+        if not fitted_to:
+            raise TopologyError(
+                f"{source}: nccl.unfitted goes with nccl.fitted_to (the cases fitted to)"
+            )
+        unfitted = parse_calibration(data["unfitted"], source=f"{source}: nccl.unfitted")
     launch = _time(data.get("launch", 0), f"{source}: nccl.launch")
     efficiency = {}
     for kind, value in dict(data.get("efficiency", {})).items():
@@ -143,7 +159,7 @@ def parse_calibration(data: Any, *, source: str) -> Calibration:
         )
     if not any(proto.enabled for proto in protocols.values()):
         raise TopologyError(f"{source}: nccl.protocols disables every protocol; keep one")
-    return Calibration(launch, efficiency, protocols)
+    return Calibration(launch, efficiency, protocols, tuple(fitted_to), unfitted)
 
 
 def _time(value: Any, field_name: str) -> float:
