@@ -192,3 +192,24 @@ def test_every_option_of_every_subcommand_has_help():
                 if not (action.help or "").strip():
                     missing.append(f"{name}: {action.dest}")
     assert missing == []
+
+
+def _no_constants(name):
+    raise ValueError(f"not JSON: {name}")
+
+
+def test_json_output_never_writes_infinity_or_nan(capsys):
+    """JSON has no Infinity or NaN (json.dumps writes them unless allow_nan=False): a
+    non-finite number is written as null, and every --format json parses strictly."""
+    from simulator.viz.tables import to_json
+
+    text = to_json([{"time_us": 0.0, "busbw_GBps": float("inf"), "x": [float("nan")]}])
+    assert json.loads(text, parse_constant=_no_constants) == [
+        {"time_us": 0.0, "busbw_GBps": None, "x": [None]}
+    ]
+    for argv in (
+        ["collective", "all_reduce", "--sizes", "8,1M", "--format", "json"],
+        ["compare", "all_gather", "--algos", "ring,direct", "--sizes", "1K", "--format", "json"],
+    ):
+        assert main(argv) == 0
+        json.loads(capsys.readouterr().out, parse_constant=_no_constants)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -160,8 +161,29 @@ def _fixed(value: float, width: int) -> str:
 
 
 def to_json(rows: Sequence[dict[str, Any]]) -> str:
-    """Rows as a JSON list; floats printed with repr, so output is byte-reproducible."""
-    return json.dumps(list(rows), indent=2) + "\n"
+    """Rows as a JSON list; floats printed with repr, so output is byte-reproducible.
+    JSON has no infinity or NaN: a non-finite number is written as null.
+
+    >>> to_json([{"time_us": 1.5, "busbw_GBps": float("inf")}]).split()
+    ['[', '{', '"time_us":', '1.5,', '"busbw_GBps":', 'null', '}', ']']
+    """
+    return json.dumps(finite(list(rows)), indent=2, allow_nan=False) + "\n"
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (inf, -inf, NaN) replaced by None, in
+    nested dicts, lists and tuples too.
+
+    >>> finite({"a": [1.0, float("nan")], "b": -float("inf")})
+    {'a': [1.0, None], 'b': None}
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
 
 
 def to_csv(rows: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> str:
