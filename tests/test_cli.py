@@ -213,3 +213,23 @@ def test_json_output_never_writes_infinity_or_nan(capsys):
     ):
         assert main(argv) == 0
         json.loads(capsys.readouterr().out, parse_constant=_no_constants)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["collective", "all_reduce", "--root", "3"], "--root applies to broadcast and reduce"),
+        (["compare", "all_gather", "--root", "1"], "all_gather has no root rank"),
+        (["generate", "ddp", "--bucket", "0", "--out", "{tmp}/t.json"], "bucket size"),
+        (["generate", "ddp", "--bucket", "0B", "--out", "{tmp}/t.json"], "positive number"),
+    ],
+)
+def test_options_that_would_be_ignored_are_refused(argv, needle, tmp_path, capsys):
+    """--root with an operation that has no root, and a DDP bucket of 0 bytes, were
+    silently ignored; each is now one line and exit 2, and nothing is written."""
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    assert main([*argv, "--sizes", "1K"] if argv[0] != "generate" else argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and needle in err
+    assert not list(tmp_path.iterdir())
+    assert main(["collective", "broadcast", "--root", "3", "--sizes", "1K"]) == 0

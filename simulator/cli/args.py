@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..algorithms.chain import ROOTED_OPS
 from ..collective.guards import (
     BYTES_PER_FLOW,
     ENVIRONMENT,
@@ -110,6 +111,22 @@ def check_run_size(args: argparse.Namespace, sizes: list[int], algorithms: list)
         protocol=args.proto,
         max_flows=args.max_flows,
     )
+
+
+def root_of(op: str, root: int | None) -> int:
+    """``--root``: the root rank of a broadcast or reduce (default 0); refused for
+    operations that have none rather than silently ignored.
+
+    >>> root_of("broadcast", 3), root_of("all_reduce", None)
+    (3, 0)
+    """
+    if root is None:
+        return 0
+    if op not in ROOTED_OPS:
+        raise CcsimError(
+            f"--root applies to {' and '.join(ROOTED_OPS)} only; {op} has no root rank"
+        )
+    return root
 
 
 def parse_trace_detail(text: str) -> tuple[str, ...]:

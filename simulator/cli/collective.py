@@ -33,6 +33,7 @@ from .args import (
     parse_chunks,
     parse_fraction,
     positive_int,
+    root_of,
 )
 
 
@@ -97,9 +98,9 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     coll.add_argument(
         "--root",
         type=int,
-        default=0,
+        default=None,
         metavar="R",
-        help="root rank of broadcast and reduce (default: 0)",
+        help="root rank of broadcast and reduce (default: 0; refused for the other operations)",
     )
     coll.add_argument(
         "--channels",
@@ -201,6 +202,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
         check_output_options(
             timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
         )
+    args.root = root_of(args.op, args.root)
     check_run_size(args, sizes, [args.algo])
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)

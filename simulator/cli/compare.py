@@ -22,6 +22,7 @@ from .args import (
     check_run_size,
     parse_chunks,
     positive_int,
+    root_of,
 )
 
 
@@ -77,9 +78,9 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument(
         "--root",
         type=int,
-        default=0,
+        default=None,
         metavar="R",
-        help="root rank of broadcast/reduce (default: 0)",
+        help="root rank of broadcast/reduce (default: 0; refused for the other operations)",
     )
     cmd.add_argument(
         "--reduce-bw",
@@ -126,6 +127,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         folder = Path(args.plot).parent
         if str(folder) and not folder.is_dir():
             raise CcsimError(f"--plot {args.plot!r}: folder {str(folder)!r} does not exist")
+    args.root = root_of(args.op, args.root)
     check_run_size(args, sizes, algorithms or ["auto"])  # no --algos: all that can run
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     layout = rank_layout(graph)

@@ -118,6 +118,11 @@ def ddp(
     as the layers filling a bucket have finished their backward, overlapping the rest of
     the backward pass. The optimizer step waits for every bucket.
     """
+    if not bucket_bytes > 0:
+        raise CcsimError(
+            f"the DDP bucket size (--bucket, bucket_bytes) must be a positive number of bytes, "
+            f"such as 25MiB; got {bucket_bytes!r}"
+        )
     m = _model(model)
     tokens = micro_batch * m.seq
     b = _Builder(
