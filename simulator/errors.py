@@ -8,6 +8,7 @@ anything else escaping is a bug in ccsim.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable
 
 
@@ -30,4 +31,23 @@ class DeadlockError(ScheduleError):
 def unknown_choice(what: str, name: object, choices: Iterable[str]) -> CcsimError:
     """Build the standard 'unknown X' error listing the valid choices."""
     valid = ", ".join(sorted(choices))
-    return CcsimError(f"unknown {what} {name!r}; valid choices: {valid}")
+    return CcsimError(f"unknown {what} {shown(name)}; valid choices: {valid}")
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 6
+_SHORT.maxlevel = 3
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut short, for messages about values read from a user's file.
+
+    A message names the value it refuses without copying a whole file into one line.
+
+    >>> shown("gpu0")
+    "'gpu0'"
+    >>> shown(list(range(1000)))
+    '[0, 1, 2, 3, 4, 5, ...]'
+    """
+    return _SHORT.repr(value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import CcsimError
+from .errors import CcsimError, shown
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _PATTERN = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/]*)\s*$")
@@ -59,12 +59,16 @@ MAX_SIZES = 10_000
 
 def _split(text: object, what: str, example: str) -> tuple[float, str]:
     if isinstance(text, bool):
-        raise CcsimError(f"invalid {what} {text!r}; write a number with a unit, e.g. {example}")
+        raise CcsimError(
+            f"invalid {what} {shown(text)}; write a number with a unit, e.g. {example}"
+        )
     if isinstance(text, int | float):
         return float(text), ""
     match = _PATTERN.match(str(text))
     if not match:
-        raise CcsimError(f"invalid {what} {text!r}; write a number with a unit, e.g. {example}")
+        raise CcsimError(
+            f"invalid {what} {shown(text)}; write a number with a unit, e.g. {example}"
+        )
     return float(match.group(1)), match.group(2)
 
 
@@ -78,12 +82,12 @@ def parse_size(text: str | float, *, field: str = "size") -> float:
     key = unit.lower()
     if key not in _SIZE_UNITS:
         raise CcsimError(
-            f"invalid {field} {text!r}: unknown unit {unit!r}; "
+            f"invalid {field} {shown(text)}: unknown unit {shown(unit)}; "
             "use B, K, M, G, KiB, MiB, GiB, KB, MB or GB"
         )
     result = value * _SIZE_UNITS[key]
     if not math.isfinite(result):
-        raise CcsimError(f"invalid {field} {text!r}: a size must be finite")
+        raise CcsimError(f"invalid {field} {shown(text)}: a size must be finite")
     return result
 
 
@@ -102,7 +106,7 @@ def parse_bandwidth(text: str | float, *, field: str = "bandwidth") -> float:
         match = _RATE_UNIT.match(unit)
         if match is None:
             raise CcsimError(
-                f"invalid {field} {text!r}: unknown unit {unit!r}; use bits per second "
+                f"invalid {field} {shown(text)}: unknown unit {shown(unit)}; use bits per second "
                 "(Gbps, Gb/s, Gbit/s) or bytes per second (GB/s, GBps, GiB/s)"
             )
         power = _RATE_PREFIX[match["prefix"].lower()]
@@ -111,7 +115,7 @@ def parse_bandwidth(text: str | float, *, field: str = "bandwidth") -> float:
             scale /= 8
     result = value * scale
     if not result > 0 or math.isinf(result):
-        raise CcsimError(f"invalid {field} {text!r}: a bandwidth must be positive and finite")
+        raise CcsimError(f"invalid {field} {shown(text)}: a bandwidth must be positive and finite")
     return result
 
 
@@ -124,7 +128,9 @@ def parse_time(text: str | float, *, field: str = "time") -> float:
     value, unit = _split(text, field, "8us or 500ns")
     key = unit.lower() if unit != "µs" else unit
     if key not in _TIME_DIVISORS:
-        raise CcsimError(f"invalid {field} {text!r}: unknown unit {unit!r}; use s, ms, us or ns")
+        raise CcsimError(
+            f"invalid {field} {shown(text)}: unknown unit {shown(unit)}; use s, ms, us or ns"
+        )
     return value / _TIME_DIVISORS[key]
 
 
@@ -146,7 +152,7 @@ def parse_sizes(text: str) -> list[int]:
         parts = text.split(":")
         if len(parts) not in (2, 3):
             raise CcsimError(
-                f"invalid sizes {text!r}; a range is MIN:MAX or MIN:MAX:FACTOR, e.g. 8:4G"
+                f"invalid sizes {shown(text)}; a range is MIN:MAX or MIN:MAX:FACTOR, e.g. 8:4G"
             )
         low, high = (_positive_size(p, text) for p in parts[:2])
         factor = 2.0
@@ -156,9 +162,11 @@ def parse_sizes(text: str) -> list[int]:
             except ValueError:
                 factor = 0.0
             if not factor > 1 or math.isinf(factor):
-                raise CcsimError(f"invalid sizes {text!r}: the factor must be a number above 1")
+                raise CcsimError(
+                    f"invalid sizes {shown(text)}: the factor must be a number above 1"
+                )
         if high < low:
-            raise CcsimError(f"invalid sizes {text!r}: the maximum is below the minimum")
+            raise CcsimError(f"invalid sizes {shown(text)}: the maximum is below the minimum")
         _check_count(math.floor(math.log(high / low) / math.log(factor) + 1e-9) + 1, text)
         sizes = []
         size = low
@@ -174,7 +182,7 @@ def parse_sizes(text: str) -> list[int]:
 def _check_count(count: int, text: str) -> None:
     if count > MAX_SIZES:
         raise CcsimError(
-            f"invalid sizes {text!r}: {count:,} sizes, more than {MAX_SIZES:,}; "
+            f"invalid sizes {shown(text)}: {count:,} sizes, more than {MAX_SIZES:,}; "
             "use a larger factor or fewer values (e.g. 1M:1G:2)"
         )
 
@@ -182,5 +190,7 @@ def _check_count(count: int, text: str) -> None:
 def _positive_size(part: str, whole: str) -> float:
     size = parse_size(part.strip(), field="size")
     if not size >= 1:
-        raise CcsimError(f"invalid sizes {whole!r}: {part!r} is not a positive number of bytes")
+        raise CcsimError(
+            f"invalid sizes {shown(whole)}: {shown(part)} is not a positive number of bytes"
+        )
     return size

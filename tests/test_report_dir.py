@@ -235,7 +235,7 @@ def test_interruption_just_before_the_rename_changes_nothing(tmp_path, small, mo
 
 def test_atomic_files_get_ordinary_permissions(tmp_path):
     target = tmp_path / "x.txt"
-    atomic.write_text_atomically(target, "whole")
+    atomic.write_file(target, "whole")
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask

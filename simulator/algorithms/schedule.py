@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ScheduleError
+from ..files import load_data, write_file
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 
@@ -209,16 +210,13 @@ class Schedule:
         return schedule
 
     def save(self, path: str | Path) -> None:
-        """Write the schedule as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict()))
+        """Write the schedule as JSON (atomically)."""
+        write_file(path, json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | Path) -> Schedule:
         """Read a schedule written by :meth:`save`."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise ScheduleError(f"{path}: cannot read schedule: {error}") from None
+        data = load_data(path, what="schedule", fmt="json", error=ScheduleError)
         return cls.from_dict(data, source=str(path))
 
 

@@ -1,8 +1,9 @@
-"""Argument types and options shared by the ``ccsim`` subcommands."""
+"""Argument types, options and output helpers shared by the ``ccsim`` subcommands."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..algorithms.chain import ROOTED_OPS
 from ..collective.guards import (
@@ -14,6 +15,7 @@ from ..collective.guards import (
     default_max_flows,
 )
 from ..errors import CcsimError
+from ..files import check_writable, write_file
 
 
 def positive_int(text: str) -> int:
@@ -194,3 +196,20 @@ def add_trace_options(cmd: argparse.ArgumentParser) -> None:
         help="keep only these ranks in --trace, e.g. 0-7,64: their streams and the links "
         "into and out of their GPUs (default: every rank)",
     )
+
+
+def check_outputs(args: argparse.Namespace, *names: str) -> None:
+    """Check the files that the options ``names`` (``out``, ``plot``, ...) name, before
+    anything is simulated: a missing folder fails at once, not after a long run."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value:
+            check_writable(value, option=f"--{name}")
+
+
+def emit(text: str, out: str | None) -> None:
+    """Write a command's output to the file ``out``, or to stdout if none is given."""
+    if out:
+        write_file(out, text)
+    else:
+        sys.stdout.write(text)

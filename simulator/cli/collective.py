@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..algorithms import algorithm_names, build_schedule
 from ..algorithms.chain import ROOTED_OPS
@@ -19,7 +18,6 @@ from ..collective import (
 )
 from ..collective.tuner import CHANNEL_CANDIDATES, CHUNK_CANDIDATES
 from ..errors import CcsimError, unknown_choice
-from ..files import write_atomically
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.progress import simulated_time
@@ -28,7 +26,9 @@ from .args import (
     add_max_flows_option,
     add_model_options,
     add_trace_options,
+    check_outputs,
     check_run_size,
+    emit,
     parse_channels,
     parse_chunks,
     parse_fraction,
@@ -163,13 +163,6 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     coll.set_defaults(handler=_cmd_collective)
 
 
-def _emit(text: str, out: str | None) -> None:
-    if out:
-        write_atomically(out, text)
-    else:
-        sys.stdout.write(text)
-
-
 def _choice_line(size: int, result) -> str:
     """The library's choice at ``size``, as its policy recorded it in ``result.params``."""
     params = result.params
@@ -191,6 +184,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
 
 
 def _run_collective(args: argparse.Namespace, progress) -> None:
+    check_outputs(args, "out")
     sizes = parse_sizes(args.sizes)
     if args.algo not in (None, "auto", *POLICIES, *algorithm_names()):
         raise unknown_choice("--algo", args.algo, ("auto", *POLICIES, *algorithm_names()))
@@ -283,7 +277,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
         if chosen:
             what = f"{args.algo.upper()}'s choice" if policy is not None else "what was chosen"
             text += f"# {args.algo}: size (B), then {what}\n" + "".join(chosen)
-    _emit(text, args.out)
+    emit(text, args.out)
     if drawing:
         write_collective_outputs(
             result,

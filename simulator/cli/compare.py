@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..collective import COLLECTIVE_OPS, POLICIES, AutoTuner, compare, library_policy, rank_layout
 from ..collective.compare import COMPARE_KEYS
 from ..collective.tuner import CHUNK_CANDIDATES
 from ..errors import CcsimError
-from ..files import write_atomically
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.tables import FORMATS, compare_table, to_csv, to_json
@@ -19,7 +16,9 @@ from .args import (
     add_max_flows_option,
     add_model_options,
     add_trace_options,
+    check_outputs,
     check_run_size,
+    emit,
     parse_chunks,
     positive_int,
     root_of,
@@ -123,10 +122,11 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         if name not in POLICIES:
             get_algorithm(name)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
-    if args.plot:
-        folder = Path(args.plot).parent
-        if str(folder) and not folder.is_dir():
-            raise CcsimError(f"--plot {args.plot!r}: folder {str(folder)!r} does not exist")
+    check_outputs(args, "out", "plot")
+    if args.timeline or args.trace:  # a bad name fails before anything is simulated
+        from ..viz.outputs import check_output_options
+
+        check_output_options(timeline=args.timeline, trace=args.trace)
     args.root = root_of(args.op, args.root)
     check_run_size(args, sizes, algorithms or ["auto"])  # no --algos: all that can run
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
@@ -164,9 +164,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         save_plot(rows, args.plot, title=title)
     if args.timeline or args.trace:
         # matplotlib and the viz package load only when asked for.
-        from ..viz.outputs import check_output_options, write_collective_outputs
+        from ..viz.outputs import write_collective_outputs
 
-        check_output_options(timeline=args.timeline, trace=args.trace, report=None, force=False)
         last = [row for row in rows if row["size_bytes"] == rows[-1]["size_bytes"]]
         winner = next((row for row in last if row.get("winner")), last[0])
         tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
@@ -194,10 +193,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
             trace_detail=args.trace_detail,
             trace_ranks=args.trace_ranks,
         )
-    if args.out:
-        write_atomically(args.out, text)
-    else:
-        sys.stdout.write(text)
+    emit(text, args.out)
 
 
 def runnable(graph, op: str, size: float) -> list[str]:

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from ..algorithms import algorithm_names, get_algorithm
 from ..errors import CcsimError
-from ..files import write_atomically
 from ..topology import list_presets
 from ..version import __version__
 from ..viz.tables import FORMATS, to_csv, to_json
+from .args import check_outputs, emit
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
 from .collective import add_collective_command
 from .compare import add_compare_command
@@ -91,17 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _emit(text: str, out: str | None) -> None:
-    if out:
-        write_atomically(out, text)
-    else:
-        sys.stdout.write(text)
-
-
 def _cmd_topologies(args: argparse.Namespace) -> None:
     presets = list_presets()
     width = max(len(name) for name, _ in presets)
-    _emit("".join(f"{name:<{width}}  {text}\n" for name, text in presets), None)
+    emit("".join(f"{name:<{width}}  {text}\n" for name, text in presets), None)
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> None:
@@ -112,10 +105,11 @@ def _cmd_algorithms(args: argparse.Namespace) -> None:
         f"{name:<{name_width}}  {ops:<{ops_width}}  {get_algorithm(name).description}\n"
         for name, ops in algos
     ]
-    _emit("".join(lines), None)
+    emit("".join(lines), None)
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
+    check_outputs(args, "out")
     if args.scenarios:
         names = [name.strip() for name in args.scenarios.split(",") if name.strip()]
     else:
@@ -127,7 +121,7 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         text = to_csv(rows)
     else:
         text = bench_table(rows)
-    _emit(text, args.out)
+    emit(text, args.out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import CcsimError
 from ..viz.tables import FORMATS, to_csv, to_json
-from .args import add_max_flows_option, positive_int
+from .args import add_max_flows_option, check_outputs, positive_int
 
 
 def parse_tolerance(text: str) -> float:
@@ -165,6 +165,7 @@ def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> None:
     from ..sweep import execute_sweep, load_spec
 
+    check_outputs(args, "out")
     spec = load_spec(args.spec, max_flows=args.max_flows)
     try:
         run = execute_sweep(spec, args.out, **_options(args))
@@ -177,6 +178,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 def _cmd_size(args: argparse.Namespace) -> None:
     from ..sweep import default_metric, format_value, load_spec, size
 
+    check_outputs(args, "out", "plot")
     spec = load_spec(args.spec, max_flows=args.max_flows)
     by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None
     if args.plot:  # a bad file name fails before the sweep, not after it

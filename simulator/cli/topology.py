@@ -11,7 +11,7 @@ import sys
 from ..library.protocol import calibration_of
 from ..topology import FABRICS, load_topology, summarize
 from ..topology.draw import draw_topology
-from .args import positive_int
+from .args import check_outputs, positive_int
 
 
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +62,7 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
+    check_outputs(args, "png")
     graph = load_topology(args.name, args.nodes, fabric=args.fabric)
     calibration_of(graph)  # a preset's nccl section is checked here, as on every run
     summary = summarize(graph, name=args.name)

@@ -10,7 +10,7 @@ from ..errors import CcsimError
 from ..validate.log_cases import case_loaders
 from ..validate.nccl_tests import BUNDLED, run_cases
 from ..viz.tables import detail_rows, report_table, to_json, validation_detail
-from .args import add_max_flows_option, positive_int
+from .args import add_max_flows_option, check_outputs, positive_int
 
 
 def add_validate_command(sub: argparse._SubParsersAction) -> None:
@@ -100,6 +100,7 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> None:
+    check_outputs(args, "plot")
     if args.fit:
         _cmd_fit(args)
         return

@@ -12,7 +12,6 @@ import math
 import sys
 
 from ..collective.guards import check_flows, cluster_of
-from ..files import write_atomically
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_size
 from ..viz.progress import simulated_time
@@ -22,7 +21,7 @@ from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
-from .args import add_max_flows_option, add_trace_options
+from .args import add_max_flows_option, add_trace_options, check_outputs, emit
 from .compare import add_model_options
 
 
@@ -170,6 +169,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> None:
+    check_outputs(args, "out")
     drawing = args.timeline or args.trace or args.report
     if drawing:  # matplotlib loads only when asked for; bad names fail before the replay
         from ..viz.outputs import check_output_options
@@ -211,10 +211,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
         text = to_csv([vars(r) for r in result.ranks])
     else:
         text = breakdown_table(result, title=title, per_rank=args.per_rank)
-    if args.out:
-        write_atomically(args.out, text)
-    else:
-        sys.stdout.write(text)
+    emit(text, args.out)
     if drawing:
         from ..viz.outputs import write_workload_outputs
 
@@ -256,6 +253,7 @@ def _summary_row(name: str, result: Breakdown) -> dict:
 
 
 def _cmd_generate(args: argparse.Namespace) -> None:
+    check_outputs(args, "out")
     options = {
         "model": args.model,
         "ranks": args.ranks,

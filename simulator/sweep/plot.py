@@ -106,10 +106,10 @@ def knee_figure(
 
 def save_figure(fig: Figure, path: str | Path) -> None:
     """Write ``fig`` to ``path`` (.png, .svg or .pdf, by suffix) atomically."""
-    from ..files import write_bytes_atomically
+    from ..files import write_file
     from ..viz.timeline import figure_bytes
 
     fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in _FORMATS:
         raise SweepError(f"cannot draw {str(path)!r}: give a .png, .svg or .pdf file name")
-    write_bytes_atomically(path, figure_bytes(fig, fmt))
+    write_file(path, figure_bytes(fig, fmt))

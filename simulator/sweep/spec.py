@@ -38,12 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..algorithms import algorithm_names
 from ..collective.guards import POINT_FLOWS, Estimate, check_flows
 from ..collective.run import COLLECTIVE_OPS
-from ..errors import CcsimError
+from ..errors import CcsimError, shown
+from ..files import load_data
 from ..library.protocol import PROTOCOLS
 from ..topology.fabrics import FABRICS
 from ..topology.importers import GRAPH_SUFFIXES
@@ -258,12 +257,7 @@ def load_spec(
     else:
         path = Path(source)
         origin, folder = str(path), path.parent
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as error:
-            raise SweepError(f"{path}: cannot read the sweep spec: {error.strerror}") from None
-        except yaml.YAMLError as error:
-            raise SweepError(f"{path}: not valid YAML: {error}") from None
+        data = load_data(path, what="sweep spec", fmt="yaml", error=SweepError)
     return _Parser(origin, folder, max_flows).parse(data, name)
 
 
@@ -436,15 +430,19 @@ class _Parser:
     def check_axis_name(self, name: str, where: str) -> None:
         if name in SCALAR_AXES:
             if name in COLLECTIVE_KEYS and self.kind != "collective":
-                raise self.error(where, f"{name!r} varies collectives; this is a workload sweep")
+                raise self.error(
+                    where, f"{shown(name)} varies collectives; this is a workload sweep"
+                )
             if name in WORKLOAD_KEYS and self.kind != "workload":
-                raise self.error(where, f"{name!r} varies workloads; this is a collective sweep")
+                raise self.error(
+                    where, f"{shown(name)} varies workloads; this is a collective sweep"
+                )
             return
         if name == "fabric.type":
             raise self.error(where, "vary the fabric type with the axis 'fabric' (as --fabric)")
         if name.startswith(("server.", "fabric.")):
             if any(not part for part in name.split(".")):
-                raise self.error(where, f"bad topology path {name!r}")
+                raise self.error(where, f"bad topology path {shown(name)}")
             if "graph" in self.base.get("topology", {}):
                 raise self.error(
                     where, "topology paths apply to presets; this topology is a graph file"
@@ -452,7 +450,9 @@ class _Parser:
             return
         if name.startswith("workload."):
             if self.kind != "workload":
-                raise self.error(where, f"{name!r} varies a workload; this is a collective sweep")
+                raise self.error(
+                    where, f"{shown(name)} varies a workload; this is a collective sweep"
+                )
             generator = self.base["workload"].get("generator")
             if generator is None:
                 raise self.error(
@@ -465,13 +465,13 @@ class _Parser:
             if param not in accepted:
                 raise self.error(
                     where,
-                    f"unknown parameter {param!r} for generator {generator}; valid: "
+                    f"unknown parameter {shown(param)} for generator {generator}; valid: "
                     + _join(accepted),
                 )
             return
         raise self.error(
             where,
-            f"unknown axis {name!r}; valid axes: {', '.join(SCALAR_AXES)}, a topology path "
+            f"unknown axis {shown(name)}; valid axes: {', '.join(SCALAR_AXES)}, a topology path "
             "(server.nic.bandwidth, server.intra.bandwidth, fabric.oversubscription, "
             "fabric.latency...) or workload.PARAM",
         )
@@ -492,7 +492,7 @@ class _Parser:
         if not isinstance(raw, list):
             raise self.error(
                 where,
-                f"give a list of values, e.g. [a, b] (got {raw!r}); a single value belongs "
+                f"give a list of values, e.g. [a, b] (got {shown(raw)}); a single value belongs "
                 "in 'scenario'",
             )
         if not raw:
@@ -554,17 +554,17 @@ class _Parser:
         if name == "collective":
             if raw not in COLLECTIVE_OPS:
                 valid = _join(COLLECTIVE_OPS)
-                raise self.error(where, f"unknown operation {raw!r}; valid: {valid}")
+                raise self.error(where, f"unknown operation {shown(raw)}; valid: {valid}")
             return raw
         if name == "algorithm":
             if raw not in algorithm_names():
                 valid = _join(algorithm_names())
-                raise self.error(where, f"unknown algorithm {raw!r}; valid: {valid}")
+                raise self.error(where, f"unknown algorithm {shown(raw)}; valid: {valid}")
             return raw
         if name == "size":
             size = parse_size(raw, field="size")
             if not size >= 1:
-                raise self.error(where, f"{raw!r} is not a positive number of bytes")
+                raise self.error(where, f"{shown(raw)} is not a positive number of bytes")
             return round(size)
         if name in ("chunks", "channels", "nodes"):
             return self.integer(raw, where, minimum=1)
@@ -579,17 +579,17 @@ class _Parser:
                 return None
             if raw not in (*PROTOCOLS, "auto"):
                 valid = _join([*PROTOCOLS, "auto", "ideal"])
-                raise self.error(where, f"unknown protocol {raw!r}; valid: {valid}")
+                raise self.error(where, f"unknown protocol {shown(raw)}; valid: {valid}")
             return raw
         if name == "comm_slowdown":
             if not _is_number(raw) or not 0 <= raw < 1:
-                raise self.error(where, f"must be a fraction in [0, 1), got {raw!r}")
+                raise self.error(where, f"must be a fraction in [0, 1), got {shown(raw)}")
             return float(raw)
         if name == "fabric":
             if scenario and isinstance(raw, Mapping):
                 return dict(raw)  # a whole fabric section, as load_topology(fabric={...})
             if raw not in FABRICS:
-                raise self.error(where, f"unknown fabric {raw!r}; valid: {_join(FABRICS)}")
+                raise self.error(where, f"unknown fabric {shown(raw)}; valid: {_join(FABRICS)}")
             return raw
         if name == "topology":
             return self.topology(raw, where)
@@ -601,7 +601,7 @@ class _Parser:
 
     def integer(self, raw: Any, where: str, *, minimum: int) -> int:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
-            raise self.error(where, f"must be an integer >= {minimum}, got {raw!r}")
+            raise self.error(where, f"must be an integer >= {minimum}, got {shown(raw)}")
         return raw
 
     def topology_value(self, name: str, raw: Any, where: str) -> Any:
@@ -612,20 +612,20 @@ class _Parser:
         if unit == "s":
             value = parse_time(raw, field=name)
             if not (value >= 0 and math.isfinite(value)):
-                raise self.error(where, f"latencies are finite and >= 0, got {raw!r}")
+                raise self.error(where, f"latencies are finite and >= 0, got {shown(raw)}")
             return value
         if unit == "1/s":
             return parse_rate(raw, field=name)
         if name.rsplit(".", 1)[-1] == "oversubscription":
             return parse_ratio(raw, field=name)
         if isinstance(raw, float) and not math.isfinite(raw):
-            raise self.error(where, f"{raw!r} is not a finite number")
+            raise self.error(where, f"{shown(raw)} is not a finite number")
         return copy.deepcopy(raw)
 
     def topology(self, raw: Any, where: str) -> dict[str, Any]:
         """A preset name -> {name}; a preset file -> {name, data}; a graph file -> {graph}."""
         if not isinstance(raw, str) or not raw:
-            raise self.error(where, f"give a preset name or a file, got {raw!r}")
+            raise self.error(where, f"give a preset name or a file, got {shown(raw)}")
         presets = topology_files()
         if raw in presets:
             return {"name": raw}
@@ -642,7 +642,8 @@ class _Parser:
             except CcsimError as error:
                 raise self.error(where, str(error)) from None
         raise self.error(
-            where, f"unknown topology {raw!r}; valid presets: {_join(presets)}, or a .yaml file"
+            where,
+            f"unknown topology {shown(raw)}; valid presets: {_join(presets)}, or a .yaml file",
         )
 
     def workload(self, raw: Any, where: str, *, scenario: bool) -> dict[str, Any]:
@@ -660,7 +661,7 @@ class _Parser:
                 if raw["generator"] not in GENERATORS:
                     raise self.error(
                         f"{where}.generator",
-                        f"unknown generator {raw['generator']!r}; valid: {_join(GENERATORS)}",
+                        f"unknown generator {shown(raw['generator'])}; valid: {_join(GENERATORS)}",
                     )
                 spec: dict[str, Any] = {"generator": raw["generator"], "name": raw["generator"]}
             else:
@@ -690,23 +691,26 @@ class _Parser:
 
     def workload_source(self, raw: Any, where: str) -> dict[str, Any]:
         if not isinstance(raw, str) or not raw:
-            raise self.error(where, f"give a workload preset name or file, got {raw!r}")
+            raise self.error(where, f"give a workload preset name or file, got {shown(raw)}")
         presets = workload_files()
         path = presets.get(raw)
         if path is None:
             path = Path(raw) if Path(raw).is_absolute() else self.folder / raw
             if not path.is_file():
                 raise self.error(
-                    where, f"unknown workload {raw!r}; valid presets: {_join(presets)}, or a file"
+                    where,
+                    f"unknown workload {shown(raw)}; valid presets: {_join(presets)}, or a file",
                 )
         if path.suffix in (".yaml", ".yml"):
             try:
-                data = yaml.safe_load(path.read_text())
-            except yaml.YAMLError as error:
-                raise self.error(where, f"{path}: not valid YAML: {error}") from None
+                data = load_data(path, what="workload", fmt="yaml")
+            except CcsimError as error:
+                raise self.error(where, str(error)) from None
             if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
                 if data.get("generator") not in GENERATORS:
-                    raise self.error(where, f"{path}: unknown generator {data.get('generator')!r}")
+                    raise self.error(
+                        where, f"{path}: unknown generator {shown(data.get('generator'))}"
+                    )
                 # Generator specs travel with the point, as preset files do.
                 return {"name": path.stem, **data}
         return {"file": path.name, "path": str(path.resolve()), "sha256": _digest(path)}
@@ -716,7 +720,7 @@ class _Parser:
             return "all" if raw == "all" else self.integer(raw, where, minimum=1)
         if param == "model":
             if raw not in MODELS:
-                raise self.error(where, f"unknown model {raw!r}; valid: {_join(MODELS)}")
+                raise self.error(where, f"unknown model {shown(raw)}; valid: {_join(MODELS)}")
             return raw
         if param.endswith("_bytes"):
             return round(parse_size(raw, field=param))

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ..files import check_writable, read_text
 from .spec import SweepError
 
 try:  # POSIX only; elsewhere two sweeps on one file are the user's business
@@ -102,13 +103,7 @@ class ResultsStore:
 
     def open(self) -> None:
         """Open (or create) the file, lock it, drop a torn last line, read the rows."""
-        folder = self.path.parent
-        if not folder.is_dir():
-            raise SweepError(
-                f"cannot write {str(self.path)!r}: folder {str(folder)!r} does not exist"
-            )
-        if self.path.is_dir():
-            raise SweepError(f"cannot write {str(self.path)!r}: it is a folder; give a file name")
+        check_writable(self.path)
         stream = open(self.path, "a+", newline="", encoding="utf-8")  # noqa: SIM115
         try:
             if fcntl is not None:
@@ -120,6 +115,11 @@ class ResultsStore:
                         "give another --out"
                     ) from None
             self._existing = self._recover(stream)
+        except UnicodeDecodeError:
+            stream.close()
+            raise SweepError(
+                f"{self.path}: not a sweep results file (not UTF-8 text); give another --out"
+            ) from None
         except BaseException:
             stream.close()
             raise
@@ -199,10 +199,7 @@ def read_cells(path: str | Path) -> list[dict[str, str]]:
     running sweep appends to can be read at any time.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise SweepError(f"cannot read results file {str(path)!r}: {error.strerror}") from None
+    text = read_text(path, what="results file", error=SweepError)
     text = text[: text.rfind("\n") + 1]  # a torn last line is not a row yet
     lines = text.splitlines()
     if not lines:

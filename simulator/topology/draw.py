@@ -7,13 +7,11 @@ colours follow the node kind and line widths the link bandwidth (log scale).
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import networkx as nx
 
-from ..errors import CcsimError
+from ..files import check_writable, write_with
 
 # Row of each node role, bottom (0) to top.
 _ROWS = {
@@ -49,15 +47,13 @@ def _role(data: dict) -> str:
 def draw_topology(graph: nx.Graph, path: str | Path, *, title: str | None = None) -> Path:
     """Draw ``graph`` into the PNG file ``path``, written atomically; return the path.
 
-    The image is written to a temporary file next to ``path`` and renamed over it, so a
-    reader never sees half a file.
+    The image goes through :func:`simulator.files.write_with`: a regular file is
+    replaced atomically, so a reader never sees half of it.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise CcsimError(f"cannot write {str(target)!r}: folder {str(target.parent)!r} not found")
+    target = check_writable(path)
     rows: dict[int, list] = {}
     for node, data in graph.nodes(data=True):
         rows.setdefault(_ROWS.get(_role(data), 3), []).append(node)
@@ -108,14 +104,4 @@ def draw_topology(graph: nx.Graph, path: str | Path, *, title: str | None = None
         labels = {node: str(node).split("/")[-1] for node in graph.nodes}
         nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=6)
     ax.set_title(title or str(graph.graph.get("name", "topology")))
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".png", dir=target.parent)
-    os.close(fd)
-    try:
-        fig.savefig(temp, format="png", dpi=120)
-        os.replace(temp, target)
-    except OSError as error:
-        raise CcsimError(f"cannot write {str(target)!r}: {error}") from None
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
-    return target
+    return write_with(target, lambda stream: fig.savefig(stream, format="png", dpi=120))

@@ -8,13 +8,13 @@ Everything is checked by :func:`~.graph.validate_topology` afterwards.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import networkx as nx
 
-from ..errors import CcsimError, TopologyError
+from ..errors import CcsimError, TopologyError, shown
+from ..files import load_data
 from ..units import parse_bandwidth, parse_time
 from .spec import parse_rate
 
@@ -42,10 +42,7 @@ def read_graph(path: str | Path) -> nx.Graph:
         except Exception as error:  # malformed XML or GraphML keys
             raise TopologyError(f"{path.name}: not a readable GraphML file: {error}") from None
     elif path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            raise TopologyError(f"{path.name}: not a readable JSON file: {error}") from None
+        data = load_data(path, what="graph file", fmt="json", error=TopologyError)
         if not isinstance(data, dict) or "nodes" not in data:
             raise TopologyError(
                 f"{path.name}: expected networkx node-link JSON, an object with 'nodes' and "
@@ -70,22 +67,24 @@ def normalize_graph(graph: nx.Graph, *, source: str) -> nx.Graph:
     for node, data in graph.nodes(data=True):
         for key in _INTEGER_NODE_ATTRS:
             if key in data:
-                data[key] = _integer(data[key], f"{source}: node {node!r} attribute {key!r}")
+                data[key] = _integer(
+                    data[key], f"{source}: node {shown(node)} attribute {shown(key)}"
+                )
         if isinstance(data.get("reduce_bandwidth"), str):
             data["reduce_bandwidth"] = _convert(
                 parse_bandwidth,
                 data["reduce_bandwidth"],
-                f"{source}: node {node!r} reduce_bandwidth",
+                f"{source}: node {shown(node)} reduce_bandwidth",
             )
         for key, parse in (("bandwidth", parse_bandwidth), ("latency", parse_time)):
             if isinstance(data.get(key), str):
-                data[key] = _convert(parse, data[key], f"{source}: node {node!r} {key}")
+                data[key] = _convert(parse, data[key], f"{source}: node {shown(node)} {key}")
         if isinstance(data.get("message_rate"), str):
             data["message_rate"] = parse_rate(
-                data["message_rate"], field=f"{source}: node {node!r} message_rate"
+                data["message_rate"], field=f"{source}: node {shown(node)} message_rate"
             )
     for u, v, data in graph.edges(data=True):
-        where = f"{source}: edge {u!r}-{v!r}"
+        where = f"{source}: edge {shown(u)}-{shown(v)}"
         for key, parse in (("bandwidth", parse_bandwidth), ("latency", parse_time)):
             if isinstance(data.get(key), str):
                 data[key] = _convert(parse, data[key], f"{where} {key}")
@@ -109,5 +108,5 @@ def _integer(value: object, field: str) -> object:
         try:
             return int(value.strip())
         except ValueError:
-            raise TopologyError(f"{field} is {value!r}; write an integer") from None
+            raise TopologyError(f"{field} is {shown(value)}; write an integer") from None
     return value

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
-from ..errors import TopologyError, unknown_choice
+from ..errors import TopologyError, shown, unknown_choice
+from ..files import load_data
 from .builders import cluster_graph, fabric_spec
 from .graph import validate_topology
 from .importers import GRAPH_SUFFIXES, read_graph
@@ -28,7 +28,7 @@ def data_dir(name: str) -> Path:
     for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
         if candidate.is_dir():
             return candidate
-    raise TopologyError(f"bundled folder {name!r} not found; reinstall ccsim")
+    raise TopologyError(f"bundled folder {shown(name)} not found; reinstall ccsim")
 
 
 def preset_files() -> dict[str, Path]:
@@ -38,16 +38,14 @@ def preset_files() -> dict[str, Path]:
 
 def read_preset(path: Path) -> dict[str, Any]:
     """Load a preset file and check its top-level keys."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as error:
-        raise TopologyError(f"{Path(path).name}: not valid YAML: {error}") from None
+    data = load_data(path, what="topology preset", fmt="yaml", error=TopologyError)
     if not isinstance(data, dict) or "server" not in data:
         raise TopologyError(f"{Path(path).name}: a preset is a mapping with a 'server' section")
     unknown = sorted(set(data) - set(_TOP_KEYS), key=str)
     if unknown:
         raise TopologyError(
-            f"{Path(path).name}: unknown key {unknown[0]!r}; valid keys: {', '.join(_TOP_KEYS)}"
+            f"{Path(path).name}: unknown key {shown(unknown[0])}; valid keys: "
+            + ", ".join(_TOP_KEYS)
         )
     return data
 

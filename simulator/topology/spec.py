@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import CcsimError, TopologyError
+from ..errors import CcsimError, TopologyError, shown
 from ..units import parse_bandwidth, parse_time
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmMgG]?)\s*(?:msg/s|/s)?\s*$")
@@ -35,7 +35,7 @@ def parse_rate(text: object, *, field: str = "message_rate") -> float:
         value = float(match.group(1)) * _RATE_FACTORS[match.group(2).lower()] if match else math.nan
     if not (value > 0 and math.isfinite(value)):
         raise TopologyError(
-            f"invalid {field} {text!r}; write a positive number of messages per second, "
+            f"invalid {field} {shown(text)}; write a positive number of messages per second, "
             "e.g. 30M or 30e6"
         )
     return value
@@ -53,7 +53,7 @@ def parse_ratio(text: object, *, field: str = "oversubscription") -> float:
         if isinstance(text, int) and text >= 60:
             # YAML 1.1 reads an unquoted 2:1 as the base-60 number 121.
             raise TopologyError(
-                f"invalid {field} {text!r}; an unquoted ratio such as 2:1 reads as a base-60 "
+                f"invalid {field} {shown(text)}; an unquoted ratio such as 2:1 reads as a base-60 "
                 "number in YAML: write 2 or '2:1' (quoted)"
             )
     elif isinstance(text, str):
@@ -68,7 +68,7 @@ def parse_ratio(text: object, *, field: str = "oversubscription") -> float:
             value = numbers[0] / numbers[1]
     if not (value >= 1 and math.isfinite(value)):
         raise TopologyError(
-            f"invalid {field} {text!r}; write the ratio of downlink to uplink bandwidth, at "
+            f"invalid {field} {shown(text)}; write the ratio of downlink to uplink bandwidth, at "
             "least 1, e.g. 2 or '2:1'"
         )
     return value
@@ -85,14 +85,16 @@ def expand_names(value: object, *, field: str) -> list[str]:
     for item in items:
         if not isinstance(item, str) or not item:
             raise TopologyError(
-                f"{field}: {item!r} is not a node name; write a name such as gpu0, a range "
+                f"{field}: {shown(item)} is not a node name; write a name such as gpu0, a range "
                 "such as gpu0-7, or a list of them"
             )
         match = re.fullmatch(r"(.*?)(\d+)-(\d+)", item)
         if match:
             stem, first, last = match.group(1), int(match.group(2)), int(match.group(3))
             if last < first:
-                raise TopologyError(f"{field}: range {item!r} runs backwards; write e.g. gpu0-7")
+                raise TopologyError(
+                    f"{field}: range {shown(item)} runs backwards; write e.g. gpu0-7"
+                )
             names.extend(f"{stem}{i}" for i in range(first, last + 1))
         else:
             names.append(item)
@@ -146,7 +148,9 @@ class Spec:
         except CcsimError as error:
             raise TopologyError(str(error)) from None
         if result < 0 or not math.isfinite(result):
-            raise TopologyError(f"{self.field(key)} is {value!r}; latencies are finite and >= 0")
+            raise TopologyError(
+                f"{self.field(key)} is {shown(value)}; latencies are finite and >= 0"
+            )
         return result
 
     def rate(self, key: str) -> float | None:
@@ -165,14 +169,14 @@ class Spec:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise TopologyError(f"{self.field(key)} must be a positive integer, got {value!r}")
+            raise TopologyError(f"{self.field(key)} must be a positive integer, got {shown(value)}")
         return value
 
     def text(self, key: str, default: str | None = None) -> str | None:
         """``key`` as a string."""
         value = self.get(key, default)
         if value is not None and not isinstance(value, str):
-            raise TopologyError(f"{self.field(key)} must be a string, got {value!r}")
+            raise TopologyError(f"{self.field(key)} must be a string, got {shown(value)}")
         return value
 
     def sub(self, key: str, *, required: bool = False) -> Spec | None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,14 +44,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from ..algorithms import build_schedule
 from ..collective.guards import check_collective
 from ..collective.policy import NcclPolicy
 from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
-from ..errors import CcsimError
+from ..errors import CcsimError, shown
+from ..files import load_data, read_text
 from ..library.protocol import calibration_of
 from ..topology import load_topology
 
@@ -123,43 +124,40 @@ class CaseResult:
 
 def load_case(sidecar: Path) -> Case:
     """Read a sidecar and its CSV; errors name the file and the field."""
-    try:
-        settings = yaml.safe_load(sidecar.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise CcsimError(f"{sidecar.name}: cannot read sidecar: {error}") from None
+    settings = load_data(sidecar, what="sidecar", fmt="yaml") or {}
     if not isinstance(settings, dict):
         raise CcsimError(f"{sidecar.name}: a sidecar is a mapping of settings")
     unknown = sorted(set(settings) - _KEYS)
     if unknown:
         raise CcsimError(
-            f"{sidecar.name}: unknown key {unknown[0]!r}; valid: " + ", ".join(sorted(_KEYS))
+            f"{sidecar.name}: unknown key {shown(unknown[0])}; valid: " + ", ".join(sorted(_KEYS))
         )
     if "preset" not in settings:
         raise CcsimError(f"{sidecar.name}: 'preset' is missing; name the topology preset")
     table = sidecar.parent / str(settings.get("csv", sidecar.stem + ".csv"))
     column = str(settings.get("column", "oop"))
     if column not in ("oop", "ip"):
-        raise CcsimError(f"{sidecar.name}: column must be oop or ip, got {column!r}")
+        raise CcsimError(f"{sidecar.name}: column must be oop or ip, got {shown(column)}")
     measured = []
+    text = read_text(table, what=f"nccl-tests table of {sidecar.name}")
     try:
-        with table.open(newline="") as stream:
-            reader = csv.DictReader(stream)
-            need = {"bytes", f"time_us_{column}", f"busbw_{column}"}
-            if not need <= set(reader.fieldnames or ()):
-                raise CcsimError(f"{table.name}: header must include {', '.join(sorted(need))}")
-            for line, row in enumerate(reader, start=2):
-                try:
-                    measured.append(
-                        (
-                            int(row["bytes"]),
-                            float(row[f"time_us_{column}"]),
-                            float(row[f"busbw_{column}"]),
-                        )
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        need = {"bytes", f"time_us_{column}", f"busbw_{column}"}
+        if not need <= set(reader.fieldnames or ()):
+            raise CcsimError(f"{table.name}: header must include {', '.join(sorted(need))}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                measured.append(
+                    (
+                        int(row["bytes"]),
+                        float(row[f"time_us_{column}"]),
+                        float(row[f"busbw_{column}"]),
                     )
-                except (TypeError, ValueError):
-                    raise CcsimError(f"{table.name}:{line}: not a number in {row}") from None
-    except OSError as error:
-        raise CcsimError(f"{sidecar.name}: cannot read {table.name}: {error.strerror}") from None
+                )
+            except (TypeError, ValueError):
+                raise CcsimError(f"{table.name}:{line}: not a number in {shown(row)}") from None
+    except csv.Error as error:
+        raise CcsimError(f"{table.name}: not a CSV table: {error}") from None
     if not measured:
         raise CcsimError(f"{table.name}: no measurements")
     return Case(sidecar.stem, sidecar, measured, settings)
@@ -270,15 +268,15 @@ def count_setting(case: Case, key: str) -> int | str:
     if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return value
     raise CcsimError(
-        f"{case.sidecar.name}: {key} must be a positive integer or auto, not {value!r}"
+        f"{case.sidecar.name}: {key} must be a positive integer or auto, not {shown(value)}"
     )
 
 
 def _is_preset(path: Path) -> bool:
     """A topology preset placed beside the sidecars (it has a ``server`` section)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+        data = load_data(path, what="sidecar", fmt="yaml")
+    except CcsimError:
         return False  # reported when read as a sidecar
     return isinstance(data, dict) and "server" in data and "preset" not in data
 

@@ -42,7 +42,7 @@ import networkx as nx
 
 from ..collective.run import CollectiveResult
 from ..errors import CcsimError
-from ..files import atomic_open, write_bytes_atomically, write_text_atomically
+from ..files import check_writable, write_file, write_with
 from ..topology.graph import gpu_nodes
 from ..workload.engine import WorkloadRun
 from .collective import collective_timeline
@@ -73,9 +73,7 @@ def check_report_dir(path: str | Path, *, force: bool = False) -> Path:
     Raises :class:`~simulator.errors.CcsimError` (one line, naming the fix) otherwise.
     Nothing is created here: the folder is made when the report is written.
     """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise CcsimError(f"--report {str(path)!r} is a file; give a folder name")
+    path = check_writable(path, option="--report", folder=True)
     if path.is_dir() and any(path.iterdir()) and not force:
         raise CcsimError(
             f"--report folder {str(path)!r} is not empty; choose a new folder or add "
@@ -211,12 +209,7 @@ def write_collective_report(
     written: list[Path] = []
 
     def put(name: str, data: str | bytes) -> None:
-        target = directory / name
-        if isinstance(data, bytes):
-            write_bytes_atomically(target, data)
-        else:
-            write_text_atomically(target, data)
-        written.append(target)
+        written.append(write_file(directory / name, data))
 
     put("results.csv", to_csv(rows, COLLECTIVE_KEYS))
     put("results.json", to_json(rows))
@@ -231,8 +224,8 @@ def write_collective_report(
     copied = None
     if source is not None:
         copied = f"topology{source.suffix}"
-        with atomic_open(directory / copied, "wb") as stream, source.open("rb") as original:
-            shutil.copyfileobj(original, stream)
+        with source.open("rb") as original:
+            write_with(directory / copied, lambda stream: shutil.copyfileobj(original, stream))
         written.append(directory / copied)
 
     command = "ccsim " + shlex.join(argv) if argv else ""
@@ -339,14 +332,8 @@ def check_output_options(
     if timeline:
         image_format(timeline)
     for option, value in (("--timeline", timeline), ("--trace", trace)):
-        if not value:
-            continue
-        path = Path(value)
-        folder = path.parent if str(path.parent) else Path(".")
-        if path.is_dir():
-            raise CcsimError(f"{option} {value!r} is a folder; give a file name")
-        if not folder.is_dir():
-            raise CcsimError(f"{option} {value!r}: folder {str(folder)!r} does not exist")
+        if value:
+            check_writable(value, option=option)
     if report:
         check_report_dir(report, force=force)
 
@@ -379,7 +366,7 @@ def write_collective_outputs(
         records = collective_timeline(result, graph, links=links)
         if timeline:
             fig = timeline_figure(records)
-            write_bytes_atomically(timeline, figure_bytes(fig, image_format(timeline)))
+            write_file(timeline, figure_bytes(fig, image_format(timeline)))
         if trace:
             save_trace(records, trace, detail=trace_detail, ranks=trace_ranks)
     if report:
@@ -468,12 +455,7 @@ def write_workload_report(
     describe = dict(WORKLOAD_REPORT_FILES)
 
     def put(name: str, data: str | bytes) -> None:
-        target = directory / name
-        if isinstance(data, bytes):
-            write_bytes_atomically(target, data)
-        else:
-            write_text_atomically(target, data)
-        written.append(target)
+        written.append(write_file(directory / name, data))
 
     put("breakdown.txt", table)
     put("breakdown.csv", to_csv(list(ranks)))
@@ -491,8 +473,8 @@ def write_workload_report(
         if source is None:
             continue
         name = f"{role}{source.suffix}"
-        with atomic_open(directory / name, "wb") as stream, source.open("rb") as original:
-            shutil.copyfileobj(original, stream)
+        with source.open("rb") as original:
+            write_with(directory / name, lambda stream: shutil.copyfileobj(original, stream))
         written.append(directory / name)
         copies[role] = name
         describe[name] = f"the {role} file the command read"
@@ -604,7 +586,7 @@ def write_workload_outputs(
         records = workload_timeline(run, graph)
         if timeline:
             fig = workload_figure(records)
-            write_bytes_atomically(timeline, figure_bytes(fig, image_format(timeline)))
+            write_file(timeline, figure_bytes(fig, image_format(timeline)))
         if trace:
             save_trace(records, trace, detail=trace_detail, ranks=trace_ranks)
     if report:

@@ -45,7 +45,7 @@ from typing import IO, Any, TextIO
 import numpy as np
 
 from ..errors import CcsimError
-from ..files import atomic_open
+from ..files import write_with
 from .progress import progress_bar
 from .records import Timeline
 
@@ -361,7 +361,7 @@ def save_trace(
 
     ``detail`` and ``ranks`` choose what it holds (:func:`select`). Before writing, the
     size is estimated; past :data:`WARN_BYTES` a warning with the estimate goes to
-    stderr. Events are streamed to the file through :func:`simulator.files.atomic_open`
+    stderr. Events are streamed to the file through :func:`simulator.files.write_with`
     (a regular file is replaced atomically), with a progress bar where a person watches
     (``progress``: default :func:`~simulator.viz.progress.watched`).
     """
@@ -388,8 +388,7 @@ def save_trace(
             with gzip.GzipFile("", "wb", GZIP_LEVEL, stream, mtime=0) as packed:
                 _write(layout, lambda text: packed.write(text.encode()), bar.update)
 
-    with atomic_open(path, "wb") as stream:
-        write(stream)
+    write_with(path, write)
     return events
 
 

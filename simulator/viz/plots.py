@@ -7,8 +7,6 @@ objects): ``op, algorithm, ranks, size_bytes, time_us, algbw_GBps, busbw_GBps``.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from ..errors import CcsimError
+from ..files import write_with
 
 if TYPE_CHECKING:  # types only: plots draw these results, they never run them
     from ..validate.nccl_tests import CaseResult
@@ -137,15 +136,7 @@ def save_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str = 
     axes.set_title(title, fontsize=9)
     axes.grid(True, which="major", alpha=0.3)
     axes.legend()
-    folder = path.parent if str(path.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=f".{suffix}")
-    os.close(handle)
-    try:
-        figure.savefig(temporary, format=suffix)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_with(path, lambda stream: figure.savefig(stream, format=suffix))
 
 
 def _binary(size: float) -> str:
@@ -161,9 +152,6 @@ def plot_validation(results: list[CaseResult], path: str | Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    import os
-    import tempfile
-
     import matplotlib.pyplot as plt
 
     good = [r for r in results if not r.error]
@@ -185,13 +173,13 @@ def plot_validation(results: list[CaseResult], path: str | Path) -> None:
         ax.legend()
     fig.tight_layout()
     path = Path(path)
-    handle, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix
-    )
-    os.close(handle)
+    fmt = path.suffix.lower().lstrip(".") or "png"
     try:
-        fig.savefig(temporary, metadata={"Software": None} if path.suffix == ".png" else None)
-        os.replace(temporary, path)
+        write_with(
+            path,
+            lambda stream: fig.savefig(
+                stream, format=fmt, metadata={"Software": None} if fmt == "png" else None
+            ),
+        )
     finally:
         plt.close(fig)
-        Path(temporary).unlink(missing_ok=True)

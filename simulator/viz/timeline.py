@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..errors import CcsimError
-from ..files import write_bytes_atomically
+from ..files import write_file
 from ..version import __version__
 from .records import Counter, Timeline
 
@@ -420,7 +420,7 @@ def save_timeline(
     path = Path(path)
     fmt = image_format(path)
     fig = timeline_figure(timeline, width=width, height=height, dpi=dpi, **options)
-    write_bytes_atomically(path, figure_bytes(fig, fmt))
+    write_file(path, figure_bytes(fig, fmt))
 
 
 def image_format(path: str | Path) -> str:

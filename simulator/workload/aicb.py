@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..files import read_text
 from .generators import _Builder
 from .trace import Workload, WorkloadError
 
@@ -53,10 +54,8 @@ def _header_value(header: str, key: str, default: int | None = None) -> int:
 def load_aicb(path: str | Path) -> Workload:
     """Read an AICB/SimAI workload file into a :class:`Workload` (see module docstring)."""
     path = Path(path)
-    try:
-        lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    except OSError as error:
-        raise WorkloadError(f"{path}: cannot read: {error.strerror}") from None
+    text = read_text(path, what="AICB workload", error=WorkloadError)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) < 3:
         raise WorkloadError(f"{path}: an AICB workload has a header, a layer count and layers")
     header = lines[0]

@@ -9,13 +9,11 @@ keep the repository small, a *generator spec*: ``format: ccsim-workload-spec/1``
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..errors import unknown_choice
+from ..errors import shown, unknown_choice
+from ..files import load_data
 from ..topology.presets import data_dir
 from .aicb import load_aicb
 from .generators import GENERATORS
@@ -41,14 +39,8 @@ def describe_presets() -> list[tuple[str, str]]:
 
 
 def _read(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise WorkloadError(f"{path}: cannot read: {error.strerror}") from None
-    try:
-        return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as error:
-        raise WorkloadError(f"{path}: not valid {path.suffix[1:].upper()}: {error}") from None
+    fmt = "yaml" if path.suffix in (".yaml", ".yml") else "json"
+    return load_data(path, what="workload", fmt=fmt, error=WorkloadError)
 
 
 def from_spec(
@@ -66,7 +58,7 @@ def from_spec(
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise WorkloadError(
-            f"{origin}: unknown parameter {unknown[0]!r} for {generator}; valid: "
+            f"{origin}: unknown parameter {shown(unknown[0])} for {generator}; valid: "
             + ", ".join(sorted(accepted))
         )
     check_generator(generator, params, max_flows)

@@ -52,9 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..errors import CcsimError
+from ..errors import CcsimError, shown
+from ..files import load_data, write_file
 from ..units import parse_size, parse_time
 
 FORMAT = "ccsim-workload/1"
@@ -166,9 +165,7 @@ class Workload:
 
     def save(self, path: str | Path) -> None:
         """Write the workload as JSON (atomically)."""
-        from ..files import write_atomically
-
-        write_atomically(path, json.dumps(self.to_dict(), indent=1) + "\n")
+        write_file(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
 
 def load_workload(source: str | Path | dict[str, Any]) -> Workload:
@@ -176,16 +173,8 @@ def load_workload(source: str | Path | dict[str, Any]) -> Workload:
     if isinstance(source, dict):
         return parse_workload(source, origin="workload")
     path = Path(source)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise WorkloadError(f"{path}: cannot read workload: {error.strerror}") from None
-    try:
-        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise WorkloadError(
-            f"{path}: not valid {path.suffix.lstrip('.').upper()}: {error}"
-        ) from None
+    fmt = "yaml" if path.suffix in (".yaml", ".yml") else "json"
+    data = load_data(path, what="workload", fmt=fmt, error=WorkloadError)
     return parse_workload(data, origin=str(path))
 
 
@@ -195,10 +184,10 @@ def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
         raise WorkloadError(f'{origin}: not a ccsim workload (expected "format": "{FORMAT}")')
     unknown = sorted(set(data) - {"format", "name", "description", "ranks", "groups", "ops"})
     if unknown:
-        raise WorkloadError(f"{origin}: unknown top-level key {unknown[0]!r}")
+        raise WorkloadError(f"{origin}: unknown top-level key {shown(unknown[0])}")
     ranks = data.get("ranks")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise WorkloadError(f"{origin}: 'ranks' must be a positive integer, got {ranks!r}")
+        raise WorkloadError(f"{origin}: 'ranks' must be a positive integer, got {shown(ranks)}")
     groups = _parse_groups(data.get("groups", {}), ranks, origin)
     raw_ops = data.get("ops")
     if not isinstance(raw_ops, list) or not raw_ops:
@@ -210,17 +199,19 @@ def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
         op = _parse_op(raw, index, ranks, groups, per_rank_count, origin)
         if op.id in ids:
             raise WorkloadError(
-                f"{origin}: op id {op.id!r} is used twice (ops {ids[op.id]} and {index})"
+                f"{origin}: op id {shown(op.id)} is used twice (ops {ids[op.id]} and {index})"
             )
         ids[op.id] = index
         ops.append(op)
     for op, raw in zip(ops, raw_ops, strict=True):
         deps = raw.get("deps", [])
         if not isinstance(deps, list):
-            raise WorkloadError(f"{origin}: op {op.id!r}: 'deps' must be a list of op ids")
+            raise WorkloadError(f"{origin}: op {shown(op.id)}: 'deps' must be a list of op ids")
         for dep in deps:
             if str(dep) not in ids:
-                raise WorkloadError(f"{origin}: op {op.id!r} depends on unknown op {dep!r}")
+                raise WorkloadError(
+                    f"{origin}: op {shown(op.id)} depends on unknown op {shown(dep)}"
+                )
             op.deps.append(ids[str(dep)])
     workload = Workload(
         name=str(data.get("name", Path(origin).stem)),
@@ -242,14 +233,15 @@ def _parse_groups(raw: Any, ranks: int, origin: str) -> dict[str, Group]:
         members = spec.get("ranks") if isinstance(spec, dict) else spec
         kind = spec.get("kind", "") if isinstance(spec, dict) else ""
         if not isinstance(members, list) or not members:
-            raise WorkloadError(f"{origin}: group {name!r} needs a non-empty list of ranks")
+            raise WorkloadError(f"{origin}: group {shown(name)} needs a non-empty list of ranks")
         for rank in members:
             if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < ranks:
                 raise WorkloadError(
-                    f"{origin}: group {name!r} names rank {rank!r}; ranks are 0..{ranks - 1}"
+                    f"{origin}: group {shown(name)} names rank {shown(rank)}; "
+                    f"ranks are 0..{ranks - 1}"
                 )
         if len(set(members)) != len(members):
-            raise WorkloadError(f"{origin}: group {name!r} lists a rank twice")
+            raise WorkloadError(f"{origin}: group {shown(name)} lists a rank twice")
         groups[str(name)] = Group(str(name), [int(r) for r in members], str(kind))
     return groups
 
@@ -265,16 +257,16 @@ def _parse_op(
     if not isinstance(raw, dict):
         raise WorkloadError(f"{origin}: op {index} must be a mapping")
     rank = raw.get("rank")
-    where = f"{origin}: op {raw.get('id', index)!r}"
+    where = f"{origin}: op {shown(raw.get('id', index))}"
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < ranks:
-        raise WorkloadError(f"{where}: unknown rank {rank!r}; ranks are 0..{ranks - 1}")
+        raise WorkloadError(f"{where}: unknown rank {shown(rank)}; ranks are 0..{ranks - 1}")
     kind = raw.get("kind")
     if kind not in KINDS:
-        raise WorkloadError(f"{where}: kind {kind!r}; use one of {', '.join(KINDS)}")
+        raise WorkloadError(f"{where}: kind {shown(kind)}; use one of {', '.join(KINDS)}")
     unknown = sorted(set(raw) - _COMMON - _OP_KEYS[kind])
     if unknown:
         raise WorkloadError(
-            f"{where}: unknown field {unknown[0]!r} for a {kind} op; valid: "
+            f"{where}: unknown field {shown(unknown[0])} for a {kind} op; valid: "
             + ", ".join(sorted(_COMMON | _OP_KEYS[kind]))
         )
     op_id = str(raw.get("id", f"{rank}:{per_rank_count[rank]}"))
@@ -287,7 +279,7 @@ def _parse_op(
         stream=str(raw.get("stream", "compute" if kind == "compute" else "comm")),
         label=str(raw.get("label", "")),
     )
-    where = f"{origin}: op {op_id!r}"
+    where = f"{origin}: op {shown(op_id)}"
     try:
         if kind == "compute":
             if "duration" in raw:
@@ -306,11 +298,13 @@ def _parse_op(
             op.group = str(raw.get("group", ""))
             if op.group not in groups:
                 raise WorkloadError(
-                    f"{where}: unknown group {op.group!r}; defined groups: "
+                    f"{where}: unknown group {shown(op.group)}; defined groups: "
                     + (", ".join(sorted(groups)) or "none")
                 )
             if rank not in groups[op.group].ranks:
-                raise WorkloadError(f"{where}: rank {rank} is not a member of group {op.group!r}")
+                raise WorkloadError(
+                    f"{where}: rank {rank} is not a member of group {shown(op.group)}"
+                )
             op.nbytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
             op.algorithm = raw.get("algorithm")
             op.chunks = int(raw.get("chunks", 1))
@@ -324,7 +318,7 @@ def _parse_op(
                 or peer == rank
             ):
                 raise WorkloadError(
-                    f"{where}: peer {peer!r} must be another rank in 0..{ranks - 1}"
+                    f"{where}: peer {shown(peer)} must be another rank in 0..{ranks - 1}"
                 )
             op.peer = peer
             op.nbytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
@@ -361,18 +355,18 @@ def _match(workload: Workload, origin: str) -> None:
             first = workload.ops[members[0]]
             if missing:
                 raise WorkloadError(
-                    f"{origin}: collective {first.op} #{k} on group {group.name!r} (op "
-                    f"{first.id!r}) is never issued by ranks {missing}: the other members would "
-                    "wait forever (deadlock); add the missing call or remove it everywhere"
+                    f"{origin}: collective {first.op} #{k} on group {shown(group.name)} (op "
+                    f"{shown(first.id)}) is never issued by ranks {missing}: the other members "
+                    "would wait forever (deadlock); add the missing call or remove it everywhere"
                 )
             for index in members[1:]:
                 other = workload.ops[index]
                 if (other.op, other.nbytes) != (first.op, first.nbytes):
                     raise WorkloadError(
-                        f"{origin}: collective #{k} on group {group.name!r} does not match: "
+                        f"{origin}: collective #{k} on group {shown(group.name)} does not match: "
                         f"rank {first.rank} issues {first.op} of {first.nbytes:.0f} B (op "
-                        f"{first.id!r}), rank {other.rank} issues {other.op} of "
-                        f"{other.nbytes:.0f} B (op {other.id!r})"
+                        f"{shown(first.id)}), rank {other.rank} issues {other.op} of "
+                        f"{other.nbytes:.0f} B (op {shown(other.id)})"
                     )
             workload.instances.append(members)
     sends: dict[tuple[int, int, str], list[int]] = defaultdict(list)
@@ -388,14 +382,15 @@ def _match(workload: Workload, origin: str) -> None:
             src, dst, tag = key
             lone = workload.ops[(out or into)[min(len(out), len(into))]]
             raise WorkloadError(
-                f"{origin}: {len(out)} sends from rank {src} to rank {dst} (tag {tag!r}) but "
-                f"{len(into)} recvs; op {lone.id!r} has no partner (deadlock)"
+                f"{origin}: {len(out)} sends from rank {src} to rank {dst} (tag {shown(tag)}) but "
+                f"{len(into)} recvs; op {shown(lone.id)} has no partner (deadlock)"
             )
         for s, r in zip(out, into, strict=True):
             if workload.ops[s].nbytes != workload.ops[r].nbytes:
                 raise WorkloadError(
-                    f"{origin}: send {workload.ops[s].id!r} carries {workload.ops[s].nbytes:.0f} B "
-                    f"but its recv {workload.ops[r].id!r} expects {workload.ops[r].nbytes:.0f} B"
+                    f"{origin}: send {shown(workload.ops[s].id)} carries "
+                    f"{workload.ops[s].nbytes:.0f} B but its recv {shown(workload.ops[r].id)} "
+                    f"expects {workload.ops[r].nbytes:.0f} B"
                 )
             workload.pairs.append((s, r))
 
@@ -426,8 +421,8 @@ def _check_acyclic(workload: Workload, origin: str) -> None:
                 edges[find(dep)].add(node)
             else:
                 raise WorkloadError(
-                    f"{origin}: op {op.id!r} depends on an op it must run "
-                    f"together with ({workload.ops[dep].id!r}): a cycle"
+                    f"{origin}: op {shown(op.id)} depends on an op it must run "
+                    f"together with ({shown(workload.ops[dep].id)}): a cycle"
                 )
         key = (op.rank, op.stream)
         if key in last_on_stream and find(last_on_stream[key]) != node:
@@ -450,7 +445,7 @@ def _check_acyclic(workload: Workload, origin: str) -> None:
     if seen < len(nodes):
         stuck = sorted(i for i in range(n) if indegree[find(i)] > 0)[:6]
         described = ", ".join(
-            f"{workload.ops[i].id!r} (rank {workload.ops[i].rank})" for i in stuck
+            f"{shown(workload.ops[i].id)} (rank {workload.ops[i].rank})" for i in stuck
         )
         raise WorkloadError(
             f"{origin}: dependencies, stream order and matched calls form a cycle (a deadlock); "
