@@ -132,14 +132,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.handler(args)
     except CcsimError as error:
-        print(f"ccsim: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _error(str(error))
     except KeyboardInterrupt:
         print("ccsim: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    # What input or the system can cause: one line too, never a traceback.
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        return _error(f"{where}{error.strerror or error}")
+    except UnicodeDecodeError as error:
+        return _error(f"an input is not UTF-8 text ({error.reason} at byte {error.start})")
+    except RecursionError:
+        return _error("an input is nested too deeply")
+    except MemoryError:
+        return _error("out of memory; try a smaller input or fewer sizes")
     return 0
+
+
+def _error(message: str) -> int:
+    """Print ``message`` as one ``ccsim: error:`` line (cut at 2,000 characters); return 2."""
+    line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    if len(line) > 2000:
+        line = line[:2000] + " ..."
+    print(f"ccsim: error: {line}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

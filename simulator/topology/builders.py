@@ -52,6 +52,10 @@ def fabric_spec(preset: Mapping | None, override: str | Mapping | None = None) -
     >>> fabric_spec({"type": "fat-tree", "k": 8, "latency": "1us"}, "leaf-spine")
     {'latency': '1us', 'type': 'leaf-spine'}
     """
+    if preset is not None and not isinstance(preset, Mapping):
+        raise TopologyError(
+            f"the 'fabric' section must be a mapping of keys to values, got {type(preset).__name__}"
+        )
     base = dict(preset or {})
     if override is None:
         return base

@@ -30,7 +30,7 @@ import math
 
 import networkx as nx
 
-from ..errors import TopologyError
+from ..errors import TopologyError, shown
 
 NODE_KINDS = frozenset({"gpu", "nvswitch", "pcie_switch", "nic", "switch", "cpu", "sdma"})
 
@@ -58,11 +58,18 @@ def validate_topology(graph: nx.Graph, *, source: str = "topology graph") -> Non
     ranks: dict[int, object] = {}
     for node, data in graph.nodes(data=True):
         kind = data.get("kind")
-        if kind not in NODE_KINDS:
+        if not isinstance(kind, str) or kind not in NODE_KINDS:
             raise TopologyError(
-                f"{source}: node {node!r} has kind {kind!r}; set 'kind' to one of "
+                f"{source}: node {shown(node)} has kind {shown(kind)}; set 'kind' to one of "
                 + ", ".join(sorted(NODE_KINDS))
             )
+        for key, kinds in (("server", int), ("local_rank", int), ("tier", str)):
+            value = data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+                what = "an integer" if kinds is int else "a name"
+                raise TopologyError(
+                    f"{source}: node {shown(node)} has {key} {shown(value)}; write {what}"
+                )
         if kind == "gpu":
             rank = data.get("rank")
             if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
@@ -91,6 +98,12 @@ def validate_topology(graph: nx.Graph, *, source: str = "topology graph") -> Non
             f"rank {missing[0]} is missing"
         )
     for u, v, data in graph.edges(data=True):
+        link = data.get("link")
+        if link is not None and not isinstance(link, str):
+            raise TopologyError(
+                f"{source}: edge {shown(u)}-{shown(v)} has link {shown(link)}; write a name "
+                "such as nvlink or rdma"
+            )
         bandwidth = data.get("bandwidth")
         if not (_is_number(bandwidth) and bandwidth > 0):
             raise TopologyError(

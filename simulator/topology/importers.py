@@ -48,6 +48,8 @@ def read_graph(path: str | Path) -> nx.Graph:
                 f"{path.name}: expected networkx node-link JSON, an object with 'nodes' and "
                 "'edges' (or 'links'), as written by networkx.node_link_data"
             )
+        if not isinstance(data.get("graph", {}), dict):
+            raise TopologyError(f"{path.name}: 'graph' must be an object of graph attributes")
         edges = "links" if "links" in data and "edges" not in data else "edges"
         try:
             # A file that omits 'multigraph' means a plain graph (networkx would assume a

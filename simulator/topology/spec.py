@@ -164,9 +164,9 @@ class Spec:
         return default if value is None else parse_ratio(value, field=self.field(key))
 
     def count(self, key: str, default: int | None = None, *, required: bool = False) -> int | None:
-        """``key`` as a positive integer (or ``default`` when absent)."""
+        """``key`` as a positive integer (or ``default`` when absent; None, given, is refused)."""
         value = self.get(key, default, required=required)
-        if value is None:
+        if value is None and key not in self.data:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TopologyError(f"{self.field(key)} must be a positive integer, got {shown(value)}")

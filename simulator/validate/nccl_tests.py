@@ -134,6 +134,15 @@ def load_case(sidecar: Path) -> Case:
         )
     if "preset" not in settings:
         raise CcsimError(f"{sidecar.name}: 'preset' is missing; name the topology preset")
+    for key in ("preset", "op", "algorithm", "protocol", "csv", "column"):
+        if key in settings and not isinstance(settings[key], str):
+            raise CcsimError(f"{sidecar.name}: {key} must be a name, got {shown(settings[key])}")
+    for key in ("nodes", "gpus_per_process"):
+        value = settings.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CcsimError(
+                f"{sidecar.name}: {key} must be a positive integer, got {shown(value)}"
+            )
     table = sidecar.parent / str(settings.get("csv", sidecar.stem + ".csv"))
     column = str(settings.get("column", "oop"))
     if column not in ("oop", "ip"):

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ...errors import TopologyError
+from ...errors import TopologyError, shown
 from .base import COMMON_KEYS, Fabric, FabricConfig
 from .fat_tree import FatTree
 from .leaf_spine import LeafSpine
@@ -23,8 +23,10 @@ DEFAULT_FABRIC = "rail-optimized"
 
 def get_fabric(name: object, *, where: str = "fabric") -> Fabric:
     """The fabric registered as ``name``; an unknown name lists the valid ones."""
-    if name not in FABRICS:
-        raise TopologyError(f"{where} is {name!r}; valid fabrics: {', '.join(sorted(FABRICS))}")
+    if not isinstance(name, str) or name not in FABRICS:
+        raise TopologyError(
+            f"{where} is {shown(name)}; valid fabrics: {', '.join(sorted(FABRICS))}"
+        )
     return FABRICS[name]
 
 
