@@ -314,14 +314,16 @@ def test_channels_must_be_positive_or_auto():
 )
 def test_compare_default_runs_every_algorithm_that_can(op, capsys):
     """Without --algos, compare takes every algorithm that can run OP here: on one
-    dgx-a100, none that lacks OP, and not nvls (no reducing NVSwitch there) or multipath
-    (its NICs reach no switch on one server)."""
+    dgx-a100, none that lacks OP, and not nvls (no reducing NVSwitch there), multipath
+    (its NICs reach no switch on one server), nvls-tree, collnet-direct or collnet-chain
+    (they join servers: one server has none to join, and no SHARP switch)."""
     assert main(["compare", op, "--sizes", "1M", "--chunks", "1", "--format", "json"]) == 0
     names = {row["algorithm"] for row in json.loads(capsys.readouterr().out)}
     expected = {
         name
         for name in algorithm_names()
-        if op in get_algorithm(name).ops and name not in ("nvls", "multipath")
+        if op in get_algorithm(name).ops
+        and name not in ("nvls", "multipath", "nvls-tree", "collnet-direct", "collnet-chain")
     }
     assert names == expected
 
@@ -353,3 +355,24 @@ def test_compare_runs_an_algorithm_listed_twice_once(capsys):
     rows = compare(mesh(4), "all_gather", [4e6], ["ring", "direct", "ring"], chunks=1)
     assert [row["algorithm"] for row in rows] == ["ring", "direct"]
     assert sum(row["winner"] for row in rows) == 1
+
+
+def test_auto_protocol_skips_only_protocols_that_cannot_win():
+    """With --proto auto the tuner simulates protocols most promising first and skips one
+    whose lower bound is already slower than a protocol it ran: the time it keeps is the
+    fastest of all three, as run_schedule's "auto" finds by running each."""
+    from simulator.algorithms import build_schedule
+    from simulator.collective.run import rank_layout, run_schedule
+    from simulator.topology import load_topology
+
+    graph = load_topology("dgx-a100", 2)
+    for size in (2**10, 2**20, 2**28):
+        tuner = AutoTuner(protocol="auto")
+        mine = tuner.run(graph, "all_reduce", float(size), "ring", 2, channels=4)
+        schedule = build_schedule(
+            "ring", "all_reduce", rank_layout(graph), size, chunks=2, channels=4
+        )
+        every = run_schedule(graph, schedule, protocol="auto")
+        assert mine.time_s == every.time_s
+        assert mine.params["protocol"] == every.params["protocol"]
+        assert tuner.simulations + tuner.pruned == 3

@@ -178,13 +178,33 @@ class AutoTuner:
         schedule = build_schedule(
             algorithm, op, layout, size_bytes, chunks=chunks, channels=channels, **options
         )
-        if math.isfinite(cutoff) and self._bound_of(graph, schedule) >= cutoff:
-            self.pruned += 1
-            return None
-        self.simulations += 1
-        result = run_schedule(
-            graph, schedule, reduce_bandwidth=self.reduce_bandwidth, protocol=self.protocol
-        )
+        protocols = self._protocols(graph, schedule)
+        if len(protocols) <= 1:
+            if math.isfinite(cutoff) and self._bound_of(graph, schedule) >= cutoff:
+                self.pruned += 1
+                return None
+            self.simulations += 1
+            result = run_schedule(
+                graph, schedule, reduce_bandwidth=self.reduce_bandwidth, protocol=self.protocol
+            )
+        else:
+            # --proto auto: the fastest protocol, as run_schedule's "auto" finds it, but
+            # each protocol whose own bound is already slower than the cutoff or than a
+            # protocol simulated before it is skipped (most promising first).
+            bounds = {name: self._bound_of(graph, schedule, (name,)) for name in protocols}
+            result = None
+            for name in sorted(protocols, key=bounds.__getitem__):
+                if bounds[name] >= min(cutoff, result.time_s if result else math.inf):
+                    self.pruned += 1
+                    continue
+                self.simulations += 1
+                run = run_schedule(
+                    graph, schedule, reduce_bandwidth=self.reduce_bandwidth, protocol=name
+                )
+                if result is None or run.time_s < result.time_s:
+                    result = run
+            if result is None:
+                return None
         self._results[key] = result
         return result
 
@@ -212,12 +232,16 @@ class AutoTuner:
         except CcsimError:  # e.g. nvls where no switch reduces: the run says why
             return 0.0
 
-    def _bound_of(self, graph: nx.Graph, schedule) -> float:
+    def _bound_of(
+        self, graph: nx.Graph, schedule, protocols: tuple[str, ...] | None = None
+    ) -> float:
         key = topology_key(graph)
         if key not in self._bounds:
             self._bounds[key] = LoadBound(graph)
+        if protocols is None:
+            protocols = self._protocols(graph, schedule)
         return self._bounds[key].time_s(
-            schedule, calibration=calibration_of(graph), protocols=self._protocols(graph, schedule)
+            schedule, calibration=calibration_of(graph), protocols=protocols
         )
 
     def _protocols(self, graph: nx.Graph, schedule) -> tuple[str, ...]:
@@ -241,12 +265,49 @@ class AutoTuner:
         root: int = 0,
         channels: int | None = None,
         cutoff: float = math.inf,
+        start: int | None = None,
     ) -> tuple[CollectiveResult, int] | None:
         """The fastest chunk count of ``algorithm`` at this size, and its result; None
-        when its link load alone is slower than ``cutoff`` (seconds) at every count."""
+        when its link load alone is slower than ``cutoff`` (seconds) at every count.
+
+        The search walks the candidates up from the first (or from ``start``, a count
+        near the expected best, e.g. the best with half the channels: cut finer, a step
+        wants about half the chunks), while each count is faster than the one before;
+        from a ``start`` that the next count does not beat, it walks down instead."""
         layout = layout or rank_layout(graph)
+        candidates = self.chunk_candidates
+        if start is not None and start > candidates[0]:
+            first = max(i for i, k in enumerate(candidates) if k <= start)
+            up = self._walk_chunks(
+                graph, op, size_bytes, algorithm, candidates[first:], layout, root, channels,
+                cutoff,
+            )  # fmt: skip
+            if up is None or up[1] != candidates[first] or first == 0:
+                return up
+            down = self._walk_chunks(
+                graph, op, size_bytes, algorithm, candidates[first::-1], layout, root,
+                channels, cutoff,
+            )  # fmt: skip
+            return down if down is not None and down[0].time_s < up[0].time_s else up
+        return self._walk_chunks(
+            graph, op, size_bytes, algorithm, candidates, layout, root, channels, cutoff
+        )
+
+    def _walk_chunks(
+        self,
+        graph: nx.Graph,
+        op: str,
+        size_bytes: float,
+        algorithm: str,
+        order: Sequence[int],
+        layout: RankLayout,
+        root: int,
+        channels: int | None,
+        cutoff: float,
+    ) -> tuple[CollectiveResult, int] | None:
+        """Chunk counts in ``order`` while each is faster than the one before."""
         best: tuple[CollectiveResult, int] | None = None
-        for chunks in self.chunk_candidates:
+        for chunks in order:
             try:
                 result = self.run(
                     graph,
@@ -335,6 +396,7 @@ class AutoTuner:
                             root=root,
                             channels=c,
                             cutoff=cutoff,
+                            start=max(1, mine.chunks // 2) if mine else None,
                         )
                         result, k = found if found else (None, 0)
                     else:
