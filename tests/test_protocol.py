@@ -18,7 +18,9 @@ from simulator.library.protocol import (
 )
 from simulator.topology import list_presets, load_topology, ring_graph
 from simulator.validate import BUNDLED, load_case, validate_folder
-from simulator.validate.calibrate import fit_case
+from simulator.validate.calibrate import fit_case, leave_one_case_out
+from simulator.validate.nccl_tests import run_case
+from simulator.viz.tables import report_table
 
 
 def ring_run(graph, n, protocol):
@@ -102,6 +104,43 @@ def test_bad_calibration_sections():
     off = {name: {"enabled": False} for name in ("LL", "LL128", "Simple")}
     with pytest.raises(TopologyError, match="disables every protocol"):
         parse_calibration({"protocols": off}, source="x.yaml")
+
+
+def test_fitted_constants_name_their_runs_and_keep_what_they_replaced():
+    """A preset fitted to measured runs says which (fitted_to) and keeps the constants
+    before the fit (unfitted), so a leave-one-case-out check can predict those runs."""
+    cal = calibration_of(load_topology("dgx-a100"))
+    assert cal.fitted_to == ("A100-1N-AR-g8",)
+    assert cal.unfitted.efficiency["nvlink"] == 0.8  # NCCL's 20 of 25 GB/s
+    assert cal.unfitted.protocols == DEFAULT_PROTOCOLS  # NCCL's latencies, not the fit's
+    assert calibration_of(load_topology("dgx-h100")).fitted_to == ()
+    with pytest.raises(TopologyError, match="unfitted goes with nccl.fitted_to"):
+        parse_calibration({"unfitted": {"launch": "3us"}}, source="x.yaml")
+    with pytest.raises(TopologyError, match="fitted_to must be a list"):
+        parse_calibration({"fitted_to": "A100"}, source="x.yaml")
+
+
+def test_leave_one_case_out_predicts_a_fitted_run_from_the_unfitted_constants():
+    """RTX5090-1N-AR-PCIe is the only run of pcie-8gpu, and the preset was fitted to it:
+    left out, nothing remains to fit on, so it is predicted with the preset's unfitted
+    constants; the error tables mark it, and a run the preset never saw is its own
+    prediction."""
+    case = load_case(BUNDLED / "RTX5090-1N-AR-PCIe.yaml")
+    other = load_case(BUNDLED / "H100-1N-AR-default-g8-partial.yaml")
+    results = [run_case(case), run_case(other)]
+    assert [r.fitted for r in results] == [True, False]
+    assert results[0].summary()["loco_busbw_median_pct"] is None  # not computed yet
+    leave_one_case_out([case, other], results)
+    unfitted = calibration_of(load_topology("pcie-8gpu")).unfitted
+    expected = run_case(case, calibration=unfitted)
+    assert results[0].loco.simulated_us == expected.simulated_us
+    assert results[0].loco.simulated_us != results[0].simulated_us
+    assert "unfitted" in results[0].loco_source
+    assert results[1].loco is None
+    row = results[1].summary()
+    assert row["loco_busbw_median_pct"] == row["busbw_median_pct"]
+    table = report_table(results)
+    assert "RTX5090-1N-AR-PCIe *" in table and "median over cases" in table
 
 
 def test_validate_reports_bad_cases_and_runs_the_others(tmp_path):

@@ -84,6 +84,14 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         help="with --fit: fit on every size (the errors are then in-sample)",
     )
     cmd.add_argument(
+        "--loco",
+        action="store_true",
+        help="also predict each run a preset was fitted to without its own measurements: "
+        "refit the preset's unfitted constants on its other runs and simulate it (leave "
+        "one case out; minutes per fitted run). Runs no preset was fitted to are already "
+        "predictions",
+    )
+    cmd.add_argument(
         "--detail",
         action="store_true",
         help="also print every size of every case: measured and simulated time (us) and "
@@ -106,7 +114,14 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         return
     if args.no_holdout:
         raise CcsimError("--no-holdout goes with --fit")
-    results = run_cases(_loaders(args), max_flows=args.max_flows)
+    loaders = _loaders(args)
+    results = run_cases(loaders, max_flows=args.max_flows)
+    if args.loco:
+        from ..validate.calibrate import leave_one_case_out
+
+        pairs = zip(loaders, results, strict=True)
+        cases = [None if result.error else load() for (_, load), result in pairs]
+        leave_one_case_out(cases, results)
     if args.format == "json":
         rows = [r.summary() for r in results]
         if args.detail:

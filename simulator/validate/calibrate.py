@@ -13,9 +13,10 @@ search on the simulator itself:
   latency for the path class the case's steps cross (nvlink, pcie or network): the
   small and mid sizes;
 * ``LL128.bandwidth`` and ``LL.bandwidth``: factors on those protocols' share of the link;
-* ``launch``: the host's issue cost per GPU, from the small-message floor (nccl-tests
-  reports the mean of back-to-back calls: a call costs the larger of the host's issue
-  time and the GPUs' time; see :func:`simulator.validate.nccl_tests.run_case`).
+* ``launch``: the host's issue cost per GPU, from the small-message floor of a run whose
+  processes drive several GPUs each (nccl-tests reports the mean of back-to-back calls:
+  a call costs the larger of the host's issue time and the GPUs' time; see
+  :func:`simulator.validate.nccl_tests.run_case`).
 
 The objective is the mean squared log error of the time over the sizes fitted on. To
 measure how well the fitted model *predicts*, :func:`fit_case` fits on every other size
@@ -31,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import build_schedule
-from ..collective.policy import NcclPolicy
+from ..collective.policy import NcclPolicy, protocol_model
 from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..errors import CcsimError
 from ..library.protocol import PROTOCOLS, Calibration, calibration_of
 from ..network.routing import path_class
-from .nccl_tests import MIB, SMALL, Case, case_graph, count_setting
+from .nccl_tests import MIB, SMALL, Case, CaseResult, case_graph, count_setting, run_case
 
 #: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
 #: most 4 data bytes per 8-byte line, LL128 at most 120 of 128 bytes.
@@ -99,8 +100,10 @@ class _CaseModel:
         self.ranks = layout.ranks
         self.sizes = np.array([size for size, _, _ in case.measured], dtype=float)
         self.measured_s = np.array([t for _, t, _ in case.measured]) * 1e-6
-        #: Per size, the protocol NCCL's policy runs it with (None: the fastest enabled).
+        #: Per size, the protocol NCCL's policy runs it with (None: the fastest enabled),
+        #: and what the plan records (its bandwidth factor).
         self.fixed: list[str | None] = [None] * len(self.sizes)
+        self.params: list[dict[str, Any]] = [{} for _ in self.sizes]
         if str(s.get("algorithm", "nccl")) == "nccl":
             # NCCL decides from its own tuning model, not from the constants fitted here,
             # so each size's schedule and protocol stay fixed while they are fitted.
@@ -113,6 +116,7 @@ class _CaseModel:
             planned = [policy.schedule(self.graph, self.op, float(size)) for size in self.sizes]
             self.schedules = [schedule for schedule, _, _ in planned]
             self.fixed = [protocol for _, protocol, _ in planned]
+            self.params = [params for _, _, params in planned]
         else:
             self.schedules = [
                 build_schedule(
@@ -174,7 +178,8 @@ class _CaseModel:
             if todo:
                 self.graph.graph["nccl"] = self.calibration(factors, 0.0)
                 for i in todo:
-                    times[i] = run_schedule(self.graph, self.schedules[i], protocol=name).time_s
+                    proto = protocol_model(self.graph, name, self.params[i])
+                    times[i] = run_schedule(self.graph, self.schedules[i], protocol=proto).time_s
             keep = np.array([self.fixed[i] in (None, name) for i in rows.tolist()])
             best = np.where(keep, np.minimum(best, times[rows]), best)
         return best
@@ -223,7 +228,12 @@ def fit_case(
     smallest = train[np.argsort(model.sizes[train])[:3]]
     floor = float(np.median(model.measured_s[smallest]))
     gpu = float(np.max(model.gpu_times(factors, smallest)))
-    launch = floor / model.per_process if floor > gpu else model.base.launch_s
+    # Only a process that drives several GPUs shows its issue cost as a floor that grows
+    # with them; with one GPU per process a floor above the simulated GPU time is the
+    # GPUs' own latency (fitted by the hops below), not the host's: a 2x A100 run's
+    # 36 us floor read as launch had made one 8-GPU process cost 8 x 36 us per call.
+    host_bound = floor > gpu and model.per_process > 1
+    launch = floor / model.per_process if host_bound else model.base.launch_s
     before = model.errors(factors, model.base.launch_s, test)
     # Efficiency: the plateau. Scale the bottleneck links' efficiency until the largest
     # size fitted on takes the measured time (twice: the latency share shifts a little).
@@ -260,3 +270,38 @@ def fit_case(
         before=before,
         after=model.errors(factors, launch, test),
     )
+
+
+def leave_one_case_out(cases: list[Case | None], results: list[CaseResult]) -> None:
+    """Predict every case its preset was fitted to without its own measurements: start
+    from the preset's ``unfitted`` constants (NCCL's own and physical figures), fit them
+    on each other case of the same preset in turn, and simulate the case
+    with the result. Sets ``loco`` and ``loco_source`` of the matching results; a case
+    the preset was not fitted to keeps ``loco`` None (its result is already a
+    prediction)."""
+    for case, result in zip(cases, results, strict=True):
+        if result.error or case is None:
+            continue
+        calibration = calibration_of(case_graph(case))
+        if case.name not in calibration.fitted_to:
+            continue
+        base = calibration.unfitted if calibration.unfitted is not None else Calibration()
+        preset = case.settings.get("preset")
+        others = [
+            other
+            for other, done in zip(cases, results, strict=True)
+            if other is not None
+            and other.name != case.name
+            and other.settings.get("preset") == preset
+            and not done.error
+        ]
+        for other in others:
+            # Every other size of the other run (as ``--fit`` does): half the cost of
+            # fitting on all of them, and the fit sees the whole range of sizes.
+            base = fit_case(other, holdout=True, rounds=2, base=base).calibration
+        result.loco = run_case(case, calibration=base)
+        result.loco_source = (
+            "fitted on " + ", ".join(other.name for other in others)
+            if others
+            else "the preset's unfitted constants (no other run of this preset)"
+        )

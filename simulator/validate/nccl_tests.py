@@ -14,7 +14,8 @@ busbw_ip``; the YAML sidecar says what ran::
     channels: 24            # optional: forced channel count (NCCL_MIN_CTAS), or auto
     chunks: 1               # optional: pipelining chunks (ccsim's), or auto
     gpus_per_process: 8     # nccl-tests -g: kernel launches one process issues per call
-    column: oop             # optional: oop (out-of-place, default) or ip
+    column: best            # optional: best (the faster of the two runs of a size, the
+                            # default), oop (out-of-place) or ip (in-place)
 
 A preset file named by a sidecar may sit in the same folder (it is not a sidecar: it has
 a ``server`` section). nccl-tests reports the mean of back-to-back calls: the host issues
@@ -52,7 +53,7 @@ from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
 from ..errors import CcsimError, shown
 from ..files import load_data, read_text
-from ..library.protocol import calibration_of
+from ..library.protocol import Calibration, calibration_of
 from ..topology import load_topology
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
@@ -97,6 +98,14 @@ class CaseResult:
     algorithms: list[str] = field(default_factory=list)
     channels: list[int] = field(default_factory=list)
     error: str = ""
+    #: The same run predicted without its own measurements: simulated with constants
+    #: fitted on the other cases only (see :mod:`simulator.validate.calibrate`). None
+    #: where the preset was not fitted to this run: the result above is then already
+    #: a prediction.
+    loco: CaseResult | None = None
+    loco_source: str = ""
+    #: Whether the preset's constants were fitted to this run (its ``fitted_to``).
+    fitted: bool = False
 
     def errors(self, what: str) -> np.ndarray:
         """Absolute relative errors: busbw for sizes >= 1 MiB ("busbw") or 1-32 MiB
@@ -114,11 +123,17 @@ class CaseResult:
     def summary(self) -> dict[str, Any]:
         """Row of the report: medians and maxima in percent (None where no size applies)."""
         row: dict[str, Any] = {"case": self.name, "error": self.error}
+        left_out = self.loco if self.loco is not None else None if self.fitted else self
         for what in ("busbw", "time", "mid"):
             values = self.errors(what) if not self.error else np.zeros(0)
             row[f"{what}_points"] = len(values)
             row[f"{what}_median_pct"] = float(np.median(values) * 100) if len(values) else None
             row[f"{what}_max_pct"] = float(np.max(values) * 100) if len(values) else None
+            values = left_out.errors(what) if left_out and not self.error else np.zeros(0)
+            row[f"loco_{what}_median_pct"] = float(np.median(values) * 100) if len(values) else None
+        row["loco_source"] = self.loco_source or (
+            "not computed (ccsim validate --loco)" if self.fitted else "not fitted to this run"
+        )
         return row
 
 
@@ -144,23 +159,34 @@ def load_case(sidecar: Path) -> Case:
                 f"{sidecar.name}: {key} must be a positive integer, got {shown(value)}"
             )
     table = sidecar.parent / str(settings.get("csv", sidecar.stem + ".csv"))
-    column = str(settings.get("column", "oop"))
-    if column not in ("oop", "ip"):
-        raise CcsimError(f"{sidecar.name}: column must be oop or ip, got {shown(column)}")
+    column = str(settings.get("column", "best"))
+    if column not in ("oop", "ip", "best"):
+        raise CcsimError(f"{sidecar.name}: column must be best, oop or ip, got {shown(column)}")
     measured = []
     text = read_text(table, what=f"nccl-tests table of {sidecar.name}")
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
-        need = {"bytes", f"time_us_{column}", f"busbw_{column}"}
-        if not need <= set(reader.fieldnames or ()):
+        fields = set(reader.fieldnames or ())
+        columns = [column] if column != "best" else ["oop", "ip"]
+        if column == "best" and not {"time_us_ip", "busbw_ip"} <= fields:
+            columns = ["oop"]
+        need = {"bytes"} | {f"{key}_{c}" for c in columns for key in ("time_us", "busbw")}
+        if not need <= fields:
             raise CcsimError(f"{table.name}: header must include {', '.join(sorted(need))}")
         for line, row in enumerate(reader, start=2):
             try:
+                # "best": the faster of the out-of-place and in-place runs of a size. Both
+                # run the same algorithm (nccl-tests only changes the output buffer), so
+                # the slower one differs by noise: a late warm-up or a busy host (e.g.
+                # 317 against 93 us at 1 MiB in H100-4N-AR-default-clusterB).
                 measured.append(
-                    (
-                        int(row["bytes"]),
-                        float(row[f"time_us_{column}"]),
-                        float(row[f"busbw_{column}"]),
+                    min(
+                        (
+                            int(row["bytes"]),
+                            float(row[f"time_us_{c}"]),
+                            float(row[f"busbw_{c}"]),
+                        )
+                        for c in columns
                     )
                 )
             except (TypeError, ValueError):
@@ -205,13 +231,18 @@ def check_case(case: Case, max_flows: int | None = None) -> None:
     )
 
 
-def run_case(case: Case, *, max_flows: int | None = None) -> CaseResult:
-    """Simulate every size of a case with the preset's calibrated model; ``max_flows``
-    is the resource guard's limit (:func:`check_case`)."""
+def run_case(
+    case: Case, calibration: Calibration | None = None, *, max_flows: int | None = None
+) -> CaseResult:
+    """Simulate every size of a case with the preset's calibrated model (or with
+    ``calibration`` instead of the preset's constants); ``max_flows`` is the resource
+    guard's limit (:func:`check_case`)."""
     s = case.settings
     check_case(case, max_flows)
     graph = case_graph(case)
-    calibration = calibration_of(graph)
+    fitted = case.name in calibration_of(graph).fitted_to
+    if calibration is None:
+        calibration = calibration_of(graph)
     per_process = int(s.get("gpus_per_process", 1))
     # nccl-tests reports the mean of back-to-back calls: the host issues call i+1 (one
     # kernel launch per GPU it drives) while the GPUs still run call i, so a call costs
@@ -220,7 +251,7 @@ def run_case(case: Case, *, max_flows: int | None = None) -> CaseResult:
     graph.graph["nccl"] = dataclasses.replace(calibration, launch_s=0.0)
     layout = rank_layout(graph)
     op = str(s.get("op", "all_reduce"))
-    result = CaseResult(case.name)
+    result = CaseResult(case.name, fitted=fitted)
     algorithm, protocol = str(s.get("algorithm", "nccl")), str(s.get("protocol", "auto"))
     chunks, channels = (count_setting(case, key) for key in ("chunks", "channels"))
     tuner = None
