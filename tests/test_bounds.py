@@ -23,7 +23,7 @@ CASES = [
 
 @pytest.mark.parametrize(("preset", "nodes", "algorithm", "op"), CASES)
 @pytest.mark.parametrize("size", [8, 2**20, 2**28])
-@pytest.mark.parametrize("protocol", [None, "LL", "Simple"])
+@pytest.mark.parametrize("protocol", [None, "LL", "LL128", "Simple"])
 def test_bound_never_exceeds_the_simulated_time(preset, nodes, algorithm, op, size, protocol):
     graph = load_topology(preset, nodes)
     schedule = build_schedule(algorithm, op, rank_layout(graph), size, chunks=4, channels=2)

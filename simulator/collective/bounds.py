@@ -4,8 +4,9 @@ Two bounds, the larger counts:
 
 * link load: every byte of a transfer crosses every link of its route, and no link
   carries more than its line rate, so a schedule takes at least ``max over links of
-  bytes / capacity`` (link efficiencies below 1, protocol flags, latencies and
-  dependencies only add to it);
+  bytes / capacity`` (latencies and dependencies only add to it); with a protocol, the
+  bytes are the protocol's wire bytes and the capacity the link type's efficiency of
+  line rate, as the replay moves them;
 * critical path: an op starts once the ops it waits for are done (or sent), takes at
   least its bytes over its route's slowest link, and is delivered at least its route's
   latency (or the protocol's hop latency for its path class, if larger) later; the
@@ -73,16 +74,32 @@ class LoadBound:
         smallest launch, base and hop latencies count too."""
         routes = route_ops(self.router, schedule, np.arange(schedule.n_ops))
         load = self.link_bytes(schedule, routes)
-        capacity = self.links.capacity[: len(load)]
-        bound = float(np.max(load / capacity)) if len(load) else 0.0
+        capacity = self.links.capacity
+        chosen = []
+        if protocols and calibration is not None:
+            chosen = [calibration.protocol(name) for name in protocols]
+            # A protocol run moves each op's bytes over its data share of the wire (LL's
+            # flags), on links at their type's efficiency: as the replay does, with the
+            # most generous of the protocols, so the bound stays below every one's run.
+            share = max(proto.bandwidth for proto in chosen)
+            efficiency = calibration.efficiency
+            # NVLS switch ops reach the "nvls" share on NVLink instead: the larger counts.
+            nvls = float(efficiency.get("nvls", 0.0))
+            scale = np.array(
+                [
+                    max(float(efficiency.get(kind, 1.0)), nvls if kind == "nvlink" else 0.0)
+                    for kind in self.links.kind
+                ]
+            )
+            capacity = capacity * scale * share
+        bound = float(np.max(load / capacity[: len(load)])) if len(load) else 0.0
         ptr, flat, latency = self.router.arrays()
         # Each op's own floor: bytes over its route's slowest link, then its latency.
-        slowest = np.minimum.reduceat(self.links.capacity[flat], ptr[:-1]) if len(flat) else []
+        slowest = np.minimum.reduceat(capacity[flat], ptr[:-1]) if len(flat) else []
         transfer = np.asarray(schedule.nbytes, dtype=float) / np.asarray(slowest)[routes]
         delay = latency[routes]
         start = 0.0
-        if protocols and calibration is not None:
-            chosen = [calibration.protocol(name) for name in protocols]
+        if chosen:
             start = calibration.launch_s + min(proto.base_s for proto in chosen)
             classes = np.array(_route_classes(self.links, ptr, flat))[routes]
             for cls in set(classes.tolist()):
