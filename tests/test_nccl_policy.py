@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.algorithms import build_schedule
+from simulator.algorithms import build_schedule, get_algorithm
 from simulator.cli import main
 from simulator.collective import NcclPolicy, rank_layout, run_schedule, simulate_collective
 from simulator.collective.policy import protocol_model
@@ -195,16 +195,17 @@ def test_the_command_line_default_is_nccl(capsys):
     assert "#   268435456  Ring Simple channels 24" in out
 
 
-@pytest.mark.parametrize("nodes", [1, 2])
-def test_nvls_channels_are_copies_on_the_same_links(nodes):
-    """The policy simulates NCCL's 16 NVLS channels as one: same bytes on the same links,
-    so the same time (what lets it skip 15/16 of the flows)."""
+@pytest.mark.parametrize(("algorithm", "nodes"), [("nvls", 1), ("nvls", 2), ("nvls-tree", 2)])
+def test_nvls_channels_are_copies_on_the_same_links(algorithm, nodes):
+    """The policy and the tuner simulate NCCL's 16 NVLS / NVLS-tree channels as one: same
+    bytes on the same links, so the same time (what lets them skip 15/16 of the flows)."""
+    assert get_algorithm(algorithm).channels_are_copies
     times = [
         simulate_collective(
             "dgx-h100",
             "all_reduce",
             2**28,
-            "nvls",
+            algorithm,
             nodes=nodes,
             channels=c,
             chunks=8,

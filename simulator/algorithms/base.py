@@ -44,6 +44,10 @@ class Algorithm(ABC):
     ops: tuple[str, ...] = ()
     #: One line for ``--help`` and listings.
     description: str = ""
+    #: Whether one channel already spreads over every link the algorithm uses, so that
+    #: C channels are C identical copies on the same links: the same time with C times
+    #: the flows (the tuner and the NCCL policy then run one).
+    channels_are_copies: bool = False
 
     def unsupported(self, op: str, layout: RankLayout) -> str | None:
         """Why this algorithm cannot run ``op`` on ``layout``, or None if it can."""

@@ -150,6 +150,7 @@ class Nvls(Algorithm):
     """In-switch reduction and multicast (NVLink SHARP) inside one NVSwitch domain."""
 
     name = "nvls"
+    channels_are_copies = True
     ops = ("all_reduce", "reduce_scatter", "all_gather")
     description = (
         "NVLink SHARP: the NVSwitch reduces and multicasts (H100 and later); rings across servers"

@@ -150,6 +150,7 @@ class NvlsTree(AcrossServers):
     """NCCL's NVLS-tree: in-NVSwitch reduction and multicast, a double binary tree across."""
 
     name = "nvls-tree"
+    channels_are_copies = True
     description = (
         "NCCL NVLS-tree all-reduce: NVSwitch reduces and multicasts, double binary tree across"
     )

@@ -21,7 +21,7 @@ from typing import Any
 
 import networkx as nx
 
-from ..algorithms import algorithm_names, build_schedule
+from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.chain import ROOTED_OPS
 from ..algorithms.schedule import Schedule
 from ..errors import CcsimError, unknown_choice
@@ -169,7 +169,7 @@ class NcclPolicy:
         # and NICs, so their channels are identical copies on the same links: one
         # carries the same bytes at the same rates (checked equal to 1e-12 in the tests)
         # with 1/C of the flows.
-        built = 1 if name in ("nvls", "nvls-tree") else channels
+        built = 1 if get_algorithm(name).channels_are_copies else channels
         extra = {
             "nccl_algorithm": choice.algorithm,
             "nccl_time_us": choice.time_us,

@@ -378,7 +378,10 @@ class AutoTuner:
             )
         for name in names:
             mine: Choice | None = None  # this algorithm's best over channel counts
-            for c in channel_counts:
+            counts = channel_counts
+            if self.channels == "auto" and get_algorithm(name).channels_are_copies:
+                counts = channel_counts[:1]  # more channels: the same time, more flows
+            for c in counts:
                 # Prune only when there is a choice to make: a candidate whose link load
                 # alone is slower than the best so far cannot win.
                 cutoff = min(
