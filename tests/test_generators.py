@@ -64,7 +64,7 @@ def test_one_f_one_b_step_time():
     parameter it holds (its layers plus the embedding) at HBM speed."""
     p, m = 4, 8
     workload = megatron(SMALL, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m)
-    _, result = run_workload(workload, fast_ring(p))
+    _, result = run_workload(workload, fast_ring(p), algorithm="ring")
     t_f = SMALL.layers / p * SMALL.layer_forward_flops(SMALL.seq) / A100_GEMM
     t_b = 3 * t_f
     stage0_params = SMALL.layers / p * SMALL.layer_params + SMALL.vocab * SMALL.hidden
@@ -123,7 +123,7 @@ def test_aicb_tensor_parallel_layer(tmp_path):
     workload = load_aicb(path)
     assert workload.ranks == 4
     assert sorted(g.ranks for g in workload.groups.values() if g.kind == "TP") == [[0, 1], [2, 3]]
-    _, result = run_workload(workload, ring_graph(4, 100e9, 0.0))
+    _, result = run_workload(workload, ring_graph(4, 100e9, 0.0), algorithm="ring")
     assert result.step_s == pytest.approx(7.5e-3, rel=1e-9)
 
 
@@ -133,7 +133,7 @@ def test_aicb_gradient_accumulation_and_dp_overlap(tmp_path):
     1 ms is exposed communication."""
     path = tmp_path / "dp.txt"
     path.write_text(AICB_DP)
-    _, result = run_workload(load_aicb(path), ring_graph(2, 100e9, 0.0))
+    _, result = run_workload(load_aicb(path), ring_graph(2, 100e9, 0.0), algorithm="ring")
     assert result.step_s == pytest.approx(7e-3, rel=1e-9)
     assert result.mean("exposed_s") == pytest.approx(1e-3, rel=1e-9)
 

@@ -209,9 +209,10 @@ def test_the_nccl_estimate_is_what_the_policy_builds():
 
 
 def test_workload_and_generator_estimates_count_ops_and_transfers():
-    """ddp on 8 ranks: 1,160 ops (5 flows each) and 48 ring all-reduces of 112 transfers;
-    the generator estimate scales ops per rank to the ranks asked for."""
-    assert workload_estimate(ddp(ranks=8)).flows == 1160 * 5 + 48 * 112
+    """ddp on 8 ranks: 1,160 ops (5 flows each) and 48 equal ring all-reduces of 112
+    transfers, one schedule kept and one call in flight at a time; the generator estimate
+    scales ops per rank to the ranks asked for."""
+    assert workload_estimate(ddp(ranks=8)).flows == 1160 * 5 + 2 * 112
     assert generator_estimate("ddp", {"ranks": 8}).flows == 1160 * 5
     assert generator_estimate("ddp", {"ranks": "many"}) is None  # the generator says why
 

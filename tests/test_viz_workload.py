@@ -88,7 +88,7 @@ def hand_workload():
 @pytest.fixture(scope="module")
 def hand():
     graph = two_servers()
-    run, _ = run_workload(hand_workload(), graph)
+    run, _ = run_workload(hand_workload(), graph, algorithm="ring")
     return run, graph
 
 
@@ -216,7 +216,7 @@ def nine_servers():
             )
     trace = {"format": "ccsim-workload/1", "name": "wide", "ranks": 72, "groups": groups}
     graph = load_topology("dgx-a100", 9)
-    run, _ = run_workload({**trace, "ops": ops}, graph)
+    run, _ = run_workload({**trace, "ops": ops}, graph, algorithm="ring")
     return workload_timeline(run, graph)
 
 
@@ -243,7 +243,7 @@ def test_a_graph_without_servers_groups_ranks_in_blocks():
     graph = ring_graph(2, 100e9, 0.0)
     for node in graph.nodes:
         del graph.nodes[node]["server"]
-    run, _ = run_workload(hand_workload(), graph)
+    run, _ = run_workload(hand_workload(), graph, algorithm="ring")
     timeline = workload_timeline(run, graph)
     assert {t.group for t in timeline.tracks} == {""}
     assert [t.category for t in timeline.tracks[:2]] == ["ranks 0-1 compute", "ranks 0-1 comm"]
@@ -269,7 +269,8 @@ def inputs(tmp_path_factory):
 def test_run_writes_timeline_trace_and_report(tmp_path, inputs, capsys):
     workload, topology = inputs
     png, trace, report = tmp_path / "t.png", tmp_path / "t.json", tmp_path / "report"
-    argv = ["run", str(workload), "--topology", str(topology), "--timeline", str(png)]
+    argv = ["run", str(workload), "--topology", str(topology), "--algo", "ring"]
+    argv += ["--timeline", str(png)]
     argv += ["--trace", str(trace), "--report", str(report)]
     assert main(argv) == 0
     assert "step time" in capsys.readouterr().out  # the table still prints
@@ -320,7 +321,8 @@ def test_non_empty_report_folder_is_refused_before_the_replay(tmp_path, inputs):
     folder = tmp_path / "out"
     folder.mkdir()
     (folder / "notes.txt").write_text("mine")
-    argv = ["run", str(workload), "--topology", str(topology), "--report", str(folder)]
+    argv = ["run", str(workload), "--topology", str(topology), "--algo", "ring"]
+    argv += ["--report", str(folder)]
     done = run_cli(*argv)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -355,7 +357,7 @@ def test_a_plain_run_does_not_load_matplotlib(inputs):
     workload, topology = inputs
     code = (
         "import sys; from simulator.cli import main; "
-        f"main(['run', {str(workload)!r}, '--topology', {str(topology)!r}]); "
+        f"main(['run', {str(workload)!r}, '--topology', {str(topology)!r}, '--algo', 'ring']); "
         "print('matplotlib' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

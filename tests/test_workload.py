@@ -2,7 +2,9 @@
 
 Unless said otherwise the topology is two GPUs joined by one full-duplex 100 GB/s link
 with no latency: a ring all-reduce of n bytes on 2 ranks moves n/2 bytes each way twice,
-taking 2 x (n/2) / 100e9 = n / 1e11 s; 1e8 bytes take exactly 1 ms.
+taking 2 x (n/2) / 100e9 = n / 1e11 s; 1e8 bytes take exactly 1 ms. Collectives run as
+ring on the ideal model (algorithm="ring"); tests/test_workload_policy.py covers the
+default, the topology's library.
 """
 
 import pytest
@@ -71,7 +73,9 @@ def test_bucketed_backward_exposed_communication():
     layer ends at 5, the stream frees at 5) and ends at 6; AR2 is ready at 6, ends at 9.
     Communication busy: 3-9 = 6 ms; overlapped with compute: 3-6 = 3 ms; exposed: 3 ms;
     step 9 ms."""
-    _run, result = run_workload(workload(ddp_ops([3, 2, 1], [2e8, 1e8, 3e8])), two_gpus())
+    _run, result = run_workload(
+        workload(ddp_ops([3, 2, 1], [2e8, 1e8, 3e8])), two_gpus(), algorithm="ring"
+    )
     assert result.step_s == pytest.approx(9 * MS, rel=1e-9)
     for rank in result.ranks:
         assert rank.compute_s == pytest.approx(6 * MS, rel=1e-9)
@@ -99,15 +103,15 @@ def test_communication_slows_overlapping_compute():
                 "bytes": 1e8,
             }
         )
-    slow, result = run_workload(workload(ops), two_gpus(), comm_slowdown=0.5)
+    slow, result = run_workload(workload(ops), two_gpus(), comm_slowdown=0.5, algorithm="ring")
     assert slow.records.end_s[0] == pytest.approx(4.5 * MS, rel=1e-9)
     assert result.step_s == pytest.approx(4.5 * MS, rel=1e-9)
-    fast, _ = run_workload(workload(ops), two_gpus(), comm_slowdown=0.0)
+    fast, _ = run_workload(workload(ops), two_gpus(), comm_slowdown=0.0, algorithm="ring")
     assert fast.records.end_s[0] == pytest.approx(4 * MS, rel=1e-9)
     # Copy-engine transports do not slow compute.
     graph = two_gpus()
     graph.graph["comm_engine"] = "sdma"
-    sdma, _ = run_workload(workload(ops), graph, comm_slowdown=0.5)
+    sdma, _ = run_workload(workload(ops), graph, comm_slowdown=0.5, algorithm="ring")
     assert sdma.records.end_s[0] == pytest.approx(4 * MS, rel=1e-9)
 
 
@@ -136,7 +140,7 @@ def test_members_arriving_at_different_times():
             "deps": ["c1"],
         },
     ]
-    run, result = run_workload(workload(ops), two_gpus())
+    run, result = run_workload(workload(ops), two_gpus(), algorithm="ring")
     assert run.records.issue_s.tolist() == pytest.approx([0, 0, 1 * MS, 3 * MS])
     assert run.records.start_s[2] == pytest.approx(3 * MS)
     assert run.records.end_s[2:].tolist() == pytest.approx([4 * MS, 4 * MS], rel=1e-9)
@@ -162,7 +166,7 @@ def test_concurrent_collectives_share_the_network():
                 }
             )
     groups = {"s1": {"kind": "DP", "ranks": [0, 1]}, "s2": {"kind": "TP", "ranks": [0, 1]}}
-    run, result = run_workload(workload(ops, groups=groups), two_gpus())
+    run, result = run_workload(workload(ops, groups=groups), two_gpus(), algorithm="ring")
     assert run.records.end_s.tolist() == pytest.approx([2 * MS] * 4, rel=1e-9)
     # Exposed time (2 ms per rank) is split equally between the two dimensions.
     assert result.exposed_by_kind == {"DP": pytest.approx(MS), "TP": pytest.approx(MS)}
@@ -178,7 +182,7 @@ def test_pipeline_send_recv_and_bubble():
         {"id": "r1", "rank": 1, "kind": "recv", "peer": 0, "bytes": 1e8},
         {"id": "f1", "rank": 1, "kind": "compute", "duration": "1ms", "deps": ["r1"]},
     ]
-    _, result = run_workload(workload(ops, groups={}), two_gpus())
+    _, result = run_workload(workload(ops, groups={}), two_gpus(), algorithm="ring")
     assert result.step_s == pytest.approx(3 * MS, rel=1e-9)
     assert result.ranks[1].waiting_s == pytest.approx(1 * MS, rel=1e-9)
     assert [r.bubble_s for r in result.ranks] == pytest.approx([1 * MS, 0.0], abs=1e-12)
@@ -194,10 +198,12 @@ def test_flops_use_the_device_roofline():
         {"id": "g", "rank": 0, "kind": "compute", "flops": 1e12},
         {"id": "m", "rank": 1, "kind": "compute", "flops": 1e6, "bytes": 2.039e9},
     ]
-    run, _ = run_workload(workload(ops, groups={}), two_gpus(model="A100-SXM4-80GB"))
+    run, _ = run_workload(
+        workload(ops, groups={}), two_gpus(model="A100-SXM4-80GB"), algorithm="ring"
+    )
     assert run.records.end_s.tolist() == pytest.approx([1e12 / (312e12 * 0.7), 1 * MS], rel=1e-9)
     with pytest.raises(WorkloadError, match="device model"):
-        run_workload(workload(ops, groups={}), two_gpus())
+        run_workload(workload(ops, groups={}), two_gpus(), algorithm="ring")
 
 
 def test_a_member_that_never_issues_is_a_deadlock():
@@ -279,7 +285,7 @@ def test_round_trip_through_a_file(tmp_path):
     first.save(path)
     again = load_workload(path)
     assert again.to_dict() == first.to_dict()
-    _, result = run_workload(again, two_gpus())
+    _, result = run_workload(again, two_gpus(), algorithm="ring")
     assert result.step_s == pytest.approx(9 * MS, rel=1e-9)
 
 
@@ -324,16 +330,16 @@ def test_protocol_model_applies_to_collectives():
 
     graph = two_gpus()
     graph.graph["nccl"] = Calibration(launch_s=2e-6)
-    run, _ = run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="LL")
+    run, _ = run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="LL", algorithm="ring")
     expected = MS + 2e-6 + 6.6e-6 + 2 * (0.6e-6 + 4e6 / 25e9)
     assert run.records.end_s.max() == pytest.approx(expected, rel=1e-9)
     # auto: the fastest protocol for each collective alone (here Simple at 8 MB: 8.4 us
     # base + 2 x (3.4 us + 40 us), against LL's 2 x 160 us).
-    run, _ = run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="auto")
+    run, _ = run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="auto", algorithm="ring")
     expected = MS + 2e-6 + 8.4e-6 + 2 * (3.4e-6 + 4e6 / 100e9)
     assert run.records.end_s.max() == pytest.approx(expected, rel=1e-9)
     with pytest.raises(CcsimError, match="unknown protocol 'LL64'"):
-        run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="LL64")
+        run_workload(workload(ddp_ops([1.0], [8e6])), graph, protocol="LL64", algorithm="ring")
 
 
 def test_cli_run_takes_the_protocol_model(capsys):

@@ -11,6 +11,7 @@ import argparse
 import math
 import sys
 
+from ..algorithms import algorithm_names
 from ..collective.guards import check_flows, cluster_of
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_size
@@ -52,11 +53,18 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--algo",
-        default="ring",
+        default=None,
         metavar="NAME",
-        help="algorithm for collectives that do not name one, or auto: per group, operation "
-        "and size, every algorithm with its chunks searched as collective --chunks auto "
-        "does, the fastest simulated kept (default: %(default)s)",
+        help="who runs the collectives that do not name an algorithm. Default: the "
+        "preset's library (hccl for the Ascend presets, else nccl), the realistic "
+        "prediction: each call runs what the library chooses for that operation and size "
+        "on its group's own GPUs (nccl: its algorithm, protocol and channels on the "
+        "preset's calibrated protocol model; hccl: its algorithm on the ideal model), "
+        "decided once per group shape, operation and size; nccl or hccl ask for one. Or "
+        "an algorithm, " + ", ".join(algorithm_names()) + ", run as given (the ideal "
+        "line-rate model unless --proto is given); or auto: per group, operation and size, "
+        "every algorithm with its chunks searched as collective --chunks auto does, the "
+        "fastest simulated kept: an ideal scheduler rather than a library",
     )
     run.add_argument(
         "--comm-slowdown",
@@ -183,7 +191,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
         per_server = cluster_of(args.topology).ranks
         nodes = max(1, math.ceil(workload.ranks / per_server))
     cluster = cluster_of(args.topology, nodes, fabric=args.fabric)
-    check_flows(workload_estimate(workload, args.algo).plus(cluster.estimate()), args.max_flows)
+    check_flows(cluster.estimate(), args.max_flows)  # before a library's model is consulted
+    estimate = workload_estimate(workload, args.algo, cluster=cluster, protocol=args.proto)
+    check_flows(estimate.plus(cluster.estimate()), args.max_flows)
     graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     replay = WorkloadReplay(
@@ -197,14 +207,15 @@ def _cmd_run(args: argparse.Namespace) -> None:
     with simulated_time(f"ccsim run {workload.name}") as progress:  # on a terminal, if slow
         run = replay.run(progress)
     result = breakdown(run)
+    algorithm = run.algorithm + (" (the preset's library)" if args.algo is None else "")
     title = (
         f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
-        f"{workload.ranks} ranks | algorithm {args.algo} | "
+        f"{workload.ranks} ranks | algorithm {algorithm} | "
         f"comm slowdown {args.comm_slowdown}" + (f" | protocol {args.proto}" if args.proto else "")
     )
     if args.format == "json":
         text = to_json(
-            [_summary_row(workload.name, result)]
+            [_summary_row(workload.name, result, run.algorithm)]
             + ([vars(r) for r in result.ranks] if args.per_rank else [])
         )
     elif args.format == "csv":
@@ -220,7 +231,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
             graph,
             # The report keeps every rank's row whatever --per-rank says.
             table=breakdown_table(result, title=title, per_rank=True),
-            summary=_summary_row(workload.name, result),
+            summary=_summary_row(workload.name, result, run.algorithm),
             ranks=[vars(r) for r in result.ranks],
             timeline=args.timeline,
             trace=args.trace,
@@ -233,7 +244,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
                 "workload": args.workload,
                 "topology": args.topology,
                 "nodes": nodes,
-                "algorithm": args.algo,
+                "algorithm": run.algorithm,
                 "comm_slowdown": args.comm_slowdown,
                 "reduce_bandwidth_Bps": reduce_bw,
                 "protocol": args.proto,
@@ -245,8 +256,8 @@ def _cmd_run(args: argparse.Namespace) -> None:
         )
 
 
-def _summary_row(name: str, result: Breakdown) -> dict:
-    row = {"workload": name, **result.summary()}
+def _summary_row(name: str, result: Breakdown, algorithm: str) -> dict:
+    row = {"workload": name, "algorithm": algorithm, **result.summary()}
     row["exposed_by_kind_s"] = result.exposed_by_kind
     row["exposed_by_call_s"] = result.exposed_by_call
     return row

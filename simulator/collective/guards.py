@@ -29,7 +29,6 @@ import networkx as nx
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..errors import CcsimError
-from ..library.hccl import hccl_choice
 from ..topology import load_topology
 from ..topology.graph import gpu_nodes
 from .policy import POLICIES, HcclPolicy, NcclPolicy, library_of, library_policy
@@ -301,9 +300,8 @@ def _library_runs(
 ) -> list[tuple[float, str, int, int]]:
     """(size, schedule, chunks, channels built) a library policy runs at each size on
     the whole cluster, from its model of a 2-server proxy with the server count set to
-    the cluster's (NCCL's and HCCL's models see a server and how many there are): NCCL's
-    :meth:`~.policy.NcclPolicy.plan`, HCCL's choice as :meth:`~.policy.HcclPolicy.simulate`
-    runs it."""
+    the cluster's (NCCL's and HCCL's models see a server and how many there are): their
+    ``plan`` methods."""
     proxy = cluster.proxy()
     policy = library_policy(name, proxy, protocol=protocol, channels=channels, chunks=chunks)
     runs = []
@@ -320,11 +318,8 @@ def _library_runs(
         if cluster.servers > 2:
             system = dataclasses.replace(system, servers=cluster.servers)
         for size in sizes:
-            choice = hccl_choice(system, op, float(size), algo=policy.algo)
-            runs.append(
-                (size, choice.schedule, policy.chunks or choice.chunks,
-                 policy.channels or choice.channels)
-            )  # fmt: skip
+            plan = policy.plan(system, op, float(size))
+            runs.append((size, plan.schedule, plan.chunks, plan.built))
     return runs
 
 

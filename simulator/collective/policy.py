@@ -61,7 +61,8 @@ MAX_CHUNKS = 32
 class Plan:
     """A library's choice for one call as a ccsim configuration: the schedule, its
     protocol (None: the ideal model), the library's channels, the chunks, the channels
-    the schedule is built with, and what to record of the choice."""
+    the schedule is built with, what to record of the choice, and the schedule's other
+    build options (HCCL's ``intra``)."""
 
     schedule: str
     protocol: str | None
@@ -69,6 +70,7 @@ class Plan:
     chunks: int
     built: int
     params: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class NcclPolicy:
@@ -279,6 +281,18 @@ class HcclPolicy:
         """HCCL's algorithm for this call and the ccsim schedule that runs it."""
         return hccl_choice(self.system(graph), op, float(size_bytes), algo=self.algo)
 
+    def plan(self, system: HcclSystem, op: str, size_bytes: float) -> Plan:
+        """HCCL's choice for one call on ``system`` as a ccsim configuration (no
+        protocol: HCCL runs on the ideal line-rate model)."""
+        choice = hccl_choice(system, op, float(size_bytes), algo=self.algo)
+        channels = self.channels or choice.channels
+        chunks = self.chunks or choice.chunks
+        params = {
+            "hccl_algorithm": choice.algorithm, "hccl_executor": choice.executor,
+            "hccl_loops": choice.loops,
+        }  # fmt: skip
+        return Plan(choice.schedule, None, channels, chunks, channels, params, choice.options)
+
     def simulate(
         self,
         graph: nx.Graph,
@@ -293,19 +307,17 @@ class HcclPolicy:
         ``chunks``, and ``intra``, how a two-level schedule runs level0: "mesh" or
         "ring"). ``root`` is accepted for symmetry; HCCL's modelled operations have
         none. ``progress`` is :func:`~simulator.collective.run.run_schedule`'s."""
-        choice = self.choose(graph, op, size_bytes)
-        channels = self.channels or choice.channels
-        chunks = self.chunks or choice.chunks
+        plan = self.plan(self.system(graph), op, size_bytes)
         schedule = build_schedule(
-            choice.schedule, op, rank_layout(graph), float(size_bytes), chunks=chunks,
-            channels=channels, **choice.options,
+            plan.schedule, op, rank_layout(graph), float(size_bytes), chunks=plan.chunks,
+            channels=plan.built, **plan.options,
         )  # fmt: skip
         result = run_schedule(
             graph, schedule, reduce_bandwidth=self.reduce_bandwidth, progress=progress
         )
         result.params.update(
-            policy="hccl", hccl_algorithm=choice.algorithm, hccl_executor=choice.executor,
-            hccl_loops=choice.loops, channels=channels, chunks=chunks, **choice.options,
+            policy="hccl", **plan.params, channels=plan.channels, chunks=plan.chunks,
+            **plan.options,
         )  # fmt: skip
         return result
 

@@ -230,6 +230,7 @@ class ScheduleReplay:
                 self._on_rank_done(finished)
         self._release(ops, self._done_ptr, self._done_idx)
         if self._done_count == self.schedule.n_ops:
+            self.network.release(self._owner)
             self.finished.succeed()
 
     def stuck_ops(self) -> np.ndarray:

@@ -98,7 +98,7 @@ class FlowNetwork:
         # Active incidence: flow slot and link, one entry per (flow, link) pair.
         self._inc_flow = np.zeros(0, dtype=np.int64)
         self._inc_link = np.zeros(0, dtype=np.int64)
-        self._owners: list[FlowOwner] = []
+        self._owners: list[FlowOwner | None] = []
         self._pending: list[np.ndarray] = []
         self._settle_scheduled = False
         self._in_wake = False
@@ -143,6 +143,11 @@ class FlowNetwork:
         """Register a flow owner; returns the id to pass to :meth:`add_flows`."""
         self._owners.append(owner)
         return len(self._owners) - 1
+
+    def release(self, owner: int) -> None:
+        """Forget a registered owner that will add no more flows and has none left (a
+        finished collective), so that a long replay does not keep every one alive."""
+        self._owners[owner] = None
 
     def route_ids(
         self, src_ranks: np.ndarray, dst_ranks: np.ndarray, labels: np.ndarray | None = None
@@ -350,8 +355,9 @@ class FlowNetwork:
         try:
             for owner in np.unique(owners).tolist():
                 mine = owners == owner
-                self._owners[owner].on_sent(ops[mine])
-                self._deliver_later(self._owners[owner].on_delivered, ops[mine], latency[mine])
+                target = self._owners[owner]  # on_sent may finish and release it
+                target.on_sent(ops[mine])
+                self._deliver_later(target.on_delivered, ops[mine], latency[mine])
         finally:
             self._in_wake = False
         self._settle(done)

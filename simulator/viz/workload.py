@@ -33,7 +33,7 @@ Examples
 >>> trace = {"format": "ccsim-workload/1", "name": "toy", "ranks": 2, "ops": ops,
 ...          "groups": {"dp": {"kind": "DP", "ranks": [0, 1]}}}
 >>> graph = simulator.ring_graph(2, 100e9, 0.0)
->>> run, _ = run_workload(trace, graph)
+>>> run, _ = run_workload(trace, graph, algorithm="ring")
 >>> t = workload_timeline(run, graph)
 >>> [track.name for track in t.tracks]
 ['rank 0 compute', 'rank 0 comm', 'rank 1 compute', 'rank 1 comm']

@@ -11,6 +11,7 @@ from ..topology import load_topology
 from .devices import DEVICES, Device, device_for
 from .engine import WorkloadReplay, WorkloadRun
 from .metrics import Breakdown, breakdown
+from .presets import resolve_workload
 from .trace import Workload, WorkloadError, load_workload, parse_workload
 
 
@@ -19,19 +20,26 @@ def run_workload(
     topology: str | Path | nx.Graph,
     *,
     nodes: int | None = None,
-    algorithm: str = "ring",
+    algorithm: str | None = None,
     comm_slowdown: float = 0.0,
     reduce_bandwidth: float | None = None,
     protocol: str | None = None,
 ) -> tuple[WorkloadRun, Breakdown]:
     """Replay a workload on a topology; return the raw run and its breakdown.
 
+    ``algorithm`` None (the default) runs each collective as the topology's library
+    (NCCL, or HCCL on the Ascend presets) would for its group, operation and size;
+    "nccl" or "hccl" names one; a registered algorithm runs every collective as given
+    and "auto" the fastest ccsim finds (see :class:`WorkloadReplay`).
     ``comm_slowdown`` is the fraction by which compute slows while communication that
     uses GPU cores overlaps it on the same rank. ``protocol`` (LL, LL128, Simple or
-    auto) turns on the calibrated protocol model for the collectives (None: ideal).
+    auto) forces NCCL's protocol, or, with an algorithm run as given, turns on the
+    calibrated protocol model for its collectives (None: ideal).
     """
-    if not isinstance(workload, Workload):
+    if isinstance(workload, dict):
         workload = load_workload(workload)
+    elif not isinstance(workload, Workload):  # a preset name or a file, as ccsim run takes
+        workload = resolve_workload(workload)
     graph = load_topology(topology, nodes)
     run = WorkloadReplay(
         workload,

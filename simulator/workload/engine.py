@@ -8,6 +8,16 @@ and transfers of every rank share one :class:`~simulator.network.flows.FlowNetwo
 several collectives in flight contend for links. A rank is done with a collective when
 all transfers it sends or receives are done.
 
+Who decides how a collective runs: by default the topology's communication library
+(:func:`~simulator.collective.policy.library_of`: NCCL, or HCCL on the Ascend presets).
+Each call then runs what the library would choose for that operation and size on that
+group's own GPUs, as a communicator over them sees them (its ranks, the servers it spans
+and its GPUs in each, their NVLink / NVLS and their own NICs): the algorithm, protocol,
+channels and chunks of :class:`~simulator.collective.policy.NcclPolicy` or
+:class:`~simulator.collective.policy.HcclPolicy`, decided once per group shape,
+operation and size. A registered algorithm instead runs every collective as given, and
+"auto" the fastest ccsim finds for each.
+
 Interference: communication kernels that run on GPU cores (NCCL's) slow compute that
 overlaps them. While ``k >= 1`` such communications are in flight on a rank, its compute
 progresses at ``1 - comm_slowdown`` of full speed. Communication by copy engines (SDMA)
@@ -28,9 +38,20 @@ import simpy
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..algorithms.schedule import Schedule
+from ..collective.policy import (
+    POLICIES,
+    HcclPolicy,
+    NcclPolicy,
+    library_of,
+    library_policy,
+    protocol_model,
+)
 from ..collective.replay import ScheduleReplay, reduce_bandwidths
-from ..errors import CcsimError
-from ..library.protocol import calibration_of
+from ..errors import CcsimError, unknown_choice
+from ..library.hccl import OPS as HCCL_OPS
+from ..library.hccl import HcclSystem
+from ..library.nccl import NcclSystem
+from ..library.protocol import Protocol, calibration_of
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, device_for
@@ -48,12 +69,23 @@ class OpRecord:
 
 @dataclass
 class WorkloadRun:
-    """Raw outcome of a replay; :mod:`simulator.workload.metrics` turns it into figures."""
+    """Raw outcome of a replay; :mod:`simulator.workload.metrics` turns it into figures.
+
+    ``algorithm`` is what ran the collectives that name no algorithm: a library policy
+    ("nccl", "hccl"), a registered algorithm or "auto". ``choices[k]`` is how the k-th
+    collective call (``workload.instances[k]``) ran, None for one that moved nothing:
+    ``algorithm`` (the ccsim schedule), ``protocol`` (None: the ideal model),
+    ``channels``, ``chunks`` and, where a library chose, ``policy`` and what it
+    records of its choice (NCCL's ``nccl_algorithm`` and ``nccl_time_us``; HCCL's
+    ``hccl_algorithm``, ...). Calls that ran alike share one dict.
+    """
 
     workload: Workload
     records: OpRecord
     stats: NetworkStats
     links: dict[str, list] = field(repr=False, default_factory=dict)
+    algorithm: str = ""
+    choices: list[dict | None] = field(repr=False, default_factory=list)
 
 
 class _Compute:
@@ -70,14 +102,41 @@ class _Compute:
 
 
 class WorkloadReplay:
-    """Replays ``workload`` on ``graph`` (one GPU per rank, rank r on topology rank r)."""
+    """Replays ``workload`` on ``graph`` (one GPU per rank, rank r on topology rank r).
+
+    Parameters
+    ----------
+    algorithm : str, optional
+        Who runs the collectives that name no algorithm. None (the default): the
+        topology's communication library (:func:`~simulator.collective.policy.library_of`),
+        the realistic prediction; "nccl" or "hccl" ask for one by name. Each call runs
+        the library's choice for its group, operation and size (see the module
+        docstring); a call's ``chunks`` or ``channels`` other than 1 force the
+        library's (as NCCL_MIN_CTAS = NCCL_MAX_CTAS does for channels). HCCL's model
+        covers all-reduce, all-gather and reduce-scatter; its other operations run the
+        first algorithm that can (pairwise for all-to-all). A registered algorithm runs
+        every call as given, on the ideal model unless ``protocol``; "auto" the fastest
+        algorithm and chunks found by simulating each group's call alone.
+    comm_slowdown : float
+        Fraction by which compute slows while communication on GPU cores overlaps it.
+    device : Device, optional
+        What times compute ops given in FLOPs (default: from the GPUs' model).
+    reduce_bandwidth : float, optional
+        Bytes/s of local reductions on every GPU (default: the topology's).
+    protocol : str, optional
+        With a library: None or "auto" let NCCL pick; "LL", "LL128" or "Simple" force
+        one, as NCCL_PROTO does (HCCL has none). With an algorithm run as given: the
+        calibrated protocol model (:mod:`simulator.library.protocol`) for every call,
+        "auto" the fastest for each (None: the ideal model). Calls that name their own
+        algorithm under NCCL run it with the fastest of its protocols.
+    """
 
     def __init__(
         self,
         workload: Workload,
         graph: nx.Graph,
         *,
-        algorithm: str = "ring",
+        algorithm: str | None = None,
         comm_slowdown: float = 0.0,
         device: Device | None = None,
         reduce_bandwidth: float | None = None,
@@ -93,25 +152,41 @@ class WorkloadReplay:
             raise CcsimError(f"comm_slowdown must be in [0, 1), got {comm_slowdown!r}")
         if graph.graph.get("comm_engine") == "sdma":
             comm_slowdown = 0.0  # copy engines leave the GPU cores to compute
-        if algorithm != "auto":
-            get_algorithm(algorithm)  # an unknown name fails now, listing the valid ones
+        algorithm = library_of(graph) if algorithm is None else algorithm
+        valid = ("auto", *POLICIES, *algorithm_names())
+        if algorithm not in valid:
+            raise unknown_choice("algorithm", algorithm, valid)
         self.workload = workload
         self.graph = graph
         self.algorithm = algorithm
         self.comm_slowdown = comm_slowdown
         self.env = simpy.Environment()
-        # With a protocol, the calibrated model of simulator.library.protocol applies to every
-        # collective: links at their efficiency, per-step latencies, and a launch plus
-        # base latency before each call; "auto" picks, per collective, the protocol
-        # fastest for it alone (as NCCL's tuner does per call).
+        # A library decides per call (its policy); otherwise, with a protocol, the
+        # calibrated model of simulator.library.protocol applies to every collective:
+        # links at their efficiency, per-step latencies, and a launch plus base latency
+        # before each call; "auto" picks, per collective, the protocol fastest for it
+        # alone (as NCCL's tuner does per call).
         self.calibration = calibration_of(graph)
-        if protocol is not None and str(protocol).lower() != "auto":
+        self.policy: NcclPolicy | HcclPolicy | None = None
+        if algorithm in POLICIES:
+            self.policy = library_policy(
+                algorithm, graph, protocol=protocol, reduce_bandwidth=reduce_bandwidth
+            )
+        elif protocol is not None and str(protocol).lower() != "auto":
             self.calibration.protocol(protocol)  # an unknown name fails now
         self.protocol = protocol
+        # The protocol of calls run as given: under NCCL its protocols (the fastest for
+        # the call unless one is forced); under HCCL none.
+        if isinstance(self.policy, NcclPolicy):
+            self._given_protocol = protocol or "auto"
+        elif isinstance(self.policy, HcclPolicy):
+            self._given_protocol = None
+        else:
+            self._given_protocol = protocol
         self.network = FlowNetwork(
             self.env,
             graph,
-            link_efficiency=None if protocol is None else self.calibration.efficiency,
+            link_efficiency=None if self._given_protocol is None else self.calibration.efficiency,
         )
         self._protocols: dict[tuple, str] = {}
         self.device = device or self._default_device(graph)
@@ -140,9 +215,17 @@ class WorkloadReplay:
         self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
+        self._choices: list[dict | None] = [None] * len(workload.instances)
+        self._given: dict[tuple, dict] = {}
         self._tuner = None  # for algorithm="auto": one tuner per replay, never shared
         self._auto_choices: dict[tuple, tuple[str, int]] = {}
         self._group_graphs: dict[tuple, nx.Graph] = {}
+        # The library's decisions: per group, its communicator's shape (the library's
+        # view of it, and its rank layout with servers numbered from 0); per shape,
+        # operation, size and forced counts, the schedule, protocol and record.
+        self._shapes: dict[tuple, tuple[RankLayout, NcclSystem | HcclSystem]] = {}
+        self._calls: dict[tuple, tuple[Schedule, Protocol | None, dict]] = {}
+        self._policies: dict[tuple, NcclPolicy | HcclPolicy] = {}
         self._done = 0
 
     @staticmethod
@@ -170,7 +253,12 @@ class WorkloadReplay:
         if self._done < len(self.workload.ops):
             raise self._deadlock()
         return WorkloadRun(
-            self.workload, self.records, self.network.stats, self.network.link_records()
+            self.workload,
+            self.records,
+            self.network.stats,
+            self.network.link_records(),
+            algorithm=self.algorithm,
+            choices=list(self._choices),
         )
 
     def _try_issue(self, index: int) -> None:
@@ -272,26 +360,10 @@ class WorkloadReplay:
             for index in members:
                 self._finish(index)
             return
-        layout = self._layout(ranks)
-        chunks = first.chunks
-        if first.algorithm:
-            algorithm = first.algorithm
-        elif self.algorithm == "auto":
-            algorithm, chunks = self._auto(first.op, ranks, first.nbytes)
+        if self.policy is None or first.algorithm:
+            schedule, proto, self._choices[k] = self._as_given(first, ranks)
         else:
-            algorithm = self._default_algorithm(first.op, layout)
-        key = (algorithm, first.op, first.nbytes, chunks, first.channels, layout)
-        schedule = self._schedules.get(key)
-        if schedule is None:
-            schedule = build_schedule(
-                algorithm,
-                first.op,
-                layout,
-                first.nbytes,
-                chunks=chunks,
-                channels=first.channels,
-            )
-            self._schedules[key] = schedule
+            schedule, proto, self._choices[k] = self._as_library(first, ranks)
         self._set_comm(ranks, +1)
 
         def rank_done(positions: np.ndarray) -> None:
@@ -300,7 +372,6 @@ class WorkloadReplay:
             for i in positions.tolist():
                 self._finish(members[i])
 
-        proto = self._protocol_for(key, schedule, ranks)
         replay = ScheduleReplay(
             self.network,
             schedule,
@@ -315,13 +386,118 @@ class WorkloadReplay:
             overhead = self.env.timeout(self.calibration.launch_s + proto.base_s)
             overhead.callbacks.append(lambda _event: replay.start())
 
-    def _protocol_for(self, key: tuple, schedule: Schedule, ranks: list[int]):
-        """The protocol a collective runs with (None: the ideal model); "auto" is the
-        fastest of the enabled ones for this schedule alone on the group's GPUs."""
-        if self.protocol is None:
+    def _as_given(self, first: Op, ranks: list[int]) -> tuple[Schedule, Protocol | None, dict]:
+        """The schedule and protocol of a call run with its own algorithm or the run's."""
+        layout = self._layout(ranks)
+        chunks = first.chunks
+        if first.algorithm:
+            algorithm = first.algorithm
+        elif self.algorithm == "auto":
+            algorithm, chunks = self._auto(first.op, ranks, first.nbytes)
+        else:
+            algorithm = self._default_algorithm(first.op, layout)
+        key = (algorithm, first.op, first.nbytes, chunks, first.channels, _shape_of(layout))
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = build_schedule(
+                algorithm,
+                first.op,
+                layout,
+                first.nbytes,
+                chunks=chunks,
+                channels=first.channels,
+            )
+            self._schedules[key] = schedule
+        proto = self._protocol_for(key, schedule, ranks)
+        record_key = (key, None if proto is None else proto.name)
+        if record_key not in self._given:
+            self._given[record_key] = {
+                "algorithm": algorithm,
+                "protocol": None if proto is None else proto.name,
+                "channels": first.channels,
+                "chunks": chunks,
+            }
+        return schedule, proto, self._given[record_key]
+
+    def _as_library(self, first: Op, ranks: list[int]) -> tuple[Schedule, Protocol | None, dict]:
+        """The schedule, protocol and record of the library's choice for a call, decided
+        once per group shape, operation, size and forced counts."""
+        layout, system = self._shape(ranks)
+        key = (layout, system, first.op, first.nbytes, first.chunks, first.channels)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = self._library_call(system, layout, first)
+        return call
+
+    def _library_call(
+        self, system: NcclSystem | HcclSystem, layout: RankLayout, first: Op
+    ) -> tuple[Schedule, Protocol | None, dict]:
+        policy = self._policy(first.chunks, first.channels)
+        if isinstance(policy, HcclPolicy) and first.op not in HCCL_OPS:
+            algorithm = self._default_algorithm(first.op, layout)
+            schedule = build_schedule(algorithm, first.op, layout, first.nbytes)
+            record = {"policy": policy.name, "algorithm": algorithm, "protocol": None,
+                      "channels": 1, "chunks": 1}  # fmt: skip
+            return schedule, None, record
+        if isinstance(policy, NcclPolicy):
+            plan = policy.plan(None if first.op == "all_to_all" else system, first.op, first.nbytes)
+        else:
+            plan = policy.plan(system, first.op, first.nbytes)
+        schedule = build_schedule(
+            plan.schedule, first.op, layout, first.nbytes, chunks=plan.chunks,
+            channels=plan.built, **plan.options,
+        )  # fmt: skip
+        record = {
+            "policy": policy.name, "algorithm": plan.schedule, "protocol": plan.protocol,
+            "channels": plan.channels, "chunks": plan.chunks, **plan.params, **plan.options,
+        }  # fmt: skip
+        proto = None
+        if plan.protocol is not None:
+            model = protocol_model(self.graph, plan.protocol, plan.params)
+            proto = self.calibration.protocol(model) if isinstance(model, str) else model
+        return schedule, proto, record
+
+    def _policy(self, chunks: int, channels: int) -> NcclPolicy | HcclPolicy:
+        """The run's library policy, with a call's chunks or channels other than 1 forced."""
+        assert self.policy is not None
+        key = (chunks, channels)
+        if key not in self._policies:
+            self._policies[key] = library_policy(
+                self.policy.name,
+                self.graph,
+                protocol=self.protocol,
+                channels=None if channels == 1 else channels,
+                chunks=None if chunks == 1 else chunks,
+                reduce_bandwidth=self.policy.reduce_bandwidth,
+            )
+        return self._policies[key]
+
+    def _shape(self, ranks: list[int]) -> tuple[RankLayout, NcclSystem | HcclSystem]:
+        """A group's rank layout, servers numbered from 0, and its communicator as the
+        library sees it (cached)."""
+        key = tuple(ranks)
+        shape = self._shapes.get(key)
+        if shape is None:
+            assert self.policy is not None
+            try:
+                system = self.policy.system(communicator_view(self.graph, ranks))
+            except CcsimError as error:
+                raise CcsimError(
+                    f"{error} (group of ranks {_ranges(ranks)}); {self.policy.name} cannot "
+                    "decide its collectives here: to run an algorithm as given instead, "
+                    "name one (--algo ring)"
+                ) from None
+            shape = self._shapes[key] = (_shape_of(self._layout(ranks)), system)
+        return shape
+
+    def _protocol_for(self, key: tuple, schedule: Schedule, ranks: list[int]) -> Protocol | None:
+        """The protocol a call run as given runs with (None: the ideal model); "auto" is
+        the fastest of the enabled ones for this schedule alone on the group's GPUs."""
+        protocol = self._given_protocol
+        if protocol is None:
             return None
-        if str(self.protocol).lower() != "auto":
-            return self.calibration.protocol(self.protocol)
+        if str(protocol).lower() != "auto":
+            return self.calibration.protocol(protocol)
         if key not in self._protocols:
             from ..collective.run import run_schedule
 
@@ -427,3 +603,62 @@ class WorkloadReplay:
             f"workload {self.workload.name!r} deadlocked with {len(stuck)} ops "
             "left: " + "; ".join(lines)
         )
+
+
+def _shape_of(layout: RankLayout) -> RankLayout:
+    """``layout`` with its servers numbered 0, 1, ... in order: groups of the same shape
+    on different servers run the same schedule.
+
+    >>> _shape_of(RankLayout(4, (3, 3, 5, 5)))
+    RankLayout(ranks=4, servers=(0, 0, 1, 1))
+    """
+    if layout.servers is None:
+        return layout
+    number = {server: i for i, server in enumerate(sorted(set(layout.servers)))}
+    return RankLayout(layout.ranks, tuple(number[server] for server in layout.servers))
+
+
+def communicator_view(graph: nx.Graph, ranks: list[int]) -> nx.Graph:
+    """The topology as a communicator over ``ranks`` sees it, on which a library decides
+    (NCCL's topology search, HCCL's level0 shape): the group's GPUs, renumbered
+    0..len(ranks)-1 in group order, and of the servers they sit in every switch, CPU and
+    NIC except the devices attached only to GPUs outside the group (their NICs, their
+    SDMA engines); no fabric between servers. NCCL, likewise, sees only its own ranks'
+    GPUs, and a GPU reaches the NICs of other GPUs only through them.
+
+    >>> from simulator.topology import load_topology
+    >>> view = communicator_view(load_topology("dgx-h100", 2), [0, 8])
+    >>> sorted(node for node, data in view.nodes(data=True) if data["kind"] == "nic")
+    ['s0/nic0', 's1/nic0']
+    """
+    nodes = gpu_nodes(graph)
+    members = {nodes[r]: i for i, r in enumerate(ranks)}
+    servers = {graph.nodes[node].get("server") for node in members}
+    keep = list(members)
+    for node, data in graph.nodes(data=True):
+        if data.get("kind") == "gpu" or data.get("server") not in servers:
+            continue  # members are in; other servers and the fabric between them out
+        gpus = [v for v in nx.all_neighbors(graph, node) if graph.nodes[v].get("kind") == "gpu"]
+        if gpus and not any(v in members for v in gpus):
+            continue  # another GPU's own device
+        keep.append(node)
+    view = graph.subgraph(keep).copy()
+    for node, i in members.items():
+        view.nodes[node]["rank"] = i
+    return view
+
+
+def _ranges(ranks: list[int]) -> str:
+    """Ranks as short ranges: ``0-7,16``.
+
+    >>> _ranges([0, 1, 2, 3, 8, 10, 11])
+    '0-3,8,10-11'
+    """
+    parts, start = [], None
+    for i, rank in enumerate(ranks):
+        if start is None:
+            start = rank
+        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
+            parts.append(f"{start}" if start == rank else f"{start}-{rank}")
+            start = None
+    return ",".join(parts)

@@ -4,12 +4,25 @@ flows a replay creates and the ops a generator writes, estimated before either i
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..collective.guards import MAX_CHUNKS, OP_FLOWS, Estimate, call_transfers, check_flows
+from ..collective.guards import (
+    MAX_CHUNKS,
+    OP_FLOWS,
+    Cluster,
+    Estimate,
+    call_transfers,
+    check_flows,
+    transfers,
+)
+from ..collective.policy import POLICIES, HcclPolicy, library_policy
+from ..errors import CcsimError
+from ..library.hccl import OPS as HCCL_OPS
+from ..topology import load_topology
 from .generators import GENERATORS
 from .trace import Workload
 
@@ -19,38 +32,110 @@ from .trace import Workload
 RANK_PARAMETERS = ("ranks", "tp", "dp")
 
 
-def workload_estimate(workload: Workload, algorithm: str = "ring") -> Estimate:
-    """Flows a replay of ``workload`` creates: every collective call's transfers (with
-    ``algorithm`` where a call names none; "auto" counts the largest candidate the
-    search may build), every send/recv, and its ops at :data:`OP_FLOWS` each.
+def workload_estimate(
+    workload: Workload,
+    algorithm: str | None = "ring",
+    *,
+    cluster: Cluster | None = None,
+    protocol: str | None = None,
+) -> Estimate:
+    """Flows a replay of ``workload`` holds at its peak: its ops at :data:`OP_FLOWS`
+    each, every send/recv, the transfers of each distinct collective call (its schedule
+    is built once and kept) and, for each group and stream, those of its largest call
+    (calls on one group and stream run one at a time, and a finished call's flows are
+    freed). A call's transfers are those of ``algorithm`` where the call names none;
+    "auto" counts the largest candidate the search may build; a library, or None for
+    ``cluster``'s, the schedule, chunks and channels it chooses for the call's group
+    (:func:`library_plans`).
 
     >>> from simulator.workload.generators import ddp
     >>> estimate = workload_estimate(ddp(ranks=8))
-    >>> estimate.flows  # 1,160 ops x 5, and 48 all-reduces of 112 transfers
-    11176
+    >>> estimate.flows  # 1,160 ops x 5; 48 equal all-reduces: 1 kept, 1 in flight, 112 each
+    6024
     """
-    flows = len(workload.ops) * OP_FLOWS + len(workload.pairs)
-    counted: dict[tuple[str, str, int], int] = {}
+    if algorithm is None or algorithm in POLICIES:
+        if cluster is None:
+            raise CcsimError("a library's estimate needs the cluster it runs on")
+        plan = library_plans(cluster, algorithm or cluster.library, protocol)
+    counted: dict[tuple, int] = {}
+    kept: dict[tuple, int] = {}  # distinct calls
+    live: dict[tuple, int] = {}  # the largest call per group and stream
     largest = 0
     for members in workload.instances:
         first = workload.ops[members[0]]
-        ranks = len(workload.groups[first.group].ranks)
-        if ranks < 2 or first.nbytes == 0:
+        ranks = workload.groups[first.group].ranks
+        if len(ranks) < 2 or first.nbytes == 0:
             continue  # finished at once, no transfers
-        largest = max(largest, ranks)
+        largest = max(largest, len(ranks))
         name = first.algorithm or algorithm
-        key = (name, first.op, ranks)
-        if key not in counted:
-            counted[key] = call_transfers(name, first.op, ranks)
-        chunks = first.chunks
-        if name == "auto":  # the search's largest candidate, as for a collective
-            chunks = MAX_CHUNKS
-        flows += counted[key] * chunks * first.channels
+        if name is None or name in POLICIES:
+            servers = len({rank // (cluster.per_server or len(ranks)) for rank in ranks})
+            key = (name, first.op, len(ranks), servers, first.nbytes, first.chunks,
+                   first.channels)  # fmt: skip
+            if key not in counted:
+                counted[key] = plan(*key[1:])
+        else:
+            key = (name, first.op, len(ranks), first.nbytes, first.chunks, first.channels)
+            if key not in counted:
+                # "auto": the search's largest candidate, as for a collective
+                chunks = MAX_CHUNKS if name == "auto" else first.chunks
+                counted[key] = call_transfers(name, first.op, len(ranks)) * chunks * first.channels
+        kept[key] = counted[key]
+        lane = (first.group, first.stream)
+        live[lane] = max(live.get(lane, 0), counted[key])
+    flows = len(workload.ops) * OP_FLOWS + len(workload.pairs)
+    flows += sum(kept.values()) + sum(live.values())
     what = (
         f"workload {workload.name}: {len(workload.ops):,} ops, "
         f"{len(workload.instances):,} collective calls on up to {largest:,} ranks"
     )
     return Estimate(flows, what)
+
+
+def library_plans(
+    cluster: Cluster, name: str, protocol: str | None = None
+) -> Callable[[str, int, int, float, int, int], int]:
+    """Transfers of one call as library ``name`` runs it on ``cluster``, as a function
+    of (operation, ranks, servers it spans, bytes, chunks, channels of the call; 1
+    leaves them to the library): the schedule, chunks and channels the library chooses
+    with its model of one server, or of two with the server count set to the group's
+    (as :func:`~simulator.collective.guards.collective_estimate` does)."""
+    systems: dict[int, object] = {}
+    policies: dict[tuple[int, int], object] = {}
+
+    def system(servers: int, policy):
+        proxy = min(servers, 2, cluster.servers)
+        if proxy not in systems:
+            graph = load_topology(cluster.topology, proxy, fabric=cluster.fabric)
+            systems[proxy] = policy.system(graph)
+        found = systems[proxy]
+        if servers == proxy:
+            return found
+        if isinstance(policy, HcclPolicy):
+            return dataclasses.replace(found, servers=servers)
+        return dataclasses.replace(found, ranks=found.ranks // proxy * servers, nodes=servers)
+
+    def count(op: str, ranks: int, servers: int, size: float, chunks: int, channels: int) -> int:
+        key = (chunks, channels)
+        if key not in policies:
+            policies[key] = library_policy(
+                name, load_topology(cluster.topology, 1, fabric=cluster.fabric),
+                protocol=protocol, chunks=None if chunks == 1 else chunks,
+                channels=None if channels == 1 else channels,
+            )  # fmt: skip
+        policy = policies[key]
+        if isinstance(policy, HcclPolicy) and op not in HCCL_OPS:
+            return call_transfers("auto", op, ranks)  # run by the first algorithm that can
+        try:
+            chosen = policy.plan(None if op == "all_to_all" else system(servers, policy), op, size)
+        except CcsimError:  # the library cannot decide here: the replay says why
+            return call_transfers("auto", op, ranks)
+        per = ranks // servers if ranks % servers == 0 else None
+        # A schedule that cannot run this group's shape counts as the largest that can.
+        calls = transfers(chosen.schedule, op, ranks, per) or call_transfers("auto", op, ranks)
+        return calls * chosen.chunks * chosen.built
+
+    return count
 
 
 def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate | None:
