@@ -142,6 +142,24 @@ def test_scenario_errors():
         load_spec({"scenario": {"workload": "ddp-gpt1.5b-16"}, "axes": {"workload.bucket": ["1M"]}})
 
 
+def test_a_size_axis_stands_in_for_scenario_size():
+    """Regression: the README's spec varies size on an axis and gives no scenario.size; it
+    failed with 'scenario.size: missing'. An explicit point must then give its own size."""
+    scenario = {"collective": "all_reduce"}
+    spec = load_spec({"scenario": scenario, "axes": {"size": ["1K", "1M"]}}, name="t.yaml")
+    assert [p.params["size"] for p in spec.points] == [1024, 2**20]
+    spec = load_spec(
+        {"scenario": scenario, "axes": {"size": ["1K"]}, "points": [{"size": "2K", "nodes": 2}]},
+        name="t.yaml",
+    )
+    assert [(p.params["size"], p.params["nodes"]) for p in spec.points] == [(1024, 1), (2048, 2)]
+    with pytest.raises(SweepError, match=r"t.yaml: points\[0\]: no size"):
+        load_spec(
+            {"scenario": scenario, "axes": {"size": ["1K"]}, "points": [{"nodes": 2}]},
+            name="t.yaml",
+        )
+
+
 def test_a_value_valid_under_another_fabric_of_the_sweep_passes():
     # single-switch (dgx-a100's) has no oversubscription, leaf-spine does: the value
     # is accepted, and only the single-switch combination fails when it runs.

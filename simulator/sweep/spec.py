@@ -309,11 +309,11 @@ class _Parser:
         scenario = data.get("scenario")
         if not isinstance(scenario, Mapping):
             raise self.error("scenario", "missing or not a mapping; give the base point")
-        self.scenario(scenario)
-
         raw_axes = data.get("axes") or {}
         if not isinstance(raw_axes, Mapping):
             raise self.error("axes", "must be a mapping of axis name to a list of values")
+        self.scenario(scenario, sized="size" in raw_axes)
+
         axes = [self.axis(str(axis_name), raw) for axis_name, raw in raw_axes.items()]
         # Explicit points may add values to an axis's column; the product keeps its own.
         product = [list(zip(a.params, a.values, strict=True)) for a in axes]
@@ -338,6 +338,10 @@ class _Parser:
                     axis.params.append(param)
                     axis.values.append(point[str(axis_name)][1])
                     axis.labels.append(label)
+            if self.kind == "collective" and "size" not in self.base and "size" not in point:
+                raise self.error(
+                    f"points[{i}]", "no size; the scenario gives none, so give 'size' here"
+                )
             explicit.append(point)
         if not axes:
             raise self.error("axes", "the sweep has no points; give 'axes' or 'points'")
@@ -383,7 +387,8 @@ class _Parser:
 
     # -- scenario --------------------------------------------------------------------
 
-    def scenario(self, raw: Mapping[str, Any]) -> None:
+    def scenario(self, raw: Mapping[str, Any], *, sized: bool = False) -> None:
+        """Parse the base point; ``sized``: an axis gives every product point its size."""
         has_collective, has_workload = "collective" in raw, "workload" in raw
         if has_collective == has_workload:
             raise self.error(
@@ -397,8 +402,10 @@ class _Parser:
                 f"scenario.{unknown[0]}",
                 f"unknown key for a {kind} sweep; valid keys: {', '.join(sorted(valid))}",
             )
-        if kind == "collective" and "size" not in raw:
-            raise self.error("scenario.size", "missing; give the message size, e.g. 64MiB")
+        if kind == "collective" and "size" not in raw and not sized:
+            raise self.error(
+                "scenario.size", "missing; give the message size, e.g. 64MiB, or a 'size' axis"
+            )
         base: dict[str, Any] = {
             "kind": kind,
             "nodes": None,
