@@ -46,7 +46,7 @@ def test_every_preset_is_listed_with_a_description():
     assert all(listed[name] and "\n" not in listed[name] for name in PRESETS)
 
 
-# Counts by hand from each preset's description (one server):
+# Counts by hand from each preset's description (one server, without its fabric):
 #   NVSwitch servers: 8 GPU-NVSwitch links + one GPU-NIC link per GPU.
 #   ascend-910b: 8 NPU-SDMA links + C(8,2) = 28 HCCS links + 8 NPU-NIC links = 44.
 #   ascend-910: 2 x C(4,2) = 12 HCCS + 8 PCIe to the host + 8 NPU-NIC = 28.
@@ -73,11 +73,31 @@ SERVER_SHAPES = {
 def test_server_counts_and_degrees(name):
     """Node counts by kind, link count and the degree of every node of a kind."""
     counts, links, degree = SERVER_SHAPES[name]
-    graph = load_topology(name)
+    graph = cluster_graph(preset(name)["server"])
     assert kinds(graph) == counts
     assert graph.number_of_edges() == links
     for node, data in graph.nodes(data=True):
         assert graph.degree(node) == degree[data["kind"]], node
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_one_server_gets_its_fabric_where_the_preset_says(name):
+    """A fabric with ``single_server: true`` (ascend-910b's) is built on one server too: the
+    server's graph plus switches, every NIC linked to one. Elsewhere one server is the
+    server alone, as before (on one dgx-a100 a fabric would let auto pick multipath)."""
+    server = cluster_graph(preset(name)["server"])
+    graph = load_topology(name)
+    fabric = preset(name).get("fabric") or {}
+    assert set(server.edges) <= set(graph.edges)
+    added = {graph.nodes[node]["kind"] for node in set(graph) - set(server)}
+    assert fabric.get("single_server", False) == (name == "ascend-910b")
+    if not fabric.get("single_server"):
+        assert added == set() and set(graph.edges) == set(server.edges)
+        assert "fabric" not in graph.graph
+        return
+    assert added == {"switch"} and graph.graph["fabric"] == fabric["type"]
+    for nic in (n for n, d in graph.nodes(data=True) if d["kind"] == "nic"):
+        assert any(graph.nodes[peer]["kind"] == "switch" for peer in graph[nic]), nic
 
 
 @pytest.mark.parametrize("name", PRESETS)

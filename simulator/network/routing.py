@@ -356,7 +356,8 @@ class Router:
                     raise CcsimError(
                         f"no path from {self.nodes[s]!r} to {self.nodes[d]!r} that avoids the "
                         "server's GPU interconnect: a network path needs NICs on both GPUs "
-                        "and a fabric between them"
+                        "and a fabric between them (one server gets one with --fabric, or "
+                        "with single_server: true in its preset's fabric section)"
                     ) from None
                 route = self._network_routes[(s, d)] = self._add_route(path)
             out[n] = route

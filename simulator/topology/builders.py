@@ -86,8 +86,9 @@ def cluster_graph(
         A server spec (the ``server`` section of a preset).
     nodes : int
         Number of servers. With one, no fabric is added (the NICs are left unlinked)
-        unless ``single_server_fabric`` asks for the server's switches too (a multipath
-        collective inside one server uses its NICs and leaf switch).
+        unless the fabric's ``single_server`` or ``single_server_fabric`` asks for the
+        server's switches too (a multipath collective inside one server uses its NICs and
+        leaf switch).
     fabric : mapping or str, optional
         A ``fabric`` section (``type`` plus the fabric's parameters) or a fabric name;
         default ``rail-optimized`` with default parameters.
@@ -121,7 +122,7 @@ def cluster_graph(
     variant = get_fabric(spec.get("type", DEFAULT_FABRIC), where=spec.field("type"))
     config = variant.parse(spec)
     graph.graph["ecmp_seed"] = config.seed if seed is None else int(seed)
-    if nodes == 1 and not (single_server_fabric and all(all_nics)):
+    if nodes == 1 and not ((single_server_fabric or config.single_server) and all(all_nics)):
         return graph
     if not all(all_nics):
         raise TopologyError(

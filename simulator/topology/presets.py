@@ -99,7 +99,8 @@ def load_topology(
     fabric : str or mapping, optional
         Fabric joining the servers of a preset: a name (rail-optimized, leaf-spine,
         fat-tree, single-switch) or a whole ``fabric`` section; default the preset's.
-        Given explicitly, it is built even for one server (its NICs then reach a switch).
+        Given explicitly, it is built even for one server (its NICs then reach a switch);
+        so is a preset's own with ``single_server: true``.
     seed : int, optional
         ECMP hash seed (graph attribute ``ecmp_seed``); default the fabric's (0).
 

@@ -54,6 +54,15 @@ class FabricConfig:
             "algorithms need (default false)",
         },
     )
+    single_server: bool = field(
+        default=False,
+        metadata={
+            "unit": "flag",
+            "help": "true: one server gets this fabric too, so traffic inside it can also "
+            "leave through its NICs, which multipath needs (default false: one server's "
+            "NICs stay unlinked)",
+        },
+    )
 
 
 COMMON_KEYS = tuple(f.name for f in fields(FabricConfig))
