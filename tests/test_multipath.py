@@ -60,10 +60,10 @@ def test_one_ascend_910b_runs_multipath_as_shipped(capsys):
     """Regression: on one ascend-910b with the preset's defaults (no --fabric) multipath
     failed, finding no network path: one server got no fabric, although the preset names
     one. Its fabric now says ``single_server: true``, so the NICs reach its switch and a
-    1 GiB all-reduce takes the closed form of the split. A ring all-reduce of m bytes takes 2(p-1)(a + m/(pB)); a hop
-    of the HCCS ring costs a1 = 2 us (NPU -> SDMA 0.5, HCCS 1, SDMA -> NPU 0.5) at
-    B1 = 56 GB/s, one of the RoCE ring a2 = 1 us (NPU -> NIC 0, NIC -> switch 0.5,
-    switch -> NIC 0.5) at B2 = 25 GB/s. The auto split gives the HCCS ring
+    1 GiB all-reduce takes the closed form of the split. A ring all-reduce of m bytes
+    takes 2(p-1)(a + m/(pB)); a hop of the HCCS ring costs a1 = 2 us (NPU -> SDMA 0.5,
+    HCCS 1, SDMA -> NPU 0.5) at B1 = 56 GB/s, one of the RoCE ring a2 = 1 us (NPU -> NIC
+    0, NIC -> switch 0.5, switch -> NIC 0.5) at B2 = 25 GB/s. The auto split gives the HCCS ring
     x = T2 / (T1 + T2) of the data, T_i each ring's time for all of it; the rings share no
     link, so the collective ends with the later of them. That is 81/56 faster than the
     HCCS ring alone, the RoCE ports adding their bandwidth (direct, on all seven HCCS

@@ -1,5 +1,6 @@
 """Protocol model (LL / LL128 / Simple), link efficiency and ccsim validate."""
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -8,10 +9,13 @@ import numpy as np
 import pytest
 
 from simulator.algorithms import build_schedule
+from simulator.algorithms.builder import OpBuffer
+from simulator.collective.replay import proxy_queue
 from simulator.collective.run import rank_layout, run_schedule
 from simulator.errors import CcsimError, TopologyError
 from simulator.library.protocol import (
     DEFAULT_PROTOCOLS,
+    PROXY_S,
     Calibration,
     calibration_of,
     parse_calibration,
@@ -19,7 +23,7 @@ from simulator.library.protocol import (
 from simulator.topology import list_presets, load_topology, ring_graph
 from simulator.validate import BUNDLED, load_case, validate_folder
 from simulator.validate.calibrate import fit_case, leave_one_case_out
-from simulator.validate.nccl_tests import run_case
+from simulator.validate.nccl_tests import case_graph, run_case
 from simulator.viz.tables import report_table
 
 
@@ -231,3 +235,106 @@ def test_validate_lets_the_tuner_pick_the_algorithm(tmp_path):
     (tmp_path / "run.yaml").write_text("preset: mesh4.yaml\nalgorithm: auto\n")
     with pytest.raises(CcsimError, match="--fit needs the algorithm the run used"):
         fit_case(load_case(tmp_path / "run.yaml"))
+
+
+def test_proxy_queue_serves_each_gpu_in_arrival_order():
+    """Hand timeline: at t=0 rank 0 queues 1, 3 and 4 us of work and rank 1 queues 2 us;
+    rank 0's requests follow each other (done at 1, 4, 8 us), rank 1's at 2 us. At t=5
+    us rank 0 is still busy until 8 (done 9), rank 1 is free (done 6)."""
+    free = np.zeros(2)
+    done = proxy_queue(free, np.array([0, 1, 0, 0]), np.array([1.0, 2.0, 3.0, 4.0]), 0.0)
+    assert done.tolist() == [1.0, 2.0, 4.0, 8.0]
+    assert free.tolist() == [8.0, 2.0]
+    assert proxy_queue(free, np.array([1, 0]), np.array([1.0, 1.0]), 5.0).tolist() == [6.0, 9.0]
+
+
+def _sends(graph, count, nbytes, protocol):
+    """``count`` transfers of ``nbytes`` from rank 0 to rank 1, all ready at once."""
+    buffer = OpBuffer()
+    buffer.add(0, 1, np.arange(count), float(nbytes), reduce=False, step=0)
+    schedule = buffer.schedule(
+        op="all_gather",
+        algorithm="hand",
+        ranks=2,
+        size_bytes=count * nbytes,
+        segment_owner=np.zeros(count, dtype=np.int32),
+        params={},
+    )
+    return run_schedule(graph, schedule, protocol=protocol).time_s
+
+
+@pytest.mark.parametrize("name", ["LL", "Simple"])
+def test_network_sends_of_one_gpu_queue_on_its_proxy(name):
+    """Two GPUs joined by one RDMA link. k transfers of 8 bytes leave rank 0 at once:
+    its proxy posts them one after another (proxy_s each), so the last leaves
+    (k - 1) proxy_s after the first; the first message's post is inside the network
+    hop latency, so one transfer takes as long as with no proxy cost. Rank 1's proxy
+    handles each completion as it arrives (8 bytes take far less than proxy_s to cross),
+    and never falls behind."""
+    graph = ring_graph(2, 100e9, 0.5e-6, link="rdma")
+    proxy = 2e-6
+    times = {}
+    for proxy_s in (0.0, proxy):
+        graph.graph["nccl"] = Calibration(proxy_s=proxy_s)
+        times[proxy_s] = [_sends(graph, k, 8, name) for k in (1, 2, 3)]
+    alone, paid = times[0.0][0], times[proxy]
+    assert paid[0] == alone
+    # Spaced by the proxy, each transfer crosses the link alone, as the first does.
+    assert paid[1] == pytest.approx(alone + proxy, rel=1e-12)
+    assert paid[2] == pytest.approx(alone + 2 * proxy, rel=1e-12)
+    # With no proxy cost they leave together and share the link: longer than one alone.
+    assert times[0.0][2] > alone
+
+
+def test_a_proxy_that_keeps_up_leaves_the_ring_closed_form():
+    """A ring of 4 GPUs over RDMA links, Simple, 1 us of proxy work per message: each
+    step's one message is posted while the previous step's hop latency runs, so the
+    proxy never delays a step and the ring keeps its closed form
+    T = base + 2(p-1)(h + n/(p B)) (as test_protocol_closed_form_on_a_ring)."""
+    p, b, n = 4, 25e9, 4e6
+    graph = ring_graph(p, b, 0.1e-6, link="rdma")
+    graph.graph["nccl"] = Calibration(proxy_s=1e-6)
+    simple = DEFAULT_PROTOCOLS["Simple"]
+    expected = simple.base_s + 2 * (p - 1) * (simple.hop_s["network"] + n / (p * b))
+    assert ring_run(graph, n, "Simple").time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_preset_may_set_its_proxy_cost():
+    """nccl.proxy is a time like the others; it reaches every protocol."""
+    cal = parse_calibration({"proxy": "2.5us"}, source="x.yaml")
+    assert cal.protocol("LL128").proxy_s == pytest.approx(2.5e-6)
+    assert parse_calibration({}, source="x.yaml").proxy_s == PROXY_S
+    with pytest.raises(TopologyError, match="nccl.proxy"):
+        parse_calibration({"proxy": "fast"}, source="x.yaml")
+
+
+def test_leave_one_case_out_chooses_the_proxy_cost_on_the_other_runs():
+    """Two runs the proxy cost was fitted to, cut to two middle sizes, whose
+    'measurements' are made to be exactly what ccsim simulates with no proxy cost (the
+    A100 run) and with 1 us (the H100 run). Left out, each is predicted with the value
+    the other one prefers: the A100 run with 1 us, the H100 run with none."""
+    sizes = [2**22, 2**24]
+
+    def made(name, proxy_s):
+        case = load_case(BUNDLED / f"{name}.yaml")
+        case = dataclasses.replace(case, measured=[m for m in case.measured if m[0] in sizes])
+        cal = calibration_of(case_graph(case))
+        truth = run_case(case, calibration=dataclasses.replace(cal, proxy_s=proxy_s))
+        measured = list(zip(truth.sizes, truth.simulated_us, truth.simulated_busbw, strict=True))
+        return dataclasses.replace(case, measured=measured), cal
+
+    (a100, cal_a), (h100, cal_h) = (
+        made("A100-2N-AR-default-roce", 0.0),
+        made("H100-2N-AR-default-XE9680", 1e-6),
+    )
+    results = [run_case(a100), run_case(h100)]
+    assert all(r.fitted for r in results)
+    leave_one_case_out([a100, h100], results, proxy_grid=(0.0, 1e-6))
+    with_proxy = run_case(a100, calibration=dataclasses.replace(cal_a, proxy_s=1e-6))
+    assert results[0].loco.simulated_us == with_proxy.simulated_us
+    assert (
+        results[1].loco.simulated_us
+        == run_case(h100, calibration=dataclasses.replace(cal_h, proxy_s=0.0)).simulated_us
+    )
+    assert with_proxy.simulated_us != [us for _, us, _ in a100.measured]  # it matters
+    assert "network proxy 1 us, chosen on H100-2N-AR-default-XE9680" in results[0].loco_source

@@ -86,10 +86,11 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument(
         "--loco",
         action="store_true",
-        help="also predict each run a preset was fitted to without its own measurements: "
-        "refit the preset's unfitted constants on its other runs and simulate it (leave "
-        "one case out; minutes per fitted run). Runs no preset was fitted to are already "
-        "predictions",
+        help="also predict each run a constant was fitted to without its own measurements "
+        "(leave one case out): refit its preset's unfitted constants on the preset's other "
+        "runs, choose the network proxy's cost again on the other runs that cross the "
+        "network, and simulate it (minutes per fitted run). Runs nothing was fitted to "
+        "are already predictions",
     )
     cmd.add_argument(
         "--detail",

@@ -37,7 +37,7 @@ from ..library.nccl import (
     nccl_system,
     tree_correction,
 )
-from ..library.protocol import Protocol, calibration_of
+from ..library.protocol import STEP_BYTES, Protocol, calibration_of
 from .run import CollectiveResult, rank_layout, run_schedule
 from .tuner import topology_key
 
@@ -45,11 +45,9 @@ from .tuner import topology_key
 #: libraries whose own choice ccsim reproduces.
 POLICIES = ("nccl", "hccl")
 
-#: Data bytes NCCL moves per pipeline step and channel (enqueue.cc:2182-2321 at v2.30.7,
-#: buffers from init.cc:810-816): LL 32 KiB (half of a 64 KiB step is flags), LL128
-#: 576,000 B (120 of 128 bytes of a 614,400 B step), Simple ring slices of 1 MiB (2 of
-#: the 4 steps of 512 KiB in a 2 MiB chunk), Simple tree 512 KiB, NVLS at most 128 KiB.
-PIPELINE_BYTES = {"LL": 32 * 1024, "LL128": 576_000, "Simple": 1 << 20}
+#: Data bytes NCCL moves per pipeline step and channel: the library's STEP_BYTES, with
+#: Simple tree at 512 KiB and NVLS at most 128 KiB (enqueue.cc:2182-2321 at v2.30.7).
+PIPELINE_BYTES = STEP_BYTES
 NVLS_CHUNK = 128 * 1024
 TREE_CHUNK = 512 * 1024
 #: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
@@ -177,6 +175,9 @@ class NcclPolicy:
             "nccl_time_us": choice.time_us,
             "bandwidth_factor": tree_correction(
                 op, choice.algorithm, choice.protocol, float(size_bytes)
+            ),
+            "message_bytes": message_bytes(
+                choice, float(size_bytes), system.ranks, channels, system.nodes
             ),
         }
         return Plan(name, choice.protocol, channels, chunks, built, extra)
@@ -397,11 +398,12 @@ def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> st
     factor = float(params.get("bandwidth_factor", 1.0))
     algorithm = params.get("nccl_algorithm")
     scale = hop_scale(algorithm, protocol) if algorithm in ALGORITHMS else {}
-    if factor == 1.0 and all(value == 1.0 for value in scale.values()):
-        return protocol
     proto = calibration_of(graph).protocol(protocol)
+    message = float(params.get("message_bytes", proto.message_bytes))
     hops = {cls: value * scale.get(cls, 1.0) for cls, value in proto.hop_s.items()}
-    return dataclasses.replace(proto, bandwidth=proto.bandwidth * factor, hop_s=hops)
+    return dataclasses.replace(
+        proto, bandwidth=proto.bandwidth * factor, hop_s=hops, message_bytes=message
+    )
 
 
 def pipeline_chunks(
@@ -419,16 +421,34 @@ def pipeline_chunks(
     if choice.algorithm in ("NVLS", "NVLSTree"):
         heads = ranks // nodes  # every GPU of a server is an NVLS head (one NIC each)
         step = size_bytes / (channels * heads)
-        grain = nvls_chunk(choice.algorithm, size_bytes, channels * heads)
     elif choice.algorithm == "Tree":
         step = size_bytes / (2 * channels)  # two trees, each half the data
-        grain = TREE_CHUNK if choice.protocol == "Simple" else PIPELINE_BYTES[choice.protocol]
-        if choice.protocol == "LL128":
-            grain = tree_ll128_chunk(size_bytes, channels, ranks, nodes)
     else:
         per_rank = ranks if op in ("all_reduce", "all_gather", "reduce_scatter") else 1
-        step, grain = size_bytes / (channels * per_rank), PIPELINE_BYTES[choice.protocol]
+        step = size_bytes / (channels * per_rank)
+    grain = message_bytes(choice, size_bytes, ranks, channels, nodes)
     return int(min(MAX_CHUNKS, max(1, math.ceil(step / grain))))
+
+
+def message_bytes(
+    choice: NcclChoice, size_bytes: float, ranks: int, channels: int, nodes: int = 1
+) -> float:
+    """The data one NCCL step carries for this call: its pipeline grain, and what one
+    network message holds (enqueue.cc:2182-2477 at v2.30.7; Ring/Simple sends a slice
+    of two 512 KiB steps).
+
+    >>> from simulator.library.nccl import NcclChoice
+    >>> message_bytes(NcclChoice("Ring", "Simple", 24, 544, 0.0), 2**30, 16, 24, 2)
+    1048576.0
+    """
+    if choice.algorithm in ("NVLS", "NVLSTree"):
+        heads = ranks // nodes
+        return nvls_chunk(choice.algorithm, size_bytes, channels * heads)
+    if choice.algorithm == "Tree":
+        if choice.protocol == "LL128":
+            return tree_ll128_chunk(size_bytes, channels, ranks, nodes)
+        return float(TREE_CHUNK if choice.protocol == "Simple" else PIPELINE_BYTES[choice.protocol])
+    return float(PIPELINE_BYTES[choice.protocol])
 
 
 def nvls_chunk(algorithm: str, size_bytes: float, ops: int) -> float:

@@ -90,6 +90,15 @@ class ScheduleReplay:
         self._protocol = protocol
         self._wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
         self._extra = None if protocol is None else np.zeros(n)
+        # Whether each transfer crosses the network (its proxies handle it), and when
+        # each GPU's network proxy is next free. NCCL runs one proxy thread per GPU and
+        # communicator (proxy.cc, ncclProxyCreate; shared only between communicators
+        # split with shared resources), so another collective's proxies do not queue
+        # with this one's.
+        self._crosses = np.zeros(n, dtype=bool)
+        self._proxy_free = np.zeros(
+            int(max(self._src.max(initial=0), self._dst.max(initial=0))) + 1
+        )
         nvls = network.link_efficiency.get("nvls")
         switch = (schedule.path == PATH_UP) | (schedule.path == PATH_DOWN)
         if protocol is not None and nvls and switch.any():
@@ -133,18 +142,63 @@ class ScheduleReplay:
         self.start_s[ops] = self.env.now
         routes = self._routes(ops)
         if self._protocol is not None:
-            wanted = self._step_latency(routes)
+            wanted, network = self._step_latency(routes)
             self._extra[ops] = np.maximum(wanted - self.network.route_latency(routes), 0.0)
+            self._crosses[ops] = network
+            if self._protocol.proxy_s > 0 and network.any():
+                # A transfer over the network leaves when its sender's proxy has posted
+                # its messages (NCCL's sendProxyProgress, transport/net.cc).
+                self.network.add_flows(
+                    self._owner, ops[~network], routes[~network], self._wire[ops[~network]]
+                )
+                ops, routes = ops[network], routes[network]
+                ready = proxy_queue(
+                    self._proxy_free, self._src[ops], self._proxy_busy(ops), self.env.now
+                )
+                self._at(
+                    self._proxy_wait(ready),
+                    lambda pick, o=ops, r=routes: self.network.add_flows(
+                        self._owner, o[pick], r[pick], self._wire[o[pick]]
+                    ),
+                )
+                return
         self.network.add_flows(self._owner, ops, routes, self._wire[ops])
+
+    def _proxy_busy(self, ops: np.ndarray) -> np.ndarray:
+        """Proxy time of each network transfer: one protocol message per
+        ``message_bytes`` of data (at least one)."""
+        proto = self._protocol
+        messages = np.maximum(1.0, np.ceil(self.schedule.nbytes[ops] / proto.message_bytes))
+        return messages * proto.proxy_s
+
+    def _proxy_wait(self, ready: np.ndarray) -> np.ndarray:
+        """How long transfers wait for a proxy done at ``ready``: NCCL's per-step network
+        latency (hwLatencies, measured end to end) already holds one message's handling,
+        so only the queue before it and a transfer's further messages add time."""
+        wait = ready - self.env.now - self._protocol.proxy_s
+        return np.where(wait > 1e-12, wait, 0.0)
+
+    def _at(self, delays: np.ndarray, action: Callable[[np.ndarray], None]) -> None:
+        """Call ``action`` with the indices of equal ``delays``, after that delay (at
+        once for those not positive)."""
+        values, group = np.unique(np.maximum(delays, 0.0), return_inverse=True)
+        for index, value in enumerate(values.tolist()):
+            pick = np.flatnonzero(group == index)
+            if value == 0.0:
+                action(pick)
+            else:
+                event = self.env.timeout(value)
+                event.callbacks.append(lambda _event, pick=pick: action(pick))
 
     def _routes(self, ops: np.ndarray) -> np.ndarray:
         # The replay's ranks, which a workload maps from the group's to the cluster's.
         return route_ops(self.network.router, self.schedule, ops, self._src, self._dst)
 
-    def _step_latency(self, routes: np.ndarray) -> np.ndarray:
-        """Protocol latency of each transfer's step, by the class of its own path (NCCL
-        v2.30, src/graph/tuning.cc:393-413: a ring's steps inside a server cost the
-        intra-node hop latency, those that cross the network the network's). Once the
+    def _step_latency(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Protocol latency of each transfer's step, and whether it crosses the network,
+        by the class of its own path (NCCL v2.30, src/graph/tuning.cc:393-413: a ring's
+        steps inside a server cost the intra-node hop latency, those that cross the
+        network the network's). Once the
         schedule spans servers, a step inside one costs at least NCCL's network post
         overhead, 1 us (x3 for Simple; tuning.cc:226-233 and 405-407)."""
         if self._step_s is None:
@@ -156,7 +210,8 @@ class ScheduleReplay:
             self._step_s = overhead
         mine = self.network.route_classes(routes)
         hops = np.array([self._protocol.hop_s[cls] for cls in mine], dtype=float)
-        return np.maximum(hops, self._step_s)
+        network = np.array([cls == "network" for cls in mine], dtype=bool)
+        return np.maximum(hops, self._step_s), network
 
     def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
         succ = csr_gather(ptr, idx, ops)
@@ -186,16 +241,30 @@ class ScheduleReplay:
         if len(ops) == 0:
             return
         delay = self._extra[ops] if self._extra is not None else None
+        if delay is not None and self._protocol.proxy_s > 0:
+            delay = self._receive_proxy(ops, delay)
         if delay is None or not delay.any():
             self._arrived(ops)
             return
-        self._arrived(ops[delay == 0])
-        later = ops[delay > 0]
-        delays, group = np.unique(delay[delay > 0], return_inverse=True)
-        for index, value in enumerate(delays.tolist()):
-            members = later[group == index]
-            event = self.env.timeout(value)
-            event.callbacks.append(lambda _event, members=members: self._arrived(members))
+        self._at(delay, lambda pick: self._arrived(ops[pick]))
+
+    def _receive_proxy(self, ops: np.ndarray, delay: np.ndarray) -> np.ndarray:
+        """The receiver's proxy handles each network message's completion. With Simple
+        it then flushes and tells the GPU (recvProxyProgress, transport/net.cc), so the
+        data is usable only after that; LL and LL128 carry their own flags, which the GPU
+        polls, so the proxy's work only keeps it busy."""
+        network = self._crosses[ops]
+        if not network.any():
+            return delay
+        these = ops[network]
+        ready = proxy_queue(
+            self._proxy_free, self._dst[these], self._proxy_busy(these), self.env.now
+        )
+        if self._protocol.name != "Simple":
+            return delay
+        delay = delay.copy()
+        delay[network] = np.maximum(delay[network], self._proxy_wait(ready))
+        return delay
 
     def _arrived(self, ops: np.ndarray) -> None:
         """Data is at the receiver: copies are done; reductions start on its reducer."""
@@ -286,3 +355,29 @@ def route_ops(
         else:
             routes[these] = router.sharp_route_ids(dst[these], down=True, partners=src[these])
     return routes
+
+
+def proxy_queue(free: np.ndarray, ranks: np.ndarray, busy_s: np.ndarray, now: float) -> np.ndarray:
+    """Queue work on GPUs' network proxies; returns when each request is served.
+
+    A GPU's proxy is one host thread that handles its network messages one at a time, in
+    arrival order (requests of one call in the order given): request ``i`` occupies rank
+    ``ranks[i]``'s proxy for ``busy_s[i]`` seconds from the later of ``now`` and the end
+    of that proxy's previous request. ``free`` (when each rank's proxy is next free) is
+    updated in place.
+    """
+    ranks = np.asarray(ranks, dtype=np.int64)
+    order = np.argsort(ranks, kind="stable")
+    sorted_ranks, busy = ranks[order], np.asarray(busy_s, dtype=float)[order]
+    first = np.r_[True, sorted_ranks[1:] != sorted_ranks[:-1]]
+    start = np.maximum(now, free[sorted_ranks[first]])
+    # Within a rank the requests follow each other: its start plus the running sum.
+    group = np.cumsum(first) - 1
+    running = np.cumsum(busy)
+    before = np.r_[0.0, running][np.flatnonzero(first)]
+    done = start[group] + running - before[group]
+    last = np.r_[first[1:], True]
+    free[sorted_ranks[last]] = done[last]
+    result = np.empty(len(ranks))
+    result[order] = done
+    return result

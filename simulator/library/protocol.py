@@ -25,6 +25,7 @@ defaults below (NCCL 2.30's tuning constants and link figures).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,19 @@ class Protocol:
     hop_s: dict[str, float]
     bandwidth: float
     enabled: bool = True
+    #: Host time the network proxy spends on one network message (posting it, polling
+    #: its completion), and the data bytes one message carries: a transfer that crosses
+    #: the network is ceil(bytes / message_bytes) messages through its GPUs' proxies.
+    proxy_s: float = 0.0
+    message_bytes: float = float("inf")
 
+
+#: Data bytes NCCL moves per pipeline step and channel, which is also what one network
+#: message carries (enqueue.cc:2182-2321 at v2.30.7, buffers from init.cc:810-816): LL
+#: 32 KiB (half of a 64 KiB step is flags), LL128 576,000 B (120 of 128 bytes of a
+#: 614,400 B step), Simple ring slices of 1 MiB (2 of the 4 steps of 512 KiB in a 2 MiB
+#: chunk). NCCL's policy refines it per algorithm (simulator.collective.policy).
+STEP_BYTES = {"LL": 32 * 1024, "LL128": 576_000, "Simple": 1 << 20}
 
 # NCCL 2.30 tuning.cc (shared/reference/README.md): base latency LL/LL128/Simple
 # 6.6/14.0/8.4 us (ring); per-hop NVLink 0.6/1.9/3.4, PCIe 1.0/2.5/5.7, network
@@ -58,12 +71,48 @@ class Protocol:
 # 0.92 (120/128 = 0.9375 of the lines carry data), Simple 1.0. simulator.library.nccl
 # holds 2.30's own model for NCCL's choice; these are the costs ccsim simulates.
 DEFAULT_PROTOCOLS = {
-    "LL": Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.25),
-    "LL128": Protocol(
-        "LL128", 14.0e-6, {"nvlink": 1.9e-6, "pcie": 2.5e-6, "network": 4.0e-6}, 0.92
+    "LL": Protocol(
+        "LL",
+        6.6e-6,
+        {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6},
+        0.25,
+        message_bytes=STEP_BYTES["LL"],
     ),
-    "Simple": Protocol("Simple", 8.4e-6, {"nvlink": 3.4e-6, "pcie": 5.7e-6, "network": 14e-6}, 1.0),
+    "LL128": Protocol(
+        "LL128",
+        14.0e-6,
+        {"nvlink": 1.9e-6, "pcie": 2.5e-6, "network": 4.0e-6},
+        0.92,
+        message_bytes=STEP_BYTES["LL128"],
+    ),
+    "Simple": Protocol(
+        "Simple",
+        8.4e-6,
+        {"nvlink": 3.4e-6, "pcie": 5.7e-6, "network": 14e-6},
+        1.0,
+        message_bytes=STEP_BYTES["Simple"],
+    ),
 }
+
+#: Host time of a GPU's network proxy per network message. NCCL gives no figure: one
+#: proxy thread per GPU posts every send and receive and polls their completions
+#: (transport/net.cc sendProxyProgress / recvProxyProgress; NCCL issues #374, #1459
+#: show it bounding small-message rates). FITTED: of PROXY_GRID_S, the value with the
+#: least summed squared log time error over the PROXY_FITTED_TO runs (every bundled
+#: run that crosses the network); ``ccsim validate --loco`` chooses it again without
+#: each of them in turn (README, "How accurate is it?").
+PROXY_S = 1.0e-6
+PROXY_GRID_S = (0.0, 0.5e-6, 1.0e-6, 1.5e-6)
+PROXY_FITTED_TO = (
+    "A100-2N-AR-default-roce",
+    "H100-2N-AR-default-XE9680",
+    "H100-2N-AR-default-clusterB",
+    "H100-2N-AR-ring-tuned",
+    "H100-4N-AR-default-clusterB",
+    "H100-4N-AR-default-vm",
+    "H100-8N-AR-MINCTAS24-QPS2-clusterB",
+    "H100-8N-AR-default-clusterB",
+)
 
 
 @dataclass(frozen=True)
@@ -78,12 +127,14 @@ class Calibration:
     #: a leave-one-case-out check predicts those runs with.
     fitted_to: tuple[str, ...] = ()
     unfitted: Calibration | None = None
+    #: Host time of the network proxy per network message (see :class:`Protocol`).
+    proxy_s: float = PROXY_S
 
     def protocol(self, name: str) -> Protocol:
-        """The protocol called ``name`` (case-insensitive)."""
+        """The protocol called ``name`` (case-insensitive), with the machine's proxy cost."""
         for key, proto in self.protocols.items():
             if key.lower() == str(name).lower():
-                return proto
+                return dataclasses.replace(proto, proxy_s=self.proxy_s)
         raise CcsimError(f"unknown protocol {name!r}; valid choices: {', '.join(PROTOCOLS)}, auto")
 
     def enabled(self) -> list[str]:
@@ -96,7 +147,7 @@ def parse_calibration(data: Any, *, source: str) -> Calibration:
     """Read a preset's ``nccl`` section (see topologies/README.md)."""
     if not isinstance(data, Mapping):
         raise TopologyError(f"{source}: 'nccl' must be a mapping")
-    keys = {"launch", "efficiency", "protocols", "fitted_to", "unfitted"}
+    keys = {"launch", "efficiency", "protocols", "fitted_to", "unfitted", "proxy"}
     unknown = sorted(set(data) - keys)
     if unknown:
         raise TopologyError(
@@ -150,16 +201,17 @@ def parse_calibration(data: Any, *, source: str) -> Calibration:
         bandwidth = float(spec.get("bandwidth", base.bandwidth))
         if not 0 < bandwidth <= 1:
             raise TopologyError(f"{source}: nccl.protocols.{name}.bandwidth must be in (0, 1]")
-        protocols[name] = Protocol(
-            name,
-            _time(spec.get("base", base.base_s), f"{source}: nccl.protocols.{name}.base"),
-            hop,
-            bandwidth,
-            enabled,
+        protocols[name] = dataclasses.replace(
+            base,
+            base_s=_time(spec.get("base", base.base_s), f"{source}: nccl.protocols.{name}.base"),
+            hop_s=hop,
+            bandwidth=bandwidth,
+            enabled=enabled,
         )
     if not any(proto.enabled for proto in protocols.values()):
         raise TopologyError(f"{source}: nccl.protocols disables every protocol; keep one")
-    return Calibration(launch, efficiency, protocols, tuple(fitted_to), unfitted)
+    proxy = _time(data.get("proxy", PROXY_S), f"{source}: nccl.proxy")
+    return Calibration(launch, efficiency, protocols, tuple(fitted_to), unfitted, proxy)
 
 
 def _time(value: Any, field_name: str) -> float:

@@ -35,7 +35,13 @@ from ..algorithms import build_schedule
 from ..collective.policy import NcclPolicy, protocol_model
 from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..errors import CcsimError
-from ..library.protocol import PROTOCOLS, Calibration, calibration_of
+from ..library.protocol import (
+    PROTOCOLS,
+    PROXY_FITTED_TO,
+    PROXY_GRID_S,
+    Calibration,
+    calibration_of,
+)
 from ..network.routing import path_class
 from .nccl_tests import MIB, SMALL, Case, CaseResult, case_graph, count_setting, run_case
 
@@ -159,7 +165,7 @@ class _CaseModel:
             proto = protocols[name]
             share = float(np.clip(proto.bandwidth * factors[f"{name}.bandwidth"], low, high))
             protocols[name] = dataclasses.replace(proto, bandwidth=share)
-        return Calibration(launch_s, efficiency, protocols)
+        return Calibration(launch_s, efficiency, protocols, proxy_s=self.base.proxy_s)
 
     def gpu_times(self, factors: dict[str, float], rows: np.ndarray) -> np.ndarray:
         """GPU time (no launch) of each size in ``rows``: with NCCL's protocol for that
@@ -272,14 +278,23 @@ def fit_case(
     )
 
 
-def leave_one_case_out(cases: list[Case | None], results: list[CaseResult]) -> None:
-    """Predict every case its preset was fitted to without its own measurements: start
-    from the preset's ``unfitted`` constants (NCCL's own and physical figures), fit them
-    on each other case of the same preset in turn, and simulate the case
-    with the result. Sets ``loco`` and ``loco_source`` of the matching results; a case
-    the preset was not fitted to keeps ``loco`` None (its result is already a
-    prediction)."""
-    for case, result in zip(cases, results, strict=True):
+def leave_one_case_out(
+    cases: list[Case | None],
+    results: list[CaseResult],
+    *,
+    proxy_grid: tuple[float, ...] = PROXY_GRID_S,
+) -> None:
+    """Predict every run a constant was fitted to without its own measurements; sets
+    ``loco`` and ``loco_source`` of the matching results (a run nothing was fitted to
+    keeps ``loco`` None: its result is already a prediction).
+
+    A preset's constants: start from the preset's ``unfitted`` constants (NCCL's own and
+    physical figures), fit them on each other run of the same preset in turn, and
+    simulate the run with the result. The network proxy's cost (one figure for every
+    machine): choose it again among ``proxy_grid`` on the other runs it was fitted to
+    (:func:`_proxy_left_out`)."""
+    bases: dict[int, Calibration] = {}
+    for index, (case, result) in enumerate(zip(cases, results, strict=True)):
         if result.error or case is None:
             continue
         calibration = calibration_of(case_graph(case))
@@ -299,9 +314,53 @@ def leave_one_case_out(cases: list[Case | None], results: list[CaseResult]) -> N
             # Every other size of the other run (as ``--fit`` does): half the cost of
             # fitting on all of them, and the fit sees the whole range of sizes.
             base = fit_case(other, holdout=True, rounds=2, base=base).calibration
+        bases[index] = base
         result.loco = run_case(case, calibration=base)
         result.loco_source = (
             "fitted on " + ", ".join(other.name for other in others)
             if others
             else "the preset's unfitted constants (no other run of this preset)"
+        )
+    _proxy_left_out(cases, results, bases, proxy_grid)
+
+
+def _proxy_left_out(
+    cases: list[Case | None],
+    results: list[CaseResult],
+    bases: dict[int, Calibration],
+    grid: tuple[float, ...],
+) -> None:
+    """PROXY_S was chosen among ``grid`` on the PROXY_FITTED_TO runs. For each of them,
+    choose again on the others only (the least summed squared log time error; with no
+    other, the grid's first value, no proxy cost) and predict the run with that value.
+    Every run is simulated once per grid value; a run whose preset was also fitted to
+    it keeps its left-out constants (``bases``)."""
+    fitted = [
+        index
+        for index, (case, result) in enumerate(zip(cases, results, strict=True))
+        if case is not None and not result.error and case.name in PROXY_FITTED_TO
+    ]
+    runs: dict[tuple[int, float], CaseResult] = {}
+    loss = np.zeros((len(fitted), len(grid)))
+    for row, index in enumerate(fitted):
+        case = cases[index]
+        assert case is not None  # filtered above
+        base = bases.get(index) or calibration_of(case_graph(case))
+        for column, value in enumerate(grid):
+            run = run_case(case, calibration=dataclasses.replace(base, proxy_s=value))
+            runs[index, value] = run
+            loss[row, column] = np.mean(
+                np.log(np.array(run.simulated_us) / np.array(run.measured_us)) ** 2
+            )
+    for row, index in enumerate(fitted):
+        others = np.delete(loss, row, axis=0).sum(axis=0)
+        value = grid[int(np.argmin(others))]
+        result = results[index]
+        result.loco = runs[index, value]
+        names = [cases[i].name for i in fitted if i != index]  # type: ignore[union-attr]
+        source = result.loco_source + "; " if result.loco_source else ""
+        result.loco_source = source + (
+            f"network proxy {value * 1e6:g} us, chosen on " + ", ".join(names)
+            if names
+            else f"network proxy {value * 1e6:g} us (no other run to choose it on)"
         )

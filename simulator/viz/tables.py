@@ -263,7 +263,8 @@ def report_table(results: list[CaseResult]) -> str:
     for result in results:
         if result.fitted:
             lines.append(
-                f"* {result.name}: its preset was fitted to it; loco: {result.loco_source}"
+                f"* {result.name}: constants were fitted to it; loco: "
+                + (result.loco_source or "not computed (ccsim validate --loco)")
             )
     return "\n".join(lines) + "\n"
 
