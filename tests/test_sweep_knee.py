@@ -53,6 +53,7 @@ NIC_SPEC = """\
 name: nic-knee
 scenario:
   collective: all_reduce
+  algorithm: ring
   size: 1GiB
   nodes: 2
   set: {server.intra.latency: 0, server.nic.pcie.latency: 0, fabric.latency: 0}

@@ -23,6 +23,7 @@ PCIE = 31.5e9
 NIC_SPEC = {
     "scenario": {
         "collective": "all_reduce",
+        "algorithm": "ring",  # the ideal ring, whose bound is the NIC's (or PCIe's) rate
         "size": "1GiB",
         "nodes": 2,
         "set": {"server.intra.latency": 0, "server.nic.pcie.latency": 0, "fabric.latency": 0},

@@ -56,10 +56,11 @@ def test_explicit_points_are_appended_and_duplicates_dropped():
         {"algorithm": ["ring", "tree"]},
         points=[{"algorithm": "ring"}, {"algorithm": "direct", "chunks": 4}],
     )
-    # ring is already in the product; direct/4 is new; chunks is a column only it sets.
+    # ring is already in the product; direct/4 is new; chunks is a column only it sets
+    # (empty elsewhere: those points run the default, 1 for an algorithm run as given).
     assert [(p.values["algorithm"], p.values["chunks"]) for p in spec.points] == [
-        ("ring", 1),
-        ("tree", 1),
+        ("ring", None),
+        ("tree", None),
         ("direct", 4),
     ]
     assert spec.duplicates == 1
@@ -207,7 +208,7 @@ def test_protocol_axis_runs_the_calibrated_model():
     from simulator.sweep import run_point
     from simulator.topology import load_topology
 
-    spec = spec_of({"protocol": ["ideal", "Simple"]}, size="1GiB")
+    spec = spec_of({"protocol": ["ideal", "Simple"]}, size="1GiB", algorithm="ring")
     ideal, simple = (run_point(p.params) for p in spec.points)
     n = 2**30
     assert ideal["time_s"] == pytest.approx(14 * (0.6e-6 + n / (8 * 300e9)), rel=1e-9)
@@ -219,4 +220,27 @@ def test_protocol_axis_runs_the_calibrated_model():
         spec_of({"protocol": ["LL64"]})
     assert [p.key for p in spec_of({"size": ["1M"]}).points] == [
         p.key for p in spec_of({"size": ["1MiB"]}).points
+    ]
+
+
+def test_points_default_to_the_topology_s_library():
+    """As every command does, a point that names no algorithm runs what the preset's
+    library would (NCCL on dgx-a100: its algorithm, protocol and channels; HCCL on
+    ascend-910b), the same numbers as asking for it by name; ring stays available."""
+    from simulator.collective import simulate_collective
+    from simulator.sweep import run_point
+
+    spec = spec_of({"topology": ["dgx-a100", "ascend-910b"]}, size="64MiB")
+    rows = [run_point(p.params) for p in spec.points]
+    for row, (topology, library) in zip(
+        rows, [("dgx-a100", "nccl"), ("ascend-910b", "hccl")], strict=True
+    ):
+        named = simulate_collective(topology, "all_reduce", 2**26, library)
+        assert row["status"] == "ok" and row["time_s"] == named.time_s
+    ring = run_point(spec_of({"algorithm": ["ring"]}, size="64MiB").points[0].params)
+    assert ring["time_s"] == simulate_collective("dgx-a100", "all_reduce", 2**26).time_s
+    assert ring["time_s"] != rows[0]["time_s"]
+    assert [p.values["algorithm"] for p in spec_of({"algorithm": ["nccl", "auto"]}).points] == [
+        "nccl",
+        "auto",
     ]

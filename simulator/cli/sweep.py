@@ -63,6 +63,8 @@ def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
         description="Run every point of a sweep spec (a base collective or workload and "
         "axes to vary: topology paths such as server.nic.bandwidth, algorithm, size, "
         "nodes, workload.PARAM) and append each result to a CSV file as it finishes. "
+        "A point runs what the topology's library would (NCCL, or HCCL on the Ascend "
+        "presets) unless the spec names an algorithm. "
         "Running the same command again skips the points already in the file. Columns: "
         "key, the axes in bytes, bytes/s and seconds, status, error, the metrics "
         "(seconds; GB/s = 1e9 bytes/s).",

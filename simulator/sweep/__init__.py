@@ -90,8 +90,8 @@ def size(
     >>> found = size({"scenario": {"collective": "all_reduce", "size": "256M", "nodes": 2},
     ...               "axes": {"server.nic.bandwidth": ["100Gbps", "200Gbps", "400Gbps",
     ...                                                 "800Gbps"]}}, workers=1)
-    >>> format_value("server.nic.bandwidth", found.knees[0].knee)  # PCIe caps the NIC
-    '400 Gb/s'
+    >>> format_value("server.nic.bandwidth", found.knees[0].knee)  # PCIe, as NCCL runs it
+    '200 Gb/s'
     """
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     if axis is None:

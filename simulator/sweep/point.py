@@ -16,11 +16,12 @@ from typing import Any
 
 import networkx as nx
 
+from ..collective.policy import library_of
 from ..collective.simulate import simulate_collective
 from ..errors import CcsimError
-from ..library.protocol import parse_calibration
-from ..topology import cluster_graph, fabric_spec, load_topology, preset, validate_topology
+from ..topology import fabric_spec, load_topology, preset
 from ..topology.graph import gpu_nodes
+from ..topology.presets import preset_graph
 
 #: Metric columns of each kind of sweep, in results order (seconds, GB/s = 1e9 B/s).
 METRICS = {
@@ -67,18 +68,14 @@ def build_topology(params: Mapping[str, Any]) -> nx.Graph:
         _set_path(data, path, value)
     name = str(data.get("name", topology["name"]))
     source = f"{name} (with the sweep's values)" if params.get("set") else name
-    graph = cluster_graph(
-        data["server"],
+    return preset_graph(
+        data,
         nodes,
-        fabric=data.get("fabric") or {},
         name=name,
         source=source,
         seed=params.get("seed"),
+        single_server_fabric=params.get("fabric") is not None,
     )
-    validate_topology(graph, source=source)
-    if "nccl" in data:  # the calibrated model's constants, for a protocol axis
-        graph.graph["nccl"] = parse_calibration(data["nccl"], source=source)
-    return graph
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
@@ -152,13 +149,14 @@ def run_point(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def _collective(params: Mapping[str, Any]) -> dict[str, Any]:
     graph = build_topology(params)
+    algorithm = params["algorithm"]
     result = simulate_collective(
         graph,
         params["collective"],
         float(params["size"]),
-        params["algorithm"],
-        chunks=params["chunks"],
-        channels=params["channels"],
+        library_of(graph) if algorithm == "library" else algorithm,
+        chunks=params.get("chunks"),
+        channels=params.get("channels"),
         reduce_bandwidth=params.get("reduce_bandwidth"),
         root=params.get("root", 0),
         protocol=params.get("protocol"),
@@ -181,7 +179,7 @@ def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
     _, breakdown = run_workload(
         workload,
         graph,
-        algorithm=params["algorithm"],
+        algorithm=None if params["algorithm"] == "library" else params["algorithm"],
         comm_slowdown=params.get("comm_slowdown", 0.0),
         reduce_bandwidth=params.get("reduce_bandwidth"),
         protocol=params.get("protocol"),

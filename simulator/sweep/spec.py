@@ -40,6 +40,7 @@ from typing import Any
 
 from ..algorithms import algorithm_names
 from ..collective.guards import POINT_FLOWS, Estimate, check_flows
+from ..collective.policy import POLICIES
 from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError, shown
 from ..files import load_data
@@ -79,16 +80,13 @@ SCALAR_AXES = tuple(
 #: Prefixes of the other axes: topology paths and workload generator parameters.
 PATH_PREFIXES = ("server.", "fabric.", "workload.")
 _TOP_KEYS = ("name", "description", "scenario", "axes", "points")
+#: The algorithm value that means "what the topology's library runs" (nccl, or hccl on
+#: the Ascend presets): every point's default, as every command's is. Chunks and
+#: channels left out are the library's (or 1 for an algorithm run as given).
+LIBRARY = "library"
 _DEFAULTS = {
-    "collective": {
-        "algorithm": "ring",
-        "chunks": 1,
-        "channels": 1,
-        "root": 0,
-        "nodes": 1,
-        "topology": "dgx-a100",
-    },
-    "workload": {"algorithm": "ring", "comm_slowdown": 0.0, "topology": "dgx-a100"},
+    "collective": {"algorithm": LIBRARY, "root": 0, "nodes": 1, "topology": "dgx-a100"},
+    "workload": {"algorithm": LIBRARY, "comm_slowdown": 0.0, "topology": "dgx-a100"},
 }
 
 
@@ -564,9 +562,9 @@ class _Parser:
                 raise self.error(where, f"unknown operation {shown(raw)}; valid: {valid}")
             return raw
         if name == "algorithm":
-            if raw not in algorithm_names():
-                valid = _join(algorithm_names())
-                raise self.error(where, f"unknown algorithm {shown(raw)}; valid: {valid}")
+            names = (LIBRARY, *POLICIES, "auto", *algorithm_names())
+            if raw not in names:
+                raise self.error(where, f"unknown algorithm {shown(raw)}; valid: {_join(names)}")
             return raw
         if name == "size":
             size = parse_size(raw, field="size")

@@ -133,16 +133,39 @@ def load_topology(
         return topology
     path = _preset_path(topology)
     data = read_preset(path)
-    graph = cluster_graph(
-        data["server"],
+    return preset_graph(
+        {**data, "fabric": fabric_spec(data.get("fabric"), fabric)},
         1 if nodes is None else nodes,
-        fabric=fabric_spec(data.get("fabric"), fabric),
         name=str(data.get("name", path.stem)),
         source=str(path.name),
         seed=seed,
         single_server_fabric=fabric is not None,
     )
-    validate_topology(graph, source=path.name)
+
+
+def preset_graph(
+    data: Mapping[str, Any],
+    nodes: int,
+    *,
+    name: str,
+    source: str,
+    seed: int | None = None,
+    single_server_fabric: bool = False,
+) -> nx.Graph:
+    """The validated graph of a read preset (``data``, its ``fabric`` already resolved
+    with :func:`~simulator.topology.builders.fabric_spec`) on ``nodes`` servers, with the
+    library and its constants the preset names; errors name ``source``. Sweeps build
+    their points' edited presets with it."""
+    graph = cluster_graph(
+        data["server"],
+        nodes,
+        fabric=data.get("fabric") or {},
+        name=name,
+        source=source,
+        seed=seed,
+        single_server_fabric=single_server_fabric,
+    )
+    validate_topology(graph, source=source)
     if "library" in data:
         # The communication library the machine runs (nccl unless said): the collective
         # layer checks the name and picks its policy (simulator.collective.library_of).
@@ -151,5 +174,5 @@ def load_topology(
         # The communication library's constants, kept as read: the library layer
         # (simulator.library.protocol.calibration_of) parses and checks them.
         graph.graph["nccl"] = data["nccl"]
-        graph.graph["nccl_source"] = path.name
+        graph.graph["nccl_source"] = source
     return graph
