@@ -171,6 +171,24 @@ def test_tree_runs_with_nccl_s_tree_latencies_and_middle_size_correction():
     assert (model.hop_s, model.bandwidth) == (ring.hop_s, ring.bandwidth)
 
 
+def test_a_small_tree_call_across_servers_takes_nccl_s_tree_latency():
+    """NCCL's tree latency (tuning.cc:384-435, v2.30.7) is base + 2((g - 1) intra +
+    log2(nodes) inter) with g GPUs per server, and unlike its ring's it does not raise
+    the NVLink step to the 1 us network post overhead. 8 bytes on 2x dgx-h100 run Tree
+    LL on one channel: 7 NVLink steps up the chain in each server (0.6 us each), one
+    network step (NCCL's Tree LL entry, 5.0 us), and the same back down: 6.6 + 2 (7 x 0.6
+    + 5.0) = 25.0 us after launch (NCCL's model: 25.2 with its 6.8 us Tree base; the
+    XE9680 run measured 24.7)."""
+    graph = load_topology("dgx-h100", 2)
+    result = NcclPolicy().simulate(graph, "all_reduce", 8.0)
+    assert (result.params["nccl_algorithm"], result.params["protocol"]) == ("Tree", "LL")
+    cal = calibration_of(graph)
+    ll = cal.protocol("LL")
+    expected = cal.launch_s + ll.base_s + 2 * (7 * ll.hop_s["nvlink"] + 5.0e-6)
+    assert result.time_s == pytest.approx(expected, rel=1e-3)  # bytes' time: < 1e-3
+    assert ll.hop_s["nvlink"] < 1e-6  # so the ring's 1 us floor would have applied
+
+
 def test_nvls_tree_pipelines_in_nccl_s_loops():
     """NVLSTree on 4 servers of 8 with 16 channels: NCCL's loop is channels x heads x
     chunk = 16 x 8 x 128 KiB = 16 MiB (enqueue.cc:2276-2285, 2322-2369), so 64 MiB takes

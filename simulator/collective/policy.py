@@ -402,7 +402,11 @@ def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> st
     message = float(params.get("message_bytes", proto.message_bytes))
     hops = {cls: value * scale.get(cls, 1.0) for cls, value in proto.hop_s.items()}
     return dataclasses.replace(
-        proto, bandwidth=proto.bandwidth * factor, hop_s=hops, message_bytes=message
+        proto,
+        bandwidth=proto.bandwidth * factor,
+        hop_s=hops,
+        message_bytes=message,
+        net_floor=algorithm not in ALGORITHMS or algorithm == "Ring",
     )
 
 

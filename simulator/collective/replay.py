@@ -200,12 +200,13 @@ class ScheduleReplay:
         steps inside a server cost the intra-node hop latency, those that cross the
         network the network's). Once the
         schedule spans servers, a step inside one costs at least NCCL's network post
-        overhead, 1 us (x3 for Simple; tuning.cc:226-233 and 405-407)."""
+        overhead, 1 us (x3 for Simple; tuning.cc:226-233 and 405-407), where the
+        protocol's ``net_floor`` says so (NCCL's ring model)."""
         if self._step_s is None:
             all_routes = self._routes(np.arange(self.schedule.n_ops))
             classes = set(self.network.route_classes(np.unique(all_routes)))
             overhead = 0.0
-            if "network" in classes:
+            if "network" in classes and self._protocol.net_floor:
                 overhead = NET_OVERHEAD_S * (3 if self._protocol.name == "Simple" else 1)
             self._step_s = overhead
         mine = self.network.route_classes(routes)

@@ -53,6 +53,11 @@ class Protocol:
     #: the network is ceil(bytes / message_bytes) messages through its GPUs' proxies.
     proxy_s: float = 0.0
     message_bytes: float = float("inf")
+    #: Whether, once a call spans servers, a step inside one costs at least NCCL's
+    #: network post overhead (1 us, x3 for Simple): NCCL's ring latency model says so
+    #: (tuning.cc:405-407 at v2.30.7); its Tree, NVLS and NVLSTree branches of the same
+    #: function (tuning.cc:384-435) do not. ccsim's own algorithms keep the ring's rule.
+    net_floor: bool = True
 
 
 #: Data bytes NCCL moves per pipeline step and channel, which is also what one network
