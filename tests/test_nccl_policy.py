@@ -189,6 +189,24 @@ def test_a_small_tree_call_across_servers_takes_nccl_s_tree_latency():
     assert ll.hop_s["nvlink"] < 1e-6  # so the ring's 1 us floor would have applied
 
 
+def test_one_ll_channel_moves_data_at_nccl_s_per_channel_rate():
+    """A channel's LL copy is one thread block polling flags: NCCL's model gives it the
+    search graph's per-channel bandwidth over 3.8 for Tree (tuning.cc:305-383, v2.30.7;
+    48 GB/s per channel on 2x dgx-h100), and a tree hop carries half of it (Tree's
+    algorithm bandwidth is half its bus bandwidth): 6.3 GB/s. 4 KiB on one channel runs
+    as two trees of 2 KiB, each hop no faster than that, on the 16-hop path of the test
+    above: 6.6 + 2 (7 x 0.6 + 5.0) + 16 x 2048 B / 6.3 GB/s = 30.2 us after launch (the
+    XE9680 run measured 29.7; 24.7 at 8 B)."""
+    graph = load_topology("dgx-h100", 2)
+    result = NcclPolicy().simulate(graph, "all_reduce", 4096.0)
+    assert (result.params["nccl_algorithm"], result.params["channels"]) == ("Tree", 1)
+    rate = 48e9 / 3.8 / 2
+    cal = calibration_of(graph)
+    ll = cal.protocol("LL")
+    expected = cal.launch_s + ll.base_s + 2 * (7 * ll.hop_s["nvlink"] + 5.0e-6) + 16 * 2048 / rate
+    assert result.time_s == pytest.approx(expected, rel=1e-9)
+
+
 def test_nvls_tree_pipelines_in_nccl_s_loops():
     """NVLSTree on 4 servers of 8 with 16 channels: NCCL's loop is channels x heads x
     chunk = 16 x 8 x 128 KiB = 16 MiB (enqueue.cc:2276-2285, 2322-2369), so 64 MiB takes

@@ -33,6 +33,7 @@ from ..library.nccl import (
     NcclChoice,
     NcclSystem,
     hop_scale,
+    ll_channel_rate,
     nccl_choice,
     nccl_system,
     tree_correction,
@@ -180,6 +181,8 @@ class NcclPolicy:
                 choice, float(size_bytes), system.ranks, channels, system.nodes
             ),
         }
+        if choice.protocol == "LL":
+            extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
         return Plan(name, choice.protocol, channels, chunks, built, extra)
 
     def schedule(
@@ -407,6 +410,7 @@ def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> st
         hop_s=hops,
         message_bytes=message,
         net_floor=algorithm not in ALGORITHMS or algorithm == "Ring",
+        channel_rate=float(params.get("channel_rate", math.inf)),
     )
 
 

@@ -96,6 +96,9 @@ class ScheduleReplay:
         # split with shared resources), so another collective's proxies do not queue
         # with this one's.
         self._crosses = np.zeros(n, dtype=bool)
+        # When each transfer's flow started and its step latency (for channel_rate).
+        self._flow_start = np.zeros(n)
+        self._hop = np.zeros(n)
         self._proxy_free = np.zeros(
             int(max(self._src.max(initial=0), self._dst.max(initial=0))) + 1
         )
@@ -145,24 +148,28 @@ class ScheduleReplay:
             wanted, network = self._step_latency(routes)
             self._extra[ops] = np.maximum(wanted - self.network.route_latency(routes), 0.0)
             self._crosses[ops] = network
+            if np.isfinite(self._protocol.channel_rate):
+                self._hop[ops] = wanted
             if self._protocol.proxy_s > 0 and network.any():
                 # A transfer over the network leaves when its sender's proxy has posted
                 # its messages (NCCL's sendProxyProgress, transport/net.cc).
-                self.network.add_flows(
-                    self._owner, ops[~network], routes[~network], self._wire[ops[~network]]
-                )
+                self._send(ops[~network], routes[~network])
                 ops, routes = ops[network], routes[network]
                 ready = proxy_queue(
                     self._proxy_free, self._src[ops], self._proxy_busy(ops), self.env.now
                 )
                 self._at(
                     self._proxy_wait(ready),
-                    lambda pick, o=ops, r=routes: self.network.add_flows(
-                        self._owner, o[pick], r[pick], self._wire[o[pick]]
-                    ),
+                    lambda pick, o=ops, r=routes: self._send(o[pick], r[pick]),
                 )
                 return
-        self.network.add_flows(self._owner, ops, routes, self._wire[ops])
+        self._send(ops, routes)
+
+    def _send(self, ops: np.ndarray, routes: np.ndarray) -> None:
+        """Start the flows of ``ops`` now."""
+        if len(ops):
+            self._flow_start[ops] = self.env.now
+            self.network.add_flows(self._owner, ops, routes, self._wire[ops])
 
     def _proxy_busy(self, ops: np.ndarray) -> np.ndarray:
         """Proxy time of each network transfer: one protocol message per
@@ -242,6 +249,12 @@ class ScheduleReplay:
         if len(ops) == 0:
             return
         delay = self._extra[ops] if self._extra is not None else None
+        if delay is not None and np.isfinite(self._protocol.channel_rate):
+            # One channel's thread block moves its data no faster than channel_rate:
+            # the step ends no earlier than its latency plus the bytes at that rate.
+            copied = self._flow_start[ops] + self._hop[ops]
+            copied += self.schedule.nbytes[ops] / self._protocol.channel_rate
+            delay = np.maximum(delay, copied - self.env.now)
         if delay is not None and self._protocol.proxy_s > 0:
             delay = self._receive_proxy(ops, delay)
         if delay is None or not delay.any():

@@ -394,6 +394,26 @@ def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> fl
     return bus
 
 
+def ll_channel_rate(system: NcclSystem, algorithm: str, channels: int) -> float:
+    """Data bytes/s one channel's LL transfer moves over one hop, in NCCL's model: the
+    channel's share of the search graph's bandwidth at LL's factor (Ring 0.5, Tree 1/3.8,
+    tuning.cc:305-383 at v2.30.7), within LL's cap for all channels together (llMaxBws,
+    the CPU vendor's row across servers). A Tree channel's hop carries half its rate:
+    NCCL's Tree algorithm bandwidth is half its bus bandwidth (both directions of every
+    edge carry the data once). ``inf`` for algorithms that do not run LL.
+
+    >>> from simulator.topology import load_topology
+    >>> round(ll_channel_rate(nccl_system(load_topology("dgx-h100", 2)), "Tree", 1) / 1e9, 2)
+    6.32
+    """
+    if algorithm not in ("Ring", "Tree"):
+        return math.inf
+    graph = system.ring if algorithm == "Ring" else system.tree
+    bw = graph.bw_intra if system.nodes <= 2 else graph.bw_inter
+    rate = bw * (0.5 if algorithm == "Ring" else 1 / 3.8)
+    return rate * (0.5 if algorithm == "Tree" else 1.0) * 1e9
+
+
 def _steps(op: str, ranks: int) -> int:
     if op == "all_reduce":
         return 2 * (ranks - 1)

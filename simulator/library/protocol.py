@@ -58,6 +58,9 @@ class Protocol:
     #: (tuning.cc:405-407 at v2.30.7); its Tree, NVLS and NVLSTree branches of the same
     #: function (tuning.cc:384-435) do not. ccsim's own algorithms keep the ring's rule.
     net_floor: bool = True
+    #: Data bytes/s one channel's transfer moves over a hop at most: what one thread
+    #: block of the protocol reaches (``inf``: only the links limit it).
+    channel_rate: float = float("inf")
 
 
 #: Data bytes NCCL moves per pipeline step and channel, which is also what one network
