@@ -8,6 +8,7 @@ run does not load matplotlib.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 
@@ -20,6 +21,7 @@ from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
+from ..workload.memory import MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
 from .args import add_max_flows_option, add_trace_options, check_outputs, emit
@@ -215,13 +217,19 @@ def _cmd_run(args: argparse.Namespace) -> None:
     )
     if args.format == "json":
         text = to_json(
-            [_summary_row(workload.name, result, run.algorithm)]
+            [_summary_row(workload.name, result, run.algorithm, workload.memory)]
             + ([vars(r) for r in result.ranks] if args.per_rank else [])
         )
     elif args.format == "csv":
         text = to_csv([vars(r) for r in result.ranks])
     else:
-        text = breakdown_table(result, title=title, per_rank=args.per_rank)
+        text = breakdown_table(
+            result,
+            title=title,
+            per_rank=args.per_rank,
+            memory=workload.memory,
+            device=replay.device,
+        )
     emit(text, args.out)
     if drawing:
         from ..viz.outputs import write_workload_outputs
@@ -231,7 +239,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
             graph,
             # The report keeps every rank's row whatever --per-rank says.
             table=breakdown_table(result, title=title, per_rank=True),
-            summary=_summary_row(workload.name, result, run.algorithm),
+            summary=_summary_row(workload.name, result, run.algorithm, workload.memory),
             ranks=[vars(r) for r in result.ranks],
             timeline=args.timeline,
             trace=args.trace,
@@ -256,10 +264,14 @@ def _cmd_run(args: argparse.Namespace) -> None:
         )
 
 
-def _summary_row(name: str, result: Breakdown, algorithm: str) -> dict:
+def _summary_row(
+    name: str, result: Breakdown, algorithm: str, memory: MemoryEstimate | None = None
+) -> dict:
     row = {"workload": name, "algorithm": algorithm, **result.summary()}
     row["exposed_by_kind_s"] = result.exposed_by_kind
     row["exposed_by_call_s"] = result.exposed_by_call
+    if memory is not None:
+        row["memory_bytes"] = {**dataclasses.asdict(memory), "total": memory.total}
     return row
 
 

@@ -19,6 +19,8 @@ from ..algorithms.chain import ROOTED_OPS
 if TYPE_CHECKING:  # types only: tables read these results, they never run them
     from ..validate.calibrate import Fit
     from ..validate.nccl_tests import CaseResult
+    from ..workload.devices import Device
+    from ..workload.memory import MemoryEstimate
     from ..workload.metrics import Breakdown
 
 
@@ -303,8 +305,17 @@ def fit_report(fits: list[Fit], *, holdout: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def breakdown_table(result: Breakdown, *, title: str = "", per_rank: bool = False) -> str:
-    """Human-readable breakdown: categories in ms (mean and max over ranks) and shares."""
+def breakdown_table(
+    result: Breakdown,
+    *,
+    title: str = "",
+    per_rank: bool = False,
+    memory: MemoryEstimate | None = None,
+    device: Device | None = None,
+) -> str:
+    """Human-readable breakdown: categories in ms (mean and max over ranks) and shares;
+    with ``memory``, the peak memory per GPU by kind (GB = 1e9 bytes) and whether it fits
+    in ``device``'s."""
     step = result.step_s
     lines = [f"# {title}", "#"] if title else []
     lines.append(f"{'step time':<28} {step * 1e3:>12.3f} ms")
@@ -329,6 +340,20 @@ def breakdown_table(result: Breakdown, *, title: str = "", per_rank: bool = Fals
             lines.append(f"  {kind:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
         for call, value in result.exposed_by_call.items():
             lines.append(f"  {call:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
+    if memory is not None:
+        lines.append("")
+        lines.append(f"{'memory per GPU (peak rank)':<28} {'GB':>12}")
+        for label, value in (
+            ("weights", memory.weights),
+            ("gradients", memory.gradients),
+            ("optimizer state", memory.optimizer),
+            ("activations", memory.activations),
+            ("total", memory.total),
+        ):
+            lines.append(f"  {label:<26} {value / 1e9:>12.2f}")
+        if device is not None and device.memory_bytes:
+            verdict = "fits" if memory.fits(device.memory_bytes) else "DOES NOT FIT"
+            lines.append(f"  {device.name} holds {device.memory_bytes / 1e9:.2f} GB: {verdict}")
     if per_rank:
         lines.append("")
         lines.append(

@@ -11,17 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import unknown_choice
+import networkx as nx
+
+from ..errors import CcsimError, unknown_choice
+from ..topology.graph import gpu_nodes
 
 
 @dataclass(frozen=True)
 class Device:
-    """Peak dense 16-bit tensor FLOP/s, HBM bandwidth (bytes/s), achievable GEMM fraction."""
+    """Peak dense 16-bit tensor FLOP/s, HBM bandwidth (bytes/s), achievable GEMM
+    fraction, HBM capacity (bytes)."""
 
     name: str
     peak_flops: float
     memory_bandwidth: float
     efficiency: float = 1.0
+    #: HBM capacity in bytes (0: unknown).
+    memory_bytes: float = 0.0
 
     def compute_time(self, flops: float, mem_bytes: float = 0.0) -> float:
         """Roofline time of a kernel in seconds.
@@ -33,7 +39,8 @@ class Device:
 
 
 # Sources: NVIDIA A100 datasheet (2020): 312 TFLOP/s dense BF16/FP16 tensor, 2,039 GB/s
-# HBM2e (80 GB SXM). NVIDIA H100 datasheet (2022): 989 TFLOP/s dense BF16 (SXM),
+# HBM2e (80 GB SXM; nvidia-smi reports 81,920 MiB, so 80 GiB; H100 SXM likewise; the
+# 910B's 64 GB taken as GiB too). NVIDIA H100 datasheet (2022): 989 TFLOP/s dense BF16 (SXM),
 # 3.35 TB/s HBM3. Ascend 910B: ~376 TFLOP/s FP16 and ~1.6 TB/s HBM2e (third-party
 # figures; Huawei publishes 320-400 TFLOP/s depending on the variant). The efficiency of
 # 0.7 is the fraction of peak large transformer GEMMs sustain on A100/H100 (Megatron-LM,
@@ -42,9 +49,9 @@ class Device:
 DEVICES = {
     device.name: device
     for device in (
-        Device("A100", 312e12, 2.039e12, 0.7),
-        Device("H100", 989e12, 3.35e12, 0.7),
-        Device("910B", 376e12, 1.6e12, 0.7),
+        Device("A100", 312e12, 2.039e12, 0.7, 80 * 2**30),
+        Device("H100", 989e12, 3.35e12, 0.7, 80 * 2**30),
+        Device("910B", 376e12, 1.6e12, 0.7, 64 * 2**30),
     )
 }
 
@@ -56,3 +63,15 @@ def device_for(model: str) -> Device:
         if name.upper() in text:
             return device
     raise unknown_choice("device model", model, DEVICES)
+
+
+def graph_device(graph: nx.Graph) -> Device | None:
+    """The device of a topology's GPUs (their ``model`` attribute), or None if no GPU
+    names one ccsim knows."""
+    models = {graph.nodes[node].get("model", "") for node in gpu_nodes(graph)}
+    for model in sorted(models):
+        try:
+            return device_for(str(model))
+        except CcsimError:
+            continue
+    return None

@@ -54,7 +54,7 @@ from ..library.nccl import NcclSystem
 from ..library.protocol import Protocol, calibration_of
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
-from .devices import Device, device_for
+from .devices import Device, graph_device
 from .trace import Op, Workload, WorkloadError
 
 
@@ -189,7 +189,7 @@ class WorkloadReplay:
             link_efficiency=None if self._given_protocol is None else self.calibration.efficiency,
         )
         self._protocols: dict[tuple, str] = {}
-        self.device = device or self._default_device(graph)
+        self.device = device or graph_device(graph)
         self.reduce_bandwidth = reduce_bandwidths(graph, reduce_bandwidth)
         self.servers = servers_of_ranks(graph)
         ops = workload.ops
@@ -227,16 +227,6 @@ class WorkloadReplay:
         self._calls: dict[tuple, tuple[Schedule, Protocol | None, dict]] = {}
         self._policies: dict[tuple, NcclPolicy | HcclPolicy] = {}
         self._done = 0
-
-    @staticmethod
-    def _default_device(graph: nx.Graph) -> Device | None:
-        models = {graph.nodes[node].get("model", "") for node in gpu_nodes(graph)}
-        for model in sorted(models):
-            try:
-                return device_for(str(model))
-            except CcsimError:
-                continue
-        return None
 
     # -- running ---------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> WorkloadRun:

@@ -55,6 +55,7 @@ from typing import Any
 from ..errors import CcsimError, shown
 from ..files import load_data, write_file
 from ..units import parse_size, parse_time
+from .memory import MemoryEstimate
 
 FORMAT = "ccsim-workload/1"
 KINDS = ("compute", "collective", "send", "recv")
@@ -119,6 +120,9 @@ class Workload:
     description: str = ""
     instances: list[list[int]] = field(default_factory=list)
     pairs: list[tuple[int, int]] = field(default_factory=list)
+    #: Peak memory per GPU of the configuration the generator built (None for traces,
+    #: which do not say what they hold).
+    memory: MemoryEstimate | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form in the trace format (times in seconds, sizes in bytes)."""

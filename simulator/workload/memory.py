@@ -1,0 +1,137 @@
+"""Memory per GPU of a training configuration: weights, gradients, optimizer state and
+activations, so that a configuration that cannot fit is known before it is simulated.
+
+Figures follow Megatron-LM's own accounting, for mixed-precision Adam with bf16
+parameters and fp32 gradients:
+
+* **model state** (Megatron-LM README, "Distributed Optimizer"): 18 bytes per parameter
+  without the distributed optimizer (bf16 weights 2, fp32 main gradients 4, fp32 master
+  weights, momentum and variance 12); 6 + 12/d with it, the 12 bytes of optimizer state
+  sharded over the d data-parallel ranks. The parameters counted are those of the most
+  loaded rank: a pipeline stage's share of the layers split over tensor parallelism,
+  plus the input embedding (vocab x hidden / tp) on the first stage (Megatron's
+  ``theoretical_memory_usage.py``);
+* **activations** (Korthikanti et al., "Reducing Activation Recomputation in Large
+  Transformer Models", MLSys 2023, section 4 and Table 2): per layer and micro-batch,
+  s b h (10 + 24/t + 5 a s / (h t)) bytes with tensor parallelism t, s b h (34 + 5 a s /
+  h) / t with sequence parallelism, s b h 34 / t with selective recomputation (the
+  attention core, 5 a s^2 b, recomputed; Megatron runs it with sequence parallelism),
+  and 2 s b h (the layer's input; / t with sequence parallelism) with full
+  recomputation. The 24 = 8 (attention: Q, K, V, output projection input) + 16 (MLP:
+  the two 4h-wide inputs); an MLP of inner size f stores 4f/h (gated: 6f/h, its gate and
+  up projections both feed the product) in place of 16. The first stage of a 1F1B
+  pipeline keeps min(pp, micro-batches) micro-batches in flight over its layers/pp
+  layers, which is the most any stage holds, plus the embedding dropout's mask (s b h
+  bytes per micro-batch in flight).
+
+Not counted: temporary buffers (communication buckets, workspace), the allocator's
+fragmentation and the CUDA context, which real runs keep a few GB for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import CcsimError
+from .model import Transformer
+
+#: Bytes per parameter of mixed-precision Adam (bf16 parameters, fp32 gradients), split
+#: as Megatron-LM's README table counts them: weights, main gradients, optimizer state.
+WEIGHT_BYTES = 2
+GRADIENT_BYTES = 4
+OPTIMIZER_BYTES = 12
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one GPU holds at its peak, by kind (the most loaded rank)."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        """All of it, in bytes."""
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+    def fits(self, capacity: float) -> bool:
+        """Whether it fits in ``capacity`` bytes."""
+        return self.total <= capacity
+
+
+def layer_activation_bytes(
+    model: Transformer,
+    *,
+    micro_batch: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+) -> float:
+    """Activation bytes one layer keeps for its backward pass, per micro-batch (see the
+    module docstring).
+
+    >>> from simulator.workload.model import MODELS
+    >>> gpt3 = MODELS["gpt3-175b"]  # s 2048, h 12288, a 96: 10 + 24/8 + 5 x 96 x 2048/(12288 x 8)
+    >>> layer_activation_bytes(gpt3, micro_batch=1, tp=8) / (2048 * 12288)
+    23.0
+    >>> layer_activation_bytes(gpt3, micro_batch=1, tp=8, recompute="full") / (2048 * 12288)
+    2.0
+    """
+    if recompute not in RECOMPUTE:
+        raise CcsimError(f"recompute must be one of {', '.join(RECOMPUTE)}, not {recompute!r}")
+    s, b, h, t = model.seq, micro_batch, model.hidden, tp
+    sbh = s * b * h
+    if recompute == "full":
+        return 2 * sbh / (t if sequence_parallel else 1)
+    f = model.ffn or 4 * model.hidden
+    split = 8 + (6 if model.gated else 4) * f / h  # 24 for GPT's 4h MLP
+    scores = 0.0 if recompute == "selective" else 5 * model.attention_heads * s / h
+    if sequence_parallel or recompute == "selective":
+        return sbh * (10 + split + scores) / t
+    return sbh * (10 + split / t + scores / t)
+
+
+def megatron_memory(
+    model: Transformer,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    micro_batch: int,
+    micro_batches: int,
+    recompute: str = "full",
+    sequence_parallel: bool = False,
+    distributed_optimizer: bool = False,
+) -> MemoryEstimate:
+    """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
+    which holds the input embedding and the most micro-batches in flight.
+
+    >>> from simulator.workload.model import MODELS
+    >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
+    ...                     micro_batches=96)
+    >>> round(m.weights / 2**30, 2), round(m.activations / 2**30, 2)  # GiB
+    (5.21, 4.69)
+    """
+    if model.layers % pp:
+        raise CcsimError(f"{model.layers} layers do not split into {pp} pipeline stages")
+    params = (model.layers // pp * model.layer_params + model.vocab * model.hidden) / tp
+    optimizer = OPTIMIZER_BYTES / (dp if distributed_optimizer else 1)
+    per_layer = layer_activation_bytes(
+        model,
+        micro_batch=micro_batch,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        recompute=recompute,
+    )
+    in_flight = min(pp, micro_batches)
+    embedding_dropout = model.seq * micro_batch * model.hidden / (tp if sequence_parallel else 1)
+    activations = in_flight * (model.layers // pp * per_layer + embedding_dropout)
+    return MemoryEstimate(
+        weights=params * WEIGHT_BYTES,
+        gradients=params * GRADIENT_BYTES,
+        optimizer=params * optimizer,
+        activations=activations,
+    )

@@ -1,0 +1,63 @@
+"""Model descriptions: the transformer shapes generators build training steps for.
+
+Transformer arithmetic (Narayanan et al., "Efficient Large-Scale Language Model Training
+on GPU Clusters Using Megatron-LM", SC'21, section 5.1): a layer of hidden size h has
+about 12 h^2 parameters; its forward pass costs 24 h^2 + 4 s h FLOPs per token (s the
+sequence length).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer: layers, hidden size, sequence length, vocabulary.
+
+    ``ffn`` is the MLP inner size (4h for GPT; LLaMA's SwiGLU uses three h x ffn
+    matrices, which ``gated=True`` accounts for); ``heads`` the attention heads (for the
+    memory of attention scores).
+    """
+
+    layers: int
+    hidden: int
+    seq: int = 2048
+    vocab: int = 51200
+    ffn: int = 0
+    gated: bool = False
+    heads: int = 0
+
+    @property
+    def attention_heads(self) -> int:
+        """Attention heads (``heads``; default one per 128 of hidden, GPT-3's head size)."""
+        return self.heads or max(1, self.hidden // 128)
+
+    @property
+    def layer_params(self) -> float:
+        """Parameters of one layer: attention 4h^2 plus the MLP."""
+        h = self.hidden
+        ffn = self.ffn or 4 * h
+        return 4 * h * h + (3 if self.gated else 2) * h * ffn
+
+    @property
+    def params(self) -> float:
+        """All parameters, with input and output embeddings."""
+        return self.layers * self.layer_params + 2 * self.vocab * self.hidden
+
+    def layer_forward_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one layer: 2 per parameter per token plus attention scores."""
+        return tokens * (2 * self.layer_params + 4 * self.seq * self.hidden)
+
+
+#: Named models used by the bundled presets.
+MODELS = {
+    # GPT-3 175B (Brown et al. 2020): 96 layers, hidden 12288, sequence 2048.
+    "gpt3-175b": Transformer(layers=96, hidden=12288, seq=2048, vocab=51200, heads=96),
+    # LLaMA-13B (Touvron et al. 2023): 40 layers, hidden 5120, SwiGLU MLP of 13824.
+    "llama-13b": Transformer(
+        layers=40, hidden=5120, seq=2048, vocab=32000, ffn=13824, gated=True, heads=40
+    ),
+    # GPT-2 XL sized, for quick runs.
+    "gpt-1.5b": Transformer(layers=48, hidden=1600, seq=1024, vocab=50257, heads=25),
+}
