@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from simulator.errors import CcsimError
 from simulator.topology import ring_graph
 from simulator.workload import load_workload, run_workload
 from simulator.workload.aicb import load_aicb
@@ -186,3 +187,68 @@ def test_cli_run_and_generate(tmp_path):
     )
     assert done.returncode == 2 and "ddp-gpt1.5b-16" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _collectives(workload, rank):
+    return [op for op in workload.ops if op.kind == "collective" and op.rank == rank]
+
+
+def test_sequence_parallel_splits_each_tp_all_reduce_into_two_calls():
+    """Megatron's sequence parallelism replaces each TP all-reduce by a reduce-scatter and
+    an all-gather of the same buffer (Korthikanti et al. 2023, section 4.2.2): per rank,
+    micro-batch and pass, two calls of the bytes the all-reduce had, in that order."""
+    plain = megatron(SMALL, tp=2, pp=2, dp=1, global_batch=4)
+    split = megatron(SMALL, tp=2, pp=2, dp=1, global_batch=4, sequence_parallel=True)
+    before = _collectives(plain, 0)
+    after = _collectives(split, 0)
+    assert {op.op for op in before} == {"all_reduce"}
+    assert len(after) == 2 * len(before)
+    assert [op.op for op in after[:2]] == ["reduce_scatter", "all_gather"]
+    assert [op.nbytes for op in after[::2]] == [op.nbytes for op in before]
+    assert [op.nbytes for op in after[1::2]] == [op.nbytes for op in before]
+    # Activations shrink by t where they were not split (Korthikanti Table 2).
+    assert split.memory.activations < plain.memory.activations
+
+
+def test_selective_recompute_reruns_only_the_attention_core():
+    """Backward = 2 x forward + the attention core again (4 s h FLOPs per token and layer,
+    over TP); its TP all-reduces stay two per layer (full recompute: four)."""
+    tp, pp = 2, 2
+    full = megatron(SMALL, tp=tp, pp=pp, dp=1, global_batch=4)
+    selective = megatron(SMALL, tp=tp, pp=pp, dp=1, global_batch=4, recompute="selective")
+    tokens = SMALL.seq  # micro-batch 1
+    fwd = SMALL.layers / pp * SMALL.layer_forward_flops(tokens) / tp
+    core = SMALL.layers / pp * tokens * 4 * SMALL.seq * SMALL.hidden / tp
+
+    def flops(workload, label):
+        return [op.flops for op in workload.ops if op.rank == 0 and op.label.startswith(label)]
+
+    assert flops(selective, "fwd") == pytest.approx([fwd] * 4)
+    assert flops(selective, "bwd") == pytest.approx([2 * fwd + core] * 4)
+    assert flops(full, "bwd") == pytest.approx([3 * fwd] * 4)
+    activation = tokens * SMALL.hidden * 2 * SMALL.layers / pp
+    bwd_bytes = {op.nbytes for op in _collectives(selective, 0) if "bwd" in op.label}
+    assert bwd_bytes == {2 * activation}
+    assert {op.nbytes for op in _collectives(full, 0) if "bwd" in op.label} == {4 * activation}
+    with pytest.raises(CcsimError, match="recompute must be"):
+        megatron(SMALL, tp=2, pp=2, recompute="partial")
+
+
+def test_distributed_optimizer_shards_the_step():
+    """DP 4, no TP or PP, free communication: the gradients are reduce-scattered and the
+    parameters all-gathered (2 bytes per parameter each, as the all-reduce moved), and the
+    optimizer reads and writes 16 bytes per parameter for 1/4 of them, so the step is
+    m (t_f + t_b) + 16 P / (4 x HBM) with m = 2 micro-batches per replica."""
+    dp, m = 4, 2
+    workload = megatron(SMALL, tp=1, pp=1, dp=dp, global_batch=dp * m, distributed_optimizer=True)
+    params = SMALL.layers * SMALL.layer_params + SMALL.vocab * SMALL.hidden
+    dp_calls = [op for op in _collectives(workload, 0) if op.label.startswith("DP")]
+    assert [(op.op, op.nbytes) for op in dp_calls] == [
+        ("reduce_scatter", 2 * params),
+        ("all_gather", 2 * params),
+    ]
+    _, result = run_workload(workload, fast_ring(dp), algorithm="ring")
+    t_f = SMALL.layers * SMALL.layer_forward_flops(SMALL.seq) / A100_GEMM
+    expected = m * 4 * t_f + 16 * params / dp / A100_HBM
+    assert result.step_s == pytest.approx(expected, rel=1e-6)
+    assert workload.memory.optimizer == pytest.approx(12 * params / dp)

@@ -167,6 +167,24 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="SIZE",
         help="DDP gradient bucket size in bytes, e.g. 25MiB",
     )
+    gen.add_argument(
+        "--recompute",
+        choices=("full", "selective", "none"),
+        default=None,
+        help="megatron: activation recomputation (default: full)",
+    )
+    gen.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        default=None,
+        help="megatron: sequence parallelism (TP reduce-scatter + all-gather)",
+    )
+    gen.add_argument(
+        "--distributed-optimizer",
+        action="store_true",
+        default=None,
+        help="megatron: shard the optimizer over DP (reduce-scatter, all-gather)",
+    )
     add_max_flows_option(gen)
     gen.set_defaults(handler=_cmd_generate)
 
@@ -285,6 +303,9 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "tp": args.tp,
         "pp": args.pp,
         "dp": args.dp,
+        "recompute": args.recompute,
+        "sequence_parallel": args.sequence_parallel,
+        "distributed_optimizer": args.distributed_optimizer,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")

@@ -235,7 +235,9 @@ def megatron(
     dp: int = 1,
     micro_batch: int = 1,
     global_batch: int | None = None,
-    recompute: bool = True,
+    recompute: bool | str = True,
+    sequence_parallel: bool = False,
+    distributed_optimizer: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -251,7 +253,26 @@ def megatron(
     summed size: they are blocking, so only their count of latencies is lost. Sends and
     receives to and from each neighbour have a stream each, as Megatron batches them
     (one FIFO stream for all of them would deadlock the 1F1B exchange).
+
+    Megatron's options (Korthikanti et al., MLSys 2023; Megatron-LM README):
+    ``recompute`` True or "full" re-runs each layer's forward in the backward (and its
+    two TP all-reduces); "selective" re-runs only the attention core (its 4 s h FLOPs per
+    token, no communication); False or "none" keeps every activation.
+    ``sequence_parallel`` splits each TP all-reduce into a reduce-scatter and an
+    all-gather of the same buffer (the same bytes on the wire, twice the calls).
+    ``distributed_optimizer`` replaces the DP all-reduce by a reduce-scatter of the
+    gradients, an optimizer step over 1/dp of the state and an all-gather of the updated
+    parameters. The workload records its peak memory per GPU
+    (:func:`~simulator.workload.memory.megatron_memory`).
     """
+    if recompute in (True, "full"):
+        recompute = "full"
+    elif recompute in (False, "none"):
+        recompute = "none"
+    elif recompute != "selective":
+        raise CcsimError(
+            f"recompute must be true, false, full, selective or none, not {recompute!r}"
+        )
     m = _model(model)
     if m.layers % pp:
         raise CcsimError(f"{m.layers} layers do not split into {pp} pipeline stages")
@@ -263,10 +284,14 @@ def megatron(
     per_stage = m.layers // pp
     tokens = micro_batch * m.seq
     fwd_flops = per_stage * m.layer_forward_flops(tokens) / tp
-    bwd_flops = 2 * fwd_flops + (fwd_flops if recompute else 0.0)
+    # The attention core (Q K^T and the weighted sum of V): 4 s h FLOPs per token.
+    core_flops = per_stage * tokens * 4 * m.seq * m.hidden / tp
+    redo = {"full": fwd_flops, "selective": core_flops, "none": 0.0}[recompute]
+    bwd_flops = 2 * fwd_flops + redo
     activation = tokens * m.hidden * BF16
     tp_fwd = 2 * per_stage * activation
-    tp_bwd = (4 if recompute else 2) * per_stage * activation
+    tp_bwd = (4 if recompute == "full" else 2) * per_stage * activation
+    tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}",
         ranks,
@@ -333,17 +358,19 @@ def megatron(
                         flops=fwd_flops if forward else bwd_flops,
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
-                    prev = b.op(
-                        f"r{r}.tp.{tag}",
-                        r,
-                        "collective",
-                        [comp],
-                        op="all_reduce",
-                        group=tp_groups[(stage, d)],
-                        bytes=tp_fwd if forward else tp_bwd,
-                        stream="compute",
-                        label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
-                    )
+                    prev = comp
+                    for name in tp_ops:
+                        prev = b.op(
+                            f"r{r}.tp.{tag}" + (f".{name}" if sequence_parallel else ""),
+                            r,
+                            "collective",
+                            [prev],
+                            op=name,
+                            group=tp_groups[(stage, d)],
+                            bytes=tp_fwd if forward else tp_bwd,
+                            stream="compute",
+                            label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
+                        )
                     if 0 <= target < pp:
                         b.op(
                             f"r{r}.send.{tag}",
@@ -356,27 +383,40 @@ def megatron(
                             stream="pp.send.next" if forward else "pp.send.prev",
                         )
                 grads = prev
+                sharded = distributed_optimizer and dp > 1
                 if dp > 1:
                     grads = b.op(
                         f"r{r}.dp",
                         r,
                         "collective",
                         [prev],
-                        op="all_reduce",
+                        op="reduce_scatter" if sharded else "all_reduce",
                         group=dp_groups[(stage, t)],
                         bytes=stage_params * BF16,
                         stream="dp",
                         label="DP gradients",
                     )
-                b.op(
+                step = b.op(
                     f"r{r}.opt",
                     r,
                     "compute",
                     [prev, grads],
                     flops=0.0,
-                    bytes=stage_params * 16,
+                    bytes=stage_params * 16 / (dp if sharded else 1),
                     label="optimizer",
                 )
+                if sharded:
+                    b.op(
+                        f"r{r}.dp.params",
+                        r,
+                        "collective",
+                        [step],
+                        op="all_gather",
+                        group=dp_groups[(stage, t)],
+                        bytes=stage_params * BF16,
+                        stream="dp",
+                        label="DP parameters",
+                    )
     workload = b.build()
     workload.memory = megatron_memory(
         m,
@@ -385,7 +425,9 @@ def megatron(
         dp=dp,
         micro_batch=micro_batch,
         micro_batches=micro,
-        recompute="full" if recompute else "none",
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+        distributed_optimizer=distributed_optimizer,
     )
     return workload
 
