@@ -252,3 +252,24 @@ def test_distributed_optimizer_shards_the_step():
     expected = m * 4 * t_f + 16 * params / dp / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
     assert workload.memory.optimizer == pytest.approx(12 * params / dp)
+
+
+def test_megatron_reports_tflops_per_gpu_as_sc21_counts_them():
+    """The workload's FLOPs are Narayanan et al.'s (SC'21, eq. 3) for its global batch:
+    96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation; without it the layers'
+    share is 3/4 of that and the logits' 6 B s h V stay; the run's TFLOP/s per GPU is
+    that over the step time and the ranks."""
+    from simulator.viz.tables import breakdown_table
+    from simulator.workload.devices import DEVICES
+
+    B, s, layers, h, V = 8, SMALL.seq, SMALL.layers, SMALL.hidden, SMALL.vocab
+    eq3 = B * s * layers * h * h * (1 + s / (6 * h) + V / (16 * layers * h))
+    full = megatron(SMALL, tp=1, pp=2, dp=1, global_batch=B)
+    assert full.model_flops == pytest.approx(96 * eq3, rel=1e-12)
+    none = megatron(SMALL, tp=1, pp=2, dp=1, global_batch=B, recompute="none")
+    logits = 6 * B * s * h * V
+    assert none.model_flops == pytest.approx(0.75 * (96 * eq3 - logits) + logits, rel=1e-12)
+    _, result = run_workload(full, fast_ring(2), algorithm="ring")
+    per_gpu = full.model_flops / result.step_s / 2
+    table = breakdown_table(result, model_flops=full.model_flops, device=DEVICES["A100"])
+    assert f"{per_gpu / 1e12:>12.1f} ({per_gpu / 312e12:.1%} of A100's peak)" in table

@@ -235,7 +235,13 @@ def _cmd_run(args: argparse.Namespace) -> None:
     )
     if args.format == "json":
         text = to_json(
-            [_summary_row(workload.name, result, run.algorithm, workload.memory)]
+            [
+                _flops_row(
+                    _summary_row(workload.name, result, run.algorithm, workload.memory),
+                    workload.model_flops,
+                    workload.ranks,
+                )
+            ]
             + ([vars(r) for r in result.ranks] if args.per_rank else [])
         )
     elif args.format == "csv":
@@ -247,6 +253,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
             per_rank=args.per_rank,
             memory=workload.memory,
             device=replay.device,
+            model_flops=workload.model_flops,
         )
     emit(text, args.out)
     if drawing:
@@ -290,6 +297,13 @@ def _summary_row(
     row["exposed_by_call_s"] = result.exposed_by_call
     if memory is not None:
         row["memory_bytes"] = {**dataclasses.asdict(memory), "total": memory.total}
+    return row
+
+
+def _flops_row(row: dict, model_flops: float, ranks: int) -> dict:
+    """``row`` with the model's TFLOP/s per GPU, where the workload knows its FLOPs."""
+    if model_flops and row.get("step_s"):
+        row["model_tflops_per_gpu"] = model_flops / row["step_s"] / ranks / 1e12
     return row
 
 

@@ -312,10 +312,12 @@ def breakdown_table(
     per_rank: bool = False,
     memory: MemoryEstimate | None = None,
     device: Device | None = None,
+    model_flops: float = 0.0,
 ) -> str:
     """Human-readable breakdown: categories in ms (mean and max over ranks) and shares;
-    with ``memory``, the peak memory per GPU by kind (GB = 1e9 bytes) and whether it fits
-    in ``device``'s."""
+    with ``model_flops`` (the step's FLOPs), TFLOP/s per GPU and their share of
+    ``device``'s peak; with ``memory``, the peak memory per GPU by kind (GB = 1e9 bytes)
+    and whether it fits in ``device``'s."""
     step = result.step_s
     lines = [f"# {title}", "#"] if title else []
     lines.append(f"{'step time':<28} {step * 1e3:>12.3f} ms")
@@ -340,6 +342,10 @@ def breakdown_table(
             lines.append(f"  {kind:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
         for call, value in result.exposed_by_call.items():
             lines.append(f"  {call:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
+    if model_flops and step:
+        per_gpu = model_flops / step / len(result.ranks)
+        peak = f" ({per_gpu / device.peak_flops:.1%} of {device.name}'s peak)" if device else ""
+        lines.append(f"{'model TFLOP/s per GPU':<28} {per_gpu / 1e12:>12.1f}{peak}")
     if memory is not None:
         lines.append("")
         lines.append(f"{'memory per GPU (peak rank)':<28} {'GB':>12}")

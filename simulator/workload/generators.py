@@ -429,6 +429,7 @@ def megatron(
         sequence_parallel=sequence_parallel,
         distributed_optimizer=distributed_optimizer,
     )
+    workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload
 
 

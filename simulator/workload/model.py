@@ -49,6 +49,23 @@ class Transformer:
         """Forward FLOPs of one layer: 2 per parameter per token plus attention scores."""
         return tokens * (2 * self.layer_params + 4 * self.seq * self.hidden)
 
+    def step_flops(self, sequences: float, *, recompute: bool = True) -> float:
+        """FLOPs of a training step over ``sequences`` sequences as Megatron-LM counts them
+        (Narayanan et al., SC'21, eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) for GPT with full
+        recomputation): forward, backward (2x) and, with ``recompute``, the forward again
+        of every layer, plus the logits' forward and backward (6 B s h V).
+
+        >>> m = Transformer(layers=96, hidden=12288, seq=2048, vocab=51200)
+        >>> B, s, l, h, V = 1536, 2048, 96, 12288, 51200
+        >>> m.step_flops(B) / (96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)))
+        1.0
+        """
+        passes = 4 if recompute else 3
+        tokens = sequences * self.seq
+        return passes * self.layers * self.layer_forward_flops(tokens) + 6 * tokens * (
+            self.hidden * self.vocab
+        )
+
 
 #: Named models used by the bundled presets.
 MODELS = {

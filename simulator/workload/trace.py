@@ -123,6 +123,9 @@ class Workload:
     #: Peak memory per GPU of the configuration the generator built (None for traces,
     #: which do not say what they hold).
     memory: MemoryEstimate | None = None
+    #: FLOPs of the whole step as the generator's framework counts them (Megatron's,
+    #: recomputation included; 0 where unknown), for TFLOP/s per GPU.
+    model_flops: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form in the trace format (times in seconds, sizes in bytes)."""
