@@ -19,6 +19,15 @@ A100_GEMM = 312e12 * 0.7  # bytes/s and FLOP/s of the device table (A100)
 A100_HBM = 2.039e12
 
 
+def layer_time(tokens):
+    """One layer's forward on an A100: its GEMMs at the GEMM rate, then its memory-bound
+    kernels at HBM bandwidth."""
+    return (
+        SMALL.layer_forward_flops(tokens) / A100_GEMM
+        + SMALL.layer_elementwise_bytes(tokens) / A100_HBM
+    )
+
+
 def fast_ring(p, model="A100"):
     """A ring of p GPUs so fast (1e18 B/s, no latency) that communication is free."""
     graph = ring_graph(p, 1e18, 0.0)
@@ -60,13 +69,14 @@ def test_zero3_gathers_twice_and_scatters_once_per_layer():
 def test_one_f_one_b_step_time():
     """With free communication and equal stages, a 1F1B pipeline of p stages and m
     micro-batches takes (m + p - 1)(t_f + t_b): stage 0 starts first and finishes its last
-    backward last. Here t_f = (L/p) x layer forward FLOPs / A100 GEMM rate, t_b = 3 t_f
-    (backward plus recomputation); then stage 0's optimizer reads and writes 16 bytes per
+    backward last. Here t_f = (L/p) x (layer forward FLOPs / A100 GEMM rate + its
+    memory-bound kernels' bytes / HBM bandwidth), t_b = 3 t_f (backward, twice of each,
+    plus recomputation); then stage 0's optimizer reads and writes 16 bytes per
     parameter it holds (its layers plus the embedding) at HBM speed."""
     p, m = 4, 8
     workload = megatron(SMALL, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m)
     _, result = run_workload(workload, fast_ring(p), algorithm="ring")
-    t_f = SMALL.layers / p * SMALL.layer_forward_flops(SMALL.seq) / A100_GEMM
+    t_f = SMALL.layers / p * layer_time(SMALL.seq)
     t_b = 3 * t_f
     stage0_params = SMALL.layers / p * SMALL.layer_params + SMALL.vocab * SMALL.hidden
     expected = (m + p - 1) * (t_f + t_b) + stage0_params * 16 / A100_HBM
@@ -221,7 +231,9 @@ def test_selective_recompute_reruns_only_the_attention_core():
     core = SMALL.layers / pp * tokens * 4 * SMALL.seq * SMALL.hidden / tp
 
     def flops(workload, label):
-        return [op.flops for op in workload.ops if op.rank == 0 and op.label.startswith(label)]
+        return [
+            op.flops for op in workload.ops if op.rank == 0 and op.label.startswith(f"{label} mb")
+        ]
 
     assert flops(selective, "fwd") == pytest.approx([fwd] * 4)
     assert flops(selective, "bwd") == pytest.approx([2 * fwd + core] * 4)
@@ -248,7 +260,7 @@ def test_distributed_optimizer_shards_the_step():
         ("all_gather", 2 * params),
     ]
     _, result = run_workload(workload, fast_ring(dp), algorithm="ring")
-    t_f = SMALL.layers * SMALL.layer_forward_flops(SMALL.seq) / A100_GEMM
+    t_f = SMALL.layers * layer_time(SMALL.seq)
     expected = m * 4 * t_f + 16 * params / dp / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
     assert workload.memory.optimizer == pytest.approx(12 * params / dp)
@@ -273,3 +285,19 @@ def test_megatron_reports_tflops_per_gpu_as_sc21_counts_them():
     per_gpu = full.model_flops / result.step_s / 2
     table = breakdown_table(result, model_flops=full.model_flops, device=DEVICES["A100"])
     assert f"{per_gpu / 1e12:>12.1f} ({per_gpu / 312e12:.1%} of A100's peak)" in table
+
+
+def test_elementwise_bytes_split_with_tp_and_sequence_parallelism():
+    """GPT-3 (h 12288, a 96, s 2048, f 4h) at TP 8: the scores (9as) and the MLP's 4f are
+    split over TP; the 22h of LayerNorms and bias-dropout-adds only with sequence
+    parallelism. A gated MLP (LLaMA-13B) moves 6f/t instead of 4f/t."""
+    from simulator.workload.model import MODELS
+
+    gpt3, h, a, s = MODELS["gpt3-175b"], 12288, 96, 2048
+    scores_mlp = (9 * a * s + 4 * 4 * h) / 8
+    assert gpt3.layer_elementwise_bytes(2, tp=8) == 2 * (22 * h + scores_mlp)
+    assert gpt3.layer_elementwise_bytes(2, tp=8, sequence_parallel=True) == 2 * (
+        22 * h / 8 + scores_mlp
+    )
+    llama = MODELS["llama-13b"]
+    assert llama.layer_elementwise_bytes(1) == 22 * 5120 + 9 * 40 * 2048 + 6 * 13824

@@ -249,7 +249,9 @@ def megatron(
     activation recomputation, which also re-runs the forward). The 1F1B order: stage s
     runs ``pp - s - 1`` warm-up forwards, then alternates one forward and one backward,
     then drains. After the last backward the gradients are all-reduced over DP, then the
-    optimizer runs. TP all-reduces of one stage and pass are issued as one call of the
+    optimizer runs. Each pass is its GEMMs (FLOPs at the device's GEMM rate) then its
+    memory-bound kernels (:meth:`~simulator.workload.model.Transformer.layer_elementwise_bytes`
+    at HBM bandwidth). TP all-reduces of one stage and pass are issued as one call of the
     summed size: they are blocking, so only their count of latencies is lost. Sends and
     receives to and from each neighbour have a stream each, as Megatron batches them
     (one FIFO stream for all of them would deadlock the 1F1B exchange).
@@ -288,6 +290,14 @@ def megatron(
     core_flops = per_stage * tokens * 4 * m.seq * m.hidden / tp
     redo = {"full": fwd_flops, "selective": core_flops, "none": 0.0}[recompute]
     bwd_flops = 2 * fwd_flops + redo
+    # The non-GEMM kernels, memory bound: their own ops after each pass's GEMMs (a
+    # roofline op would overlap them). Backward reads the saved inputs and the incoming
+    # gradient and writes the outgoing one: twice the forward traffic; recomputation
+    # runs the forward's again.
+    fwd_bytes = per_stage * m.layer_elementwise_bytes(
+        tokens, tp=tp, sequence_parallel=sequence_parallel
+    )
+    bwd_bytes = 2 * fwd_bytes + (fwd_bytes if recompute == "full" else 0.0)
     activation = tokens * m.hidden * BF16
     tp_fwd = 2 * per_stage * activation
     tp_bwd = (4 if recompute == "full" else 2) * per_stage * activation
@@ -358,7 +368,15 @@ def megatron(
                         flops=fwd_flops if forward else bwd_flops,
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
-                    prev = comp
+                    prev = b.op(
+                        f"r{r}.{tag}.elementwise",
+                        r,
+                        "compute",
+                        [comp],
+                        flops=0.0,
+                        bytes=fwd_bytes if forward else bwd_bytes,
+                        label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
+                    )
                     for name in tp_ops:
                         prev = b.op(
                             f"r{r}.tp.{tag}" + (f".{name}" if sequence_parallel else ""),

@@ -49,6 +49,29 @@ class Transformer:
         """Forward FLOPs of one layer: 2 per parameter per token plus attention scores."""
         return tokens * (2 * self.layer_params + 4 * self.seq * self.hidden)
 
+    def layer_elementwise_bytes(
+        self, tokens: float, *, tp: int = 1, sequence_parallel: bool = False
+    ) -> float:
+        """HBM bytes the non-GEMM kernels of one layer's forward pass move (bf16, 1-byte
+        dropout masks), as Megatron-LM fuses them (megatron/core/fusions: fused
+        LayerNorm, scale-mask-softmax, bias-GeLU and bias-dropout-add): per token, two
+        LayerNorms read and write h (8h bytes), two bias-dropout-adds read the input and
+        the residual and write the sum and a mask (14h), softmax reads and writes the
+        a s / t scores (4as/t) and its dropout reads, writes and masks them (5as/t), and
+        the bias-GeLU reads and writes f / t (4f/t; a gated MLP reads two, 6f/t). The
+        22h part is split over TP only with sequence parallelism. Flash attention, which
+        never writes the scores, is not modelled (Megatron's SC'21 runs predate it).
+
+        >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
+        >>> m.layer_elementwise_bytes(1) == 22 * 1024 + 9 * 8 * 512 + 4 * 4096
+        True
+        """
+        h, f = self.hidden, self.ffn or 4 * self.hidden
+        per_token = 22 * h / (tp if sequence_parallel else 1)
+        per_token += 9 * self.attention_heads * self.seq / tp
+        per_token += (6 if self.gated else 4) * f / tp
+        return tokens * per_token
+
     def step_flops(self, sequences: float, *, recompute: bool = True) -> float:
         """FLOPs of a training step over ``sequences`` sequences as Megatron-LM counts them
         (Narayanan et al., SC'21, eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) for GPT with full
