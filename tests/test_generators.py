@@ -301,3 +301,38 @@ def test_elementwise_bytes_split_with_tp_and_sequence_parallelism():
     )
     llama = MODELS["llama-13b"]
     assert llama.layer_elementwise_bytes(1) == 22 * 5120 + 9 * 40 * 2048 + 6 * 13824
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(4, 1, 8), (4, 2, 8), (2, 2, 4), (4, 2, 4)])
+def test_interleaved_one_f_one_b_shrinks_the_bubble_by_v(p, v, m):
+    """Free communication, equal chunks of L/(p v) layers: Megatron's interleaved 1F1B
+    takes m (t_f + t_b) + (p - 1)(t_f + t_b)/v (Narayanan et al., SC'21, section 2.2.2),
+    t_f and t_b a whole stage's forward and backward, i.e. (m v + p - 1) chunk passes;
+    then stage 0's optimizer step (its layers and the embedding, 16 bytes each)."""
+    workload = megatron(SMALL, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m, virtual_stages=v)
+    assert len(workload.pairs) == len([op for op in workload.ops if op.kind == "send"])
+    _, result = run_workload(workload, fast_ring(p), algorithm="ring")
+    chunk = SMALL.layers / (p * v) * layer_time(SMALL.seq)  # a chunk's forward
+    params = SMALL.layers / p * SMALL.layer_params + SMALL.vocab * SMALL.hidden
+    expected = (m * v + p - 1) * 4 * chunk + params * 16 / A100_HBM
+    assert result.step_s == pytest.approx(expected, rel=1e-6)
+
+
+def test_interleaving_needs_whole_chunks_and_micro_batches():
+    with pytest.raises(CcsimError, match="8 layers do not split into 4 pipeline stages of 4"):
+        megatron(SMALL, tp=1, pp=4, virtual_stages=4, global_batch=8)
+    with pytest.raises(CcsimError, match=r"micro-batches per replica \(6\) a multiple"):
+        megatron(SMALL, tp=1, pp=4, virtual_stages=2, global_batch=6)
+
+
+def test_interleaving_keeps_more_activations_on_the_first_stage():
+    """Korthikanti et al. (section 5): the first stage of interleaved 1F1B holds
+    1 + (p - 1)/(p v) times the activations of the plain schedule (full recompute: 2sbh
+    per layer), the embedding dropout's mask aside."""
+    p, v = 4, 2
+    plain = megatron(SMALL, tp=1, pp=p, global_batch=8)
+    chunked = megatron(SMALL, tp=1, pp=p, global_batch=8, virtual_stages=v)
+    sbh = SMALL.seq * SMALL.hidden
+    layers = plain.memory.activations - p * sbh  # p micro-batches' masks, sbh each
+    assert layers == pytest.approx(SMALL.layers * 2 * sbh)
+    assert chunked.memory.activations - p * sbh == pytest.approx(layers * (1 + (p - 1) / (p * v)))

@@ -180,6 +180,13 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: sequence parallelism (TP reduce-scatter + all-gather)",
     )
     gen.add_argument(
+        "--virtual-stages",
+        type=int,
+        default=None,
+        metavar="V",
+        help="megatron: model chunks per pipeline stage, interleaved 1F1B (count; default 1)",
+    )
+    gen.add_argument(
         "--distributed-optimizer",
         action="store_true",
         default=None,
@@ -320,6 +327,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "recompute": args.recompute,
         "sequence_parallel": args.sequence_parallel,
         "distributed_optimizer": args.distributed_optimizer,
+        "virtual_stages": args.virtual_stages,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")

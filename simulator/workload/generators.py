@@ -238,6 +238,7 @@ def megatron(
     recompute: bool | str = True,
     sequence_parallel: bool = False,
     distributed_optimizer: bool = False,
+    virtual_stages: int = 1,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -264,9 +265,18 @@ def megatron(
     all-gather of the same buffer (the same bytes on the wire, twice the calls).
     ``distributed_optimizer`` replaces the DP all-reduce by a reduce-scatter of the
     gradients, an optimizer step over 1/dp of the state and an all-gather of the updated
-    parameters. The workload records its peak memory per GPU
+    parameters. ``virtual_stages`` v > 1 runs Megatron's interleaved 1F1B (SC'21,
+    section 2.2.2; ``forward_backward_pipelining_with_interleaving``): each rank holds v
+    chunks of L/(p v) layers (stage s: chunks s, s + p, ...), runs (p - s - 1) 2 +
+    (v - 1) p warm-up forwards of chunk-micro-batches, chunk (k mod p v) // p of
+    micro-batch (k // p v) p + k mod p for its k-th, and passes activations from the last
+    stage back to the first between chunks; the bubble shrinks to (p - 1)/v passes. The
+    workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
+    v = virtual_stages
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise CcsimError(f"virtual_stages must be a positive integer, not {v!r}")
     if recompute in (True, "full"):
         recompute = "full"
     elif recompute in (False, "none"):
@@ -276,14 +286,22 @@ def megatron(
             f"recompute must be true, false, full, selective or none, not {recompute!r}"
         )
     m = _model(model)
-    if m.layers % pp:
-        raise CcsimError(f"{m.layers} layers do not split into {pp} pipeline stages")
+    if m.layers % (pp * v):
+        raise CcsimError(
+            f"{m.layers} layers do not split into {pp} pipeline stages"
+            + (f" of {v} virtual stages" if v > 1 else "")
+        )
     global_batch = global_batch or micro_batch * dp * 4 * pp
     micro = global_batch // (micro_batch * dp)
     if micro < 1 or global_batch % (micro_batch * dp):
         raise CcsimError(f"global batch {global_batch} is not a multiple of micro-batch x dp")
+    if v > 1 and (pp < 2 or micro % pp):
+        raise CcsimError(
+            f"virtual stages need 2 or more pipeline stages and micro-batches per replica "
+            f"({micro}) a multiple of them ({pp}), as Megatron's interleaved schedule does"
+        )
     ranks = tp * pp * dp
-    per_stage = m.layers // pp
+    per_stage = m.layers // (pp * v)  # layers of one model chunk
     tokens = micro_batch * m.seq
     fwd_flops = per_stage * m.layer_forward_flops(tokens) / tp
     # The attention core (Q K^T and the weighted sum of V): 4 s h FLOPs per token.
@@ -324,40 +342,34 @@ def megatron(
             dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
     for stage in range(pp):
         # Parameters one rank of this stage holds (embeddings on the first and last).
-        stage_params = per_stage * m.layer_params / tp + (
+        stage_params = v * per_stage * m.layer_params / tp + (
             m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0
         )
-        warmup = min(pp - stage - 1, micro)
-        order = [("f", i) for i in range(warmup)]
-        f_next, b_next = warmup, 0
-        while b_next < micro:
-            if f_next < micro:
-                order.append(("f", f_next))
-                f_next += 1
-            order.append(("b", b_next))
-            b_next += 1
+        order = _one_f_one_b(stage, pp, micro, v)
         for d in range(dp):
             for t in range(tp):
                 r = rank_of(stage, d, t)
                 prev = None
-                for kind, i in order:
-                    tag = f"{kind}{i}"
-                    # Forward: activations come from the previous stage and go to the next;
-                    # backward: gradients come from the next stage and go to the previous.
+                for kind, c, i in order:
+                    # One chunk keeps the names of the plain schedule.
+                    tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
+                    # Forward: activations come from the previous virtual stage and go to
+                    # the next; backward: gradients come from the next and go to the
+                    # previous. Virtual stage c p + s runs on stage s.
                     forward = kind == "f"
-                    step = 1 if forward else -1
-                    source, target = stage - step, stage + step
+                    here = c * pp + stage
+                    source, target = (here - 1, here + 1) if forward else (here + 1, here - 1)
                     what = "act" if forward else "grad"
                     recv = None
-                    if 0 <= source < pp:
+                    if 0 <= source < pp * v:
                         recv = b.op(
                             f"r{r}.recv.{tag}",
                             r,
                             "recv",
                             [prev],
-                            peer=rank_of(source, d, t),
+                            peer=rank_of(source % pp, d, t),
                             bytes=activation / tp,
-                            tag=f"{what}{i}",
+                            tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
                             stream="pp.recv.prev" if forward else "pp.recv.next",
                         )
                     comp = b.op(
@@ -389,15 +401,15 @@ def megatron(
                             stream="compute",
                             label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
                         )
-                    if 0 <= target < pp:
+                    if 0 <= target < pp * v:
                         b.op(
                             f"r{r}.send.{tag}",
                             r,
                             "send",
                             [prev],
-                            peer=rank_of(target, d, t),
+                            peer=rank_of(target % pp, d, t),
                             bytes=activation / tp,
-                            tag=f"{what}{i}",
+                            tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
                             stream="pp.send.next" if forward else "pp.send.prev",
                         )
                 grads = prev
@@ -446,9 +458,38 @@ def megatron(
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         distributed_optimizer=distributed_optimizer,
+        virtual_stages=v,
     )
     workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload
+
+
+def _one_f_one_b(stage: int, pp: int, micro: int, v: int) -> list[tuple[str, int, int]]:
+    """The (pass, model chunk, micro-batch) order of one pipeline stage: Megatron's 1F1B
+    (v = 1: p - s - 1 warm-up forwards, then one forward and one backward in turn) or its
+    interleaved schedule (see :func:`megatron`).
+
+    >>> _one_f_one_b(1, 2, 2, 1)
+    [('f', 0, 0), ('b', 0, 0), ('f', 0, 1), ('b', 0, 1)]
+    >>> [f"{k}{c}.{i}" for k, c, i in _one_f_one_b(1, 2, 2, 2)]
+    ['f0.0', 'f0.1', 'f1.0', 'b1.0', 'f1.1', 'b1.1', 'b0.0', 'b0.1']
+    """
+    total = micro * v
+    if v == 1:
+        warmup = min(pp - stage - 1, micro)
+    else:
+        warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+
+    def entry(kind: str, k: int) -> tuple[str, int, int]:
+        chunk = (k % (pp * v)) // pp
+        if kind == "b":
+            chunk = v - 1 - chunk
+        return kind, chunk, (k // (pp * v)) * pp + k % pp
+
+    order = [entry("f", k) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [entry("f", k + warmup), entry("b", k)]
+    return order + [entry("b", k) for k in range(total - warmup, total)]
 
 
 def moe(

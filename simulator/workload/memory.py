@@ -105,9 +105,13 @@ def megatron_memory(
     recompute: str = "full",
     sequence_parallel: bool = False,
     distributed_optimizer: bool = False,
+    virtual_stages: int = 1,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
-    which holds the input embedding and the most micro-batches in flight.
+    which holds the input embedding and the most micro-batches in flight. With v virtual
+    stages (interleaved 1F1B) it holds its warm-up's 2(p - 1) + (v - 1)p chunk passes
+    and one more, each of L/(p v) layers: L/p (p + (p - 1)/v) layers' activations, the
+    1 + (p - 1)/(p v) of Korthikanti et al. (section 5).
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -129,6 +133,10 @@ def megatron_memory(
     in_flight = min(pp, micro_batches)
     embedding_dropout = model.seq * micro_batch * model.hidden / (tp if sequence_parallel else 1)
     activations = in_flight * (model.layers // pp * per_layer + embedding_dropout)
+    v = virtual_stages
+    if v > 1:
+        passes = min(2 * (pp - 1) + (v - 1) * pp + 1, micro_batches * v)
+        activations = passes * model.layers / (pp * v) * per_layer + in_flight * embedding_dropout
     return MemoryEstimate(
         weights=params * WEIGHT_BYTES,
         gradients=params * GRADIENT_BYTES,
