@@ -1,6 +1,7 @@
 """Workload generators and the AICB importer, against counts and timelines worked out by
 hand."""
 
+import dataclasses
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from simulator.workload.presets import resolve_workload
 from simulator.workload.trace import WorkloadError
 
 SMALL = Transformer(layers=8, hidden=1024, seq=512, vocab=32000)
+EVEN = dataclasses.replace(SMALL, vocab=0)  # equal pipeline stages: no embedding, no logits
 A100_GEMM = 312e12 * 0.7  # bytes/s and FLOP/s of the device table (A100)
 A100_HBM = 2.039e12
 
@@ -67,25 +69,26 @@ def test_zero3_gathers_twice_and_scatters_once_per_layer():
 
 
 def test_one_f_one_b_step_time():
-    """With free communication and equal stages, a 1F1B pipeline of p stages and m
+    """With free communication and equal stages (no vocabulary: no embedding on the first
+    stage, no logits on the last), a 1F1B pipeline of p stages and m
     micro-batches takes (m + p - 1)(t_f + t_b): stage 0 starts first and finishes its last
     backward last. Here t_f = (L/p) x (layer forward FLOPs / A100 GEMM rate + its
     memory-bound kernels' bytes / HBM bandwidth), t_b = 3 t_f (backward, twice of each,
     plus recomputation); then stage 0's optimizer reads and writes 16 bytes per
     parameter it holds (its layers plus the embedding) at HBM speed."""
     p, m = 4, 8
-    workload = megatron(SMALL, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m)
+    workload = megatron(EVEN, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m)
     _, result = run_workload(workload, fast_ring(p), algorithm="ring")
-    t_f = SMALL.layers / p * layer_time(SMALL.seq)
+    t_f = EVEN.layers / p * layer_time(EVEN.seq)
     t_b = 3 * t_f
-    stage0_params = SMALL.layers / p * SMALL.layer_params + SMALL.vocab * SMALL.hidden
+    stage0_params = EVEN.layers / p * EVEN.layer_params + EVEN.vocab * EVEN.hidden
     expected = (m + p - 1) * (t_f + t_b) + stage0_params * 16 / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
     # The bubble of stage p-1 is (p-1)(t_f + t_b) plus the wait for stage 0's optimizer.
     last = result.ranks[p - 1]
     assert last.compute_s == pytest.approx(
         m * (t_f + t_b)
-        + (SMALL.layers / p * SMALL.layer_params + SMALL.vocab * SMALL.hidden) * 16 / A100_HBM,
+        + (EVEN.layers / p * EVEN.layer_params + EVEN.vocab * EVEN.hidden) * 16 / A100_HBM,
         rel=1e-6,
     )
 
@@ -250,7 +253,8 @@ def test_distributed_optimizer_shards_the_step():
     """DP 4, no TP or PP, free communication: the gradients are reduce-scattered and the
     parameters all-gathered (2 bytes per parameter each, as the all-reduce moved), and the
     optimizer reads and writes 16 bytes per parameter for 1/4 of them, so the step is
-    m (t_f + t_b) + 16 P / (4 x HBM) with m = 2 micro-batches per replica."""
+    m (t_f + t_b) + 16 P / (4 x HBM) with m = 2 micro-batches per replica, the one stage
+    also computing the logits (2 s h V FLOPs forward, twice that backward)."""
     dp, m = 4, 2
     workload = megatron(SMALL, tp=1, pp=1, dp=dp, global_batch=dp * m, distributed_optimizer=True)
     params = SMALL.layers * SMALL.layer_params + SMALL.vocab * SMALL.hidden
@@ -261,7 +265,8 @@ def test_distributed_optimizer_shards_the_step():
     ]
     _, result = run_workload(workload, fast_ring(dp), algorithm="ring")
     t_f = SMALL.layers * layer_time(SMALL.seq)
-    expected = m * 4 * t_f + 16 * params / dp / A100_HBM
+    logits = 2 * SMALL.seq * SMALL.hidden * SMALL.vocab / A100_GEMM
+    expected = m * (4 * t_f + 3 * logits) + 16 * params / dp / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
     assert workload.memory.optimizer == pytest.approx(12 * params / dp)
 
@@ -305,15 +310,15 @@ def test_elementwise_bytes_split_with_tp_and_sequence_parallelism():
 
 @pytest.mark.parametrize(("p", "v", "m"), [(4, 1, 8), (4, 2, 8), (2, 2, 4), (4, 2, 4)])
 def test_interleaved_one_f_one_b_shrinks_the_bubble_by_v(p, v, m):
-    """Free communication, equal chunks of L/(p v) layers: Megatron's interleaved 1F1B
-    takes m (t_f + t_b) + (p - 1)(t_f + t_b)/v (Narayanan et al., SC'21, section 2.2.2),
+    """Free communication, equal chunks of L/(p v) layers (no vocabulary): Megatron's
+    interleaved 1F1B takes m (t_f + t_b) + (p - 1)(t_f + t_b)/v (SC'21, section 2.2.2),
     t_f and t_b a whole stage's forward and backward, i.e. (m v + p - 1) chunk passes;
     then stage 0's optimizer step (its layers and the embedding, 16 bytes each)."""
-    workload = megatron(SMALL, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m, virtual_stages=v)
+    workload = megatron(EVEN, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m, virtual_stages=v)
     assert len(workload.pairs) == len([op for op in workload.ops if op.kind == "send"])
     _, result = run_workload(workload, fast_ring(p), algorithm="ring")
-    chunk = SMALL.layers / (p * v) * layer_time(SMALL.seq)  # a chunk's forward
-    params = SMALL.layers / p * SMALL.layer_params + SMALL.vocab * SMALL.hidden
+    chunk = EVEN.layers / (p * v) * layer_time(EVEN.seq)  # a chunk's forward
+    params = EVEN.layers / p * EVEN.layer_params + EVEN.vocab * EVEN.hidden
     expected = (m * v + p - 1) * 4 * chunk + params * 16 / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
 
@@ -336,3 +341,21 @@ def test_interleaving_keeps_more_activations_on_the_first_stage():
     layers = plain.memory.activations - p * sbh  # p micro-batches' masks, sbh each
     assert layers == pytest.approx(SMALL.layers * 2 * sbh)
     assert chunked.memory.activations - p * sbh == pytest.approx(layers * (1 + (p - 1) / (p * v)))
+
+
+def test_the_last_stage_computes_the_logits():
+    """Megatron's output layer sits on the last pipeline stage (its last virtual stage
+    when interleaved): 2 s h V / t FLOPs per sequence forward, twice that backward, on
+    top of its layers; the first stage has only its layers."""
+    tp, pp = 2, 2
+    logits = 2 * SMALL.seq * SMALL.hidden * SMALL.vocab / tp
+    layers = SMALL.layers / pp * SMALL.layer_forward_flops(SMALL.seq) / tp
+    for v in (1, 2):
+        workload = megatron(SMALL, tp=tp, pp=pp, global_batch=4, virtual_stages=v)
+
+        def fwd(rank, workload=workload):
+            return sum(op.flops for op in workload.ops if op.rank == rank and op.label[:3] == "fwd")
+
+        last = pp * tp - 1  # a rank of the last stage
+        assert fwd(0) == pytest.approx(4 * layers)
+        assert fwd(last) == pytest.approx(4 * (layers + logits))

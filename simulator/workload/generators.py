@@ -250,9 +250,11 @@ def megatron(
     activation recomputation, which also re-runs the forward). The 1F1B order: stage s
     runs ``pp - s - 1`` warm-up forwards, then alternates one forward and one backward,
     then drains. After the last backward the gradients are all-reduced over DP, then the
-    optimizer runs. Each pass is its GEMMs (FLOPs at the device's GEMM rate) then its
-    memory-bound kernels (:meth:`~simulator.workload.model.Transformer.layer_elementwise_bytes`
-    at HBM bandwidth). TP all-reduces of one stage and pass are issued as one call of the
+    optimizer runs. The last stage also computes the logits (2 h V FLOPs per token
+    forward, twice that backward). Each pass is its GEMMs (FLOPs at the device's GEMM
+    rate) then its memory-bound kernels
+    (:meth:`~simulator.workload.model.Transformer.layer_elementwise_bytes` at HBM
+    bandwidth). TP all-reduces of one stage and pass are issued as one call of the
     summed size: they are blocking, so only their count of latencies is lost. Sends and
     receives to and from each neighbour have a stream each, as Megatron batches them
     (one FIFO stream for all of them would deadlock the 1F1B exchange).
@@ -308,6 +310,9 @@ def megatron(
     core_flops = per_stage * tokens * 4 * m.seq * m.hidden / tp
     redo = {"full": fwd_flops, "selective": core_flops, "none": 0.0}[recompute]
     bwd_flops = 2 * fwd_flops + redo
+    # The output layer on the last virtual stage: logits of 2 h V FLOPs per token
+    # forward, twice that backward (not recomputed), split over TP.
+    logits_flops = 2 * tokens * m.hidden * m.vocab / tp
     # The non-GEMM kernels, memory bound: their own ops after each pass's GEMMs (a
     # roofline op would overlap them). Backward reads the saved inputs and the incoming
     # gradient and writes the outgoing one: twice the forward traffic; recomputation
@@ -377,7 +382,8 @@ def megatron(
                         r,
                         "compute",
                         [recv, prev],
-                        flops=fwd_flops if forward else bwd_flops,
+                        flops=(fwd_flops if forward else bwd_flops)
+                        + (logits_flops * (1 if forward else 2) if here == pp * v - 1 else 0.0),
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
                     prev = b.op(
