@@ -359,3 +359,22 @@ def test_the_last_stage_computes_the_logits():
         last = pp * tp - 1  # a rank of the last stage
         assert fwd(0) == pytest.approx(4 * layers)
         assert fwd(last) == pytest.approx(4 * (layers + logits))
+
+
+def test_ddp_layers_run_their_gemms_then_flash_attention_kernels():
+    """Free communication: a DDP step is every layer's forward and backward (twice the
+    forward), each its GEMMs at the GEMM rate and its memory-bound kernels at HBM
+    bandwidth, with flash attention (no attention scores in HBM: 22h + 4f bytes per
+    token), then the optimizer's 16 bytes per parameter."""
+    workload = ddp(SMALL, ranks=2, micro_batch=1)
+    _, result = run_workload(workload, fast_ring(2), algorithm="ring")
+    h, f, tokens = SMALL.hidden, 4 * SMALL.hidden, SMALL.seq
+    layer = SMALL.layer_forward_flops(tokens) / A100_GEMM + tokens * (22 * h + 4 * f) / A100_HBM
+    expected = 3 * SMALL.layers * layer + 16 * SMALL.params / A100_HBM
+    assert result.step_s == pytest.approx(expected, rel=1e-6)
+    # Without flash attention the scores' 9as bytes per token come back (Megatron's
+    # SC'21 kernels).
+    a, s = SMALL.attention_heads, SMALL.seq
+    assert SMALL.layer_elementwise_bytes(tokens) - SMALL.layer_elementwise_bytes(
+        tokens, flash_attention=True
+    ) == pytest.approx(tokens * 9 * a * s)

@@ -92,7 +92,7 @@ def test_a_size_list_too_long_is_refused(capsys):
 def test_a_generator_with_a_hundred_million_ranks_is_refused(tmp_path, capsys):
     out = tmp_path / "ddp.json"
     line, peak = refused(["generate", "ddp", "--ranks", "100000000", "--out", str(out)], capsys)
-    assert "ddp on 100,000,000 ranks: 14,500,000,000 ops" in line
+    assert "ddp on 100,000,000 ranks: 24,100,000,000 ops" in line
     assert peak < PEAK_BYTES and not out.exists()
 
 
@@ -209,11 +209,12 @@ def test_the_nccl_estimate_is_what_the_policy_builds():
 
 
 def test_workload_and_generator_estimates_count_ops_and_transfers():
-    """ddp on 8 ranks: 1,160 ops (5 flows each) and 48 equal ring all-reduces of 112
-    transfers, one schedule kept and one call in flight at a time; the generator estimate
-    scales ops per rank to the ranks asked for."""
-    assert workload_estimate(ddp(ranks=8)).flows == 1160 * 5 + 2 * 112
-    assert generator_estimate("ddp", {"ranks": 8}).flows == 1160 * 5
+    """ddp on 8 ranks: 1,928 ops (5 flows each: per rank 48 layers forward and backward,
+    each its GEMMs and its memory-bound kernels, 48 gradient buckets and the optimizer,
+    241) and 48 equal ring all-reduces of 112 transfers, one schedule kept and one call in
+    flight at a time; the generator estimate scales ops per rank to the ranks asked for."""
+    assert workload_estimate(ddp(ranks=8)).flows == 1928 * 5 + 2 * 112
+    assert generator_estimate("ddp", {"ranks": 8}).flows == 1928 * 5
     assert generator_estimate("ddp", {"ranks": "many"}) is None  # the generator says why
 
 

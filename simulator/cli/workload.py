@@ -187,6 +187,12 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: model chunks per pipeline stage, interleaved 1F1B (count; default 1)",
     )
     gen.add_argument(
+        "--flash-attention",
+        action="store_true",
+        default=None,
+        help="megatron: flash attention (the attention scores never reach HBM)",
+    )
+    gen.add_argument(
         "--distributed-optimizer",
         action="store_true",
         default=None,
@@ -328,6 +334,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "sequence_parallel": args.sequence_parallel,
         "distributed_optimizer": args.distributed_optimizer,
         "virtual_stages": args.virtual_stages,
+        "flash_attention": args.flash_attention,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")

@@ -72,7 +72,8 @@ def ddp(
 ) -> Workload:
     """Data parallel training step with bucketed gradient all-reduce (PyTorch DDP).
 
-    Every rank runs forward then backward layer by layer; gradients are all-reduced in
+    Every rank runs forward then backward layer by layer (each layer its GEMMs, then its
+    memory-bound kernels, as in :func:`megatron`); gradients are all-reduced in
     buckets of ``bucket_bytes`` (DDP's default 25 MiB) on a communication stream as soon
     as the layers filling a bucket have finished their backward, overlapping the rest of
     the backward pass. The optimizer step waits for every bucket.
@@ -94,26 +95,12 @@ def ddp(
     for r in range(ranks):
         prev = None
         for layer in range(m.layers):
-            prev = b.op(
-                f"r{r}.fwd{layer}",
-                r,
-                "compute",
-                [prev],
-                flops=m.layer_forward_flops(tokens),
-                label=f"fwd {layer}",
-            )
+            prev = _layer_pass(b, r, m, tokens, "fwd", layer, [prev])
         pending = 0.0
         bucket = 0
         last_ar = None
         for layer in reversed(range(m.layers)):
-            prev = b.op(
-                f"r{r}.bwd{layer}",
-                r,
-                "compute",
-                [prev],
-                flops=2 * m.layer_forward_flops(tokens),
-                label=f"bwd {layer}",
-            )
+            prev = _layer_pass(b, r, m, tokens, "bwd", layer, [prev])
             pending += grad_bytes
             if pending >= bucket_bytes or layer == 0:
                 last_ar = b.op(
@@ -139,6 +126,34 @@ def ddp(
             label="optimizer",
         )
     return b.build()
+
+
+def _layer_pass(
+    b: _Builder, r: int, m: Transformer, tokens: float, phase: str, layer: int, deps: list
+) -> str:
+    """One layer's forward ("fwd") or backward ("bwd", twice the work) on rank ``r``: its
+    GEMMs, then its memory-bound kernels with flash attention (PyTorch's
+    scaled_dot_product_attention picks the flash kernel by default since 2.0;
+    :meth:`~simulator.workload.model.Transformer.layer_elementwise_bytes`); returns the
+    id of the last op."""
+    times = 1 if phase == "fwd" else 2
+    gemm = b.op(
+        f"r{r}.{phase}{layer}",
+        r,
+        "compute",
+        deps,
+        flops=times * m.layer_forward_flops(tokens),
+        label=f"{phase} {layer}",
+    )
+    return b.op(
+        f"r{r}.{phase}{layer}.elementwise",
+        r,
+        "compute",
+        [gemm],
+        flops=0.0,
+        bytes=times * m.layer_elementwise_bytes(tokens, flash_attention=True),
+        label=f"{phase} {layer} elementwise",
+    )
 
 
 def zero3(
@@ -192,17 +207,7 @@ def zero3(
                     label=f"gather {phase} {layer}",
                 )
             )
-            flops = m.layer_forward_flops(tokens) * (1 if phase == "fwd" else 2)
-            computes.append(
-                b.op(
-                    f"r{r}.{phase}{layer}",
-                    r,
-                    "compute",
-                    [gathers[k]],
-                    flops=flops,
-                    label=f"{phase} {layer}",
-                )
-            )
+            computes.append(_layer_pass(b, r, m, tokens, phase, layer, [gathers[k]]))
             if phase == "bwd":
                 last_rs = b.op(
                     f"r{r}.rs{layer}",
@@ -239,6 +244,7 @@ def megatron(
     sequence_parallel: bool = False,
     distributed_optimizer: bool = False,
     virtual_stages: int = 1,
+    flash_attention: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -272,7 +278,9 @@ def megatron(
     chunks of L/(p v) layers (stage s: chunks s, s + p, ...), runs (p - s - 1) 2 +
     (v - 1) p warm-up forwards of chunk-micro-batches, chunk (k mod p v) // p of
     micro-batch (k // p v) p + k mod p for its k-th, and passes activations from the last
-    stage back to the first between chunks; the bubble shrinks to (p - 1)/v passes. The
+    stage back to the first between chunks; the bubble shrinks to (p - 1)/v passes.
+    ``flash_attention`` drops the attention scores' HBM traffic (off by default, as in
+    the SC'21 runs the bundled GPT-3 preset follows). The
     workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
@@ -318,7 +326,7 @@ def megatron(
     # gradient and writes the outgoing one: twice the forward traffic; recomputation
     # runs the forward's again.
     fwd_bytes = per_stage * m.layer_elementwise_bytes(
-        tokens, tp=tp, sequence_parallel=sequence_parallel
+        tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_bytes = 2 * fwd_bytes + (fwd_bytes if recompute == "full" else 0.0)
     activation = tokens * m.hidden * BF16

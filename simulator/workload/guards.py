@@ -50,8 +50,8 @@ def workload_estimate(
 
     >>> from simulator.workload.generators import ddp
     >>> estimate = workload_estimate(ddp(ranks=8))
-    >>> estimate.flows  # 1,160 ops x 5; 48 equal all-reduces: 1 kept, 1 in flight, 112 each
-    6024
+    >>> estimate.flows  # 1,928 ops x 5; 48 equal all-reduces: 1 kept, 1 in flight, 112 each
+    9864
     """
     if algorithm is None or algorithm in POLICIES:
         if cluster is None:
@@ -145,7 +145,7 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     counts (the generator then says what is wrong).
 
     >>> generator_estimate("ddp", {"ranks": 100_000_000}).what
-    'ddp on 100,000,000 ranks: 14,500,000,000 ops'
+    'ddp on 100,000,000 ranks: 24,100,000,000 ops'
     """
     function = GENERATORS[generator]
     defaults = {

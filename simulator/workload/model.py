@@ -50,7 +50,12 @@ class Transformer:
         return tokens * (2 * self.layer_params + 4 * self.seq * self.hidden)
 
     def layer_elementwise_bytes(
-        self, tokens: float, *, tp: int = 1, sequence_parallel: bool = False
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        sequence_parallel: bool = False,
+        flash_attention: bool = False,
     ) -> float:
         """HBM bytes the non-GEMM kernels of one layer's forward pass move (bf16, 1-byte
         dropout masks), as Megatron-LM fuses them (megatron/core/fusions: fused
@@ -59,8 +64,9 @@ class Transformer:
         the residual and write the sum and a mask (14h), softmax reads and writes the
         a s / t scores (4as/t) and its dropout reads, writes and masks them (5as/t), and
         the bias-GeLU reads and writes f / t (4f/t; a gated MLP reads two, 6f/t). The
-        22h part is split over TP only with sequence parallelism. Flash attention, which
-        never writes the scores, is not modelled (Megatron's SC'21 runs predate it).
+        22h part is split over TP only with sequence parallelism. ``flash_attention``
+        (Dao et al. 2022) never writes the scores to HBM, so their 9as/t is gone; its
+        other traffic (Q, K, V read once, the output written once) is within the 22h.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.layer_elementwise_bytes(1) == 22 * 1024 + 9 * 8 * 512 + 4 * 4096
@@ -68,7 +74,8 @@ class Transformer:
         """
         h, f = self.hidden, self.ffn or 4 * self.hidden
         per_token = 22 * h / (tp if sequence_parallel else 1)
-        per_token += 9 * self.attention_heads * self.seq / tp
+        if not flash_attention:
+            per_token += 9 * self.attention_heads * self.seq / tp
         per_token += (6 if self.gated else 4) * f / tp
         return tokens * per_token
 
