@@ -11,7 +11,9 @@ from simulator.errors import CcsimError
 from simulator.topology import ring_graph
 from simulator.workload import load_workload, run_workload
 from simulator.workload.aicb import load_aicb
+from simulator.workload.devices import DEVICES
 from simulator.workload.generators import Transformer, ddp, megatron, moe, zero3
+from simulator.workload.kernels import gemm_time
 from simulator.workload.presets import resolve_workload
 from simulator.workload.trace import WorkloadError
 
@@ -21,12 +23,38 @@ A100_GEMM = 312e12 * 0.7  # bytes/s and FLOP/s of the device table (A100)
 A100_HBM = 2.039e12
 
 
-def layer_time(tokens):
-    """One layer's forward on an A100: its GEMMs at the GEMM rate, then its memory-bound
-    kernels at HBM bandwidth."""
+def gemm_s(gemms):
+    """Seconds of GEMM kernels on an A100 (the kernel model, checked by hand in
+    tests/test_kernels.py)."""
+    return sum(gemm_time(DEVICES["A100"], g) for g in gemms)
+
+
+def forward_gemms(model=SMALL, micro_batch=1, tp=1):
+    return model.linear_gemms(micro_batch, tp=tp) + model.attention_gemms(micro_batch, tp=tp)
+
+
+def backward_gemms(model=SMALL, micro_batch=1, tp=1):
+    return [grad for g in forward_gemms(model, micro_batch, tp) for grad in g.backward()]
+
+
+def layer_time(micro_batch=1):
+    """One layer's forward on an A100: its GEMMs, then its memory-bound kernels at HBM
+    bandwidth."""
     return (
-        SMALL.layer_forward_flops(tokens) / A100_GEMM
-        + SMALL.layer_elementwise_bytes(tokens) / A100_HBM
+        gemm_s(forward_gemms(SMALL, micro_batch))
+        + SMALL.layer_elementwise_bytes(micro_batch * SMALL.seq) / A100_HBM
+    )
+
+
+def layer_backward_time(micro_batch=1):
+    """One layer's backward with full recomputation: the forward's GEMMs again, each
+    GEMM's two gradient GEMMs, and three times the forward's memory-bound traffic (twice
+    for the backward, once for the recomputed forward)."""
+    tokens = micro_batch * SMALL.seq
+    return (
+        gemm_s(forward_gemms(SMALL, micro_batch))
+        + gemm_s(backward_gemms(SMALL, micro_batch))
+        + 3 * SMALL.layer_elementwise_bytes(tokens) / A100_HBM
     )
 
 
@@ -72,15 +100,15 @@ def test_one_f_one_b_step_time():
     """With free communication and equal stages (no vocabulary: no embedding on the first
     stage, no logits on the last), a 1F1B pipeline of p stages and m
     micro-batches takes (m + p - 1)(t_f + t_b): stage 0 starts first and finishes its last
-    backward last. Here t_f = (L/p) x (layer forward FLOPs / A100 GEMM rate + its
-    memory-bound kernels' bytes / HBM bandwidth), t_b = 3 t_f (backward, twice of each,
-    plus recomputation); then stage 0's optimizer reads and writes 16 bytes per
+    backward last. Here t_f = (L/p) x (the layer's GEMMs + its memory-bound kernels'
+    bytes / HBM bandwidth), t_b = (L/p) x (the recomputed forward, the gradient GEMMs and
+    the backward's kernels); then stage 0's optimizer reads and writes 16 bytes per
     parameter it holds (its layers plus the embedding) at HBM speed."""
     p, m = 4, 8
     workload = megatron(EVEN, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m)
     _, result = run_workload(workload, fast_ring(p), algorithm="ring")
-    t_f = EVEN.layers / p * layer_time(EVEN.seq)
-    t_b = 3 * t_f
+    t_f = EVEN.layers / p * layer_time()
+    t_b = EVEN.layers / p * layer_backward_time()
     stage0_params = EVEN.layers / p * EVEN.layer_params + EVEN.vocab * EVEN.hidden
     expected = (m + p - 1) * (t_f + t_b) + stage0_params * 16 / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
@@ -235,7 +263,9 @@ def test_selective_recompute_reruns_only_the_attention_core():
 
     def flops(workload, label):
         return [
-            op.flops for op in workload.ops if op.rank == 0 and op.label.startswith(f"{label} mb")
+            op.total_flops
+            for op in workload.ops
+            if op.rank == 0 and op.label.startswith(f"{label} mb")
         ]
 
     assert flops(selective, "fwd") == pytest.approx([fwd] * 4)
@@ -264,9 +294,11 @@ def test_distributed_optimizer_shards_the_step():
         ("all_gather", 2 * params),
     ]
     _, result = run_workload(workload, fast_ring(dp), algorithm="ring")
-    t_f = SMALL.layers * layer_time(SMALL.seq)
-    logits = 2 * SMALL.seq * SMALL.hidden * SMALL.vocab / A100_GEMM
-    expected = m * (4 * t_f + 3 * logits) + 16 * params / dp / A100_HBM
+    passes = SMALL.layers * (layer_time() + layer_backward_time())
+    out = SMALL.logits_gemm(1)
+    logits = gemm_s([out, *out.backward()])
+    assert out.flops == 2 * SMALL.seq * SMALL.hidden * SMALL.vocab
+    expected = m * (passes + logits) + 16 * params / dp / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
     assert workload.memory.optimizer == pytest.approx(12 * params / dp)
 
@@ -317,9 +349,10 @@ def test_interleaved_one_f_one_b_shrinks_the_bubble_by_v(p, v, m):
     workload = megatron(EVEN, tp=1, pp=p, dp=1, micro_batch=1, global_batch=m, virtual_stages=v)
     assert len(workload.pairs) == len([op for op in workload.ops if op.kind == "send"])
     _, result = run_workload(workload, fast_ring(p), algorithm="ring")
-    chunk = EVEN.layers / (p * v) * layer_time(EVEN.seq)  # a chunk's forward
+    # A chunk's forward and backward.
+    chunk = EVEN.layers / (p * v) * (layer_time() + layer_backward_time())
     params = EVEN.layers / p * EVEN.layer_params + EVEN.vocab * EVEN.hidden
-    expected = (m * v + p - 1) * 4 * chunk + params * 16 / A100_HBM
+    expected = (m * v + p - 1) * chunk + params * 16 / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
 
 
@@ -354,7 +387,9 @@ def test_the_last_stage_computes_the_logits():
         workload = megatron(SMALL, tp=tp, pp=pp, global_batch=4, virtual_stages=v)
 
         def fwd(rank, workload=workload):
-            return sum(op.flops for op in workload.ops if op.rank == rank and op.label[:3] == "fwd")
+            return sum(
+                op.total_flops for op in workload.ops if op.rank == rank and op.label[:3] == "fwd"
+            )
 
         last = pp * tp - 1  # a rank of the last stage
         assert fwd(0) == pytest.approx(4 * layers)
@@ -362,15 +397,22 @@ def test_the_last_stage_computes_the_logits():
 
 
 def test_ddp_layers_run_their_gemms_then_flash_attention_kernels():
-    """Free communication: a DDP step is every layer's forward and backward (twice the
-    forward), each its GEMMs at the GEMM rate and its memory-bound kernels at HBM
-    bandwidth, with flash attention (no attention scores in HBM: 22h + 4f bytes per
-    token), then the optimizer's 16 bytes per parameter."""
+    """Free communication: a DDP step is every layer's forward and backward, then the
+    optimizer's 16 bytes per parameter. A forward is its linear GEMMs, flash attention
+    (its 4 s h FLOPs per token at the GEMM rate, no scores in HBM) and its memory-bound
+    kernels (22h + 4f bytes per token); a backward is the linear GEMMs' gradients,
+    flash attention's backward (2.5 times its forward: it recomputes the scores) and
+    twice the kernels' bytes."""
     workload = ddp(SMALL, ranks=2, micro_batch=1)
     _, result = run_workload(workload, fast_ring(2), algorithm="ring")
-    h, f, tokens = SMALL.hidden, 4 * SMALL.hidden, SMALL.seq
-    layer = SMALL.layer_forward_flops(tokens) / A100_GEMM + tokens * (22 * h + 4 * f) / A100_HBM
-    expected = 3 * SMALL.layers * layer + 16 * SMALL.params / A100_HBM
+    h, f, s, tokens = SMALL.hidden, 4 * SMALL.hidden, SMALL.seq, SMALL.seq
+    linear = SMALL.linear_gemms(1)
+    attention = tokens * 4 * s * h / A100_GEMM
+    kernels = tokens * (22 * h + 4 * f) / A100_HBM
+    forward = gemm_s(linear) + attention + kernels
+    backward = gemm_s([grad for g in linear for grad in g.backward()]) + 2.5 * attention
+    backward += 2 * kernels
+    expected = SMALL.layers * (forward + backward) + 16 * SMALL.params / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
     # Without flash attention the scores' 9as bytes per token come back (Megatron's
     # SC'21 kernels).

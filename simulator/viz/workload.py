@@ -186,7 +186,7 @@ def workload_timeline(
         comm = op.kind != "compute"
         args["id"].append(op.id)
         args["bytes"].append(op.nbytes if comm else np.nan)
-        args["flops"].append(op.flops if not comm and op.duration is None else np.nan)
+        args["flops"].append(op.total_flops if not comm and op.duration is None else np.nan)
         args["group"].append(op.group if op.kind == "collective" else None)
         args["op"].append(op.op if op.kind == "collective" else None)
         args["peer"].append(op.peer if op.kind in ("send", "recv") else np.nan)

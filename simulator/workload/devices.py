@@ -1,10 +1,12 @@
-"""Accelerator figures for the compute model: peak FLOP/s and memory bandwidth.
+"""Accelerator figures for the compute model: peak FLOP/s, memory bandwidth, and the
+multiprocessors and GEMM tile that shape-dependent GEMM times need
+(:mod:`~simulator.workload.kernels`).
 
 A compute op given as FLOPs and bytes of memory traffic takes
-max(flops / (peak x efficiency), bytes / memory bandwidth) — a roofline. ``efficiency``
-is the fraction of peak that large GEMMs reach in practice; it is a property of the
-device model here, not of a workload, so that every workload on a device uses the same
-number.
+max(flops / (peak x efficiency), bytes / memory bandwidth) — a roofline; one given as
+GEMM shapes is timed by the kernel model. ``efficiency`` is the fraction of peak a
+GEMM's main loop sustains; it is a property of the device model here, not of a
+workload, so that every workload on a device uses the same number.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..topology.graph import gpu_nodes
 @dataclass(frozen=True)
 class Device:
     """Peak dense 16-bit tensor FLOP/s, HBM bandwidth (bytes/s), achievable GEMM
-    fraction, HBM capacity (bytes)."""
+    fraction, HBM capacity (bytes), multiprocessors and the largest GEMM output tile."""
 
     name: str
     peak_flops: float
@@ -28,6 +30,10 @@ class Device:
     efficiency: float = 1.0
     #: HBM capacity in bytes (0: unknown).
     memory_bytes: float = 0.0
+    #: Multiprocessors a GEMM's tiles are spread over, one tile each per wave.
+    units: int = 1
+    #: The output tile (rows, columns) of the library's large GEMM kernels.
+    tile: tuple[int, int] = (256, 128)
 
     def compute_time(self, flops: float, mem_bytes: float = 0.0) -> float:
         """Roofline time of a kernel in seconds.
@@ -46,12 +52,18 @@ class Device:
 # 0.7 is the fraction of peak large transformer GEMMs sustain on A100/H100 (Megatron-LM,
 # Narayanan et al., SC'21, report 70%+ of peak for the largest GEMMs, with end-to-end
 # model FLOP utilisation around 50%).
+# Multiprocessors: 108 SMs on A100 (NVIDIA A100 Tensor Core GPU Architecture whitepaper,
+# 2020), 132 on H100 SXM5 (NVIDIA H100 whitepaper, 2022); the 910B's 24 AI cores are a
+# third-party figure for the 910B2 (Huawei does not publish it per variant). Tile: 256 x
+# 128, the largest (most efficient) tensor-core tile in NVIDIA's "Matrix Multiplication
+# Background User's Guide" and CUTLASS's Ampere/Hopper bf16 kernels; the 910B's cube
+# unit is given the same block (Ascend C's matmul tiling commonly uses 128 x 256).
 DEVICES = {
     device.name: device
     for device in (
-        Device("A100", 312e12, 2.039e12, 0.7, 80 * 2**30),
-        Device("H100", 989e12, 3.35e12, 0.7, 80 * 2**30),
-        Device("910B", 376e12, 1.6e12, 0.7, 64 * 2**30),
+        Device("A100", 312e12, 2.039e12, 0.7, 80 * 2**30, 108),
+        Device("H100", 989e12, 3.35e12, 0.7, 80 * 2**30, 132),
+        Device("910B", 376e12, 1.6e12, 0.7, 64 * 2**30, 24),
     )
 }
 

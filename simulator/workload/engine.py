@@ -55,6 +55,7 @@ from ..library.protocol import Protocol, calibration_of
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
+from .kernels import gemms_time
 from .trace import Op, Workload, WorkloadError
 
 
@@ -190,6 +191,7 @@ class WorkloadReplay:
         )
         self._protocols: dict[tuple, str] = {}
         self.device = device or graph_device(graph)
+        self._gemm_times: dict[int, float] = {}  # id of an op's GEMM tuple -> seconds
         self.reduce_bandwidth = reduce_bandwidths(graph, reduce_bandwidth)
         self.servers = servers_of_ranks(graph)
         ops = workload.ops
@@ -296,7 +298,14 @@ class WorkloadReplay:
                 f"op {op.id!r} gives FLOPs but the topology's GPUs have no known device model "
                 "to time them; give 'duration' or set the GPUs' 'model' (A100, H100, 910B)"
             )
-        return self.device.compute_time(op.flops, op.mem_bytes)
+        gemms = 0.0
+        if op.gemms:
+            # Passes of one stage share their GEMM tuple (the parser interns it).
+            key = id(op.gemms)
+            if key not in self._gemm_times:
+                self._gemm_times[key] = gemms_time(self.device, op.gemms)
+            gemms = self._gemm_times[key]
+        return gemms + self.device.compute_time(op.flops, op.mem_bytes)
 
     def _rate(self, rank: int) -> float:
         return 1.0 - self.comm_slowdown if self._comm_active[rank] else 1.0

@@ -55,6 +55,55 @@ class _Builder:
         return parse_workload(self.data, origin=self.data["name"])
 
 
+def pass_work(
+    m: Transformer,
+    micro_batch: int,
+    *,
+    tp: int,
+    layers: int,
+    forward: bool,
+    recompute: str = "none",
+    flash_attention: bool = False,
+    logits: bool = False,
+) -> dict[str, Any]:
+    """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
+    forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
+    compute-op fields.
+
+    Backward runs each forward GEMM's two gradient GEMMs (twice its FLOPs); full
+    recomputation runs the forward GEMMs again first, selective recomputation the
+    attention core's. The flash-attention kernel (Dao et al. 2022, algorithms 1 and 2)
+    keeps the scores on chip, so its core is timed as FLOPs at the GEMM rate without the
+    scores' HBM traffic; its backward recomputes the scores (5 matrix products against
+    the forward's 2: 2.5 times the forward FLOPs). ``logits`` adds the output layer's
+    GEMM (forward) or its two gradients (backward), once per pass.
+    """
+    linear = list(m.linear_gemms(micro_batch, tp=tp))
+    core = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
+    core_flops = sum(g.flops for g in m.attention_gemms(micro_batch, tp=tp))
+    layer = linear + core
+    if forward:
+        gemms = layer
+        flops = core_flops if flash_attention else 0.0
+    else:
+        gemms = [grad for g in layer for grad in g.backward()]
+        flops = 2.5 * core_flops if flash_attention else 0.0
+        if recompute == "full":
+            gemms = layer + gemms
+            flops += core_flops if flash_attention else 0.0
+        elif recompute == "selective":
+            gemms = core + gemms
+            flops += core_flops if flash_attention else 0.0
+    gemms = [g.times(layers) for g in gemms]
+    if logits and m.vocab:
+        out = m.logits_gemm(micro_batch, tp=tp)
+        gemms += [out] if forward else list(out.backward())
+    work: dict[str, Any] = {"gemms": [g.as_list() for g in gemms]}
+    if flops:
+        work["flops"] = layers * flops
+    return work
+
+
 def _model(model: str | Transformer) -> Transformer:
     if isinstance(model, Transformer):
         return model
@@ -84,7 +133,6 @@ def ddp(
             f"such as 25MiB; got {bucket_bytes!r}"
         )
     m = _model(model)
-    tokens = micro_batch * m.seq
     b = _Builder(
         f"ddp-{ranks}",
         ranks,
@@ -95,12 +143,12 @@ def ddp(
     for r in range(ranks):
         prev = None
         for layer in range(m.layers):
-            prev = _layer_pass(b, r, m, tokens, "fwd", layer, [prev])
+            prev = _layer_pass(b, r, m, micro_batch, "fwd", layer, [prev])
         pending = 0.0
         bucket = 0
         last_ar = None
         for layer in reversed(range(m.layers)):
-            prev = _layer_pass(b, r, m, tokens, "bwd", layer, [prev])
+            prev = _layer_pass(b, r, m, micro_batch, "bwd", layer, [prev])
             pending += grad_bytes
             if pending >= bucket_bytes or layer == 0:
                 last_ar = b.op(
@@ -129,20 +177,21 @@ def ddp(
 
 
 def _layer_pass(
-    b: _Builder, r: int, m: Transformer, tokens: float, phase: str, layer: int, deps: list
+    b: _Builder, r: int, m: Transformer, micro_batch: int, phase: str, layer: int, deps: list
 ) -> str:
-    """One layer's forward ("fwd") or backward ("bwd", twice the work) on rank ``r``: its
-    GEMMs, then its memory-bound kernels with flash attention (PyTorch's
-    scaled_dot_product_attention picks the flash kernel by default since 2.0;
-    :meth:`~simulator.workload.model.Transformer.layer_elementwise_bytes`); returns the
-    id of the last op."""
+    """One layer's forward ("fwd") or backward ("bwd") on rank ``r``: its GEMMs and
+    flash attention (PyTorch's scaled_dot_product_attention picks the flash kernel by
+    default since 2.0; :func:`pass_work`), then its memory-bound kernels
+    (:meth:`~simulator.workload.model.Transformer.layer_elementwise_bytes`, backward
+    twice the forward's); returns the id of the last op."""
     times = 1 if phase == "fwd" else 2
+    tokens = micro_batch * m.seq
     gemm = b.op(
         f"r{r}.{phase}{layer}",
         r,
         "compute",
         deps,
-        flops=times * m.layer_forward_flops(tokens),
+        **pass_work(m, micro_batch, tp=1, layers=1, forward=phase == "fwd", flash_attention=True),
         label=f"{phase} {layer}",
     )
     return b.op(
@@ -175,7 +224,6 @@ def zero3(
     server through more NICs).
     """
     m = _model(model)
-    tokens = micro_batch * m.seq
     b = _Builder(
         f"zero3-{ranks}",
         ranks,
@@ -207,7 +255,7 @@ def zero3(
                     label=f"gather {phase} {layer}",
                 )
             )
-            computes.append(_layer_pass(b, r, m, tokens, phase, layer, [gathers[k]]))
+            computes.append(_layer_pass(b, r, m, micro_batch, phase, layer, [gathers[k]]))
             if phase == "bwd":
                 last_rs = b.op(
                     f"r{r}.rs{layer}",
@@ -257,8 +305,9 @@ def megatron(
     runs ``pp - s - 1`` warm-up forwards, then alternates one forward and one backward,
     then drains. After the last backward the gradients are all-reduced over DP, then the
     optimizer runs. The last stage also computes the logits (2 h V FLOPs per token
-    forward, twice that backward). Each pass is its GEMMs (FLOPs at the device's GEMM
-    rate) then its memory-bound kernels
+    forward, twice that backward). Each pass is its GEMMs (timed by their shapes,
+    :mod:`~simulator.workload.kernels`; the attention scores' GEMMs are memory bound
+    there) then its memory-bound kernels
     (:meth:`~simulator.workload.model.Transformer.layer_elementwise_bytes` at HBM
     bandwidth). TP all-reduces of one stage and pass are issued as one call of the
     summed size: they are blocking, so only their count of latencies is lost. Sends and
@@ -313,14 +362,23 @@ def megatron(
     ranks = tp * pp * dp
     per_stage = m.layers // (pp * v)  # layers of one model chunk
     tokens = micro_batch * m.seq
-    fwd_flops = per_stage * m.layer_forward_flops(tokens) / tp
-    # The attention core (Q K^T and the weighted sum of V): 4 s h FLOPs per token.
-    core_flops = per_stage * tokens * 4 * m.seq * m.hidden / tp
-    redo = {"full": fwd_flops, "selective": core_flops, "none": 0.0}[recompute]
-    bwd_flops = 2 * fwd_flops + redo
-    # The output layer on the last virtual stage: logits of 2 h V FLOPs per token
-    # forward, twice that backward (not recomputed), split over TP.
-    logits_flops = 2 * tokens * m.hidden * m.vocab / tp
+    # Each pass's GEMMs by shape (the kernel model times them on the device); the last
+    # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
+    # forward, twice that backward, not recomputed).
+    passes = {
+        (forward, logits): pass_work(
+            m,
+            micro_batch,
+            tp=tp,
+            layers=per_stage,
+            forward=forward,
+            recompute=recompute,
+            flash_attention=flash_attention,
+            logits=logits,
+        )
+        for forward in (True, False)
+        for logits in (False, True)
+    }
     # The non-GEMM kernels, memory bound: their own ops after each pass's GEMMs (a
     # roofline op would overlap them). Backward reads the saved inputs and the incoming
     # gradient and writes the outgoing one: twice the forward traffic; recomputation
@@ -390,8 +448,7 @@ def megatron(
                         r,
                         "compute",
                         [recv, prev],
-                        flops=(fwd_flops if forward else bwd_flops)
-                        + (logits_flops * (1 if forward else 2) if here == pp * v - 1 else 0.0),
+                        **passes[(forward, here == pp * v - 1)],
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
                     prev = b.op(

@@ -8,7 +8,10 @@ sequence length).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from .kernels import Gemm
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,44 @@ class Transformer:
     def layer_forward_flops(self, tokens: float) -> float:
         """Forward FLOPs of one layer: 2 per parameter per token plus attention scores."""
         return tokens * (2 * self.layer_params + 4 * self.seq * self.hidden)
+
+    def linear_gemms(self, micro_batch: int, *, tp: int = 1) -> tuple[Gemm, ...]:
+        """The forward GEMMs of one layer's linear layers on one of ``tp`` tensor-parallel
+        ranks, over the b s tokens of a micro-batch (Megatron's column- then
+        row-parallel split): QKV h -> 3h/t, the projection h/t -> h, the MLP's first
+        layer h -> f/t (2f/t gated: gate and up in one GEMM) and second f/t -> h.
+        Together 2 (layer parameters / t) FLOPs per token.
+
+        >>> m = Transformer(layers=1, hidden=1024, seq=512)
+        >>> sum(g.flops for g in m.linear_gemms(2, tp=2)) == 2 * (2 * 512) * m.layer_params / 2
+        True
+        """
+        h, f, tokens = self.hidden, self.ffn or 4 * self.hidden, micro_batch * self.seq
+        up = (2 if self.gated else 1) * f
+        return (
+            Gemm(tokens, _split(3 * h, tp), h),
+            Gemm(tokens, h, _split(h, tp)),
+            Gemm(tokens, _split(up, tp), h),
+            Gemm(tokens, h, _split(f, tp)),
+        )
+
+    def attention_gemms(self, micro_batch: int, *, tp: int = 1) -> tuple[Gemm, ...]:
+        """The attention core's batched GEMMs of one layer's forward on one TP rank: per
+        sequence and local head, the scores Q K^T (s x s over the head size) and their
+        weighted sum of V (s x head size over s); 4 s h / t FLOPs per token together.
+
+        >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
+        >>> m.attention_gemms(2, tp=2)
+        (Gemm(m=512, n=512, k=128, batch=8, count=1), Gemm(m=512, n=128, k=512, batch=8, count=1))
+        """
+        s, heads = self.seq, self.attention_heads
+        size = self.hidden // heads
+        batch = micro_batch * _split(heads, tp)
+        return (Gemm(s, s, size, batch), Gemm(s, size, s, batch))
+
+    def logits_gemm(self, micro_batch: int, *, tp: int = 1) -> Gemm:
+        """The output layer's forward GEMM on one TP rank: b s tokens x h -> V / t."""
+        return Gemm(micro_batch * self.seq, _split(self.vocab, tp), self.hidden)
 
     def layer_elementwise_bytes(
         self,
@@ -95,6 +136,11 @@ class Transformer:
         return passes * self.layers * self.layer_forward_flops(tokens) + 6 * tokens * (
             self.hidden * self.vocab
         )
+
+
+def _split(size: int, parts: int) -> int:
+    """One rank's share of a dimension split over ``parts`` (rounded up, as padding)."""
+    return math.ceil(size / parts)
 
 
 #: Named models used by the bundled presets.

@@ -28,9 +28,12 @@ Op fields:
 ``label``
     Free text for reports (e.g. ``"bwd layer 3"``).
 compute
-    ``duration`` (seconds or a string like ``"1.5ms"``), or ``flops`` and optionally
-    ``bytes`` (memory traffic), timed by the device's roofline:
-    max(flops / peak FLOP/s, bytes / memory bandwidth).
+    ``duration`` (seconds or a string like ``"1.5ms"``), or work timed by the device
+    model: ``gemms``, a list of GEMM kernels ``[m, n, k]`` (optionally ``[m, n, k,
+    batch]`` or ``[m, n, k, batch, count]``) timed one after another by their shapes
+    (:mod:`~simulator.workload.kernels`), then ``flops`` and ``bytes`` (memory traffic)
+    by the roofline max(flops / GEMM FLOP/s, bytes / memory bandwidth). Either may be
+    given alone.
 collective
     ``op`` (all_reduce, all_gather, reduce_scatter, ...), ``group`` (a name in
     ``groups``), ``bytes`` (the nccl-tests size: the whole buffer), optional
@@ -55,12 +58,13 @@ from typing import Any
 from ..errors import CcsimError, shown
 from ..files import load_data, write_file
 from ..units import parse_size, parse_time
+from .kernels import Gemm
 from .memory import MemoryEstimate
 
 FORMAT = "ccsim-workload/1"
 KINDS = ("compute", "collective", "send", "recv")
 _OP_KEYS = {
-    "compute": {"duration", "flops", "bytes"},
+    "compute": {"duration", "flops", "bytes", "gemms"},
     "collective": {"op", "group", "bytes", "algorithm", "chunks", "channels"},
     "send": {"peer", "bytes", "tag"},
     "recv": {"peer", "bytes", "tag"},
@@ -86,6 +90,7 @@ class Op:
     duration: float | None = None
     flops: float = 0.0
     mem_bytes: float = 0.0
+    gemms: tuple[Gemm, ...] = ()
     op: str = ""
     group: str = ""
     nbytes: float = 0.0
@@ -94,6 +99,11 @@ class Op:
     channels: int = 1
     peer: int = -1
     tag: str = ""
+
+    @property
+    def total_flops(self) -> float:
+        """FLOPs of a compute op: its GEMMs' and its roofline part's."""
+        return self.flops + sum(gemm.flops for gemm in self.gemms)
 
 
 @dataclass
@@ -145,7 +155,10 @@ class Workload:
                 if op.duration is not None:
                     data["duration"] = op.duration
                 else:
-                    data["flops"] = op.flops
+                    if op.gemms:
+                        data["gemms"] = [gemm.as_list() for gemm in op.gemms]
+                    if op.flops or not op.gemms:
+                        data["flops"] = op.flops
                     if op.mem_bytes:
                         data["bytes"] = op.mem_bytes
             elif op.kind == "collective":
@@ -202,8 +215,10 @@ def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
     ops: list[Op] = []
     ids: dict[str, int] = {}
     per_rank_count: dict[int, int] = defaultdict(int)
+    # Every pass of a stage has the same GEMMs: share one tuple between its ops.
+    gemm_cache: dict[tuple, tuple[Gemm, ...]] = {}
     for index, raw in enumerate(raw_ops):
-        op = _parse_op(raw, index, ranks, groups, per_rank_count, origin)
+        op = _parse_op(raw, index, ranks, groups, per_rank_count, origin, gemm_cache)
         if op.id in ids:
             raise WorkloadError(
                 f"{origin}: op id {shown(op.id)} is used twice (ops {ids[op.id]} and {index})"
@@ -253,6 +268,29 @@ def _parse_groups(raw: Any, ranks: int, origin: str) -> dict[str, Group]:
     return groups
 
 
+def _gemms(raw: Any, where: str, cache: dict[tuple, tuple[Gemm, ...]]) -> tuple[Gemm, ...]:
+    """A compute op's ``gemms`` field: a list of [m, n, k(, batch(, count))] of positive
+    integers."""
+    usage = "give a list of [m, n, k], [m, n, k, batch] or [m, n, k, batch, count]"
+    if not isinstance(raw, list) or not raw:
+        raise WorkloadError(f"{where}: 'gemms' must be a non-empty list; {usage}")
+    key = []
+    for entry in raw:
+        if (
+            not isinstance(entry, list | tuple)
+            or not 3 <= len(entry) <= 5
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in entry)
+        ):
+            raise WorkloadError(
+                f"{where}: GEMM {shown(entry)} is not a list of 3 to 5 positive integers; " + usage
+            )
+        key.append(tuple(entry))
+    frozen = tuple(key)
+    if frozen not in cache:
+        cache[frozen] = tuple(Gemm(*entry) for entry in frozen)
+    return cache[frozen]
+
+
 def _parse_op(
     raw: Any,
     index: int,
@@ -260,6 +298,7 @@ def _parse_op(
     groups: dict[str, Group],
     per_rank_count: dict[int, int],
     origin: str,
+    gemm_cache: dict[tuple, tuple[Gemm, ...]],
 ) -> Op:
     if not isinstance(raw, dict):
         raise WorkloadError(f"{origin}: op {index} must be a mapping")
@@ -293,13 +332,15 @@ def _parse_op(
                 op.duration = parse_time(raw["duration"], field=f"{where} duration")
                 if op.duration < 0:
                     raise WorkloadError(f"{where}: duration must be >= 0")
-            elif "flops" in raw:
-                op.flops = float(raw["flops"])
+            elif "flops" in raw or "gemms" in raw:
+                op.flops = float(raw.get("flops", 0.0))
                 op.mem_bytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
                 if op.flops < 0 or op.mem_bytes < 0:
                     raise WorkloadError(f"{where}: flops and bytes must be >= 0")
+                if "gemms" in raw:
+                    op.gemms = _gemms(raw["gemms"], where, gemm_cache)
             else:
-                raise WorkloadError(f"{where}: a compute op needs 'duration' or 'flops'")
+                raise WorkloadError(f"{where}: a compute op needs 'duration', 'flops' or 'gemms'")
         elif kind == "collective":
             op.op = str(raw.get("op", ""))
             op.group = str(raw.get("group", ""))

@@ -1,0 +1,118 @@
+"""The GEMM kernel model: how long a matrix multiplication takes from its shape.
+
+A GEMM ``C[m x n] = A[m x k] B[k x n]`` (``batch`` of them in one batched kernel) runs
+as output tiles, one thread block per tile, a wave of tiles at a time over the device's
+multiprocessors (NVIDIA, "Matrix Multiplication Background User's Guide", Deep Learning
+Performance documentation: tile and wave quantization). Its time is the larger of
+
+* compute: the waves it needs, each as long as one tile's ``2 x tile_m x tile_n x k``
+  FLOPs on one multiprocessor at the device's sustained GEMM efficiency, so a GEMM of
+  1.05 waves costs 2 and a dimension that is not a multiple of the tile pays for the
+  padding; and
+* memory: its operands read once and its output written once (2 bytes an element, bf16)
+  at HBM bandwidth: the attention scores' GEMMs (``Q K^T`` writes an s x s block per
+  head, the weighted sum of ``V`` reads it) are memory bound with heads of 128 or less
+  on A100 and H100.
+
+The library is assumed to pick whichever of the tile's two orientations is faster, and
+a tile side is cut to the matrix side (rounded up to 64) where the matrix is smaller, as
+cuBLAS has smaller tiles for those. What is left out: split-K and stream-K kernels that
+soften the last wave, L2 reuse across tiles, and launch gaps between kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .devices import Device
+
+#: Bytes per element of GEMM operands and results (bf16 / fp16).
+ELEMENT_BYTES = 2
+#: Smallest tile side cuBLAS falls back to for a narrow matrix (its 64 x 64 tiles).
+MIN_TILE = 64
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """``count`` kernels, each ``batch`` independent ``m x k`` by ``k x n`` products."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        """2 m n k per product (a multiply and an add)."""
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+
+    @property
+    def hbm_bytes(self) -> float:
+        """Operands read once and the output written once, every kernel."""
+        per = self.m * self.k + self.k * self.n + self.m * self.n
+        return float(ELEMENT_BYTES * per * self.batch * self.count)
+
+    def backward(self) -> tuple[Gemm, Gemm]:
+        """The two GEMMs of its backward pass: the input gradient ``dC B^T``
+        (m x k, over n) and the weight gradient ``A^T dC`` (k x n, over m).
+
+        >>> Gemm(8, 4, 2).backward()
+        (Gemm(m=8, n=2, k=4, batch=1, count=1), Gemm(m=2, n=4, k=8, batch=1, count=1))
+        """
+        return (
+            Gemm(self.m, self.k, self.n, self.batch, self.count),
+            Gemm(self.k, self.n, self.m, self.batch, self.count),
+        )
+
+    def times(self, count: int) -> Gemm:
+        """The same kernel run ``count`` times as often (e.g. once per layer)."""
+        return Gemm(self.m, self.n, self.k, self.batch, self.count * count)
+
+    def as_list(self) -> list[int]:
+        """The trace form ``[m, n, k, batch, count]``."""
+        return [self.m, self.n, self.k, self.batch, self.count]
+
+
+def waves(gemm: Gemm, tile: tuple[int, int], units: int) -> int:
+    """Waves of ``tile``-sized output blocks over ``units`` multiprocessors, one kernel.
+
+    >>> waves(Gemm(8192, 2304, 2304), (256, 128), 108)  # 32 x 18 = 576 tiles
+    6
+    """
+    tile_m = min(tile[0], _round_up(gemm.m, MIN_TILE))
+    tile_n = min(tile[1], _round_up(gemm.n, MIN_TILE))
+    tiles = math.ceil(gemm.m / tile_m) * math.ceil(gemm.n / tile_n) * gemm.batch
+    return math.ceil(tiles / units)
+
+
+def gemm_time(device: Device, gemm: Gemm) -> float:
+    """Seconds ``gemm`` takes on ``device`` (see the module docstring).
+
+    >>> from .devices import DEVICES
+    >>> a100 = DEVICES["A100"]
+    >>> big = Gemm(8192, 8192, 8192)  # 32 x 64 = 2048 tiles: 18.96 -> 19 waves
+    >>> round(gemm_time(a100, big) / (big.flops / (a100.peak_flops * a100.efficiency)), 6)
+    1.001953
+    """
+    tile_m, tile_n = device.tile
+    best = math.inf
+    for tile in ((tile_m, tile_n), (tile_n, tile_m)):
+        cut = (min(tile[0], _round_up(gemm.m, MIN_TILE)), min(tile[1], _round_up(gemm.n, MIN_TILE)))
+        per_wave = device.units * 2.0 * cut[0] * cut[1] * gemm.k
+        compute = waves(gemm, tile, device.units) * per_wave
+        best = min(best, compute / (device.peak_flops * device.efficiency))
+    memory = gemm.hbm_bytes / gemm.count / device.memory_bandwidth
+    return gemm.count * max(best, memory)
+
+
+def gemms_time(device: Device, gemms: tuple[Gemm, ...]) -> float:
+    """Seconds a sequence of GEMM kernels takes, one after another."""
+    return sum(gemm_time(device, gemm) for gemm in gemms)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step

@@ -1,0 +1,102 @@
+"""The GEMM kernel model against tile and wave counts worked out by hand, and GEMMs in
+the trace format."""
+
+import pytest
+
+from simulator.workload import run_workload
+from simulator.workload.devices import DEVICES
+from simulator.workload.kernels import Gemm, gemm_time
+from simulator.workload.model import Transformer
+from simulator.workload.trace import WorkloadError, parse_workload
+
+A100 = DEVICES["A100"]
+RATE = 312e12 * 0.7  # A100's dense bf16 peak at the sustained GEMM fraction
+HBM = 2.039e12
+
+
+def test_a_partial_last_wave_costs_a_whole_wave():
+    """GPT-1.7B's attention projection, 8192 x 2304 by 2304 x 2304: 32 x 18 = 576 tiles of
+    256 x 128 (64 x 9 of 128 x 256) on 108 SMs is 5.33 waves, paid as 6: each wave is
+    108 tiles of 2 x 256 x 128 x 2304 FLOPs."""
+    gemm = Gemm(8192, 2304, 2304)
+    expected = 6 * 108 * 2 * 256 * 128 * 2304 / RATE
+    assert gemm_time(A100, gemm) == pytest.approx(expected, rel=1e-12)
+    assert expected / (gemm.flops / RATE) == pytest.approx(6 / (576 / 108))
+
+
+def test_attention_scores_are_memory_bound():
+    """Q K^T of GPT-1.7B (head size 96) for micro-batch 4 and 24 heads: 96 products of
+    2048 x 96 by 96 x 2048. Compute is 8 x 16 x 96 = 12288 tiles = 114 waves of
+    2 x 256 x 128 x 96 FLOPs (4.15 ms); memory is the scores written once and Q, K read
+    once, 96 x (2048^2 + 2 x 2048 x 96) x 2 bytes at 2.039 TB/s (4.32 ms): memory wins."""
+    gemm = Gemm(2048, 2048, 96, batch=96)
+    compute = 114 * 108 * 2 * 256 * 128 * 96 / RATE
+    memory = 96 * (2048**2 + 2 * 2048 * 96) * 2 / HBM
+    assert memory > compute
+    assert gemm_time(A100, gemm) == pytest.approx(memory, rel=1e-12)
+
+
+def test_narrow_gemms_use_cut_tiles_and_the_better_orientation():
+    """64 rows by 4096 x 4096: the tile's 256 (or 128) rows are cut to 64; 64 x 128 tiles
+    give 32 tiles in one wave, 64 x 256 give 16 in one wave of twice the work, so the
+    first is taken. count runs the kernel that many times."""
+    gemm = Gemm(64, 4096, 4096)
+    one = 108 * 2 * 64 * 128 * 4096 / RATE
+    assert gemm_time(A100, gemm) == pytest.approx(one, rel=1e-12)
+    assert gemm_time(A100, gemm.times(3)) == pytest.approx(3 * one, rel=1e-12)
+
+
+def test_h100_spreads_tiles_over_its_132_sms():
+    """2048 tiles (8192^2 output) on 132 SMs: 15.5 -> 16 waves at H100's 989 TFLOP/s x 0.7."""
+    gemm = Gemm(8192, 8192, 8192)
+    expected = 16 * 132 * 2 * 256 * 128 * 8192 / (989e12 * 0.7)
+    assert gemm_time(DEVICES["H100"], gemm) == pytest.approx(expected, rel=1e-12)
+
+
+def test_backward_gemms_carry_twice_the_forward_flops():
+    model = Transformer(layers=1, hidden=1024, seq=512, heads=8)
+    forward = model.linear_gemms(2, tp=2) + model.attention_gemms(2, tp=2)
+    backward = [grad for g in forward for grad in g.backward()]
+    assert sum(g.flops for g in forward) == model.layer_forward_flops(2 * 512) / 2
+    assert sum(g.flops for g in backward) == 2 * sum(g.flops for g in forward)
+
+
+def _one_op(**fields):
+    return {
+        "format": "ccsim-workload/1",
+        "ranks": 1,
+        "ops": [{"id": "k", "rank": 0, "kind": "compute", **fields}],
+    }
+
+
+def test_a_trace_op_of_gemms_runs_them_in_turn_then_its_roofline_part():
+    from simulator.topology import ring_graph
+
+    workload = parse_workload(
+        _one_op(gemms=[[8192, 2304, 2304], [64, 4096, 4096, 1, 3]], flops=1e9)
+    )
+    graph = ring_graph(2, 1e12, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    _, result = run_workload(workload, graph, algorithm="ring")
+    expected = (6 * 108 * 2 * 256 * 128 * 2304 + 3 * 108 * 2 * 64 * 128 * 4096 + 1e9) / RATE
+    assert result.step_s == pytest.approx(expected, rel=1e-12)
+    op = workload.ops[0]
+    assert op.total_flops == 2 * 8192 * 2304 * 2304 + 3 * 2 * 64 * 4096 * 4096 + 1e9
+    again = parse_workload(workload.to_dict())
+    assert again.ops[0].gemms == op.gemms and again.ops[0].flops == 1e9
+
+
+@pytest.mark.parametrize(
+    ("gemms", "message"),
+    [
+        ([], "must be a non-empty list"),
+        ([[8, 8]], r"GEMM \[8, 8\] is not a list of 3 to 5 positive integers"),
+        ([[8, 0, 8]], "positive integers"),
+        ([[8, 8, 8.5]], "positive integers"),
+        ("8x8x8", "must be a non-empty list"),
+    ],
+)
+def test_malformed_gemms_are_named(gemms, message):
+    with pytest.raises(WorkloadError, match=message):
+        parse_workload(_one_op(gemms=gemms))
