@@ -19,6 +19,7 @@ from .args import check_outputs, emit
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
 from .collective import add_collective_command
 from .compare import add_compare_command
+from .search import add_search_command
 from .sweep import add_sweep_commands
 from .topology import add_topology_commands
 from .validate import add_validate_command
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload_commands(sub)
     add_validate_command(sub)
     add_sweep_commands(sub)
+    add_search_command(sub)
     return parser
 
 

@@ -143,7 +143,7 @@ def run_point(params: Mapping[str, Any]) -> dict[str, Any]:
         # combination reaches) belongs to this point; the sweep goes on. Interruptions
         # (KeyboardInterrupt, SystemExit) are not Exceptions and stop the sweep.
         row["status"] = "error"
-        row["error"] = _one_line(error)
+        row["error"] = one_line(error)
     return row
 
 
@@ -170,7 +170,10 @@ def _collective(params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
+def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, Any]:
+    """Replay a workload point: its workload, graph and
+    :class:`~simulator.workload.metrics.Breakdown` (for point functions that report
+    more than :func:`run_point`, such as ``ccsim search``'s)."""
     from ..workload import run_workload
 
     gpus = _gpus_per_server(params)
@@ -184,6 +187,11 @@ def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
         reduce_bandwidth=params.get("reduce_bandwidth"),
         protocol=params.get("protocol"),
     )
+    return workload, graph, breakdown
+
+
+def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
+    workload, _, breakdown = simulate_workload_point(params)
     return {"ranks": workload.ranks, **breakdown.summary()}
 
 
@@ -200,7 +208,8 @@ def _gpus_per_server(params: Mapping[str, Any]) -> int:
     return gpus
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An error as one line (its type named unless it is a ccsim error)."""
     text = " ".join(str(error).split()) or type(error).__name__
     if not isinstance(error, CcsimError):
         text = f"{type(error).__name__}: {text}"

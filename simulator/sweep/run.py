@@ -50,17 +50,21 @@ class SweepRun:
     ran: int = 0
     resumed: int = 0
     failed: int = 0
+    #: The metric columns (those of the spec's kind unless a point function set others).
+    metrics: tuple[str, ...] | None = None
 
     def frame(self) -> Any:
         """The rows as a pandas DataFrame (one row per point, spec order)."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows, columns=result_columns(self.spec))
+        return pd.DataFrame(self.rows, columns=result_columns(self.spec, self.metrics))
 
 
-def result_columns(spec: SweepSpec) -> list[str]:
-    """Columns of a sweep's results: key, axes, status, error, metrics."""
-    return ["key", *spec.columns, *STATUS_COLUMNS, *METRICS[spec.kind]]
+def result_columns(spec: SweepSpec, metrics: Sequence[str] | None = None) -> list[str]:
+    """Columns of a sweep's results: key, axes, status, error, metrics (``metrics``, or
+    those of the spec's kind)."""
+    chosen = METRICS[spec.kind] if metrics is None else tuple(metrics)
+    return ["key", *spec.columns, *STATUS_COLUMNS, *chosen]
 
 
 def _resolve(spec: SweepSpec | str | Path | Mapping[str, Any]) -> SweepSpec:
@@ -110,11 +114,15 @@ def execute_sweep(
     retry_failed: bool = False,
     retries: int = 2,
     point_function: PointFunction | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> SweepRun:
-    """Run every point of ``spec`` that ``out`` does not hold yet; see :func:`run_sweep`."""
+    """Run every point of ``spec`` that ``out`` does not hold yet; see :func:`run_sweep`.
+    A ``point_function`` that returns other metrics than :func:`run_point` names them
+    in ``metrics`` (the results' metric columns)."""
     _check_options(workers, scheduler, client)  # before the file is touched
     spec = _resolve(spec)
-    columns = result_columns(spec)
+    columns = result_columns(spec, metrics)
+    chosen = METRICS[spec.kind] if metrics is None else tuple(metrics)
     store = ResultsStore(out, columns) if out is not None else None
     existing: dict[str, dict[str, str]] = {}
     if store is not None:
@@ -144,7 +152,7 @@ def execute_sweep(
                 )
                 try:
                     for point, result in _loop(todo, runner, retries):
-                        row = _row(spec, point, result)
+                        row = _row(point, result, chosen)
                         if store is not None:
                             store.append(row)
                         # Read back through the file's text form: the same types whether
@@ -169,6 +177,7 @@ def execute_sweep(
         ran=len(todo),
         resumed=len(done),
         failed=sum(row["status"] != "ok" for row in ordered),
+        metrics=None if metrics is None else tuple(metrics),
     )
 
 
@@ -212,11 +221,11 @@ def _loop(todo: Sequence[Point], runner: Runner, retries: int):
             yield point, outcome
 
 
-def _row(spec: SweepSpec, point: Point, outcome: Outcome) -> dict[str, Any]:
+def _row(point: Point, outcome: Outcome, metrics: Sequence[str]) -> dict[str, Any]:
     row: dict[str, Any] = {"key": point.key, **point.values}
     if isinstance(outcome, BaseException):
         text = " ".join(str(outcome).split())
-        row.update(dict.fromkeys(METRICS[spec.kind]))
+        row.update(dict.fromkeys(metrics))
         row["status"] = "error"
         row["error"] = f"{type(outcome).__name__}: {text}" if text else type(outcome).__name__
         if is_lost(outcome):

@@ -412,3 +412,64 @@ def validation_detail(results: Sequence[CaseResult]) -> str:
                 f"{row['protocol']:<8}  {row['channels']}"
             )
     return "\n".join(lines) + "\n"
+
+
+#: Keys of a ``ccsim search`` row in ``--format json`` and ``csv``.
+SEARCH_KEYS = (
+    "rank",
+    "label",
+    "tp",
+    "pp",
+    "dp",
+    "micro_batch",
+    "recompute",
+    "virtual_stages",
+    "sequence_parallel",
+    "distributed_optimizer",
+    "estimate_s",
+    "status",
+    "error",
+    "step_s",
+    "tflops_per_gpu",
+    "mfu",
+    "exposed_s",
+    "exposed_tp_s",
+    "exposed_pp_s",
+    "exposed_dp_s",
+    "bubble_s",
+    "memory_gb",
+)
+
+
+def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
+    """``ccsim search``'s ranked configurations: the estimate and, where simulated, the
+    step (s), TFLOP/s per GPU (Megatron's count), MFU (model FLOPs over peak), exposed
+    communication by dimension and the pipeline bubble (ms), and memory per GPU (GB)."""
+    lines = [f"# {title}", "#"] if title else []
+    lines.append(
+        f"{'#':>3} {'configuration':<34} {'estimate':>9} {'step':>9} {'TFLOP/s':>8} "
+        f"{'MFU':>6} {'TP':>8} {'PP':>8} {'DP':>8} {'bubble':>8} {'memory':>7}"
+    )
+    lines.append(
+        f"{'':>3} {'':<34} {'(s)':>9} {'(s)':>9} {'per GPU':>8} {'':>6} "
+        f"{'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'(ms)':>8} {'(GB)':>7}"
+    )
+
+    def ms(value: Any) -> str:
+        return f"{value * 1e3:>8.1f}" if value is not None else f"{'':>8}"
+
+    for row in rows:
+        head = f"{row['rank']:>3} {row['label']:<34} {row['estimate_s']:>9.3f}"
+        if row.get("step_s") is None:
+            error = row.get("error") or "not simulated"
+            lines.append(
+                f"{head} {'':>9} {'':>8} {'':>6} {'':>8} {'':>8} {'':>8} {'':>8} "
+                f"{row['memory_gb']:>7.1f}  {error}"
+            )
+            continue
+        lines.append(
+            f"{head} {row['step_s']:>9.3f} {row['tflops_per_gpu']:>8.1f} {row['mfu']:>6.1%} "
+            f"{ms(row['exposed_tp_s'])} {ms(row['exposed_pp_s'])} {ms(row['exposed_dp_s'])} "
+            f"{ms(row['bubble_s'])} {row['memory_gb']:>7.1f}"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,241 @@
+"""The configurations ``ccsim search`` considers, their memory, and a quick estimate of
+their step time used to decide which ones to simulate.
+
+A :class:`Candidate` is one Megatron-LM configuration of a model on a cluster: tensor,
+pipeline and data parallel sizes (TP inside a server, as Megatron places it), micro-batch,
+recomputation, virtual stages, sequence parallelism and the distributed optimizer.
+:func:`candidates` enumerates those Megatron accepts (heads and layers split evenly,
+the global batch a multiple of micro-batch x DP, interleaving with whole chunks) and
+:func:`estimate` prices each one analytically:
+
+* compute: the kernel model's time of each pass (the same GEMMs and memory-bound
+  kernels the generator emits) over the 1F1B schedule, (m + (p - 1)/v) forward and
+  backward passes of one stage, m the micro-batches per replica;
+* TP communication: each pass's collectives at the bandwidth bound 2(t - 1)/t x bytes /
+  (per-GPU NVLink bandwidth), or the NICs' share when TP leaves the server;
+* PP: the activation of each micro-batch crossing each stage boundary over a NIC;
+* DP: the gradients' all-reduce (or reduce-scatter and all-gather) at the NICs'
+  per-GPU share, after the last backward, as Megatron runs it without overlap;
+* the optimizer step's 16 bytes per parameter (1/d of them when sharded) at HBM speed.
+
+The estimate ignores latencies, contention and overlap (PP transfers do overlap compute
+in the simulation), so it only ranks; the search simulates the best few by it and
+reports their simulated times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..workload.devices import Device
+from ..workload.generators import BF16, pass_work
+from ..workload.kernels import Gemm, gemms_time
+from ..workload.memory import MemoryEstimate, megatron_memory
+from ..workload.model import Transformer
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One Megatron-LM configuration (the ``megatron`` generator's parameters)."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    recompute: str = "full"
+    virtual_stages: int = 1
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+
+    @property
+    def label(self) -> str:
+        """A short name: ``TP8 PP2 DP4 mb1 v2 full SP DO``.
+
+        >>> Candidate(8, 2, 4, 1, "selective", 2, True, True).label
+        'TP8 PP2 DP4 mb1 v2 selective SP DO'
+        """
+        text = f"TP{self.tp} PP{self.pp} DP{self.dp} mb{self.micro_batch}"
+        text += f" v{self.virtual_stages} {self.recompute}"
+        text += " SP" if self.sequence_parallel else ""
+        return text + (" DO" if self.distributed_optimizer else "")
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`~simulator.workload.generators.megatron`."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the estimate needs of the cluster: GPUs per server, the device, the
+    per-GPU NVLink bandwidth and the per-GPU share of the NICs (bytes/s)."""
+
+    gpus_per_server: int
+    device: Device
+    intra_bandwidth: float
+    inter_bandwidth: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A candidate's analytic step time (seconds) by part, and its memory per GPU."""
+
+    candidate: Candidate
+    memory: MemoryEstimate
+    compute_s: float
+    tp_s: float
+    pp_s: float
+    dp_s: float
+    optimizer_s: float
+
+    @property
+    def step_s(self) -> float:
+        """The parts added up: nothing overlaps in this estimate."""
+        return self.compute_s + self.tp_s + self.pp_s + self.dp_s + self.optimizer_s
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of ``n`` in increasing order.
+
+    >>> divisors(12)
+    [1, 2, 3, 4, 6, 12]
+    """
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(
+    model: Transformer,
+    gpus: int,
+    global_batch: int,
+    *,
+    gpus_per_server: int,
+    micro_batches: Iterable[int] = (1, 2, 4, 8),
+    recompute: Iterable[str] = RECOMPUTE,
+    virtual_stages: Iterable[int] = (1, 2),
+    sequence_parallel: bool = True,
+    distributed_optimizer: bool = True,
+) -> list[Candidate]:
+    """Every configuration of ``model`` on ``gpus`` GPUs that Megatron-LM accepts.
+
+    TP divides the GPUs of a server and the attention heads; PP divides the layers (and
+    with v virtual stages, the layers divide into p v chunks and the micro-batches per
+    replica into p, with p >= 2); DP is what is left; the global batch is a multiple of
+    micro-batch x DP. Sequence parallelism is used wherever TP > 1 and the distributed
+    optimizer wherever DP > 1 when asked for (both cost no speed in Megatron-LM's
+    guidance, and save memory).
+
+    >>> m = Transformer(layers=4, hidden=1024, heads=8)
+    >>> len(candidates(m, 8, 16, gpus_per_server=8, recompute=["full"], virtual_stages=[1]))
+    32
+    """
+    out = []
+    for tp in divisors(gpus_per_server):
+        if gpus % tp or model.attention_heads % tp:
+            continue
+        for pp in divisors(model.layers):
+            if (gpus // tp) % pp:
+                continue
+            dp = gpus // (tp * pp)
+            for mb in micro_batches:
+                if global_batch % (mb * dp):
+                    continue
+                micro = global_batch // (mb * dp)
+                for v in virtual_stages:
+                    if v > 1 and (pp < 2 or model.layers % (pp * v) or micro % pp):
+                        continue
+                    for redo in recompute:
+                        out.append(
+                            Candidate(
+                                tp,
+                                pp,
+                                dp,
+                                mb,
+                                redo,
+                                v,
+                                sequence_parallel and tp > 1,
+                                distributed_optimizer and dp > 1,
+                            )
+                        )
+    return out
+
+
+def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> MemoryEstimate:
+    """Peak memory per GPU of a candidate (the generator's own estimate)."""
+    c = candidate
+    return megatron_memory(
+        model,
+        tp=c.tp,
+        pp=c.pp,
+        dp=c.dp,
+        micro_batch=c.micro_batch,
+        micro_batches=global_batch // (c.micro_batch * c.dp),
+        recompute=c.recompute,
+        sequence_parallel=c.sequence_parallel,
+        distributed_optimizer=c.distributed_optimizer,
+        virtual_stages=c.virtual_stages,
+    )
+
+
+def estimate(
+    model: Transformer, candidate: Candidate, global_batch: int, hardware: Hardware
+) -> Estimate:
+    """The analytic step time of ``candidate`` (see the module docstring)."""
+    c, device = candidate, hardware.device
+    micro = global_batch // (c.micro_batch * c.dp)
+    layers = model.layers // c.pp  # one stage's layers (all its chunks)
+    tokens = c.micro_batch * model.seq
+
+    def pass_s(forward: bool) -> float:
+        work = pass_work(
+            model,
+            c.micro_batch,
+            tp=c.tp,
+            layers=layers,
+            forward=forward,
+            recompute=c.recompute,
+        )
+        gemms = tuple(Gemm(*g) for g in work["gemms"])
+        kernels = layers * model.layer_elementwise_bytes(
+            tokens, tp=c.tp, sequence_parallel=c.sequence_parallel
+        )
+        kernels *= 1 if forward else (3 if c.recompute == "full" else 2)
+        return gemms_time(device, gemms) + device.compute_time(work.get("flops", 0.0), kernels)
+
+    passes = micro + (c.pp - 1) / c.virtual_stages
+    compute = passes * (pass_s(True) + pass_s(False))
+    activation = tokens * model.hidden * BF16
+    tp_s = 0.0
+    if c.tp > 1:
+        # 2 all-reduces per layer forward, 2 backward (4 with full recomputation).
+        calls = layers * (4 + (2 if c.recompute == "full" else 0))
+        bandwidth = (
+            hardware.intra_bandwidth
+            if c.tp <= hardware.gpus_per_server
+            else hardware.inter_bandwidth
+        )
+        tp_s = passes * calls * 2 * (c.tp - 1) / c.tp * activation / bandwidth
+    # Each micro-batch's activation (1/t of it per TP rank) crosses each boundary twice
+    # (forward and its gradient backward); the critical path sees it once per pass.
+    pp_s = 2 * passes * activation / c.tp / hardware.inter_bandwidth if c.pp > 1 else 0.0
+    params = layers * model.layer_params / c.tp + model.vocab * model.hidden / c.tp
+    dp_s = 0.0
+    if c.dp > 1:
+        dp_bandwidth = (
+            hardware.intra_bandwidth
+            if c.tp * c.dp <= hardware.gpus_per_server
+            else hardware.inter_bandwidth
+        )
+        dp_s = 2 * (c.dp - 1) / c.dp * params * BF16 / dp_bandwidth
+    optimizer = params * 16 / (c.dp if c.distributed_optimizer else 1)
+    return Estimate(
+        candidate=c,
+        memory=memory_of(model, c, global_batch),
+        compute_s=compute,
+        tp_s=tp_s,
+        pp_s=pp_s,
+        dp_s=dp_s,
+        optimizer_s=optimizer / device.memory_bandwidth,
+    )

@@ -1,0 +1,193 @@
+"""``ccsim search``: the configurations it enumerates, its estimate against a simulation
+whose communication is free, memory filtering, resuming, and its command line."""
+
+import csv
+import dataclasses
+import io
+import subprocess
+import sys
+
+import pytest
+
+from simulator.errors import CcsimError
+from simulator.search import search
+from simulator.search.space import Candidate, Hardware, candidates, estimate, memory_of
+from simulator.topology import ring_graph
+from simulator.workload import run_workload
+from simulator.workload.devices import DEVICES
+from simulator.workload.generators import megatron
+from simulator.workload.model import MODELS, Transformer
+
+EVEN = Transformer(layers=8, hidden=1024, seq=512, vocab=0, heads=8)
+FREE = Hardware(8, DEVICES["A100"], 1e18, 1e18)  # communication costs nothing
+
+
+def test_candidates_are_the_splits_megatron_accepts():
+    """12 heads, 6 layers, 4 GPUs a server on 8 GPUs, batch 8, micro-batch 1 or 2:
+    TP in {1, 2, 4} (divides 4 and 12), PP divides 6 and 8 / TP, DP the rest, the batch a
+    multiple of mb x DP. Worked out by hand: (tp, pp, dp) = (1,1,8) (1,2,4) (2,1,4)
+    (2,2,2) (4,1,2) (4,2,1), with mb 1 or 2 where 8 % (mb x dp) == 0: 1+2+2+2+2+2 = 11."""
+    model = Transformer(layers=6, hidden=768, heads=12)
+    found = candidates(
+        model,
+        8,
+        8,
+        gpus_per_server=4,
+        micro_batches=[1, 2],
+        recompute=["full"],
+        virtual_stages=[1],
+    )
+    assert len(found) == 11
+    assert {(c.tp, c.pp, c.dp) for c in found} == {
+        (1, 1, 8),
+        (1, 2, 4),
+        (2, 1, 4),
+        (2, 2, 2),
+        (4, 1, 2),
+        (4, 2, 1),
+    }
+    assert all(c.sequence_parallel == (c.tp > 1) for c in found)
+    assert all(c.distributed_optimizer == (c.dp > 1) for c in found)
+    # Interleaving needs whole chunks (6 layers into p v) and micro-batches a multiple of p.
+    chunked = candidates(
+        model,
+        8,
+        8,
+        gpus_per_server=4,
+        micro_batches=[1],
+        recompute=["full"],
+        virtual_stages=[3],
+    )
+    assert {(c.pp, c.dp, c.virtual_stages) for c in chunked} == {(2, 4, 3), (2, 2, 3), (2, 1, 3)}
+
+
+@pytest.mark.parametrize(
+    ("pp", "v", "recompute"), [(1, 1, "full"), (2, 1, "none"), (4, 2, "selective")]
+)
+def test_estimate_matches_a_simulation_with_free_communication(pp, v, recompute):
+    """With communication free and stages equal (no vocabulary), the simulated step is
+    (m + (p - 1)/v) passes of a stage plus the optimizer: exactly what the estimate adds
+    up, from the same kernel times."""
+    c = Candidate(1, pp, 1, 1, recompute, v)
+    batch = 8
+    est = estimate(EVEN, c, batch, FREE)
+    workload = megatron(
+        EVEN,
+        tp=1,
+        pp=pp,
+        dp=1,
+        micro_batch=1,
+        global_batch=batch,
+        recompute=recompute,
+        virtual_stages=v,
+    )
+    graph = ring_graph(max(pp, 2), 1e18, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    _, result = run_workload(workload, graph, algorithm="ring")
+    assert est.tp_s == est.dp_s == 0.0
+    # (1e18 B/s transfers still take ~1e-11 s each: rel 1e-6 leaves room for them.)
+    assert est.compute_s + est.optimizer_s == pytest.approx(result.step_s, rel=1e-6)
+    assert est.memory.total == pytest.approx(workload.memory.total)
+
+
+def test_estimate_prices_tp_and_dp_at_the_bandwidth_bound():
+    """TP 2 at 100 GB/s per GPU: 2 all-reduces per layer forward, 4 backward with full
+    recomputation, each 2 (t - 1)/t x b s h x 2 bytes / bandwidth, for every pass; DP 4
+    across NICs at 10 GB/s per GPU: 2 (d - 1)/d x (the stage's parameters / t) x 2 bytes."""
+    hardware = dataclasses.replace(
+        FREE, gpus_per_server=2, intra_bandwidth=100e9, inter_bandwidth=10e9
+    )
+    c = Candidate(2, 1, 4, 1, "full")
+    est = estimate(EVEN, c, 8, hardware)
+    activation = EVEN.seq * EVEN.hidden * 2
+    passes = 8 // 4
+    assert est.tp_s == pytest.approx(passes * 8 * 6 * 1.0 * activation / 100e9)
+    params = 8 * EVEN.layer_params / 2
+    assert est.dp_s == pytest.approx(2 * 3 / 4 * params * 2 / 10e9)
+
+
+def test_search_keeps_what_fits_and_resumes(tmp_path):
+    """GPT-3 175B on 8 DGX A100: every kept estimate fits in 80 GiB and every dropped one
+    does not; the best estimate is simulated; a second run reads it back."""
+    found = search(
+        "gpt3-175b",
+        "dgx-a100",
+        nodes=8,
+        global_batch=64,
+        simulate=0,
+        micro_batches=[1],
+        virtual_stages=[1],
+    )
+    model = MODELS["gpt3-175b"]
+    every = candidates(model, 64, 64, gpus_per_server=8, micro_batches=[1], virtual_stages=[1])
+    fits = [c for c in every if memory_of(model, c, 64).fits(DEVICES["A100"].memory_bytes)]
+    assert found.considered == len(every) and found.fitting == len(fits) > 0
+    assert {e.candidate for e in found.estimates} == set(fits)
+    steps = [e.step_s for e in found.estimates]
+    assert steps == sorted(steps)
+
+    out = tmp_path / "search.csv"
+    kwargs = dict(
+        nodes=1,
+        global_batch=16,
+        simulate=2,
+        micro_batches=[1, 2],
+        recompute=["full"],
+        virtual_stages=[1],
+        workers=1,
+        progress=False,
+        out=out,
+    )
+    first = search("gpt-1.5b", "dgx-a100", **kwargs)
+    assert first.ran == 2 and [r["status"] for r in first.rows] == ["ok", "ok"]
+    assert first.rows[0]["step_s"] <= first.rows[1]["step_s"]
+    again = search("gpt-1.5b", "dgx-a100", **kwargs)
+    assert again.ran == 0 and again.resumed == 2
+    assert [r["step_s"] for r in again.rows] == [r["step_s"] for r in first.rows]
+    best = first.rows[0]
+    # TFLOP/s per GPU is Megatron's count over the simulated step and the 8 GPUs.
+    flops = MODELS["gpt-1.5b"].step_flops(16, recompute=True)
+    assert best["tflops_per_gpu"] == pytest.approx(flops / best["step_s"] / 8 / 1e12)
+
+
+def test_search_errors_say_what_to_change():
+    with pytest.raises(CcsimError, match="takes a global batch of 3"):
+        search("gpt3-175b", "dgx-a100", nodes=8, global_batch=3, micro_batches=[2])
+    with pytest.raises(CcsimError, match="fits in A100's"):
+        search("gpt3-175b", "dgx-a100", nodes=1, global_batch=8, recompute=["none"])
+    with pytest.raises(CcsimError, match="unknown model"):
+        search("gpt-9", "dgx-a100", global_batch=8)
+
+
+def _ccsim(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "simulator", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_ranks_and_exits_2_on_bad_input():
+    done = _ccsim(
+        "search",
+        "gpt-1.5b",
+        "--global-batch",
+        "16",
+        "--simulate",
+        "0",
+        "--top",
+        "3",
+        "--format",
+        "csv",
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert [row["rank"] for row in rows] == ["1", "2", "3"]
+    estimates = [float(row["estimate_s"]) for row in rows]
+    assert estimates == sorted(estimates)
+    for bad in (["--recompute", "some"], ["--micro-batches", "0"], ["--global-batch", "x"]):
+        args = ["search", "gpt-1.5b", "--global-batch", "16", *bad]
+        failed = _ccsim(*args)
+        assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    failed = _ccsim("search", "gpt3-175b", "--global-batch", "8", "--recompute", "none")
+    assert failed.returncode == 2 and "fits in A100's" in failed.stderr
