@@ -420,3 +420,52 @@ def test_ddp_layers_run_their_gemms_then_flash_attention_kernels():
     assert SMALL.layer_elementwise_bytes(tokens) - SMALL.layer_elementwise_bytes(
         tokens, flash_attention=True
     ) == pytest.approx(tokens * 9 * a * s)
+
+
+def _priced_ring(p, bandwidth):
+    """A ring of p A100s with links of ``bandwidth`` bytes/s and no latency."""
+    graph = ring_graph(p, bandwidth, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    return graph
+
+
+def test_overlap_grad_reduce_hides_all_but_the_last_bucket():
+    """DP 2 on a 2-GPU ring at 1 TB/s (a ring all-reduce of X bytes takes X / 1 TB/s).
+    SMALL's layers hold 12.6M parameters, so Megatron's 40M-parameter buckets are 4
+    layers: the last backward runs as two buckets of 4 layers (the first with the
+    logits' backward) and the first bucket's all-reduce (4 layers x 2 bytes, 0.1 ms)
+    hides behind the second bucket's backward (0.8 ms); only the last bucket (4 layers
+    and the embedding) is left after the backward. So the step shrinks by exactly the
+    first bucket's all-reduce, and the same bytes are reduced."""
+    plain = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4)
+    overlap = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4, overlap_grad_reduce=True)
+
+    def reduced(workload):
+        return [op.nbytes for op in _collectives(workload, 0) if op.label.startswith("DP")]
+
+    first = 4 * SMALL.layer_params * 2
+    last = (4 * SMALL.layer_params + SMALL.vocab * SMALL.hidden) * 2
+    assert reduced(overlap) == [first, last]
+    assert sum(reduced(plain)) == first + last
+    graph = _priced_ring(2, 1e12)
+    _, slow = run_workload(plain, graph, algorithm="ring", comm_slowdown=0.0)
+    _, fast = run_workload(overlap, graph, algorithm="ring", comm_slowdown=0.0)
+    assert slow.step_s - fast.step_s == pytest.approx(first / 1e12, rel=1e-6)
+
+
+def test_tp_comm_overlap_runs_tp_collectives_beside_the_gemms():
+    """TP 2 on a 2-GPU ring at 20 TB/s: each pass's TP all-reduce (2 or 4 activations per
+    layer, b s h x 2 bytes each; a 2-rank ring all-reduce of X bytes takes X / 20 TB/s)
+    follows its kernels without overlap, and runs beside them with it, where it is the
+    shorter: the step loses exactly the TP time."""
+    m = 2
+    plain = megatron(SMALL, tp=2, pp=1, dp=1, global_batch=m)
+    overlap = megatron(SMALL, tp=2, pp=1, dp=1, global_batch=m, tp_comm_overlap=True)
+    graph = _priced_ring(2, 20e12)
+    _, slow = run_workload(plain, graph, algorithm="ring", comm_slowdown=0.0)
+    _, fast = run_workload(overlap, graph, algorithm="ring", comm_slowdown=0.0)
+    activation = SMALL.seq * SMALL.hidden * 2
+    tp_time = m * SMALL.layers * (2 + 4) * activation / 20e12
+    assert slow.step_s - fast.step_s == pytest.approx(tp_time, rel=1e-6)
+    assert {op.stream for op in _collectives(overlap, 0)} == {"tp"}

@@ -198,6 +198,18 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="megatron: shard the optimizer over DP (reduce-scatter, all-gather)",
     )
+    gen.add_argument(
+        "--overlap-grad-reduce",
+        action="store_true",
+        default=None,
+        help="megatron: reduce gradients bucket by bucket during the last backward",
+    )
+    gen.add_argument(
+        "--tp-comm-overlap",
+        action="store_true",
+        default=None,
+        help="megatron: run TP collectives beside the GEMMs (Transformer Engine overlap)",
+    )
     add_max_flows_option(gen)
     gen.set_defaults(handler=_cmd_generate)
 
@@ -335,6 +347,8 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "distributed_optimizer": args.distributed_optimizer,
         "virtual_stages": args.virtual_stages,
         "flash_attention": args.flash_attention,
+        "overlap_grad_reduce": args.overlap_grad_reduce,
+        "tp_comm_overlap": args.tp_comm_overlap,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")

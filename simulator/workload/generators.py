@@ -12,6 +12,7 @@ trace runs on A100s or H100s.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..errors import CcsimError
@@ -293,6 +294,8 @@ def megatron(
     distributed_optimizer: bool = False,
     virtual_stages: int = 1,
     flash_attention: bool = False,
+    overlap_grad_reduce: bool = False,
+    tp_comm_overlap: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -329,7 +332,17 @@ def megatron(
     micro-batch (k // p v) p + k mod p for its k-th, and passes activations from the last
     stage back to the first between chunks; the bubble shrinks to (p - 1)/v passes.
     ``flash_attention`` drops the attention scores' HBM traffic (off by default, as in
-    the SC'21 runs the bundled GPT-3 preset follows). The
+    the SC'21 runs the bundled GPT-3 preset follows). ``overlap_grad_reduce``
+    (Megatron-LM's ``--overlap-grad-reduce``) runs each chunk's last backward bucket by
+    bucket (buckets of whole layers holding max(40M, 1M x dp) parameters, Megatron's
+    default size, filled from the last layer back; the embedding's gradients join the
+    last one) and starts each bucket's DP collective as soon as its layers are done, so
+    all but the last bucket hide behind the rest of the backward; without it the
+    gradients are reduced in one call after the last backward, as in SC'21.
+    ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
+    runs each pass's TP collectives on their own stream beside its GEMMs instead of
+    after them: the pass takes the longer of the two (compute slowed by
+    ``comm_slowdown`` while they overlap). The
     workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
@@ -365,31 +378,40 @@ def megatron(
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
     # forward, twice that backward, not recomputed).
-    passes = {
-        (forward, logits): pass_work(
-            m,
-            micro_batch,
-            tp=tp,
-            layers=per_stage,
-            forward=forward,
-            recompute=recompute,
-            flash_attention=flash_attention,
-            logits=logits,
-        )
-        for forward in (True, False)
-        for logits in (False, True)
-    }
+    cache: dict[tuple[bool, bool, int], dict[str, Any]] = {}
+
+    def work(forward: bool, logits: bool, layers: int) -> dict[str, Any]:
+        key = (forward, logits, layers)
+        if key not in cache:
+            cache[key] = pass_work(
+                m,
+                micro_batch,
+                tp=tp,
+                layers=layers,
+                forward=forward,
+                recompute=recompute,
+                flash_attention=flash_attention,
+                logits=logits,
+            )
+        return cache[key]
+
     # The non-GEMM kernels, memory bound: their own ops after each pass's GEMMs (a
     # roofline op would overlap them). Backward reads the saved inputs and the incoming
     # gradient and writes the outgoing one: twice the forward traffic; recomputation
     # runs the forward's again.
-    fwd_bytes = per_stage * m.layer_elementwise_bytes(
+    fwd_layer_bytes = m.layer_elementwise_bytes(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
-    bwd_bytes = 2 * fwd_bytes + (fwd_bytes if recompute == "full" else 0.0)
+    bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
     activation = tokens * m.hidden * BF16
-    tp_fwd = 2 * per_stage * activation
-    tp_bwd = (4 if recompute == "full" else 2) * per_stage * activation
+    tp_fwd_layer = 2 * activation
+    tp_bwd_layer = (4 if recompute == "full" else 2) * activation
+    sharded = distributed_optimizer and dp > 1
+    # Megatron's gradient buckets (DistributedDataParallelConfig.bucket_size: max(40M,
+    # 1M x dp) parameters, megatron/core/distributed/distributed_data_parallel.py), here
+    # whole layers of a chunk.
+    bucket_layers = max(1, math.ceil(max(40e6, 1e6 * dp) / (m.layer_params / tp)))
+    buckets = [min(bucket_layers, per_stage - k) for k in range(0, per_stage, bucket_layers)]
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}",
@@ -417,10 +439,13 @@ def megatron(
             m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0
         )
         order = _one_f_one_b(stage, pp, micro, v)
+        # Each chunk's last backward, which completes its gradients.
+        final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
         for d in range(dp):
             for t in range(tp):
                 r = rank_of(stage, d, t)
-                prev = None
+                after: list[str] = []  # the ops the rank's next op waits for
+                reduces: list[str] = []
                 for kind, c, i in order:
                     # One chunk keeps the names of the plain schedule.
                     tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
@@ -437,71 +462,108 @@ def megatron(
                             f"r{r}.recv.{tag}",
                             r,
                             "recv",
-                            [prev],
+                            after,
                             peer=rank_of(source % pp, d, t),
                             bytes=activation / tp,
                             tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
                             stream="pp.recv.prev" if forward else "pp.recv.next",
                         )
-                    comp = b.op(
-                        f"r{r}.{tag}",
-                        r,
-                        "compute",
-                        [recv, prev],
-                        **passes[(forward, here == pp * v - 1)],
-                        label=f"{'fwd' if forward else 'bwd'} mb {i}",
-                    )
-                    prev = b.op(
-                        f"r{r}.{tag}.elementwise",
-                        r,
-                        "compute",
-                        [comp],
-                        flops=0.0,
-                        bytes=fwd_bytes if forward else bwd_bytes,
-                        label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
-                    )
-                    for name in tp_ops:
-                        prev = b.op(
-                            f"r{r}.tp.{tag}" + (f".{name}" if sequence_parallel else ""),
+                    # The last backward of a chunk completes its gradients; with
+                    # overlap_grad_reduce it runs bucket by bucket, each bucket's DP
+                    # collective starting as soon as its layers are done.
+                    last = not forward and (kind, c, i) == final[c]
+                    pieces = buckets if last and overlap_grad_reduce and dp > 1 else [per_stage]
+                    for n, layers in enumerate(pieces):
+                        name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
+                        logits = here == pp * v - 1 and (forward or n == 0)
+                        deps = [recv, *after]
+                        comp = b.op(
+                            f"r{r}.{name}",
                             r,
-                            "collective",
-                            [prev],
-                            op=name,
-                            group=tp_groups[(stage, d)],
-                            bytes=tp_fwd if forward else tp_bwd,
-                            stream="compute",
-                            label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
+                            "compute",
+                            deps,
+                            **work(forward, logits, layers),
+                            label=f"{'fwd' if forward else 'bwd'} mb {i}",
                         )
+                        after = [
+                            b.op(
+                                f"r{r}.{name}.elementwise",
+                                r,
+                                "compute",
+                                [comp],
+                                flops=0.0,
+                                bytes=layers * (fwd_layer_bytes if forward else bwd_layer_bytes),
+                                label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
+                            )
+                        ]
+                        # TP collectives after the pass's kernels on the compute stream,
+                        # or (tp_comm_overlap) on their own stream beside its GEMMs.
+                        tp_prev = deps if tp_comm_overlap else after
+                        for op_name in tp_ops:
+                            tp_prev = [
+                                b.op(
+                                    f"r{r}.tp.{name}"
+                                    + (f".{op_name}" if sequence_parallel else ""),
+                                    r,
+                                    "collective",
+                                    tp_prev,
+                                    op=op_name,
+                                    group=tp_groups[(stage, d)],
+                                    bytes=layers * (tp_fwd_layer if forward else tp_bwd_layer),
+                                    stream="tp" if tp_comm_overlap else "compute",
+                                    label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
+                                )
+                            ]
+                        after = after + tp_prev if tp_comm_overlap else tp_prev
+                        if last and overlap_grad_reduce and dp > 1:
+                            # Megatron fills buckets from the last layer back; the
+                            # embedding's gradients come with the last bucket.
+                            grads = layers * m.layer_params / tp
+                            if n == len(pieces) - 1 and here in (0, pp * v - 1):
+                                grads += m.vocab * m.hidden / tp
+                            reduces.append(
+                                b.op(
+                                    f"r{r}.dp.{c}.{n}" if v > 1 else f"r{r}.dp.{n}",
+                                    r,
+                                    "collective",
+                                    after,
+                                    op="reduce_scatter" if sharded else "all_reduce",
+                                    group=dp_groups[(stage, t)],
+                                    bytes=grads * BF16,
+                                    stream="dp",
+                                    label="DP gradients",
+                                )
+                            )
                     if 0 <= target < pp * v:
                         b.op(
                             f"r{r}.send.{tag}",
                             r,
                             "send",
-                            [prev],
+                            after,
                             peer=rank_of(target % pp, d, t),
                             bytes=activation / tp,
                             tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
                             stream="pp.send.next" if forward else "pp.send.prev",
                         )
-                grads = prev
-                sharded = distributed_optimizer and dp > 1
-                if dp > 1:
-                    grads = b.op(
-                        f"r{r}.dp",
-                        r,
-                        "collective",
-                        [prev],
-                        op="reduce_scatter" if sharded else "all_reduce",
-                        group=dp_groups[(stage, t)],
-                        bytes=stage_params * BF16,
-                        stream="dp",
-                        label="DP gradients",
+                if dp > 1 and not reduces:
+                    reduces.append(
+                        b.op(
+                            f"r{r}.dp",
+                            r,
+                            "collective",
+                            after,
+                            op="reduce_scatter" if sharded else "all_reduce",
+                            group=dp_groups[(stage, t)],
+                            bytes=stage_params * BF16,
+                            stream="dp",
+                            label="DP gradients",
+                        )
                     )
                 step = b.op(
                     f"r{r}.opt",
                     r,
                     "compute",
-                    [prev, grads],
+                    [*after, *reduces],
                     flops=0.0,
                     bytes=stage_params * 16 / (dp if sharded else 1),
                     label="optimizer",
