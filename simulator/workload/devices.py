@@ -34,6 +34,8 @@ class Device:
     units: int = 1
     #: The output tile (rows, columns) of the library's large GEMM kernels.
     tile: tuple[int, int] = (256, 128)
+    #: Peak dense 8-bit floating-point tensor FLOP/s (0: the device has no fp8).
+    fp8_flops: float = 0.0
 
     def compute_time(self, flops: float, mem_bytes: float = 0.0) -> float:
         """Roofline time of a kernel in seconds.
@@ -58,18 +60,36 @@ class Device:
 # 128, the largest (most efficient) tensor-core tile in NVIDIA's "Matrix Multiplication
 # Background User's Guide" and CUTLASS's Ampere/Hopper bf16 kernels; the 910B's cube
 # unit is given the same block (Ascend C's matmul tiling commonly uses 128 x 256).
+# fp8: dense E4M3/E5M2 tensor peaks, twice the 16-bit ones on Hopper and Blackwell
+# (H100 datasheet: 1,979 TFLOP/s FP8 dense, SXM).
+# H200 (NVIDIA H200 datasheet, 2024): H100's compute and 132 SMs, 141 GB HBM3e at
+# 4.8 TB/s. B200 (NVIDIA HGX B200 datasheet, 2024: 8 GPUs, 72 PFLOPS FP8 and 36 PFLOPS
+# FP16/BF16 with sparsity, 1.4 TB HBM3e at 64 TB/s): per GPU 2.25 PFLOP/s BF16 and
+# 4.5 FP8 dense, 180 GB at 8 TB/s; 148 SMs (two dies of 74, NVIDIA Blackwell
+# architecture technical brief). GB200 in an NVL72 rack (NVIDIA GB200 NVL72 datasheet:
+# 72 GPUs, 360 PFLOPS FP16/BF16 and 720 FP8 with sparsity, 13.4 TB HBM3e at 576 TB/s):
+# per GPU 2.5 PFLOP/s BF16 and 5 FP8 dense, 186 GB at 8 TB/s. Capacities as printed
+# (GB = 1e9 bytes). GB200 precedes B200 and H200 precedes H100 so that a model string
+# finds its own entry first.
 DEVICES = {
     device.name: device
     for device in (
         Device("A100", 312e12, 2.039e12, 0.7, 80 * 2**30, 108),
-        Device("H100", 989e12, 3.35e12, 0.7, 80 * 2**30, 132),
+        Device("H200", 989e12, 4.8e12, 0.7, 141e9, 132, fp8_flops=1979e12),
+        Device("H100", 989e12, 3.35e12, 0.7, 80 * 2**30, 132, fp8_flops=1979e12),
+        Device("GB200", 2.5e15, 8e12, 0.7, 186e9, 148, fp8_flops=5e15),
+        Device("B200", 2.25e15, 8e12, 0.7, 180e9, 148, fp8_flops=4.5e15),
         Device("910B", 376e12, 1.6e12, 0.7, 64 * 2**30, 24),
     )
 }
 
 
 def device_for(model: str) -> Device:
-    """The device whose name appears in a GPU model string (``A100-SXM4-80GB`` -> A100)."""
+    """The device whose name appears in a GPU model string (``A100-SXM4-80GB`` -> A100).
+
+    >>> device_for("GB200-NVL72").name, device_for("H200-SXM-141GB").name
+    ('GB200', 'H200')
+    """
     text = model.upper()
     for name, device in DEVICES.items():
         if name.upper() in text:
