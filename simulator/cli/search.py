@@ -34,6 +34,14 @@ def _recompute_list(text: str) -> list[str]:
     return values
 
 
+def _precision_list(text: str) -> list[str]:
+    """argparse type: comma-separated precisions."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    if not values or any(v not in ("bf16", "fp8") for v in values):
+        raise argparse.ArgumentTypeError(f"expected bf16, fp8 or bf16,fp8, got {text!r}")
+    return values
+
+
 def add_search_command(sub: argparse._SubParsersAction) -> None:
     """Register ``search`` on the main parser."""
     search = sub.add_parser(
@@ -92,6 +100,13 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
         help="model chunks per pipeline stage to consider (default: 1,2)",
     )
     search.add_argument(
+        "--precision",
+        type=_precision_list,
+        default=["bf16"],
+        metavar="LIST",
+        help="linear-layer precisions to consider: bf16, fp8 (H100 and later; default: bf16)",
+    )
+    search.add_argument(
         "--no-sequence-parallel",
         action="store_true",
         help="keep TP all-reduces (default: sequence parallelism wherever TP > 1)",
@@ -145,6 +160,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
         virtual_stages=args.virtual_stages,
         sequence_parallel=not args.no_sequence_parallel,
         distributed_optimizer=not args.no_distributed_optimizer,
+        precisions=args.precision,
         out=args.out,
         workers=args.workers,
         scheduler=args.scheduler,

@@ -168,6 +168,12 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="DDP gradient bucket size in bytes, e.g. 25MiB",
     )
     gen.add_argument(
+        "--precision",
+        choices=("bf16", "fp8"),
+        default=None,
+        help="megatron: linear layers in bf16 or fp8 (Transformer Engine; default: bf16)",
+    )
+    gen.add_argument(
         "--recompute",
         choices=("full", "selective", "none"),
         default=None,
@@ -349,6 +355,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "flash_attention": args.flash_attention,
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "tp_comm_overlap": args.tp_comm_overlap,
+        "precision": args.precision,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")
@@ -374,3 +381,8 @@ def _cmd_workloads(args: argparse.Namespace) -> None:
     presets = describe_presets()
     width = max(len(name) for name, _ in presets)
     sys.stdout.write("".join(f"{name:<{width}}  {text}\n" for name, text in presets))
+    # The named models generators take (--model), with where their figures come from.
+    width = max(len(name) for name in MODELS)
+    sys.stdout.write("\nmodels (workloads/models/):\n")
+    for name, model in sorted(MODELS.items()):
+        sys.stdout.write(f"{name:<{width}}  {model.params / 1e9:7.1f}B params  {model.source}\n")

@@ -56,6 +56,7 @@ _FIELDS = (
     "virtual_stages",
     "sequence_parallel",
     "distributed_optimizer",
+    "precision",
 )
 
 
@@ -116,6 +117,7 @@ def search(
     virtual_stages: Iterable[int] = (1, 2),
     sequence_parallel: bool = True,
     distributed_optimizer: bool = True,
+    precisions: Iterable[str] = ("bf16",),
     algorithm: str = "library",
     out: str | Path | None = None,
     workers: int | None = None,
@@ -140,6 +142,14 @@ def search(
     if global_batch < 1:
         raise CcsimError(f"the global batch must be a positive count, not {global_batch}")
     transformer = MODELS[model]
+    if transformer.is_moe:
+        raise CcsimError(
+            f"{model} is a mixture-of-experts model: the search does not cover expert "
+            "parallelism yet; pick a dense model"
+        )
+    precisions = list(precisions)
+    if any(p not in ("bf16", "fp8") for p in precisions) or not precisions:
+        raise CcsimError(f"precisions must be bf16 and/or fp8, not {precisions!r}")
     graph = load_topology(topology, nodes)
     device = graph_device(graph)
     if device is None:
@@ -147,6 +157,8 @@ def search(
             f"topology {topology}: its GPUs name no device ccsim knows (A100, H100, 910B), "
             "so their compute cannot be timed; set the GPUs' 'model'"
         )
+    if "fp8" in precisions and not device.fp8_flops:
+        raise CcsimError(f"{device.name} has no fp8 tensor cores; search bf16 only on {topology}")
     gpus = len(gpu_nodes(graph))
     per_server = gpus // nodes
     hardware = Hardware(per_server, device, intra_bandwidth(graph), inter_bandwidth(graph))
@@ -160,6 +172,7 @@ def search(
         virtual_stages=virtual_stages,
         sequence_parallel=sequence_parallel,
         distributed_optimizer=distributed_optimizer,
+        precisions=precisions,
     )
     if not every:
         raise CcsimError(

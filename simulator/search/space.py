@@ -50,10 +50,11 @@ class Candidate:
     virtual_stages: int = 1
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
+    precision: str = "bf16"
 
     @property
     def label(self) -> str:
-        """A short name: ``TP8 PP2 DP4 mb1 v2 full SP DO``.
+        """A short name: ``TP8 PP2 DP4 mb1 v2 full SP DO`` (`` fp8`` when it is).
 
         >>> Candidate(8, 2, 4, 1, "selective", 2, True, True).label
         'TP8 PP2 DP4 mb1 v2 selective SP DO'
@@ -61,7 +62,8 @@ class Candidate:
         text = f"TP{self.tp} PP{self.pp} DP{self.dp} mb{self.micro_batch}"
         text += f" v{self.virtual_stages} {self.recompute}"
         text += " SP" if self.sequence_parallel else ""
-        return text + (" DO" if self.distributed_optimizer else "")
+        text += " DO" if self.distributed_optimizer else ""
+        return text + (" fp8" if self.precision == "fp8" else "")
 
     def params(self) -> dict[str, Any]:
         """Keyword arguments of :func:`~simulator.workload.generators.megatron`."""
@@ -117,10 +119,12 @@ def candidates(
     virtual_stages: Iterable[int] = (1, 2),
     sequence_parallel: bool = True,
     distributed_optimizer: bool = True,
+    precisions: Iterable[str] = ("bf16",),
 ) -> list[Candidate]:
     """Every configuration of ``model`` on ``gpus`` GPUs that Megatron-LM accepts.
 
-    TP divides the GPUs of a server and the attention heads; PP divides the layers (and
+    TP divides the GPUs of a server, the attention heads and the key/value heads; PP
+    divides the layers (and
     with v virtual stages, the layers divide into p v chunks and the micro-batches per
     replica into p, with p >= 2); DP is what is left; the global batch is a multiple of
     micro-batch x DP. Sequence parallelism is used wherever TP > 1 and the distributed
@@ -132,8 +136,9 @@ def candidates(
     32
     """
     out = []
+    precisions = list(precisions)
     for tp in divisors(gpus_per_server):
-        if gpus % tp or model.attention_heads % tp:
+        if gpus % tp or model.attention_heads % tp or model.query_groups % tp:
             continue
         for pp in divisors(model.layers):
             if (gpus // tp) % pp:
@@ -147,18 +152,20 @@ def candidates(
                     if v > 1 and (pp < 2 or model.layers % (pp * v) or micro % pp):
                         continue
                     for redo in recompute:
-                        out.append(
-                            Candidate(
-                                tp,
-                                pp,
-                                dp,
-                                mb,
-                                redo,
-                                v,
-                                sequence_parallel and tp > 1,
-                                distributed_optimizer and dp > 1,
+                        for precision in precisions:
+                            out.append(
+                                Candidate(
+                                    tp,
+                                    pp,
+                                    dp,
+                                    mb,
+                                    redo,
+                                    v,
+                                    sequence_parallel and tp > 1,
+                                    distributed_optimizer and dp > 1,
+                                    precision,
+                                )
                             )
-                        )
     return out
 
 
@@ -176,6 +183,7 @@ def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> Me
         sequence_parallel=c.sequence_parallel,
         distributed_optimizer=c.distributed_optimizer,
         virtual_stages=c.virtual_stages,
+        precision=c.precision,
     )
 
 
@@ -196,6 +204,7 @@ def estimate(
             layers=layers,
             forward=forward,
             recompute=c.recompute,
+            precision=c.precision,
         )
         gemms = tuple(Gemm(*g) for g in work["gemms"])
         kernels = layers * model.layer_elementwise_bytes(

@@ -426,6 +426,7 @@ SEARCH_KEYS = (
     "virtual_stages",
     "sequence_parallel",
     "distributed_optimizer",
+    "precision",
     "estimate_s",
     "status",
     "error",
@@ -447,11 +448,11 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
     communication by dimension and the pipeline bubble (ms), and memory per GPU (GB)."""
     lines = [f"# {title}", "#"] if title else []
     lines.append(
-        f"{'#':>3} {'configuration':<34} {'estimate':>9} {'step':>9} {'TFLOP/s':>8} "
+        f"{'#':>3} {'configuration':<40} {'estimate':>9} {'step':>9} {'TFLOP/s':>8} "
         f"{'MFU':>6} {'TP':>8} {'PP':>8} {'DP':>8} {'bubble':>8} {'memory':>7}"
     )
     lines.append(
-        f"{'':>3} {'':<34} {'(s)':>9} {'(s)':>9} {'per GPU':>8} {'':>6} "
+        f"{'':>3} {'':<40} {'(s)':>9} {'(s)':>9} {'per GPU':>8} {'':>6} "
         f"{'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'(ms)':>8} {'(GB)':>7}"
     )
 
@@ -459,7 +460,7 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
         return f"{value * 1e3:>8.1f}" if value is not None else f"{'':>8}"
 
     for row in rows:
-        head = f"{row['rank']:>3} {row['label']:<34} {row['estimate_s']:>9.3f}"
+        head = f"{row['rank']:>3} {row['label']:<40} {row['estimate_s']:>9.3f}"
         if row.get("step_s") is None:
             error = row.get("error") or "not simulated"
             lines.append(

@@ -66,6 +66,7 @@ def pass_work(
     recompute: str = "none",
     flash_attention: bool = False,
     logits: bool = False,
+    precision: str = "bf16",
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -77,9 +78,14 @@ def pass_work(
     keeps the scores on chip, so its core is timed as FLOPs at the GEMM rate without the
     scores' HBM traffic; its backward recomputes the scores (5 matrix products against
     the forward's 2: 2.5 times the forward FLOPs). ``logits`` adds the output layer's
-    GEMM (forward) or its two gradients (backward), once per pass.
+    GEMM (forward) or its two gradients (backward), once per pass. With ``precision``
+    "fp8" the linear layers' GEMMs (forward and both gradients) run on fp8 operands at
+    the device's fp8 peak, as Transformer Engine runs them; the attention core and the
+    logits stay bf16.
     """
     linear = list(m.linear_gemms(micro_batch, tp=tp))
+    if precision == "fp8":
+        linear = [g.in_bits(8) for g in linear]
     core = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
     core_flops = sum(g.flops for g in m.attention_gemms(micro_batch, tp=tp))
     layer = linear + core
@@ -105,12 +111,23 @@ def pass_work(
     return work
 
 
-def _model(model: str | Transformer) -> Transformer:
+PRECISIONS = ("bf16", "fp8")
+
+
+def _model(model: str | Transformer, generator: str = "") -> Transformer:
     if isinstance(model, Transformer):
-        return model
-    if model not in MODELS:
+        m = model
+    elif model not in MODELS:
         raise CcsimError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
-    return MODELS[model]
+    else:
+        m = MODELS[model]
+    if m.is_moe and generator:
+        raise CcsimError(
+            f"{m.name or 'this model'} is a mixture-of-experts model: expert parallelism is "
+            f"not modelled by the {generator} generator yet (the moe generator runs expert "
+            "layers alone); pick a dense model"
+        )
+    return m
 
 
 def ddp(
@@ -133,7 +150,7 @@ def ddp(
             f"the DDP bucket size (--bucket, bucket_bytes) must be a positive number of bytes, "
             f"such as 25MiB; got {bucket_bytes!r}"
         )
-    m = _model(model)
+    m = _model(model, "ddp")
     b = _Builder(
         f"ddp-{ranks}",
         ranks,
@@ -224,7 +241,7 @@ def zero3(
     of parallel rings each collective uses (NCCL uses several; more channels leave a
     server through more NICs).
     """
-    m = _model(model)
+    m = _model(model, "zero3")
     b = _Builder(
         f"zero3-{ranks}",
         ranks,
@@ -296,6 +313,7 @@ def megatron(
     flash_attention: bool = False,
     overlap_grad_reduce: bool = False,
     tp_comm_overlap: bool = False,
+    precision: str = "bf16",
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -339,6 +357,8 @@ def megatron(
     last one) and starts each bucket's DP collective as soon as its layers are done, so
     all but the last bucket hide behind the rest of the backward; without it the
     gradients are reduced in one call after the last backward, as in SC'21.
+    ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
+    Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -357,7 +377,9 @@ def megatron(
         raise CcsimError(
             f"recompute must be true, false, full, selective or none, not {recompute!r}"
         )
-    m = _model(model)
+    if precision not in PRECISIONS:
+        raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
+    m = _model(model, "megatron")
     if m.layers % (pp * v):
         raise CcsimError(
             f"{m.layers} layers do not split into {pp} pipeline stages"
@@ -392,6 +414,7 @@ def megatron(
                 recompute=recompute,
                 flash_attention=flash_attention,
                 logits=logits,
+                precision=precision,
             )
         return cache[key]
 
@@ -592,6 +615,7 @@ def megatron(
         sequence_parallel=sequence_parallel,
         distributed_optimizer=distributed_optimizer,
         virtual_stages=v,
+        precision=precision,
     )
     workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload

@@ -9,10 +9,10 @@ Performance documentation: tile and wave quantization). Its time is the larger o
   FLOPs on one multiprocessor at the device's sustained GEMM efficiency, so a GEMM of
   1.05 waves costs 2 and a dimension that is not a multiple of the tile pays for the
   padding; and
-* memory: its operands read once and its output written once (2 bytes an element, bf16)
-  at HBM bandwidth: the attention scores' GEMMs (``Q K^T`` writes an s x s block per
-  head, the weighted sum of ``V`` reads it) are memory bound with heads of 128 or less
-  on A100 and H100.
+* memory: its operands read once (2 bytes an element in bf16, 1 in fp8) and its output
+  written once (bf16) at HBM bandwidth: the attention scores' GEMMs (``Q K^T`` writes an
+  s x s block per head, the weighted sum of ``V`` reads it) are memory bound with heads
+  of 128 or less on A100 and H100.
 
 The library is assumed to pick whichever of the tile's two orientations is faster, and
 a tile side is cut to the matrix side (rounded up to 64) where the matrix is smaller, as
@@ -26,6 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import CcsimError
+
 if TYPE_CHECKING:
     from .devices import Device
 
@@ -37,13 +39,16 @@ MIN_TILE = 64
 
 @dataclass(frozen=True)
 class Gemm:
-    """``count`` kernels, each ``batch`` independent ``m x k`` by ``k x n`` products."""
+    """``count`` kernels, each ``batch`` independent ``m x k`` by ``k x n`` products, with
+    operands of ``bits`` (16: bf16 at the device's 16-bit peak; 8: fp8 at its fp8 peak,
+    as Transformer Engine runs linear layers)."""
 
     m: int
     n: int
     k: int
     batch: int = 1
     count: int = 1
+    bits: int = 16
 
     @property
     def flops(self) -> float:
@@ -53,28 +58,33 @@ class Gemm:
     @property
     def hbm_bytes(self) -> float:
         """Operands read once and the output written once, every kernel."""
-        per = self.m * self.k + self.k * self.n + self.m * self.n
-        return float(ELEMENT_BYTES * per * self.batch * self.count)
+        operands = (self.m * self.k + self.k * self.n) * self.bits / 8
+        return float((operands + ELEMENT_BYTES * self.m * self.n) * self.batch * self.count)
 
     def backward(self) -> tuple[Gemm, Gemm]:
         """The two GEMMs of its backward pass: the input gradient ``dC B^T``
         (m x k, over n) and the weight gradient ``A^T dC`` (k x n, over m).
 
-        >>> Gemm(8, 4, 2).backward()
-        (Gemm(m=8, n=2, k=4, batch=1, count=1), Gemm(m=2, n=4, k=8, batch=1, count=1))
+        >>> [g.as_list() for g in Gemm(8, 4, 2).backward()]
+        [[8, 2, 4, 1, 1], [2, 4, 8, 1, 1]]
         """
         return (
-            Gemm(self.m, self.k, self.n, self.batch, self.count),
-            Gemm(self.k, self.n, self.m, self.batch, self.count),
+            Gemm(self.m, self.k, self.n, self.batch, self.count, self.bits),
+            Gemm(self.k, self.n, self.m, self.batch, self.count, self.bits),
         )
 
     def times(self, count: int) -> Gemm:
         """The same kernel run ``count`` times as often (e.g. once per layer)."""
-        return Gemm(self.m, self.n, self.k, self.batch, self.count * count)
+        return Gemm(self.m, self.n, self.k, self.batch, self.count * count, self.bits)
+
+    def in_bits(self, bits: int) -> Gemm:
+        """The same kernel with operands of ``bits``."""
+        return Gemm(self.m, self.n, self.k, self.batch, self.count, bits)
 
     def as_list(self) -> list[int]:
-        """The trace form ``[m, n, k, batch, count]``."""
-        return [self.m, self.n, self.k, self.batch, self.count]
+        """The trace form ``[m, n, k, batch, count]`` (``bits`` appended when not 16)."""
+        form = [self.m, self.n, self.k, self.batch, self.count]
+        return form if self.bits == 16 else [*form, self.bits]
 
 
 def waves(gemm: Gemm, tile: tuple[int, int], units: int) -> int:
@@ -98,13 +108,23 @@ def gemm_time(device: Device, gemm: Gemm) -> float:
     >>> round(gemm_time(a100, big) / (big.flops / (a100.peak_flops * a100.efficiency)), 6)
     1.001953
     """
+    peak = device.peak_flops
+    if gemm.bits == 8:
+        if not device.fp8_flops:
+            raise CcsimError(
+                f"{device.name} has no fp8 tensor cores: run this workload in bf16 "
+                "(precision: bf16) or on an H100, H200, B200 or GB200"
+            )
+        peak = device.fp8_flops
+    elif gemm.bits != 16:
+        raise CcsimError(f"GEMM operands of {gemm.bits} bits: ccsim times 16 and 8")
     tile_m, tile_n = device.tile
     best = math.inf
     for tile in ((tile_m, tile_n), (tile_n, tile_m)):
         cut = (min(tile[0], _round_up(gemm.m, MIN_TILE)), min(tile[1], _round_up(gemm.n, MIN_TILE)))
         per_wave = device.units * 2.0 * cut[0] * cut[1] * gemm.k
         compute = waves(gemm, tile, device.units) * per_wave
-        best = min(best, compute / (device.peak_flops * device.efficiency))
+        best = min(best, compute / (peak * device.efficiency))
     memory = gemm.hbm_bytes / gemm.count / device.memory_bandwidth
     return gemm.count * max(best, memory)
 

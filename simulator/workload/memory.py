@@ -19,10 +19,16 @@ parameters and fp32 gradients:
   and 2 s b h (the layer's input; / t with sequence parallelism) with full
   recomputation. The 24 = 8 (attention: Q, K, V, output projection input) + 16 (MLP:
   the two 4h-wide inputs); an MLP of inner size f stores 4f/h (gated: 6f/h, its gate and
-  up projections both feed the product) in place of 16. The first stage of a 1F1B
-  pipeline keeps min(pp, micro-batches) micro-batches in flight over its layers/pp
+  up projections both feed the product) in place of 16, and grouped-query attention
+  with g of a heads stores K and V of g/a the size (4 + 4g/a in place of 8). The first
+  stage of a 1F1B pipeline keeps min(pp, micro-batches) micro-batches in flight over its layers/pp
   layers, which is the most any stage holds, plus the embedding dropout's mask (s b h
   bytes per micro-batch in flight).
+
+fp8 (Transformer Engine's recipe): the bf16 weights, fp32 gradients and optimizer state
+stay; the linear layers' weights are also kept as fp8 copies and their transposes for
+the step (TE casts them at the first micro-batch and reuses them, ``is_first_microbatch``),
+2 more bytes per linear parameter. Activations are counted in bf16.
 
 Not counted: temporary buffers (communication buckets, workspace), the allocator's
 fragmentation and the CUDA context, which real runs keep a few GB for.
@@ -40,6 +46,8 @@ from .model import Transformer
 WEIGHT_BYTES = 2
 GRADIENT_BYTES = 4
 OPTIMIZER_BYTES = 12
+#: fp8 training keeps each linear weight as fp8 and its fp8 transpose: 2 bytes more.
+FP8_COPY_BYTES = 2
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -87,7 +95,8 @@ def layer_activation_bytes(
     if recompute == "full":
         return 2 * sbh / (t if sequence_parallel else 1)
     f = model.ffn or 4 * model.hidden
-    split = 8 + (6 if model.gated else 4) * f / h  # 24 for GPT's 4h MLP
+    kv = model.query_groups / model.attention_heads
+    split = 4 + 4 * kv + (6 if model.gated else 4) * f / h  # 24 for GPT's 4h MLP
     scores = 0.0 if recompute == "selective" else 5 * model.attention_heads * s / h
     if sequence_parallel or recompute == "selective":
         return sbh * (10 + split + scores) / t
@@ -106,6 +115,7 @@ def megatron_memory(
     sequence_parallel: bool = False,
     distributed_optimizer: bool = False,
     virtual_stages: int = 1,
+    precision: str = "bf16",
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -137,8 +147,10 @@ def megatron_memory(
     if v > 1:
         passes = min(2 * (pp - 1) + (v - 1) * pp + 1, micro_batches * v)
         activations = passes * model.layers / (pp * v) * per_layer + in_flight * embedding_dropout
+    linear = model.layers // pp * model.layer_params / tp
+    fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
     return MemoryEstimate(
-        weights=params * WEIGHT_BYTES,
+        weights=params * WEIGHT_BYTES + fp8_copies,
         gradients=params * GRADIENT_BYTES,
         optimizer=params * optimizer,
         activations=activations,

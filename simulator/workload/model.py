@@ -1,16 +1,31 @@
 """Model descriptions: the transformer shapes generators build training steps for.
 
 Transformer arithmetic (Narayanan et al., "Efficient Large-Scale Language Model Training
-on GPU Clusters Using Megatron-LM", SC'21, section 5.1): a layer of hidden size h has
-about 12 h^2 parameters; its forward pass costs 24 h^2 + 4 s h FLOPs per token (s the
-sequence length).
+on GPU Clusters Using Megatron-LM", SC'21, section 5.1, generalised as Megatron-LM's
+``num_floating_point_operations`` in ``megatron/training/training.py`` does): a layer's
+attention has 2 h (a d) + 2 h (g d) parameters (query and output projections over a
+heads of size d, key and value over g query groups: grouped-query attention; g = a is
+multi-head, g = 1 multi-query attention), its MLP 2 h f (3 h f gated, SwiGLU); its
+forward pass costs 2 FLOPs per parameter per token plus 4 s (a d) for the attention
+scores and their weighted sum (s the sequence length). A mixture-of-experts layer's MLP
+is ``experts`` FFNs of ``moe_ffn`` plus ``shared_experts`` always-on ones, of which each
+token runs ``top_k`` routed and every shared one.
+
+Named models live as data in ``workloads/models/*.yaml`` (one file per model, its
+source cited); :data:`MODELS` maps their names to :class:`Transformer`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
 
+from ..errors import CcsimError, shown
+from ..files import load_data
+from ..topology.presets import data_dir
 from .kernels import Gemm
 
 
@@ -18,9 +33,15 @@ from .kernels import Gemm
 class Transformer:
     """A decoder-only transformer: layers, hidden size, sequence length, vocabulary.
 
-    ``ffn`` is the MLP inner size (4h for GPT; LLaMA's SwiGLU uses three h x ffn
-    matrices, which ``gated=True`` accounts for); ``heads`` the attention heads (for the
-    memory of attention scores).
+    ``ffn`` is the dense MLP inner size (4h for GPT; ``gated`` for SwiGLU's three h x ffn
+    matrices); ``heads`` the attention heads, ``kv_heads`` the key/value heads
+    (grouped-query attention; 0: as many as ``heads``), ``head_size`` their size (0:
+    hidden / heads). Mixture of experts: ``experts`` routed FFNs of ``moe_ffn`` (0:
+    ``ffn``) per MoE layer, ``top_k`` run per token, ``shared_experts`` run for every
+    token, ``capacity_factor`` (0: dropless); the first ``dense_layers`` layers are dense
+    and then every ``moe_frequency``-th layer is an MoE layer. ``tied_embeddings``
+    shares the input embedding with the output layer. ``name`` and ``source`` say which
+    model it is and where its figures come from.
     """
 
     layers: int
@@ -30,6 +51,18 @@ class Transformer:
     ffn: int = 0
     gated: bool = False
     heads: int = 0
+    kv_heads: int = 0
+    head_size: int = 0
+    experts: int = 0
+    top_k: int = 0
+    shared_experts: int = 0
+    moe_ffn: int = 0
+    capacity_factor: float = 0.0
+    dense_layers: int = 0
+    moe_frequency: int = 1
+    tied_embeddings: bool = False
+    name: str = ""
+    source: str = ""
 
     @property
     def attention_heads(self) -> int:
@@ -37,27 +70,87 @@ class Transformer:
         return self.heads or max(1, self.hidden // 128)
 
     @property
+    def query_groups(self) -> int:
+        """Key/value heads (``kv_heads``; default every attention head: multi-head)."""
+        return self.kv_heads or self.attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Size of an attention head (``head_size``; default hidden / heads)."""
+        return self.head_size or self.hidden // self.attention_heads
+
+    @property
+    def attention_params(self) -> float:
+        """Query, key, value and output projections: 2 h a d + 2 h g d (4 h^2 for
+        multi-head attention with d = h / a)."""
+        h, d = self.hidden, self.head_dim
+        return 2 * h * self.attention_heads * d + 2 * h * self.query_groups * d
+
+    def _mlp_params(self, inner: int) -> float:
+        return (3 if self.gated else 2) * self.hidden * inner
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer is a mixture of experts."""
+        return self.experts > 0
+
+    def moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (from 0) is a mixture-of-experts layer."""
+        return (
+            self.is_moe
+            and index >= self.dense_layers
+            and (index - self.dense_layers) % self.moe_frequency == 0
+        )
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are mixture-of-experts layers."""
+        return sum(self.moe_layer(i) for i in range(self.layers))
+
+    @property
     def layer_params(self) -> float:
-        """Parameters of one layer: attention 4h^2 plus the MLP."""
-        h = self.hidden
-        ffn = self.ffn or 4 * h
-        return 4 * h * h + (3 if self.gated else 2) * h * ffn
+        """Parameters of one dense layer: its attention plus its MLP (12 h^2 for GPT)."""
+        return self.attention_params + self._mlp_params(self.ffn or 4 * self.hidden)
+
+    @property
+    def moe_layer_params(self) -> float:
+        """Parameters of one MoE layer: attention, every routed and shared expert, and the
+        router (h x experts)."""
+        expert = self._mlp_params(self.moe_ffn or self.ffn or 4 * self.hidden)
+        return (
+            self.attention_params
+            + (self.experts + self.shared_experts) * expert
+            + self.hidden * self.experts
+        )
 
     @property
     def params(self) -> float:
-        """All parameters, with input and output embeddings."""
-        return self.layers * self.layer_params + 2 * self.vocab * self.hidden
+        """All parameters, with the input and (unless tied) output embeddings."""
+        moe = self.moe_layers
+        embeddings = (1 if self.tied_embeddings else 2) * self.vocab * self.hidden
+        return (self.layers - moe) * self.layer_params + moe * self.moe_layer_params + embeddings
 
-    def layer_forward_flops(self, tokens: float) -> float:
-        """Forward FLOPs of one layer: 2 per parameter per token plus attention scores."""
-        return tokens * (2 * self.layer_params + 4 * self.seq * self.hidden)
+    def _active_params(self, index: int) -> float:
+        """Parameters a token runs through in layer ``index`` (routed experts: top_k)."""
+        if not self.moe_layer(index):
+            return self.layer_params
+        expert = self._mlp_params(self.moe_ffn or self.ffn or 4 * self.hidden)
+        return self.attention_params + (self.top_k + self.shared_experts) * expert
+
+    def layer_forward_flops(self, tokens: float, *, causal: bool = False, index: int = 0) -> float:
+        """Forward FLOPs of layer ``index`` (default a dense one): 2 per parameter a token
+        runs through, plus 4 s a d per token for the attention scores and their weighted
+        sum (half of it with ``causal``, the masked half skipped as flash attention and
+        Megatron-LM's count since 2025 do)."""
+        core = 4 * self.seq * self.attention_heads * self.head_dim * (0.5 if causal else 1.0)
+        return tokens * (2 * self._active_params(index) + core)
 
     def linear_gemms(self, micro_batch: int, *, tp: int = 1) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer's linear layers on one of ``tp`` tensor-parallel
         ranks, over the b s tokens of a micro-batch (Megatron's column- then
-        row-parallel split): QKV h -> 3h/t, the projection h/t -> h, the MLP's first
-        layer h -> f/t (2f/t gated: gate and up in one GEMM) and second f/t -> h.
-        Together 2 (layer parameters / t) FLOPs per token.
+        row-parallel split): QKV h -> (a + 2g) d / t, the projection a d / t -> h, the
+        MLP's first layer h -> f/t (2f/t gated: gate and up in one GEMM) and second
+        f/t -> h. Together 2 (layer parameters / t) FLOPs per token.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512)
         >>> sum(g.flops for g in m.linear_gemms(2, tp=2)) == 2 * (2 * 512) * m.layer_params / 2
@@ -65,9 +158,11 @@ class Transformer:
         """
         h, f, tokens = self.hidden, self.ffn or 4 * self.hidden, micro_batch * self.seq
         up = (2 if self.gated else 1) * f
+        query = self.attention_heads * self.head_dim
+        qkv = query + 2 * self.query_groups * self.head_dim
         return (
-            Gemm(tokens, _split(3 * h, tp), h),
-            Gemm(tokens, h, _split(h, tp)),
+            Gemm(tokens, _split(qkv, tp), h),
+            Gemm(tokens, h, _split(query, tp)),
             Gemm(tokens, _split(up, tp), h),
             Gemm(tokens, h, _split(f, tp)),
         )
@@ -78,11 +173,11 @@ class Transformer:
         weighted sum of V (s x head size over s); 4 s h / t FLOPs per token together.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
-        >>> m.attention_gemms(2, tp=2)
-        (Gemm(m=512, n=512, k=128, batch=8, count=1), Gemm(m=512, n=128, k=512, batch=8, count=1))
+        >>> [g.as_list() for g in m.attention_gemms(2, tp=2)]
+        [[512, 512, 128, 8, 1], [512, 128, 512, 8, 1]]
         """
         s, heads = self.seq, self.attention_heads
-        size = self.hidden // heads
+        size = self.head_dim
         batch = micro_batch * _split(heads, tp)
         return (Gemm(s, s, size, batch), Gemm(s, size, s, batch))
 
@@ -120,11 +215,16 @@ class Transformer:
         per_token += (6 if self.gated else 4) * f / tp
         return tokens * per_token
 
-    def step_flops(self, sequences: float, *, recompute: bool = True) -> float:
-        """FLOPs of a training step over ``sequences`` sequences as Megatron-LM counts them
-        (Narayanan et al., SC'21, eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) for GPT with full
-        recomputation): forward, backward (2x) and, with ``recompute``, the forward again
-        of every layer, plus the logits' forward and backward (6 B s h V).
+    def step_flops(
+        self, sequences: float, *, recompute: bool = True, causal: bool = False
+    ) -> float:
+        """FLOPs of a training step over ``sequences`` sequences as Megatron-LM counts them:
+        forward, backward (2x) and, with ``recompute``, the forward again of every layer,
+        plus the logits' forward and backward (6 B s h V). For GPT with full recomputation
+        this is Narayanan et al.'s SC'21 eq. 3, 96 B s l h^2 (1 + s/6h + V/16lh);
+        without recomputation and with ``causal`` it is Megatron-LM's current
+        ``num_floating_point_operations`` (grouped-query attention, SwiGLU and routed
+        experts included).
 
         >>> m = Transformer(layers=96, hidden=12288, seq=2048, vocab=51200)
         >>> B, s, l, h, V = 1536, 2048, 96, 12288, 51200
@@ -133,9 +233,10 @@ class Transformer:
         """
         passes = 4 if recompute else 3
         tokens = sequences * self.seq
-        return passes * self.layers * self.layer_forward_flops(tokens) + 6 * tokens * (
-            self.hidden * self.vocab
+        layers = sum(
+            self.layer_forward_flops(tokens, causal=causal, index=i) for i in range(self.layers)
         )
+        return passes * layers + 6 * tokens * self.hidden * self.vocab
 
 
 def _split(size: int, parts: int) -> int:
@@ -143,14 +244,50 @@ def _split(size: int, parts: int) -> int:
     return math.ceil(size / parts)
 
 
-#: Named models used by the bundled presets.
-MODELS = {
-    # GPT-3 175B (Brown et al. 2020): 96 layers, hidden 12288, sequence 2048.
-    "gpt3-175b": Transformer(layers=96, hidden=12288, seq=2048, vocab=51200, heads=96),
-    # LLaMA-13B (Touvron et al. 2023): 40 layers, hidden 5120, SwiGLU MLP of 13824.
-    "llama-13b": Transformer(
-        layers=40, hidden=5120, seq=2048, vocab=32000, ffn=13824, gated=True, heads=40
-    ),
-    # GPT-2 XL sized, for quick runs.
-    "gpt-1.5b": Transformer(layers=48, hidden=1600, seq=1024, vocab=50257, heads=25),
-}
+_FIELDS = {f.name: f.type for f in fields(Transformer)}
+
+
+def transformer_from_data(data: Any, *, origin: str) -> Transformer:
+    """A :class:`Transformer` from a model file's mapping; unknown keys and values of the
+    wrong type are named."""
+    if not isinstance(data, Mapping):
+        raise CcsimError(f"{origin}: a model file is a mapping of fields, got {shown(data)}")
+    unknown = sorted(set(data) - set(_FIELDS) - {"description"})
+    if unknown:
+        raise CcsimError(
+            f"{origin}: unknown field {shown(unknown[0])}; valid: {', '.join(_FIELDS)}"
+        )
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "description":
+            continue
+        kind = _FIELDS[key]
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            "bool": isinstance(value, bool),
+            "float": isinstance(value, int | float) and not isinstance(value, bool) and value >= 0,
+            "str": isinstance(value, str),
+        }[kind]
+        if not ok:
+            raise CcsimError(f"{origin}: {key} must be a non-negative {kind}, got {shown(value)}")
+        values[key] = value
+    for key in ("layers", "hidden"):
+        if not values.get(key):
+            raise CcsimError(f"{origin}: {key} must be a positive integer")
+    return Transformer(**values)
+
+
+def load_models(folder: Path) -> dict[str, Transformer]:
+    """Every ``*.yaml`` model file of ``folder``, by name (the file's stem unless it names
+    itself)."""
+    models = {}
+    for path in sorted(folder.glob("*.yaml")):
+        data = load_data(path, what="model", fmt="yaml")
+        model = transformer_from_data(data, origin=str(path))
+        name = model.name or path.stem
+        models[name] = Transformer(**{**model.__dict__, "name": name})
+    return models
+
+
+#: Named models (``workloads/models/``), by name.
+MODELS = load_models(data_dir("workloads") / "models")

@@ -269,20 +269,25 @@ def _parse_groups(raw: Any, ranks: int, origin: str) -> dict[str, Group]:
 
 
 def _gemms(raw: Any, where: str, cache: dict[tuple, tuple[Gemm, ...]]) -> tuple[Gemm, ...]:
-    """A compute op's ``gemms`` field: a list of [m, n, k(, batch(, count))] of positive
-    integers."""
-    usage = "give a list of [m, n, k], [m, n, k, batch] or [m, n, k, batch, count]"
+    """A compute op's ``gemms`` field: a list of [m, n, k(, batch(, count(, bits)))] of
+    positive integers, bits 16 or 8."""
+    usage = (
+        "give a list of [m, n, k], [m, n, k, batch], [m, n, k, batch, count] or "
+        "[m, n, k, batch, count, bits] (bits 16 or 8)"
+    )
     if not isinstance(raw, list) or not raw:
         raise WorkloadError(f"{where}: 'gemms' must be a non-empty list; {usage}")
     key = []
     for entry in raw:
         if (
             not isinstance(entry, list | tuple)
-            or not 3 <= len(entry) <= 5
+            or not 3 <= len(entry) <= 6
             or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in entry)
+            or (len(entry) == 6 and entry[5] not in (8, 16))
         ):
             raise WorkloadError(
-                f"{where}: GEMM {shown(entry)} is not a list of 3 to 5 positive integers; " + usage
+                f"{where}: GEMM {shown(entry)} is not a list of 3 to 6 positive integers "
+                f"(bits 16 or 8); " + usage
             )
         key.append(tuple(entry))
     frozen = tuple(key)
