@@ -398,8 +398,9 @@ def test_the_last_stage_computes_the_logits():
 
 def test_ddp_layers_run_their_gemms_then_flash_attention_kernels():
     """Free communication: a DDP step is every layer's forward and backward, then the
-    optimizer's 16 bytes per parameter. A forward is its linear GEMMs, flash attention
-    (its 4 s h FLOPs per token at the GEMM rate, no scores in HBM) and its memory-bound
+    optimizer's 16 bytes per parameter. A forward is its linear GEMMs, causal flash
+    attention (half of the 4 s h FLOPs per token: the masked blocks are skipped; at the
+    GEMM rate, no scores in HBM) and its memory-bound
     kernels (22h + 4f bytes per token); a backward is the linear GEMMs' gradients,
     flash attention's backward (2.5 times its forward: it recomputes the scores) and
     twice the kernels' bytes."""
@@ -407,7 +408,7 @@ def test_ddp_layers_run_their_gemms_then_flash_attention_kernels():
     _, result = run_workload(workload, fast_ring(2), algorithm="ring")
     h, f, s, tokens = SMALL.hidden, 4 * SMALL.hidden, SMALL.seq, SMALL.seq
     linear = SMALL.linear_gemms(1)
-    attention = tokens * 4 * s * h / A100_GEMM
+    attention = tokens * 4 * s * h / 2 / A100_GEMM
     kernels = tokens * (22 * h + 4 * f) / A100_HBM
     forward = gemm_s(linear) + attention + kernels
     backward = gemm_s([grad for g in linear for grad in g.backward()]) + 2.5 * attention

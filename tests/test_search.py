@@ -62,13 +62,15 @@ def test_candidates_are_the_splits_megatron_accepts():
 
 
 @pytest.mark.parametrize(
-    ("pp", "v", "recompute"), [(1, 1, "full"), (2, 1, "none"), (4, 2, "selective")]
+    ("pp", "v", "recompute", "cp"),
+    [(1, 1, "full", 1), (2, 1, "none", 1), (4, 2, "selective", 1), (2, 1, "full", 2)],
 )
-def test_estimate_matches_a_simulation_with_free_communication(pp, v, recompute):
+def test_estimate_matches_a_simulation_with_free_communication(pp, v, recompute, cp):
     """With communication free and stages equal (no vocabulary), the simulated step is
     (m + (p - 1)/v) passes of a stage plus the optimizer: exactly what the estimate adds
-    up, from the same kernel times."""
-    c = Candidate(1, pp, 1, 1, recompute, v)
+    up, from the same kernel times (with CP, each rank's s / cp tokens and its share of
+    the causal flash attention)."""
+    c = Candidate(1, pp, 1, 1, recompute, v, cp=cp, distributed_optimizer=cp > 1)
     batch = 8
     est = estimate(EVEN, c, batch, FREE)
     workload = megatron(
@@ -80,12 +82,14 @@ def test_estimate_matches_a_simulation_with_free_communication(pp, v, recompute)
         global_batch=batch,
         recompute=recompute,
         virtual_stages=v,
+        cp=cp,
+        distributed_optimizer=cp > 1,
     )
-    graph = ring_graph(max(pp, 2), 1e18, 0.0)
+    graph = ring_graph(max(pp * cp, 2), 1e18, 0.0)
     for node in graph.nodes:
         graph.nodes[node]["model"] = "A100"
     _, result = run_workload(workload, graph, algorithm="ring")
-    assert est.tp_s == est.dp_s == 0.0
+    assert est.tp_s == pytest.approx(0.0, abs=1e-9) and est.dp_s == pytest.approx(0.0, abs=1e-9)
     # (1e18 B/s transfers still take ~1e-11 s each: rel 1e-6 leaves room for them.)
     assert est.compute_s + est.optimizer_s == pytest.approx(result.step_s, rel=1e-6)
     assert est.memory.total == pytest.approx(workload.memory.total)

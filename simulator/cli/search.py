@@ -107,6 +107,13 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
         help="linear-layer precisions to consider: bf16, fp8 (H100 and later; default: bf16)",
     )
     search.add_argument(
+        "--cp",
+        type=_int_list,
+        default=[1],
+        metavar="LIST",
+        help="context-parallel sizes to consider (long sequences; default: 1)",
+    )
+    search.add_argument(
         "--no-sequence-parallel",
         action="store_true",
         help="keep TP all-reduces (default: sequence parallelism wherever TP > 1)",
@@ -161,6 +168,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
         sequence_parallel=not args.no_sequence_parallel,
         distributed_optimizer=not args.no_distributed_optimizer,
         precisions=args.precision,
+        context_parallel=args.cp,
         out=args.out,
         workers=args.workers,
         scheduler=args.scheduler,

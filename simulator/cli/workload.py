@@ -168,6 +168,13 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="DDP gradient bucket size in bytes, e.g. 25MiB",
     )
     gen.add_argument(
+        "--cp",
+        type=int,
+        default=None,
+        metavar="N",
+        help="megatron: context-parallel ranks per sequence (ring attention; default 1)",
+    )
+    gen.add_argument(
         "--precision",
         choices=("bf16", "fp8"),
         default=None,
@@ -356,6 +363,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "tp_comm_overlap": args.tp_comm_overlap,
         "precision": args.precision,
+        "cp": args.cp,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")

@@ -42,6 +42,7 @@ SEARCH_METRICS = (
     "exposed_tp_s",
     "exposed_pp_s",
     "exposed_dp_s",
+    "exposed_cp_s",
     "bubble_s",
     "memory_gb",
 )
@@ -57,6 +58,7 @@ _FIELDS = (
     "sequence_parallel",
     "distributed_optimizer",
     "precision",
+    "cp",
 )
 
 
@@ -118,6 +120,7 @@ def search(
     sequence_parallel: bool = True,
     distributed_optimizer: bool = True,
     precisions: Iterable[str] = ("bf16",),
+    context_parallel: Iterable[int] = (1,),
     algorithm: str = "library",
     out: str | Path | None = None,
     workers: int | None = None,
@@ -173,6 +176,7 @@ def search(
         sequence_parallel=sequence_parallel,
         distributed_optimizer=distributed_optimizer,
         precisions=precisions,
+        context_parallel=context_parallel,
     )
     if not every:
         raise CcsimError(
@@ -249,7 +253,8 @@ def search_point(params: Mapping[str, Any]) -> dict[str, Any]:
         transformer = MODELS[spec["model"]]
         per_gpu = workload.model_flops / result.step_s / workload.ranks
         # MFU counts the model's own FLOPs (no recomputation), so configurations that
-        # recompute are not credited for it (Chowdhery et al., PaLM, appendix B).
+        # recompute are not credited for it (Chowdhery et al., PaLM, appendix B), against
+        # the 16-bit peak even for fp8 runs (so fp8 can pass what bf16 could reach).
         plain = transformer.step_flops(spec["global_batch"], recompute=False)
         by_kind = result.exposed_by_kind
         row.update(
@@ -261,6 +266,7 @@ def search_point(params: Mapping[str, Any]) -> dict[str, Any]:
             exposed_tp_s=float(by_kind.get("TP", 0.0)),
             exposed_pp_s=float(by_kind.get("PP", 0.0)),
             exposed_dp_s=float(by_kind.get("DP", 0.0)),
+            exposed_cp_s=float(by_kind.get("CP", 0.0)),
             bubble_s=float(result.mean("bubble_s")),
             memory_gb=workload.memory.total / 1e9 if workload.memory else None,
         )

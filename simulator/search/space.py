@@ -51,6 +51,7 @@ class Candidate:
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
     precision: str = "bf16"
+    cp: int = 1
 
     @property
     def label(self) -> str:
@@ -59,7 +60,8 @@ class Candidate:
         >>> Candidate(8, 2, 4, 1, "selective", 2, True, True).label
         'TP8 PP2 DP4 mb1 v2 selective SP DO'
         """
-        text = f"TP{self.tp} PP{self.pp} DP{self.dp} mb{self.micro_batch}"
+        text = f"TP{self.tp}" + (f" CP{self.cp}" if self.cp > 1 else "")
+        text += f" PP{self.pp} DP{self.dp} mb{self.micro_batch}"
         text += f" v{self.virtual_stages} {self.recompute}"
         text += " SP" if self.sequence_parallel else ""
         text += " DO" if self.distributed_optimizer else ""
@@ -120,6 +122,7 @@ def candidates(
     sequence_parallel: bool = True,
     distributed_optimizer: bool = True,
     precisions: Iterable[str] = ("bf16",),
+    context_parallel: Iterable[int] = (1,),
 ) -> list[Candidate]:
     """Every configuration of ``model`` on ``gpus`` GPUs that Megatron-LM accepts.
 
@@ -127,7 +130,9 @@ def candidates(
     divides the layers (and
     with v virtual stages, the layers divide into p v chunks and the micro-batches per
     replica into p, with p >= 2); DP is what is left; the global batch is a multiple of
-    micro-batch x DP. Sequence parallelism is used wherever TP > 1 and the distributed
+    micro-batch x DP; CP (context parallelism, from ``context_parallel``) splits each
+    sequence into 2 cp chunks and sits between TP and DP in the rank order. Sequence
+    parallelism is used wherever TP > 1 and the distributed
     optimizer wherever DP > 1 when asked for (both cost no speed in Megatron-LM's
     guidance, and save memory).
 
@@ -137,35 +142,39 @@ def candidates(
     """
     out = []
     precisions = list(precisions)
-    for tp in divisors(gpus_per_server):
-        if gpus % tp or model.attention_heads % tp or model.query_groups % tp:
-            continue
-        for pp in divisors(model.layers):
-            if (gpus // tp) % pp:
+    splits = [
+        (tp, cp, pp)
+        for tp in divisors(gpus_per_server)
+        for cp in context_parallel
+        for pp in divisors(model.layers)
+        if not (gpus % (tp * cp * pp) or model.attention_heads % tp or model.query_groups % tp)
+        and (cp == 1 or model.seq % (2 * cp) == 0)
+    ]
+    for tp, cp, pp in splits:
+        dp = gpus // (tp * cp * pp)
+        for mb in micro_batches:
+            if global_batch % (mb * dp):
                 continue
-            dp = gpus // (tp * pp)
-            for mb in micro_batches:
-                if global_batch % (mb * dp):
+            micro = global_batch // (mb * dp)
+            for v in virtual_stages:
+                if v > 1 and (pp < 2 or model.layers % (pp * v) or micro % pp):
                     continue
-                micro = global_batch // (mb * dp)
-                for v in virtual_stages:
-                    if v > 1 and (pp < 2 or model.layers % (pp * v) or micro % pp):
-                        continue
-                    for redo in recompute:
-                        for precision in precisions:
-                            out.append(
-                                Candidate(
-                                    tp,
-                                    pp,
-                                    dp,
-                                    mb,
-                                    redo,
-                                    v,
-                                    sequence_parallel and tp > 1,
-                                    distributed_optimizer and dp > 1,
-                                    precision,
-                                )
+                for redo in recompute:
+                    for precision in precisions:
+                        out.append(
+                            Candidate(
+                                tp,
+                                pp,
+                                dp,
+                                mb,
+                                redo,
+                                v,
+                                sequence_parallel and tp > 1,
+                                distributed_optimizer and dp * cp > 1,
+                                precision,
+                                cp,
                             )
+                        )
     return out
 
 
@@ -184,6 +193,8 @@ def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> Me
         distributed_optimizer=c.distributed_optimizer,
         virtual_stages=c.virtual_stages,
         precision=c.precision,
+        cp=c.cp,
+        flash_attention=c.cp > 1,
     )
 
 
@@ -194,7 +205,8 @@ def estimate(
     c, device = candidate, hardware.device
     micro = global_batch // (c.micro_batch * c.dp)
     layers = model.layers // c.pp  # one stage's layers (all its chunks)
-    tokens = c.micro_batch * model.seq
+    tokens = c.micro_batch * model.seq // c.cp
+    flash = c.cp > 1
 
     def pass_s(forward: bool) -> float:
         work = pass_work(
@@ -205,13 +217,17 @@ def estimate(
             forward=forward,
             recompute=c.recompute,
             precision=c.precision,
+            flash_attention=flash,
+            cp=c.cp,
         )
         gemms = tuple(Gemm(*g) for g in work["gemms"])
         kernels = layers * model.layer_elementwise_bytes(
-            tokens, tp=c.tp, sequence_parallel=c.sequence_parallel
+            tokens, tp=c.tp, sequence_parallel=c.sequence_parallel, flash_attention=flash
         )
         kernels *= 1 if forward else (3 if c.recompute == "full" else 2)
-        return gemms_time(device, gemms) + device.compute_time(work.get("flops", 0.0), kernels)
+        # The flash core's FLOPs, then the memory-bound kernels: separate kernels.
+        core = device.compute_time(work.get("flops", 0.0))
+        return gemms_time(device, gemms) + core + device.compute_time(0.0, kernels)
 
     passes = micro + (c.pp - 1) / c.virtual_stages
     compute = passes * (pass_s(True) + pass_s(False))
@@ -229,16 +245,29 @@ def estimate(
     # Each micro-batch's activation (1/t of it per TP rank) crosses each boundary twice
     # (forward and its gradient backward); the critical path sees it once per pass.
     pp_s = 2 * passes * activation / c.tp / hardware.inter_bandwidth if c.pp > 1 else 0.0
-    params = layers * model.layer_params / c.tp + model.vocab * model.hidden / c.tp
-    dp_s = 0.0
-    if c.dp > 1:
-        dp_bandwidth = (
+    if c.cp > 1:
+        # K/V exchange (an all-gather per layer forward; backward two with full
+        # recomputation, and a reduce-scatter), counted whole: it overlaps the
+        # attention core, which this estimate does not credit.
+        kv = layers * 4 * c.micro_batch * model.seq * model.query_groups * model.head_dim / c.tp
+        exchanges = 2 + (2 if c.recompute == "full" else 1)
+        cp_bandwidth = (
             hardware.intra_bandwidth
-            if c.tp * c.dp <= hardware.gpus_per_server
+            if c.tp * c.cp <= hardware.gpus_per_server
             else hardware.inter_bandwidth
         )
-        dp_s = 2 * (c.dp - 1) / c.dp * params * BF16 / dp_bandwidth
-    optimizer = params * 16 / (c.dp if c.distributed_optimizer else 1)
+        tp_s += passes * exchanges * (c.cp - 1) / c.cp * kv / cp_bandwidth
+    params = layers * model.layer_params / c.tp + model.vocab * model.hidden / c.tp
+    replicas = c.dp * c.cp
+    dp_s = 0.0
+    if replicas > 1:
+        dp_bandwidth = (
+            hardware.intra_bandwidth
+            if c.tp * replicas <= hardware.gpus_per_server
+            else hardware.inter_bandwidth
+        )
+        dp_s = 2 * (replicas - 1) / replicas * params * BF16 / dp_bandwidth
+    optimizer = params * 16 / (replicas if c.distributed_optimizer else 1)
     return Estimate(
         candidate=c,
         memory=memory_of(model, c, global_batch),

@@ -12,6 +12,7 @@ trace runs on A100s or H100s.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -56,6 +57,30 @@ class _Builder:
         return parse_workload(self.data, origin=self.data["name"])
 
 
+def flash_core_flops(
+    m: Transformer,
+    micro_batch: int,
+    *,
+    tp: int,
+    layers: int,
+    forward: bool,
+    recompute: str = "none",
+    cp: int = 1,
+) -> float:
+    """FLOPs of the flash-attention core of one pass over ``layers`` layers on one TP
+    (and CP) rank. Causal, so the kernel skips the masked half of the score blocks
+    (FlashAttention-2, Dao 2023, section 3.1): 2 s (a d / t) per token forward, for the
+    b s / cp tokens a CP rank holds queries for (Megatron balances the causal work over
+    CP ranks by giving each two opposite chunks of the sequence). Its backward
+    recomputes the scores: 5 matrix products against the forward's 2, 2.5 times its
+    FLOPs; full or selective recomputation runs the forward's again."""
+    full = sum(g.flops for g in m.attention_gemms(micro_batch, tp=tp))
+    fwd = layers * full / 2 / cp
+    if forward:
+        return fwd
+    return 2.5 * fwd + (fwd if recompute in ("full", "selective") else 0.0)
+
+
 def pass_work(
     m: Transformer,
     micro_batch: int,
@@ -67,6 +92,8 @@ def pass_work(
     flash_attention: bool = False,
     logits: bool = False,
     precision: str = "bf16",
+    cp: int = 1,
+    core: bool = True,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -74,40 +101,37 @@ def pass_work(
 
     Backward runs each forward GEMM's two gradient GEMMs (twice its FLOPs); full
     recomputation runs the forward GEMMs again first, selective recomputation the
-    attention core's. The flash-attention kernel (Dao et al. 2022, algorithms 1 and 2)
-    keeps the scores on chip, so its core is timed as FLOPs at the GEMM rate without the
-    scores' HBM traffic; its backward recomputes the scores (5 matrix products against
-    the forward's 2: 2.5 times the forward FLOPs). ``logits`` adds the output layer's
-    GEMM (forward) or its two gradients (backward), once per pass. With ``precision``
-    "fp8" the linear layers' GEMMs (forward and both gradients) run on fp8 operands at
-    the device's fp8 peak, as Transformer Engine runs them; the attention core and the
-    logits stay bf16.
+    attention core's. The flash-attention kernel (Dao et al. 2022) keeps the scores on
+    chip, so its core is timed as FLOPs at the GEMM rate without the scores' HBM
+    traffic (:func:`flash_core_flops`); ``core=False`` leaves it out, for a caller that
+    runs it as its own op. ``logits`` adds the output layer's GEMM (forward) or its two
+    gradients (backward), once per pass. With ``precision`` "fp8" the linear layers'
+    GEMMs (forward and both gradients) run on fp8 operands at the device's fp8 peak, as
+    Transformer Engine runs them; the attention core and the logits stay bf16. ``cp``
+    context-parallel ranks each run b s / cp of the tokens (flash attention only).
     """
-    linear = list(m.linear_gemms(micro_batch, tp=tp))
+    linear = list(m.linear_gemms(micro_batch, tp=tp, cp=cp))
     if precision == "fp8":
         linear = [g.in_bits(8) for g in linear]
-    core = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
-    core_flops = sum(g.flops for g in m.attention_gemms(micro_batch, tp=tp))
-    layer = linear + core
+    scores = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
+    layer = linear + scores
     if forward:
         gemms = layer
-        flops = core_flops if flash_attention else 0.0
     else:
         gemms = [grad for g in layer for grad in g.backward()]
-        flops = 2.5 * core_flops if flash_attention else 0.0
         if recompute == "full":
             gemms = layer + gemms
-            flops += core_flops if flash_attention else 0.0
         elif recompute == "selective":
-            gemms = core + gemms
-            flops += core_flops if flash_attention else 0.0
+            gemms = scores + gemms
     gemms = [g.times(layers) for g in gemms]
     if logits and m.vocab:
-        out = m.logits_gemm(micro_batch, tp=tp)
+        out = m.logits_gemm(micro_batch, tp=tp, cp=cp)
         gemms += [out] if forward else list(out.backward())
     work: dict[str, Any] = {"gemms": [g.as_list() for g in gemms]}
-    if flops:
-        work["flops"] = layers * flops
+    if flash_attention and core:
+        work["flops"] = flash_core_flops(
+            m, micro_batch, tp=tp, layers=layers, forward=forward, recompute=recompute, cp=cp
+        )
     return work
 
 
@@ -314,6 +338,7 @@ def megatron(
     overlap_grad_reduce: bool = False,
     tp_comm_overlap: bool = False,
     precision: str = "bf16",
+    cp: int = 1,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -357,6 +382,16 @@ def megatron(
     last one) and starts each bucket's DP collective as soon as its layers are done, so
     all but the last bucket hide behind the rest of the backward; without it the
     gradients are reduced in one call after the last backward, as in SC'21.
+    ``cp`` > 1 adds Megatron's context parallelism (ring attention): each sequence is
+    split over ``cp`` ranks (ordered TP, CP, DP, PP fastest first, as Megatron's
+    ``tp-cp-ep-dp-pp``), each holding b s / cp tokens (two opposite chunks, so causal
+    work is balanced); every layer's keys and values go around the CP ring while the
+    attention blocks run (flash attention, :func:`flash_core_flops`): per pass the
+    layers' K/V exchange, an all-gather of 4 b s g d / t bytes per layer (a gather of
+    every rank's K and V blocks), runs on a ``cp`` stream beside the attention core and
+    the pass waits for both; backward exchanges K/V again (twice with full
+    recomputation) and reduce-scatters their gradients. Gradients are reduced and the
+    optimizer sharded over the DP x CP ranks, which hold the same weights.
     ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
     Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
@@ -379,7 +414,16 @@ def megatron(
         )
     if precision not in PRECISIONS:
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
+    if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
+        raise CcsimError(f"cp (context-parallel ranks) must be a positive integer, not {cp!r}")
     m = _model(model, "megatron")
+    if cp > 1:
+        if m.seq % (2 * cp):
+            raise CcsimError(
+                f"sequence length {m.seq} does not split into 2 x {cp} chunks, as Megatron's "
+                "context parallelism needs; pick a cp that divides seq / 2"
+            )
+        flash_attention = True  # Megatron's CP runs Transformer Engine's fused attention
     if m.layers % (pp * v):
         raise CcsimError(
             f"{m.layers} layers do not split into {pp} pipeline stages"
@@ -394,9 +438,9 @@ def megatron(
             f"virtual stages need 2 or more pipeline stages and micro-batches per replica "
             f"({micro}) a multiple of them ({pp}), as Megatron's interleaved schedule does"
         )
-    ranks = tp * pp * dp
+    ranks = tp * cp * pp * dp
     per_stage = m.layers // (pp * v)  # layers of one model chunk
-    tokens = micro_batch * m.seq
+    tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
     # forward, twice that backward, not recomputed).
@@ -415,8 +459,14 @@ def megatron(
                 flash_attention=flash_attention,
                 logits=logits,
                 precision=precision,
+                cp=cp,
+                core=cp == 1,
             )
         return cache[key]
+
+    # Context parallelism: per layer, the K/V blocks of every CP rank (an all-gather
+    # of 4 b s g d / t bytes) and, backward, their gradients (a reduce-scatter).
+    kv_layer = 4 * micro_batch * m.seq * m.query_groups * m.head_dim / tp
 
     # The non-GEMM kernels, memory bound: their own ops after each pass's GEMMs (a
     # roofline op would overlap them). Backward reads the saved inputs and the incoming
@@ -429,32 +479,42 @@ def megatron(
     activation = tokens * m.hidden * BF16
     tp_fwd_layer = 2 * activation
     tp_bwd_layer = (4 if recompute == "full" else 2) * activation
-    sharded = distributed_optimizer and dp > 1
+    replicas = dp * cp  # ranks holding the same weights
+    sharded = distributed_optimizer and replicas > 1
     # Megatron's gradient buckets (DistributedDataParallelConfig.bucket_size: max(40M,
     # 1M x dp) parameters, megatron/core/distributed/distributed_data_parallel.py), here
     # whole layers of a chunk.
-    bucket_layers = max(1, math.ceil(max(40e6, 1e6 * dp) / (m.layer_params / tp)))
+    bucket_layers = max(1, math.ceil(max(40e6, 1e6 * replicas) / (m.layer_params / tp)))
     buckets = [min(bucket_layers, per_stage - k) for k in range(0, per_stage, bucket_layers)]
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     b = _Builder(
-        f"megatron-tp{tp}-pp{pp}-dp{dp}",
+        f"megatron-tp{tp}-pp{pp}-dp{dp}" + (f"-cp{cp}" if cp > 1 else ""),
         ranks,
-        f"Megatron GPT {m.params / 1e9:.0f}B, TP {tp} PP {pp} DP {dp}, "
-        f"{micro} micro-batches of {micro_batch}",
+        f"Megatron GPT {m.params / 1e9:.0f}B, TP {tp} PP {pp} DP {dp}"
+        + (f" CP {cp}" if cp > 1 else "")
+        + f", {micro} micro-batches of {micro_batch}",
     )
 
-    def rank_of(stage: int, d: int, t: int) -> int:
-        return (stage * dp + d) * tp + t
+    def rank_of(stage: int, d: int, t: int, q: int = 0) -> int:
+        return ((stage * dp + d) * cp + q) * tp + t
 
+    suffix = (lambda q: f".c{q}") if cp > 1 else (lambda q: "")
     tp_groups = {}
+    cp_groups = {}
     for stage in range(pp):
         for d in range(dp):
-            members = [rank_of(stage, d, t) for t in range(tp)]
-            tp_groups[(stage, d)] = b.group(f"tp.s{stage}.d{d}", "TP", members)
+            for q in range(cp):
+                members = [rank_of(stage, d, t, q) for t in range(tp)]
+                name = f"tp.s{stage}.d{d}{suffix(q)}"
+                tp_groups[(stage, d, q)] = b.group(name, "TP", members)
+            if cp > 1:
+                for t in range(tp):
+                    members = [rank_of(stage, d, t, q) for q in range(cp)]
+                    cp_groups[(stage, d, t)] = b.group(f"cp.s{stage}.d{d}.t{t}", "CP", members)
     dp_groups = {}
     for stage in range(pp):
         for t in range(tp):
-            members = [rank_of(stage, d, t) for d in range(dp)]
+            members = [rank_of(stage, d, t, q) for d in range(dp) for q in range(cp)]
             dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
     for stage in range(pp):
         # Parameters one rank of this stage holds (embeddings on the first and last).
@@ -464,145 +524,165 @@ def megatron(
         order = _one_f_one_b(stage, pp, micro, v)
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
-        for d in range(dp):
-            for t in range(tp):
-                r = rank_of(stage, d, t)
-                after: list[str] = []  # the ops the rank's next op waits for
-                reduces: list[str] = []
-                for kind, c, i in order:
-                    # One chunk keeps the names of the plain schedule.
-                    tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
-                    # Forward: activations come from the previous virtual stage and go to
-                    # the next; backward: gradients come from the next and go to the
-                    # previous. Virtual stage c p + s runs on stage s.
-                    forward = kind == "f"
-                    here = c * pp + stage
-                    source, target = (here - 1, here + 1) if forward else (here + 1, here - 1)
-                    what = "act" if forward else "grad"
-                    recv = None
-                    if 0 <= source < pp * v:
-                        recv = b.op(
-                            f"r{r}.recv.{tag}",
+        for d, q, t in itertools.product(range(dp), range(cp), range(tp)):
+            r = rank_of(stage, d, t, q)
+            after: list[str] = []  # the ops the rank's next op waits for
+            reduces: list[str] = []
+            for kind, c, i in order:
+                # One chunk keeps the names of the plain schedule.
+                tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
+                # Forward: activations come from the previous virtual stage and go to
+                # the next; backward: gradients come from the next and go to the
+                # previous. Virtual stage c p + s runs on stage s.
+                forward = kind == "f"
+                here = c * pp + stage
+                source, target = (here - 1, here + 1) if forward else (here + 1, here - 1)
+                what = "act" if forward else "grad"
+                recv = None
+                if 0 <= source < pp * v:
+                    recv = b.op(
+                        f"r{r}.recv.{tag}",
+                        r,
+                        "recv",
+                        after,
+                        peer=rank_of(source % pp, d, t, q),
+                        bytes=activation / tp,
+                        tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
+                        stream="pp.recv.prev" if forward else "pp.recv.next",
+                    )
+                # The last backward of a chunk completes its gradients; with
+                # overlap_grad_reduce it runs bucket by bucket, each bucket's DP
+                # collective starting as soon as its layers are done.
+                last = not forward and (kind, c, i) == final[c]
+                pieces = buckets if last and overlap_grad_reduce and replicas > 1 else [per_stage]
+                for n, layers in enumerate(pieces):
+                    name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
+                    logits = here == pp * v - 1 and (forward or n == 0)
+                    deps = [recv, *after]
+                    comp = b.op(
+                        f"r{r}.{name}",
+                        r,
+                        "compute",
+                        deps,
+                        **work(forward, logits, layers),
+                        label=f"{'fwd' if forward else 'bwd'} mb {i}",
+                    )
+                    ready = [comp]
+                    if cp > 1:
+                        ready = _ring_attention(
+                            b,
                             r,
-                            "recv",
-                            after,
-                            peer=rank_of(source % pp, d, t),
-                            bytes=activation / tp,
-                            tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
-                            stream="pp.recv.prev" if forward else "pp.recv.next",
+                            name,
+                            comp,
+                            cp_groups[(stage, d, t)],
+                            layers * kv_layer,
+                            flash_core_flops(
+                                m,
+                                micro_batch,
+                                tp=tp,
+                                layers=layers,
+                                forward=forward,
+                                recompute=recompute,
+                                cp=cp,
+                            ),
+                            forward=forward,
+                            recompute=recompute,
+                            label=f"mb {i}",
                         )
-                    # The last backward of a chunk completes its gradients; with
-                    # overlap_grad_reduce it runs bucket by bucket, each bucket's DP
-                    # collective starting as soon as its layers are done.
-                    last = not forward and (kind, c, i) == final[c]
-                    pieces = buckets if last and overlap_grad_reduce and dp > 1 else [per_stage]
-                    for n, layers in enumerate(pieces):
-                        name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
-                        logits = here == pp * v - 1 and (forward or n == 0)
-                        deps = [recv, *after]
-                        comp = b.op(
-                            f"r{r}.{name}",
+                    after = [
+                        b.op(
+                            f"r{r}.{name}.elementwise",
                             r,
                             "compute",
-                            deps,
-                            **work(forward, logits, layers),
-                            label=f"{'fwd' if forward else 'bwd'} mb {i}",
+                            ready,
+                            flops=0.0,
+                            bytes=layers * (fwd_layer_bytes if forward else bwd_layer_bytes),
+                            label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
                         )
-                        after = [
+                    ]
+                    # TP collectives after the pass's kernels on the compute stream,
+                    # or (tp_comm_overlap) on their own stream beside its GEMMs.
+                    tp_prev = deps if tp_comm_overlap else after
+                    for op_name in tp_ops:
+                        tp_prev = [
                             b.op(
-                                f"r{r}.{name}.elementwise",
+                                f"r{r}.tp.{name}" + (f".{op_name}" if sequence_parallel else ""),
                                 r,
-                                "compute",
-                                [comp],
-                                flops=0.0,
-                                bytes=layers * (fwd_layer_bytes if forward else bwd_layer_bytes),
-                                label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
+                                "collective",
+                                tp_prev,
+                                op=op_name,
+                                group=tp_groups[(stage, d, q)],
+                                bytes=layers * (tp_fwd_layer if forward else tp_bwd_layer),
+                                stream="tp" if tp_comm_overlap else "compute",
+                                label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
                             )
                         ]
-                        # TP collectives after the pass's kernels on the compute stream,
-                        # or (tp_comm_overlap) on their own stream beside its GEMMs.
-                        tp_prev = deps if tp_comm_overlap else after
-                        for op_name in tp_ops:
-                            tp_prev = [
-                                b.op(
-                                    f"r{r}.tp.{name}"
-                                    + (f".{op_name}" if sequence_parallel else ""),
-                                    r,
-                                    "collective",
-                                    tp_prev,
-                                    op=op_name,
-                                    group=tp_groups[(stage, d)],
-                                    bytes=layers * (tp_fwd_layer if forward else tp_bwd_layer),
-                                    stream="tp" if tp_comm_overlap else "compute",
-                                    label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
-                                )
-                            ]
-                        after = after + tp_prev if tp_comm_overlap else tp_prev
-                        if last and overlap_grad_reduce and dp > 1:
-                            # Megatron fills buckets from the last layer back; the
-                            # embedding's gradients come with the last bucket.
-                            grads = layers * m.layer_params / tp
-                            if n == len(pieces) - 1 and here in (0, pp * v - 1):
-                                grads += m.vocab * m.hidden / tp
-                            reduces.append(
-                                b.op(
-                                    f"r{r}.dp.{c}.{n}" if v > 1 else f"r{r}.dp.{n}",
-                                    r,
-                                    "collective",
-                                    after,
-                                    op="reduce_scatter" if sharded else "all_reduce",
-                                    group=dp_groups[(stage, t)],
-                                    bytes=grads * BF16,
-                                    stream="dp",
-                                    label="DP gradients",
-                                )
+                    after = after + tp_prev if tp_comm_overlap else tp_prev
+                    if last and overlap_grad_reduce and replicas > 1:
+                        # Megatron fills buckets from the last layer back; the
+                        # embedding's gradients come with the last bucket.
+                        grads = layers * m.layer_params / tp
+                        if n == len(pieces) - 1 and here in (0, pp * v - 1):
+                            grads += m.vocab * m.hidden / tp
+                        reduces.append(
+                            b.op(
+                                f"r{r}.dp.{c}.{n}" if v > 1 else f"r{r}.dp.{n}",
+                                r,
+                                "collective",
+                                after,
+                                op="reduce_scatter" if sharded else "all_reduce",
+                                group=dp_groups[(stage, t)],
+                                bytes=grads * BF16,
+                                stream="dp",
+                                label="DP gradients",
                             )
-                    if 0 <= target < pp * v:
-                        b.op(
-                            f"r{r}.send.{tag}",
-                            r,
-                            "send",
-                            after,
-                            peer=rank_of(target % pp, d, t),
-                            bytes=activation / tp,
-                            tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
-                            stream="pp.send.next" if forward else "pp.send.prev",
                         )
-                if dp > 1 and not reduces:
-                    reduces.append(
-                        b.op(
-                            f"r{r}.dp",
-                            r,
-                            "collective",
-                            after,
-                            op="reduce_scatter" if sharded else "all_reduce",
-                            group=dp_groups[(stage, t)],
-                            bytes=stage_params * BF16,
-                            stream="dp",
-                            label="DP gradients",
-                        )
-                    )
-                step = b.op(
-                    f"r{r}.opt",
-                    r,
-                    "compute",
-                    [*after, *reduces],
-                    flops=0.0,
-                    bytes=stage_params * 16 / (dp if sharded else 1),
-                    label="optimizer",
-                )
-                if sharded:
+                if 0 <= target < pp * v:
                     b.op(
-                        f"r{r}.dp.params",
+                        f"r{r}.send.{tag}",
+                        r,
+                        "send",
+                        after,
+                        peer=rank_of(target % pp, d, t, q),
+                        bytes=activation / tp,
+                        tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
+                        stream="pp.send.next" if forward else "pp.send.prev",
+                    )
+            if replicas > 1 and not reduces:
+                reduces.append(
+                    b.op(
+                        f"r{r}.dp",
                         r,
                         "collective",
-                        [step],
-                        op="all_gather",
+                        after,
+                        op="reduce_scatter" if sharded else "all_reduce",
                         group=dp_groups[(stage, t)],
                         bytes=stage_params * BF16,
                         stream="dp",
-                        label="DP parameters",
+                        label="DP gradients",
                     )
+                )
+            step = b.op(
+                f"r{r}.opt",
+                r,
+                "compute",
+                [*after, *reduces],
+                flops=0.0,
+                bytes=stage_params * 16 / (replicas if sharded else 1),
+                label="optimizer",
+            )
+            if sharded:
+                b.op(
+                    f"r{r}.dp.params",
+                    r,
+                    "collective",
+                    [step],
+                    op="all_gather",
+                    group=dp_groups[(stage, t)],
+                    bytes=stage_params * BF16,
+                    stream="dp",
+                    label="DP parameters",
+                )
     workload = b.build()
     workload.memory = megatron_memory(
         m,
@@ -616,9 +696,59 @@ def megatron(
         distributed_optimizer=distributed_optimizer,
         virtual_stages=v,
         precision=precision,
+        cp=cp,
+        flash_attention=flash_attention,
     )
     workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload
+
+
+def _ring_attention(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    group: str,
+    kv_bytes: float,
+    core_flops: float,
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> list[str]:
+    """Context parallelism's attention of one pass on rank ``r``: the attention core
+    (``core_flops``) beside the K/V exchange over the CP ``group`` on the ``cp`` stream
+    (forward: K/V all-gathered; backward: again, twice with full recomputation, and
+    their gradients reduce-scattered), both after ``after`` (the QKV projections);
+    returns what the pass's next op waits for."""
+    core = b.op(
+        f"r{r}.{name}.attention",
+        r,
+        "compute",
+        [after],
+        flops=core_flops,
+        label=f"{'fwd' if forward else 'bwd'} attention {label}",
+    )
+    gathers = 1 if forward else (2 if recompute == "full" else 1)
+    exchanges = [("all_gather", gathers * kv_bytes)]
+    if not forward:
+        exchanges.append(("reduce_scatter", kv_bytes))
+    prev = [after]
+    for op_name, nbytes in exchanges:
+        prev = [
+            b.op(
+                f"r{r}.cp.{name}.{op_name}",
+                r,
+                "collective",
+                prev,
+                op=op_name,
+                group=group,
+                bytes=nbytes,
+                stream="cp",
+                label=f"CP K/V {'fwd' if forward else 'bwd'} {label}",
+            )
+        ]
+    return [core, *prev]
 
 
 def _one_f_one_b(stage: int, pp: int, micro: int, v: int) -> list[tuple[str, int, int]]:

@@ -25,6 +25,10 @@ parameters and fp32 gradients:
   layers, which is the most any stage holds, plus the embedding dropout's mask (s b h
   bytes per micro-batch in flight).
 
+Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
+of the tokens; its attention runs flash-style, without stored scores) and shards the
+distributed optimizer over the DP x CP ranks.
+
 fp8 (Transformer Engine's recipe): the bf16 weights, fp32 gradients and optimizer state
 stay; the linear layers' weights are also kept as fp8 copies and their transposes for
 the step (TE casts them at the first micro-batch and reuses them, ``is_first_microbatch``),
@@ -77,6 +81,7 @@ def layer_activation_bytes(
     tp: int = 1,
     sequence_parallel: bool = False,
     recompute: str = "none",
+    flash_attention: bool = False,
 ) -> float:
     """Activation bytes one layer keeps for its backward pass, per micro-batch (see the
     module docstring).
@@ -97,7 +102,9 @@ def layer_activation_bytes(
     f = model.ffn or 4 * model.hidden
     kv = model.query_groups / model.attention_heads
     split = 4 + 4 * kv + (6 if model.gated else 4) * f / h  # 24 for GPT's 4h MLP
-    scores = 0.0 if recompute == "selective" else 5 * model.attention_heads * s / h
+    # Flash attention never stores the scores (it recomputes them in the backward).
+    stored = recompute != "selective" and not flash_attention
+    scores = 5 * model.attention_heads * s / h if stored else 0.0
     if sequence_parallel or recompute == "selective":
         return sbh * (10 + split + scores) / t
     return sbh * (10 + split / t + scores / t)
@@ -116,6 +123,8 @@ def megatron_memory(
     distributed_optimizer: bool = False,
     virtual_stages: int = 1,
     precision: str = "bf16",
+    cp: int = 1,
+    flash_attention: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -132,13 +141,14 @@ def megatron_memory(
     if model.layers % pp:
         raise CcsimError(f"{model.layers} layers do not split into {pp} pipeline stages")
     params = (model.layers // pp * model.layer_params + model.vocab * model.hidden) / tp
-    optimizer = OPTIMIZER_BYTES / (dp if distributed_optimizer else 1)
+    optimizer = OPTIMIZER_BYTES / (dp * cp if distributed_optimizer else 1)
     per_layer = layer_activation_bytes(
         model,
         micro_batch=micro_batch,
         tp=tp,
         sequence_parallel=sequence_parallel,
         recompute=recompute,
+        flash_attention=flash_attention,
     )
     in_flight = min(pp, micro_batches)
     embedding_dropout = model.seq * micro_batch * model.hidden / (tp if sequence_parallel else 1)
@@ -149,6 +159,8 @@ def megatron_memory(
         activations = passes * model.layers / (pp * v) * per_layer + in_flight * embedding_dropout
     linear = model.layers // pp * model.layer_params / tp
     fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
+    # Context parallelism: each rank keeps the activations of its s / cp tokens.
+    activations /= cp
     return MemoryEstimate(
         weights=params * WEIGHT_BYTES + fp8_copies,
         gradients=params * GRADIENT_BYTES,

@@ -145,18 +145,20 @@ class Transformer:
         core = 4 * self.seq * self.attention_heads * self.head_dim * (0.5 if causal else 1.0)
         return tokens * (2 * self._active_params(index) + core)
 
-    def linear_gemms(self, micro_batch: int, *, tp: int = 1) -> tuple[Gemm, ...]:
+    def linear_gemms(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer's linear layers on one of ``tp`` tensor-parallel
         ranks, over the b s tokens of a micro-batch (Megatron's column- then
         row-parallel split): QKV h -> (a + 2g) d / t, the projection a d / t -> h, the
         MLP's first layer h -> f/t (2f/t gated: gate and up in one GEMM) and second
-        f/t -> h. Together 2 (layer parameters / t) FLOPs per token.
+        f/t -> h. Together 2 (layer parameters / t) FLOPs per token. With context
+        parallelism over ``cp`` ranks each holds b s / cp of the tokens.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512)
         >>> sum(g.flops for g in m.linear_gemms(2, tp=2)) == 2 * (2 * 512) * m.layer_params / 2
         True
         """
-        h, f, tokens = self.hidden, self.ffn or 4 * self.hidden, micro_batch * self.seq
+        h, f = self.hidden, self.ffn or 4 * self.hidden
+        tokens = micro_batch * self.seq // cp
         up = (2 if self.gated else 1) * f
         query = self.attention_heads * self.head_dim
         qkv = query + 2 * self.query_groups * self.head_dim
@@ -181,9 +183,9 @@ class Transformer:
         batch = micro_batch * _split(heads, tp)
         return (Gemm(s, s, size, batch), Gemm(s, size, s, batch))
 
-    def logits_gemm(self, micro_batch: int, *, tp: int = 1) -> Gemm:
-        """The output layer's forward GEMM on one TP rank: b s tokens x h -> V / t."""
-        return Gemm(micro_batch * self.seq, _split(self.vocab, tp), self.hidden)
+    def logits_gemm(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> Gemm:
+        """The output layer's forward GEMM on one TP rank: b s / cp tokens x h -> V / t."""
+        return Gemm(micro_batch * self.seq // cp, _split(self.vocab, tp), self.hidden)
 
     def layer_elementwise_bytes(
         self,
