@@ -161,8 +161,11 @@ def test_fp8_megatron_step_runs_linear_gemms_in_fp8_only():
 
 
 def test_moe_models_are_refused_where_expert_parallelism_is_not_modelled():
-    with pytest.raises(CcsimError, match="mixture-of-experts model"):
-        megatron("mixtral-8x7b", tp=8, pp=4, dp=1, global_batch=8)
+    from simulator.workload.generators import ddp, zero3
+
+    for generator in (ddp, zero3):
+        with pytest.raises(CcsimError, match="mixture-of-experts model"):
+            generator("mixtral-8x7b", ranks=8)
     # DeepSeek-V3-like: 3 dense layers, then 58 MoE layers.
     assert MODELS["deepseek-v3-like"].moe_layers == 58
 

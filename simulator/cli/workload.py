@@ -175,6 +175,13 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: context-parallel ranks per sequence (ring attention; default 1)",
     )
     gen.add_argument(
+        "--ep",
+        type=int,
+        default=None,
+        metavar="N",
+        help="megatron, MoE models: expert-parallel ranks, carved out of DP (default 1)",
+    )
+    gen.add_argument(
         "--precision",
         choices=("bf16", "fp8"),
         default=None,
@@ -364,6 +371,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "tp_comm_overlap": args.tp_comm_overlap,
         "precision": args.precision,
         "cp": args.cp,
+        "ep": args.ep,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from ..errors import CcsimError
+from .kernels import Gemm
 from .memory import megatron_memory
 from .model import MODELS, Transformer
 from .trace import FORMAT, Workload, parse_workload
@@ -94,6 +95,7 @@ def pass_work(
     precision: str = "bf16",
     cp: int = 1,
     core: bool = True,
+    moe: bool = False,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -109,8 +111,14 @@ def pass_work(
     GEMMs (forward and both gradients) run on fp8 operands at the device's fp8 peak, as
     Transformer Engine runs them; the attention core and the logits stay bf16. ``cp``
     context-parallel ranks each run b s / cp of the tokens (flash attention only).
+    ``moe`` takes MoE layers' GEMMs that every rank runs itself (attention, shared
+    experts, router: :meth:`~simulator.workload.model.Transformer.moe_linear_gemms`);
+    their routed experts are the caller's (:func:`megatron` with ``ep``).
     """
-    linear = list(m.linear_gemms(micro_batch, tp=tp, cp=cp))
+    if moe:
+        linear = list(m.moe_linear_gemms(micro_batch, tp=tp, cp=cp))
+    else:
+        linear = list(m.linear_gemms(micro_batch, tp=tp, cp=cp))
     if precision == "fp8":
         linear = [g.in_bits(8) for g in linear]
     scores = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
@@ -138,14 +146,14 @@ def pass_work(
 PRECISIONS = ("bf16", "fp8")
 
 
-def _model(model: str | Transformer, generator: str = "") -> Transformer:
+def _model(model: str | Transformer, generator: str = "", moe_ok: bool = False) -> Transformer:
     if isinstance(model, Transformer):
         m = model
     elif model not in MODELS:
         raise CcsimError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
     else:
         m = MODELS[model]
-    if m.is_moe and generator:
+    if m.is_moe and generator and not moe_ok:
         raise CcsimError(
             f"{m.name or 'this model'} is a mixture-of-experts model: expert parallelism is "
             f"not modelled by the {generator} generator yet (the moe generator runs expert "
@@ -339,6 +347,7 @@ def megatron(
     tp_comm_overlap: bool = False,
     precision: str = "bf16",
     cp: int = 1,
+    ep: int = 1,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -392,6 +401,18 @@ def megatron(
     the pass waits for both; backward exchanges K/V again (twice with full
     recomputation) and reduce-scatters their gradients. Gradients are reduced and the
     optimizer sharded over the DP x CP ranks, which hold the same weights.
+    Mixture-of-experts models (``experts`` > 0) run their MoE layers as Megatron's
+    all-to-all token dispatcher does, with ``ep`` expert-parallel ranks (the fastest
+    part of DP in the rank order; experts / ep experts each, not split over TP): per
+    MoE layer the tokens a rank holds (b s / cp, / t with sequence parallelism, which
+    MoE with TP needs) are sent to their ``top_k`` experts and back, an all-to-all of
+    tokens x top_k x h x 2 bytes each way over the EP group on the compute stream,
+    around the experts' grouped GEMMs
+    (:meth:`~simulator.workload.model.Transformer.expert_gemms`); backward both again
+    (and the forward's again with full recomputation). The attention, shared experts
+    and router run on every rank; an MoE layer keeps one TP collective pair (its
+    attention's). Expert gradients are reduced over the ranks holding the same experts
+    (DP x CP / EP), the rest over DP x CP.
     ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
     Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
@@ -416,7 +437,28 @@ def megatron(
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise CcsimError(f"cp (context-parallel ranks) must be a positive integer, not {cp!r}")
-    m = _model(model, "megatron")
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise CcsimError(f"ep (expert-parallel ranks) must be a positive integer, not {ep!r}")
+    m = _model(model, "megatron", moe_ok=True)
+    if m.is_moe:
+        if tp > 1 and not sequence_parallel:
+            raise CcsimError(
+                "a mixture-of-experts model with tensor parallelism needs sequence "
+                "parallelism (sequence_parallel, --sequence-parallel), as Megatron-LM does"
+            )
+        if dp % ep or m.experts % ep:
+            raise CcsimError(
+                f"ep {ep} must divide the data-parallel size ({dp}) and the experts "
+                f"({m.experts}): expert-parallel ranks are carved out of DP"
+            )
+        if overlap_grad_reduce:
+            raise CcsimError(
+                "overlap_grad_reduce is not modelled for mixture-of-experts models yet"
+            )
+    elif ep > 1:
+        raise CcsimError(
+            f"ep {ep} applies to mixture-of-experts models; {m.name or 'this model'} is dense"
+        )
     if cp > 1:
         if m.seq % (2 * cp):
             raise CcsimError(
@@ -444,25 +486,52 @@ def megatron(
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
     # forward, twice that backward, not recomputed).
-    cache: dict[tuple[bool, bool, int], dict[str, Any]] = {}
+    cache: dict[tuple, dict[str, Any]] = {}
 
-    def work(forward: bool, logits: bool, layers: int) -> dict[str, Any]:
-        key = (forward, logits, layers)
+    def part(forward: bool, logits: bool, layers: int, moe: bool = False) -> dict[str, Any]:
+        return pass_work(
+            m,
+            micro_batch,
+            tp=tp,
+            layers=layers,
+            forward=forward,
+            recompute=recompute,
+            flash_attention=flash_attention,
+            logits=logits,
+            precision=precision,
+            cp=cp,
+            core=cp == 1,
+            moe=moe,
+        )
+
+    def work(forward: bool, logits: bool, layers: int, moe: int = 0) -> dict[str, Any]:
+        """A pass over ``layers`` layers, ``moe`` of them MoE layers (their experts
+        apart)."""
+        key = (forward, logits, layers, moe)
         if key not in cache:
-            cache[key] = pass_work(
-                m,
-                micro_batch,
-                tp=tp,
-                layers=layers,
-                forward=forward,
-                recompute=recompute,
-                flash_attention=flash_attention,
-                logits=logits,
-                precision=precision,
-                cp=cp,
-                core=cp == 1,
-            )
+            if not moe:
+                cache[key] = part(forward, logits, layers)
+            else:
+                parts = [part(forward, logits, moe, moe=True)]
+                if layers > moe:
+                    parts.append(part(forward, False, layers - moe))
+                combined: dict[str, Any] = {"gemms": [g for w in parts for g in w["gemms"]]}
+                flops = sum(w.get("flops", 0.0) for w in parts)
+                if flops:
+                    combined["flops"] = flops
+                cache[key] = combined
         return cache[key]
+
+    def moe_layers(here: int) -> int:
+        """MoE layers of virtual stage ``here``."""
+        first = here * per_stage
+        return sum(m.moe_layer(k) for k in range(first, first + per_stage))
+
+    # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
+    # shards with TP) and its experts' grouped GEMMs.
+    moe_tokens = tokens // (tp if sequence_parallel else 1)
+    a2a_layer = moe_tokens * m.top_k * (m.capacity_factor or 1.0) * m.hidden * BF16
+    experts = m.expert_gemms(moe_tokens, ep=ep) if m.is_moe else ()
 
     # Context parallelism: per layer, the K/V blocks of every CP rank (an all-gather
     # of 4 b s g d / t bytes) and, backward, their gradients (a reduce-scatter).
@@ -516,11 +585,37 @@ def megatron(
         for t in range(tp):
             members = [rank_of(stage, d, t, q) for d in range(dp) for q in range(cp)]
             dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
+    # Expert parallelism: EP groups are consecutive DP ranks; expert gradients are
+    # reduced over the ranks holding the same experts (same place in their EP group).
+    ep_groups: dict[tuple, str] = {}
+    edp_groups: dict[tuple, str] = {}
+    if m.is_moe:
+        for stage, t, q in itertools.product(range(pp), range(tp), range(cp)):
+            for j in range(dp // ep):
+                members = [rank_of(stage, j * ep + e, t, q) for e in range(ep)]
+                if ep > 1:
+                    ep_groups[(stage, t, q, j)] = b.group(
+                        f"ep.s{stage}.t{t}{suffix(q)}.{j}", "EP", members
+                    )
+        for stage, t, e in itertools.product(range(pp), range(tp), range(ep)):
+            members = [rank_of(stage, j * ep + e, t, q) for j in range(dp // ep) for q in range(cp)]
+            if len(members) > 1:
+                edp_groups[(stage, t, e)] = b.group(f"edp.s{stage}.t{t}.e{e}", "DP", members)
+    expert_params = (
+        m.experts // ep * (3 if m.gated else 2) * m.hidden * m.expert_ffn if m.is_moe else 0.0
+    )
+    # An MoE layer's parameters besides its routed experts (attention, shared experts,
+    # router), split over TP.
+    moe_params = (m.moe_layer_params - ep * expert_params) / tp
     for stage in range(pp):
-        # Parameters one rank of this stage holds (embeddings on the first and last).
-        stage_params = v * per_stage * m.layer_params / tp + (
+        # Parameters one rank of this stage holds (embeddings on the first and last):
+        # with MoE layers, the experts' apart (reduced over their own ranks).
+        stage_moe = sum(moe_layers(c * pp + stage) for c in range(v))
+        stage_params = (v * per_stage - stage_moe) * m.layer_params / tp + (
             m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0
         )
+        stage_params += stage_moe * moe_params if m.is_moe else 0.0
+        stage_experts = stage_moe * expert_params
         order = _one_f_one_b(stage, pp, micro, v)
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
@@ -559,14 +654,29 @@ def megatron(
                     name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
                     logits = here == pp * v - 1 and (forward or n == 0)
                     deps = [recv, *after]
+                    moe = moe_layers(here) if m.is_moe else 0
                     comp = b.op(
                         f"r{r}.{name}",
                         r,
                         "compute",
                         deps,
-                        **work(forward, logits, layers),
+                        **work(forward, logits, layers, moe),
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
+                    if moe:
+                        comp = _expert_layers(
+                            b,
+                            r,
+                            name,
+                            comp,
+                            ep_groups.get((stage, t, q, d // ep)),
+                            experts,
+                            moe,
+                            moe * a2a_layer,
+                            forward=forward,
+                            recompute=recompute,
+                            label=f"mb {i}",
+                        )
                     ready = [comp]
                     if cp > 1:
                         ready = _ring_attention(
@@ -612,7 +722,8 @@ def megatron(
                                 tp_prev,
                                 op=op_name,
                                 group=tp_groups[(stage, d, q)],
-                                bytes=layers * (tp_fwd_layer if forward else tp_bwd_layer),
+                                bytes=(layers - moe / 2)
+                                * (tp_fwd_layer if forward else tp_bwd_layer),
                                 stream="tp" if tp_comm_overlap else "compute",
                                 label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
                             )
@@ -662,13 +773,30 @@ def megatron(
                         label="DP gradients",
                     )
                 )
+            edp = edp_groups.get((stage, t, d % ep))
+            if stage_experts and edp is not None:
+                reduces.append(
+                    b.op(
+                        f"r{r}.dp.experts",
+                        r,
+                        "collective",
+                        after,
+                        op="reduce_scatter" if sharded else "all_reduce",
+                        group=edp,
+                        bytes=stage_experts * BF16,
+                        stream="dp",
+                        label="DP expert gradients",
+                    )
+                )
+            expert_replicas = replicas // ep
             step = b.op(
                 f"r{r}.opt",
                 r,
                 "compute",
                 [*after, *reduces],
                 flops=0.0,
-                bytes=stage_params * 16 / (replicas if sharded else 1),
+                bytes=stage_params * 16 / (replicas if sharded else 1)
+                + stage_experts * 16 / (expert_replicas if sharded else 1),
                 label="optimizer",
             )
             if sharded:
@@ -698,9 +826,73 @@ def megatron(
         precision=precision,
         cp=cp,
         flash_attention=flash_attention,
+        ep=ep,
     )
     workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload
+
+
+def _expert_layers(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    group: str | None,
+    experts: tuple[Gemm, ...],
+    layers: int,
+    a2a_bytes: float,
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> str:
+    """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
+    dispatch (an all-to-all over the EP ``group``; none when every expert is local),
+    the experts' grouped GEMMs, and the combine all-to-all back; backward the same with
+    the GEMMs' gradients (and the forward again first with full recomputation).
+    Returns the last op's id."""
+    gemms = [g.times(layers) for g in experts]
+    if not forward:
+        grads = [grad for g in gemms for grad in g.backward()]
+        gemms = gemms + grads if recompute == "full" else grads
+    exchanges = 2 if forward else (4 if recompute == "full" else 2)
+    what = "fwd" if forward else "bwd"
+    prev = after
+    for k in range(exchanges // 2):
+        if group is not None:
+            prev = b.op(
+                f"r{r}.ep.{name}.dispatch{k}",
+                r,
+                "collective",
+                [prev],
+                op="all_to_all",
+                group=group,
+                bytes=a2a_bytes,
+                stream="compute",
+                label=f"EP dispatch {what} {label}",
+            )
+        if k == exchanges // 2 - 1:
+            prev = b.op(
+                f"r{r}.{name}.experts",
+                r,
+                "compute",
+                [prev],
+                gemms=[g.as_list() for g in gemms],
+                label=f"{what} experts {label}",
+            )
+        if group is not None:
+            prev = b.op(
+                f"r{r}.ep.{name}.combine{k}",
+                r,
+                "collective",
+                [prev],
+                op="all_to_all",
+                group=group,
+                bytes=a2a_bytes,
+                stream="compute",
+                label=f"EP combine {what} {label}",
+            )
+    return prev
 
 
 def _ring_attention(

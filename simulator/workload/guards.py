@@ -29,7 +29,7 @@ from .trace import Workload
 #: Generator parameters that multiply the ranks: an estimate runs the generator with them
 #: at 1 and scales its ops per rank (exact, or above where fewer data-parallel ranks
 #: would each run more micro-batches of a fixed global batch).
-RANK_PARAMETERS = ("ranks", "tp", "dp")
+RANK_PARAMETERS = ("ranks", "tp", "dp", "cp")
 
 
 def workload_estimate(
@@ -156,7 +156,9 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     counts = {**defaults, **{k: v for k, v in options.items() if k in defaults}}
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in counts.values()):
         return None
-    small = function(**{**options, **dict.fromkeys(counts, 1)})
+    # Expert parallelism splits DP rather than adding ranks: the small run has none.
+    fixed = {"ep": 1} if "ep" in options else {}
+    small = function(**{**options, **dict.fromkeys(counts, 1), **fixed})
     ranks = math.prod(counts.values()) * small.ranks  # the counts kept (pp) stay in small
     ops = math.ceil(len(small.ops) / small.ranks * ranks)
     return Estimate(ops * OP_FLOWS, f"{generator} on {ranks:,} ranks: {ops:,} ops")

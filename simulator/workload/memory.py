@@ -25,6 +25,12 @@ parameters and fp32 gradients:
   layers, which is the most any stage holds, plus the embedding dropout's mask (s b h
   bytes per micro-batch in flight).
 
+Mixture of experts: an MoE layer holds its attention, shared experts and router like a
+dense layer (split over TP) and experts / ep of its routed experts whole; their
+optimizer state is sharded over the DP x CP / EP ranks that hold the same experts. Its
+activations are counted as a dense layer's whose MLP is top_k x capacity plus the shared
+experts wide (the tokens each expert receives).
+
 Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
 of the tokens; its attention runs flash-style, without stored scores) and shards the
 distributed optimizer over the DP x CP ranks.
@@ -40,7 +46,7 @@ fragmentation and the CUDA context, which real runs keep a few GB for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import CcsimError
 from .model import Transformer
@@ -125,6 +131,7 @@ def megatron_memory(
     precision: str = "bf16",
     cp: int = 1,
     flash_attention: bool = False,
+    ep: int = 1,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -140,30 +147,48 @@ def megatron_memory(
     """
     if model.layers % pp:
         raise CcsimError(f"{model.layers} layers do not split into {pp} pipeline stages")
-    params = (model.layers // pp * model.layer_params + model.vocab * model.hidden) / tp
+    v = virtual_stages
+    chunk = model.layers // (pp * v)
+    # The first stage's layers (chunks 0, p, 2p, ... when interleaved), MoE ones apart.
+    moe = sum(model.moe_layer(c * pp * chunk + k) for c in range(v) for k in range(chunk))
+    dense = model.layers // pp - moe
+    experts = (3 if model.gated else 2) * model.hidden * model.expert_ffn * model.experts
+    shared = (model.moe_layer_params - experts) if moe else 0.0
+    params = (dense * model.layer_params + moe * shared + model.vocab * model.hidden) / tp
+    expert_params = moe * experts / ep
     optimizer = OPTIMIZER_BYTES / (dp * cp if distributed_optimizer else 1)
-    per_layer = layer_activation_bytes(
-        model,
-        micro_batch=micro_batch,
-        tp=tp,
-        sequence_parallel=sequence_parallel,
-        recompute=recompute,
-        flash_attention=flash_attention,
-    )
+    expert_optimizer = OPTIMIZER_BYTES / (dp * cp // ep if distributed_optimizer else 1)
+
+    def activation(m: Transformer) -> float:
+        return layer_activation_bytes(
+            m,
+            micro_batch=micro_batch,
+            tp=tp,
+            sequence_parallel=sequence_parallel,
+            recompute=recompute,
+            flash_attention=flash_attention,
+        )
+
+    per_layer = activation(model)
+    if moe:
+        # An MoE layer keeps its experts' inputs for the tokens routed to them: as a
+        # dense layer whose MLP is top_k (x capacity) plus the shared experts wide.
+        routed = model.top_k * (model.capacity_factor or 1.0) + model.shared_experts
+        wide = replace(model, ffn=round(routed * model.expert_ffn), experts=0)
+        per_layer = (dense * per_layer + moe * activation(wide)) / (dense + moe)
     in_flight = min(pp, micro_batches)
     embedding_dropout = model.seq * micro_batch * model.hidden / (tp if sequence_parallel else 1)
     activations = in_flight * (model.layers // pp * per_layer + embedding_dropout)
-    v = virtual_stages
     if v > 1:
         passes = min(2 * (pp - 1) + (v - 1) * pp + 1, micro_batches * v)
         activations = passes * model.layers / (pp * v) * per_layer + in_flight * embedding_dropout
-    linear = model.layers // pp * model.layer_params / tp
+    linear = (dense * model.layer_params + moe * shared) / tp + expert_params
     fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
     # Context parallelism: each rank keeps the activations of its s / cp tokens.
     activations /= cp
     return MemoryEstimate(
-        weights=params * WEIGHT_BYTES + fp8_copies,
-        gradients=params * GRADIENT_BYTES,
-        optimizer=params * optimizer,
+        weights=(params + expert_params) * WEIGHT_BYTES + fp8_copies,
+        gradients=(params + expert_params) * GRADIENT_BYTES,
+        optimizer=params * optimizer + expert_params * expert_optimizer,
         activations=activations,
     )

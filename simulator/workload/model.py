@@ -145,6 +145,46 @@ class Transformer:
         core = 4 * self.seq * self.attention_heads * self.head_dim * (0.5 if causal else 1.0)
         return tokens * (2 * self._active_params(index) + core)
 
+    @property
+    def expert_ffn(self) -> int:
+        """Inner size of one expert (``moe_ffn``, else ``ffn``, else 4h)."""
+        return self.moe_ffn or self.ffn or 4 * self.hidden
+
+    def moe_linear_gemms(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> tuple[Gemm, ...]:
+        """The forward GEMMs of an MoE layer that every rank runs on its own tokens: the
+        attention's QKV and projection (as :meth:`linear_gemms`), the shared experts'
+        MLP (split over TP like a dense MLP) and the router (h -> experts).
+
+        >>> m = Transformer(layers=2, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32)
+        >>> [g.as_list() for g in m.moe_linear_gemms(1)]
+        [[16, 192, 64, 1, 1], [16, 64, 64, 1, 1], [16, 4, 64, 1, 1]]
+        """
+        attention = self.linear_gemms(micro_batch, tp=tp, cp=cp)[:2]
+        tokens = micro_batch * self.seq // cp
+        h, f = self.hidden, self.expert_ffn * self.shared_experts
+        shared: tuple[Gemm, ...] = ()
+        if f:
+            up = (2 if self.gated else 1) * f
+            shared = (Gemm(tokens, _split(up, tp), h), Gemm(tokens, h, _split(f, tp)))
+        return (*attention, *shared, Gemm(tokens, self.experts, h))
+
+    def expert_gemms(self, tokens: float, *, ep: int = 1) -> tuple[Gemm, ...]:
+        """One MoE layer's routed-expert GEMMs on one of ``ep`` expert-parallel ranks, as
+        grouped GEMMs over its experts / ep experts: ``tokens`` tokens per rank, each
+        routed to ``top_k`` experts (times ``capacity_factor`` when it pads experts to
+        capacity), spread evenly, so each expert takes tokens x top_k x ep / experts.
+
+        >>> m = Transformer(layers=2, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32)
+        >>> [g.as_list() for g in m.expert_gemms(16, ep=2)]
+        [[16, 32, 64, 2, 1], [16, 64, 32, 2, 1]]
+        """
+        routed = tokens * self.top_k * (self.capacity_factor or 1.0)
+        per_expert = math.ceil(routed * ep / self.experts)
+        local = self.experts // ep
+        f, h = self.expert_ffn, self.hidden
+        up = (2 if self.gated else 1) * f
+        return (Gemm(per_expert, up, h, local), Gemm(per_expert, h, f, local))
+
     def linear_gemms(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer's linear layers on one of ``tp`` tensor-parallel
         ranks, over the b s tokens of a micro-batch (Megatron's column- then
