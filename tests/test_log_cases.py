@@ -41,6 +41,9 @@ def test_a_log_is_the_case_its_sidecar_describes(path):
     [
         ("NVIDIA H100 80GB HBM3", "dgx-h100"),  # CUDA's name of the SXM5 part
         ("NVIDIA GeForce RTX 5090", "pcie-8gpu"),
+        ("NVIDIA B200", "hgx-b200"),
+        ("NVIDIA H200", "hgx-h200"),
+        ("NVIDIA GB200", "gb200-nvl72"),
     ],
 )
 def test_the_gpu_names_the_preset_when_one_fits(gpu, preset):
@@ -52,7 +55,7 @@ def test_the_gpu_names_the_preset_when_one_fits(gpu, preset):
     [
         (["NVIDIA A100-SXM4-40GB"], "fits presets alibaba-ebmgn7ex, dgx-a100"),
         (["NVIDIA H100 PCIe"], "fits no bundled preset"),
-        (["NVIDIA B200"], "fits no bundled preset"),
+        (["NVIDIA B300"], "fits no bundled preset"),
         (["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"], "GPUs differ"),
         ([], "names no GPU"),
     ],

@@ -26,7 +26,7 @@ from ..topology.presets import preset_files, read_preset
 from .nccl_output import read_nccl_output
 from .nccl_tests import Case, case_graph, load_case, sidecars
 
-_FORMS = re.compile(r"^(SXM\d*|PCIE|NVL)$")
+_FORMS = re.compile(r"^(SXM\d*|PCIE|NVL\d*)$")
 _DROPPED = re.compile(r"^(NVIDIA|GEFORCE|\d+GB|HBM\d*E?)$")
 
 
