@@ -175,6 +175,12 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: context-parallel ranks per sequence (ring attention; default 1)",
     )
     gen.add_argument(
+        "--fsdp",
+        action="store_true",
+        default=None,
+        help="megatron: shard weights, gradients and optimizer over DP (FSDP with TP/PP)",
+    )
+    gen.add_argument(
         "--ep",
         type=int,
         default=None,
@@ -372,6 +378,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "precision": args.precision,
         "cp": args.cp,
         "ep": args.ep,
+        "fsdp": args.fsdp,
     }
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")

@@ -348,6 +348,7 @@ def megatron(
     precision: str = "bf16",
     cp: int = 1,
     ep: int = 1,
+    fsdp: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -413,6 +414,13 @@ def megatron(
     and router run on every rank; an MoE layer keeps one TP collective pair (its
     attention's). Expert gradients are reduced over the ranks holding the same experts
     (DP x CP / EP), the rest over DP x CP.
+    ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
+    ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-LM's custom FSDP does): before each
+    pass its layers' weights are all-gathered over them on an ``fsdp.ag`` stream,
+    prefetched one pass ahead (a gather may start once the pass two before it is done,
+    whose buffer it reuses), and after each backward its gradients are
+    reduce-scattered on an ``fsdp.rs`` stream; the optimizer steps 1/(dp cp) of the
+    state. The embedding stays replicated.
     ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
     Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
@@ -437,9 +445,16 @@ def megatron(
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise CcsimError(f"cp (context-parallel ranks) must be a positive integer, not {cp!r}")
+    if fsdp and (distributed_optimizer or overlap_grad_reduce):
+        raise CcsimError(
+            "fsdp shards the optimizer and reduces gradients pass by pass itself; drop "
+            "distributed_optimizer and overlap_grad_reduce"
+        )
     if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
         raise CcsimError(f"ep (expert-parallel ranks) must be a positive integer, not {ep!r}")
     m = _model(model, "megatron", moe_ok=True)
+    if m.is_moe and fsdp:
+        raise CcsimError("fsdp is not modelled for mixture-of-experts models yet")
     if m.is_moe:
         if tp > 1 and not sequence_parallel:
             raise CcsimError(
@@ -549,7 +564,8 @@ def megatron(
     tp_fwd_layer = 2 * activation
     tp_bwd_layer = (4 if recompute == "full" else 2) * activation
     replicas = dp * cp  # ranks holding the same weights
-    sharded = distributed_optimizer and replicas > 1
+    sharded = (distributed_optimizer or fsdp) and replicas > 1
+    sharded_weights = fsdp and replicas > 1
     # Megatron's gradient buckets (DistributedDataParallelConfig.bucket_size: max(40M,
     # 1M x dp) parameters, megatron/core/distributed/distributed_data_parallel.py), here
     # whole layers of a chunk.
@@ -623,6 +639,7 @@ def megatron(
             r = rank_of(stage, d, t, q)
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
+            passes_done: list[str] = []  # each pass's compute op, for FSDP's prefetch
             for kind, c, i in order:
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
@@ -654,6 +671,24 @@ def megatron(
                     name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
                     logits = here == pp * v - 1 and (forward or n == 0)
                     deps = [recv, *after]
+                    layer_bytes = layers * m.layer_params / tp * BF16
+                    gather = None
+                    if sharded_weights:
+                        # Prefetch one pass ahead: the gather reuses the buffer of the
+                        # pass two before this one.
+                        gate = passes_done[-2] if len(passes_done) >= 2 else None
+                        gather = b.op(
+                            f"r{r}.fsdp.{name}.gather",
+                            r,
+                            "collective",
+                            [gate],
+                            op="all_gather",
+                            group=dp_groups[(stage, t)],
+                            bytes=layer_bytes,
+                            stream="fsdp.ag",
+                            label=f"FSDP weights {'fwd' if forward else 'bwd'} mb {i}",
+                        )
+                        deps = [*deps, gather]
                     moe = moe_layers(here) if m.is_moe else 0
                     comp = b.op(
                         f"r{r}.{name}",
@@ -663,6 +698,7 @@ def megatron(
                         **work(forward, logits, layers, moe),
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
+                    passes_done.append(comp)
                     if moe:
                         comp = _expert_layers(
                             b,
@@ -729,6 +765,20 @@ def megatron(
                             )
                         ]
                     after = after + tp_prev if tp_comm_overlap else tp_prev
+                    if sharded_weights and not forward:
+                        reduces.append(
+                            b.op(
+                                f"r{r}.fsdp.{name}.reduce",
+                                r,
+                                "collective",
+                                after,
+                                op="reduce_scatter",
+                                group=dp_groups[(stage, t)],
+                                bytes=layer_bytes,
+                                stream="fsdp.rs",
+                                label=f"FSDP gradients mb {i}",
+                            )
+                        )
                     if last and overlap_grad_reduce and replicas > 1:
                         # Megatron fills buckets from the last layer back; the
                         # embedding's gradients come with the last bucket.
@@ -759,6 +809,21 @@ def megatron(
                         tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
                         stream="pp.send.next" if forward else "pp.send.prev",
                     )
+            if sharded_weights and stage in (0, pp - 1) and m.vocab:
+                # The replicated embedding's gradients, reduced once at the end.
+                reduces.append(
+                    b.op(
+                        f"r{r}.dp",
+                        r,
+                        "collective",
+                        after,
+                        op="all_reduce",
+                        group=dp_groups[(stage, t)],
+                        bytes=m.vocab * m.hidden / tp * BF16,
+                        stream="dp",
+                        label="DP gradients",
+                    )
+                )
             if replicas > 1 and not reduces:
                 reduces.append(
                     b.op(
@@ -789,17 +854,22 @@ def megatron(
                     )
                 )
             expert_replicas = replicas // ep
+            embedding = m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0.0
+            if sharded_weights:  # FSDP shards the layers; the embedding stays whole
+                optimizer_params = (stage_params - embedding) / replicas + embedding
+            else:
+                optimizer_params = stage_params / (replicas if sharded else 1)
             step = b.op(
                 f"r{r}.opt",
                 r,
                 "compute",
                 [*after, *reduces],
                 flops=0.0,
-                bytes=stage_params * 16 / (replicas if sharded else 1)
+                bytes=optimizer_params * 16
                 + stage_experts * 16 / (expert_replicas if sharded else 1),
                 label="optimizer",
             )
-            if sharded:
+            if sharded and not sharded_weights:
                 b.op(
                     f"r{r}.dp.params",
                     r,
@@ -827,6 +897,7 @@ def megatron(
         cp=cp,
         flash_attention=flash_attention,
         ep=ep,
+        fsdp=fsdp,
     )
     workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload

@@ -31,6 +31,10 @@ optimizer state is sharded over the DP x CP / EP ranks that hold the same expert
 activations are counted as a dense layer's whose MLP is top_k x capacity plus the shared
 experts wide (the tokens each expert receives).
 
+FSDP (``fsdp``): the layers' weights, fp32 gradients and optimizer state are sharded
+over the DP x CP ranks; each rank also holds two chunks' gathered bf16 weights (running
+and prefetched) and one chunk's unsharded gradients; the embedding stays replicated.
+
 Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
 of the tokens; its attention runs flash-style, without stored scores) and shards the
 distributed optimizer over the DP x CP ranks.
@@ -132,6 +136,7 @@ def megatron_memory(
     cp: int = 1,
     flash_attention: bool = False,
     ep: int = 1,
+    fsdp: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -186,6 +191,20 @@ def megatron_memory(
     fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
     # Context parallelism: each rank keeps the activations of its s / cp tokens.
     activations /= cp
+    if fsdp:
+        # The layers' weights, gradients and optimizer state sharded over DP x CP, plus
+        # two chunks' gathered weights (the one running and the one prefetched) and one
+        # chunk's full gradients before they are reduce-scattered.
+        replicas = dp * cp
+        layers = dense * model.layer_params / tp
+        embedding = model.vocab * model.hidden / tp
+        gathered = 2 * layers / v
+        return MemoryEstimate(
+            weights=(layers / replicas + embedding + gathered) * WEIGHT_BYTES + fp8_copies,
+            gradients=(layers / replicas + embedding + layers / v) * GRADIENT_BYTES,
+            optimizer=(layers / replicas + embedding) * OPTIMIZER_BYTES,
+            activations=activations,
+        )
     return MemoryEstimate(
         weights=(params + expert_params) * WEIGHT_BYTES + fp8_copies,
         gradients=(params + expert_params) * GRADIENT_BYTES,
