@@ -195,3 +195,34 @@ def test_cli_ranks_and_exits_2_on_bad_input():
         assert failed.returncode == 2 and "Traceback" not in failed.stderr
     failed = _ccsim("search", "gpt3-175b", "--global-batch", "8", "--recompute", "none")
     assert failed.returncode == 2 and "fits in A100's" in failed.stderr
+
+
+def test_estimate_matches_a_free_simulation_of_an_moe_step():
+    """A small mixture-of-experts model (every layer MoE, 4 experts, top-2) on DP 2 with
+    EP 2: the estimate's passes (attention, router, the local experts' grouped GEMMs)
+    and optimizer (its layers, and half the experts) equal the simulated step when
+    communication is free."""
+    tiny = Transformer(
+        layers=2,
+        hidden=256,
+        seq=256,
+        vocab=0,
+        heads=4,
+        gated=True,
+        experts=4,
+        top_k=2,
+        moe_ffn=512,
+    )
+    c = Candidate(1, 1, 2, 1, "none", ep=2)
+    est = estimate(tiny, c, 2, FREE)
+    step = megatron(tiny, tp=1, pp=1, dp=2, ep=2, global_batch=2, recompute="none")
+    graph = ring_graph(2, 1e18, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    _, result = run_workload(step, graph, algorithm="ring", comm_slowdown=0.0)
+    # (1e18 B/s transfers still take ~1e-11 s each: rel 1e-6 leaves room for them.)
+    assert est.compute_s + est.optimizer_s == pytest.approx(result.step_s, rel=1e-6)
+    assert est.memory.total == pytest.approx(step.memory.total)
+    moe = candidates(tiny, 8, 8, gpus_per_server=8, micro_batches=[1], recompute=["none"],
+                     virtual_stages=[1])  # fmt: skip
+    assert {c.ep for c in moe if c.tp == 1 and c.pp == 1} == {1, 2, 4}

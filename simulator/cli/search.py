@@ -114,6 +114,14 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
         help="context-parallel sizes to consider (long sequences; default: 1)",
     )
     search.add_argument(
+        "--ep",
+        type=_int_list,
+        default=None,
+        metavar="LIST",
+        help="expert-parallel sizes to consider for MoE models (default: every one that "
+        "divides DP and the experts)",
+    )
+    search.add_argument(
         "--no-sequence-parallel",
         action="store_true",
         help="keep TP all-reduces (default: sequence parallelism wherever TP > 1)",
@@ -169,6 +177,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
         distributed_optimizer=not args.no_distributed_optimizer,
         precisions=args.precision,
         context_parallel=args.cp,
+        expert_parallel=args.ep,
         out=args.out,
         workers=args.workers,
         scheduler=args.scheduler,

@@ -43,6 +43,7 @@ SEARCH_METRICS = (
     "exposed_pp_s",
     "exposed_dp_s",
     "exposed_cp_s",
+    "exposed_ep_s",
     "bubble_s",
     "memory_gb",
 )
@@ -59,6 +60,7 @@ _FIELDS = (
     "distributed_optimizer",
     "precision",
     "cp",
+    "ep",
 )
 
 
@@ -121,6 +123,7 @@ def search(
     distributed_optimizer: bool = True,
     precisions: Iterable[str] = ("bf16",),
     context_parallel: Iterable[int] = (1,),
+    expert_parallel: Iterable[int] | None = None,
     algorithm: str = "library",
     out: str | Path | None = None,
     workers: int | None = None,
@@ -145,11 +148,6 @@ def search(
     if global_batch < 1:
         raise CcsimError(f"the global batch must be a positive count, not {global_batch}")
     transformer = MODELS[model]
-    if transformer.is_moe:
-        raise CcsimError(
-            f"{model} is a mixture-of-experts model: the search does not cover expert "
-            "parallelism yet; pick a dense model"
-        )
     precisions = list(precisions)
     if any(p not in ("bf16", "fp8") for p in precisions) or not precisions:
         raise CcsimError(f"precisions must be bf16 and/or fp8, not {precisions!r}")
@@ -177,6 +175,7 @@ def search(
         distributed_optimizer=distributed_optimizer,
         precisions=precisions,
         context_parallel=context_parallel,
+        expert_parallel=expert_parallel,
     )
     if not every:
         raise CcsimError(
@@ -267,6 +266,7 @@ def search_point(params: Mapping[str, Any]) -> dict[str, Any]:
             exposed_pp_s=float(by_kind.get("PP", 0.0)),
             exposed_dp_s=float(by_kind.get("DP", 0.0)),
             exposed_cp_s=float(by_kind.get("CP", 0.0)),
+            exposed_ep_s=float(by_kind.get("EP", 0.0)),
             bubble_s=float(result.mean("bubble_s")),
             memory_gb=workload.memory.total / 1e9 if workload.memory else None,
         )

@@ -25,6 +25,7 @@ reports their simulated times.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -52,6 +53,7 @@ class Candidate:
     distributed_optimizer: bool = False
     precision: str = "bf16"
     cp: int = 1
+    ep: int = 1
 
     @property
     def label(self) -> str:
@@ -63,6 +65,7 @@ class Candidate:
         text = f"TP{self.tp}" + (f" CP{self.cp}" if self.cp > 1 else "")
         text += f" PP{self.pp} DP{self.dp} mb{self.micro_batch}"
         text += f" v{self.virtual_stages} {self.recompute}"
+        text += f" EP{self.ep}" if self.ep > 1 else ""
         text += " SP" if self.sequence_parallel else ""
         text += " DO" if self.distributed_optimizer else ""
         return text + (" fp8" if self.precision == "fp8" else "")
@@ -123,6 +126,7 @@ def candidates(
     distributed_optimizer: bool = True,
     precisions: Iterable[str] = ("bf16",),
     context_parallel: Iterable[int] = (1,),
+    expert_parallel: Iterable[int] | None = None,
 ) -> list[Candidate]:
     """Every configuration of ``model`` on ``gpus`` GPUs that Megatron-LM accepts.
 
@@ -134,7 +138,9 @@ def candidates(
     sequence into 2 cp chunks and sits between TP and DP in the rank order. Sequence
     parallelism is used wherever TP > 1 and the distributed
     optimizer wherever DP > 1 when asked for (both cost no speed in Megatron-LM's
-    guidance, and save memory).
+    guidance, and save memory). Mixture-of-experts models also take EP (dividing DP and
+    the experts; ``expert_parallel``, default every such divisor) and need sequence
+    parallelism with TP > 1.
 
     >>> m = Transformer(layers=4, hidden=1024, heads=8)
     >>> len(candidates(m, 8, 16, gpus_per_server=8, recompute=["full"], virtual_stages=[1]))
@@ -142,6 +148,7 @@ def candidates(
     """
     out = []
     precisions = list(precisions)
+    wanted_ep = None if expert_parallel is None else set(expert_parallel)
     splits = [
         (tp, cp, pp)
         for tp in divisors(gpus_per_server)
@@ -151,7 +158,13 @@ def candidates(
         and (cp == 1 or model.seq % (2 * cp) == 0)
     ]
     for tp, cp, pp in splits:
+        if model.is_moe and tp > 1 and not sequence_parallel:
+            continue  # Megatron's MoE with TP needs sequence parallelism
         dp = gpus // (tp * cp * pp)
+        eps = [1]
+        if model.is_moe:
+            eps = [e for e in divisors(dp) if model.experts % e == 0]
+            eps = [e for e in eps if wanted_ep is None or e in wanted_ep]
         for mb in micro_batches:
             if global_batch % (mb * dp):
                 continue
@@ -159,22 +172,22 @@ def candidates(
             for v in virtual_stages:
                 if v > 1 and (pp < 2 or model.layers % (pp * v) or micro % pp):
                     continue
-                for redo in recompute:
-                    for precision in precisions:
-                        out.append(
-                            Candidate(
-                                tp,
-                                pp,
-                                dp,
-                                mb,
-                                redo,
-                                v,
-                                sequence_parallel and tp > 1,
-                                distributed_optimizer and dp * cp > 1,
-                                precision,
-                                cp,
-                            )
+                for redo, precision, ep in itertools.product(recompute, precisions, eps):
+                    out.append(
+                        Candidate(
+                            tp,
+                            pp,
+                            dp,
+                            mb,
+                            redo,
+                            v,
+                            sequence_parallel and tp > 1,
+                            distributed_optimizer and dp * cp > 1,
+                            precision,
+                            cp,
+                            ep,
                         )
+                    )
     return out
 
 
@@ -195,6 +208,7 @@ def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> Me
         precision=c.precision,
         cp=c.cp,
         flash_attention=c.cp > 1,
+        ep=c.ep,
     )
 
 
@@ -207,20 +221,38 @@ def estimate(
     layers = model.layers // c.pp  # one stage's layers (all its chunks)
     tokens = c.micro_batch * model.seq // c.cp
     flash = c.cp > 1
+    moe_tokens = tokens // (c.tp if c.sequence_parallel else 1)
+
+    # MoE layers per stage (on average: stages may differ by a leading dense layer).
+    moe = model.moe_layers * layers // model.layers
 
     def pass_s(forward: bool) -> float:
-        work = pass_work(
-            model,
-            c.micro_batch,
-            tp=c.tp,
-            layers=layers,
-            forward=forward,
-            recompute=c.recompute,
-            precision=c.precision,
-            flash_attention=flash,
-            cp=c.cp,
-        )
+        def part(n: int, is_moe: bool) -> dict:
+            return pass_work(
+                model,
+                c.micro_batch,
+                tp=c.tp,
+                layers=n,
+                forward=forward,
+                recompute=c.recompute,
+                precision=c.precision,
+                flash_attention=flash,
+                cp=c.cp,
+                moe=is_moe,
+            )
+
+        parts = [part(n, is_moe) for n, is_moe in ((layers - moe, False), (moe, True)) if n]
+        work = {
+            "gemms": [g for w in parts for g in w["gemms"]],
+            "flops": sum(w.get("flops", 0.0) for w in parts),
+        }
         gemms = tuple(Gemm(*g) for g in work["gemms"])
+        if moe:
+            experts = [g.times(moe) for g in model.expert_gemms(moe_tokens, ep=c.ep)]
+            if not forward:
+                grads = [grad for g in experts for grad in g.backward()]
+                experts = experts + grads if c.recompute == "full" else grads
+            gemms += tuple(experts)
         kernels = layers * model.layer_elementwise_bytes(
             tokens, tp=c.tp, sequence_parallel=c.sequence_parallel, flash_attention=flash
         )
@@ -257,7 +289,24 @@ def estimate(
             else hardware.inter_bandwidth
         )
         tp_s += passes * exchanges * (c.cp - 1) / c.cp * kv / cp_bandwidth
-    params = layers * model.layer_params / c.tp + model.vocab * model.hidden / c.tp
+    if moe and c.ep > 1:
+        # Dispatch and combine all-to-alls: 2 per MoE layer forward, 2 (4 with full
+        # recomputation) backward, each tokens x top_k x h x 2 bytes of which
+        # (ep - 1)/ep leave the rank.
+        a2a = moe * moe_tokens * model.top_k * (model.capacity_factor or 1.0) * model.hidden * 2
+        ep_bandwidth = (
+            hardware.intra_bandwidth
+            if c.tp * c.cp * c.ep <= hardware.gpus_per_server
+            else hardware.inter_bandwidth
+        )
+        exchanges = 4 + (2 if c.recompute == "full" else 0)
+        tp_s += passes * exchanges * (c.ep - 1) / c.ep * a2a / ep_bandwidth
+    # Parameters a rank holds: the layers' (an MoE layer's attention, shared experts and
+    # router) split over TP, the embedding, and experts / ep whole routed experts.
+    all_experts = (3 if model.gated else 2) * model.hidden * model.expert_ffn * model.experts
+    params = (layers - moe) * model.layer_params / c.tp + model.vocab * model.hidden / c.tp
+    params += moe * (model.moe_layer_params - all_experts) / c.tp if moe else 0.0
+    experts = moe * all_experts / c.ep if moe else 0.0
     replicas = c.dp * c.cp
     dp_s = 0.0
     if replicas > 1:
@@ -267,7 +316,11 @@ def estimate(
             else hardware.inter_bandwidth
         )
         dp_s = 2 * (replicas - 1) / replicas * params * BF16 / dp_bandwidth
-    optimizer = params * 16 / (replicas if c.distributed_optimizer else 1)
+        expert_replicas = replicas // c.ep
+        if experts and expert_replicas > 1:
+            dp_s += 2 * (expert_replicas - 1) / expert_replicas * experts * BF16 / dp_bandwidth
+    shard = replicas if c.distributed_optimizer else 1
+    optimizer = params * 16 / shard + experts * 16 / max(1, shard // c.ep)
     return Estimate(
         candidate=c,
         memory=memory_of(model, c, global_batch),

@@ -428,6 +428,7 @@ SEARCH_KEYS = (
     "distributed_optimizer",
     "precision",
     "cp",
+    "ep",
     "estimate_s",
     "status",
     "error",
@@ -439,6 +440,7 @@ SEARCH_KEYS = (
     "exposed_pp_s",
     "exposed_dp_s",
     "exposed_cp_s",
+    "exposed_ep_s",
     "bubble_s",
     "memory_gb",
 )
@@ -447,16 +449,17 @@ SEARCH_KEYS = (
 def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
     """``ccsim search``'s ranked configurations: the estimate and, where simulated, the
     step (s), TFLOP/s per GPU (Megatron's count), MFU (model FLOPs over the 16-bit
-    peak), exposed communication by dimension (TP, PP, DP, CP) and the pipeline bubble
+    peak), exposed communication by dimension (TP, PP, DP, CP, EP) and the pipeline bubble
     (ms), and memory per GPU (GB)."""
     lines = [f"# {title}", "#"] if title else []
     lines.append(
         f"{'#':>3} {'configuration':<40} {'estimate':>9} {'step':>9} {'TFLOP/s':>8} "
-        f"{'MFU':>6} {'TP':>8} {'PP':>8} {'DP':>8} {'CP':>8} {'bubble':>8} {'memory':>7}"
+        f"{'MFU':>6} {'TP':>8} {'PP':>8} {'DP':>8} {'CP':>8} {'EP':>8} {'bubble':>8} {'memory':>7}"
     )
     lines.append(
         f"{'':>3} {'':<40} {'(s)':>9} {'(s)':>9} {'per GPU':>8} {'':>6} "
-        f"{'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'(ms)':>8} "
+        f"{'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} "
+        f"{'(ms)':>8} "
         f"{'(GB)':>7}"
     )
 
@@ -468,13 +471,14 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
         if row.get("step_s") is None:
             error = row.get("error") or "not simulated"
             lines.append(
-                f"{head} {'':>9} {'':>8} {'':>6} {'':>8} {'':>8} {'':>8} {'':>8} {'':>8} "
+                f"{head} {'':>9} {'':>8} {'':>6} {'':>8} {'':>8} {'':>8} {'':>8} {'':>8} {'':>8} "
                 f"{row['memory_gb']:>7.1f}  {error}"
             )
             continue
         lines.append(
             f"{head} {row['step_s']:>9.3f} {row['tflops_per_gpu']:>8.1f} {row['mfu']:>6.1%} "
             f"{ms(row['exposed_tp_s'])} {ms(row['exposed_pp_s'])} {ms(row['exposed_dp_s'])} "
-            f"{ms(row.get('exposed_cp_s'))} {ms(row['bubble_s'])} {row['memory_gb']:>7.1f}"
+            f"{ms(row.get('exposed_cp_s'))} {ms(row.get('exposed_ep_s'))} {ms(row['bubble_s'])} "
+            f"{row['memory_gb']:>7.1f}"
         )
     return "\n".join(lines) + "\n"
