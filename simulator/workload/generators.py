@@ -929,19 +929,16 @@ def _expert_layers(
     exchanges = 2 if forward else (4 if recompute == "full" else 2)
     what = "fwd" if forward else "bwd"
     prev = after
+
+    def exchange(step: str, k: int) -> str:
+        if group is None:  # every expert is local: nothing moves
+            return prev
+        return b.op(f"r{r}.ep.{name}.{step}{k}", r, "collective", [prev], op="all_to_all",
+                    group=group, bytes=a2a_bytes, stream="compute",
+                    label=f"EP {step} {what} {label}")  # fmt: skip
+
     for k in range(exchanges // 2):
-        if group is not None:
-            prev = b.op(
-                f"r{r}.ep.{name}.dispatch{k}",
-                r,
-                "collective",
-                [prev],
-                op="all_to_all",
-                group=group,
-                bytes=a2a_bytes,
-                stream="compute",
-                label=f"EP dispatch {what} {label}",
-            )
+        prev = exchange("dispatch", k)
         if k == exchanges // 2 - 1:
             prev = b.op(
                 f"r{r}.{name}.experts",
@@ -951,18 +948,7 @@ def _expert_layers(
                 gemms=[g.as_list() for g in gemms],
                 label=f"{what} experts {label}",
             )
-        if group is not None:
-            prev = b.op(
-                f"r{r}.ep.{name}.combine{k}",
-                r,
-                "collective",
-                [prev],
-                op="all_to_all",
-                group=group,
-                bytes=a2a_bytes,
-                stream="compute",
-                label=f"EP combine {what} {label}",
-            )
+        prev = exchange("combine", k)
     return prev
 
 
