@@ -49,6 +49,9 @@ class Scenario:
     kind: str = "ring"
     case: str = ""
     sizes: tuple[int, ...] = ()
+    #: "workload": the ``megatron`` generator's parameters of a training step replayed
+    #: on ``preset`` x ``nodes`` (each collective as the preset's library runs it).
+    workload: tuple[tuple[str, object], ...] = ()
     #: Wall time the scenario should stay under (the issue's target), or 0 for none.
     target_s: float = 0.0
 
@@ -138,6 +141,43 @@ SCENARIOS = {
             preset="dgx-a100",
             nodes=128,
         ),
+        Scenario(
+            "gpt3-a100x1024",
+            "Megatron GPT-3 175B step, TP 8 PP 8 DP 16 on 128x dgx-a100, batch 1536 "
+            "(SC'21's run; target 10 s, issue 15)",
+            kind="workload",
+            preset="dgx-a100",
+            nodes=128,
+            workload=(
+                ("model", "gpt3-175b"),
+                ("tp", 8),
+                ("pp", 8),
+                ("dp", 16),
+                ("micro_batch", 1),
+                ("global_batch", 1536),
+            ),
+            target_s=10.0,
+        ),
+        Scenario(
+            "gpt3-fp8-h100x1024",
+            "Megatron GPT-3 175B step in fp8, TP 4 PP 8 (6 virtual stages) DP 32 on 128x "
+            "dgx-h100, micro-batch 1, batch 1024 (issue 20)",
+            kind="workload",
+            preset="dgx-h100",
+            nodes=128,
+            workload=(
+                ("model", "gpt3-175b"),
+                ("tp", 4),
+                ("pp", 8),
+                ("dp", 32),
+                ("virtual_stages", 6),
+                ("micro_batch", 1),
+                ("global_batch", 1024),
+                ("precision", "fp8"),
+                ("sequence_parallel", True),
+                ("distributed_optimizer", True),
+            ),
+        ),
     )
 }
 
@@ -161,9 +201,36 @@ def write_trace(result, preset: str, nodes: int) -> dict:
         return {"trace_s": wall, "trace_MB": path.stat().st_size / 1e6}
 
 
+def run_workload_scenario(scenario: Scenario) -> dict:
+    """Generate and replay a scenario's training step; its figures (the simulated time
+    is the step's, no busbw)."""
+    from ..workload import run_workload
+    from ..workload.generators import megatron
+
+    start = time.perf_counter()
+    step = megatron(**dict(scenario.workload))
+    run, result = run_workload(step, scenario.preset, nodes=scenario.nodes)
+    wall = time.perf_counter() - start
+    flows = run.stats.flows
+    return {
+        "scenario": scenario.name,
+        "ranks": step.ranks,
+        "flows": flows,
+        "sim_time_us": result.step_s * 1e6,
+        "busbw_GBps": float("nan"),
+        "wall_s": wall,
+        "peak_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "flows_per_s": flows / wall,
+        "target_s": scenario.target_s or None,
+        "ops": len(step.ops),
+    }
+
+
 def run_scenario(name: str) -> dict:
     """Run one scenario in this process and measure it."""
     scenario = SCENARIOS[name]
+    if scenario.kind == "workload":
+        return run_workload_scenario(scenario)
     start = time.perf_counter()
     results = scenario.run()
     wall = time.perf_counter() - start
@@ -206,13 +273,13 @@ def run_bench(names: list[str]) -> list[dict]:
 def bench_table(rows: list[dict]) -> str:
     """Human-readable table of bench rows."""
     lines = [
-        f"{'scenario':<16} {'ranks':>6} {'flows':>10} {'sim time':>11} {'busbw':>8} "
+        f"{'scenario':<18} {'ranks':>6} {'flows':>10} {'sim time':>11} {'busbw':>8} "
         f"{'wall':>8} {'peak mem':>9} {'flows/s':>11}  target",
-        f"{'':<16} {'':>6} {'':>10} {'(us)':>11} {'(GB/s)':>8} {'(s)':>8} {'(MiB)':>9} {'':>11}",
+        f"{'':<18} {'':>6} {'':>10} {'(us)':>11} {'(GB/s)':>8} {'(s)':>8} {'(MiB)':>9} {'':>11}",
     ]
     for row in rows:
         lines.append(
-            f"{row['scenario']:<16} {row['ranks']:>6} {row['flows']:>10} "
+            f"{row['scenario']:<18} {row['ranks']:>6} {row['flows']:>10} "
             f"{row['sim_time_us']:>11.2f} {row['busbw_GBps']:>8.2f} {row['wall_s']:>8.2f} "
             f"{row['peak_MiB']:>9.0f} {row['flows_per_s']:>11.0f}  {_target(row)}"
         )
