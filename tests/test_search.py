@@ -226,3 +226,24 @@ def test_estimate_matches_a_free_simulation_of_an_moe_step():
     moe = candidates(tiny, 8, 8, gpus_per_server=8, micro_batches=[1], recompute=["none"],
                      virtual_stages=[1])  # fmt: skip
     assert {c.ep for c in moe if c.tp == 1 and c.pp == 1} == {1, 2, 4}
+
+
+def test_estimate_matches_a_free_simulation_of_an_fsdp_step():
+    """FSDP over DP 2 with PP 2: the optimizer steps half of the layers (the embedding
+    whole), and with free communication the step is the passes and that optimizer."""
+    c = Candidate(1, 2, 2, 1, "full", fsdp=True)
+    est = estimate(EVEN, c, 8, FREE)
+    step = megatron(EVEN, tp=1, pp=2, dp=2, micro_batch=1, global_batch=8, fsdp=True)
+    graph = ring_graph(4, 1e18, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    _, result = run_workload(step, graph, algorithm="ring", comm_slowdown=0.0)
+    # (1e18 B/s transfers still take ~1e-11 s each: rel 1e-6 leaves room for them.)
+    assert est.compute_s + est.optimizer_s == pytest.approx(result.step_s, rel=1e-6)
+    assert est.memory.total == pytest.approx(step.memory.total)
+    both = candidates(EVEN, 4, 8, gpus_per_server=4, micro_batches=[1], recompute=["full"],
+                      virtual_stages=[1], shardings=["optimizer", "fsdp"])  # fmt: skip
+    sharded = [c for c in both if c.fsdp]
+    assert sharded and all(c.dp > 1 and not c.distributed_optimizer for c in sharded)
+    # Every split with replicas has an FSDP twin; those without have none.
+    assert len(sharded) == len([c for c in both if not c.fsdp and c.dp > 1])

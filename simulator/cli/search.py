@@ -42,6 +42,16 @@ def _precision_list(text: str) -> list[str]:
     return values
 
 
+def _sharding_list(text: str) -> list[str]:
+    """argparse type: comma-separated shardings."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    if not values or any(v not in ("optimizer", "fsdp") for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected optimizer, fsdp or optimizer,fsdp, got {text!r}"
+        )
+    return values
+
+
 def add_search_command(sub: argparse._SubParsersAction) -> None:
     """Register ``search`` on the main parser."""
     search = sub.add_parser(
@@ -122,6 +132,14 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
         "divides DP and the experts)",
     )
     search.add_argument(
+        "--sharding",
+        type=_sharding_list,
+        default=["optimizer"],
+        metavar="LIST",
+        help="how data-parallel replicas shard their state: optimizer (the distributed "
+        "optimizer), fsdp (weights, gradients and optimizer), or both (default: optimizer)",
+    )
+    search.add_argument(
         "--no-sequence-parallel",
         action="store_true",
         help="keep TP all-reduces (default: sequence parallelism wherever TP > 1)",
@@ -178,6 +196,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
         precisions=args.precision,
         context_parallel=args.cp,
         expert_parallel=args.ep,
+        shardings=args.sharding,
         out=args.out,
         workers=args.workers,
         scheduler=args.scheduler,

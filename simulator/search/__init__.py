@@ -61,6 +61,7 @@ _FIELDS = (
     "precision",
     "cp",
     "ep",
+    "fsdp",
 )
 
 
@@ -124,6 +125,7 @@ def search(
     precisions: Iterable[str] = ("bf16",),
     context_parallel: Iterable[int] = (1,),
     expert_parallel: Iterable[int] | None = None,
+    shardings: Iterable[str] = ("optimizer",),
     algorithm: str = "library",
     out: str | Path | None = None,
     workers: int | None = None,
@@ -148,6 +150,9 @@ def search(
     if global_batch < 1:
         raise CcsimError(f"the global batch must be a positive count, not {global_batch}")
     transformer = MODELS[model]
+    shardings = list(shardings)
+    if not shardings or any(x not in ("optimizer", "fsdp") for x in shardings):
+        raise CcsimError(f"shardings must be optimizer and/or fsdp, not {shardings!r}")
     precisions = list(precisions)
     if any(p not in ("bf16", "fp8") for p in precisions) or not precisions:
         raise CcsimError(f"precisions must be bf16 and/or fp8, not {precisions!r}")
@@ -176,6 +181,7 @@ def search(
         precisions=precisions,
         context_parallel=context_parallel,
         expert_parallel=expert_parallel,
+        shardings=shardings,
     )
     if not every:
         raise CcsimError(

@@ -54,6 +54,7 @@ class Candidate:
     precision: str = "bf16"
     cp: int = 1
     ep: int = 1
+    fsdp: bool = False
 
     @property
     def label(self) -> str:
@@ -68,6 +69,7 @@ class Candidate:
         text += f" EP{self.ep}" if self.ep > 1 else ""
         text += " SP" if self.sequence_parallel else ""
         text += " DO" if self.distributed_optimizer else ""
+        text += " FSDP" if self.fsdp else ""
         return text + (" fp8" if self.precision == "fp8" else "")
 
     def params(self) -> dict[str, Any]:
@@ -127,6 +129,7 @@ def candidates(
     precisions: Iterable[str] = ("bf16",),
     context_parallel: Iterable[int] = (1,),
     expert_parallel: Iterable[int] | None = None,
+    shardings: Iterable[str] = ("optimizer",),
 ) -> list[Candidate]:
     """Every configuration of ``model`` on ``gpus`` GPUs that Megatron-LM accepts.
 
@@ -140,7 +143,9 @@ def candidates(
     optimizer wherever DP > 1 when asked for (both cost no speed in Megatron-LM's
     guidance, and save memory). Mixture-of-experts models also take EP (dividing DP and
     the experts; ``expert_parallel``, default every such divisor) and need sequence
-    parallelism with TP > 1.
+    parallelism with TP > 1. ``shardings`` says how DP x CP replicas shard their state:
+    "optimizer" (the distributed optimizer, if ``distributed_optimizer``) and/or "fsdp"
+    (weights, gradients and optimizer; dense models).
 
     >>> m = Transformer(layers=4, hidden=1024, heads=8)
     >>> len(candidates(m, 8, 16, gpus_per_server=8, recompute=["full"], virtual_stages=[1]))
@@ -148,6 +153,7 @@ def candidates(
     """
     out = []
     precisions = list(precisions)
+    shardings = list(shardings)
     wanted_ep = None if expert_parallel is None else set(expert_parallel)
     splits = [
         (tp, cp, pp)
@@ -172,7 +178,13 @@ def candidates(
             for v in virtual_stages:
                 if v > 1 and (pp < 2 or model.layers % (pp * v) or micro % pp):
                     continue
-                for redo, precision, ep in itertools.product(recompute, precisions, eps):
+                # FSDP only where there are replicas to shard over, for dense models.
+                fsdps = [False] if "optimizer" in shardings else []
+                if "fsdp" in shardings and dp * cp > 1 and not model.is_moe:
+                    fsdps.append(True)
+                for redo, precision, ep, fsdp in itertools.product(
+                    recompute, precisions, eps, fsdps
+                ):
                     out.append(
                         Candidate(
                             tp,
@@ -182,10 +194,11 @@ def candidates(
                             redo,
                             v,
                             sequence_parallel and tp > 1,
-                            distributed_optimizer and dp * cp > 1,
+                            distributed_optimizer and dp * cp > 1 and not fsdp,
                             precision,
                             cp,
                             ep,
+                            fsdp,
                         )
                     )
     return out
@@ -209,6 +222,7 @@ def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> Me
         cp=c.cp,
         flash_attention=c.cp > 1,
         ep=c.ep,
+        fsdp=c.fsdp,
     )
 
 
@@ -321,6 +335,19 @@ def estimate(
             dp_s += 2 * (expert_replicas - 1) / expert_replicas * experts * BF16 / dp_bandwidth
     shard = replicas if c.distributed_optimizer else 1
     optimizer = params * 16 / shard + experts * 16 / max(1, shard // c.ep)
+    if c.fsdp and replicas > 1:
+        # FSDP: the layers sharded, the embedding whole. Each pass gathers its chunk's
+        # weights a pass ahead and each backward scatters their gradients: exposed are
+        # the first gather, the last scatter, the embedding's all-reduce, and whatever
+        # of each pass's traffic its compute does not cover.
+        embedding = model.vocab * model.hidden / c.tp
+        layer_params = params - embedding
+        optimizer = (layer_params / replicas + embedding) * 16
+        share = (replicas - 1) / replicas
+        chunk = layer_params / c.virtual_stages * BF16 * share / dp_bandwidth
+        per_pass = (pass_s(True) + pass_s(False)) / c.virtual_stages / 2
+        hidden_misses = max(0.0, 1.5 * chunk - per_pass) * 2 * passes * c.virtual_stages
+        dp_s = 2 * chunk + 2 * share * embedding * BF16 / dp_bandwidth + hidden_misses
     return Estimate(
         candidate=c,
         memory=memory_of(model, c, global_batch),

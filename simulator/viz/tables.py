@@ -429,6 +429,7 @@ SEARCH_KEYS = (
     "precision",
     "cp",
     "ep",
+    "fsdp",
     "estimate_s",
     "status",
     "error",
