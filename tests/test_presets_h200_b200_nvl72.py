@@ -162,3 +162,18 @@ def test_cli_json_row_on_one_nvl72_rack():
     (row,) = json.loads(run.stdout)
     assert (row["ranks"], row["size_bytes"]) == (72, 2**30)
     assert 0 < row["busbw_GBps"] <= 2 * 71 / 72 * 900.0
+
+
+def test_nccl_runs_nvls_on_an_nvl72_rack_with_32_heads():
+    """NCCL's NVLS search takes at most NCCL_MAX_NVLS_ARITY = 32 heads (device.h) and
+    needs (heads + 1) x bw through each GPU's NVLinks (search.cc's NVLS try): on the
+    NVL72, NVLink5 counts 18 x 40.1 = 721.8 GB/s (topo.h), so the largest Blackwell
+    search speed with 33 x s <= 721.8 is 20 GB/s (24 x 33 = 792 is too much). With NVLS
+    found, NCCL's model runs it for a 1 GiB all-reduce over the rack."""
+    from simulator.library.nccl import nccl_system
+
+    system = nccl_system(load_topology("gb200-nvl72"))
+    assert system.nvls is not None
+    assert (system.nvls.channels, system.nvls.bw_intra) == (32, 20.0)
+    result = simulate_collective(load_topology("gb200-nvl72"), "all_reduce", 2**30, "nccl")
+    assert result.params["nccl_algorithm"] == "NVLS"

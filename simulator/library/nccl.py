@@ -136,6 +136,8 @@ NVLS_THREADS = 640
 MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
 # include/device.h:91 (MAXCHANNELS); graph search's ring limit is MAXCHANNELS/2.
 MAX_CHANNELS = 64
+# include/device.h:213: NVLS heads (channels of the NVLS search graph) at most.
+NVLS_MAX_ARITY = 32
 # transport/nvls.cc:210-214: NVLS channels (CTAs).
 NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several)
 
@@ -312,14 +314,18 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
         data.get("kind") == "nvswitch" and data.get("nvls") for _, data in graph.nodes(data=True)
     )
     if nvls_switch and arch in ("hopper", "blackwell") and has_nvlink:
-        # NVLS search: one head per GPU; each GPU moves (ppn + 1) x bw through its NVLinks.
+        # NVLS search: one head per GPU, at most NCCL_MAX_NVLS_ARITY = 32 of them
+        # (include/device.h:213; search.cc:1126-1127); each head's channel loads every
+        # GPU's NVLink with bw and its own head's twice (search.cc:410-428), so a GPU
+        # moves (heads + 1) x bw through its NVLinks.
         speeds = _speeds(arch, nodes > 1)
         cap = ring.bw_inter if nodes > 1 else max(speeds)
+        heads = min(per_server, NVLS_MAX_ARITY)
         intra = next(
-            (s for s in speeds if s * (per_server + 1) <= nvlink + 1e-6 and s <= cap + 1e-6), 0.0
+            (s for s in speeds if s * (heads + 1) <= nvlink + 1e-6 and s <= cap + 1e-6), 0.0
         )
         inter = min(cap, max(s for s in speeds if s <= 2 * intra + 1e-6)) if intra else 0.0
-        nvls = SearchGraph(min(per_server, 32), float(intra), float(inter)) if intra else None
+        nvls = SearchGraph(heads, float(intra), float(inter)) if intra else None
     channels = min(MAX_CHANNELS, 2 * min(ring.channels, tree.channels))  # connect.cc:460
     if arch in ("hopper", "blackwell") and nodes > 1 and ring.bw_intra > 45.0 and channels < 16:
         channels = min(MAX_CHANNELS, 2 * channels)  # connect.cc:480-483
