@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..viz.tables import FORMATS, SEARCH_KEYS, search_table, to_csv, to_json
+from ..viz.tables import FORMATS, search_table, to_csv, to_json
 from ..workload.model import MODELS
 from .args import check_outputs, emit, positive_int
 
@@ -177,7 +177,7 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_search(args: argparse.Namespace) -> None:
     from ..errors import CcsimError
-    from ..search import search
+    from ..search import SEARCH_KEYS, search
 
     if args.simulate < 0:
         raise CcsimError(f"--simulate must be 0 or more, got {args.simulate}")

@@ -65,6 +65,10 @@ _FIELDS = (
 )
 
 
+#: Keys of a ranked row (:meth:`SearchResult.ranked`), in ``--format json`` and ``csv``.
+SEARCH_KEYS = ("rank", "label", *_FIELDS, "estimate_s", "status", "error", *SEARCH_METRICS)
+
+
 @dataclass
 class SearchResult:
     """What a search found.

@@ -414,39 +414,6 @@ def validation_detail(results: Sequence[CaseResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: Keys of a ``ccsim search`` row in ``--format json`` and ``csv``.
-SEARCH_KEYS = (
-    "rank",
-    "label",
-    "tp",
-    "pp",
-    "dp",
-    "micro_batch",
-    "recompute",
-    "virtual_stages",
-    "sequence_parallel",
-    "distributed_optimizer",
-    "precision",
-    "cp",
-    "ep",
-    "fsdp",
-    "estimate_s",
-    "status",
-    "error",
-    "step_s",
-    "tflops_per_gpu",
-    "mfu",
-    "exposed_s",
-    "exposed_tp_s",
-    "exposed_pp_s",
-    "exposed_dp_s",
-    "exposed_cp_s",
-    "exposed_ep_s",
-    "bubble_s",
-    "memory_gb",
-)
-
-
 def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
     """``ccsim search``'s ranked configurations: the estimate and, where simulated, the
     step (s), TFLOP/s per GPU (Megatron's count), MFU (model FLOPs over the 16-bit
