@@ -82,6 +82,8 @@ class FlowNetwork:
         if link_efficiency:
             scale = [float(link_efficiency.get(kind, 1.0)) for kind in self.links.kind]
             self.capacity *= np.array(scale)
+        # Capacity before faults scale it (see scale_links).
+        self._base_capacity = self.capacity.copy()
         self._route_class: list[str] = []
         self._reducers: dict[int, int] = {}
         self.stats = NetworkStats()
@@ -103,6 +105,8 @@ class FlowNetwork:
         self._settle_scheduled = False
         self._in_wake = False
         self._generation = 0
+        # Links whose capacity changed since the last rate computation (faults).
+        self._seed_links = np.zeros(0, dtype=np.int64)
 
     # -- pool -----------------------------------------------------------------------------
     def _alloc(self, capacity: int) -> None:
@@ -175,6 +179,7 @@ class FlowNetwork:
             links.latency = np.append(links.latency, 0.0)
             links.message_cost = np.append(links.message_cost, 0.0)
             self.capacity = np.append(self.capacity, float(bandwidth))
+            self._base_capacity = np.append(self._base_capacity, float(bandwidth))
             self.link_bytes = np.append(self.link_bytes, 0.0)
             self.link_busy = np.append(self.link_busy, 0.0)
             self._link_flows = np.append(self._link_flows, 0)
@@ -225,6 +230,19 @@ class FlowNetwork:
             self._settle_scheduled = True
             self.env.timeout(0).callbacks.append(self._settle_event)
 
+    def scale_links(self, links: np.ndarray, factor: float | np.ndarray) -> None:
+        """Set ``links``' usable capacity to ``factor`` times their healthy capacity, now
+        (a fault starting or ending): flows in flight on them take new rates from this
+        instant, and their completions are rescheduled."""
+        links = np.asarray(links, dtype=np.int64)
+        if len(links) == 0:
+            return
+        self.capacity[links] = self._base_capacity[links] * np.asarray(factor, dtype=float)
+        self._seed_links = np.union1d(self._seed_links, links)
+        if not self._settle_scheduled and not self._in_wake:
+            self._settle_scheduled = True
+            self.env.timeout(0).callbacks.append(self._settle_event)
+
     # -- rate computation -------------------------------------------------------------------
     def _settle_event(self, _event) -> None:
         self._settle_scheduled = False
@@ -238,6 +256,9 @@ class FlowNetwork:
         ptr, route_links, _ = self.router.arrays()
         n_links = len(self.links)
         seed = np.zeros(n_links, dtype=bool)
+        if len(self._seed_links):
+            seed[self._seed_links] = True
+            self._seed_links = np.zeros(0, dtype=np.int64)
 
         if len(finished):
             dead = np.zeros(self._cap, dtype=bool)
