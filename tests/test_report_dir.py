@@ -52,6 +52,7 @@ def test_report_holds_table_plots_trace_and_inputs(report):
     assert names == sorted(
         [
             "README.md",
+            "report.html",
             "bandwidth.png",
             "results.csv",
             "results.json",

@@ -282,6 +282,7 @@ def test_run_writes_timeline_trace_and_report(tmp_path, inputs, capsys):
     assert names == sorted(
         [
             "README.md",
+            "report.html",
             "breakdown.csv",
             "breakdown.json",
             "breakdown.txt",

@@ -13,6 +13,7 @@ A report folder holds everything needed to read and to rerun a sweep:
 ``run.json``              argv, the command, ccsim and library versions, the inputs and
                           a summary of the resolved topology (with a SHA-256 of the graph)
 ``README.md``             the same for people: what was run, how to rerun it
+``report.html``           all of it as one self-contained web page (:mod:`~.html`)
 ========================  ===============================================================
 
 Every file is written atomically (:mod:`simulator.files`); ``run.json`` is written
@@ -22,7 +23,10 @@ last, so a folder that has it is complete. A non-empty folder is refused unless
 A workload report (``ccsim run --report DIR``, :func:`write_workload_report`) holds the
 step-time breakdown (``breakdown.txt``, ``.csv``, ``.json``), ``timeline.png`` and
 ``trace.json`` of the step (:mod:`simulator.viz.workload`), copies of the workload and
-topology files, ``README.md`` and ``run.json``, under the same rules.
+topology files, ``README.md``, ``report.html`` and ``run.json``, under the same rules.
+
+Each figure is drawn once and saved twice: as the PNG file and inline (SVG) in
+``report.html``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from ..files import check_writable, write_file, write_with
 from ..topology.graph import gpu_nodes
 from ..workload.engine import WorkloadRun
 from .collective import collective_timeline
+from .html import HTML_NAME, collective_page, report_figure, workload_page
 from .perfetto import DETAILS, save_trace
 from .plots import bandwidth_figure, size_label
 from .tables import COLLECTIVE_KEYS, to_csv, to_json
@@ -62,6 +67,7 @@ REPORT_FILES = {
     "trace.json": "Perfetto trace of the last size (open at https://ui.perfetto.dev)",
     "run.json": "command, versions, inputs and topology summary, to rerun",
     "README.md": "this summary",
+    HTML_NAME: "this report as one web page (figures, tables, parameters; works offline)",
 }
 
 _PACKAGES = ("ccsim", "numpy", "simpy", "networkx", "matplotlib", "pyyaml")
@@ -215,9 +221,15 @@ def write_collective_report(
     put("results.json", to_json(rows))
     put("table.txt", table)
     title = f"{result.algorithm} {result.op} · {result.ranks} ranks"
-    put("bandwidth.png", figure_bytes(bandwidth_figure(rows, title=title), "png"))
+    bandwidth = bandwidth_figure(rows, title=title)
+    put("bandwidth.png", figure_bytes(bandwidth, "png"))
     timeline = collective_timeline(result, graph)
-    put("timeline.png", figure_bytes(timeline_figure(timeline), "png"))
+    gantt = timeline_figure(timeline)
+    put("timeline.png", figure_bytes(gantt, "png"))
+    figures = [
+        report_figure(bandwidth, "bandwidth.png", REPORT_FILES["bandwidth.png"]),
+        report_figure(gantt, "timeline.png", REPORT_FILES["timeline.png"]),
+    ]
     save_trace(timeline, directory / "trace.json", detail=trace_detail, ranks=trace_ranks)
     written.append(directory / "trace.json")
     source = _topology_file(topology)
@@ -245,10 +257,12 @@ def write_collective_report(
             p.name: REPORT_FILES.get(p.name, "topology file --topology named") for p in written
         },
     }
+    run["files"][HTML_NAME] = REPORT_FILES[HTML_NAME]
     readme = _readme(command, run, rows, table)
     put("README.md", readme)
     run["files"]["README.md"] = REPORT_FILES["README.md"]
     run["files"]["run.json"] = REPORT_FILES["run.json"]
+    put(HTML_NAME, collective_page(run, rows, COLLECTIVE_KEYS, table, figures))
     put("run.json", json.dumps(run, indent=2, default=str) + "\n")
     return written
 
@@ -396,6 +410,7 @@ WORKLOAD_REPORT_FILES = {
     "trace.json": "Perfetto trace of the step (open at https://ui.perfetto.dev)",
     "run.json": "command, versions, inputs and topology summary, to rerun",
     "README.md": "this summary",
+    HTML_NAME: REPORT_FILES[HTML_NAME],
 }
 
 
@@ -461,7 +476,9 @@ def write_workload_report(
     put("breakdown.csv", to_csv(list(ranks)))
     put("breakdown.json", to_json([dict(summary), *ranks]))
     records = workload_timeline(run, graph)
-    put("timeline.png", figure_bytes(workload_figure(records), "png"))
+    gantt = workload_figure(records)
+    put("timeline.png", figure_bytes(gantt, "png"))
+    figures = [report_figure(gantt, "timeline.png", describe["timeline.png"])]
     save_trace(records, directory / "trace.json", detail=trace_detail, ranks=trace_ranks)
     written.append(directory / "trace.json")
     copies: dict[str, str | None] = {}
@@ -501,9 +518,11 @@ def write_workload_report(
         },
         "files": {p.name: describe[p.name] for p in written},
     }
+    info["files"][HTML_NAME] = describe[HTML_NAME]
     info["files"]["README.md"] = describe["README.md"]
     info["files"]["run.json"] = describe["run.json"]
     put("README.md", _workload_readme(command, info, table))
+    put(HTML_NAME, workload_page(info, summary, ranks, table, figures))
     put("run.json", json.dumps(info, indent=2, default=str) + "\n")
     return written
 
