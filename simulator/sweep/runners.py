@@ -8,6 +8,10 @@ do not depend on the runner.
 
 Lost points (a worker process that died, a Dask worker that was killed) come back as
 exceptions for which :func:`is_lost` is true; the sweep loop runs them again.
+
+Before a sweep starts on Dask, :func:`check_workers` makes sure every worker runs the
+same ccsim and Python versions as this process (the same point must give the same row
+wherever it runs).
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import platform
 import signal
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ..version import __version__
 from .point import run_point
 from .spec import Point, SweepError
 
@@ -181,6 +188,51 @@ class PoolRunner:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 
+def environment() -> dict[str, str]:
+    """What must be the same on the client and on every Dask worker: the ccsim and
+    Python versions (run on each worker by :func:`check_workers`).
+
+    >>> sorted(environment())
+    ['ccsim', 'python']
+    """
+    return {"ccsim": __version__, "python": platform.python_version()}
+
+
+def check_workers(client: Any) -> None:
+    """Refuse a Dask cluster whose workers run another ccsim or Python than this process.
+
+    Each connected worker runs :func:`environment`; a worker that cannot (ccsim not
+    installed there) counts as different. Raises :class:`SweepError` naming the workers
+    that differ and how to fix it. Workers that join later are not checked: start the
+    sweep once the workers are up (``client.wait_for_workers(n)``).
+    """
+    mine = environment()
+    found = client.run(environment, on_error="return")
+    wrong = []
+    for worker, theirs in sorted(found.items()):
+        if isinstance(theirs, BaseException):
+            wrong.append(f"{worker} cannot run ccsim ({type(theirs).__name__}: {theirs})")
+        elif theirs != mine:
+            wrong.append(f"{worker} has ccsim {theirs.get('ccsim')}, Python {theirs.get('python')}")
+    if wrong:
+        shown = "; ".join(wrong[:5]) + (f"; and {len(wrong) - 5} more" if len(wrong) > 5 else "")
+        raise SweepError(
+            f"{len(wrong)} of {len(found)} Dask workers differ from this process (ccsim "
+            f"{mine['ccsim']}, Python {mine['python']}): {shown}. Install the same ccsim "
+            "and Python on every worker (e.g. one environment on a shared filesystem) and "
+            "restart the workers"
+        )
+
+
+def dashboard_link(client: Any) -> str | None:
+    """The address of the Dask dashboard of ``client``'s scheduler, or None if it serves
+    none (the scheduler's environment lacks ``bokeh``)."""
+    try:
+        return client.dashboard_link
+    except (KeyError, AttributeError):
+        return None
+
+
 class DaskRunner:
     """Points as tasks on a Dask distributed cluster.
 
@@ -192,9 +244,12 @@ class DaskRunner:
         Scheduler address such as ``tcp://host:8786``, when no client is given (the
         client made for it is closed on close).
 
-    Workers need ccsim installed (the same version); points carry their topology preset
-    and workload spec as data, so workers need no access to the spec's files, except
-    graph and trace files, which are read by path.
+    Workers need ccsim installed (the same version and the same Python: checked by
+    :func:`check_workers` before any point is submitted); points carry their topology
+    preset and workload spec as data, so workers need no access to the spec's files,
+    except graph and trace files, which are read by path. Rows come back to this process
+    through Dask, which writes the results file. A client made here prints the Dask
+    dashboard's address on stderr.
     """
 
     def __init__(
@@ -217,6 +272,20 @@ class DaskRunner:
                 raise SweepError(
                     f"cannot reach the Dask scheduler at {address!r}: {error}"
                 ) from None
+            link = dashboard_link(client)
+            print(
+                f"ccsim: Dask dashboard at {link}"
+                if link
+                else "ccsim: the Dask scheduler serves no dashboard (install bokeh>=3.1 "
+                "where it runs)",
+                file=sys.stderr,
+            )
+        try:
+            check_workers(client)
+        except BaseException:
+            if self._own:
+                client.close()
+            raise
         self.client = client
         self.function = function
         threads = sum(client.nthreads().values()) or 1
