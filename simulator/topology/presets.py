@@ -17,7 +17,7 @@ from ..errors import TopologyError, shown, unknown_choice
 from ..files import load_data
 from .builders import cluster_graph, fabric_spec
 from .graph import validate_topology
-from .importers import GRAPH_SUFFIXES, read_graph
+from .importers import PRESET_SUFFIXES, import_graph, import_preset
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _TOP_KEYS = ("description", "fabric", "library", "name", "nccl", "server")
@@ -37,7 +37,11 @@ def preset_files() -> dict[str, Path]:
 
 
 def read_preset(path: Path) -> dict[str, Any]:
-    """Load a preset file and check its top-level keys."""
+    """Load a preset file (or a server in another format, see
+    :mod:`simulator.topology.importers`) and check its top-level keys."""
+    imported = import_preset(path)  # an NCCL topology XML; None for a preset file
+    if imported is not None:
+        return imported
     data = load_data(path, what="topology preset", fmt="yaml", error=TopologyError)
     if not isinstance(data, dict) or "server" not in data:
         raise TopologyError(f"{Path(path).name}: a preset is a mapping with a 'server' section")
@@ -72,7 +76,7 @@ def _preset_path(topology: str | Path) -> Path:
     if str(topology) in presets:
         return presets[str(topology)]
     path = Path(str(topology))
-    if path.suffix in (".yaml", ".yml"):
+    if path.suffix in (".yaml", ".yml", *PRESET_SUFFIXES):
         if not path.is_file():
             raise TopologyError(f"preset file {str(path)!r} not found")
         return path
@@ -91,8 +95,10 @@ def load_topology(
     Parameters
     ----------
     topology : str, Path or networkx.Graph
-        A bundled preset name (``ccsim topologies``), a preset ``.yaml`` file, a
-        ``.graphml`` or node-link ``.json`` graph file, or a graph.
+        A bundled preset name (``ccsim topologies``), a preset ``.yaml`` file, an NCCL
+        topology ``.xml`` (a server, as a preset), a ``.graphml`` or node-link ``.json``
+        graph file, an ASTRA-sim network ``.yml``, or a graph
+        (:mod:`simulator.topology.importers`).
     nodes : int, optional
         Number of servers of a preset (default 1). Graphs and graph files are whole
         topologies, so only None or 1 is accepted for them.
@@ -114,11 +120,10 @@ def load_topology(
     'leaf-spine'
     """
     path = None
-    if not isinstance(topology, nx.Graph) and Path(str(topology)).suffix in GRAPH_SUFFIXES:
-        path = Path(str(topology))
-        if not path.is_file():
-            raise TopologyError(f"graph file {str(path)!r} not found")
-        topology = read_graph(path)
+    if not isinstance(topology, nx.Graph):
+        graph = import_graph(topology)  # a whole-topology file; None for presets
+        if graph is not None:
+            path, topology = Path(str(topology)), graph
     if isinstance(topology, nx.Graph):
         source = path.name if path is not None else "the graph passed in"
         if nodes not in (None, 1) or fabric is not None:

@@ -1,9 +1,10 @@
-"""Reading a user's topology graph from GraphML or node-link JSON.
+"""Whole topology graphs from GraphML or node-link JSON files.
 
-The file holds the whole topology with the attributes of :mod:`.graph`. Values may be
-numbers in base units (bytes/s, seconds) or strings with units (``"400Gbps"``,
-``"8us"``); ranks may be integers or integer strings (GraphML often stores them so).
-Everything is checked by :func:`~.graph.validate_topology` afterwards.
+The file holds the whole topology with the attributes of
+:mod:`simulator.topology.graph`. Values may be numbers in base units (bytes/s, seconds)
+or strings with units (``"400Gbps"``, ``"8us"``); ranks may be integers or integer
+strings (GraphML often stores them so). Everything is checked by
+:func:`~simulator.topology.graph.validate_topology` afterwards.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from pathlib import Path
 
 import networkx as nx
 
-from ..errors import CcsimError, TopologyError, shown
-from ..files import load_data
-from ..units import parse_bandwidth, parse_time
-from .spec import parse_rate
+from ...errors import CcsimError, TopologyError, shown
+from ...files import load_data
+from ...units import parse_bandwidth, parse_time
+from ..spec import parse_rate
 
 GRAPH_SUFFIXES = (".graphml", ".json")
 
