@@ -21,6 +21,7 @@ from ..algorithms.multipath import split
 from ..algorithms.schedule import OPS, Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.protocol import PROTOCOLS, Protocol, calibration_of
+from ..network.faults import schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
@@ -154,6 +155,7 @@ def run_schedule(
     network = FlowNetwork(
         env, graph, link_efficiency=None if proto is None else calibration.efficiency
     )
+    schedule_link_faults(network)  # issue 16: a faulted graph's timed link degradations
     replay = ScheduleReplay(
         network,
         schedule,

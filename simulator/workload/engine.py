@@ -52,6 +52,7 @@ from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclSystem
 from ..library.nccl import NcclSystem
 from ..library.protocol import Protocol, calibration_of
+from ..network.faults import compute_scaler, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
@@ -130,6 +131,10 @@ class WorkloadReplay:
         calibrated protocol model (:mod:`simulator.library.protocol`) for every call,
         "auto" the fastest for each (None: the ideal model). Calls that name their own
         algorithm under NCCL run it with the fastest of its protocols.
+    compute_scale : callable, optional
+        ``compute_scale(rank, op index, start time)``: the factor on a compute op's
+        duration (a straggler's 2, jitter). Default: what a faulted graph asks for
+        (:func:`simulator.network.faults.compute_scaler`; none for a healthy one).
     """
 
     def __init__(
@@ -142,6 +147,7 @@ class WorkloadReplay:
         device: Device | None = None,
         reduce_bandwidth: float | None = None,
         protocol: str | None = None,
+        compute_scale: Callable[[int, int, float], float] | None = None,
     ):
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
@@ -189,6 +195,10 @@ class WorkloadReplay:
             graph,
             link_efficiency=None if self._given_protocol is None else self.calibration.efficiency,
         )
+        # Faults (issue 16, simulator.network.faults): slow GPUs and jitter scale compute
+        # durations; timed link degradations re-rate the network at their start and end.
+        self.compute_scale = compute_scale or compute_scaler(graph)
+        schedule_link_faults(self.network)
         self._protocols: dict[tuple, str] = {}
         self.device = device or graph_device(graph)
         self._gemm_times: dict[int, float] = {}  # id of an op's GEMM tuple -> seconds
@@ -312,7 +322,10 @@ class WorkloadReplay:
 
     def _start_compute(self, op: Op) -> None:
         self.records.start_s[op.index] = self.env.now
-        job = _Compute(op.index, self._work(op), self.env.now, self._rate(op.rank))
+        work = self._work(op)
+        if self.compute_scale is not None:  # a straggler or jitter (faults)
+            work *= self.compute_scale(op.rank, op.index, self.env.now)
+        job = _Compute(op.index, work, self.env.now, self._rate(op.rank))
         self._computing[op.rank].append(job)
         self._schedule_compute(op.rank, job)
 
