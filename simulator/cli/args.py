@@ -16,6 +16,7 @@ from ..collective.guards import (
 )
 from ..errors import CcsimError
 from ..files import check_writable, write_file
+from ..network.faults import apply_faults, load_faults
 
 
 def positive_int(text: str) -> int:
@@ -82,6 +83,25 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         "with it, link efficiencies, per-hop latencies (us) and launch overhead of the preset "
         "apply (default: none, the ideal line-rate model)",
     )
+    cmd.add_argument(
+        "--fault",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="a fault (repeatable): a YAML file of faults or one inline, e.g. "
+        "link=s0/nic0-leaf0:0.5 (that link at half bandwidth), kind=rdma:0.5,latency=2us, "
+        "server=3:0.25, rail=2:0.5,t0=1ms,t1=3ms, fail=s1/nic3 or fail=leaf0-spine1 (down; "
+        "routes avoid it), gpu=5:compute=2 (a straggler), "
+        "random:q=0.05,fraction=0.5,seed=1 (each link degraded with probability q); see "
+        "simulator/network/faults.py (default: a healthy cluster)",
+    )
+
+
+def with_faults(graph, args: argparse.Namespace):
+    """The topology with ``--fault`` applied (:func:`simulator.network.faults.apply_faults`;
+    the graph itself without faults)."""
+    faults = getattr(args, "fault", None)
+    return apply_faults(graph, load_faults(faults)) if faults else graph
 
 
 def add_max_flows_option(cmd: argparse.ArgumentParser) -> None:

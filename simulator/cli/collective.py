@@ -34,6 +34,7 @@ from .args import (
     parse_fraction,
     positive_int,
     root_of,
+    with_faults,
 )
 
 
@@ -199,6 +200,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
     args.root = root_of(args.op, args.root)
     check_run_size(args, sizes, [args.algo])
     graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
+    graph = with_faults(graph, args)
     layout = rank_layout(graph)
     args.algo = args.algo or library_of(graph)
     if args.fraction is not None and args.algo != "multipath":
@@ -267,6 +269,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
         f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks or args.algo} | "
         f"channels {args.channels or args.algo}"
+        + (f" | faults {' '.join(args.fault)}" if args.fault else "")
     )
     if args.format == "json":
         text = to_json(rows)
@@ -300,6 +303,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
                 "chunks": args.chunks,
                 "channels": args.channels,
                 "reduce_bandwidth_Bps": reduce_bw,
+                "faults": args.fault,
             },
             topology=args.topology,
         )

@@ -22,6 +22,7 @@ from .args import (
     parse_chunks,
     positive_int,
     root_of,
+    with_faults,
 )
 
 
@@ -129,7 +130,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         check_output_options(timeline=args.timeline, trace=args.trace)
     args.root = root_of(args.op, args.root)
     check_run_size(args, sizes, algorithms or ["auto"])  # no --algos: all that can run
-    graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
+    healthy = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
+    graph = with_faults(healthy, args)
     layout = rank_layout(graph)
     if not given:
         algorithms = runnable(graph, args.op, min(sizes))
@@ -151,13 +153,31 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     title = (
         f"ccsim compare {args.op} | topology {args.topology} x{args.nodes} | "
         f"{layout.ranks} ranks | chunks {args.chunks} | channels {args.channels} | busbw"
+        + (f" | faults {' '.join(args.fault)}" if args.fault else "")
     )
+    keys = COMPARE_KEYS
+    if graph is not healthy:  # which algorithm degrades least: each against itself healthy
+        keys = (*COMPARE_KEYS, "healthy_busbw_GBps", "busbw_kept")
+        baseline = compare(
+            healthy,
+            args.op,
+            sizes,
+            list(dict.fromkeys(row["algorithm"] for row in rows)),
+            chunks=args.chunks,
+            channels=args.channels,
+            reduce_bandwidth=reduce_bw,
+            root=args.root,
+            protocol=args.proto,
+        )
+        _add_healthy(rows, baseline)
     if args.format == "json":
         text = to_json(rows)
     elif args.format == "csv":
-        text = to_csv(rows, COMPARE_KEYS)
+        text = to_csv(rows, keys)
     else:
         text = compare_table(rows, title=title)
+        if graph is not healthy:
+            text += _kept_lines(rows)
     if args.plot:
         from ..viz.plots import save_plot  # matplotlib loads only when a plot is asked for
 
@@ -194,6 +214,34 @@ def _cmd_compare(args: argparse.Namespace) -> None:
             trace_ranks=args.trace_ranks,
         )
     emit(text, args.out)
+
+
+def _add_healthy(rows: list[dict], healthy: list[dict]) -> None:
+    """Add each row's busbw on the healthy cluster and the share of it kept under faults."""
+    same = {(row["size_bytes"], row["algorithm"]): row for row in healthy}
+    for row in rows:
+        base = same[(row["size_bytes"], row["algorithm"])]["busbw_GBps"]
+        row["healthy_busbw_GBps"] = base
+        row["busbw_kept"] = row["busbw_GBps"] / base if base else float("nan")
+
+
+def _kept_lines(rows: list[dict]) -> str:
+    """The table's answer to "which algorithm degrades least": busbw kept at the largest
+    size (where bandwidth, which faults take, matters most), most kept first."""
+    last = sorted(
+        (row for row in rows if row["size_bytes"] == rows[-1]["size_bytes"]),
+        key=lambda row: -row["busbw_kept"],
+    )
+    best = [row["algorithm"] for row in last if row["busbw_kept"] >= last[0]["busbw_kept"] - 1e-3]
+    kept = ", ".join(
+        f"{row['algorithm']} {row['busbw_kept']:.1%} ({row['healthy_busbw_GBps']:.2f} -> "
+        f"{row['busbw_GBps']:.2f} GB/s)"
+        for row in last
+    )
+    return (
+        f"# busbw kept under the faults at {last[0]['size_bytes']} B (faulted / healthy): "
+        f"{kept}\n# degrades least: {', '.join(best)}\n"
+    )
 
 
 def runnable(graph, op: str, size: float) -> list[str]:

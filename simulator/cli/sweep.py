@@ -166,6 +166,7 @@ def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
     from ..sweep import execute_sweep, load_spec
+    from ..sweep.seeds import SEED_AXIS
 
     check_outputs(args, "out")
     spec = load_spec(args.spec, max_flows=args.max_flows)
@@ -175,6 +176,31 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
         _interrupted(args, args.out)
         raise
     _summary(args, run, args.out)
+    if SEED_AXIS in spec.columns:  # random faults: the typical run and the bad ones
+        sys.stdout.write(_seed_table(spec, run.rows))
+
+
+def _seed_table(spec: Any, rows: list[dict[str, Any]]) -> str:
+    """Median and tail of the sweep's default metric over the fault seeds, per setting."""
+    from ..sweep import default_metric
+    from ..sweep.seeds import SEED_AXIS, STATISTICS, over_seeds
+
+    metric = default_metric(spec)
+    groups = over_seeds(rows, metric, spec.columns)
+    by = [axis for axis in spec.columns if axis != SEED_AXIS]
+    tail = "p10, min: the worst" if metric.endswith("GBps") else "p90, max: the worst"
+    header = [*by, "seeds", "failed", *STATISTICS]
+    table = [header]
+    for group in groups:
+        stats = ["-" if group[k] is None else f"{group[k]:.6g}" for k in STATISTICS]
+        labels = [spec.label(axis, group[axis]) for axis in by]
+        table.append([*labels, str(group["seeds"]), str(group["failed"]), *stats])
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = [f"# ccsim sweep {spec.name}: {metric} over {SEED_AXIS} ({tail})"]
+    for i, row in enumerate(table):
+        cells = "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True))
+        lines.append(("# " if i == 0 else "  ") + cells.rstrip())
+    return "\n".join(lines) + "\n"
 
 
 def _cmd_size(args: argparse.Namespace) -> None:

@@ -24,7 +24,7 @@ from ..workload.guards import check_generator, workload_estimate
 from ..workload.memory import MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
-from .args import add_max_flows_option, add_trace_options, check_outputs, emit
+from .args import add_max_flows_option, add_trace_options, check_outputs, emit, with_faults
 from .compare import add_model_options
 
 
@@ -266,6 +266,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     estimate = workload_estimate(workload, args.algo, cluster=cluster, protocol=args.proto)
     check_flows(estimate.plus(cluster.estimate()), args.max_flows)
     graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
+    graph = with_faults(graph, args)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     replay = WorkloadReplay(
         workload,
@@ -282,7 +283,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
     title = (
         f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
         f"{workload.ranks} ranks | algorithm {algorithm} | "
-        f"comm slowdown {args.comm_slowdown}" + (f" | protocol {args.proto}" if args.proto else "")
+        f"comm slowdown {args.comm_slowdown}"
+        + (f" | protocol {args.proto}" if args.proto else "")
+        + (f" | faults {' '.join(args.fault)}" if args.fault else "")
     )
     if args.format == "json":
         text = to_json(
@@ -334,6 +337,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
                 "protocol": args.proto,
                 "fabric": args.fabric,
                 "seed": args.seed,
+                "faults": args.fault,
             },
             topology=args.topology,
             workload=args.workload,

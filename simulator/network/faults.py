@@ -438,12 +438,7 @@ def _parse(data: Mapping, where: str) -> Fault:
             jitter=values.get("jitter", 0.0),
             distribution=values.get("dist", "lognormal"),
         )
-        if fault.q == 0 and fault.jitter == 0:
-            raise FaultError(
-                f"fault {where}: a random fault without q or jitter changes nothing; give "
-                "q=PROBABILITY (each link degraded with it) or jitter=SPREAD"
-            )
-        return fault
+        return fault  # q and jitter default to 0: a sweep's fault.q axis may give q
     target = data[head]
     if head == "fail":
         field_of.check(rest, (), "fail")
@@ -457,7 +452,7 @@ def _parse(data: Mapping, where: str) -> Fault:
         compute = field_of.factor(rest.get("compute", 1.0), "compute")
         reduce = field_of.factor(rest.get("reduce", 1.0), "reduce")
         t0, t1 = field_of.window(rest)
-        if compute == 1 and reduce == 1:
+        if "compute" not in rest and "reduce" not in rest:
             raise FaultError(
                 f"fault {where}: a GPU fault needs compute=X or reduce=Y (X, Y >= 1: how many "
                 "times slower), e.g. gpu=5:compute=2"
@@ -476,7 +471,7 @@ def _parse(data: Mapping, where: str) -> Fault:
     fraction = field_of.fraction(rest.get("fraction", 1.0))
     latency = field_of.time(rest.get("latency", 0.0), "latency")
     t0, t1 = field_of.window(rest)
-    if fraction == 1 and latency == 0:
+    if "fraction" not in rest and "latency" not in rest:
         raise FaultError(
             f"fault {where}: changes nothing; give the share of bandwidth left (e.g. "
             f"{head}={value}:0.5) or latency=8us"

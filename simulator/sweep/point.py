@@ -19,6 +19,7 @@ import networkx as nx
 from ..collective.policy import library_of
 from ..collective.simulate import simulate_collective
 from ..errors import CcsimError
+from ..network.faults import apply_faults
 from ..topology import fabric_spec, load_topology, preset
 from ..topology.graph import gpu_nodes
 from ..topology.presets import preset_graph
@@ -46,8 +47,9 @@ def build_topology(params: Mapping[str, Any]) -> nx.Graph:
 
     ``params`` needs ``topology`` (``{"name"}``, ``{"name", "data"}`` or
     ``{"graph", "path"}``), ``set`` (dotted path -> value), ``fabric``, ``nodes`` and
-    optionally ``seed``. A path may create keys the preset does not have
-    (``fabric.oversubscription``); the topology parser rejects unknown ones.
+    optionally ``seed`` and ``fault`` (:func:`~simulator.network.faults.apply_faults`).
+    A path may create keys the preset does not have (``fabric.oversubscription``); the
+    topology parser rejects unknown ones.
 
     Examples
     --------
@@ -56,6 +58,13 @@ def build_topology(params: Mapping[str, Any]) -> nx.Graph:
     >>> max(d["bandwidth"] for _, _, d in g.edges(data=True) if d["link"] == "rdma")
     50000000000.0
     """
+    graph = _preset_topology(params)
+    # The point's faults (issue 16), applied to a copy: a sweep may vary them.
+    return apply_faults(graph, params["fault"]) if params.get("fault") else graph
+
+
+def _preset_topology(params: Mapping[str, Any]) -> nx.Graph:
+    """The point's healthy graph (see :func:`build_topology`)."""
     topology = params["topology"]
     nodes = params.get("nodes") or 1
     if "graph" in topology:

@@ -14,6 +14,12 @@ A spec is YAML (or the same mapping in Python)::
     points:                             # optional: extra points, each a mapping of axes
       - {server.nic.bandwidth: 800Gbps, nodes: 2}
 
+Faults (:mod:`simulator.network.faults`): the scenario key ``fault`` holds a fault spec
+(inline strings, a list of them or a YAML file); a ``fault`` axis takes one spec per
+value (``none`` for a healthy cluster), and ``fault.q``, ``fault.fraction``,
+``fault.seed``... vary the options of its random fault (one is added if it has none),
+e.g. ``fault.q: [0, 0.05, 0.1]`` with ``fault.seed: {min: 0, max: 19, step: 1}``.
+
 Every value is parsed when the spec is loaded, so a typo in a name or a unit is reported
 before anything runs, naming the file and the field (``sweep.yaml: axes.size[2]: ...``).
 Combinations that only fail together (an algorithm that does not implement an
@@ -45,6 +51,13 @@ from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError, shown
 from ..files import load_data
 from ..library.protocol import PROTOCOLS
+from ..network.faults import (
+    FILE_SUFFIXES,
+    RANDOM_KEYS,
+    load_faults,
+    random_option,
+    with_random_option,
+)
 from ..topology.fabrics import FABRICS
 from ..topology.importers import GRAPH_SUFFIXES
 from ..topology.presets import preset_files as topology_files
@@ -70,6 +83,7 @@ COMMON_KEYS = (
     "algorithm",
     "reduce_bandwidth",
     "protocol",
+    "fault",
 )
 COLLECTIVE_KEYS = ("collective", "size", "chunks", "channels", "root")
 WORKLOAD_KEYS = ("workload", "comm_slowdown")
@@ -77,8 +91,10 @@ WORKLOAD_KEYS = ("workload", "comm_slowdown")
 SCALAR_AXES = tuple(
     key for key in COMMON_KEYS + COLLECTIVE_KEYS + WORKLOAD_KEYS if key not in ("set",)
 )
-#: Prefixes of the other axes: topology paths and workload generator parameters.
-PATH_PREFIXES = ("server.", "fabric.", "workload.")
+#: Prefixes of the other axes: topology paths, workload generator parameters and the
+#: options of the random fault (``fault.q``, ``fault.seed``...; see
+#: :mod:`simulator.network.faults`).
+PATH_PREFIXES = ("server.", "fabric.", "workload.", "fault.")
 _TOP_KEYS = ("name", "description", "scenario", "axes", "points")
 #: The algorithm value that means "what the topology's library runs" (nccl, or hccl on
 #: the Ascend presets): every point's default, as every command's is. Chunks and
@@ -474,11 +490,16 @@ class _Parser:
                     + _join(accepted),
                 )
             return
+        if name.startswith("fault."):
+            if name.split(".", 1)[1] not in RANDOM_KEYS:
+                valid = ", ".join(f"fault.{key}" for key in RANDOM_KEYS)
+                raise self.error(where, f"unknown fault axis {shown(name)}; valid: {valid}")
+            return
         raise self.error(
             where,
             f"unknown axis {shown(name)}; valid axes: {', '.join(SCALAR_AXES)}, a topology path "
             "(server.nic.bandwidth, server.intra.bandwidth, fabric.oversubscription, "
-            "fabric.latency...) or workload.PARAM",
+            "fabric.latency...), workload.PARAM or fault.OPTION (fault.q, fault.seed...)",
         )
 
     def axis(self, name: str, raw: Any) -> Axis:
@@ -553,7 +574,7 @@ class _Parser:
 
     def column(self, name: str, param: Any, label: str) -> Any:
         """The results column value of a param value: names for topology and workload."""
-        return label if name in ("topology", "workload") else param
+        return label if name in ("topology", "workload", "fault") else param
 
     def _value(self, name: str, raw: Any, where: str, scenario: bool) -> Any:
         if name == "collective":
@@ -602,7 +623,27 @@ class _Parser:
             return self.workload(raw, where, scenario=scenario)
         if name.startswith("workload."):
             return self.workload_value(name.split(".", 1)[1], raw, where)
+        if name == "fault":
+            return self.faults(raw)
+        if name.startswith("fault."):
+            return random_option(name.split(".", 1)[1], raw, where)
         return self.topology_value(name, raw, where)
+
+    def faults(self, raw: Any) -> list[dict[str, Any]]:
+        """A fault spec (an inline string, a YAML file, a list of them, or none/null for
+        a healthy cluster) as plain data; files are read now and travel with the point."""
+        if raw in (None, "none"):
+            return []
+        items = raw if isinstance(raw, list) else [raw]
+        local = [
+            str(self.folder / item)
+            if isinstance(item, str)
+            and item.lower().endswith(FILE_SUFFIXES)
+            and not Path(item).is_absolute()
+            else item
+            for item in items
+        ]
+        return load_faults(local).data()
 
     def integer(self, raw: Any, where: str, *, minimum: int) -> int:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
@@ -785,10 +826,14 @@ class _Parser:
         """The params of one point: the base scenario with the point's values applied."""
         params = copy.deepcopy(self.base)
         # A workload axis replaces the whole workload before its parameters are applied.
-        for name in sorted(combo, key=lambda n: n != "workload"):
+        # So does a fault axis before its random fault's options (fault.q, fault.seed...).
+        for name in sorted(combo, key=lambda n: n not in ("workload", "fault")):
             value = copy.deepcopy(combo[name])
             if name.startswith(("server.", "fabric.")):
                 params["set"][name] = value
+            elif name.startswith("fault."):
+                key = name.split(".", 1)[1]
+                params["fault"] = with_random_option(params.get("fault"), key, value)
             elif name.startswith("workload."):
                 if "generator" not in params["workload"]:
                     raise SweepError(f"{self.origin}: {name} needs a generator spec workload")
@@ -803,6 +848,13 @@ class _Parser:
             return self.base["set"].get(name)  # None: the preset's own value or default
         if name.startswith("workload."):
             return self.base["workload"].get(name.split(".", 1)[1])
+        if name == "fault":
+            return str(load_faults(self.base.get("fault"))) or "none"
+        if name.startswith("fault."):
+            for item in self.base.get("fault") or []:
+                if "random" in item:
+                    return item["random"].get(name.split(".", 1)[1])
+            return None
         value = self.base.get(name)
         if isinstance(value, dict):  # topology or workload: its name
             return value.get("name") or value.get("graph") or value.get("file")

@@ -29,6 +29,7 @@ import networkx as nx
 import numpy as np
 
 from ..collective.run import CollectiveResult
+from ..network.faults import fault_plan, link_mark, rank_marks
 from ..topology.graph import gpu_nodes
 from .links import MAX_WORK, LinkLoadTooLarge, link_load
 from .records import Counter, Phase, Timeline, Track
@@ -126,12 +127,14 @@ def collective_timeline(
     chunked = len(chunk) and int(chunk.max()) > 0
 
     servers = _servers(graph, p)
+    marks = rank_marks(graph)  # " [compute 2x]" on a slowed GPU's rows (faults)
     tracks: list[Track] = []
     for rank in range(p):
         group = "" if servers is None else f"server {servers[rank]}"
+        mark = marks[rank] if rank < len(marks) else ""
         for c in range(channels):
             name = f"rank {rank}" if channels == 1 else f"rank {rank} ch {c}"
-            tracks.append(Track(name, group, "streams", f"rank {rank}", rank))
+            tracks.append(Track(name + mark, group, "streams", f"rank {rank}", rank))
     track = src * channels + channel
 
     phases, phase_of_step = _phases(result, step, reduce, start, sent, end, phase_names)
@@ -166,7 +169,8 @@ def collective_timeline(
         "label": label,
     }
     counters: list[Counter] = []
-    notes: list[str] = []
+    plan = fault_plan(graph)
+    notes: list[str] = [f"faults: {plan.spec}"] if plan is not None else []
     if links and graph is not None:
         try:
             columns, args, counters = _add_links(
@@ -201,6 +205,7 @@ def collective_timeline(
             "size_bytes": result.size_bytes,
             "time_s": result.time_s,
             "notes": notes,
+            **({"faults": plan.spec} if plan is not None else {}),
         },
     )
 
@@ -277,7 +282,7 @@ def _add_links(graph, flows, tracks, columns, args, kinds, *, busy_label, max_wo
     for grp, link_type, kind_a, kind_b, j in rows:
         link = int(load.links[j])
         a, b = table.src_node[link], table.dst_node[link]
-        name = f"{a}→{b}"
+        name = f"{a}→{b}" + link_mark(graph, a, b)  # " [degraded 0.5x]" (faults)
         # A link out of or into a GPU belongs to that GPU's rank (for --trace-ranks).
         rank = rank_of.get(a, rank_of.get(b))
         tracks.append(Track(name, grp, "links", f"{link_type} {kind_a}→{kind_b}".strip(), rank))

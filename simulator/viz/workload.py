@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 import numpy as np
 
+from ..network.faults import fault_plan, rank_marks
 from ..topology.graph import gpu_nodes
 from ..workload.engine import WorkloadRun
 from ..workload.trace import Op, Workload
@@ -152,6 +153,7 @@ def workload_timeline(
     for op in workload.ops:
         streams[op.rank].setdefault(op.stream, None)
     used = {(op.rank, op.stream) for op in workload.ops}
+    marks = rank_marks(graph)  # " [compute 2x]" on a straggler's rows (faults)
     tracks: list[Track] = []
     index: dict[tuple[int, str], int] = {}
     for rank in range(ranks):
@@ -166,7 +168,8 @@ def workload_timeline(
                 group = f"server {servers[rank]}"
                 category = f"{group} {stream}"
             index[(rank, stream)] = len(tracks)
-            tracks.append(Track(f"rank {rank} {stream}", group, "streams", category, rank))
+            mark = marks[rank] if rank < len(marks) else ""
+            tracks.append(Track(f"rank {rank} {stream}{mark}", group, "streams", category, rank))
 
     kinds: dict[str, int] = {kind: i for i, kind in enumerate(KINDS)}
     labels: dict[str, int] = {}
@@ -209,6 +212,7 @@ def workload_timeline(
         for key, values in args.items()
     }
     step = float(np.nanmax(records.end_s)) if len(records.end_s) else 0.0
+    plan = fault_plan(graph)
     return Timeline(
         tracks=tracks,
         track=np.array(columns["track"], dtype=np.int64),
@@ -220,7 +224,13 @@ def workload_timeline(
         label=np.array(columns["label"], dtype=np.int64),
         args=arg_columns,
         title=workload_title(run, graph) if title is None else title,
-        meta={"workload": workload.name, "ranks": ranks, "step_s": step, "notes": []},
+        meta={
+            "workload": workload.name,
+            "ranks": ranks,
+            "step_s": step,
+            "notes": [f"faults: {plan.spec}"] if plan is not None else [],
+            **({"faults": plan.spec} if plan is not None else {}),
+        },
     )
 
 
