@@ -19,6 +19,8 @@ from ..units import parse_bandwidth, parse_size
 from ..viz.progress import simulated_time
 from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
+from ..workload.chakra import write_chakra
+from ..workload.devices import device_for
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
 from ..workload.memory import MemoryEstimate
@@ -34,7 +36,9 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "run",
         help="replay a training-step workload and break its step time down",
         description="Replay a workload (a preset name from 'ccsim workloads', a trace file "
-        ".json/.yaml, a generator spec, or a SimAI/AICB .txt file) on a topology and "
+        ".json/.yaml, a generator spec, a SimAI/AICB .txt file, or a Chakra trace: a "
+        "prefix of <prefix>.<rank>.et files, their folder, or one .et file as a one-rank "
+        "workload) on a topology and "
         "print where each rank's step time goes: compute, communication overlapped "
         "with compute, exposed communication, waiting for peers, pipeline bubble. "
         "Times in milliseconds; shares are fractions of the step time.",
@@ -135,7 +139,20 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="GENERATOR",
         help="one of: " + ", ".join(sorted(GENERATORS)),
     )
-    gen.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.json)")
+    gen.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="trace file to write: .json (ccsim's format), or .et for a Chakra trace, one "
+        "file a rank (x.et writes x.0.et, x.1.et, ...; ASTRA-sim's workload prefix is x)",
+    )
+    gen.add_argument(
+        "--device",
+        default=None,
+        metavar="GPU",
+        help="with --out *.et: also write each compute node's duration_micros as ccsim times "
+        "it on this GPU (A100, H100, ...), which ASTRA-sim replays without its roofline",
+    )
     gen.add_argument(
         "--model", default=None, metavar="NAME", help="model shape: " + ", ".join(sorted(MODELS))
     )
@@ -400,6 +417,16 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         )
     check_generator(args.generator, given, args.max_flows)
     workload = GENERATORS[args.generator](**given)
+    if args.out.endswith(".et"):  # a Chakra trace: one file a rank
+        device = device_for(args.device) if args.device else None
+        files = write_chakra(workload, args.out, device=device)
+        print(
+            f"wrote {files[0]} ... {files[-1].name} (Chakra): {workload.name}, "
+            f"{workload.ranks} ranks, {len(workload.ops)} ops; run it with ccsim run {args.out}"
+        )
+        return
+    if args.device:
+        raise CcsimError("--device applies to Chakra output (--out FILE.et) only")
     workload.save(args.out)
     print(f"wrote {args.out}: {workload.name}, {workload.ranks} ranks, {len(workload.ops)} ops")
 

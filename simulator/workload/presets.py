@@ -16,6 +16,7 @@ from ..errors import shown, unknown_choice
 from ..files import load_data
 from ..topology.presets import data_dir
 from .aicb import load_aicb
+from .chakra import is_chakra_source, load_chakra
 from .generators import GENERATORS
 from .guards import check_generator
 from .trace import FORMAT, Workload, WorkloadError, parse_workload
@@ -71,9 +72,12 @@ def from_spec(
 
 
 def resolve_workload(source: str | Path, *, max_flows: int | None = None) -> Workload:
-    """A preset name, a trace file (.json/.yaml), a spec file or an AICB file (.txt);
+    """A preset name, a trace file (.json/.yaml), a spec file, an AICB file (.txt) or a
+    Chakra trace (a ``.et`` file, a folder or a prefix of ``<prefix>.<rank>.et`` files);
     ``max_flows`` is the resource guard's limit for a spec's generator."""
     presets = preset_files()
+    if str(source) not in presets and is_chakra_source(source):
+        return load_chakra(source)
     path = presets.get(str(source), Path(str(source)))
     if not path.is_file():
         raise unknown_choice("workload (preset name or file)", str(source), presets)
