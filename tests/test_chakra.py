@@ -235,6 +235,24 @@ def test_groups_in_global_metadata_and_send_recv(tmp_path):
     assert result.step_s == pytest.approx((A + size / B) + (A + gather / 2 / B), rel=1e-9)
 
 
+def test_pytorch_host_side_and_control_dependencies(tmp_path):
+    """As PyTorch's converter writes a call: a CPU-side COMM_COLL_NODE (c10d::allreduce_,
+    is_cpu_op, 100 us, no comm_size) launching the kernel's node, whose control dependency
+    names the calling op, here absent from the file (older converters). Refused by
+    default with a pointer to ctrl_deps=False; with it, 100 us of CPU time then the
+    2-rank ring: 2 (a + n / (2 B))."""
+    n = 6_000_000
+    host = node(10, "c10d::allreduce_", COLL, [attr_bool("is_cpu_op", True)], duration_us=100)
+    kernel = coll(11, ALL_REDUCE, n, data_deps=[10], ctrl_deps=[3])
+    write_ranks(tmp_path / "pt", [[host, kernel], [host, kernel]])
+    with pytest.raises(CcsimError, match=r"node id 11 depends on node id 3.*ctrl_deps=False"):
+        load_chakra(tmp_path / "pt")
+    workload = load_chakra(tmp_path / "pt", ctrl_deps=False)
+    assert [op.stream for op in workload.ops[:2]] == ["cpu", "comm"]
+    _, result = run_workload(workload, ring_graph(2, B, A), algorithm="ring")
+    assert result.step_s == pytest.approx(100e-6 + 2 * (A + n / (2 * B)), rel=1e-9)
+
+
 def test_one_file_is_one_rank(tmp_path):
     """A single .et file is a one-rank workload: two dependent compute nodes of 1000 and
     500 us end at 1.5 ms."""
@@ -425,6 +443,12 @@ GOOD = coll(3, ALL_REDUCE, 1024)
             r"node id 4 depends on node id 99",
         ),
         (et_file(metadata(), coll(4, GATHER, 8)), r"node id 4.*comm_type 3 \(GATHER\)"),
+        (
+            et_file(
+                metadata(), coll(5, ALL_REDUCE, 8, ctrl_deps=[6]), coll(6, 0, 8, data_deps=[5])
+            ),
+            r"node ids \[5, 6\] form a cycle.*ctrl_deps=False",
+        ),
         (et_file(GOOD), r"first message is not a GlobalMetadata"),
         (b"", r"empty"),
         (et_file(metadata(), b"\x1a\x05\x01"), r"message 1 \(byte \d+\) is not a valid Chakra"),
@@ -436,6 +460,7 @@ GOOD = coll(3, ALL_REDUCE, 1024)
         "comm_size",
         "dependency",
         "gather",
+        "cycle",
         "no-metadata",
         "empty",
         "garbage",

@@ -39,14 +39,18 @@ How nodes map (:func:`load_chakra`)
     ``MEM_LOAD_NODE``, ``MEM_STORE_NODE``
         refused: ccsim does not model ASTRA-sim's remote memory.
 
+    A communication node marked ``is_cpu_op`` is the host side of a call (PyTorch's
+    ``c10d::allreduce_``): CPU time like a CPU compute node.
+
     ``data_deps`` and ``ctrl_deps`` are both dependencies (ASTRA-sim's feeder resolves
-    both). Streams: a GPU node's ``stream`` attribute (the CUDA stream PyTorch recorded)
-    names its stream; otherwise GPU compute runs on ``compute``, CPU nodes
-    (``is_cpu_op``) on ``cpu``, collectives and sends on ``comm`` and receives on
-    ``recv`` -- ASTRA-sim's one compute, one CPU and one communication resource per rank,
-    which lets receives through. A stream runs its nodes in dependency order, ties in
-    file order. ``involved_dim`` (ASTRA-sim's choice of network dimensions) and
-    ``comm_priority`` are ignored: ccsim routes on the topology.
+    both; ``ctrl_deps=False`` follows data only). Streams: a GPU node's ``stream``
+    attribute (the CUDA stream PyTorch recorded) names its stream; otherwise GPU compute
+    runs on ``compute``, CPU nodes (``is_cpu_op``) on ``cpu``, collectives and sends on
+    ``comm`` and receives on ``recv`` -- ASTRA-sim's one compute, one CPU and one
+    communication resource per rank, which lets receives through. A stream runs its
+    nodes in dependency order, ties in file order. ``involved_dim`` (ASTRA-sim's choice
+    of network dimensions) and ``comm_priority`` are ignored: ccsim routes on the
+    topology.
 
 What ccsim writes (:func:`write_chakra`, :func:`write_chakra_schedule`)
     Files ASTRA-sim reads (``GlobalMetadata`` version 0.0.4, the attribute types of
@@ -85,6 +89,11 @@ PG_NODE_NAME = "[pytorch|profiler|execution_trace|process_group:init]"
 _NAMES = {number: name for name, number in NODE_TYPES.items()}
 _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
 _PASSTHROUGH = (NODE_TYPES["METADATA_NODE"], NODE_TYPES["INVALID_NODE"])
+_MEMORY = (NODE_TYPES["MEM_LOAD_NODE"], NODE_TYPES["MEM_STORE_NODE"])
+_CTRL_HINT = (
+    "; older PyTorch converters wrote the calling op as one: "
+    "load_chakra(..., ctrl_deps=False) follows data_deps only"
+)
 _COMM_OPS = {
     COMM_TYPES["ALL_REDUCE"]: "all_reduce",
     COMM_TYPES["REDUCE"]: "reduce",
@@ -482,17 +491,19 @@ def _rank_ops(
     ranks: int,
     pgs: dict[str, _Group],
     groups: dict[str, dict],
+    ctrl_deps: bool = True,
 ) -> list[dict]:
     path, nodes = file.path, file.nodes
     position = {node.id: pos for pos, node in enumerate(nodes)}
     preds: list[list[int]] = []
     for node in nodes:
         deps = []
-        for dep in dict.fromkeys([*node.data_deps, *node.ctrl_deps]):
+        for dep in dict.fromkeys([*node.data_deps, *(node.ctrl_deps if ctrl_deps else ())]):
             if dep not in position:
+                control = dep not in node.data_deps
                 raise ChakraError(
                     f"{path}: node id {node.id} depends on node id {dep}, which the file "
-                    "does not hold"
+                    "does not hold" + (f" (a control dependency{_CTRL_HINT})" if control else "")
                 )
             if dep == node.id:
                 raise ChakraError(f"{path}: node id {node.id} depends on itself")
@@ -502,8 +513,12 @@ def _rank_ops(
     if len(order) < len(nodes):
         placed = set(order)
         stuck = [nodes[pos].id for pos in range(len(nodes)) if pos not in placed][:6]
+        data_only = [[position[d] for d in node.data_deps if d in position] for node in nodes]
+        hint = ""
+        if ctrl_deps and len(_topological(len(nodes), data_only)) == len(nodes):
+            hint = f"; the control dependencies close it{_CTRL_HINT}"
         raise ChakraError(
-            f"{path}: the dependencies of node ids {stuck} form a cycle; none can start"
+            f"{path}: the dependencies of node ids {stuck} form a cycle; none can start{hint}"
         )
     op_id = [f"{path.name}:{node.id}" for node in nodes]
     forwarded: dict[int, list[str]] = {}  # metadata and invalid nodes: their deps
@@ -526,7 +541,9 @@ def _rank_ops(
         label = attrs.get("ccsim_label", node.name)
         if label:
             op["label"] = str(label)
-        if node.type == NODE_TYPES["COMP_NODE"]:
+        if node.type == NODE_TYPES["COMP_NODE"] or (cpu and node.type not in _MEMORY):
+            # A communication node on the CPU is the host side of a call (PyTorch's
+            # c10d::allreduce_ launching the NCCL kernel node): its time on the CPU.
             op.update(kind="compute", **_compute_fields(attrs, node, where))
             default = "cpu" if cpu else "compute"
         elif node.type == NODE_TYPES["COMM_COLL_NODE"]:
@@ -613,13 +630,18 @@ def _collective_fields(
 
 
 def load_chakra(
-    source: str | Path, *, groups: Mapping[str, Sequence[int]] | None = None
+    source: str | Path,
+    *,
+    groups: Mapping[str, Sequence[int]] | None = None,
+    ctrl_deps: bool = True,
 ) -> Workload:
     """Read a Chakra trace (a prefix, a folder or one file) as a :class:`Workload`.
 
     ``groups`` maps process-group names to their ranks, as ASTRA-sim's
-    ``--comm-group-configuration`` JSON does, for traces that do not define them. See
-    the module docstring for what is mapped and how.
+    ``--comm-group-configuration`` JSON does, for traces that do not define them.
+    ``ctrl_deps=False`` follows ``data_deps`` only, for traces whose control
+    dependencies record the calling op rather than an order (older PyTorch converters;
+    they can close cycles). See the module docstring for what is mapped and how.
     """
     paths = chakra_files(source)
     files = [read_chakra_file(path) for path in paths]
@@ -628,7 +650,7 @@ def load_chakra(
     ccsim_groups: dict[str, dict] = {}
     ops: list[dict] = []
     for rank, file in enumerate(files):
-        ops.extend(_rank_ops(file, rank, ranks, pgs, ccsim_groups))
+        ops.extend(_rank_ops(file, rank, ranks, pgs, ccsim_groups, ctrl_deps))
     if not ops:
         raise ChakraError(f"{source}: the trace holds no compute or communication node")
     first = files[0]
