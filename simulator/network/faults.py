@@ -373,15 +373,20 @@ def _inline_mapping(text: str, where: str | None = None) -> dict[str, Any]:
     if head == "random":
         items["random"] = _options(options, where, allow_number=False) if colon else {}
         return items
-    what, equals, target = head.partition("=")
-    if not equals or not target:
+    what, equals, target = (part.strip() for part in head.partition("="))
+    if not equals or not target or what not in (*MATCH_BY, "fail", "gpu"):
         raise FaultError(
             f"fault {where}: expected WHAT=TARGET[:OPTIONS] with WHAT one of "
             f"{', '.join((*MATCH_BY, 'fail', 'gpu'))}, or random:OPTIONS; e.g. {_EXAMPLE}"
         )
-    items[what.strip()] = target.strip()
+    if what == "fail" and colon:
+        raise FaultError(
+            f"fault {where}: fail=NAME takes no options (a failure is total and lasts the "
+            "whole run); to slow a link instead write link=A-B:FRACTION"
+        )
+    items[what] = target
     if colon:
-        items.update(_options(options, where, allow_number=what.strip() in MATCH_BY))
+        items.update(_options(options, where, allow_number=what in MATCH_BY))
     return items
 
 
