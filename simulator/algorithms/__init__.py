@@ -79,4 +79,22 @@ def build_schedule(
     return algo.build(op, layout, size_bytes, **options)
 
 
-__all__ = ["Algorithm", "RankLayout", "algorithm_names", "build_schedule", "get_algorithm"]
+def build_quotient(
+    algorithm: str, op: str, layout: RankLayout, size_bytes: float, period: int, **options
+) -> Schedule | None:
+    """The representatives of ``algorithm``'s schedule under a shift of ``period`` ranks,
+    built directly (:meth:`Algorithm.quotient`), or None where it does not build them."""
+    algo = get_algorithm(algorithm)
+    if algo.unsupported(op, layout) is not None or not size_bytes > 0:
+        return None
+    return algo.quotient(op, layout, size_bytes, period, **options)
+
+
+__all__ = [
+    "Algorithm",
+    "RankLayout",
+    "algorithm_names",
+    "build_quotient",
+    "build_schedule",
+    "get_algorithm",
+]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CcsimError
+from .schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,19 @@ class Algorithm(ABC):
         self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
     ):
         """Return the :class:`~simulator.algorithms.schedule.Schedule` for this op and size."""
+
+    def quotient(
+        self, op: str, layout: RankLayout, size_bytes: float, period: int, **options
+    ) -> Schedule | None:
+        """The schedule's ops whose sender is one of ranks ``0..period-1``, with every
+        dependency pointing at the one of these ops that stands for it (its image under a
+        shift of whole periods), built without the full schedule; None when this
+        algorithm does not build it directly or the schedule does not repeat itself
+        every ``period`` ranks. It must equal
+        :func:`simulator.collective.symmetry.schedule_quotient` of :meth:`build`'s
+        schedule (tests hold it to that), which simulates ranks ``period`` apart once.
+        """
+        return None
 
 
 def check_positive_int(value: object, name: str) -> int:

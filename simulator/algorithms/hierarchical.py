@@ -47,7 +47,15 @@ import numpy as np
 
 from ..errors import unknown_choice
 from .base import Algorithm, RankLayout, check_positive_int
-from .builder import Fifo, LastWriter, OpBuffer, mesh_phase, replicate_channels, ring_phase
+from .builder import (
+    NONE,
+    Fifo,
+    LastWriter,
+    OpBuffer,
+    mesh_phase,
+    replicate_channels,
+    ring_phase,
+)
 from .schedule import Schedule
 
 TWO_LEVEL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -181,7 +189,10 @@ def two_level_schedule(
         # Local block id of (row j, column t, chunk k), as ids[j, k, t].
         j, k, t = np.ix_(np.arange(g), np.arange(K), np.arange(N))
         ids = (j * N + t) * K + k
-        intra_blocks = np.broadcast_to(ids[None], (N, g, K, N))  # ring s, position j: row j
+        # Ring s, position j: row j, its N columns side by side, listed from column s on
+        # (the order does not change the timing; it makes server s + 1's ops the images
+        # of server s's in op order, which the symmetry finder matches them by).
+        intra_blocks = ids[:, :, _rotations(N)].transpose(2, 0, 1, 3)
         inter_blocks = ids.transpose(0, 2, 1)[:, :, :, None]  # ring j, position t: block (j, t)
         # Block (j, t) ends its inter-server reduce-scatter on rank (t, j).
         owner = np.broadcast_to(groups.T[:, :, None], (g, N, K)).ravel()
@@ -211,7 +222,7 @@ def two_level_schedule(
         s, j, k = np.ix_(np.arange(N), np.arange(g), np.arange(K))
         ids = (s * g + j) * K + k
         inter_blocks = ids.transpose(1, 0, 2)[:, :, :, None]  # ring j, position s, chunk k
-        intra_blocks = np.broadcast_to(ids.transpose(1, 2, 0)[None], (N, g, K, N))
+        intra_blocks = ids.transpose(1, 2, 0)[:, :, _rotations(N)].transpose(2, 0, 1, 3)
         owner = np.repeat(groups.ravel(), K)
         reduce = op == "reduce_scatter"
         in_server = (intra_phase, groups, intra_blocks, intra_stream, intra_steps)
@@ -235,6 +246,172 @@ def two_level_schedule(
         segment_owner=np.tile(owner, L),
         params={"servers": N, "ranks_per_server": g, **({"intra": intra} if mesh else {})},
     )
+
+
+def two_level_quotient(
+    algorithm: str, groups: np.ndarray, size_bytes: float, servers: int, *, chunks: int = 1
+) -> Schedule:
+    """The ops sent by the first ``servers`` servers of one channel of
+    :func:`two_level_schedule`'s all-reduce (one slice, rings inside servers), each
+    dependency pointing at the op of those servers that stands for it: the same op
+    ``servers`` servers (or a multiple) away. Built from closed-form indices, in
+    ``servers / N`` of the full schedule's time and memory; equal to
+    :func:`simulator.collective.symmetry.schedule_quotient` of the full schedule (a test
+    holds it to that, array by array).
+
+    Each phase below says which op last wrote a block, as :class:`LastWriter` would
+    have recorded it: a ring position receives from the one before it, at step ``x``
+    block ``i - x - 2`` in a reduce-scatter (its own block at the last step) and block
+    ``i - x - 1`` in an all-gather; rows inside servers, columns across them.
+    """
+    N, g = groups.shape
+    S, K = servers, chunks
+    p = N * g
+    block_bytes = size_bytes / (g * N * K)
+    buf = OpBuffer()
+    none = NONE
+
+    def fold(server):  # the representative server of a server index (any integer)
+        return np.mod(server, S)
+
+    # --- index formulas of the four phases' ops, in the order they are added --------
+    n_intra = (g - 1) * K * S * g * N  # per in-server phase
+    n_inter = (N - 1) * K * g * S  # per inter-server phase
+    base_b, base_c = n_intra, n_intra + n_inter
+    base_d = n_intra + 2 * n_inter
+
+    def intra_id(base, s, k, q, j, w):
+        return base + (((s * K + k) * S + fold(q)) * g + np.mod(j, g)) * N + np.mod(w, N)
+
+    def inter_id(base, s, k, j, t):
+        return base + ((s * K + k) * g + j) * S + fold(t)
+
+    def block(row, col, k):
+        return (np.mod(row, g) * N + np.mod(col, N)) * K + k
+
+    # Intra-server phases: (step s, chunk k, server q, position j, width w), column
+    # (w + q) mod N as two_level_schedule lists a server's side-by-side blocks.
+    s, k, q, j, w = np.meshgrid(
+        np.arange(g - 1), np.arange(K), np.arange(S), np.arange(g), np.arange(N), indexing="ij"
+    )
+    s, k, q, j, w = (a.ravel() for a in (s, k, q, j, w))
+    col = w + q
+    src, dst = groups[q, j], groups[q, (j + 1) % g]
+    # 1. reduce-scatter inside servers: row j - s - 1.
+    prev = np.where(s > 0, intra_id(0, s - 1, k, q, j - 1, w), none)
+    fifo = np.where(
+        k > 0,
+        intra_id(0, s, k - 1, q, j, N - 1),
+        np.where(s > 0, intra_id(0, s - 1, K - 1, q, j, N - 1), none),
+    )
+    buf.add(
+        src, dst, block(j - s - 1, col, k), block_bytes, reduce=True, step=s, chunk=k,
+        deps=[(prev, False), (none, False), (fifo, True)],
+    )  # fmt: skip
+
+    # Inter-server phases: (step s, chunk k, ring j, position t).
+    s2, k2, r2, t2 = np.meshgrid(
+        np.arange(N - 1), np.arange(K), np.arange(g), np.arange(S), indexing="ij"
+    )
+    s2, k2, r2, t2 = (a.ravel() for a in (s2, k2, r2, t2))
+    src2, dst2 = groups[t2, r2], groups[(t2 + 1) % N, r2]
+    last_rs = g - 2  # the in-server reduce-scatter's last step
+    # 2. reduce-scatter across servers: column t - s - 1 of row j.
+    c = t2 - s2 - 1
+    into_src = np.where(
+        s2 > 0,
+        inter_id(base_b, s2 - 1, k2, r2, t2 - 1),
+        intra_id(0, last_rs, k2, t2, r2 - 1, c - t2),
+    )
+    into_dst = intra_id(0, last_rs, k2, t2 + 1, r2 - 1, c - (t2 + 1))
+    fifo = np.where(
+        k2 > 0,
+        inter_id(base_b, s2, k2 - 1, r2, t2),
+        np.where(s2 > 0, inter_id(base_b, s2 - 1, K - 1, r2, t2), none),
+    )
+    after = [
+        (np.where(s2 == 0, intra_id(0, last_rs, k2, t2, r2 - 1, width), none), False)
+        for width in range(N)
+    ]
+    buf.add(
+        src2, dst2, block(r2, c, k2), block_bytes, reduce=True, step=g - 1 + s2, chunk=k2,
+        deps=[(into_src, False), (into_dst, False), (fifo, True), *after],
+    )  # fmt: skip
+    # 3. all-gather across servers: column t - s of row j.
+    c = t2 - s2
+    into_src = np.where(
+        s2 > 0,
+        inter_id(base_c, s2 - 1, k2, r2, t2 - 1),
+        inter_id(base_b, N - 2, k2, r2, t2 - 1),
+    )
+    into_dst = np.where(
+        s2 > 0,
+        inter_id(base_b, s2 - 1, k2, r2, t2),
+        intra_id(0, last_rs, k2, t2 + 1, r2 - 1, c - (t2 + 1)),
+    )
+    fifo = np.where(
+        k2 > 0,
+        inter_id(base_c, s2, k2 - 1, r2, t2),
+        np.where(
+            s2 > 0,
+            inter_id(base_c, s2 - 1, K - 1, r2, t2),
+            inter_id(base_b, N - 2, K - 1, r2, t2),
+        ),
+    )
+    after = np.where(s2 == 0, inter_id(base_b, N - 2, k2, r2, t2 - 1), none)
+    buf.add(
+        src2, dst2, block(r2, c, k2), block_bytes, reduce=False, step=g - 1 + N - 1 + s2,
+        chunk=k2, deps=[(into_src, False), (into_dst, False), (fifo, True), (after, False)],
+    )  # fmt: skip
+
+    # 4. all-gather inside servers: row j - s, each column from where it was completed.
+    row = j - s
+    column = np.mod(col, N)
+    own = column == q  # the server's own column was completed by the reduce-scatter
+    gathered = np.mod(q - 1 - column, N)  # the all-gather step that brought the column
+    into_src = np.where(
+        s > 0,
+        intra_id(base_d, s - 1, k, q, j - 1, w),
+        np.where(
+            own,
+            inter_id(base_b, N - 2, k, j, q - 1),
+            inter_id(base_c, np.minimum(gathered, N - 2), k, j, q - 1),
+        ),
+    )
+    into_dst = np.where(s > 0, intra_id(0, s - 1, k, q, j, w), none)
+    fifo = np.where(
+        k > 0,
+        intra_id(base_d, s, k - 1, q, j, N - 1),
+        np.where(
+            s > 0,
+            intra_id(base_d, s - 1, K - 1, q, j, N - 1),
+            intra_id(0, last_rs, K - 1, q, j, N - 1),
+        ),
+    )
+    after = np.where(s == 0, inter_id(base_c, N - 2, k, j, q - 1), none)
+    buf.add(
+        src, dst, block(row, col, k), block_bytes, reduce=False,
+        step=g - 1 + 2 * (N - 1) + s, chunk=k,
+        deps=[(into_src, False), (into_dst, False), (fifo, True), (after, False)],
+    )  # fmt: skip
+    owner = np.broadcast_to(groups.T[:, :, None], (g, N, K)).ravel()
+    return buf.schedule(
+        op="all_reduce",
+        algorithm=algorithm,
+        ranks=p,
+        size_bytes=size_bytes,
+        segment_owner=owner,
+        params={"servers": N, "ranks_per_server": g},
+    )
+
+
+def _rotations(n: int) -> np.ndarray:
+    """``rotations[s]`` lists ``0..n-1`` starting from ``s``.
+
+    >>> _rotations(3).tolist()
+    [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    """
+    return (np.arange(n)[:, None] + np.arange(n)) % n
 
 
 class Hierarchical(Algorithm):
@@ -268,5 +445,34 @@ class Hierarchical(Algorithm):
             self.name, op, server_groups(layout), size_bytes / C, intra=intra,
             **({"slices": K} if self.slices else {"chunks": K}),
         )  # fmt: skip
+        one.params.update(chunks=K)
+        return replicate_channels(one, C, size_bytes)
+
+    def quotient(
+        self,
+        op: str,
+        layout: RankLayout,
+        size_bytes: float,
+        period: int,
+        *,
+        chunks: int = 1,
+        channels: int = 1,
+        intra: str = "ring",
+        **options,
+    ) -> Schedule | None:
+        """The all-reduce's ops on the first ``period / g`` servers
+        (:func:`two_level_quotient`), for servers numbered rank by rank; None otherwise
+        (other operations, the pipelined slices, a mesh inside servers)."""
+        groups = server_groups(layout)
+        if options or op != "all_reduce" or self.slices or intra != "ring" or groups is None:
+            return None
+        N, g = groups.shape
+        if N < 2 or g < 2 or period % g or N % (period // g) or period >= layout.ranks:
+            return None
+        if not np.array_equal(groups.ravel(), np.arange(layout.ranks)):
+            return None
+        K = check_positive_int(chunks, "chunks")
+        C = check_positive_int(channels, "channels")
+        one = two_level_quotient(self.name, groups, size_bytes / C, period // g, chunks=K)
         one.params.update(chunks=K)
         return replicate_channels(one, C, size_bytes)

@@ -56,12 +56,45 @@ class Ring(Algorithm):
     def build(
         self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
     ) -> Schedule:
+        return self._build(op, layout, size_bytes, chunks, channels, layout.ranks)
+
+    def quotient(
+        self,
+        op: str,
+        layout: RankLayout,
+        size_bytes: float,
+        period: int,
+        *,
+        chunks: int = 1,
+        channels: int = 1,
+        **options,
+    ) -> Schedule | None:
+        """The ops of the ranks ``0..period-1`` alone (see :meth:`Algorithm.quotient`):
+        when every ring's order repeats itself ``period`` positions on, ``period`` ranks
+        on, they are its first ``period`` positions, and position 0 receives from
+        position ``period - 1`` (the representative of position ``p - 1``). Built in
+        ``period / p`` of the full schedule's time and memory."""
+        p = layout.ranks
+        if options or op not in Ring.ops or period < 1 or period >= p or p % period:
+            return None  # other options (a chain's root) are not the ring's
+        C = check_positive_int(channels, "channels")
+        for order in ring_orders(layout, C):
+            head = order[:period]
+            if head.max() >= period or not np.array_equal(order[period:], order[:-period] + period):
+                return None
+        return self._build(op, layout, size_bytes, chunks, channels, period)
+
+    def _build(
+        self, op: str, layout: RankLayout, size_bytes: float, chunks: int, channels: int, q: int
+    ) -> Schedule:
+        """The ops of ring positions ``0..q-1`` (all of them for ``q = p``), each
+        receiving from position ``i - 1 mod q``."""
         p = layout.ranks
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
         half = p - 1
         steps = 2 * half if op == "all_reduce" else half
-        per_channel = steps * K * p
+        per_channel = steps * K * q
         chunk_bytes = float(size_bytes) / (C * p * K)
 
         # int32 throughout: a 1024-rank ring has 8 M ops, and memory is the limit there.
@@ -71,7 +104,7 @@ class Ring(Algorithm):
             for a in np.meshgrid(
                 np.arange(steps, dtype=index),
                 np.arange(K, dtype=index),
-                np.arange(p, dtype=index),
+                np.arange(q, dtype=index),
                 indexing="ij",
                 copy=True,
             )
@@ -88,9 +121,9 @@ class Ring(Algorithm):
             reducing = in_rs
         # Dependencies: the block must have arrived (data), and the channel must have sent
         # the chunk before this one (FIFO); -1 marks "none".
-        data_dep = np.where(s > 0, ((s - 1) * K + k) * p + (i - 1) % p, -1)
+        data_dep = np.where(s > 0, ((s - 1) * K + k) * q + (i - 1) % q, -1)
         fifo_dep = np.where(
-            k > 0, (s * K + k - 1) * p + i, np.where(s > 0, ((s - 1) * K + K - 1) * p + i, -1)
+            k > 0, (s * K + k - 1) * q + i, np.where(s > 0, ((s - 1) * K + K - 1) * q + i, -1)
         )
         deps = np.stack([data_dep, fifo_dep], axis=1).astype(index)
         del data_dep, fifo_dep

@@ -109,6 +109,45 @@ class Schedule:
         """Number of data blocks the buffer is cut into."""
         return len(self.segment_owner)
 
+    def subset(self, ops: np.ndarray, index: np.ndarray) -> Schedule:
+        """The schedule of ``ops`` alone, each dependency ``d`` becoming ``index[d]`` (an
+        op of the subset: the caller maps dependencies outside it onto ops inside).
+
+        >>> from simulator.algorithms import build_schedule
+        >>> from simulator.algorithms.base import RankLayout
+        >>> full = build_schedule("ring", "all_gather", RankLayout(3), 3e3)
+        >>> full.dep_idx[full.dep_ptr[3] : full.dep_ptr[4]].tolist()  # op 3 waits for 2 and 0
+        [2, 0]
+        >>> part = full.subset(np.array([0, 3]), np.array([0, 0, 0, 1, 1, 1]))
+        >>> part.n_ops, part.dep_idx.tolist()
+        (2, [0, 0])
+        """
+        ops = np.asarray(ops, dtype=np.int64)
+        rows = np.diff(self.dep_ptr)[ops]
+        dep_ptr = np.zeros(len(ops) + 1, dtype=np.int64)
+        np.cumsum(rows, out=dep_ptr[1:])
+        entries = csr_gather(self.dep_ptr, np.arange(len(self.dep_idx)), ops)
+        return Schedule(
+            op=self.op,
+            algorithm=self.algorithm,
+            ranks=self.ranks,
+            size_bytes=self.size_bytes,
+            src=self.src[ops],
+            dst=self.dst[ops],
+            nbytes=self.nbytes[ops],
+            segment=self.segment[ops],
+            reduce=self.reduce[ops],
+            dep_ptr=dep_ptr,
+            dep_idx=np.asarray(index, dtype=np.int64)[self.dep_idx[entries]],
+            dep_sent=self.dep_sent[entries],
+            segment_owner=self.segment_owner,
+            channel=self.channel[ops],
+            step=self.step[ops],
+            chunk=self.chunk[ops],
+            path=self.path[ops],
+            params=dict(self.params),
+        )
+
     def check_structure(self) -> None:
         """Check array shapes, index ranges and that the dependencies form a DAG."""
         n = self.n_ops
@@ -222,6 +261,9 @@ class Schedule:
 
 def csr_gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Concatenate ``idx[ptr[r]:ptr[r+1]]`` for every ``r`` in ``rows``, vectorised."""
+    if len(rows) == 1:  # the common case in event-by-event replays: a plain slice
+        row = int(rows[0])
+        return idx[ptr[row] : ptr[row + 1]]
     starts = ptr[rows]
     lengths = ptr[rows + 1] - starts
     total = int(lengths.sum())

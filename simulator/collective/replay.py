@@ -52,6 +52,11 @@ class ScheduleReplay:
 
     ``rank_map[r]`` is the topology rank that plays schedule rank ``r`` (identity by
     default), so a schedule can run on a subset of the GPUs.
+
+    A *quotient* schedule (:mod:`simulator.collective.symmetry`) runs with ``weight``, the
+    number of flows each op's flow stands for, and ``period``: ranks ``period`` apart
+    share one proxy and one reducer, those of the rank in ``0..period-1`` (the network's
+    link classes must be set to match).
     """
 
     def __init__(
@@ -63,6 +68,8 @@ class ScheduleReplay:
         reduce_bandwidth: np.ndarray | None = None,
         on_rank_done: Callable[[np.ndarray], None] | None = None,
         protocol: Protocol | None = None,
+        weight: np.ndarray | None = None,
+        period: int | None = None,
     ):
         self.env: simpy.Environment = network.env
         self.network = network
@@ -76,15 +83,24 @@ class ScheduleReplay:
         if reduce_bandwidth is None:
             reduce_bandwidth = reduce_bandwidths(network.graph)
         reduce_bandwidth = np.asarray(reduce_bandwidth, dtype=float)
+        self._weight = None if weight is None else np.asarray(weight, dtype=float)
+        # Rank whose proxy and reducer stand for each rank's (itself without a period).
+        self._local = (
+            self._dst if period is None else self._dst % period,
+            self._src if period is None else self._src % period,
+        )
+        orbit = 1 if period is None else schedule.ranks // period
         # Reductions run on the receiving GPU at its reduce bandwidth, and the reductions a
         # GPU has in progress (from any collective on this network) share it: each one is
         # a flow on a per-GPU "reducer" link of that capacity. None when they are free.
         self._reducer = None
         if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
             self._reducer = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
-            for rank in np.unique(self._dst[schedule.reduce]).tolist():
+            for rank in np.unique(self._local[0][schedule.reduce]).tolist():
                 if np.isfinite(reduce_bandwidth[rank]):
-                    self._reducer[rank] = network.reducer_route(rank, reduce_bandwidth[rank])
+                    self._reducer[rank] = network.reducer_route(
+                        rank, reduce_bandwidth[rank], class_size=orbit
+                    )
         # With a protocol, flows carry more bytes than the data (LL's flags) and each
         # transfer's step costs at least the protocol's per-hop latency for its path.
         self._protocol = protocol
@@ -156,7 +172,7 @@ class ScheduleReplay:
                 self._send(ops[~network], routes[~network])
                 ops, routes = ops[network], routes[network]
                 ready = proxy_queue(
-                    self._proxy_free, self._src[ops], self._proxy_busy(ops), self.env.now
+                    self._proxy_free, self._local[1][ops], self._proxy_busy(ops), self.env.now
                 )
                 self._at(
                     self._proxy_wait(ready),
@@ -169,7 +185,8 @@ class ScheduleReplay:
         """Start the flows of ``ops`` now."""
         if len(ops):
             self._flow_start[ops] = self.env.now
-            self.network.add_flows(self._owner, ops, routes, self._wire[ops])
+            weight = None if self._weight is None else self._weight[ops]
+            self.network.add_flows(self._owner, ops, routes, self._wire[ops], weight)
 
     def _proxy_busy(self, ops: np.ndarray) -> np.ndarray:
         """Proxy time of each network transfer: one protocol message per
@@ -225,9 +242,16 @@ class ScheduleReplay:
         succ = csr_gather(ptr, idx, ops)
         if len(succ) == 0:
             return
-        ids, counts = np.unique(succ, return_counts=True)
-        self._pending[ids] -= counts.astype(np.int32)
-        self._launch(ids[self._pending[ids] == 0])
+        # The common case in a step of a quotient or a small schedule is one successor:
+        # plain indexing, no sort.
+        if len(succ) == 1:
+            self._pending[succ] -= 1
+            if self._pending[succ[0]] == 0:
+                self._launch(succ)
+            return
+        np.subtract.at(self._pending, succ, 1)
+        ready = succ[self._pending[succ] == 0]
+        self._launch(np.unique(ready) if len(ready) > 1 else ready)
 
     def on_sent(self, ops: np.ndarray) -> None:
         """Network callback: the last byte of these flows left (a reduction flow, with id
@@ -272,7 +296,7 @@ class ScheduleReplay:
             return delay
         these = ops[network]
         ready = proxy_queue(
-            self._proxy_free, self._dst[these], self._proxy_busy(these), self.env.now
+            self._proxy_free, self._local[0][these], self._proxy_busy(these), self.env.now
         )
         if self._protocol.name != "Simple":
             return delay
@@ -285,7 +309,7 @@ class ScheduleReplay:
         if self._reducer is None or len(ops) == 0:
             self._complete(ops)
             return
-        routes = np.where(self.schedule.reduce[ops], self._reducer[self._dst[ops]], -1)
+        routes = np.where(self.schedule.reduce[ops], self._reducer[self._local[0][ops]], -1)
         self._complete(ops[routes < 0])
         reducing = ops[routes >= 0]
         if len(reducing):
@@ -294,6 +318,7 @@ class ScheduleReplay:
                 reducing + self.schedule.n_ops,
                 routes[routes >= 0],
                 self.schedule.nbytes[reducing],
+                None if self._weight is None else self._weight[reducing],
             )
 
     def _complete(self, ops: np.ndarray) -> None:
@@ -341,19 +366,31 @@ def route_ops(
     src: np.ndarray | None = None,
     dst: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Route of each op: the shortest (ECMP-hashed by channel), unless the schedule
-    sends it through the NICs (multipath) or into or out of a reducing switch (an NVLS
-    NVSwitch, or a SHARP switch of the fabric). ``src`` and ``dst`` give every op's
+    """Route of each op (see :func:`route_pairs`). ``src`` and ``dst`` give every op's
     ranks on the topology when they are not the schedule's own."""
     src = (schedule.src if src is None else src)[ops]
     dst = (schedule.dst if dst is None else dst)[ops]
-    if not schedule.path.any():
-        return router.route_ids(src, dst, schedule.channel[ops])
-    path = schedule.path[ops]
-    routes = np.empty(len(ops), dtype=np.int64)
+    path = schedule.path[ops] if schedule.path.any() else None
+    return route_pairs(router, src, dst, schedule.channel[ops], path)
+
+
+def route_pairs(
+    router: Router,
+    src: np.ndarray,
+    dst: np.ndarray,
+    channel: np.ndarray,
+    path: np.ndarray | None = None,
+) -> np.ndarray:
+    """Route of each transfer from ``src`` to ``dst`` rank: the shortest (ECMP-hashed by
+    ``channel``), unless ``path`` (``Schedule.path`` codes; None for all default) sends it
+    through the NICs (multipath) or into or out of a reducing switch (an NVLS NVSwitch,
+    or a SHARP switch of the fabric)."""
+    if path is None or not path.any():
+        return router.route_ids(src, dst, channel)
+    routes = np.empty(len(src), dtype=np.int64)
     plain = path == PATH_DEFAULT
     if plain.any():
-        routes[plain] = router.route_ids(src[plain], dst[plain], schedule.channel[ops][plain])
+        routes[plain] = router.route_ids(src[plain], dst[plain], channel[plain])
     for code in (PATH_NETWORK, PATH_UP, PATH_DOWN, PATH_SHARP_UP, PATH_SHARP_DOWN):
         these = path == code
         if not these.any():

@@ -15,17 +15,28 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from ..algorithms import build_schedule
+from ..algorithms import build_quotient, build_schedule
 from ..algorithms.base import RankLayout
 from ..algorithms.multipath import split
 from ..algorithms.schedule import OPS, Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.protocol import PROTOCOLS, Protocol, calibration_of
-from ..network.faults import schedule_link_faults
+from ..network.faults import fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
 from .replay import ScheduleReplay, reduce_bandwidths
+from .symmetry import (
+    LinkSymmetry,
+    Quotient,
+    candidate_periods,
+    link_symmetry,
+    reduce_bandwidth_symmetric,
+    schedule_quotient,
+)
+
+#: Values of ``run_schedule(symmetry=...)``.
+SYMMETRY_MODES = ("auto", "off")
 
 COLLECTIVE_OPS = (
     "all_reduce",
@@ -106,11 +117,12 @@ def rank_layout(graph: nx.Graph) -> RankLayout:
 
 def run_schedule(
     graph: nx.Graph,
-    schedule: Schedule,
+    schedule: Schedule | Quotient,
     *,
     reduce_bandwidth: float | None = None,
     protocol: str | Protocol | None = None,
     progress: Callable[[float], None] | None = None,
+    symmetry: str = "auto",
 ) -> CollectiveResult:
     """Replay ``schedule`` on ``graph`` in a fresh SimPy environment.
 
@@ -121,7 +133,21 @@ def run_schedule(
     :class:`~simulator.library.protocol.Protocol` runs with those constants instead of
     the topology's. ``progress``, if given, is called with the simulated time (seconds)
     as it advances (the command line passes a progress bar's callback).
+
+    ``symmetry="auto"`` simulates one rank per class of symmetric ranks when the
+    schedule and the network are found symmetric (:mod:`simulator.collective.symmetry`),
+    with the same times and records as simulating every flow; ``"off"`` always
+    simulates every flow. ``schedule`` may also be a :class:`Quotient` an algorithm built
+    directly (:func:`simulator.algorithms.build_quotient`): it runs when the network is
+    symmetric for it, and :class:`AsymmetricNetwork` is raised otherwise. Its flow
+    records are expanded to every rank up to :data:`EXPAND_FLOWS` flows; beyond that
+    they list the representatives only (``params["flows"] == "representatives"``).
     """
+    if symmetry not in SYMMETRY_MODES:
+        raise unknown_choice("symmetry mode", symmetry, SYMMETRY_MODES)
+    direct = schedule if isinstance(schedule, Quotient) else None
+    if direct is not None:
+        schedule = direct.schedule
     p = len(gpu_nodes(graph))
     if schedule.ranks > p:
         raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
@@ -136,10 +162,11 @@ def run_schedule(
         results = [
             run_schedule(
                 graph,
-                schedule,
+                direct or schedule,
                 reduce_bandwidth=reduce_bandwidth,
                 protocol=name,
                 progress=progress,
+                symmetry=symmetry,
             )
             for name in enabled or allowed
         ]
@@ -156,12 +183,41 @@ def run_schedule(
         env, graph, link_efficiency=None if proto is None else calibration.efficiency
     )
     schedule_link_faults(network)  # issue 16: a faulted graph's timed link degradations
-    replay = ScheduleReplay(
-        network,
-        schedule,
-        reduce_bandwidth=reduce_bandwidths(graph, reduce_bandwidth),
-        protocol=proto,
-    )
+    reduce_bw = reduce_bandwidths(graph, reduce_bandwidth)
+    # Links that change capacity during the run break any symmetry found at its start.
+    plan = fault_plan(graph)
+    if plan is not None and plan.timed_links:
+        symmetry = "off"
+    if direct is not None:
+        classes = None
+        if (
+            symmetry == "auto"
+            and reduce_bandwidth_symmetric(reduce_bw, direct.period)
+            and len(reduce_bw) == p
+        ):
+            classes = link_symmetry(network, direct)
+        if classes is None:
+            raise AsymmetricNetwork(
+                f"{schedule.algorithm}: the network is not symmetric under a shift of "
+                f"{direct.period} ranks; simulate the full schedule"
+            )
+        found = direct, classes
+    else:
+        found = find_symmetry(network, schedule, reduce_bw) if symmetry == "auto" else None
+    if found is None:
+        quotient = None
+        replay = ScheduleReplay(network, schedule, reduce_bandwidth=reduce_bw, protocol=proto)
+    else:
+        quotient, classes = found
+        network.set_link_classes(classes.link_class, classes.class_size)
+        replay = ScheduleReplay(
+            network,
+            quotient.schedule,
+            reduce_bandwidth=reduce_bw,
+            protocol=proto,
+            weight=quotient.weights(np.arange(quotient.schedule.n_ops)),
+            period=quotient.period,
+        )
     finished = replay.finished
     if proto is None:
         replay.start()
@@ -177,6 +233,11 @@ def run_schedule(
         raise replay.deadlock_error() from error
     network.close_link_records()
     elapsed = env.now  # from the call: includes the launch overhead, if any
+    times = replay.start_s, replay.sent_s, replay.end_s
+    params = {**schedule.params, "protocol": proto.name if proto else None}
+    if quotient is not None and quotient.rep_of is not None:
+        # Every op happened when its representative did.
+        times = tuple(values[quotient.rep_of] for values in times)
     flows = {
         "op_index": np.arange(schedule.n_ops),
         "src": schedule.src,
@@ -186,10 +247,15 @@ def run_schedule(
         "step": schedule.step,
         "chunk": schedule.chunk,
         "reduce": schedule.reduce,
-        "start_s": replay.start_s,
-        "sent_s": replay.sent_s,
-        "end_s": replay.end_s,
+        "start_s": times[0],
+        "sent_s": times[1],
+        "end_s": times[2],
     }
+    if direct is not None:
+        if direct.orbit * schedule.n_ops <= EXPAND_FLOWS:
+            flows = expand_flows(direct, flows)
+        else:
+            params["flows"] = "representatives"
     return CollectiveResult(
         op=schedule.op,
         algorithm=schedule.algorithm,
@@ -199,8 +265,109 @@ def run_schedule(
         flows=flows,
         links=network.link_records(),
         stats=network.stats,
-        params={**schedule.params, "protocol": proto.name if proto else None},
+        params=params,
     )
+
+
+#: Flow records of a directly built quotient are expanded to every rank up to this many.
+EXPAND_FLOWS = 4_000_000
+#: Schedules of fewer ops are built whole (symmetry is then found on them, with records
+#: in the schedule's own op order); larger ones are built as quotients where possible.
+DIRECT_QUOTIENT_OPS = 1_000_000
+
+
+def build_and_run(
+    graph: nx.Graph,
+    algorithm: str,
+    op: str,
+    size_bytes: float,
+    *,
+    reduce_bandwidth: float | None = None,
+    protocol: str | Protocol | None = None,
+    progress: Callable[[float], None] | None = None,
+    **options: Any,
+) -> CollectiveResult:
+    """Build ``algorithm``'s schedule for ``op`` on ``graph`` and run it.
+
+    A large schedule that repeats itself every few ranks on a network symmetric for it
+    is never built whole: its algorithm builds the representatives directly
+    (:func:`simulator.algorithms.build_quotient`) and they run as :func:`run_schedule`
+    runs any quotient, with the same result. Otherwise the full schedule is built.
+    """
+    layout = rank_layout(graph)
+    p = layout.ranks
+    servers = servers_of_ranks(graph)
+    per_server = None if servers is None else int(np.bincount(np.asarray(servers)).max())
+    for period in candidate_periods(p, per_server):
+        reps = build_quotient(algorithm, op, layout, size_bytes, period, **options)
+        if reps is None:
+            continue
+        if reps.n_ops * (p // period) < DIRECT_QUOTIENT_OPS:
+            break
+        try:
+            return run_schedule(
+                graph,
+                Quotient(reps, p, period),
+                reduce_bandwidth=reduce_bandwidth,
+                protocol=protocol,
+                progress=progress,
+            )
+        except AsymmetricNetwork:
+            continue
+    schedule = build_schedule(algorithm, op, layout, size_bytes, **options)
+    return run_schedule(
+        graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=protocol, progress=progress
+    )
+
+
+class AsymmetricNetwork(CcsimError):
+    """A quotient schedule was given for a network that is not symmetric for it."""
+
+
+def expand_flows(quotient: Quotient, flows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-op records of every image of the representatives: the same times and labels,
+    ranks shifted by whole periods (image k of every representative, k = 0, 1, ...)."""
+    orbit, n = quotient.orbit, quotient.schedule.n_ops
+    shift = np.repeat(np.arange(orbit, dtype=np.int64) * quotient.period, n)
+    expanded = {name: np.tile(values, orbit) for name, values in flows.items()}
+    expanded["op_index"] = np.arange(orbit * n)
+    for name in ("src", "dst"):
+        expanded[name] = ((expanded[name] + shift) % quotient.ranks).astype(flows[name].dtype)
+    return expanded
+
+
+def find_symmetry(
+    network: FlowNetwork, schedule: Schedule, reduce_bandwidth: np.ndarray
+) -> tuple[Quotient, LinkSymmetry] | None:
+    """The smallest rank shift under which ``schedule`` on ``network`` is symmetric, as
+    its quotient and link classes; None when none of the candidates is (then every flow
+    is simulated). Shifts are whole servers; a cheap count of each rank's ops and bytes
+    rules most candidates out before the full check."""
+    p = schedule.ranks
+    if p != len(reduce_bandwidth) or p < 2 or schedule.n_ops == 0:
+        return None
+    servers = servers_of_ranks(network.graph)
+    per_server = None if servers is None else int(np.bincount(np.asarray(servers)).max())
+    profile = np.stack(
+        [
+            np.bincount(schedule.src, minlength=p),
+            np.bincount(schedule.dst, minlength=p),
+            np.bincount(schedule.src, weights=schedule.nbytes, minlength=p),
+        ]
+    )
+    for period in candidate_periods(p, per_server):
+        folded = profile.reshape(3, p // period, period)
+        if not (folded == folded[:, :1]).all():
+            continue
+        if not reduce_bandwidth_symmetric(reduce_bandwidth, period):
+            continue
+        quotient = schedule_quotient(schedule, period)
+        if quotient is None:
+            continue
+        classes = link_symmetry(network, quotient)
+        if classes is not None:
+            return quotient, classes
+    return None
 
 
 def auto_fraction(

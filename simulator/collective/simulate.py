@@ -13,12 +13,11 @@ from typing import Any
 
 import networkx as nx
 
-from ..algorithms import build_schedule
 from ..algorithms.chain import ROOTED_OPS
 from ..errors import CcsimError, unknown_choice
 from ..topology import load_topology
 from .policy import POLICIES, library_policy
-from .run import COLLECTIVE_OPS, CollectiveResult, auto_fraction, rank_layout, run_schedule
+from .run import COLLECTIVE_OPS, CollectiveResult, auto_fraction, build_and_run
 from .tuner import AutoTuner
 
 
@@ -103,7 +102,6 @@ def simulate_collective(
     if "auto" in (algorithm, chunks, channels):
         tuner = AutoTuner(channels=channels, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
         return tuner.simulate(graph, op, size_bytes, algorithm=algorithm, chunks=chunks, root=root)
-    layout = rank_layout(graph)
     options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
     if algorithm == "multipath":
         options["fraction"] = (
@@ -115,7 +113,14 @@ def simulate_collective(
         )
     elif fraction is not None:
         raise CcsimError(f"fraction applies to the multipath algorithm only, not {algorithm!r}")
-    schedule = build_schedule(
-        algorithm, op, layout, size_bytes, chunks=chunks, channels=channels, **options
+    return build_and_run(
+        graph,
+        algorithm,
+        op,
+        size_bytes,
+        reduce_bandwidth=reduce_bandwidth,
+        protocol=protocol,
+        chunks=chunks,
+        channels=channels,
+        **options,
     )
-    return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=protocol)

@@ -37,6 +37,8 @@ _SAME_TIME = 1e-12
 # Beyond this many rounds of growing the affected component, recompute everything:
 # the component is then most of the network anyway.
 _MAX_COMPONENT_ROUNDS = 6
+# Up to this many incidence entries, link sets are built in Python rather than sorted.
+_SMALL = 32
 
 
 class FlowOwner(Protocol):
@@ -54,6 +56,9 @@ class NetworkStats:
     flows: int = 0
     recomputes: int = 0
     recomputed_flows: int = 0
+    #: Flows the simulated ones stand for (equal to ``flows`` unless flows are aggregated
+    #: over symmetric ranks, see :meth:`FlowNetwork.set_link_classes`).
+    represented_flows: float = 0.0
 
 
 class FlowNetwork:
@@ -92,6 +97,10 @@ class FlowNetwork:
         self.link_busy = np.zeros(n_links)
         self._link_flows = np.zeros(n_links, dtype=np.int64)
         self._link_since = np.zeros(n_links)
+        # Aggregation over symmetric ranks (None: every flow is one flow on its own links).
+        self._link_class: np.ndarray | None = None
+        self._class_size: np.ndarray | None = None
+        self._inc_coef: np.ndarray | None = None
         # Flow pool (slots are reused once their flow is sent).
         self._cap = 0
         self._alloc(1024)
@@ -124,6 +133,7 @@ class FlowNetwork:
         grow("_f_rate", float, 0.0)
         grow("_f_last", float, 0.0)
         grow("_f_finish", float, np.inf)
+        grow("_f_weight", float, 1.0)
         self._cap = capacity
 
     def _take_slots(self, count: int) -> np.ndarray:
@@ -164,10 +174,28 @@ class FlowNetwork:
         """
         return self.router.route_ids(src_ranks, dst_ranks, labels)
 
-    def reducer_route(self, rank: int, bandwidth: float) -> int:
+    def set_link_classes(self, link_class: np.ndarray, class_size: np.ndarray) -> None:
+        """Aggregate flows over classes of equivalent links (symmetric ranks).
+
+        ``link_class[l]`` is the representative link of link ``l``'s class and
+        ``class_size[l]`` the number of links in that class. From then on a flow added
+        with weight k stands for k identical flows whose copies load each link of a class
+        equally: its load on the representative of class L is k x (its links in L) / |L|.
+        Max-min rates on the representatives are then those of the full network, when the
+        caller has checked that the flows really are symmetric (see
+        :mod:`simulator.collective.symmetry`). Call before any flow is added.
+        """
+        if self.stats.flows:
+            raise RuntimeError("set_link_classes must come before the first flow")
+        self._link_class = np.asarray(link_class, dtype=np.int64).copy()
+        self._class_size = np.asarray(class_size, dtype=float).copy()
+        self._inc_coef = np.zeros(0)
+
+    def reducer_route(self, rank: int, bandwidth: float, class_size: int = 1) -> int:
         """Route over rank's reducer: a virtual link of the GPU's reduce bandwidth that
         its concurrent reductions share (created on first use; reported as link type
-        ``reduce`` from and to ``reduce@<gpu>``)."""
+        ``reduce`` from and to ``reduce@<gpu>``). With aggregated flows, the reducer stands
+        for the ``class_size`` reducers of the ranks symmetric to ``rank``."""
         route = self._reducers.get(rank)
         if route is None:
             name = f"reduce@{self.router.nodes[rank]}"
@@ -184,6 +212,9 @@ class FlowNetwork:
             self.link_busy = np.append(self.link_busy, 0.0)
             self._link_flows = np.append(self._link_flows, 0)
             self._link_since = np.append(self._link_since, 0.0)
+            if self._link_class is not None:
+                self._link_class = np.append(self._link_class, len(links) - 1)
+                self._class_size = np.append(self._class_size, float(class_size))
             route = self._reducers[rank] = self.router.add_link_route([len(links) - 1])
         return route
 
@@ -209,9 +240,15 @@ class FlowNetwork:
         return self.router.arrays()[2][routes]
 
     def add_flows(
-        self, owner: int, ops: np.ndarray, routes: np.ndarray, nbytes: np.ndarray
+        self,
+        owner: int,
+        ops: np.ndarray,
+        routes: np.ndarray,
+        nbytes: np.ndarray,
+        weight: np.ndarray | None = None,
     ) -> None:
-        """Start one flow per op now, along ``routes``, carrying ``nbytes`` each."""
+        """Start one flow per op now, along ``routes``, carrying ``nbytes`` each; with
+        link classes set, flow i stands for ``weight[i]`` identical flows."""
         if len(ops) == 0:
             return
         slots = self._take_slots(len(ops))
@@ -222,6 +259,12 @@ class FlowNetwork:
         self._f_left[slots] = nbytes
         self._f_rate[slots] = 0.0
         self._f_last[slots] = self.env.now
+        if weight is None:
+            self._f_weight[slots] = 1.0
+            self.stats.represented_flows += len(ops)
+        else:
+            self._f_weight[slots] = weight
+            self.stats.represented_flows += float(np.sum(weight))
         self.stats.flows += len(ops)
         self._pending.append(slots)
         if not self._settle_scheduled and not self._in_wake:
@@ -254,20 +297,20 @@ class FlowNetwork:
         new = np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
         self._pending = []
         ptr, route_links, _ = self.router.arrays()
-        n_links = len(self.links)
-        seed = np.zeros(n_links, dtype=bool)
-        if len(self._seed_links):
-            seed[self._seed_links] = True
-            self._seed_links = np.zeros(0, dtype=np.int64)
+        # Links whose flows changed (ids; work per event must not grow with the network).
+        seeds = [self._seed_links]
+        self._seed_links = np.zeros(0, dtype=np.int64)
 
         if len(finished):
             dead = np.zeros(self._cap, dtype=bool)
             dead[finished] = True
             gone = dead[self._inc_flow]
             gone_links = self._inc_link[gone]
-            seed[gone_links] = True
+            seeds.append(gone_links)
             self._inc_flow = self._inc_flow[~gone]
             self._inc_link = self._inc_link[~gone]
+            if self._inc_coef is not None:
+                self._inc_coef = self._inc_coef[~gone]
             self._count_link_flows(gone_links, -1, now)
         if len(new):
             rows = self._f_route[new]
@@ -275,14 +318,20 @@ class FlowNetwork:
             new_flow = np.repeat(new, lengths)
             offsets = np.repeat(ptr[rows] - (np.cumsum(lengths) - lengths), lengths)
             new_link = route_links[offsets + np.arange(int(lengths.sum()))]
-            seed[new_link] = True
+            if self._link_class is not None:
+                # Each copy of the flow loads one link of a class; together they load
+                # every link of it weight / |class| times per link crossed.
+                coef = self._f_weight[new_flow] / self._class_size[new_link]
+                new_link = self._link_class[new_link]
+                self._inc_coef = np.concatenate([self._inc_coef, coef])
+            seeds.append(new_link)
             self._inc_flow = np.concatenate([self._inc_flow, new_flow])
             self._inc_link = np.concatenate([self._inc_link, new_link])
             self._count_link_flows(new_link, +1, now)
             # Flows with no link (both ends on one node) are sent at once.
             self._f_rate[new[lengths == 0]] = np.inf
 
-        affected = self._component(seed)
+        affected = self._component(np.concatenate(seeds))
         if len(new):
             affected[new] = True
         self._recompute(np.flatnonzero(affected[: self._top]), now)
@@ -292,29 +341,43 @@ class FlowNetwork:
         """Update per-link active-flow counts and busy time."""
         if len(links) == 0:
             return
-        before = self._link_flows.copy() if sign < 0 else None
-        uniq, counts = np.unique(links, return_counts=True)
+        before = self._link_flows[links]
+        np.add.at(self._link_flows, links, sign)
         if sign > 0:
-            starting = uniq[self._link_flows[uniq] == 0]
+            starting = links[before == 0]
             self._link_since[starting] = now
-            self._link_flows[uniq] += counts
         else:
-            self._link_flows[uniq] -= counts
-            idle = uniq[(self._link_flows[uniq] == 0) & (before[uniq] > 0)]
+            after = self._link_flows[links]
+            idle = links[(after == 0) & (before > 0)]
             self.link_busy[idle] += now - self._link_since[idle]
 
-    def _component(self, seed: np.ndarray) -> np.ndarray:
-        """Flow slots connected (through shared links) to the seed links."""
-        links = seed
+    def _component(self, seeds: np.ndarray) -> np.ndarray:
+        """Flow slots connected (through shared links) to the ``seeds`` links (ids)."""
         flows = np.zeros(self._cap, dtype=bool)
-        for _ in range(_MAX_COMPONENT_ROUNDS):
-            hit = links[self._inc_link]
-            flows[self._inc_flow[hit]] = True
-            grown = np.zeros_like(links)
-            grown[self._inc_link[flows[self._inc_flow]]] = True
-            if not (grown & ~links).any():
-                return flows
-            links = links | grown
+        if len(seeds) == 0 or len(self._inc_link) == 0:
+            return flows
+        if 8 * len(self._inc_link) > len(self.links):
+            # Much of the network is busy: masks over all links are cheapest.
+            links = np.zeros(len(self.links), dtype=bool)
+            links[seeds] = True
+            for _ in range(_MAX_COMPONENT_ROUNDS):
+                hit = links[self._inc_link]
+                flows[self._inc_flow[hit]] = True
+                grown = np.zeros_like(links)
+                grown[self._inc_link[flows[self._inc_flow]]] = True
+                if not (grown & ~links).any():
+                    return flows
+                links = links | grown
+        else:
+            # Few flows in a large network: sets of link ids.
+            links = np.unique(seeds)
+            for _ in range(_MAX_COMPONENT_ROUNDS):
+                hit = np.isin(self._inc_link, links)
+                flows[self._inc_flow[hit]] = True
+                grown = np.unique(self._inc_link[flows[self._inc_flow]])
+                if np.isin(grown, links).all():
+                    return flows
+                links = np.union1d(links, grown)
         flows[self._inc_flow] = True  # the change reaches most of the network
         return flows
 
@@ -336,8 +399,16 @@ class FlowNetwork:
         local[slots] = np.arange(len(slots))
         in_set = local[self._inc_flow] >= 0
         inc_flow = local[self._inc_flow[in_set]]
-        links, inc_link = np.unique(self._inc_link[in_set], return_inverse=True)
-        rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links])
+        used = self._inc_link[in_set]
+        if len(used) <= _SMALL:
+            # A few entries (a quotient's step, a small collective): Python beats numpy's
+            # sort-based unique here, with the same sorted result.
+            links = np.array(sorted(set(used.tolist())), dtype=np.int64)
+            inc_link = np.searchsorted(links, used)
+        else:
+            links, inc_link = np.unique(used, return_inverse=True)
+        coef = None if self._inc_coef is None else self._inc_coef[in_set]
+        rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links], coef)
         self._f_rate[slots] = rate
         left = self._f_left[slots]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -365,9 +436,10 @@ class FlowNetwork:
         dead = np.zeros(self._cap, dtype=bool)
         dead[done] = True
         on = dead[self._inc_flow]
-        self.link_bytes += np.bincount(
-            self._inc_link[on], weights=self._f_bytes[self._inc_flow[on]], minlength=len(self.links)
-        )
+        carried = self._f_bytes[self._inc_flow[on]]
+        if self._inc_coef is not None:
+            carried = carried * self._inc_coef[on]
+        np.add.at(self.link_bytes, self._inc_link[on], carried)
         ops, owners, routes = self._f_op[done], self._f_owner[done], self._f_route[done]
         self._f_finish[done] = np.inf
         self._f_op[done] = -1
@@ -388,6 +460,10 @@ class FlowNetwork:
         self, callback: Callable[[np.ndarray], None], ops: np.ndarray, delay: np.ndarray
     ) -> None:
         """Call ``callback(ops)`` after each op's delay, one SimPy event per distinct delay."""
+        if len(ops) == 1:
+            event = self.env.timeout(float(delay[0]))
+            event.callbacks.append(lambda _event: callback(ops))
+            return
         delays, group = np.unique(delay, return_inverse=True)
         for index, value in enumerate(delays.tolist()):
             members = ops if len(delays) == 1 else ops[group == index]
@@ -402,14 +478,20 @@ class FlowNetwork:
         self._link_since[busy] = self.env.now
 
     def link_records(self) -> dict[str, list]:
-        """Per-link records as plain data: endpoints, type, capacity, bytes, busy time."""
+        """Per-link records as plain data: endpoints, type, capacity, bytes, busy time.
+
+        With aggregated flows every link of a class reports its representative's figures
+        (they carried the same bytes over the same times)."""
+        carried, busy = self.link_bytes, self.link_busy
+        if self._link_class is not None:
+            carried, busy = carried[self._link_class], busy[self._link_class]
         return {
             "src": [str(node) for node in self.links.src_node],
             "dst": [str(node) for node in self.links.dst_node],
             "link": list(self.links.kind),
             "bandwidth": self.links.capacity.tolist(),
-            "bytes": self.link_bytes.tolist(),
-            "busy_s": self.link_busy.tolist(),
+            "bytes": carried.tolist(),
+            "busy_s": busy.tolist(),
         }
 
 

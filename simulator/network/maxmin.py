@@ -21,6 +21,7 @@ def max_min_rates(
     inc_link: np.ndarray,
     n_flows: int,
     capacity: np.ndarray,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rate of each flow.
 
@@ -31,6 +32,10 @@ def max_min_rates(
         links index ``capacity``. A flow crossing no link gets an infinite rate.
     capacity : float array
         Capacity of each link in bytes/s (may be ``inf``).
+    weight : float array, optional
+        Load of each incidence entry on its link per unit of the flow's rate (default 1).
+        An aggregated flow standing for k identical flows whose copies spread over a class
+        of c equivalent links loads the class's representative link k/c times its rate.
 
     Examples
     --------
@@ -38,6 +43,11 @@ def max_min_rates(
 
     >>> max_min_rates(np.array([0, 1, 2]), np.array([0, 0, 1]), 3, np.array([10.0, 4.0]))
     array([5., 5., 4.])
+
+    One flow standing for three identical flows shares a link with a plain one:
+
+    >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), 2, np.array([8.0]), np.array([3.0, 1.0]))
+    array([2., 2.])
     """
     rate = np.full(n_flows, np.inf)
     if n_flows == 0 or len(inc_flow) == 0:
@@ -51,7 +61,10 @@ def max_min_rates(
     live = np.ones(len(inc_flow), dtype=bool)  # incidence entries of unfrozen flows
     while live.any():
         links = inc_link[live]
-        count = np.bincount(links, minlength=n_links)
+        if weight is None:
+            count = np.bincount(links, minlength=n_links)
+        else:
+            count = np.bincount(links, weights=weight[live], minlength=n_links)
         used = count > 0
         share = np.full(n_links, np.inf)
         share[used] = np.maximum(remaining[used], 0.0) / count[used]
@@ -65,6 +78,11 @@ def max_min_rates(
         rate[newly] = level
         frozen |= newly
         taken = newly[inc_flow]
-        remaining -= np.bincount(inc_link[taken], minlength=n_links) * level
+        if weight is None:
+            remaining -= np.bincount(inc_link[taken], minlength=n_links) * level
+        else:
+            remaining -= (
+                np.bincount(inc_link[taken], weights=weight[taken], minlength=n_links) * level
+            )
         live &= ~taken
     return rate
