@@ -19,7 +19,8 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     topology = sub.add_parser(
         "topology",
         help="inspect one topology (see 'ccsim topology show --help')",
-        description="Inspect one topology: a preset, a preset YAML file, or a GraphML / "
+        description="Inspect one topology: a preset, a preset YAML file, an NCCL topology "
+        "XML (NCCL_TOPO_DUMP_FILE, one server), an ASTRA-sim network YAML, or a GraphML / "
         "node-link JSON graph file.",
     )
     actions = topology.add_subparsers(dest="action", metavar="ACTION", parser_class=type(topology))
@@ -34,8 +35,9 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     show.add_argument(
         "name",
         metavar="NAME",
-        help="preset name (see 'ccsim topologies'), preset .yaml file, or .graphml / "
-        ".json graph file",
+        help="preset name (see 'ccsim topologies'), preset .yaml file, NCCL topology .xml "
+        "(a server: --nodes and --fabric apply), ASTRA-sim network .yml, or .graphml / .json "
+        "graph file",
     )
     show.add_argument(
         "--nodes",
