@@ -387,6 +387,20 @@ def test_schedule_export_replays_the_ring(tmp_path):
     assert result.step_s == pytest.approx(ring_allreduce(8, n), rel=1e-9)
 
 
+def test_ccsim_collective_writes_the_schedule(tmp_path, capsys):
+    """``ccsim collective --chakra`` writes the last size's ring: 8 ranks, 2 (p - 1) p =
+    112 transfers of n / p bytes each; the library's choice has no one schedule."""
+    prefix = tmp_path / "ar"
+    args = ["collective", "all_reduce", "--topology", "dgx-a100", "--sizes", "1M,8M"]
+    assert main([*args, "--algo", "ring", "--chakra", str(prefix)]) == 0
+    workload = load_chakra(prefix)
+    assert workload.ranks == 8 and len(workload.pairs) == 112
+    assert {workload.ops[s].nbytes for s, _ in workload.pairs} == {8 * 2**20 / 8}
+    capsys.readouterr()
+    assert main([*args, "--chakra", str(tmp_path / "x")]) == 2
+    assert "--algo NAME" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("algorithm", "op"),
     [("halving-doubling", "all_reduce"), ("pairwise", "all_to_all"), ("tree", "all_reduce")],

@@ -22,6 +22,7 @@ from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.progress import simulated_time
 from ..viz.tables import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json
+from ..workload.chakra import write_chakra_schedule
 from .args import (
     add_max_flows_option,
     add_model_options,
@@ -161,6 +162,13 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         help="multipath only: share (0-1) of the data on the intra-server links, the rest "
         "over the NICs; auto (default) sizes it by simulating each path",
     )
+    coll.add_argument(
+        "--chakra",
+        metavar="PREFIX",
+        help="also write the last size's schedule as a Chakra trace for ASTRA-sim: "
+        "PREFIX.<rank>.et, one send/recv node pair a transfer (needs --algo NAME, an "
+        "algorithm run as given)",
+    )
     coll.set_defaults(handler=_cmd_collective)
 
 
@@ -185,10 +193,16 @@ def _cmd_collective(args: argparse.Namespace) -> None:
 
 
 def _run_collective(args: argparse.Namespace, progress) -> None:
-    check_outputs(args, "out")
+    check_outputs(args, "out", "chakra")
     sizes = parse_sizes(args.sizes)
     if args.algo not in (None, "auto", *POLICIES, *algorithm_names()):
         raise unknown_choice("--algo", args.algo, ("auto", *POLICIES, *algorithm_names()))
+    if args.chakra and (
+        args.algo in (None, "auto", *POLICIES) or "auto" in (args.chunks, args.channels)
+    ):
+        raise CcsimError(
+            "--chakra writes one schedule: give --algo NAME (e.g. ring), not auto or a library"
+        )
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     drawing = args.timeline or args.trace or args.report
     if drawing:  # matplotlib loads only when asked for; bad names fail before the sweep
@@ -264,6 +278,8 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
             result = run_schedule(
                 graph, schedule, reduce_bandwidth=reduce_bw, protocol=args.proto, progress=progress
             )
+            if args.chakra and size == sizes[-1]:
+                write_chakra_schedule(schedule, args.chakra)
         rows.append(result.row())
     title = (
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "

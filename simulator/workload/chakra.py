@@ -992,6 +992,16 @@ def write_chakra_schedule(schedule: Schedule, prefix: str | Path) -> list[Path]:
     step by step. Not carried: the local reductions' time (ASTRA-sim's send/recv do not
     reduce), the difference between "sent" and "delivered" dependencies (both wait for
     delivery), and routes other than the default (refused). Returns the files written.
+
+    >>> import pathlib, tempfile
+    >>> from simulator.algorithms import build_schedule
+    >>> prefix = pathlib.Path(tempfile.mkdtemp()) / "ring"
+    >>> files = write_chakra_schedule(build_schedule("ring", "all_gather", 4, 4e6), prefix)
+    >>> [f.name for f in files]
+    ['ring.0.et', 'ring.1.et', 'ring.2.et', 'ring.3.et']
+    >>> workload = load_chakra(prefix)  # 3 steps of 4 transfers: 12 sends, 12 receives
+    >>> workload.ranks, len(workload.ops), len(workload.pairs)
+    (4, 24, 12)
     """
     path = _check_prefix(prefix, schedule.ranks)
     return _write_all(path, schedule_traces(schedule))
