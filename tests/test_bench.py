@@ -14,6 +14,8 @@ def test_quick_scenario_reports_its_figures():
     simulated time is the pipelined ring form of tests/test_ring.py."""
     (row,) = run_bench(["ring-8"])
     assert row["flows"] == 2 * 7 * 8 * 4
+    # The 1-D ring is symmetric under a shift of one rank: one rank's flows stand for all.
+    assert row["simulated_flows"] * 8 == row["flows"]
     p, k, n, a, b = 8, 4, 64 * 2**20, 500e-9, 150e9
     tau = n / (p * k * b)
     expected = (2 * (p - 1) - 1) * max(a + tau, k * tau) + k * tau + a

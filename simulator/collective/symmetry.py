@@ -32,6 +32,8 @@ import numpy as np
 
 from ..algorithms.schedule import Schedule
 from ..network.flows import FlowNetwork
+from ..topology import servers_of_ranks
+from ..topology.symmetry import server_shift
 from .replay import route_pairs
 
 #: At most this many rank shifts are tried before simulating every flow.
@@ -195,7 +197,95 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def link_symmetry(network: FlowNetwork, quotient: Quotient) -> LinkSymmetry | None:
     """Classes of links under the quotient's rank shift, or None when the network is not
     symmetric for this schedule's flows (see the module docstring for what is checked).
+
+    Where the shift moves whole servers and maps the graph onto itself
+    (:func:`simulator.topology.symmetry.server_shift`), the classes are the link map's
+    orbits and each image of a route that is the only shortest path is the route's image,
+    so only the representatives are routed; ECMP and special routes are routed image by
+    image and must be the images. Otherwise every image is routed and links are joined by
+    the shift's action on the routes.
     """
+    graph = network.graph
+    servers = servers_of_ranks(graph)
+    g = None if servers is None else quotient.ranks // len(set(servers))
+    phi = None
+    if g and quotient.period % g == 0 and g < quotient.ranks:
+        phi = server_shift(graph, quotient.period // g)
+    if phi is None:
+        return _symmetry_from_routes(network, quotient)
+    links = network.links
+    n_links = len(links)
+    index = links.index
+    psi = np.array(
+        [index[(phi[a], phi[b])] for a, b in zip(links.src_node, links.dst_node, strict=True)],
+        dtype=np.int64,
+    )
+    label = _components(np.arange(n_links, dtype=np.int64), np.arange(n_links), psi)
+    q, p, b, orbit = quotient.schedule, quotient.ranks, quotient.period, quotient.orbit
+    router = network.router
+    pairs = np.unique(np.stack([q.src, q.dst, q.channel, q.path.astype(np.int32)], axis=1), axis=0)
+    src, dst, channel, path = (pairs[:, i] for i in range(4))
+    path = path.astype(np.int8)
+    routes = route_pairs(router, src, dst, channel, path if path.any() else None)
+    ptr, flat, _ = router.arrays()
+    starts, lengths = ptr[routes], ptr[routes + 1] - ptr[routes]
+    first = flat[np.repeat(starts, lengths) + _ragged_arange(lengths)]
+    # Images of every representative route under the link map: image k in row k.
+    images = np.empty((orbit, len(first)), dtype=np.int64)
+    images[0] = first
+    for k in range(1, orbit):
+        images[k] = psi[images[k - 1]]
+    # Routes that are not the only shortest path (ECMP) or not shortest paths at all
+    # (through the NICs, into switches) are routed image by image: they must agree.
+    special = (path != 0) | ~router.single_path(src, dst)
+    if special.any():
+        shifts = np.arange(orbit, dtype=np.int64) * b
+        for i in np.flatnonzero(special).tolist():
+            routed = route_pairs(
+                router,
+                (src[i] + shifts) % p,
+                (dst[i] + shifts) % p,
+                np.full(orbit, channel[i]),
+                np.full(orbit, path[i], dtype=np.int8) if path[i] else None,
+            )
+            offset = int(np.sum(lengths[:i]))
+            for k, route in enumerate(routed.tolist()):
+                mine = flat[ptr[route] : ptr[route + 1]]
+                if not np.array_equal(mine, images[k, offset : offset + lengths[i]]):
+                    return None
+    owner = np.repeat(np.arange(len(pairs)), lengths)
+    kind = np.unique(np.array(links.kind, dtype=object), return_inverse=True)[1]
+    checks = [network.capacity[:n_links], kind.astype(float)]
+    checks += [
+        np.bincount(images[:, owner == i].ravel(), minlength=n_links).astype(float)
+        for i in range(len(pairs))
+    ]
+    if not _uniform(label, checks):
+        return None
+    size = np.bincount(label, minlength=n_links)
+    return LinkSymmetry(link_class=label, class_size=size[label].astype(float))
+
+
+def _ragged_arange(lengths: np.ndarray) -> np.ndarray:
+    """``0..l-1`` for each length ``l``, concatenated."""
+    total = int(np.sum(lengths))
+    return np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+
+def _uniform(label: np.ndarray, checks: list[np.ndarray]) -> bool:
+    """Whether each array of ``checks`` is constant on every class of ``label``."""
+    for values in checks:
+        low = np.full(len(label), np.inf)
+        high = np.full(len(label), -np.inf)
+        np.minimum.at(low, label, values)
+        np.maximum.at(high, label, values)
+        if (low[label] != high[label]).any():
+            return False
+    return True
+
+
+def _symmetry_from_routes(network: FlowNetwork, quotient: Quotient) -> LinkSymmetry | None:
+    """:func:`link_symmetry` without a graph automorphism: every image is routed."""
     q = quotient.schedule
     p, b, orbit = quotient.ranks, quotient.period, quotient.orbit
     router = network.router
@@ -221,12 +311,8 @@ def link_symmetry(network: FlowNetwork, quotient: Quotient) -> LinkSymmetry | No
         starts = ptr[row]
         columns.append(flat[starts[:, None] + np.arange(length)])
     # Join each link of a representative's route with the same hop of its images.
-    a = np.concatenate([c.ravel() for c in columns]) if columns else np.zeros(0, np.int64)
-    first = (
-        np.concatenate([np.broadcast_to(c[:1], c.shape).ravel() for c in columns])
-        if (columns)
-        else np.zeros(0, np.int64)
-    )
+    a = np.concatenate([c.ravel() for c in columns])
+    first = np.concatenate([np.broadcast_to(c[:1], c.shape).ravel() for c in columns])
     label = _components(label, a, first)
     size = np.bincount(label, minlength=n_links)
     # Equal capacity and kind inside a class; equal load of each connection's flows on
@@ -234,13 +320,8 @@ def link_symmetry(network: FlowNetwork, quotient: Quotient) -> LinkSymmetry | No
     kind = np.unique(np.array(network.links.kind, dtype=object), return_inverse=True)[1]
     checks = [network.capacity[:n_links], kind.astype(float)]
     checks += [np.bincount(c.ravel(), minlength=n_links).astype(float) for c in columns]
-    for values in checks:
-        low = np.full(n_links, np.inf)
-        high = np.full(n_links, -np.inf)
-        np.minimum.at(low, label, values)
-        np.maximum.at(high, label, values)
-        if (low[label] != high[label]).any():
-            return None
+    if not _uniform(label, checks):
+        return None
     return LinkSymmetry(link_class=label, class_size=size[label].astype(float))
 
 

@@ -368,6 +368,23 @@ class FlowNetwork:
                 if not (grown & ~links).any():
                     return flows
                 links = links | grown
+        elif len(self._inc_link) <= _SMALL:
+            # A handful of flows (a quotient's step): plain Python sets.
+            pairs = list(zip(self._inc_flow.tolist(), self._inc_link.tolist(), strict=True))
+            reached, found = set(seeds.tolist()), set()
+            grew = True
+            while grew:
+                grew = False
+                for flow, link in pairs:
+                    if link in reached and flow not in found:
+                        found.add(flow)
+                        grew = True
+                for flow, link in pairs:
+                    if flow in found and link not in reached:
+                        reached.add(link)
+                        grew = True
+            flows[list(found)] = True
+            return flows
         else:
             # Few flows in a large network: sets of link ids.
             links = np.unique(seeds)

@@ -305,6 +305,10 @@ class Router:
             codes[n] = self._sparse[key]
         return codes
 
+    def single_path(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Whether each (src, dst) rank pair has one shortest path (no ECMP choice)."""
+        return self._codes(np.asarray(src), np.asarray(dst)) >= 0
+
     def route_ids(
         self, src: np.ndarray, dst: np.ndarray, labels: np.ndarray | None = None
     ) -> np.ndarray:

@@ -1,0 +1,117 @@
+"""Automorphisms of a cluster graph that move every server a few places on.
+
+:func:`server_shift` builds the node map that sends server ``s`` to server ``s + k`` and
+checks that it maps the graph onto itself, every node and link attribute included.
+Simulations of collectives that repeat every ``k`` servers use it to simulate one
+server's flows for all (:mod:`simulator.collective.symmetry`): where the map is an
+automorphism, the unique shortest route between two GPUs is mapped onto the unique
+shortest route between their images, so routes need not be searched again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import networkx as nx
+
+from .graph import gpu_nodes
+
+# Edge attributes that change how a link carries traffic (the rest are labels).
+_EDGE_KEYS = ("bandwidth", "latency", "link", "message_rate")
+# Node attributes that change routing or timing.
+_NODE_KEYS = ("kind", "nvls", "sharp", "reduce_bandwidth", "tier")
+
+
+def server_shift(graph: nx.Graph, shift: int) -> dict | None:
+    """The node map sending server ``s`` to server ``s + shift`` (modulo the number of
+    servers), or None when there is none that maps ``graph`` onto itself.
+
+    Nodes with a ``server`` attribute map to the node at the same position (in graph
+    order) among the next server's nodes; GPUs must land on the GPU ``shift`` servers'
+    worth of ranks on. A node outside the servers (a fabric switch) maps to the node
+    whose neighbours are the images of its own (itself when they map onto themselves,
+    as a spine joined to every leaf). Then every edge must map onto an edge with the same
+    bandwidth, latency, type and message rate, and every node onto one with the same
+    kind and attributes.
+
+    >>> from simulator.topology import load_topology
+    >>> g = load_topology("dgx-h100", 4)
+    >>> phi = server_shift(g, 1)
+    >>> phi["s0/gpu3"], phi["s3/nic2"], phi["leaf2"]
+    ('s1/gpu3', 's0/nic2', 'leaf2')
+    """
+    gpus = gpu_nodes(graph)
+    members: dict = defaultdict(list)
+    outside = []
+    for node, data in graph.nodes(data=True):
+        server = data.get("server")
+        if server is None:
+            outside.append(node)
+        else:
+            members[server].append(node)
+    n = len(members)
+    if n < 2 or shift % n == 0 or set(members) != set(range(n)):
+        return None  # servers must be numbered 0..n-1
+    if len({len(nodes) for nodes in members.values()}) != 1:
+        return None
+    phi: dict = {}
+    for s in range(n):
+        for a, b in zip(members[s], members[(s + shift) % n], strict=True):
+            phi[a] = b
+    # GPUs: ranks are numbered server by server.
+    p = len(gpus)
+    if p % n:
+        return None
+    step = shift * (p // n)
+    if any(phi.get(gpus[r]) != gpus[(r + step) % p] for r in range(p)):
+        return None
+    # Fabric nodes, by the images of their neighbours: first those next to servers (a
+    # leaf, by its NICs), then those next to those (a spine, by its leaves), and so on.
+    # Nodes with the same neighbours (twins) may only map onto themselves.
+    known = set(phi)
+    left = list(outside)
+    for _ in range(8):
+        keys = {node: frozenset(v for v in graph.neighbors(node) if v in known) for node in left}
+        lookup: dict = {}
+        for node, key in keys.items():
+            if key:
+                lookup[key] = None if key in lookup else node
+        pending = []
+        for node in left:
+            key = keys[node]
+            if not key:
+                pending.append(node)
+                continue
+            image = frozenset(phi[v] for v in key)
+            if image == key:
+                phi[node] = node
+            elif lookup.get(image) is not None:
+                phi[node] = lookup[image]
+            else:
+                return None
+        known = set(phi)
+        if not pending or len(pending) == len(left):
+            left = pending
+            break
+        left = pending
+    if left or len(set(phi.values())) != len(phi):
+        return None
+    return phi if _is_automorphism(graph, phi) else None
+
+
+def _is_automorphism(graph: nx.Graph, phi: dict) -> bool:
+    """Whether ``phi`` maps every node and edge of ``graph`` onto one with the same
+    attributes (see :data:`_EDGE_KEYS` and :data:`_NODE_KEYS`)."""
+    nodes = graph.nodes
+    for node, data in nodes(data=True):
+        other = nodes[phi[node]]
+        if any(data.get(key) != other.get(key) for key in _NODE_KEYS):
+            return False
+        if ("server" in data) != ("server" in other):
+            return False
+    adjacency = graph.adj  # successors, for a directed graph
+    for u, v, data in graph.edges(data=True):
+        image = adjacency[phi[u]].get(phi[v])
+        if image is None or any(data.get(key) != image.get(key) for key in _EDGE_KEYS):
+            return False
+    return True
