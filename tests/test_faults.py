@@ -30,6 +30,7 @@ from simulator.viz.collective import collective_timeline
 from simulator.viz.perfetto import trace_json
 from simulator.workload import WorkloadReplay, breakdown
 from simulator.workload.generators import ddp
+from simulator.workload.trace import load_workload
 
 
 def two_servers(g: int = 4, bi: float = 100e9, ai: float = 1e-6, be: float = 10e9, ae=2e-6):
@@ -136,9 +137,13 @@ def test_failed_spine_link_is_routed_around_as_if_it_were_never_there():
         if carried
     }
     assert used == {
-        ("gpu0", "nic0"), ("nic0", "leaf0"), ("leaf0", "spine1"),
-        ("spine1", "leaf1"), ("leaf1", "nic1"), ("nic1", "gpu1"),
-    }  # fmt: skip
+        ("gpu0", "nic0"),
+        ("nic0", "leaf0"),
+        ("leaf0", "spine1"),
+        ("spine1", "leaf1"),
+        ("leaf1", "nic1"),
+        ("nic1", "gpu1"),
+    }
     # Both spine links of leaf0 down: nothing is left between the two GPUs.
     with pytest.raises(FaultError, match=r"cut off rank 1 \(gpu1\) from rank 0 \(gpu0\)"):
         apply_faults(graph, ["fail=leaf0-spine0", "fail=leaf0-spine1"])
@@ -199,6 +204,35 @@ def test_a_fault_starting_mid_flow_re_rates_it_then():
     assert fault_plan(late).timed_links  # timed, not a static change
     result = simulate_collective(late, "broadcast", 1e3, "direct")
     assert result.time_s == pytest.approx(1e3 / bandwidth + a)
+
+
+def test_timed_faults_act_on_a_workload_step_too():
+    """Rank 0 computes 100 us, then sends n bytes to rank 1 over a link of B that drops to
+    f B at t0 = 350 us: 250 us at B, the rest at f B, done at 350 us + (n - 250 us B)/(f B).
+    Rank 1 computes two 100 us ops and is 3x slower from 0 to 50 us: the first op starts
+    in the window (300 us), the second after it (100 us): 400 us."""
+    bandwidth, n, f = 1e9, 1e6, 0.5
+    workload = load_workload(
+        {
+            "format": "ccsim-workload/1",
+            "name": "p2p",
+            "ranks": 2,
+            "ops": [
+                {"id": "c0", "rank": 0, "kind": "compute", "duration": "100us"},
+                {"id": "s", "rank": 0, "kind": "send", "peer": 1, "bytes": n, "deps": ["c0"]},
+                {"id": "r", "rank": 1, "kind": "recv", "peer": 0, "bytes": n, "stream": "net"},
+                {"id": "a", "rank": 1, "kind": "compute", "duration": "100us"},
+                {"id": "b", "rank": 1, "kind": "compute", "duration": "100us", "deps": ["a"]},
+            ],
+        }
+    )
+    graph = apply_faults(
+        ring_graph(2, bandwidth), [f"link=gpu0-gpu1:{f},t0=350us", "gpu=1:compute=3,t1=50us"]
+    )
+    run = WorkloadReplay(workload, graph, algorithm="ring").run()
+    end = dict(zip((op.id for op in workload.ops), run.records.end_s, strict=True))
+    assert end["s"] == pytest.approx(350e-6 + (n - 250e-6 * bandwidth) / (f * bandwidth))
+    assert end["a"] == pytest.approx(300e-6) and end["b"] == pytest.approx(400e-6)
 
 
 # -- the spec and its errors ---------------------------------------------------------------
@@ -435,6 +469,33 @@ def test_sweep_refuses_unknown_fault_axes_and_bad_values():
         load_spec({"scenario": base, "axes": {"fault.q": [1.5]}})
     with pytest.raises(SweepError, match="fraction 2 is not in"):
         load_spec({"scenario": {**base, "fault": "kind=rdma:2"}, "axes": {"size": ["1M"]}})
+
+
+def test_sweep_fault_axes_resolve_into_each_points_spec():
+    from simulator.sweep import load_spec
+
+    spec = load_spec(
+        {
+            "scenario": {"collective": "all_reduce", "size": "1M", "fault": "fail=s1/nic3"},
+            "axes": {"fault.q": [0, 0.05], "fault.seed": [7]},
+        }
+    )
+    assert [p.params["fault"] for p in spec.points] == [
+        [{"fail": "s1/nic3"}, {"random": {"q": 0.0, "seed": 7}}],
+        [{"fail": "s1/nic3"}, {"random": {"q": 0.05, "seed": 7}}],
+    ]
+    spec = load_spec(
+        {
+            "scenario": {"collective": "all_reduce", "size": "1M"},
+            "axes": {"fault": ["none", "kind=rdma:0.5", ["rail=1:0.5", "gpu=0:compute=2"]]},
+        }
+    )
+    assert [p.params["fault"] for p in spec.points] == [
+        [],
+        [{"kind": "rdma", "fraction": 0.5}],
+        [{"rail": 1, "fraction": 0.5}, {"gpu": [0], "compute": 2.0}],
+    ]
+    assert [p.values["fault"] for p in spec.points][:2] == ["none", "kind=rdma:0.5"]
 
 
 def test_traces_mark_faulted_links_and_slowed_ranks():
