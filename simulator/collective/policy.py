@@ -39,7 +39,7 @@ from ..library.nccl import (
     tree_correction,
 )
 from ..library.protocol import STEP_BYTES, Protocol, calibration_of
-from .run import CollectiveResult, rank_layout, run_schedule
+from .run import CollectiveResult, build_and_run, rank_layout, run_schedule
 from .tuner import topology_key
 
 #: Names accepted where an algorithm is, that ask a policy instead: the communication
@@ -215,13 +215,21 @@ class NcclPolicy:
         """Simulate NCCL's choice; ``params`` record it (``nccl_algorithm``, ``protocol``,
         ``channels``, ``chunks`` and NCCL's own predicted time ``nccl_time_us``).
         ``progress`` is :func:`~simulator.collective.run.run_schedule`'s."""
-        schedule, protocol, params = self.schedule(graph, op, size_bytes, root=root)
-        result = run_schedule(
+        options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
+        plan = self.plan(None if op == "all_to_all" else self.system(graph), op, size_bytes)
+        params = {"chunks": plan.chunks, "channels": plan.channels, **plan.params}
+        # Built and run as run_schedule would (a large symmetric schedule as its quotient).
+        result = build_and_run(
             graph,
-            schedule,
+            plan.schedule,
+            op,
+            float(size_bytes),
             reduce_bandwidth=self.reduce_bandwidth,
-            protocol=protocol_model(graph, protocol, params),
+            protocol=protocol_model(graph, plan.protocol, params),
             progress=progress,
+            chunks=plan.chunks,
+            channels=plan.built,
+            **options,
         )
         result.params.update(policy="nccl", **params)
         return result
