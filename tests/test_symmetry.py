@@ -211,3 +211,28 @@ def test_simulate_collective_hierarchical_same_as_per_flow():
     schedule = build_schedule("hierarchical", "all_reduce", rank_layout(graph), 64e6)
     full = run_schedule(graph, schedule, symmetry="off")
     assert result.time_s == pytest.approx(full.time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "nodes, period, options",
+    [
+        (2, 8, {}),
+        (4, 8, {"chunks": 2}),
+        (4, 16, {"chunks": 2, "channels": 2}),
+        (6, 16, {"chunks": 3}),
+    ],
+)
+def test_direct_hierarchical_quotient_is_the_full_schedules_quotient(nodes, period, options):
+    """The hierarchical all-reduce's representatives built from closed-form indices equal,
+    array by array, the generic reduction of the schedule built whole."""
+    layout = rank_layout(load_topology("dgx-a100", nodes))
+    full = build_schedule("hierarchical", "all_reduce", layout, 1e6, **options)
+    generic = schedule_quotient(full, period).schedule
+    direct = build_quotient("hierarchical", "all_reduce", layout, 1e6, period, **options)
+    fields = ("src", "dst", "nbytes", "segment", "reduce", "dep_ptr", "dep_idx", "dep_sent")
+    for name in (*fields, "channel", "step", "chunk", "segment_owner"):
+        assert np.array_equal(getattr(generic, name), getattr(direct, name)), name
+    # Not built directly: other operations, pipelined slices, a mesh inside servers.
+    assert build_quotient("hierarchical", "all_gather", layout, 1e6, period) is None
+    assert build_quotient("pipelined", "all_reduce", layout, 1e6, period, chunks=2) is None
+    assert build_quotient("hierarchical", "all_reduce", layout, 1e6, period, intra="mesh") is None

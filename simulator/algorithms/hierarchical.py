@@ -329,14 +329,19 @@ def two_level_quotient(
         inter_id(base_b, s2, k2 - 1, r2, t2),
         np.where(s2 > 0, inter_id(base_b, s2 - 1, K - 1, r2, t2), none),
     )
+    # Step 0 also waits for the N blocks of the row the rank has just reduced: added
+    # apart (they are the phase's first ops) so that the other steps carry no N columns.
+    first = s2 == 0
     after = [
-        (np.where(s2 == 0, intra_id(0, last_rs, k2, t2, r2 - 1, width), none), False)
+        (intra_id(0, last_rs, k2[first], t2[first], r2[first] - 1, width), False)
         for width in range(N)
     ]
-    buf.add(
-        src2, dst2, block(r2, c, k2), block_bytes, reduce=True, step=g - 1 + s2, chunk=k2,
-        deps=[(into_src, False), (into_dst, False), (fifo, True), *after],
-    )  # fmt: skip
+    for pick, extra in ((first, after), (~first, [])):
+        buf.add(
+            src2[pick], dst2[pick], block(r2, c, k2)[pick], block_bytes, reduce=True,
+            step=g - 1 + s2[pick], chunk=k2[pick],
+            deps=[(into_src[pick], False), (into_dst[pick], False), (fifo[pick], True), *extra],
+        )  # fmt: skip
     # 3. all-gather across servers: column t - s of row j.
     c = t2 - s2
     into_src = np.where(
