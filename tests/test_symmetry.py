@@ -236,3 +236,39 @@ def test_direct_hierarchical_quotient_is_the_full_schedules_quotient(nodes, peri
     assert build_quotient("hierarchical", "all_gather", layout, 1e6, period) is None
     assert build_quotient("pipelined", "all_reduce", layout, 1e6, period, chunks=2) is None
     assert build_quotient("hierarchical", "all_reduce", layout, 1e6, period, intra="mesh") is None
+
+
+def test_representative_records_past_the_expansion_limit(monkeypatch):
+    """Past EXPAND_FLOWS the result keeps the representatives' records (ranks of one
+    period), says so, and the timeline carries the note; the time is the full run's."""
+    import simulator.collective.run as run_module
+    from simulator.viz.collective import collective_timeline
+
+    monkeypatch.setattr(run_module, "DIRECT_QUOTIENT_OPS", 0)
+    monkeypatch.setattr(run_module, "EXPAND_FLOWS", 0)
+    graph = load_topology("dgx-h100", 4)
+    result = build_and_run(graph, "hierarchical", "all_reduce", 64e6, chunks=2)
+    full = run_schedule(
+        graph,
+        build_schedule("hierarchical", "all_reduce", rank_layout(graph), 64e6, chunks=2),
+        symmetry="off",
+    )
+    assert result.time_s == pytest.approx(full.time_s, rel=1e-9)
+    assert result.params["flows"] == "representatives"
+    assert result.params["symmetry_period"] == 8
+    assert result.flows["src"].max() < 8
+    assert len(result.flows["src"]) * 4 == full.stats.flows
+    timeline = collective_timeline(result, graph)
+    assert "rank r does what rank r mod 8 does" in timeline.meta["symmetry"]
+
+
+def test_flow_guard_counts_the_simulated_ranks():
+    """The --max-flows guard sizes a hierarchical all-reduce on 2048 servers by the one
+    server it simulates: 1/2048 of the transfers (the ring repeats every 2 servers)."""
+    from simulator.collective.guards import check_collective, cluster_of, symmetric_orbit
+
+    estimate = check_collective("dgx-h100", "all_reduce", [2**30], ["hierarchical"], nodes=2048)
+    assert "1 in 2048" in estimate.what
+    assert symmetric_orbit("ring", "all_reduce", cluster_of("dgx-h100", 2048)) == 1024
+    assert symmetric_orbit("ring", "all_reduce", cluster_of("dgx-h100", 3)) == 1
+    assert symmetric_orbit("tree", "all_reduce", cluster_of("dgx-h100", 64)) == 1

@@ -11,6 +11,7 @@ from ..collective import (
     POLICIES,
     AutoTuner,
     auto_fraction,
+    build_and_run,
     library_of,
     library_policy,
     rank_layout,
@@ -266,20 +267,37 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
                     if args.fraction in (None, "auto")
                     else parse_fraction(args.fraction)
                 )
-            schedule = build_schedule(
-                args.algo,
-                args.op,
-                layout,
-                float(size),
-                chunks=args.chunks,
-                channels=args.channels,
-                **options,
-            )
-            result = run_schedule(
-                graph, schedule, reduce_bandwidth=reduce_bw, protocol=args.proto, progress=progress
-            )
-            if args.chakra and size == sizes[-1]:
+            if args.chakra and size == sizes[-1]:  # the schedule itself is written
+                schedule = build_schedule(
+                    args.algo,
+                    args.op,
+                    layout,
+                    float(size),
+                    chunks=args.chunks,
+                    channels=args.channels,
+                    **options,
+                )
+                result = run_schedule(
+                    graph,
+                    schedule,
+                    reduce_bandwidth=reduce_bw,
+                    protocol=args.proto,
+                    progress=progress,
+                )
                 write_chakra_schedule(schedule, args.chakra)
+            else:  # a large symmetric schedule is built and run as its quotient
+                result = build_and_run(
+                    graph,
+                    args.algo,
+                    args.op,
+                    float(size),
+                    reduce_bandwidth=reduce_bw,
+                    protocol=args.proto,
+                    progress=progress,
+                    chunks=args.chunks,
+                    channels=args.channels,
+                    **options,
+                )
         rows.append(result.row())
     title = (
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "

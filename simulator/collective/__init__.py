@@ -2,7 +2,8 @@
 configuration, compare algorithms.
 
 Modules, bottom up: :mod:`~.replay` (a schedule's ops as SimPy processes on the flow
-network), :mod:`~.run` (:func:`run_schedule` and :class:`CollectiveResult`),
+network), :mod:`~.symmetry` (symmetric ranks simulated once), :mod:`~.run`
+(:func:`run_schedule`, :func:`build_and_run` and :class:`CollectiveResult`),
 :mod:`~.tuner` (:class:`AutoTuner`, the best-found search), :mod:`~.simulate`
 (:func:`simulate_collective`) and :mod:`~.compare` (algorithms side by side, as rows).
 """
@@ -13,6 +14,7 @@ from .run import (
     COLLECTIVE_OPS,
     CollectiveResult,
     auto_fraction,
+    build_and_run,
     bus_factor,
     rank_layout,
     run_schedule,
@@ -29,6 +31,7 @@ __all__ = [
     "HcclPolicy",
     "NcclPolicy",
     "auto_fraction",
+    "build_and_run",
     "bus_factor",
     "compare",
     "library_of",

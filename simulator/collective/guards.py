@@ -282,11 +282,37 @@ def collective_estimate(
         k = MAX_CHUNKS if chunks == "auto" else int(chunks or 1)
         c = max(CHANNEL_CANDIDATES) if channels == "auto" else int(channels or 1)
         name = "the largest candidate of auto" if algorithm == "auto" else algorithm
+        flows = call_transfers(algorithm, op, ranks, per) * k * c
+        orbit = symmetric_orbit(algorithm, op, cluster)
         found = Estimate(
-            call_transfers(algorithm, op, ranks, per) * k * c,
-            f"{where} ({name}, {k} chunks, {c} channels)",
+            flows // orbit,
+            f"{where} ({name}, {k} chunks, {c} channels"
+            + (f"; symmetric ranks simulated once, 1 in {orbit}" if orbit > 1 else "")
+            + ")",
         )
     return found.plus(cluster.estimate())
+
+
+def symmetric_orbit(algorithm: str, op: str, cluster: Cluster) -> int:
+    """How many ranks each simulated rank stands for when ``algorithm`` builds its
+    quotient directly on ``cluster`` (:func:`simulator.collective.run.build_and_run`):
+    the ring repeats every two servers (its direction alternates), the hierarchical
+    all-reduce every server; 1 otherwise. Whether the network is symmetric is known
+    only once it is built; where it is not, the run refuses past a fixed size.
+
+    >>> symmetric_orbit("hierarchical", "all_reduce", cluster_of("dgx-h100", 64))
+    64
+    >>> symmetric_orbit("ring", "all_reduce", cluster_of("dgx-h100", 64))
+    32
+    """
+    period = {"hierarchical": 1, "ring": 2}.get(algorithm)
+    if period is None or cluster.servers < 2 * period or cluster.servers % period:
+        return 1
+    if (algorithm, op) == ("hierarchical", "all_reduce") or (
+        algorithm == "ring" and op in ("all_reduce", "all_gather", "reduce_scatter")
+    ):
+        return cluster.servers // period
+    return 1
 
 
 def _library_runs(

@@ -256,6 +256,7 @@ def run_schedule(
             flows = expand_flows(direct, flows)
         else:
             params["flows"] = "representatives"
+            params["symmetry_period"] = direct.period
     return CollectiveResult(
         op=schedule.op,
         algorithm=schedule.algorithm,
@@ -271,6 +272,8 @@ def run_schedule(
 
 #: Flow records of a directly built quotient are expanded to every rank up to this many.
 EXPAND_FLOWS = 4_000_000
+#: A schedule whose quotient the network refused is built whole up to this many ops.
+FULL_AFTER_REFUSAL = 50_000_000
 #: Schedules of fewer ops are built whole (symmetry is then found on them, with records
 #: in the schedule's own op order); larger ones are built as quotients where possible.
 DIRECT_QUOTIENT_OPS = 1_000_000
@@ -298,6 +301,7 @@ def build_and_run(
     p = layout.ranks
     servers = servers_of_ranks(graph)
     per_server = None if servers is None else int(np.bincount(np.asarray(servers)).max())
+    refused = 0  # ops of the full schedule, when its quotient was refused
     for period in candidate_periods(p, per_server):
         reps = build_quotient(algorithm, op, layout, size_bytes, period, **options)
         if reps is None:
@@ -313,7 +317,15 @@ def build_and_run(
                 progress=progress,
             )
         except AsymmetricNetwork:
-            continue
+            refused = reps.n_ops * (p // period)
+    if refused > FULL_AFTER_REFUSAL:
+        # The run was sized (ccsim's --max-flows guard) for its quotient.
+        raise CcsimError(
+            f"{algorithm} {op} on {p:,} ranks: the network is not symmetric for this "
+            f"schedule (a slow or failed part, ECMP, uneven servers), and simulating each of "
+            f"its {refused:,} transfers is past {FULL_AFTER_REFUSAL:,}; use fewer nodes, "
+            "or a topology whose servers are alike"
+        )
     schedule = build_schedule(algorithm, op, layout, size_bytes, **options)
     return run_schedule(
         graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=protocol, progress=progress

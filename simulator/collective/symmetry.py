@@ -249,6 +249,7 @@ def link_symmetry(network: FlowNetwork, quotient: Quotient) -> LinkSymmetry | No
                 np.full(orbit, path[i], dtype=np.int8) if path[i] else None,
             )
             offset = int(np.sum(lengths[:i]))
+            ptr, flat, _ = router.arrays()  # routing them may have added routes
             for k, route in enumerate(routed.tolist()):
                 mine = flat[ptr[route] : ptr[route + 1]]
                 if not np.array_equal(mine, images[k, offset : offset + lengths[i]]):

@@ -171,6 +171,16 @@ def collective_timeline(
     counters: list[Counter] = []
     plan = fault_plan(graph)
     notes: list[str] = [f"faults: {plan.spec}"] if plan is not None else []
+    symmetry = {}
+    if result.params.get("flows") == "representatives":
+        # Too many flows to list: the run kept those of one class of symmetric ranks.
+        period = result.params.get("symmetry_period")
+        symmetry["symmetry"] = (
+            f"symmetric ranks simulated once: rows show ranks 0-{period - 1}; rank r does "
+            f"what rank r mod {period} does, at the same times, and links carry what their "
+            "images among the rows' links carry"
+        )
+        notes.append(symmetry["symmetry"])
     if links and graph is not None:
         try:
             columns, args, counters = _add_links(
@@ -206,6 +216,7 @@ def collective_timeline(
             "time_s": result.time_s,
             "notes": notes,
             **({"faults": plan.spec} if plan is not None else {}),
+            **symmetry,
         },
     )
 
