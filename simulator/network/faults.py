@@ -77,7 +77,7 @@ import numpy as np
 
 from ..errors import CcsimError, shown
 from ..files import load_data
-from ..topology.graph import gpu_nodes, nodes_of_kind
+from ..topology.graph import gpu_nodes, gpus_without_nic, nodes_of_kind
 from ..units import parse_time
 from .routing import ecmp_hash
 
@@ -1007,16 +1007,12 @@ def _check_reach(out: nx.Graph, graph: nx.Graph, what: str) -> None:
             f"{what} cut off {_ranks_named(cut, gpus)} from {_ranks_named(groups[0], gpus)}: "
             "no route remains between them; remove a failure or add links"
         )
-    kinds = nx.get_node_attributes(out, "kind")
     if "nic" not in nx.get_node_attributes(graph, "kind").values():
         return
-    others = out.to_undirected(as_view=True) if out.is_directed() else out
-    fabric = others.subgraph(node for node, kind in kinds.items() if kind != "gpu")
-    near_nic: set = set()
-    for component in nx.connected_components(fabric):
-        if any(kinds[node] == "nic" for node in component):
-            near_nic |= component
-    lost = [rank[n] for n in gpus if not any(v in near_nic for v in others[n])]
+    # A failed NIC is gone from ``out``: its GPU then reaches none (or none at all).
+    lost = sorted(rank[n] for n in gpus_without_nic(out) if n in rank)
+    if "nic" not in nx.get_node_attributes(out, "kind").values():
+        lost = sorted(rank.values())
     if lost:
         raise FaultError(
             f"{what} cut off {_ranks_named(lost, gpus)} from the network: no NIC is left "

@@ -151,23 +151,39 @@ def _check_connected(graph: nx.Graph, ranks: dict[int, object], source: str) -> 
 
 def _check_nic_reach(graph: nx.Graph, ranks: dict[int, object], source: str) -> None:
     """Every GPU reaches a NIC through non-GPU nodes (when the graph has NICs at all)."""
+    cut = set(gpus_without_nic(graph))
+    for rank in sorted(ranks):
+        node = ranks[rank]
+        if node in cut:
+            raise TopologyError(
+                f"{source}: GPU {node!r} (rank {rank}) has no route to a NIC that avoids other "
+                "GPUs; attach it to a NIC (server.nic.gpus_per_nic or attach) or link it to a "
+                "switch that a NIC hangs off"
+            )
+
+
+def gpus_without_nic(graph: nx.Graph) -> list:
+    """GPU nodes that reach no NIC without passing another GPU (GPUs do not forward
+    traffic); none when the graph has no NIC at all.
+
+    >>> from simulator.topology import ring_graph
+    >>> gpus_without_nic(ring_graph(4, 1e9))
+    []
+    """
     kinds = nx.get_node_attributes(graph, "kind")
     if "nic" not in kinds.values():
-        return
+        return []
     others = graph.to_undirected(as_view=True) if graph.is_directed() else graph
     fabric = others.subgraph(node for node, kind in kinds.items() if kind != "gpu")
     near_nic: set = set()
     for component in nx.connected_components(fabric):
         if any(kinds[node] == "nic" for node in component):
             near_nic |= component
-    for rank in sorted(ranks):
-        node = ranks[rank]
-        if not any(neighbor in near_nic for neighbor in others[node]):
-            raise TopologyError(
-                f"{source}: GPU {node!r} (rank {rank}) has no route to a NIC that avoids other "
-                "GPUs; attach it to a NIC (server.nic.gpus_per_nic or attach) or link it to a "
-                "switch that a NIC hangs off"
-            )
+    return [
+        node
+        for node, kind in kinds.items()
+        if kind == "gpu" and not any(v in near_nic for v in others[node])
+    ]
 
 
 def _is_number(value: object) -> bool:
