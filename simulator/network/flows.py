@@ -34,6 +34,16 @@ from .routing import LinkTable, Router, path_class
 # Completions within this relative distance of the wake-up time happen at the wake-up:
 # floating-point finish times of flows that finish together may differ in the last bit.
 _SAME_TIME = 1e-12
+# Per-link arrays other than capacity, and the value a new (reducer) link starts with.
+_PER_LINK = (
+    ("link_bytes", 0.0),
+    ("link_busy", 0.0),
+    ("_link_flows", 0),
+    ("_link_since", 0.0),
+    ("link_idle_at", 0.0),
+    ("_held_until", -np.inf),
+    ("_held_by", -1),
+)
 # Beyond this many rounds of growing the affected component, recompute everything:
 # the component is then most of the network anyway.
 _MAX_COMPONENT_ROUNDS = 6
@@ -97,6 +107,15 @@ class FlowNetwork:
         self.link_busy = np.zeros(n_links)
         self._link_flows = np.zeros(n_links, dtype=np.int64)
         self._link_since = np.zeros(n_links)
+        # When each link last became idle (for calls timed in isolation: when they let go).
+        self.link_idle_at = np.zeros(n_links)
+        # Links held by calls replayed from an isolated run (see hold): until when, and
+        # by which holder (-1: none). A flow started on a held link is a *conflict*: the
+        # replay that holds it was not alone there after all, and on_conflict(holders)
+        # says so, so that the caller can simulate those calls' flows instead.
+        self._held_until = np.full(n_links, -np.inf)
+        self._held_by = np.full(n_links, -1, dtype=np.int64)
+        self.on_conflict: Callable[[np.ndarray], None] | None = None
         # Aggregation over symmetric ranks (None: every flow is one flow on its own links).
         self._link_class: np.ndarray | None = None
         self._class_size: np.ndarray | None = None
@@ -208,15 +227,51 @@ class FlowNetwork:
             links.message_cost = np.append(links.message_cost, 0.0)
             self.capacity = np.append(self.capacity, float(bandwidth))
             self._base_capacity = np.append(self._base_capacity, float(bandwidth))
-            self.link_bytes = np.append(self.link_bytes, 0.0)
-            self.link_busy = np.append(self.link_busy, 0.0)
-            self._link_flows = np.append(self._link_flows, 0)
-            self._link_since = np.append(self._link_since, 0.0)
+            for attribute, fill in _PER_LINK:
+                setattr(self, attribute, np.append(getattr(self, attribute), fill))
             if self._link_class is not None:
                 self._link_class = np.append(self._link_class, len(links) - 1)
                 self._class_size = np.append(self._class_size, float(class_size))
             route = self._reducers[rank] = self.router.add_link_route([len(links) - 1])
         return route
+
+    # -- calls replayed from an isolated run (simulator.workload.isolated) ----------------
+    def holders(self, links: np.ndarray) -> tuple[bool, np.ndarray]:
+        """Whether flows are on any of ``links`` now, and the holders (see :meth:`hold`)
+        of those still held."""
+        links = np.asarray(links, dtype=np.int64)
+        held = self._held_until[links] > self.env.now
+        return bool(self._link_flows[links].any()), np.unique(self._held_by[links[held]])
+
+    def hold(self, links: np.ndarray, until: np.ndarray, holder: int) -> None:
+        """Hold ``links`` for ``holder`` until the times ``until`` (absolute seconds): a
+        call whose flows the network does not carry (its timing comes from an isolated
+        run) uses them then, and a flow started on them before is a conflict."""
+        self._held_until[links] = until
+        self._held_by[links] = holder
+
+    def account(
+        self, links: np.ndarray, nbytes: np.ndarray, busy_s: np.ndarray, flows: int
+    ) -> None:
+        """Add a call replayed from an isolated run to the records: bytes and busy time
+        on its links, and the flows it stands for."""
+        self.link_bytes[links] += nbytes
+        self.link_busy[links] += busy_s
+        self.stats.flows += flows
+        self.stats.represented_flows += flows
+
+    def reset_clock(self, env: simpy.Environment) -> None:
+        """Start over on a new clock with zeroed records; no flow may be in flight. (For
+        a scratch network that times calls alone, one after another.)"""
+        if len(self._inc_flow) or self._pending or np.isfinite(self._f_finish[: self._top]).any():
+            raise RuntimeError("reset_clock with flows in flight")
+        self.env = env
+        self._generation += 1
+        self._settle_scheduled = False
+        self.link_bytes[:] = 0.0
+        self.link_busy[:] = 0.0
+        self.link_idle_at[:] = 0.0
+        self.stats = NetworkStats()
 
     def network_route_ids(self, src_ranks: np.ndarray, dst_ranks: np.ndarray) -> np.ndarray:
         """Routes that leave the server through the NICs (see Router.network_route_ids)."""
@@ -325,6 +380,10 @@ class FlowNetwork:
                 new_link = self._link_class[new_link]
                 self._inc_coef = np.concatenate([self._inc_coef, coef])
             seeds.append(new_link)
+            if self.on_conflict is not None:
+                held = self._held_until[new_link] > now
+                if held.any():
+                    self.on_conflict(np.unique(self._held_by[new_link[held]]))
             self._inc_flow = np.concatenate([self._inc_flow, new_flow])
             self._inc_link = np.concatenate([self._inc_link, new_link])
             self._count_link_flows(new_link, +1, now)
@@ -350,6 +409,7 @@ class FlowNetwork:
             after = self._link_flows[links]
             idle = links[(after == 0) & (before > 0)]
             self.link_busy[idle] += now - self._link_since[idle]
+            self.link_idle_at[idle] = now
 
     def _component(self, seeds: np.ndarray) -> np.ndarray:
         """Flow slots connected (through shared links) to the ``seeds`` links (ids)."""

@@ -56,6 +56,7 @@ from ..network.faults import compute_scaler, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
+from .isolated import IsolatedCalls
 from .kernels import gemms_time
 from .trace import Op, Workload, WorkloadError
 
@@ -88,6 +89,11 @@ class WorkloadRun:
     links: dict[str, list] = field(repr=False, default_factory=dict)
     algorithm: str = ""
     choices: list[dict | None] = field(repr=False, default_factory=list)
+    #: How the calls were simulated: ``replayed`` (from a timing of the call alone),
+    #: ``timed`` (distinct calls timed alone), ``attempts`` (replays run: more than one
+    #: when calls timed alone turned out not to be) and ``flow_by_flow`` (groups whose
+    #: calls were then simulated flow by flow); see :mod:`simulator.workload.isolated`.
+    isolated: dict = field(repr=False, default_factory=dict)
 
 
 class _Compute:
@@ -135,6 +141,11 @@ class WorkloadReplay:
         ``compute_scale(rank, op index, start time)``: the factor on a compute op's
         duration (a straggler's 2, jitter). Default: what a faulted graph asks for
         (:func:`simulator.network.faults.compute_scaler`; none for a healthy one).
+    isolated : bool
+        Time each distinct call alone once and replay it from that timing while no other
+        flow shares its links (:mod:`simulator.workload.isolated`; exact: a replay in
+        which a call was not alone after all runs again with that call's group simulated
+        flow by flow). False simulates every call's flows.
     """
 
     def __init__(
@@ -148,7 +159,15 @@ class WorkloadReplay:
         reduce_bandwidth: float | None = None,
         protocol: str | None = None,
         compute_scale: Callable[[int, int, float], float] | None = None,
+        isolated: bool = True,
+        _excluded: frozenset = frozenset(),
     ):
+        # Kept to run the replay again when calls timed alone turn out not to be alone.
+        self._arguments = dict(
+            algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
+            reduce_bandwidth=reduce_bandwidth, protocol=protocol,
+            compute_scale=compute_scale, isolated=isolated,
+        )  # fmt: skip
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
             raise WorkloadError(
@@ -203,6 +222,11 @@ class WorkloadReplay:
         self.device = device or graph_device(graph)
         self._gemm_times: dict[int, float] = {}  # id of an op's GEMM tuple -> seconds
         self.reduce_bandwidth = reduce_bandwidths(graph, reduce_bandwidth)
+        # Calls timed alone once and replayed from that timing while nothing else uses
+        # their links (checked as the replay goes; see simulator.workload.isolated).
+        self.isolated = (
+            IsolatedCalls(self.network, self.reduce_bandwidth, _excluded) if isolated else None
+        )
         self.servers = servers_of_ranks(graph)
         ops = workload.ops
         n = len(ops)
@@ -227,6 +251,8 @@ class WorkloadReplay:
         self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
+        self._p2p: dict[float, Schedule] = {}
+        self._attempt = 1
         self._choices: list[dict | None] = [None] * len(workload.instances)
         self._given: dict[tuple, dict] = {}
         self._tuner = None  # for algorithm="auto": one tuner per replay, never shared
@@ -251,6 +277,14 @@ class WorkloadReplay:
             del key
             self._try_issue(queue[0])
         run_env(self.env, progress=progress)
+        if self.isolated is not None and self.isolated.conflicts:
+            # Some calls timed alone shared links after all: this replay is not exact.
+            # Run again with their groups simulated flow by flow (each attempt excludes
+            # at least one more group, so this ends).
+            excluded = frozenset(self.isolated.excluded | self.isolated.conflicts)
+            again = WorkloadReplay(self.workload, self.graph, **self._arguments, _excluded=excluded)
+            again._attempt = self._attempt + 1
+            return again.run(progress)
         self.network.close_link_records()
         if self._done < len(self.workload.ops):
             raise self._deadlock()
@@ -261,6 +295,14 @@ class WorkloadReplay:
             self.network.link_records(),
             algorithm=self.algorithm,
             choices=list(self._choices),
+            isolated={}
+            if self.isolated is None
+            else {
+                "replayed": self.isolated.replayed,
+                "timed": self.isolated.timed,
+                "attempts": self._attempt,
+                "flow_by_flow": sorted(map(str, self.isolated.excluded)),
+            },
         )
 
     def _try_issue(self, index: int) -> None:
@@ -384,19 +426,38 @@ class WorkloadReplay:
             for i in positions.tolist():
                 self._finish(members[i])
 
-        replay = ScheduleReplay(
-            self.network,
-            schedule,
-            rank_map=np.asarray(ranks),
-            reduce_bandwidth=self.reduce_bandwidth,
-            on_rank_done=rank_done,
-            protocol=proto,
-        )
+        self._start_call(first.group, schedule, proto, np.asarray(ranks), rank_done)
+
+    def _start_call(
+        self,
+        group: object,
+        schedule: Schedule,
+        proto: Protocol | None,
+        ranks: np.ndarray,
+        rank_done: Callable[[np.ndarray], None],
+    ) -> None:
+        """Run a call's schedule on ``ranks`` (after the protocol's launch overhead):
+        replayed from its isolated timing when it is alone, else flow by flow."""
+
+        def start(_event: object = None) -> None:
+            if self.isolated is not None and self.isolated.run(
+                group, schedule, proto, ranks, rank_done
+            ):
+                return
+            ScheduleReplay(
+                self.network,
+                schedule,
+                rank_map=ranks,
+                reduce_bandwidth=self.reduce_bandwidth,
+                on_rank_done=rank_done,
+                protocol=proto,
+            ).start()
+
         if proto is None:
-            replay.start()
+            start()
         else:
             overhead = self.env.timeout(self.calibration.launch_s + proto.base_s)
-            overhead.callbacks.append(lambda _event: replay.start())
+            overhead.callbacks.append(start)
 
     def _as_given(self, first: Op, ranks: list[int]) -> tuple[Schedule, Protocol | None, dict]:
         """The schedule and protocol of a call run with its own algorithm or the run's."""
@@ -563,8 +624,22 @@ class WorkloadReplay:
         self.records.start_s[[send, recv]] = now
         nbytes = self.workload.ops[send].nbytes
         self._set_comm([src, dst], +1)
-        # One point-to-point transfer, as a two-rank schedule.
-        schedule = Schedule(
+        # One point-to-point transfer, as a two-rank schedule (one per size).
+        schedule = self._p2p.get(nbytes)
+        if schedule is None:
+            schedule = self._p2p[nbytes] = self._p2p_schedule(nbytes)
+
+        def rank_done(positions: np.ndarray) -> None:
+            for i in positions.tolist():
+                self._set_comm([(src, dst)[i]], -1)
+                self._finish((send, recv)[i])
+
+        self._start_call(("p2p", src, dst), schedule, None, np.array([src, dst]), rank_done)
+
+    @staticmethod
+    def _p2p_schedule(nbytes: float) -> Schedule:
+        """A point-to-point transfer of ``nbytes``: rank 0 sends to rank 1."""
+        return Schedule(
             op="broadcast",
             algorithm="p2p",
             ranks=2,
@@ -579,19 +654,6 @@ class WorkloadReplay:
             dep_sent=[],
             segment_owner=[0],
         )
-
-        def rank_done(positions: np.ndarray) -> None:
-            for i in positions.tolist():
-                self._set_comm([(src, dst)[i]], -1)
-                self._finish((send, recv)[i])
-
-        ScheduleReplay(
-            self.network,
-            schedule,
-            rank_map=np.array([src, dst]),
-            reduce_bandwidth=self.reduce_bandwidth,
-            on_rank_done=rank_done,
-        ).start()
 
     # -- diagnosis -----------------------------------------------------------------------
     def _deadlock(self) -> WorkloadError:

@@ -1,0 +1,281 @@
+"""Calls timed alone once, then replayed from that timing while nothing else shares their
+links: a training step's thousands of collectives at the cost of their distinct kinds.
+
+A step repeats the same calls: every micro-batch's tensor-parallel all-reduces, every
+pipeline send. Simulated flow by flow, each costs the same again (a 1.2 GB NCCL ring
+all-reduce inside a DGX A100 is some 24,000 flows). But max-min fair sharing splits into
+independent problems over sets of flows that share no link: while no other flow uses any
+link of a call (its routes, and the reducers of its GPUs), its flows take exactly the
+rates they take alone, so the call runs exactly as it does alone. Its timing (when each
+rank is done, when each link is last used, bytes and busy time per link) then comes from
+one run of the call alone on a scratch network, shared by every call with the same
+schedule, protocol and *signature*: the same routes up to renaming the links, over links
+of the same bandwidth, latency and type, and reducers of the same bandwidth.
+
+Checked, not assumed. A call replayed this way *holds* its links on the real network until
+its timing says it lets each go; a flow started on a held link, or a call launched onto
+links that are held, is a *conflict* (a call launched onto links that carry flows is
+simply simulated flow by flow). The replay notes the groups of the calls whose links were
+intruded on and goes on; a replay that had conflicts is run again with those groups'
+calls simulated flow by flow (:class:`~simulator.workload.engine.WorkloadReplay` does
+this until a replay has none). What is reported is therefore always a replay in which
+every call timed alone really was alone. Networks with timed faults (capacities that
+change during a run) never use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from ..algorithms.schedule import Schedule
+from ..collective.replay import ScheduleReplay, route_ops
+from ..library.protocol import Protocol
+from ..network.faults import fault_plan
+from ..network.flows import FlowNetwork
+
+#: Calls of fewer transfers are always simulated flow by flow: a single point-to-point
+#: transfer costs about as much to simulate as to replay, and pipeline sends, which
+#: often overlap on a GPU's links, would only cause conflicts.
+MIN_OPS = 2
+
+
+@dataclass
+class Timing:
+    """A call run alone, from its start: ``done`` lists (offset, positions) of the ranks
+    (positions in the call's group) done at each offset, in time order; per link of its
+    footprint, in footprint order, the offset when it was last used, and its bytes and
+    busy time; ``flows`` is how many flows it carried."""
+
+    done: list[tuple[float, np.ndarray]]
+    release_s: np.ndarray
+    nbytes: np.ndarray
+    busy_s: np.ndarray
+    flows: int
+
+
+@dataclass
+class _Plan:
+    """A call on a particular group: its footprint (link ids on the real network, in
+    signature order) and its timing. The schedule and protocol are kept so that the ids
+    keying the cache stay theirs."""
+
+    footprint: np.ndarray
+    timing: Timing | None
+    schedule: Schedule
+    protocol: Protocol | None
+
+
+class IsolatedCalls:
+    """Calls of one replay that are timed alone and replayed from that timing.
+
+    ``network`` is the replay's network (its conflicts come back through
+    :attr:`FlowNetwork.on_conflict`); ``excluded`` are group keys whose calls must be
+    simulated flow by flow (those that conflicted in an earlier attempt).
+    """
+
+    def __init__(
+        self,
+        network: FlowNetwork,
+        reduce_bandwidth: np.ndarray,
+        excluded: set[Hashable] | frozenset[Hashable] = frozenset(),
+    ):
+        self.network = network
+        self.reduce_bandwidth = reduce_bandwidth
+        self.excluded = set(excluded)
+        #: Group keys that conflicted in this replay (it must run again without them).
+        self.conflicts: set[Hashable] = set()
+        plan = fault_plan(network.graph)
+        self.enabled = plan is None or not plan.timed_links
+        self._holders: list[Hashable] = []
+        self._holder_ids: dict[Hashable, int] = {}
+        self._plans: dict[tuple, _Plan] = {}
+        self._timings: dict[bytes, Timing | None] = {}
+        self._scratch: FlowNetwork | None = None
+        #: Calls replayed from a timing, and calls timed alone (for reports).
+        self.replayed = 0
+        self.timed = 0
+        if self.enabled:
+            network.on_conflict = self._on_conflict
+
+    def run(
+        self,
+        group: Hashable,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        rank_done: Callable[[np.ndarray], None],
+    ) -> bool:
+        """Replay ``schedule`` on ``ranks`` from its isolated timing, starting now, if its
+        group may and its links are free; False if the caller must simulate its flows.
+        ``rank_done(positions)`` is called as ranks (positions in ``ranks``) finish."""
+        if (
+            not self.enabled
+            or schedule.n_ops < MIN_OPS
+            or group in self.excluded
+            or group in self.conflicts
+        ):
+            return False
+        plan = self._plan(schedule, protocol, ranks)
+        if plan.timing is None:
+            return False
+        busy, holders = self.network.holders(plan.footprint)
+        if busy or len(holders):
+            # Not alone now: this call runs flow by flow (exact as it is), but calls
+            # that hold its links will not have been alone.
+            self._on_conflict(holders)
+            return False
+        timing = plan.timing
+        env = self.network.env
+        now = env.now
+        self.network.hold(plan.footprint, now + timing.release_s, self._holder(group))
+        self.network.account(plan.footprint, timing.nbytes, timing.busy_s, timing.flows)
+        self.replayed += 1
+        for offset, positions in timing.done:
+            if offset <= 0.0:
+                rank_done(positions)  # as a replay does at its start, for idle ranks
+            else:
+                event = env.timeout(offset)
+                event.callbacks.append(lambda _event, p=positions: rank_done(p))
+        return True
+
+    # -- conflicts -------------------------------------------------------------------------
+    def _holder(self, group: Hashable) -> int:
+        holder = self._holder_ids.get(group)
+        if holder is None:
+            holder = self._holder_ids[group] = len(self._holders)
+            self._holders.append(group)
+        return holder
+
+    def _on_conflict(self, holders: np.ndarray) -> None:
+        self.conflicts.update(self._holders[h] for h in holders.tolist())
+
+    # -- timings ---------------------------------------------------------------------------
+    def _plan(self, schedule: Schedule, protocol: Protocol | None, ranks: np.ndarray) -> _Plan:
+        key = (id(schedule), repr(protocol), ranks.tobytes())
+        plan = self._plans.get(key)
+        if plan is None:
+            footprint, signature = self._footprint(schedule, protocol, ranks)
+            if signature not in self._timings:
+                self._timings[signature] = self._time_alone(schedule, protocol, ranks, footprint)
+                self.timed += 1
+            timing = self._timings[signature]
+            plan = self._plans[key] = _Plan(footprint, timing, schedule, protocol)
+        return plan
+
+    def _footprint(
+        self, schedule: Schedule, protocol: Protocol | None, ranks: np.ndarray
+    ) -> tuple[np.ndarray, bytes]:
+        """The links a call may use (its routes' links in order of first use, then its
+        reducers) and its signature: what, besides link names, sets its timing."""
+        network = self.network
+        n = schedule.n_ops
+        src, dst = ranks[schedule.src], ranks[schedule.dst]
+        routes = route_ops(network.router, schedule, np.arange(n), src, dst)
+        unique, first, op_route = np.unique(routes, return_index=True, return_inverse=True)
+        # Routes numbered by first use, so that the numbering is the same for every group
+        # with the same schedule.
+        by_use = np.argsort(first, kind="stable")
+        renumber = np.empty(len(unique), dtype=np.int64)
+        renumber[by_use] = np.arange(len(unique))
+        ptr, flat, _ = network.router.arrays()
+        ordered = unique[by_use]
+        lengths = ptr[ordered + 1] - ptr[ordered]
+        chain = np.concatenate([flat[ptr[r] : ptr[r + 1]] for r in ordered.tolist()] or [[]])
+        chain = chain.astype(np.int64)
+        links, link_first, local = np.unique(chain, return_index=True, return_inverse=True)
+        link_order = np.argsort(link_first, kind="stable")
+        link_number = np.empty(len(links), dtype=np.int64)
+        link_number[link_order] = np.arange(len(links))
+        footprint = links[link_order]
+        # Reducers of the ranks that reduce (created now, as the replay would).
+        reducing = np.unique(schedule.dst[schedule.reduce]) if schedule.reduce.any() else []
+        reducer_positions, reducer_bandwidth = [], []
+        for position in np.asarray(reducing, dtype=np.int64).tolist():
+            bandwidth = float(self.reduce_bandwidth[ranks[position]])
+            if np.isfinite(bandwidth):
+                route = network.reducer_route(int(ranks[position]), bandwidth)
+                reducer_positions.append(position)
+                reducer_bandwidth.append(bandwidth)
+                footprint = np.append(footprint, flat[ptr[route]])
+        table = network.links
+        attributes = np.stack(
+            [
+                network.capacity[footprint],
+                table.latency[footprint],
+                table.message_cost[footprint],
+            ]
+        )
+        kinds = "|".join(table.kind[i] for i in footprint.tolist())
+        digest = hashlib.blake2b(digest_size=20)
+        for part in (
+            np.array([id(schedule)], dtype=np.int64),
+            renumber[op_route].astype(np.int64),
+            lengths.astype(np.int64),
+            link_number[local],
+            attributes,
+            np.array(reducer_positions, dtype=np.int64),
+            np.array(reducer_bandwidth, dtype=float),
+        ):
+            digest.update(np.ascontiguousarray(part).tobytes())
+            digest.update(b"/")
+        digest.update(kinds.encode())
+        digest.update(repr(protocol).encode())
+        return footprint, digest.digest()
+
+    def _time_alone(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        footprint: np.ndarray,
+    ) -> Timing | None:
+        """Run the call alone on the scratch network (same graph, efficiencies and
+        reducers); None if it cannot finish alone."""
+        network = self.network
+        if self._scratch is None:
+            self._scratch = FlowNetwork(
+                simpy.Environment(), network.graph, link_efficiency=network.link_efficiency
+            )
+        scratch = self._scratch
+        env = simpy.Environment()
+        scratch.reset_clock(env)
+        done_at = np.full(schedule.ranks, np.nan)
+
+        def rank_done(positions: np.ndarray) -> None:
+            done_at[positions] = env.now
+
+        replay = ScheduleReplay(
+            scratch,
+            schedule,
+            rank_map=ranks,
+            reduce_bandwidth=self.reduce_bandwidth,
+            on_rank_done=rank_done,
+            protocol=protocol,
+        )
+        finished = replay.start()
+        env.run()
+        if not finished.triggered or np.isnan(done_at).any():
+            return None
+        scratch.close_link_records()
+        # The footprint on the scratch network: the same ids for the graph's links, its
+        # own for reducers (numbered as it created them).
+        ids = footprint.copy()
+        for i, link in enumerate(footprint.tolist()):
+            if network.links.kind[link] == "reduce":
+                ids[i] = scratch.links.src_node.index(network.links.src_node[link])
+        offsets, group = np.unique(done_at, return_inverse=True)
+        done = [(float(t), np.flatnonzero(group == i)) for i, t in enumerate(offsets.tolist())]
+        used = scratch.link_busy[ids] > 0
+        release = np.where(used, scratch.link_idle_at[ids], 0.0)
+        return Timing(
+            done=done,
+            release_s=release,
+            nbytes=scratch.link_bytes[ids].copy(),
+            busy_s=scratch.link_busy[ids].copy(),
+            flows=scratch.stats.flows,
+        )

@@ -1,0 +1,138 @@
+"""Calls timed alone once and replayed from that timing (simulator.workload.isolated):
+the same step, to rounding, as simulating every call's flows, and a fallback that is
+detected when a call was not alone after all."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.topology import load_topology, ring_graph
+from simulator.workload import WorkloadReplay, parse_workload
+from simulator.workload.generators import megatron
+from simulator.workload.metrics import breakdown
+
+MiB = 2**20
+
+
+def both(workload, graph, **options):
+    """The replay with calls timed alone and the one simulating every flow."""
+    fast = WorkloadReplay(workload, graph, **options).run()
+    slow = WorkloadReplay(workload, graph, isolated=False, **options).run()
+    return fast, slow
+
+
+def assert_same_run(fast, slow):
+    """Every op at the same times and every link with the same bytes and busy time, to
+    1e-9 of the step; the same flows counted."""
+    step = float(np.nanmax(slow.records.end_s))
+    for name in ("issue_s", "start_s", "end_s"):
+        a, b = getattr(fast.records, name), getattr(slow.records, name)
+        assert np.array_equal(np.isnan(a), np.isnan(b))
+        assert np.nanmax(np.abs(a - b)) <= 1e-9 * step
+    for name in ("bytes", "busy_s"):
+        a, b = np.array(fast.links[name]), np.array(slow.links[name])
+        assert np.allclose(a, b, rtol=1e-9, atol=1e-9 * max(1.0, float(b.max())))
+    assert fast.stats.flows == slow.stats.flows
+
+
+def test_a_ring_all_reduce_repeated_takes_the_closed_form_each_time():
+    """Three ring all-reduces after 1 ms of compute on a 4-GPU ring: 1 ms plus three
+    times 2(p-1)(n/(pB) + alpha); the call is timed alone once and replayed three times."""
+    p, n, bandwidth, alpha = 4, 8 * MiB, 100e9, 2e-6
+    graph = ring_graph(p, bandwidth, alpha)
+    ops = []
+    for rank in range(p):
+        ops.append({"id": f"c{rank}", "rank": rank, "kind": "compute", "duration": "1ms"})
+        for i in range(3):
+            ops.append({"id": f"a{rank}.{i}", "rank": rank, "kind": "collective",
+                        "op": "all_reduce", "group": "all", "bytes": n,
+                        "deps": [f"c{rank}"]})  # fmt: skip
+    workload = parse_workload(
+        {
+            "format": "ccsim-workload/1",
+            "ranks": p,
+            "groups": {"all": {"ranks": list(range(p))}},
+            "ops": ops,
+        }
+    )
+    run = WorkloadReplay(workload, graph, algorithm="ring").run()
+    one = 2 * (p - 1) * (n / p / bandwidth + alpha)
+    assert breakdown(run).step_s == pytest.approx(1e-3 + 3 * one, rel=1e-12)
+    assert run.isolated == {"replayed": 3, "timed": 1, "attempts": 1, "flow_by_flow": []}
+    # Bytes conservation on the links: each all-reduce moves 2(p-1)/p n per link.
+    assert sum(run.links["bytes"]) == pytest.approx(3 * p * 2 * (p - 1) / p * n, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("preset", "options"),
+    [
+        ("dgx-h100", {"tp": 4, "pp": 2, "dp": 2}),
+        ("dgx-a100", {"tp": 8, "pp": 2, "dp": 1, "sequence_parallel": True}),
+    ],
+)
+def test_a_megatron_step_is_the_flow_by_flow_step(preset, options):
+    """A pipelined, tensor- and data-parallel step under NCCL's choices: every op at the
+    same time as when every call's flows are simulated, with most calls replayed from a
+    few timings."""
+    ranks = options["tp"] * options["pp"] * options["dp"]
+    workload = megatron(model="llama3-8b", micro_batch=1, global_batch=4 * options["dp"], **options)
+    graph = load_topology(preset, max(1, ranks // 8))
+    fast, slow = both(workload, graph)
+    assert_same_run(fast, slow)
+    assert fast.isolated["replayed"] > 2 * fast.isolated["timed"] > 0
+    assert slow.isolated == {}
+
+
+def conflicting(p2p_after: str):
+    """8 ranks of one server: a 256 MiB all-reduce over all of them on stream "comm",
+    and rank 0 sending 64 MiB to rank 1 on another stream ``p2p_after`` into the step
+    (over the same NVLink links)."""
+    ops = []
+    for rank in range(8):
+        ops.append({"id": f"c{rank}", "rank": rank, "kind": "compute", "duration": "10us"})
+        ops.append({"id": f"a{rank}", "rank": rank, "kind": "collective", "stream": "comm",
+                    "op": "all_reduce", "group": "g", "bytes": 256 * MiB,
+                    "deps": [f"c{rank}"]})  # fmt: skip
+    ops.append({"id": "w0", "rank": 0, "kind": "compute", "duration": p2p_after, "stream": "x"})
+    ops.append({"id": "w1", "rank": 1, "kind": "compute", "duration": p2p_after, "stream": "x"})
+    ops.append({"id": "s", "rank": 0, "kind": "send", "peer": 1, "bytes": 64 * MiB,
+                "stream": "x", "deps": ["w0"]})  # fmt: skip
+    ops.append({"id": "r", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64 * MiB,
+                "stream": "x", "deps": ["w1"]})  # fmt: skip
+    return parse_workload(
+        {
+            "format": "ccsim-workload/1",
+            "ranks": 8,
+            "groups": {"g": {"ranks": list(range(8))}},
+            "ops": ops,
+        }
+    )
+
+
+def test_a_call_that_was_not_alone_is_simulated_again_flow_by_flow():
+    """A send that starts on the all-reduce's links while it runs makes the replay from
+    its isolated timing wrong: the replay notices, runs again with the group's calls
+    simulated flow by flow, and ends as the flow-by-flow replay does. The send slows the
+    all-reduce, so the shortcut would have been visibly wrong."""
+    graph = load_topology("dgx-a100", 1)
+    fast, slow = both(conflicting("100us"), graph, algorithm="ring")
+    assert_same_run(fast, slow)
+    assert fast.isolated["attempts"] == 2
+    assert fast.isolated["flow_by_flow"] == ["g"]
+    alone = WorkloadReplay(conflicting("100s"), graph, algorithm="ring").run()
+    index = [op.id for op in slow.workload.ops].index("a0")
+    assert slow.records.end_s[index] > alone.records.end_s[index] * 1.01
+    assert alone.isolated["attempts"] == 1  # a send long after the call: no conflict
+
+
+def test_timed_faults_turn_it_off():
+    """A link degraded for part of the step changes rates mid-call: no call is replayed
+    from an isolated timing, and the step is the flow-by-flow one."""
+    from simulator.network.faults import apply_faults
+
+    fault = "link=s0/gpu0-s0/nvswitch:0.5,t0=0ms,t1=0.05ms"
+    graph = apply_faults(load_topology("dgx-a100", 1), fault)
+    fast, slow = both(conflicting("100s"), graph, algorithm="ring")
+    assert fast.isolated["replayed"] == 0
+    assert_same_run(fast, slow)
