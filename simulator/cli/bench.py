@@ -218,6 +218,23 @@ SCENARIOS = {
             target_s=10.0,
         ),
         Scenario(
+            "mt-nlg-530b-a100x2520",
+            "Megatron 530B step, TP 8 PP 35 DP 9 on 315x dgx-a100, batch 2520 (SC'21's "
+            "Table 1 run; target 60 s, issue 15)",
+            kind="workload",
+            preset="dgx-a100",
+            nodes=315,
+            workload=(
+                ("model", "mt-nlg-530b"),
+                ("tp", 8),
+                ("pp", 35),
+                ("dp", 9),
+                ("micro_batch", 1),
+                ("global_batch", 2520),
+            ),
+            target_s=60.0,
+        ),
+        Scenario(
             "gpt3-fp8-h100x1024",
             "Megatron GPT-3 175B step in fp8, TP 4 PP 8 (6 virtual stages) DP 32 on 128x "
             "dgx-h100, micro-batch 1, batch 1024 (issue 20)",
@@ -282,6 +299,12 @@ def run_workload_scenario(scenario: Scenario) -> dict:
         "flows_per_s": flows / wall,
         "target_s": scenario.target_s or None,
         "ops": len(step.ops),
+        # Calls replayed from their timing alone, distinct calls timed, replays run
+        # (simulator.workload.isolated).
+        **{
+            f"isolated_{key}": value for key, value in run.isolated.items() if key != "flow_by_flow"
+        },
+        "flow_by_flow_groups": len(run.isolated.get("flow_by_flow", [])),
     }
 
 
