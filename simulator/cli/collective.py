@@ -143,6 +143,17 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     )
     add_trace_options(coll)
     coll.add_argument(
+        "--heatmap",
+        metavar="FILE",
+        help="also draw the LAST size's traffic as heat-maps to FILE.png, .svg or .pdf: "
+        "utilisation (bytes sent / capacity; 0-1) per server and per rail (GPU index "
+        "across servers), inside servers (scale-up) and between them (scale-out), in "
+        "200-500 time bins; above 256 ranks --timeline draws this instead of a row per "
+        "rank, and --trace carries these rows as counters (with --trace-detail ranks) and "
+        "the slices of one server's ranks (or the simulated representatives) unless "
+        "--trace-ranks is given",
+    )
+    coll.add_argument(
         "--report",
         metavar="DIR",
         help="also write a report folder: the table (CSV, JSON, text), bandwidth and "
@@ -205,12 +216,16 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
             "--chakra writes one schedule: give --algo NAME (e.g. ring), not auto or a library"
         )
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
-    drawing = args.timeline or args.trace or args.report
+    drawing = args.timeline or args.trace or args.report or args.heatmap
     if drawing:  # matplotlib loads only when asked for; bad names fail before the sweep
         from ..viz.outputs import check_output_options, write_collective_outputs
 
         check_output_options(
-            timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
+            timeline=args.timeline,
+            trace=args.trace,
+            report=args.report,
+            force=args.force,
+            heatmap=args.heatmap,
         )
     args.root = root_of(args.op, args.root)
     check_run_size(args, sizes, [args.algo])
@@ -323,6 +338,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
             table=collective_table(rows, title=title, root=args.root),
             timeline=args.timeline,
             trace=args.trace,
+            heatmap=args.heatmap,
             trace_detail=args.trace_detail,
             trace_ranks=args.trace_ranks,
             report=args.report,

@@ -7,7 +7,8 @@ A report folder holds everything needed to read and to rerun a sweep:
 ``results.csv``/``.json``  the table, one row per size (the ``--format csv/json`` output)
 ``table.txt``             the nccl-tests style table
 ``bandwidth.png``         time and bus bandwidth against size
-``timeline.png``          Gantt chart of the last size of the sweep
+``timeline.png``          Gantt chart of the last size of the sweep (above
+                          :data:`~.heatmap.HEATMAP_RANKS` ranks: its heat-map)
 ``trace.json``            Perfetto / Chrome trace of the last size
 ``topology.<ext>``        the preset or graph file the topology came from (if a file)
 ``run.json``              argv, the command, ccsim and library versions, the inputs and
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from ..collective.run import CollectiveResult
 from ..errors import CcsimError
@@ -50,6 +52,13 @@ from ..files import check_writable, write_file, write_with
 from ..topology.graph import gpu_nodes
 from ..workload.engine import WorkloadRun
 from .collective import collective_timeline
+from .heatmap import (
+    HEATMAP_RANKS,
+    collective_heatmap_figure,
+    rank_rows,
+    traffic_heatmaps,
+    with_heatmap_counters,
+)
 from .html import HTML_NAME, collective_page, report_figure, workload_page
 from .perfetto import DETAILS, save_trace
 from .plots import bandwidth_figure, size_label
@@ -63,7 +72,8 @@ REPORT_FILES = {
     "results.json": "the table as JSON",
     "table.txt": "the nccl-tests style table",
     "bandwidth.png": "time and bus bandwidth against message size",
-    "timeline.png": "Gantt chart of the last size of the sweep",
+    "timeline.png": "Gantt chart of the last size of the sweep (above "
+    f"{HEATMAP_RANKS} ranks: traffic heat-map per server and per rail)",
     "trace.json": "Perfetto trace of the last size (open at https://ui.perfetto.dev)",
     "run.json": "command, versions, inputs and topology summary, to rerun",
     "README.md": "this summary",
@@ -223,13 +233,19 @@ def write_collective_report(
     title = f"{result.algorithm} {result.op} · {result.ranks} ranks"
     bandwidth = bandwidth_figure(rows, title=title)
     put("bandwidth.png", figure_bytes(bandwidth, "png"))
-    timeline = collective_timeline(result, graph)
-    gantt = timeline_figure(timeline)
+    large = result.ranks > HEATMAP_RANKS
+    links = not large or not {"links", "counters"}.isdisjoint(trace_detail or DETAILS)
+    timeline = collective_timeline(result, graph, links=links)
+    maps = traffic_heatmaps(result, graph) if large else None
+    gantt = (
+        collective_heatmap_figure(result, graph, maps=maps) if large else timeline_figure(timeline)
+    )
     put("timeline.png", figure_bytes(gantt, "png"))
     figures = [
         report_figure(bandwidth, "bandwidth.png", REPORT_FILES["bandwidth.png"]),
         report_figure(gantt, "timeline.png", REPORT_FILES["timeline.png"]),
     ]
+    timeline, trace_ranks = _large_trace(result, graph, timeline, trace_ranks, maps)
     save_trace(timeline, directory / "trace.json", detail=trace_detail, ranks=trace_ranks)
     written.append(directory / "trace.json")
     source = _topology_file(topology)
@@ -337,15 +353,22 @@ def check_output_options(
     trace: str | None = None,
     report: str | None = None,
     force: bool = False,
+    heatmap: str | None = None,
 ) -> None:
-    """Check ``--timeline``, ``--trace`` and ``--report`` before any simulation runs.
+    """Check ``--timeline``, ``--trace``, ``--heatmap`` and ``--report`` before any
+    simulation runs.
 
     Raises :class:`~simulator.errors.CcsimError` naming the option and the fix, so a bad
     output name fails at once rather than after a long sweep.
     """
     if timeline:
         image_format(timeline)
-    for option, value in (("--timeline", timeline), ("--trace", trace)):
+    if heatmap:
+        try:
+            image_format(heatmap)
+        except CcsimError as error:
+            raise CcsimError(f"--heatmap: {error}") from None
+    for option, value in (("--timeline", timeline), ("--trace", trace), ("--heatmap", heatmap)):
         if value:
             check_writable(value, option=option)
     if report:
@@ -367,22 +390,37 @@ def write_collective_outputs(
     topology: Any = None,
     trace_detail: Sequence[str] | None = None,
     trace_ranks: Sequence[tuple[int, int]] | None = None,
+    heatmap: str | None = None,
 ) -> None:
-    """Write what ``--timeline``, ``--trace`` and ``--report`` ask for, each atomically.
+    """Write what ``--timeline``, ``--trace``, ``--heatmap`` and ``--report`` ask for,
+    each atomically.
 
     ``result`` is the run drawn (the CLI passes the sweep's last size); the other
     arguments are those of :func:`write_collective_report`. Link rows, whose load can
     take as long to rebuild as the run took, are built only if the picture or the trace
-    shows them.
+    shows them. Above :data:`~.heatmap.HEATMAP_RANKS` ranks the timeline picture is the
+    heat-map (:func:`~.heatmap.collective_heatmap_figure`), and the trace carries the
+    heat-map's rows as counters and, unless ``trace_ranks`` says otherwise, the slices
+    of one server's ranks only (:func:`_large_trace`).
     """
+    large = result.ranks > HEATMAP_RANKS
+    heat_figure = maps = None
+    if heatmap or (large and (timeline or trace)):
+        maps = traffic_heatmaps(result, graph)
+    if heatmap or (timeline and large):
+        heat_figure = collective_heatmap_figure(result, graph, maps=maps)
+    if heatmap:
+        write_file(heatmap, figure_bytes(heat_figure, image_format(heatmap)))
     if timeline or trace:
-        links = bool(timeline) or not {"links", "counters"}.isdisjoint(trace_detail or DETAILS)
+        gantt = bool(timeline) and not large
+        links = gantt or not {"links", "counters"}.isdisjoint(trace_detail or DETAILS)
         records = collective_timeline(result, graph, links=links)
         if timeline:
-            fig = timeline_figure(records)
+            fig = heat_figure if large else timeline_figure(records)
             write_file(timeline, figure_bytes(fig, image_format(timeline)))
         if trace:
-            save_trace(records, trace, detail=trace_detail, ranks=trace_ranks)
+            records, ranks = _large_trace(result, graph, records, trace_ranks, maps)
+            save_trace(records, trace, detail=trace_detail, ranks=ranks)
     if report:
         write_collective_report(
             report,
@@ -397,6 +435,31 @@ def write_collective_outputs(
             trace_detail=trace_detail,
             trace_ranks=trace_ranks,
         )
+
+
+def _large_trace(
+    result: CollectiveResult,
+    graph: nx.Graph,
+    records,
+    ranks: Sequence[tuple[int, int]] | None,
+    maps=None,
+):
+    """The records and ranks a trace of ``result`` holds: as given up to
+    :data:`~.heatmap.HEATMAP_RANKS` ranks; above, with the heat-map rows as counter
+    tracks (:func:`~.heatmap.with_heatmap_counters`), and when no ``ranks`` are given
+    and the records list every rank (not the representatives of a symmetric run, which
+    are few already), the slices of server 0's ranks only, so that the trace's size
+    does not grow with the ranks. ``maps``: the heat-maps if already made."""
+    if result.ranks <= HEATMAP_RANKS:
+        return records, ranks
+    maps = traffic_heatmaps(result, graph) if maps is None else maps
+    note = ""
+    if ranks is None and result.params.get("flows") != "representatives":
+        server = rank_rows(graph, "server")
+        last = int(np.argmax(server != server[0])) - 1 if (server != server[0]).any() else 0
+        ranks = [(0, last)]
+        note = f"slices of ranks 0-{last} only (server 0); choose others with --trace-ranks"
+    return with_heatmap_counters(records, maps, note=note), ranks
 
 
 # -- ccsim run: workload timelines and reports -------------------------------------------

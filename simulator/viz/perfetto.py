@@ -19,7 +19,10 @@ Open the file at https://ui.perfetto.dev (or chrome://tracing). Layout:
 
 What a trace holds (``detail``, the command line's ``--trace-detail``) is any of
 :data:`DETAILS`: ``phases``, ``ranks`` (the GPU streams' spans), ``links`` (the links'
-busy spans) and ``counters`` (link utilisation); ``ranks`` (``--trace-ranks``) keeps the
+busy spans) and ``counters`` (link utilisation); a large collective's heat-map rows
+(utilisation per server and per rail, on tracks of category :data:`HEATMAP_CATEGORY`:
+:mod:`simulator.viz.heatmap`) go with ``ranks``, as what the ranks do in aggregate;
+``ranks`` (``--trace-ranks``) keeps the
 rows of a few ranks only (:func:`select`). A 1024-rank collective with every detail is
 millions of events, most of them counters, more than the Perfetto UI opens;
 :data:`DEFAULT_DETAIL` keeps it small. A path ending in ``.gz`` is written gzipped.
@@ -54,6 +57,10 @@ DETAILS = ("phases", "ranks", "links", "counters")
 #: The command line's default: phases and every rank's streams, no link rows. A 1024-rank
 #: all-reduce (2 M transfers) is then about 60 MB as ``.json.gz``.
 DEFAULT_DETAIL = ("phases", "ranks")
+#: Category of the tracks holding heat-map rows (per server, per rail): their counters
+#: are part of the ``ranks`` detail, not ``counters``, and they stay with
+#: ``--trace-ranks``.
+HEATMAP_CATEGORY = "heatmap"
 #: Estimated file size past which :func:`save_trace` warns (Perfetto's UI struggles
 #: with traces past a few hundred MB).
 WARN_BYTES = 500_000_000
@@ -78,7 +85,7 @@ def select(
     """The part of ``timeline`` a trace with ``detail`` (default: every one of
     :data:`DETAILS`) and ``ranks`` (``(first, last)`` ranges, inclusive; default: every
     rank) holds. With ``ranks``, only tracks of those ranks stay (a link out of or into
-    one of their GPUs counts; links between switches go).
+    one of their GPUs counts; links between switches go), and the heat-map rows.
 
     >>> t = Timeline.from_spans([], tracks=[("rank 0", "", "streams", "", 0),
     ...                                     ("rank 1", "", "streams", "", 1)])
@@ -108,12 +115,18 @@ def select(
             have = f"ranks {known.min()}-{known.max()}" if len(known) else "no ranks"
             wanted = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranks)
             raise CcsimError(f"trace ranks {wanted} name no rank of this run (it has {have})")
-    # A stream's spans are "ranks", a link's "links".
+    # A stream's spans are "ranks", a link's "links"; heat-map rows (counters only) are
+    # aggregates of every rank, kept whichever ranks are.
     shown = np.array(
         [("ranks" if t.section == "streams" else t.section) in detail for t in tracks], dtype=bool
     )
+    heat = np.array([t.category == HEATMAP_CATEGORY for t in tracks], dtype=bool)
+    keep |= heat
     index = {track.name: t for t, track in enumerate(tracks)}
-    counters = ["counters" in detail and keep[index[c.track]] for c in timeline.counters]
+    counters = [
+        ("ranks" if heat[index[c.track]] else "counters") in detail and keep[index[c.track]]
+        for c in timeline.counters
+    ]
     spans = (keep & shown)[timeline.track] if len(tracks) else np.zeros(0, dtype=bool)
     return timeline.restrict(spans, counters, phases="phases" in detail)
 
