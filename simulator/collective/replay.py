@@ -54,9 +54,13 @@ class ScheduleReplay:
     default), so a schedule can run on a subset of the GPUs.
 
     A *quotient* schedule (:mod:`simulator.collective.symmetry`) runs with ``weight``, the
-    number of flows each op's flow stands for, and ``period``: ranks ``period`` apart
-    share one proxy and one reducer, those of the rank in ``0..period-1`` (the network's
-    link classes must be set to match).
+    number of flows each op's flow stands for, and ``period``: schedule ranks ``period``
+    apart share one proxy and one reducer, those of the rank in ``0..period-1`` (the
+    network's link classes must be set to match), and ``on_rank_done`` names those
+    ranks only (a rank is done with the transfers it sends and those its images
+    receive, which finish together). ``copies`` is how many GPUs each reducer stands
+    for (default ``ranks / period``; a workload simulating one of several identical
+    replicas gives their count).
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class ScheduleReplay:
         protocol: Protocol | None = None,
         weight: np.ndarray | None = None,
         period: int | None = None,
+        copies: int | None = None,
     ):
         self.env: simpy.Environment = network.env
         self.network = network
@@ -84,12 +89,17 @@ class ScheduleReplay:
             reduce_bandwidth = reduce_bandwidths(network.graph)
         reduce_bandwidth = np.asarray(reduce_bandwidth, dtype=float)
         self._weight = None if weight is None else np.asarray(weight, dtype=float)
-        # Rank whose proxy and reducer stand for each rank's (itself without a period).
-        self._local = (
-            self._dst if period is None else self._dst % period,
-            self._src if period is None else self._src % period,
-        )
-        orbit = 1 if period is None else schedule.ranks // period
+        # Rank whose proxy and reducer stand for each rank's (itself without a period):
+        # folded on the schedule's ranks, then mapped like them.
+        if period is None:
+            self._local = (self._dst, self._src)
+        else:
+            fold = np.arange(schedule.ranks) % period
+            if rank_map is not None:
+                fold = rank_map[fold]
+            self._local = (fold[schedule.dst], fold[schedule.src])
+        if copies is None:
+            copies = 1 if period is None else schedule.ranks // period
         # Reductions run on the receiving GPU at its reduce bandwidth, and the reductions a
         # GPU has in progress (from any collective on this network) share it: each one is
         # a flow on a per-GPU "reducer" link of that capacity. None when they are free.
@@ -99,7 +109,7 @@ class ScheduleReplay:
             for rank in np.unique(self._local[0][schedule.reduce]).tolist():
                 if np.isfinite(reduce_bandwidth[rank]):
                     self._reducer[rank] = network.reducer_route(
-                        rank, reduce_bandwidth[rank], class_size=orbit
+                        rank, reduce_bandwidth[rank], class_size=copies
                     )
         # With a protocol, flows carry more bytes than the data (LL's flags) and each
         # transfer's step costs at least the protocol's per-hop latency for its path.
@@ -138,10 +148,11 @@ class ScheduleReplay:
         # Per-rank completion (for workloads): a rank is done with this collective when
         # every transfer it sends or receives is done.
         self._on_rank_done = on_rank_done
+        self._period = schedule.ranks if period is None else period
         if on_rank_done is not None:
-            p = schedule.ranks
-            self._rank_left = np.bincount(schedule.src, minlength=p) + np.bincount(
-                schedule.dst, minlength=p
+            p = self._period
+            self._rank_left = np.bincount(schedule.src % p, minlength=p) + np.bincount(
+                schedule.dst % p, minlength=p
             )
 
     def start(self) -> simpy.Event:
@@ -327,9 +338,9 @@ class ScheduleReplay:
         self.end_s[ops] = self.env.now
         self._done_count += len(ops)
         if self._on_rank_done is not None:
-            p = self.schedule.ranks
-            touched = np.bincount(self.schedule.src[ops], minlength=p) + np.bincount(
-                self.schedule.dst[ops], minlength=p
+            p = self._period
+            touched = np.bincount(self.schedule.src[ops] % p, minlength=p) + np.bincount(
+                self.schedule.dst[ops] % p, minlength=p
             )
             before = self._rank_left > 0
             self._rank_left -= touched

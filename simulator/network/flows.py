@@ -251,14 +251,20 @@ class FlowNetwork:
         self._held_by[links] = holder
 
     def account(
-        self, links: np.ndarray, nbytes: np.ndarray, busy_s: np.ndarray, flows: int
+        self,
+        links: np.ndarray,
+        nbytes: np.ndarray,
+        busy_s: np.ndarray,
+        flows: int,
+        represented: float | None = None,
     ) -> None:
         """Add a call replayed from an isolated run to the records: bytes and busy time
-        on its links, and the flows it stands for."""
+        on its links, the flows it carried and those they stood for (default: as many;
+        more with link classes)."""
         self.link_bytes[links] += nbytes
         self.link_busy[links] += busy_s
         self.stats.flows += flows
-        self.stats.represented_flows += flows
+        self.stats.represented_flows += flows if represented is None else represented
 
     def reset_clock(self, env: simpy.Environment) -> None:
         """Start over on a new clock with zeroed records; no flow may be in flight. (For

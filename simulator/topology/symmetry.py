@@ -40,31 +40,52 @@ def server_shift(graph: nx.Graph, shift: int) -> dict | None:
     >>> phi["s0/gpu3"], phi["s3/nic2"], phi["leaf2"]
     ('s1/gpu3', 's0/nic2', 'leaf2')
     """
-    gpus = gpu_nodes(graph)
-    members: dict = defaultdict(list)
-    outside = []
-    for node, data in graph.nodes(data=True):
-        server = data.get("server")
-        if server is None:
-            outside.append(node)
-        else:
-            members[server].append(node)
+    members = _server_members(graph)
     n = len(members)
-    if n < 2 or shift % n == 0 or set(members) != set(range(n)):
-        return None  # servers must be numbered 0..n-1
-    if len({len(nodes) for nodes in members.values()}) != 1:
+    if n < 2 or shift % n == 0:
         return None
-    phi: dict = {}
-    for s in range(n):
-        for a, b in zip(members[s], members[(s + shift) % n], strict=True):
-            phi[a] = b
+    phi = server_permutation(graph, [(s + shift) % n for s in range(n)])
+    if phi is None:
+        return None
     # GPUs: ranks are numbered server by server.
+    gpus = gpu_nodes(graph)
     p = len(gpus)
     if p % n:
         return None
     step = shift * (p // n)
     if any(phi.get(gpus[r]) != gpus[(r + step) % p] for r in range(p)):
         return None
+    return phi
+
+
+def server_permutation(graph: nx.Graph, image: list[int] | tuple[int, ...]) -> dict | None:
+    """The node map sending server ``s`` to server ``image[s]`` (a permutation of the
+    servers ``0..n-1``), or None when it does not map ``graph`` onto itself.
+
+    Nodes of a server map to the nodes at the same positions (in graph order) among its
+    image's nodes; fabric nodes follow the images of their neighbours (see
+    :func:`server_shift`). The caller checks where GPUs land (ranks are its business).
+
+    >>> from simulator.topology import load_topology
+    >>> g = load_topology("dgx-h100", 4)
+    >>> phi = server_permutation(g, [1, 0, 3, 2])
+    >>> phi["s0/gpu3"], phi["s2/nic1"], phi["leaf0"]
+    ('s1/gpu3', 's3/nic1', 'leaf0')
+    >>> server_permutation(g, [0, 1, 2]) is None  # not a permutation of the 4 servers
+    True
+    """
+    members = _server_members(graph)
+    n = len(members)
+    image = [int(s) for s in image]
+    if n < 1 or set(members) != set(range(n)) or sorted(image) != list(range(n)):
+        return None  # servers must be numbered 0..n-1
+    if len({len(nodes) for nodes in members.values()}) != 1:
+        return None
+    phi: dict = {}
+    for s in range(n):
+        for a, b in zip(members[s], members[image[s]], strict=True):
+            phi[a] = b
+    outside = [node for node, data in graph.nodes(data=True) if data.get("server") is None]
     # Fabric nodes, by the images of their neighbours: first those next to servers (a
     # leaf, by its NICs), then those next to those (a spine, by its leaves), and so on.
     # Nodes with the same neighbours (twins) may only map onto themselves.
@@ -97,6 +118,16 @@ def server_shift(graph: nx.Graph, shift: int) -> dict | None:
     if left or len(set(phi.values())) != len(phi):
         return None
     return phi if _is_automorphism(graph, phi) else None
+
+
+def _server_members(graph: nx.Graph) -> dict:
+    """Each server's nodes, in graph order."""
+    members: dict = defaultdict(list)
+    for node, data in graph.nodes(data=True):
+        server = data.get("server")
+        if server is not None:
+            members[server].append(node)
+    return members
 
 
 def _is_automorphism(graph: nx.Graph, phi: dict) -> bool:

@@ -24,6 +24,7 @@ Times are in seconds throughout; writers convert (Perfetto wants microseconds).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -378,14 +379,47 @@ def interval_lanes(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]
     partitioning, which uses as few lanes as the most intervals open at one time).
 
     Returns ``(lane, count)``. An interval may start exactly when the one before it ends.
+    Intervals are taken in the order given (equal starts too: callers sort by (start, end));
+    given out of start order, each still goes to the first lane ended by its start.
 
     >>> lane, count = interval_lanes(np.array([0.0, 1.0, 2.0, 3.0]), np.array([2.0, 3.0, 4.0, 5.0]))
     >>> lane.tolist(), count
     ([0, 1, 0, 1], 2)
     """
+    start, end = np.asarray(start), np.asarray(end)
+    if len(start) != len(end):
+        raise CcsimError(f"interval_lanes got {len(start)} starts but {len(end)} ends")
+    if len(start) > 1 and not np.all(start[1:] >= start[:-1]):  # out of order, or NaN
+        return _first_free_scan(start.tolist(), end.tolist())
+    if np.all(start[1:] >= np.maximum.accumulate(end)[:-1]):  # one after another (NaN: no)
+        return np.zeros(len(start), dtype=np.int64), min(len(start), 1)
+    # Starts never decrease, so a lane whose last interval has ended by one start has ended
+    # by every later one: lanes move once from `busy` (a heap by end) to `free` (a heap by
+    # lane), and the first free lane is free's smallest. O(n log lanes), where scanning
+    # the lanes costs O(n lanes): minutes for a 131,072-rank all-reduce's 16,384 lanes.
+    busy: list[tuple[float, int]] = []  # (end of its last interval, lane) of open lanes
+    free: list[int] = []
+    lanes: list[int] = []
+    count = 0
+    for a, b in zip(start.tolist(), end.tolist(), strict=True):
+        while busy and busy[0][0] <= a:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            k = heapq.heappop(free)
+        else:
+            k, count = count, count + 1
+        lanes.append(k)
+        if b == b:  # an interval ending at NaN never ends (NaN <= a is False): lane kept
+            heapq.heappush(busy, (b, k))
+    return np.array(lanes, dtype=np.int64), count
+
+
+def _first_free_scan(start: list[float], end: list[float]) -> tuple[np.ndarray, int]:
+    """:func:`interval_lanes` of intervals out of start order: a lane that has ended by one
+    start may not have by the next, so every lane is scanned (O(n lanes); no caller)."""
     lane = np.zeros(len(start), dtype=np.int64)
     ends: list[float] = []  # the end of each lane's last interval
-    for position, (a, b) in enumerate(zip(start.tolist(), end.tolist(), strict=True)):
+    for position, (a, b) in enumerate(zip(start, end, strict=True)):
         for k, last in enumerate(ends):
             if last <= a:
                 ends[k] = b

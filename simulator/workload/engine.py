@@ -58,6 +58,7 @@ from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
 from .isolated import IsolatedCalls
 from .kernels import gemms_time
+from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry
 from .trace import Op, Workload, WorkloadError
 
 
@@ -94,6 +95,11 @@ class WorkloadRun:
     #: when calls timed alone turned out not to be) and ``flow_by_flow`` (groups whose
     #: calls were then simulated flow by flow); see :mod:`simulator.workload.isolated`.
     isolated: dict = field(repr=False, default_factory=dict)
+    #: For a workload given by one replica (:class:`~simulator.workload.trace.Replicas`):
+    #: ``count`` replicas, and ``simulated`` the replicas whose ops were simulated (1 when
+    #: one stood for all, ``count`` when they were built and simulated each, and then
+    #: ``why``); see :mod:`simulator.workload.replicas`. Empty for other workloads.
+    replicas: dict = field(repr=False, default_factory=dict)
 
 
 class _Compute:
@@ -146,6 +152,11 @@ class WorkloadReplay:
         flow shares its links (:mod:`simulator.workload.isolated`; exact: a replay in
         which a call was not alone after all runs again with that call's group simulated
         flow by flow). False simulates every call's flows.
+
+    A workload given by one data-parallel replica (``megatron(replicas=True)``) is
+    simulated once for all where the cluster, the routes and every spanning call look
+    the same from each replica (checked: :mod:`simulator.workload.replicas`); otherwise,
+    and as soon as a call proves otherwise, the full workload is built and replayed.
     """
 
     def __init__(
@@ -182,7 +193,6 @@ class WorkloadReplay:
         valid = ("auto", *POLICIES, *algorithm_names())
         if algorithm not in valid:
             raise unknown_choice("algorithm", algorithm, valid)
-        self.workload = workload
         self.graph = graph
         self.algorithm = algorithm
         self.comm_slowdown = comm_slowdown
@@ -214,6 +224,22 @@ class WorkloadReplay:
             graph,
             link_efficiency=None if self._given_protocol is None else self.calibration.efficiency,
         )
+        # One replica standing for all (symmetric flows aggregated over link classes), or
+        # every replica built (see simulator.workload.replicas).
+        self.replicas: ReplicaSymmetry | None = None
+        self._replicas_report: dict = {}
+        if workload.replicas is not None:
+            why = "a compute_scale was given (it may single out ranks)"
+            if compute_scale is None:
+                self.replicas, why = replica_symmetry(workload, self.network)
+            if self.replicas is None:
+                count = workload.replicas.count
+                workload = _every_replica(workload, why)
+                self._replicas_report = {"count": count, "simulated": "all", "why": why}
+            else:
+                self.network.set_link_classes(self.replicas.link_class, self.replicas.class_size)
+                self._replicas_report = {"count": self.replicas.count, "simulated": 1}
+        self.workload = workload
         # Faults (issue 16, simulator.network.faults): slow GPUs and jitter scale compute
         # durations; timed link degradations re-rate the network at their start and end.
         self.compute_scale = compute_scale or compute_scaler(graph)
@@ -225,7 +251,9 @@ class WorkloadReplay:
         # Calls timed alone once and replayed from that timing while nothing else uses
         # their links (checked as the replay goes; see simulator.workload.isolated).
         self.isolated = (
-            IsolatedCalls(self.network, self.reduce_bandwidth, _excluded) if isolated else None
+            IsolatedCalls(self.network, self.reduce_bandwidth, _excluded, replicas=self.replicas)
+            if isolated
+            else None
         )
         self.servers = servers_of_ranks(graph)
         ops = workload.ops
@@ -273,10 +301,21 @@ class WorkloadReplay:
         ``progress``, if given, is called with the simulated time (seconds) as it
         advances (the command line passes a progress bar's callback).
         """
-        for key, queue in self._streams.items():
-            del key
-            self._try_issue(queue[0])
-        run_env(self.env, progress=progress)
+        try:
+            for queue in self._streams.values():
+                self._try_issue(queue[0])
+            run_env(self.env, progress=progress)
+        except Asymmetric as error:
+            # A call showed that the replicas are not alike: replay every replica.
+            full = _every_replica(self.workload, str(error))
+            again = WorkloadReplay(full, self.graph, **self._arguments)
+            again._attempt = self._attempt + 1
+            again._replicas_report = {
+                "count": self.replicas.count,
+                "simulated": "all",
+                "why": str(error),
+            }
+            return again.run(progress)
         if self.isolated is not None and self.isolated.conflicts:
             # Some calls timed alone shared links after all: this replay is not exact.
             # Run again with their groups simulated flow by flow (each attempt excludes
@@ -284,6 +323,7 @@ class WorkloadReplay:
             excluded = frozenset(self.isolated.excluded | self.isolated.conflicts)
             again = WorkloadReplay(self.workload, self.graph, **self._arguments, _excluded=excluded)
             again._attempt = self._attempt + 1
+            again._replicas_report = again._replicas_report or self._replicas_report
             return again.run(progress)
         self.network.close_link_records()
         if self._done < len(self.workload.ops):
@@ -303,6 +343,7 @@ class WorkloadReplay:
                 "attempts": self._attempt,
                 "flow_by_flow": sorted(map(str, self.isolated.excluded)),
             },
+            replicas=dict(self._replicas_report),
         )
 
     def _try_issue(self, index: int) -> None:
@@ -418,7 +459,13 @@ class WorkloadReplay:
             schedule, proto, self._choices[k] = self._as_given(first, ranks)
         else:
             schedule, proto, self._choices[k] = self._as_library(first, ranks)
-        self._set_comm(ranks, +1)
+        period = None
+        if self.replicas is not None and first.group in self.replicas.period:
+            # A group spanning the replicas: its first replica's ranks (the first
+            # ``period``) run the representatives of the schedule's transfers.
+            period = self.replicas.period[first.group]
+            schedule = self.replicas.quotient(schedule, first.group).schedule
+        self._set_comm(ranks[:period], +1)
 
         def rank_done(positions: np.ndarray) -> None:
             done_ranks = [ranks[i] for i in positions.tolist()]
@@ -426,7 +473,7 @@ class WorkloadReplay:
             for i in positions.tolist():
                 self._finish(members[i])
 
-        self._start_call(first.group, schedule, proto, np.asarray(ranks), rank_done)
+        self._start_call(first.group, schedule, proto, np.asarray(ranks), rank_done, period)
 
     def _start_call(
         self,
@@ -435,13 +482,21 @@ class WorkloadReplay:
         proto: Protocol | None,
         ranks: np.ndarray,
         rank_done: Callable[[np.ndarray], None],
+        period: int | None = None,
     ) -> None:
         """Run a call's schedule on ``ranks`` (after the protocol's launch overhead):
-        replayed from its isolated timing when it is alone, else flow by flow."""
+        replayed from its isolated timing when it is alone, else flow by flow. With one
+        replica standing for all, each flow stands for its images in every replica, and
+        ``period`` says the schedule is a spanning group's quotient."""
+        weight = copies = None
+        if self.replicas is not None:
+            self.replicas.check_routes(self.network, schedule, ranks)
+            copies = self.replicas.count
+            weight = np.full(schedule.n_ops, float(copies))
 
         def start(_event: object = None) -> None:
             if self.isolated is not None and self.isolated.run(
-                group, schedule, proto, ranks, rank_done
+                group, schedule, proto, ranks, rank_done, period
             ):
                 return
             ScheduleReplay(
@@ -451,6 +506,9 @@ class WorkloadReplay:
                 reduce_bandwidth=self.reduce_bandwidth,
                 on_rank_done=rank_done,
                 protocol=proto,
+                weight=weight,
+                period=period,
+                copies=copies,
             ).start()
 
         if proto is None:
@@ -677,6 +735,18 @@ class WorkloadReplay:
             f"workload {self.workload.name!r} deadlocked with {len(stuck)} ops "
             "left: " + "; ".join(lines)
         )
+
+
+def _every_replica(workload: Workload, why: str) -> Workload:
+    """The full workload of one given by a replica, built because ``why``."""
+    replicas = workload.replicas
+    if replicas is None or replicas.build_all is None:
+        raise WorkloadError(
+            f"workload {workload.name!r} gives one of {replicas.count if replicas else 0} "
+            f"data-parallel replicas, which cannot stand for all here ({why}), and cannot "
+            "build the others; generate it with every replica"
+        )
+    return replicas.build_all()
 
 
 def _shape_of(layout: RankLayout) -> RankLayout:

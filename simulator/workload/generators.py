@@ -12,6 +12,7 @@ trace runs on A100s or H100s.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -20,7 +21,7 @@ from ..errors import CcsimError
 from .kernels import Gemm
 from .memory import megatron_memory
 from .model import MODELS, Transformer
-from .trace import FORMAT, Workload, parse_workload
+from .trace import FORMAT, Replicas, Workload, parse_workload
 
 BF16 = 2  # bytes per parameter, gradient and activation element
 
@@ -54,8 +55,8 @@ class _Builder:
         self.data["ops"].append(entry)
         return op_id
 
-    def build(self) -> Workload:
-        return parse_workload(self.data, origin=self.data["name"])
+    def build(self, replicas: Replicas | None = None) -> Workload:
+        return parse_workload(self.data, origin=self.data["name"], replicas=replicas)
 
 
 def flash_core_flops(
@@ -349,6 +350,7 @@ def megatron(
     cp: int = 1,
     ep: int = 1,
     fsdp: bool = False,
+    replicas: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -423,6 +425,12 @@ def megatron(
     state. The embedding stays replicated.
     ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
     Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
+    ``replicas`` builds the ops of the first data-parallel replica only (ranks with
+    d = 0), standing for all ``dp`` (:class:`~simulator.workload.trace.Replicas`): the
+    replay simulates one replica where the topology is symmetric under moving every
+    rank to the next replica, and the DP groups' collectives by their representatives
+    (:mod:`simulator.workload.symmetry`). Not for mixture-of-experts models, whose
+    expert-parallel groups cross replicas.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -430,6 +438,7 @@ def megatron(
     workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
+    arguments = dict(locals())  # to build every replica where one cannot stand for all
     v = virtual_stages
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise CcsimError(f"virtual_stages must be a positive integer, not {v!r}")
@@ -496,6 +505,12 @@ def megatron(
             f"({micro}) a multiple of them ({pp}), as Megatron's interleaved schedule does"
         )
     ranks = tp * cp * pp * dp
+    if replicas and m.is_moe:
+        raise CcsimError(
+            "replicas: a mixture-of-experts model's expert-parallel groups cross the "
+            "data-parallel replicas; build every rank (drop replicas)"
+        )
+    replicas_built = 1 if replicas and dp > 1 else dp  # replicas whose ops are built
     per_stage = m.layers // (pp * v)  # layers of one model chunk
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
@@ -635,7 +650,7 @@ def megatron(
         order = _one_f_one_b(stage, pp, micro, v)
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
-        for d, q, t in itertools.product(range(dp), range(cp), range(tp)):
+        for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp)):
             r = rank_of(stage, d, t, q)
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
@@ -881,7 +896,22 @@ def megatron(
                     stream="dp",
                     label="DP parameters",
                 )
-    workload = b.build()
+    replicated = None
+    if replicas_built < dp:
+        shift = [0] * ranks
+        for stage, d, q, t in itertools.product(range(pp), range(dp), range(cp), range(tp)):
+            shift[rank_of(stage, d, t, q)] = rank_of(stage, (d + 1) % dp, t, q)
+        first = frozenset(
+            rank_of(stage, 0, t, q)
+            for stage, q, t in itertools.product(range(pp), range(cp), range(tp))
+        )
+        replicated = Replicas(
+            dp,
+            tuple(shift),
+            first,
+            build_all=functools.partial(megatron, **{**arguments, "replicas": False}),
+        )
+    workload = b.build(replicated)
     workload.memory = megatron_memory(
         m,
         tp=tp,

@@ -21,6 +21,11 @@ calls simulated flow by flow (:class:`~simulator.workload.engine.WorkloadReplay`
 this until a replay has none). What is reported is therefore always a replay in which
 every call timed alone really was alone. Networks with timed faults (capacities that
 change during a run) never use it.
+
+With one data-parallel replica standing for all (:mod:`simulator.workload.replicas`),
+flows are aggregated over classes of links: the scratch network has the same classes, a
+call is timed with its images in every replica (weights and quotient schedules as the
+replay runs them), and it holds its links' classes.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from ..collective.replay import ScheduleReplay, route_ops
 from ..library.protocol import Protocol
 from ..network.faults import fault_plan
 from ..network.flows import FlowNetwork
+from .replicas import ReplicaSymmetry
 
 #: Calls of fewer transfers are always simulated flow by flow: a single point-to-point
 #: transfer costs about as much to simulate as to replay, and pipeline sends, which
@@ -56,6 +62,7 @@ class Timing:
     nbytes: np.ndarray
     busy_s: np.ndarray
     flows: int
+    represented: float
 
 
 @dataclass
@@ -75,7 +82,9 @@ class IsolatedCalls:
 
     ``network`` is the replay's network (its conflicts come back through
     :attr:`FlowNetwork.on_conflict`); ``excluded`` are group keys whose calls must be
-    simulated flow by flow (those that conflicted in an earlier attempt).
+    simulated flow by flow (those that conflicted in an earlier attempt); ``replicas``
+    the symmetry of a replay where one replica stands for all (None: every rank is
+    simulated).
     """
 
     def __init__(
@@ -83,8 +92,11 @@ class IsolatedCalls:
         network: FlowNetwork,
         reduce_bandwidth: np.ndarray,
         excluded: set[Hashable] | frozenset[Hashable] = frozenset(),
+        replicas: ReplicaSymmetry | None = None,
     ):
         self.network = network
+        self.replicas = replicas
+        self.copies = 1 if replicas is None else replicas.count
         self.reduce_bandwidth = reduce_bandwidth
         self.excluded = set(excluded)
         #: Group keys that conflicted in this replay (it must run again without them).
@@ -109,10 +121,13 @@ class IsolatedCalls:
         protocol: Protocol | None,
         ranks: np.ndarray,
         rank_done: Callable[[np.ndarray], None],
+        period: int | None = None,
     ) -> bool:
         """Replay ``schedule`` on ``ranks`` from its isolated timing, starting now, if its
         group may and its links are free; False if the caller must simulate its flows.
-        ``rank_done(positions)`` is called as ranks (positions in ``ranks``) finish."""
+        ``rank_done(positions)`` is called as ranks (positions in ``ranks``) finish;
+        ``period``: the schedule is a spanning group's quotient (see
+        :class:`~simulator.collective.replay.ScheduleReplay`)."""
         if (
             not self.enabled
             or schedule.n_ops < MIN_OPS
@@ -120,7 +135,7 @@ class IsolatedCalls:
             or group in self.conflicts
         ):
             return False
-        plan = self._plan(schedule, protocol, ranks)
+        plan = self._plan(schedule, protocol, ranks, period)
         if plan.timing is None:
             return False
         busy, holders = self.network.holders(plan.footprint)
@@ -133,7 +148,9 @@ class IsolatedCalls:
         env = self.network.env
         now = env.now
         self.network.hold(plan.footprint, now + timing.release_s, self._holder(group))
-        self.network.account(plan.footprint, timing.nbytes, timing.busy_s, timing.flows)
+        self.network.account(
+            plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
+        )
         self.replayed += 1
         for offset, positions in timing.done:
             if offset <= 0.0:
@@ -155,23 +172,36 @@ class IsolatedCalls:
         self.conflicts.update(self._holders[h] for h in holders.tolist())
 
     # -- timings ---------------------------------------------------------------------------
-    def _plan(self, schedule: Schedule, protocol: Protocol | None, ranks: np.ndarray) -> _Plan:
-        key = (id(schedule), repr(protocol), ranks.tobytes())
+    def _plan(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        period: int | None,
+    ) -> _Plan:
+        key = (id(schedule), repr(protocol), ranks.tobytes(), period)
         plan = self._plans.get(key)
         if plan is None:
-            footprint, signature = self._footprint(schedule, protocol, ranks)
+            footprint, signature = self._footprint(schedule, protocol, ranks, period)
             if signature not in self._timings:
-                self._timings[signature] = self._time_alone(schedule, protocol, ranks, footprint)
+                self._timings[signature] = self._time_alone(
+                    schedule, protocol, ranks, footprint, period
+                )
                 self.timed += 1
             timing = self._timings[signature]
             plan = self._plans[key] = _Plan(footprint, timing, schedule, protocol)
         return plan
 
     def _footprint(
-        self, schedule: Schedule, protocol: Protocol | None, ranks: np.ndarray
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        period: int | None,
     ) -> tuple[np.ndarray, bytes]:
         """The links a call may use (its routes' links in order of first use, then its
-        reducers) and its signature: what, besides link names, sets its timing."""
+        reducers; with link classes, their representatives) and its signature: what,
+        besides link names, sets its timing."""
         network = self.network
         n = schedule.n_ops
         src, dst = ranks[schedule.src], ranks[schedule.dst]
@@ -187,6 +217,8 @@ class IsolatedCalls:
         lengths = ptr[ordered + 1] - ptr[ordered]
         chain = np.concatenate([flat[ptr[r] : ptr[r + 1]] for r in ordered.tolist()] or [[]])
         chain = chain.astype(np.int64)
+        if self.replicas is not None:
+            chain = self.replicas.link_class[chain]
         links, link_first, local = np.unique(chain, return_index=True, return_inverse=True)
         link_order = np.argsort(link_first, kind="stable")
         link_number = np.empty(len(links), dtype=np.int64)
@@ -195,10 +227,14 @@ class IsolatedCalls:
         # Reducers of the ranks that reduce (created now, as the replay would).
         reducing = np.unique(schedule.dst[schedule.reduce]) if schedule.reduce.any() else []
         reducer_positions, reducer_bandwidth = [], []
+        if period is not None:
+            reducing = np.unique(np.asarray(reducing, dtype=np.int64) % period)
         for position in np.asarray(reducing, dtype=np.int64).tolist():
             bandwidth = float(self.reduce_bandwidth[ranks[position]])
             if np.isfinite(bandwidth):
-                route = network.reducer_route(int(ranks[position]), bandwidth)
+                route = network.reducer_route(
+                    int(ranks[position]), bandwidth, class_size=self.copies
+                )
                 reducer_positions.append(position)
                 reducer_bandwidth.append(bandwidth)
                 footprint = np.append(footprint, flat[ptr[route]])
@@ -210,10 +246,15 @@ class IsolatedCalls:
                 table.message_cost[footprint],
             ]
         )
+        if self.replicas is not None:
+            sizes = self.replicas.class_size
+            inside = footprint < len(sizes)  # reducers stand for ``copies`` each
+            copies = np.where(inside, sizes[np.minimum(footprint, len(sizes) - 1)], self.copies)
+            attributes = np.vstack([attributes, copies])
         kinds = "|".join(table.kind[i] for i in footprint.tolist())
         digest = hashlib.blake2b(digest_size=20)
         for part in (
-            np.array([id(schedule)], dtype=np.int64),
+            np.array([id(schedule), period or 0], dtype=np.int64),
             renumber[op_route].astype(np.int64),
             lengths.astype(np.int64),
             link_number[local],
@@ -233,18 +274,22 @@ class IsolatedCalls:
         protocol: Protocol | None,
         ranks: np.ndarray,
         footprint: np.ndarray,
+        period: int | None,
     ) -> Timing | None:
-        """Run the call alone on the scratch network (same graph, efficiencies and
-        reducers); None if it cannot finish alone."""
+        """Run the call alone on the scratch network (same graph, efficiencies, reducers
+        and link classes); None if it cannot finish alone."""
         network = self.network
         if self._scratch is None:
             self._scratch = FlowNetwork(
                 simpy.Environment(), network.graph, link_efficiency=network.link_efficiency
             )
+            if self.replicas is not None:
+                self._scratch.set_link_classes(self.replicas.link_class, self.replicas.class_size)
         scratch = self._scratch
         env = simpy.Environment()
         scratch.reset_clock(env)
-        done_at = np.full(schedule.ranks, np.nan)
+        represented = scratch.stats.represented_flows
+        done_at = np.full(schedule.ranks if period is None else period, np.nan)
 
         def rank_done(positions: np.ndarray) -> None:
             done_at[positions] = env.now
@@ -256,6 +301,9 @@ class IsolatedCalls:
             reduce_bandwidth=self.reduce_bandwidth,
             on_rank_done=rank_done,
             protocol=protocol,
+            weight=None if self.replicas is None else np.full(schedule.n_ops, float(self.copies)),
+            period=period,
+            copies=None if self.replicas is None else self.copies,
         )
         finished = replay.start()
         env.run()
@@ -278,4 +326,5 @@ class IsolatedCalls:
             nbytes=scratch.link_bytes[ids].copy(),
             busy_s=scratch.link_busy[ids].copy(),
             flows=scratch.stats.flows,
+            represented=scratch.stats.represented_flows - represented,
         )

@@ -137,7 +137,10 @@ def breakdown(run: WorkloadRun) -> Breakdown:
     by_kind: dict[str, float] = defaultdict(float)
     by_call: dict[str, float] = defaultdict(float)
     rows = []
-    for rank in range(workload.ranks):
+    # A workload given by one replica (which stood for all) has the first replica's
+    # ranks only: their figures are every replica's.
+    ranks = range(workload.ranks) if workload.replicas is None else sorted(workload.replicas.first)
+    for rank in ranks:
         busy_compute = union(compute[rank])
         busy_comm = union([(s, e) for s, e, _ in comm[rank]])
         overlapped = measure(intersect(busy_compute, busy_comm))
@@ -159,7 +162,7 @@ def breakdown(run: WorkloadRun) -> Breakdown:
             )
         )
         _attribute(comm[rank], busy_compute, workload, by_kind, by_call)
-    ranks = workload.ranks
+    ranks = len(rows)
     return Breakdown(
         step_s=step,
         ranks=rows,

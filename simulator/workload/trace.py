@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,31 @@ class Group:
     kind: str = ""
 
 
+@dataclass(frozen=True)
+class Replicas:
+    """A workload given by one replica: ``count`` replicas (data-parallel ones) do the
+    same, and the workload's ops are those of the first.
+
+    ``shift[r]`` is the rank that does in the next replica what rank ``r`` does (a
+    permutation; applied ``count`` times it is the identity and it moves every rank).
+    ``first`` are the ranks of the first replica, whose ops the workload holds. A group
+    that the shift maps onto itself *spans* the replicas (a data-parallel group) and
+    must list its ranks in shift order, ``g[i + 1] = shift[g[i]]``: the first replica
+    issues its calls for all; every other group lies inside one replica.
+    """
+
+    count: int
+    shift: tuple[int, ...]
+    first: frozenset[int]
+    #: Builds the full workload, every replica's ops (replays fall back on it where the
+    #: replicas are not alike: :mod:`simulator.workload.replicas`).
+    build_all: Callable[[], Workload] | None = field(default=None, compare=False, repr=False)
+
+    def spans(self, ranks: list[int]) -> bool:
+        """Whether a group with these ranks spans the replicas."""
+        return self.shift[ranks[0]] in set(ranks)
+
+
 @dataclass
 class Workload:
     """A validated workload: ops in file order, groups, and the matching of comm ops.
@@ -136,6 +162,8 @@ class Workload:
     #: FLOPs of the whole step as the generator's framework counts them (Megatron's,
     #: recomputation included; 0 where unknown), for TFLOP/s per GPU.
     model_flops: float = 0.0
+    #: Set when the ops are those of one replica standing for ``replicas.count``.
+    replicas: Replicas | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form in the trace format (times in seconds, sizes in bytes)."""
@@ -198,8 +226,11 @@ def load_workload(source: str | Path | dict[str, Any]) -> Workload:
     return parse_workload(data, origin=str(path))
 
 
-def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
-    """Validate plain data in the trace format and build a :class:`Workload`."""
+def parse_workload(
+    data: Any, *, origin: str = "workload", replicas: Replicas | None = None
+) -> Workload:
+    """Validate plain data in the trace format and build a :class:`Workload`; with
+    ``replicas``, the ops are those of the first replica (see :class:`Replicas`)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise WorkloadError(f'{origin}: not a ccsim workload (expected "format": "{FORMAT}")')
     unknown = sorted(set(data) - {"format", "name", "description", "ranks", "groups", "ops"})
@@ -241,6 +272,7 @@ def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
         ops=ops,
         groups=groups,
         description=str(data.get("description", "")),
+        replicas=replicas,
     )
     _match(workload, origin)
     _check_acyclic(workload, origin)
@@ -391,15 +423,22 @@ def _match(workload: Workload, origin: str) -> None:
     for op in workload.ops:
         if op.kind == "collective":
             calls[(op.group, op.rank)].append(op.index)
+    replicas = workload.replicas
     for group in workload.groups.values():
-        counts = {rank: len(calls.get((group.name, rank), [])) for rank in group.ranks}
+        ranks = group.ranks
+        if replicas is not None:
+            # The first replica's members issue for all (see Replicas).
+            ranks = [rank for rank in ranks if rank in replicas.first]
+            if not ranks:
+                continue
+        counts = {rank: len(calls.get((group.name, rank), [])) for rank in ranks}
         most = max(counts.values())
         if most == 0:
             continue
         for k in range(most):
             members = []
             missing = []
-            for rank in group.ranks:
+            for rank in ranks:
                 ops = calls.get((group.name, rank), [])
                 if k < len(ops):
                     members.append(ops[k])

@@ -1,0 +1,189 @@
+"""Data-parallel replicas simulated once: one replica's ranks stand for all of them.
+
+A Megatron step of ``dp`` replicas does the same thing in every replica at the same
+times when the cluster looks the same from each: the step's generator then builds the
+first replica's ops only (:class:`~simulator.workload.trace.Replicas`), and the replay
+simulates those, each flow standing for its ``dp`` images. Let sigma move every rank to
+the rank that does its work in the next replica. This module checks, before and during a
+replay, that sigma really is a symmetry of the run, so that the result is that of the
+full workload (to rounding), and says why not when it is not:
+
+* **The cluster.** sigma moves whole servers, and the server permutation it induces maps
+  the graph onto itself with every node and link attribute
+  (:func:`~simulator.topology.symmetry.server_permutation`). The links then fall into
+  *classes*, the orbits of the link map, on which
+  :meth:`~simulator.network.flows.FlowNetwork.set_link_classes` aggregates flows: a flow
+  of weight ``dp`` loads each link of its class ``dp / |class|`` times per link it
+  crosses, which is exactly how its ``dp`` images load them (the images of a route are
+  spread evenly over each orbit, since the set of images is itself invariant).
+* **The routes.** The only shortest path between two GPUs is mapped onto the only
+  shortest path between their images; ECMP-hashed and special routes (through NICs, into
+  switches) are routed image by image and must be the images of the route
+  (:meth:`ReplicaSymmetry.check_routes`, once per distinct call as the replay goes).
+* **The groups.** A group either lies inside the first replica, or *spans* the replicas
+  (a data-parallel group) listing its ranks in sigma's order, the first replica's
+  ``period = len / dp`` first. A spanning group's call runs as its schedule's quotient
+  under a shift of ``period`` positions
+  (:func:`~simulator.collective.symmetry.schedule_quotient`): when the library's
+  schedule has no such symmetry (a tree), the replay stops and the caller builds the
+  full workload.
+* **Nothing else breaks it**: no faults (stragglers, jitter and degraded links are
+  placed on particular ranks), and no per-rank compute scaling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..algorithms.schedule import Schedule
+from ..collective.replay import route_pairs
+from ..collective.symmetry import Quotient, schedule_quotient
+from ..network.faults import fault_plan
+from ..network.flows import FlowNetwork
+from ..topology.graph import gpu_nodes, servers_of_ranks
+from ..topology.symmetry import server_permutation
+from .trace import Workload
+
+
+class Asymmetric(Exception):
+    """The replay met a call that breaks the replicas' symmetry (its message says how);
+    the caller replays the full workload instead."""
+
+
+@dataclass
+class ReplicaSymmetry:
+    """How one replica stands for ``count``: ``shift[r]`` is rank r's image in the next
+    replica (identity on GPUs the workload does not use); ``link_class`` and
+    ``class_size`` the orbits of the link map; ``period`` the positions of each spanning
+    group (by name) that the first replica holds."""
+
+    count: int
+    shift: np.ndarray
+    psi: np.ndarray
+    link_class: np.ndarray
+    class_size: np.ndarray
+    period: dict[str, int]
+    _checked: dict = field(default_factory=dict, repr=False)
+    _quotients: dict = field(default_factory=dict, repr=False)
+
+    def quotient(self, schedule: Schedule, group: str) -> Quotient:
+        """The quotient a spanning group's call runs (cached per schedule); raises
+        :class:`Asymmetric` when the schedule does not repeat every ``period`` ranks."""
+        period = self.period[group]
+        key = (id(schedule), period)
+        found = self._quotients.get(key)
+        if found is None:
+            quotient = schedule_quotient(schedule, period)
+            if quotient is None or quotient.multiplicity is not None:
+                raise Asymmetric(
+                    f"the {schedule.algorithm} {schedule.op} of group {group!r} does not "
+                    f"repeat from one replica to the next"
+                )
+            found = self._quotients[key] = (quotient, schedule)  # keeps the id valid
+        return found[0]
+
+    def check_routes(self, network: FlowNetwork, schedule: Schedule, ranks: np.ndarray) -> None:
+        """Check that the images of a call's routes under every power of the shift are
+        the routes of its images (once per schedule and ranks); raises
+        :class:`Asymmetric` when one is not."""
+        key = (id(schedule), ranks.tobytes())
+        if key in self._checked:
+            return
+        router = network.router
+        src, dst = ranks[schedule.src], ranks[schedule.dst]
+        path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
+        fields = np.stack([src, dst, schedule.channel, path.astype(np.int64)], axis=1)
+        pairs = np.unique(fields.astype(np.int64), axis=0)
+        special = (pairs[:, 3] != 0) | ~router.single_path(pairs[:, 0], pairs[:, 1])
+        if special.any():
+            these = pairs[special]
+            labels = these[:, 2]
+            codes = these[:, 3].astype(np.int8)
+            routes = route_pairs(router, these[:, 0], these[:, 1], labels, codes)
+            a, b = these[:, 0].copy(), these[:, 1].copy()
+            images = [self._links(network, r) for r in routes.tolist()]
+            for _ in range(1, self.count):
+                a, b = self.shift[a], self.shift[b]
+                images = [self.psi[links] for links in images]
+                routed = route_pairs(router, a, b, labels, codes)
+                for i, route in enumerate(routed.tolist()):
+                    if not np.array_equal(self._links(network, route), images[i]):
+                        raise Asymmetric(
+                            f"the route from {router.nodes[int(these[i, 0])]} to "
+                            f"{router.nodes[int(these[i, 1])]} (ECMP or a special path) is "
+                            "not the same in every replica"
+                        )
+        self._checked[key] = schedule  # keeps the id in the key valid
+
+    @staticmethod
+    def _links(network: FlowNetwork, route: int) -> np.ndarray:
+        ptr, flat, _ = network.router.arrays()
+        return flat[ptr[route] : ptr[route + 1]].astype(np.int64)
+
+
+def replica_symmetry(
+    workload: Workload, network: FlowNetwork
+) -> tuple[ReplicaSymmetry | None, str]:
+    """The symmetry that lets ``workload``'s first replica stand for all, on
+    ``network`` (before any flow), or None and why not."""
+    replicas = workload.replicas
+    if replicas is None or replicas.count < 2:
+        return None, "the workload is not given by one replica"
+    graph = network.graph
+    if fault_plan(graph) is not None:
+        return None, "the topology has faults, which single out particular ranks"
+    count = replicas.count
+    gpus = gpu_nodes(graph)
+    shift = np.arange(len(gpus), dtype=np.int64)
+    shift[: workload.ranks] = replicas.shift
+    servers = servers_of_ranks(graph)
+    if servers is None:
+        return None, "the topology's GPUs have no servers"
+    image: dict[int, int] = {}
+    for rank, target in enumerate(shift.tolist()):
+        if image.setdefault(servers[rank], servers[target]) != servers[target]:
+            return None, (
+                f"moving every rank to the next replica splits server {servers[rank]} "
+                "(a replica's ranks must fill whole servers)"
+            )
+    n = len(set(servers))
+    perm = [image.get(s, s) for s in range(n)]
+    phi = server_permutation(graph, perm)
+    if phi is None or any(phi[gpus[r]] != gpus[t] for r, t in enumerate(shift.tolist())):
+        return None, "the topology does not look the same from every replica"
+    links = network.links
+    index = links.index
+    psi = np.array(
+        [index[(phi[a], phi[b])] for a, b in zip(links.src_node, links.dst_node, strict=True)],
+        dtype=np.int64,
+    )
+    # Orbits of the link map: the smallest id reached, and after how many steps each
+    # link comes back (its orbit's size; the map to the power ``count`` is the identity).
+    ids = np.arange(len(psi), dtype=np.int64)
+    label, size, current = ids.copy(), np.zeros(len(psi), dtype=np.int64), ids
+    for k in range(1, count + 1):
+        current = psi[current]
+        np.minimum(label, current, out=label)
+        size[(size == 0) & (current == ids)] = k
+    if not np.array_equal(current, ids) or (size == 0).any():
+        return None, "moving every rank to the next replica does not come back after all"
+    period: dict[str, int] = {}
+    first = replicas.first
+    for name, group in workload.groups.items():
+        ranks = group.ranks
+        if replicas.spans(ranks):
+            if len(ranks) % count:
+                return None, f"group {name!r} spans the replicas unevenly"
+            step = len(ranks) // count
+            ordered = all(shift[ranks[i]] == ranks[i + step] for i in range(len(ranks) - step))
+            if not ordered or not set(ranks[:step]) <= first:
+                return None, f"group {name!r} does not list its ranks replica by replica"
+            period[name] = step
+        elif any(r in first for r in ranks) and not set(ranks) <= first:
+            return None, f"group {name!r} has ranks in the first replica and beyond"
+    return (
+        ReplicaSymmetry(count, shift, psi, label, size.astype(float), period),
+        "",
+    )
