@@ -284,21 +284,27 @@ def run_workload_scenario(scenario: Scenario) -> dict:
     from ..workload.generators import megatron
 
     start = time.perf_counter()
-    step = megatron(**dict(scenario.workload))
+    # One data-parallel replica stands for all where the run is symmetric (else the
+    # replay builds every replica: simulator.workload.replicas).
+    step = megatron(**dict(scenario.workload), replicas=True)
     run, result = run_workload(step, scenario.preset, nodes=scenario.nodes)
     wall = time.perf_counter() - start
-    flows = run.stats.flows
+    flows = run.stats.represented_flows
     return {
         "scenario": scenario.name,
         "ranks": step.ranks,
         "flows": flows,
+        "simulated_flows": run.stats.flows,
         "sim_time_us": result.step_s * 1e6,
         "busbw_GBps": float("nan"),
         "wall_s": wall,
         "peak_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "flows_per_s": flows / wall,
         "target_s": scenario.target_s or None,
-        "ops": len(step.ops),
+        "ops": len(run.workload.ops),
+        # Replicas the step has, and how many were simulated (1: one stood for all).
+        "replicas": run.replicas.get("count", 1),
+        "replicas_simulated": run.replicas.get("simulated", "all"),
         # Calls replayed from their timing alone, distinct calls timed, replays run
         # (simulator.workload.isolated).
         **{

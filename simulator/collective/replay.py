@@ -216,6 +216,15 @@ class ScheduleReplay:
     def _at(self, delays: np.ndarray, action: Callable[[np.ndarray], None]) -> None:
         """Call ``action`` with the indices of equal ``delays``, after that delay (at
         once for those not positive)."""
+        if len(delays) == 1:  # one transfer (a chain of steps): no grouping
+            value = float(delays[0])
+            pick = np.zeros(1, dtype=np.int64)
+            if value <= 0.0:
+                action(pick)
+            else:
+                event = self.env.timeout(value)
+                event.callbacks.append(lambda _event: action(pick))
+            return
         values, group = np.unique(np.maximum(delays, 0.0), return_inverse=True)
         for index, value in enumerate(values.tolist()):
             pick = np.flatnonzero(group == index)
@@ -337,7 +346,20 @@ class ScheduleReplay:
             return
         self.end_s[ops] = self.env.now
         self._done_count += len(ops)
-        if self._on_rank_done is not None:
+        if self._on_rank_done is not None and len(ops) == 1:
+            # One transfer (a chain of steps): scalar bookkeeping, same result.
+            p, left = self._period, self._rank_left
+            op = int(ops[0])
+            ends = {int(self.schedule.src[op]) % p, int(self.schedule.dst[op]) % p}
+            finished = []
+            for rank in sorted(ends):
+                before = left[rank] > 0
+                left[rank] -= 2 if len(ends) == 1 else 1
+                if before and left[rank] == 0:
+                    finished.append(rank)
+            if finished:
+                self._on_rank_done(np.array(finished, dtype=np.int64))
+        elif self._on_rank_done is not None:
             p = self._period
             touched = np.bincount(self.schedule.src[ops] % p, minlength=p) + np.bincount(
                 self.schedule.dst[ops] % p, minlength=p
@@ -428,6 +450,11 @@ def proxy_queue(free: np.ndarray, ranks: np.ndarray, busy_s: np.ndarray, now: fl
     of that proxy's previous request. ``free`` (when each rank's proxy is next free) is
     updated in place.
     """
+    if len(ranks) == 1:  # the common case in a chain of steps: no sorting
+        rank = int(ranks[0])
+        done = max(now, float(free[rank])) + float(busy_s[0])
+        free[rank] = done
+        return np.array([done])
     ranks = np.asarray(ranks, dtype=np.int64)
     order = np.argsort(ranks, kind="stable")
     sorted_ranks, busy = ranks[order], np.asarray(busy_s, dtype=float)[order]

@@ -115,6 +115,22 @@ class _Compute:
         self.generation = 0
 
 
+class _Sends:
+    """Flow owner of a replay's point-to-point transfers (a flow's op id is its pair's
+    index): ``done(k)`` when pair k's data has arrived."""
+
+    def __init__(self, done: Callable[[int], None]):
+        self._done = done
+
+    def on_sent(self, ops: np.ndarray) -> None:
+        """Nothing to do until the data arrives."""
+
+    def on_delivered(self, ops: np.ndarray) -> None:
+        """Both sides of each pair are done."""
+        for k in ops.tolist():
+            self._done(k)
+
+
 class WorkloadReplay:
     """Replays ``workload`` on ``graph`` (one GPU per rank, rank r on topology rank r).
 
@@ -280,6 +296,8 @@ class WorkloadReplay:
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
         self._p2p: dict[float, Schedule] = {}
+        self._p2p_routes: dict[tuple[int, int], np.ndarray] = {}
+        self._sends: int | None = None  # the network owner id of point-to-point flows
         self._attempt = 1
         self._choices: list[dict | None] = [None] * len(workload.instances)
         self._given: dict[tuple, dict] = {}
@@ -682,17 +700,30 @@ class WorkloadReplay:
         self.records.start_s[[send, recv]] = now
         nbytes = self.workload.ops[send].nbytes
         self._set_comm([src, dst], +1)
-        # One point-to-point transfer, as a two-rank schedule (one per size).
-        schedule = self._p2p.get(nbytes)
-        if schedule is None:
-            schedule = self._p2p[nbytes] = self._p2p_schedule(nbytes)
+        # One point-to-point transfer: a flow of the replay's own (no schedule to walk;
+        # it runs as a one-transfer schedule would, with no protocol).
+        weight = None
+        if self.replicas is not None:
+            schedule = self._p2p.get(nbytes)
+            if schedule is None:
+                schedule = self._p2p[nbytes] = self._p2p_schedule(nbytes)
+            self.replicas.check_routes(self.network, schedule, np.array([src, dst]))
+            weight = np.array([float(self.replicas.count)])
+        route = self._p2p_routes.get((src, dst))
+        if route is None:
+            route = self._p2p_routes[(src, dst)] = self.network.route_ids(
+                np.array([src]), np.array([dst]), np.zeros(1, dtype=np.int64)
+            )
+        if self._sends is None:
+            self._sends = self.network.register(_Sends(self._pair_done))
+        self.network.add_flows(self._sends, np.array([k]), route, np.array([float(nbytes)]), weight)
 
-        def rank_done(positions: np.ndarray) -> None:
-            for i in positions.tolist():
-                self._set_comm([(src, dst)[i]], -1)
-                self._finish((send, recv)[i])
-
-        self._start_call(("p2p", src, dst), schedule, None, np.array([src, dst]), rank_done)
+    def _pair_done(self, k: int) -> None:
+        """A send's data arrived: both sides are done (sender first)."""
+        send, recv = self.workload.pairs[k]
+        for index in (send, recv):
+            self._set_comm([self.workload.ops[index].rank], -1)
+            self._finish(index)
 
     @staticmethod
     def _p2p_schedule(nbytes: float) -> Schedule:
