@@ -143,7 +143,8 @@ def replica_symmetry(
         return None, "the topology's GPUs have no servers"
     image: dict[int, int] = {}
     for rank, target in enumerate(shift.tolist()):
-        if image.setdefault(servers[rank], servers[target]) != servers[target]:
+        moved_inside = target != rank and servers[target] == servers[rank]
+        if moved_inside or image.setdefault(servers[rank], servers[target]) != servers[target]:
             return None, (
                 f"moving every rank to the next replica splits server {servers[rank]} "
                 "(a replica's ranks must fill whole servers)"

@@ -1,0 +1,146 @@
+"""One data-parallel replica standing for all (simulator.workload.replicas).
+
+The reference is the full workload, every replica's ops simulated flow by flow on the same
+topology: the replica's replay must give every op the same times (to rounding), every link
+the same bytes and busy time, and the same number of flows represented; where the
+symmetry breaks, the replay must say so and fall back to the full workload.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.topology import load_topology
+from simulator.topology.symmetry import server_permutation
+from simulator.workload.engine import WorkloadReplay
+from simulator.workload.generators import megatron
+from simulator.workload.metrics import breakdown
+
+
+def _both(topology: str, servers: int, model: str = "gpt3-175b", graph=None, **kw):
+    full = megatron(model, **kw)
+    one = megatron(model, replicas=True, **kw)
+    graph = load_topology(topology, servers) if graph is None else graph
+    return full, one, WorkloadReplay(full, graph).run(), WorkloadReplay(one, graph).run()
+
+
+def _assert_same(full, one, run_full, run_one):
+    index = {op.id: op.index for op in full.ops}
+    mine = np.array([op.index for op in one.ops])
+    theirs = np.array([index[op.id] for op in one.ops])
+    step = breakdown(run_full).step_s
+    for name in ("issue_s", "start_s", "end_s"):
+        a = getattr(run_full.records, name)[theirs]
+        b = getattr(run_one.records, name)[mine]
+        assert np.allclose(a, b, rtol=0, atol=1e-9 * step), name
+    # Every link of every replica carried the same bytes for the same time.
+    n = len(run_full.links["bytes"])
+    for name in ("bytes", "busy_s"):
+        a = np.array(run_full.links[name])
+        b = np.array(run_one.links[name])[:n]
+        assert np.allclose(a, b, rtol=1e-12, atol=1e-9 * max(a.max(), 1.0)), name
+    assert run_one.stats.represented_flows == pytest.approx(run_full.stats.represented_flows)
+    a, b = breakdown(run_full).summary(), breakdown(run_one).summary()
+    for key in a:
+        assert b[key] == pytest.approx(a[key], rel=1e-9, abs=1e-12), key
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_one_replica_stands_for_all(dp):
+    full, one, run_full, run_one = _both("dgx-a100", 2 * dp, tp=8, pp=2, dp=dp, global_batch=2 * dp)
+    assert len(one.ops) * dp == len(full.ops)  # the first replica's ops only
+    assert run_one.replicas == {"count": dp, "simulated": 1}
+    # Fewer flows simulated stand for all of them.
+    assert run_one.stats.flows < run_full.stats.flows
+    _assert_same(full, one, run_full, run_one)
+
+
+def test_sharded_optimizer_overlapped_with_nvls():
+    full, one, run_full, run_one = _both(
+        "dgx-h100",
+        4,
+        tp=8,
+        pp=2,
+        dp=2,
+        global_batch=8,
+        distributed_optimizer=True,
+        overlap_grad_reduce=True,
+    )
+    assert run_one.replicas == {"count": 2, "simulated": 1}
+    _assert_same(full, one, run_full, run_one)
+
+
+def test_interleaved_stages_with_sequence_parallelism():
+    full, one, run_full, run_one = _both(
+        "dgx-a100",
+        8,
+        tp=8,
+        pp=4,
+        dp=2,
+        global_batch=8,
+        virtual_stages=2,
+        sequence_parallel=True,
+    )
+    assert run_one.replicas["simulated"] == 1
+    _assert_same(full, one, run_full, run_one)
+
+
+def test_a_slower_nic_in_one_replica_falls_back_to_every_replica():
+    graph = load_topology("dgx-a100", 4)
+    u, v = next(
+        (u, v)
+        for u, v, data in graph.edges(data=True)
+        if str(u).startswith("s3/nic0") or str(v).startswith("s3/nic0")
+    )
+    graph.edges[u, v]["bandwidth"] = graph.edges[u, v]["bandwidth"] / 2
+    full, _one, run_full, run_one = _both(
+        "dgx-a100", 4, graph=graph, tp=8, pp=2, dp=2, global_batch=4
+    )
+    assert run_one.replicas["simulated"] == "all"
+    assert "does not look the same" in run_one.replicas["why"]
+    assert len(run_one.workload.ops) == len(full.ops)
+    assert breakdown(run_one).step_s == breakdown(run_full).step_s
+
+
+def test_a_schedule_that_does_not_repeat_per_replica_falls_back():
+    # DP x CP groups of 8 over 4 of the 8 servers, two GPUs each: NCCL's ring alternates its
+    # direction from server to server, so moving one replica on is not a symmetry of it.
+    kw = dict(tp=4, pp=2, dp=4, cp=2, global_batch=8, distributed_optimizer=True)
+    full = megatron("gpt3-175b", **kw)
+    one = megatron("gpt3-175b", replicas=True, **kw)
+    graph = load_topology("dgx-h100", 8)
+    run_one = WorkloadReplay(one, graph).run()
+    assert run_one.replicas["simulated"] == "all"
+    assert "does not repeat" in run_one.replicas["why"]
+    run_full = WorkloadReplay(full, graph).run()
+    assert breakdown(run_one).step_s == breakdown(run_full).step_s
+
+
+def test_replicas_that_do_not_fill_servers_fall_back():
+    kw = dict(tp=2, pp=1, dp=4, global_batch=4)
+    one = megatron("llama3-8b", replicas=True, **kw)
+    run = WorkloadReplay(one, load_topology("dgx-a100", 1)).run()
+    assert run.replicas["simulated"] == "all"
+    assert "splits server" in run.replicas["why"]
+    assert len(run.workload.ops) == len(megatron("llama3-8b", **kw).ops)
+
+
+def test_mixture_of_experts_refuses_replicas():
+    from simulator.errors import CcsimError
+
+    with pytest.raises(CcsimError, match="expert-parallel"):
+        megatron("mixtral-8x7b", tp=1, pp=1, dp=2, ep=2, global_batch=2, replicas=True)
+
+
+def test_server_permutation_maps_the_fabric_and_refuses_what_is_not_one():
+    graph = load_topology("dgx-a100", 4)
+    phi = server_permutation(graph, [2, 3, 0, 1])
+    # Each server's nodes land on the same positions of its image.
+    assert phi["s0/gpu5"] == "s2/gpu5" and phi["s3/nic7"] == "s1/nic7"
+    # A map of servers that is not a permutation, or that a slow link breaks, is none.
+    assert server_permutation(graph, [0, 0, 1, 2]) is None
+    u, v = next((u, v) for u, v in graph.edges() if str(u).startswith("s1/"))
+    graph.edges[u, v]["bandwidth"] = 1.0
+    assert server_permutation(graph, [1, 0, 2, 3]) is None
+    assert server_permutation(graph, [0, 1, 3, 2]) is not None  # servers 2 and 3 alike
