@@ -229,6 +229,23 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="V",
         help="megatron: model chunks per pipeline stage, interleaved 1F1B (count; default 1)",
     )
+    # Megatron-LM's --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers.
+    gen.add_argument(
+        "--first-stage-layers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="megatron: layers of the first pipeline stage, the rest split evenly over the "
+        "others (uneven stages; default: all stages even)",
+    )
+    gen.add_argument(
+        "--last-stage-layers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="megatron: layers of the last pipeline stage, the rest split evenly over the "
+        "others (uneven stages; default: all stages even)",
+    )
     gen.add_argument(
         "--flash-attention",
         action="store_true",
@@ -393,6 +410,8 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "sequence_parallel": args.sequence_parallel,
         "distributed_optimizer": args.distributed_optimizer,
         "virtual_stages": args.virtual_stages,
+        "first_stage_layers": args.first_stage_layers,
+        "last_stage_layers": args.last_stage_layers,
         "flash_attention": args.flash_attention,
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "tp_comm_overlap": args.tp_comm_overlap,

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import CcsimError
 from .kernels import Gemm
-from .memory import megatron_memory
+from .memory import chunk_layer_range, megatron_memory, pipeline_layers
 from .model import MODELS, Transformer
 from .trace import FORMAT, Replicas, Workload, parse_workload
 
@@ -351,6 +351,8 @@ def megatron(
     ep: int = 1,
     fsdp: bool = False,
     replicas: bool = False,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -429,8 +431,16 @@ def megatron(
     d = 0), standing for all ``dp`` (:class:`~simulator.workload.trace.Replicas`): the
     replay simulates one replica where the topology is symmetric under moving every
     rank to the next replica, and the DP groups' collectives by their representatives
-    (:mod:`simulator.workload.symmetry`). Not for mixture-of-experts models, whose
-    expert-parallel groups cross replicas.
+    (:mod:`simulator.workload.replicas`; every replica is built and replayed where
+    they are not alike). Mixture-of-experts models, whose expert-parallel groups cross
+    the replicas, are built whole.
+    ``first_stage_layers`` and ``last_stage_layers`` (Megatron-LM's
+    ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-pipeline-num-layers``)
+    give the first and last pipeline stages that many layers and split the rest evenly
+    over the middle stages (:func:`~simulator.workload.memory.pipeline_layers`), as Llama
+    3 405B's 126 layers ran on 8 stages, 15 + 6 x 16 + 15 (Dubey et al. 2024, section
+    3.3.2); every stage's passes, TP collectives, gradient buckets and DP reduction then
+    carry its own layers. Interleaved, each stage's chunks hold 1/v of its layers.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -490,11 +500,15 @@ def megatron(
                 "context parallelism needs; pick a cp that divides seq / 2"
             )
         flash_attention = True  # Megatron's CP runs Transformer Engine's fused attention
-    if m.layers % (pp * v):
-        raise CcsimError(
-            f"{m.layers} layers do not split into {pp} pipeline stages"
-            + (f" of {v} virtual stages" if v > 1 else "")
-        )
+    # Layers of each pipeline stage (over its v chunks); uneven with first_stage_layers
+    # or last_stage_layers, checked as Megatron-LM does.
+    split = pipeline_layers(
+        m.layers,
+        pp,
+        virtual_stages=v,
+        first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers,
+    )
     global_batch = global_batch or micro_batch * dp * 4 * pp
     micro = global_batch // (micro_batch * dp)
     if micro < 1 or global_batch % (micro_batch * dp):
@@ -505,13 +519,9 @@ def megatron(
             f"({micro}) a multiple of them ({pp}), as Megatron's interleaved schedule does"
         )
     ranks = tp * cp * pp * dp
-    if replicas and m.is_moe:
-        raise CcsimError(
-            "replicas: a mixture-of-experts model's expert-parallel groups cross the "
-            "data-parallel replicas; build every rank (drop replicas)"
-        )
-    replicas_built = 1 if replicas and dp > 1 else dp  # replicas whose ops are built
-    per_stage = m.layers // (pp * v)  # layers of one model chunk
+    # Replicas whose ops are built: a mixture-of-experts model's expert-parallel groups
+    # cross the data-parallel replicas, so every one is.
+    replicas_built = 1 if replicas and dp > 1 and not m.is_moe else dp
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
@@ -553,9 +563,8 @@ def megatron(
         return cache[key]
 
     def moe_layers(here: int) -> int:
-        """MoE layers of virtual stage ``here``."""
-        first = here * per_stage
-        return sum(m.moe_layer(k) for k in range(first, first + per_stage))
+        """MoE layers of virtual stage ``here`` (chunk here // pp of stage here % pp)."""
+        return sum(m.moe_layer(k) for k in chunk_layer_range(split, here % pp, here // pp, v))
 
     # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
     # shards with TP) and its experts' grouped GEMMs.
@@ -585,14 +594,19 @@ def megatron(
     # 1M x dp) parameters, megatron/core/distributed/distributed_data_parallel.py), here
     # whole layers of a chunk.
     bucket_layers = max(1, math.ceil(max(40e6, 1e6 * replicas) / (m.layer_params / tp)))
-    buckets = [min(bucket_layers, per_stage - k) for k in range(0, per_stage, bucket_layers)]
+
+    def buckets(chunk: int) -> list[int]:
+        """The layers of each gradient bucket of a chunk of ``chunk`` layers."""
+        return [min(bucket_layers, chunk - k) for k in range(0, chunk, bucket_layers)]
+
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}" + (f"-cp{cp}" if cp > 1 else ""),
         ranks,
         f"Megatron GPT {m.params / 1e9:.0f}B, TP {tp} PP {pp} DP {dp}"
         + (f" CP {cp}" if cp > 1 else "")
-        + f", {micro} micro-batches of {micro_batch}",
+        + f", {micro} micro-batches of {micro_batch}"
+        + (f", stages of {'/'.join(map(str, split))} layers" if len(set(split)) > 1 else ""),
     )
 
     def rank_of(stage: int, d: int, t: int, q: int = 0) -> int:
@@ -642,11 +656,12 @@ def megatron(
         # Parameters one rank of this stage holds (embeddings on the first and last):
         # with MoE layers, the experts' apart (reduced over their own ranks).
         stage_moe = sum(moe_layers(c * pp + stage) for c in range(v))
-        stage_params = (v * per_stage - stage_moe) * m.layer_params / tp + (
+        stage_params = (split[stage] - stage_moe) * m.layer_params / tp + (
             m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0
         )
         stage_params += stage_moe * moe_params if m.is_moe else 0.0
         stage_experts = stage_moe * expert_params
+        chunk = split[stage] // v  # layers of each of the stage's model chunks
         order = _one_f_one_b(stage, pp, micro, v)
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
@@ -681,7 +696,8 @@ def megatron(
                 # overlap_grad_reduce it runs bucket by bucket, each bucket's DP
                 # collective starting as soon as its layers are done.
                 last = not forward and (kind, c, i) == final[c]
-                pieces = buckets if last and overlap_grad_reduce and replicas > 1 else [per_stage]
+                bucketed = last and overlap_grad_reduce and replicas > 1
+                pieces = buckets(chunk) if bucketed else [chunk]
                 for n, layers in enumerate(pieces):
                     name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
                     logits = here == pp * v - 1 and (forward or n == 0)
@@ -928,6 +944,8 @@ def megatron(
         flash_attention=flash_attention,
         ep=ep,
         fsdp=fsdp,
+        first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers,
     )
     workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload

@@ -31,6 +31,13 @@ optimizer state is sharded over the DP x CP / EP ranks that hold the same expert
 activations are counted as a dense layer's whose MLP is top_k x capacity plus the shared
 experts wide (the tokens each expert receives).
 
+Uneven pipeline stages (``first_stage_layers``, ``last_stage_layers``; Megatron-LM's
+``--decoder-first-pipeline-num-layers`` and ``--decoder-last-pipeline-num-layers``,
+:func:`pipeline_layers`): every stage is counted with its own layers (the last stage
+holds the output layer's vocab x hidden / tp as well) and the estimate is that of the
+stage with the largest total, which need not be the first once a middle stage holds more
+layers.
+
 FSDP (``fsdp``): the layers' weights, fp32 gradients and optimizer state are sharded
 over the DP x CP ranks; each rank also holds two chunks' gathered bf16 weights (running
 and prefetched) and one chunk's unsharded gradients; the embedding stays replicated.
@@ -120,6 +127,115 @@ def layer_activation_bytes(
     return sbh * (10 + split / t + scores / t)
 
 
+def _positive_layers(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CcsimError(
+            f"{name} must be a positive number of layers (Megatron-LM rejects 0 too), not {value!r}"
+        )
+    return value
+
+
+def pipeline_layers(
+    layers: int,
+    pp: int,
+    *,
+    virtual_stages: int = 1,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+) -> tuple[int, ...]:
+    """Transformer layers each of ``pp`` pipeline stages holds (over all its
+    ``virtual_stages`` model chunks, which hold a ``1 / virtual_stages`` share each).
+
+    Without ``first_stage_layers`` and ``last_stage_layers`` the layers split evenly and
+    must divide into ``pp x virtual_stages`` chunks. With either (Megatron-LM's
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``)
+    that stage holds that many and the rest split evenly over the other stages, as
+    Megatron-LM checks them (``TransformerConfig.__post_init__``, "Uneven PP", in
+    megatron/core/transformer/transformer_config.py) and builds them
+    (``get_num_layers_to_build`` in megatron/core/transformer/transformer_block.py):
+    each given count positive and, interleaved, a multiple of ``virtual_stages``, as is
+    each middle stage's; middle layers left exactly when middle stages are.
+
+    >>> pipeline_layers(126, 8, first_stage_layers=15, last_stage_layers=15)  # Llama 3 405B
+    (15, 16, 16, 16, 16, 16, 16, 15)
+    >>> pipeline_layers(12, 4)
+    (3, 3, 3, 3)
+    >>> pipeline_layers(10, 3, last_stage_layers=2)
+    (4, 4, 2)
+    """
+    v = virtual_stages
+    if first_stage_layers is None and last_stage_layers is None:
+        if layers % (pp * v):
+            raise CcsimError(
+                f"{layers} layers do not split into {pp} pipeline stages"
+                + (f" of {v} virtual stages" if v > 1 else "")
+                + "; pick a pp that divides them, or give the first and last stages their own "
+                "counts (first_stage_layers, last_stage_layers; --first-stage-layers, "
+                "--last-stage-layers), as Megatron-LM's --decoder-first-pipeline-num-layers "
+                "and --decoder-last-pipeline-num-layers do"
+            )
+        return (layers // pp,) * pp
+    given = {
+        name: _positive_layers(value, name)
+        for name, value in (
+            ("first_stage_layers", first_stage_layers),
+            ("last_stage_layers", last_stage_layers),
+        )
+        if value is not None
+    }
+    names = " and ".join(given)
+    if pp < 2:
+        raise CcsimError(
+            f"{names} set the layers of the first and last of 2 or more pipeline stages; "
+            f"with pp {pp} drop {'them' if len(given) > 1 else 'it'}"
+        )
+    for name, count in given.items():
+        if count % v:
+            raise CcsimError(
+                f"{name} {count} does not split into {v} virtual stages (Megatron-LM needs "
+                f"a multiple of them); pick a multiple of {v}"
+            )
+    middle_stages = pp - len(given)
+    middle = layers - sum(given.values())
+    where = ", ".join(f"{name} {count}" for name, count in given.items())
+    if middle < 0 or bool(middle) != bool(middle_stages):
+        raise CcsimError(
+            f"{where} leave {middle} of the {layers} layers for {middle_stages} middle "
+            f"pipeline stages; pick {names} that leave "
+            + ("none" if not middle_stages else "some for each")
+        )
+    if middle_stages and middle % (middle_stages * v):
+        raise CcsimError(
+            f"{where} leave {middle} layers, which do not split evenly over the "
+            f"{middle_stages} middle pipeline stages"
+            + (f" of {v} virtual stages" if v > 1 else "")
+            + f"; pick {names} so that {layers} minus them is a multiple of "
+            f"{middle_stages * v}"
+        )
+    split = [middle // middle_stages if middle_stages else 0] * pp
+    if first_stage_layers is not None:
+        split[0] = first_stage_layers
+    if last_stage_layers is not None:
+        split[-1] = last_stage_layers
+    return tuple(split)
+
+
+def chunk_layer_range(split: tuple[int, ...], stage: int, chunk: int, v: int = 1) -> range:
+    """Indices (from 0) of the layers of model chunk ``chunk`` on pipeline ``stage``,
+    ``split`` the layers of each stage (:func:`pipeline_layers`) and ``v`` the chunks
+    per stage: chunk c holds, after c passes over every stage's share, the layers after
+    those of the stages before it (Megatron-LM's ``get_transformer_layer_offset``,
+    megatron/core/transformer/transformer_layer.py).
+
+    >>> chunk_layer_range((2, 3, 3, 2), 1, 0)
+    range(2, 5)
+    >>> list(chunk_layer_range((4, 4, 2), 2, 1, v=2))
+    [9]
+    """
+    start = chunk * sum(split) // v + sum(split[:stage]) // v
+    return range(start, start + split[stage] // v)
+
+
 def megatron_memory(
     model: Transformer,
     *,
@@ -137,12 +253,17 @@ def megatron_memory(
     flash_attention: bool = False,
     ep: int = 1,
     fsdp: bool = False,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
     stages (interleaved 1F1B) it holds its warm-up's 2(p - 1) + (v - 1)p chunk passes
     and one more, each of L/(p v) layers: L/p (p + (p - 1)/v) layers' activations, the
-    1 + (p - 1)/(p v) of Korthikanti et al. (section 5).
+    1 + (p - 1)/(p v) of Korthikanti et al. (section 5). With ``first_stage_layers`` or
+    ``last_stage_layers`` (uneven stages, :func:`pipeline_layers`) every stage is worked
+    out (stage s keeps min(p - s, micro-batches) in flight, interleaved 2(p - s - 1) +
+    (v - 1)p + 1 chunk passes) and the one with the largest total is returned.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -150,17 +271,15 @@ def megatron_memory(
     >>> round(m.weights / 2**30, 2), round(m.activations / 2**30, 2)  # GiB
     (5.21, 4.69)
     """
-    if model.layers % pp:
-        raise CcsimError(f"{model.layers} layers do not split into {pp} pipeline stages")
     v = virtual_stages
-    chunk = model.layers // (pp * v)
-    # The first stage's layers (chunks 0, p, 2p, ... when interleaved), MoE ones apart.
-    moe = sum(model.moe_layer(c * pp * chunk + k) for c in range(v) for k in range(chunk))
-    dense = model.layers // pp - moe
+    split = pipeline_layers(
+        model.layers,
+        pp,
+        virtual_stages=v,
+        first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers,
+    )
     experts = (3 if model.gated else 2) * model.hidden * model.expert_ffn * model.experts
-    shared = (model.moe_layer_params - experts) if moe else 0.0
-    params = (dense * model.layer_params + moe * shared + model.vocab * model.hidden) / tp
-    expert_params = moe * experts / ep
     optimizer = OPTIMIZER_BYTES / (dp * cp if distributed_optimizer else 1)
     expert_optimizer = OPTIMIZER_BYTES / (dp * cp // ep if distributed_optimizer else 1)
 
@@ -174,40 +293,61 @@ def megatron_memory(
             flash_attention=flash_attention,
         )
 
-    per_layer = activation(model)
-    if moe:
-        # An MoE layer keeps its experts' inputs for the tokens routed to them: as a
-        # dense layer whose MLP is top_k (x capacity) plus the shared experts wide.
-        routed = model.top_k * (model.capacity_factor or 1.0) + model.shared_experts
-        wide = replace(model, ffn=round(routed * model.expert_ffn), experts=0)
-        per_layer = (dense * per_layer + moe * activation(wide)) / (dense + moe)
-    in_flight = min(pp, micro_batches)
+    dense_layer = activation(model)
     embedding_dropout = model.seq * micro_batch * model.hidden / (tp if sequence_parallel else 1)
-    activations = in_flight * (model.layers // pp * per_layer + embedding_dropout)
-    if v > 1:
-        passes = min(2 * (pp - 1) + (v - 1) * pp + 1, micro_batches * v)
-        activations = passes * model.layers / (pp * v) * per_layer + in_flight * embedding_dropout
-    linear = (dense * model.layer_params + moe * shared) / tp + expert_params
-    fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
-    # Context parallelism: each rank keeps the activations of its s / cp tokens.
-    activations /= cp
-    if fsdp:
-        # The layers' weights, gradients and optimizer state sharded over DP x CP, plus
-        # two chunks' gathered weights (the one running and the one prefetched) and one
-        # chunk's full gradients before they are reduce-scattered.
-        replicas = dp * cp
-        layers = dense * model.layer_params / tp
-        embedding = model.vocab * model.hidden / tp
-        gathered = 2 * layers / v
+
+    def stage_memory(stage: int) -> MemoryEstimate:
+        # The stage's layers (chunks s, s + p, ... when interleaved), MoE ones apart.
+        layers = split[stage]
+        moe = sum(
+            model.moe_layer(k) for c in range(v) for k in chunk_layer_range(split, stage, c, v)
+        )
+        dense = layers - moe
+        shared = (model.moe_layer_params - experts) if moe else 0.0
+        # The input embedding on the first stage, the output layer on the last.
+        vocab = model.vocab * model.hidden if stage in (0, pp - 1) else 0
+        params = (dense * model.layer_params + moe * shared + vocab) / tp
+        expert_params = moe * experts / ep
+        per_layer = dense_layer
+        if moe:
+            # An MoE layer keeps its experts' inputs for the tokens routed to them: as a
+            # dense layer whose MLP is top_k (x capacity) plus the shared experts wide.
+            routed = model.top_k * (model.capacity_factor or 1.0) + model.shared_experts
+            wide = replace(model, ffn=round(routed * model.expert_ffn), experts=0)
+            per_layer = (dense * per_layer + moe * activation(wide)) / (dense + moe)
+        in_flight = min(pp - stage, micro_batches)
+        dropout = embedding_dropout if stage == 0 else 0.0  # the input embedding's mask
+        activations = in_flight * (layers * per_layer + dropout)
+        if v > 1:
+            passes = min(2 * (pp - stage - 1) + (v - 1) * pp + 1, micro_batches * v)
+            activations = passes * layers / v * per_layer + in_flight * dropout
+        linear = (dense * model.layer_params + moe * shared) / tp + expert_params
+        fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
+        # Context parallelism: each rank keeps the activations of its s / cp tokens.
+        activations /= cp
+        if fsdp:
+            # The layers' weights, gradients and optimizer state sharded over DP x CP,
+            # plus two chunks' gathered weights (the one running and the one prefetched)
+            # and one chunk's full gradients before they are reduce-scattered.
+            replicas = dp * cp
+            sharded = dense * model.layer_params / tp
+            embedding = vocab / tp
+            gathered = 2 * sharded / v
+            return MemoryEstimate(
+                weights=(sharded / replicas + embedding + gathered) * WEIGHT_BYTES + fp8_copies,
+                gradients=(sharded / replicas + embedding + sharded / v) * GRADIENT_BYTES,
+                optimizer=(sharded / replicas + embedding) * OPTIMIZER_BYTES,
+                activations=activations,
+            )
         return MemoryEstimate(
-            weights=(layers / replicas + embedding + gathered) * WEIGHT_BYTES + fp8_copies,
-            gradients=(layers / replicas + embedding + layers / v) * GRADIENT_BYTES,
-            optimizer=(layers / replicas + embedding) * OPTIMIZER_BYTES,
+            weights=(params + expert_params) * WEIGHT_BYTES + fp8_copies,
+            gradients=(params + expert_params) * GRADIENT_BYTES,
+            optimizer=params * optimizer + expert_params * expert_optimizer,
             activations=activations,
         )
-    return MemoryEstimate(
-        weights=(params + expert_params) * WEIGHT_BYTES + fp8_copies,
-        gradients=(params + expert_params) * GRADIENT_BYTES,
-        optimizer=params * optimizer + expert_params * expert_optimizer,
-        activations=activations,
-    )
+
+    if first_stage_layers is None and last_stage_layers is None:
+        # Even stages: the first holds the most (the embedding, the most in flight).
+        return stage_memory(0)
+    # The first of the largest: a middle stage with more layers may outweigh the first.
+    return max((stage_memory(stage) for stage in range(pp)), key=lambda e: e.total)

@@ -1,0 +1,276 @@
+"""Uneven pipeline stages (Megatron-LM's --decoder-first-pipeline-num-layers and
+--decoder-last-pipeline-num-layers): each stage's compute, TP collectives, gradient
+reductions and memory carry its own layers, against counts worked out by hand."""
+
+import json
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import CcsimError
+from simulator.workload.generators import megatron
+from simulator.workload.memory import megatron_memory, pipeline_layers
+from simulator.workload.model import MODELS, Transformer
+
+# GPT-shaped: 12 h^2 per layer (4 h^2 attention, 8 h^2 MLP), 4 heads of 64.
+H, S, V = 256, 128, 1000
+TEN = Transformer(layers=10, hidden=H, seq=S, vocab=V, heads=4)
+LAYER_PARAMS = 12 * H * H
+SPLIT = (2, 3, 3, 2)  # 10 layers, first 2 and last 2: the middle 6 over 2 stages
+
+
+def ops_by_id(workload):
+    return {op.id: op for op in workload.ops}
+
+
+def rank(stage, d=0, t=0, *, tp, dp):
+    """Megatron's order: TP fastest, then DP, then PP."""
+    return (stage * dp + d) * tp + t
+
+
+def test_each_stage_computes_and_all_reduces_its_own_layers():
+    """Forward of one micro-batch on one TP rank (tp 2, b 1): per layer the linear
+    layers' 2 x 12 h^2 / t FLOPs per token and the attention scores' 4 s h / t, over
+    b s tokens; the last stage adds the logits, 2 h V / t per token. TP collectives of a
+    pass go out as one all-reduce of the summed size: 2 per layer forward (attention
+    and MLP outputs, b s h bf16 each), 4 backward with full recomputation."""
+    tp = 2
+    w = megatron(TEN, tp=tp, pp=4, dp=1, global_batch=4, first_stage_layers=2, last_stage_layers=2)
+    ops = ops_by_id(w)
+    per_layer = S * (24 * H * H + 4 * S * H) / tp
+    logits = 2 * S * H * V / tp
+    activation = S * H * 2  # bytes of b s h bf16
+    forwards = []
+    for stage, layers in enumerate(SPLIT):
+        r = rank(stage, tp=tp, dp=1)
+        for i in range(4):
+            forward = ops[f"r{r}.f{i}"]
+            expected = layers * per_layer + (logits if stage == 3 else 0.0)
+            assert forward.total_flops == pytest.approx(expected, rel=1e-12)
+            assert ops[f"r{r}.tp.f{i}"].op == "all_reduce"
+            assert ops[f"r{r}.tp.f{i}"].nbytes == 2 * layers * activation
+            assert ops[f"r{r}.tp.b{i}"].nbytes == 4 * layers * activation
+        forwards.append(ops[f"r{r}.f0"].total_flops)
+    # The middle stages do 3/2 of the first stage's work.
+    assert forwards[1] / forwards[0] == pytest.approx(3 / 2, rel=1e-12)
+    assert forwards[2] == forwards[1]
+    assert "stages of 2/3/3/2 layers" in w.description
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_each_stage_reduces_the_gradients_of_its_own_layers(overlap):
+    """DP 2: each stage all-reduces its layers' parameters (12 h^2 each, over t = 2) and,
+    on the first and last stage, the V x h embedding, 2 bytes each. With
+    overlap_grad_reduce the buckets (max(40M, 1M x dp) parameters, whole layers) hold 1
+    layer each at h 2048 and t 1 (12 h^2 = 50.3M), so a stage has one per layer."""
+    if overlap:
+        h, tp = 2048, 1
+        model = Transformer(layers=10, hidden=h, seq=S, vocab=V, heads=16)
+    else:
+        h, tp, model = H, 2, TEN
+    w = megatron(
+        model,
+        tp=tp,
+        pp=4,
+        dp=2,
+        global_batch=8,
+        first_stage_layers=2,
+        last_stage_layers=2,
+        overlap_grad_reduce=overlap,
+    )
+    for stage, layers in enumerate(SPLIT):
+        embedding = V * h if stage in (0, 3) else 0
+        expected = (layers * 12 * h * h + embedding) / tp * 2
+        for d in range(2):
+            r = rank(stage, d, tp=tp, dp=2)
+            reduces = [
+                op for op in w.ops if op.rank == r and op.kind == "collective" and op.stream == "dp"
+            ]
+            assert {op.op for op in reduces} == {"all_reduce"}
+            assert len(reduces) == (layers if overlap else 1)
+            assert sum(op.nbytes for op in reduces) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("layers", "tp", "dp", "v", "ratio"),
+    [(12, 1, 1, 1, 4 / 3), (12, 2, 2, 1, 4 / 3), (16, 1, 1, 2, 6 / 4)],
+)
+def test_an_uneven_split_does_the_same_total_work(layers, tp, dp, v, ratio):
+    """12 layers over 4 stages, 3/3/3/3 or 2/4/4/2 (16 interleaved over 2 chunks a
+    stage: 4/4/4/4 or 2/6/6/2), run the same layers, so every rank's FLOPs add up to
+    the same step; stage 1 does 4/3 (6/4) of its even share."""
+    model = Transformer(layers=layers, hidden=H, seq=S, vocab=V, heads=4)
+    options = dict(tp=tp, pp=4, dp=dp, global_batch=4 * dp, virtual_stages=v)
+    even = megatron(model, **options)
+    uneven = megatron(model, **options, first_stage_layers=2, last_stage_layers=2)
+
+    def total(w):
+        return sum(op.total_flops for op in w.ops if op.kind == "compute")
+
+    def stage_flops(w, stage):
+        return sum(
+            op.total_flops
+            for op in w.ops
+            if op.kind == "compute" and op.rank == rank(stage, tp=tp, dp=dp)
+        )
+
+    assert total(uneven) == pytest.approx(total(even), rel=1e-12)
+    assert stage_flops(uneven, 1) == pytest.approx(ratio * stage_flops(even, 1), rel=1e-12)
+
+
+def test_interleaved_chunks_hold_a_share_of_their_stage_and_its_moe_layers():
+    """12 layers, pp 3, v 2, first 2 and last 2: stages of 2/8/2, chunks of 1/4/1
+    layers; chunk c of stage s holds layers c x 6 + (those before it) / 2 on
+    (Megatron-LM's get_transformer_layer_offset): stage 0 [0] [6], stage 1 [1-4]
+    [7-10], stage 2 [5] [11]. Every second layer (0, 2, ...) is MoE: their token
+    dispatch (b s top_k h bf16 per MoE layer) shows which."""
+    moe = Transformer(
+        layers=12, hidden=H, seq=S, vocab=V, heads=4, experts=2, top_k=1, moe_frequency=2
+    )
+    w = megatron(
+        moe, tp=1, pp=3, dp=2, ep=2, global_batch=6, virtual_stages=2,
+        first_stage_layers=2, last_stage_layers=2,
+    )  # fmt: skip
+    ops = ops_by_id(w)
+    token_bytes = S * 1 * H * 2
+    expected_moe = {(0, 0): 1, (0, 1): 1, (1, 0): 2, (1, 1): 2, (2, 0): 0, (2, 1): 0}
+    chunk_layers = {0: 1, 1: 4, 2: 1}
+    per_layer = S * (24 * H * H + 4 * S * H)
+    # Outside its experts an MoE layer runs its attention (8 h^2 + 4 s h per token)
+    # and its router (2 h x experts).
+    moe_layer = S * (8 * H * H + 4 * S * H + 2 * H * 2)
+    for (stage, chunk), count in expected_moe.items():
+        r = rank(stage, tp=1, dp=2)
+        dispatch = ops.get(f"r{r}.ep.f{chunk}.0.dispatch0")
+        if count:
+            assert dispatch.nbytes == count * token_bytes
+        else:
+            assert dispatch is None
+        logits = 2 * S * H * V if (stage, chunk) == (2, 1) else 0
+        dense = chunk_layers[stage] - count
+        expected = dense * per_layer + count * moe_layer + logits
+        assert ops[f"r{r}.f{chunk}.0"].total_flops == pytest.approx(expected, rel=1e-12)
+
+
+def test_memory_follows_the_most_loaded_stage():
+    """10 layers, 2/3/3/2, tp 2, no recomputation: a middle stage holds 3 layers (3 x 12
+    h^2 / 2 parameters, 2 bytes each) against the first stage's 2 and the 1000 x 256
+    embedding, and keeps 3 micro-batches of 3 layers in flight (27 sbh each: 10 + 24/2
+    + 5 a s / (h t) = 10 + 12 + 5) against the first's 4 of 2 (and the embedding
+    dropout's sbh): 243 sbh against 220. The middle stage is the most loaded."""
+    got = megatron_memory(
+        TEN, tp=2, pp=4, dp=1, micro_batch=1, micro_batches=8, recompute="none",
+        first_stage_layers=2, last_stage_layers=2,
+    )  # fmt: skip
+    sbh = S * H
+    params = 3 * LAYER_PARAMS / 2
+    assert (got.weights, got.gradients, got.optimizer) == pytest.approx(
+        (2 * params, 4 * params, 12 * params), rel=1e-12
+    )
+    assert got.activations == pytest.approx(3 * 3 * 27 * sbh, rel=1e-12)
+    # The generator records the same estimate.
+    w = megatron(
+        TEN, tp=2, pp=4, dp=1, global_batch=8, recompute="none",
+        first_stage_layers=2, last_stage_layers=2,
+    )  # fmt: skip
+    assert w.memory == got
+
+
+def test_llama3_405b_memory_by_hand():
+    """Llama 3 405B, 15/16 x 6/15 on 8 stages, TP 8, full recomputation: the first stage
+    (15 layers and the 128256 x 16384 embedding; 8 micro-batches in flight of 15
+    layer inputs, 2 sbh each, and the embedding dropout's sbh) outweighs a middle one
+    (16 layers, 7 in flight). A layer: Q and output 2 h^2, K and V 2 h (8 x 128), the
+    SwiGLU MLP 3 h f."""
+    h, f, s = 16384, 53248, 8192
+    layer = 2 * h * h + 2 * h * 8 * 128 + 3 * h * f
+    got = megatron_memory(
+        MODELS["llama3-405b"], tp=8, pp=8, dp=256, micro_batch=1, micro_batches=16,
+        first_stage_layers=15, last_stage_layers=15,
+    )  # fmt: skip
+    params = (15 * layer + 128256 * h) / 8
+    assert got.weights == pytest.approx(2 * params, rel=1e-12)
+    assert got.activations == pytest.approx(8 * (15 * 2 * s * h + s * h), rel=1e-12)
+
+
+def test_the_splits_megatron_allows():
+    assert pipeline_layers(126, 8, first_stage_layers=15, last_stage_layers=15) == (
+        (15,) + (16,) * 6 + (15,)
+    )
+    # Either end alone: the other stages share the rest.
+    assert pipeline_layers(10, 3, first_stage_layers=2) == (2, 4, 4)
+    assert pipeline_layers(10, 2, last_stage_layers=3) == (7, 3)
+    # Two stages, both given: nothing is left for middle stages, and none are.
+    assert pipeline_layers(10, 2, first_stage_layers=4, last_stage_layers=6) == (4, 6)
+    # Interleaved: every stage's count a multiple of v.
+    assert pipeline_layers(12, 3, virtual_stages=2, first_stage_layers=2, last_stage_layers=2) == (
+        2,
+        8,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (dict(pp=4, first_stage_layers=6, last_stage_layers=6), "leave -2 of the 10 layers"),
+        (dict(pp=4, first_stage_layers=1, last_stage_layers=2), "do not split evenly over the 2"),
+        (dict(pp=4, first_stage_layers=0), "first_stage_layers must be a positive"),
+        (dict(pp=4, last_stage_layers=True), "last_stage_layers must be a positive"),
+        (dict(pp=1, first_stage_layers=10), "with pp 1 drop it"),
+        (dict(pp=2, first_stage_layers=4, last_stage_layers=4), "leave 2 of the 10 layers for 0"),
+        (dict(pp=3, first_stage_layers=2, last_stage_layers=8), "leave 0 of the 10 layers for 1"),
+        (
+            dict(pp=4, virtual_stages=2, first_stage_layers=3, last_stage_layers=3),
+            "first_stage_layers 3 does not split into 2 virtual stages",
+        ),
+        (
+            dict(pp=4, virtual_stages=2, first_stage_layers=2, last_stage_layers=2),
+            "middle pipeline stages of 2 virtual stages",
+        ),
+        (dict(pp=4), "10 layers do not split into 4 pipeline stages; pick a pp"),
+    ],
+)
+def test_bad_splits_name_the_parameter_and_the_fix(options, needle):
+    with pytest.raises(CcsimError) as caught:
+        megatron(TEN, tp=1, dp=1, global_batch=12, **options)
+    message = str(caught.value)
+    assert needle in message and "\n" not in message
+    assert "first_stage_layers" in message or "last_stage_layers" in message
+    with pytest.raises(CcsimError):
+        megatron_memory(
+            TEN, tp=1, dp=1, micro_batch=1, micro_batches=12, **options
+        )  # fmt: skip
+
+
+def test_llama3_405b_builds_on_eight_stages():
+    """The Llama 3 paper's split (Dubey et al. 2024, section 3.3.2: one layer fewer on
+    the first and last stages), small DP and batch: the middle stages run 16/15 of the
+    first stage's forward GEMMs (no logits on either); the replica build holds exactly
+    the first replica's ops of the full build."""
+    options = dict(tp=8, pp=8, dp=2, micro_batch=1, global_batch=16)
+    with pytest.raises(CcsimError, match="first_stage_layers"):
+        megatron("llama3-405b", **options)
+    full = megatron("llama3-405b", **options, first_stage_layers=15, last_stage_layers=15)
+    ops = ops_by_id(full)
+    first, middle = ops["r0.f0"].total_flops, ops[f"r{rank(1, tp=8, dp=2)}.f0"].total_flops
+    assert middle / first == pytest.approx(16 / 15, rel=1e-12)
+    one = megatron(
+        "llama3-405b", **options, first_stage_layers=15, last_stage_layers=15, replicas=True
+    )
+    assert one.replicas is not None and one.replicas.count == 2
+    first_replica = {
+        r for s in range(8) for r in range(rank(s, tp=8, dp=2), rank(s, tp=8, dp=2) + 8)
+    }
+    assert [op.id for op in one.ops] == [op.id for op in full.ops if op.rank in first_replica]
+    assert one.memory == full.memory
+
+
+def test_cli_takes_first_and_last_stage_layers(tmp_path):
+    out = tmp_path / "w.json"
+    argv = ["generate", "megatron", "--tp", "1", "--pp", "4", "--dp", "1"]
+    argv += ["--global-batch", "4", "--out", str(out)]
+    argv += ["--model", "gpt-1.5b", "--first-stage-layers", "11", "--last-stage-layers", "11"]
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    assert "stages of 11/13/13/11 layers" in data["description"]
