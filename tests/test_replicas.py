@@ -126,11 +126,12 @@ def test_replicas_that_do_not_fill_servers_fall_back():
     assert len(run.workload.ops) == len(megatron("llama3-8b", **kw).ops)
 
 
-def test_mixture_of_experts_refuses_replicas():
-    from simulator.errors import CcsimError
-
-    with pytest.raises(CcsimError, match="expert-parallel"):
-        megatron("mixtral-8x7b", tp=1, pp=1, dp=2, ep=2, global_batch=2, replicas=True)
+def test_mixture_of_experts_is_built_whole():
+    # Expert-parallel groups cross the replicas: every rank's ops are built.
+    kw = dict(tp=1, pp=1, dp=2, ep=2, global_batch=2)
+    one = megatron("mixtral-8x7b", replicas=True, **kw)
+    assert one.replicas is None
+    assert len(one.ops) == len(megatron("mixtral-8x7b", **kw).ops)
 
 
 def test_server_permutation_maps_the_fabric_and_refuses_what_is_not_one():

@@ -114,6 +114,11 @@ def _workload(params: Mapping[str, Any], gpus_per_server: int) -> tuple[Any, int
         if spec.get("ranks") == "all":
             # Every GPU of the cluster: the workload follows a nodes axis.
             spec["ranks"] = (nodes or 1) * gpus_per_server
+        if spec["generator"] == "megatron":
+            # A point needs the step's figures, not every rank's: one data-parallel
+            # replica stands for all where the run is symmetric (same results; the
+            # replay builds every replica where not: simulator.workload.replicas).
+            spec.setdefault("replicas", True)
         workload = from_spec(spec, origin=str(spec.get("name", spec["generator"])))
     if nodes is None:
         nodes = max(1, math.ceil(workload.ranks / gpus_per_server))
