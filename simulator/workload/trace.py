@@ -50,6 +50,7 @@ exposed communication per parallel dimension.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,6 +115,11 @@ class Group:
     name: str
     ranks: list[int]
     kind: str = ""
+    #: The ranks as a set, for membership checks.
+    members: frozenset[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.members = frozenset(self.ranks)
 
 
 @dataclass(frozen=True)
@@ -300,15 +306,21 @@ def _parse_groups(raw: Any, ranks: int, origin: str) -> dict[str, Group]:
     return groups
 
 
-def _gemms(raw: Any, where: str, cache: dict[tuple, tuple[Gemm, ...]]) -> tuple[Gemm, ...]:
+def _gemms(
+    raw: Any, where: Callable[[], str], cache: dict[Any, tuple[Gemm, ...]]
+) -> tuple[Gemm, ...]:
     """A compute op's ``gemms`` field: a list of [m, n, k(, batch(, count(, bits)))] of
-    positive integers, bits 16 or 8."""
+    positive integers, bits 16 or 8 (``where()`` names the op in errors). The same list
+    object (a generator's passes share one) is checked once."""
+    seen = cache.get(id(raw))
+    if seen is not None and seen[0] is raw:
+        return seen[1]
     usage = (
         "give a list of [m, n, k], [m, n, k, batch], [m, n, k, batch, count] or "
         "[m, n, k, batch, count, bits] (bits 16 or 8)"
     )
     if not isinstance(raw, list) or not raw:
-        raise WorkloadError(f"{where}: 'gemms' must be a non-empty list; {usage}")
+        raise WorkloadError(f"{where()}: 'gemms' must be a non-empty list; {usage}")
     key = []
     for entry in raw:
         if (
@@ -318,13 +330,14 @@ def _gemms(raw: Any, where: str, cache: dict[tuple, tuple[Gemm, ...]]) -> tuple[
             or (len(entry) == 6 and entry[5] not in (8, 16))
         ):
             raise WorkloadError(
-                f"{where}: GEMM {shown(entry)} is not a list of 3 to 6 positive integers "
+                f"{where()}: GEMM {shown(entry)} is not a list of 3 to 6 positive integers "
                 f"(bits 16 or 8); " + usage
             )
         key.append(tuple(entry))
     frozen = tuple(key)
     if frozen not in cache:
         cache[frozen] = tuple(Gemm(*entry) for entry in frozen)
+    cache[id(raw)] = (raw, cache[frozen])  # the list itself is kept, so its id stays its
     return cache[frozen]
 
 
@@ -340,16 +353,17 @@ def _parse_op(
     if not isinstance(raw, dict):
         raise WorkloadError(f"{origin}: op {index} must be a mapping")
     rank = raw.get("rank")
-    where = f"{origin}: op {shown(raw.get('id', index))}"
+    # Where an error is, built only for one (a step has a million ops).
+    where = lambda: f"{origin}: op {shown(raw.get('id', index))}"  # noqa: E731
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < ranks:
-        raise WorkloadError(f"{where}: unknown rank {shown(rank)}; ranks are 0..{ranks - 1}")
+        raise WorkloadError(f"{where()}: unknown rank {shown(rank)}; ranks are 0..{ranks - 1}")
     kind = raw.get("kind")
     if kind not in KINDS:
-        raise WorkloadError(f"{where}: kind {shown(kind)}; use one of {', '.join(KINDS)}")
-    unknown = sorted(set(raw) - _COMMON - _OP_KEYS[kind])
+        raise WorkloadError(f"{where()}: kind {shown(kind)}; use one of {', '.join(KINDS)}")
+    unknown = set(raw) - _COMMON - _OP_KEYS[kind]
     if unknown:
         raise WorkloadError(
-            f"{where}: unknown field {shown(unknown[0])} for a {kind} op; valid: "
+            f"{where()}: unknown field {shown(sorted(unknown)[0])} for a {kind} op; valid: "
             + ", ".join(sorted(_COMMON | _OP_KEYS[kind]))
         )
     op_id = str(raw.get("id", f"{rank}:{per_rank_count[rank]}"))
@@ -362,35 +376,35 @@ def _parse_op(
         stream=str(raw.get("stream", "compute" if kind == "compute" else "comm")),
         label=str(raw.get("label", "")),
     )
-    where = f"{origin}: op {shown(op_id)}"
+    where = lambda: f"{origin}: op {shown(op_id)}"  # noqa: E731
     try:
         if kind == "compute":
             if "duration" in raw:
-                op.duration = parse_time(raw["duration"], field=f"{where} duration")
+                op.duration = parse_time(raw["duration"], field=f"{where()} duration")
                 if op.duration < 0:
-                    raise WorkloadError(f"{where}: duration must be >= 0")
+                    raise WorkloadError(f"{where()}: duration must be >= 0")
             elif "flops" in raw or "gemms" in raw:
                 op.flops = float(raw.get("flops", 0.0))
-                op.mem_bytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
+                op.mem_bytes = _size(raw.get("bytes", 0), where)
                 if op.flops < 0 or op.mem_bytes < 0:
-                    raise WorkloadError(f"{where}: flops and bytes must be >= 0")
+                    raise WorkloadError(f"{where()}: flops and bytes must be >= 0")
                 if "gemms" in raw:
                     op.gemms = _gemms(raw["gemms"], where, gemm_cache)
             else:
-                raise WorkloadError(f"{where}: a compute op needs 'duration', 'flops' or 'gemms'")
+                raise WorkloadError(f"{where()}: a compute op needs 'duration', 'flops' or 'gemms'")
         elif kind == "collective":
             op.op = str(raw.get("op", ""))
             op.group = str(raw.get("group", ""))
             if op.group not in groups:
                 raise WorkloadError(
-                    f"{where}: unknown group {shown(op.group)}; defined groups: "
+                    f"{where()}: unknown group {shown(op.group)}; defined groups: "
                     + (", ".join(sorted(groups)) or "none")
                 )
-            if rank not in groups[op.group].ranks:
+            if rank not in groups[op.group].members:
                 raise WorkloadError(
-                    f"{where}: rank {rank} is not a member of group {shown(op.group)}"
+                    f"{where()}: rank {rank} is not a member of group {shown(op.group)}"
                 )
-            op.nbytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
+            op.nbytes = _size(raw.get("bytes", 0), where)
             op.algorithm = raw.get("algorithm")
             op.chunks = int(raw.get("chunks", 1))
             op.channels = int(raw.get("channels", 1))
@@ -403,18 +417,26 @@ def _parse_op(
                 or peer == rank
             ):
                 raise WorkloadError(
-                    f"{where}: peer {shown(peer)} must be another rank in 0..{ranks - 1}"
+                    f"{where()}: peer {shown(peer)} must be another rank in 0..{ranks - 1}"
                 )
             op.peer = peer
-            op.nbytes = parse_size(raw.get("bytes", 0), field=f"{where} bytes")
+            op.nbytes = _size(raw.get("bytes", 0), where)
             op.tag = str(raw.get("tag", ""))
     except (TypeError, ValueError) as error:
-        raise WorkloadError(f"{where}: {error}") from None
+        raise WorkloadError(f"{where()}: {error}") from None
     except CcsimError as error:
         if isinstance(error, WorkloadError):
             raise
         raise WorkloadError(str(error)) from None
     return op
+
+
+def _size(value: Any, where: Callable[[], str]) -> float:
+    """An op's ``bytes``: a plain number as it is (what generators write), else parsed
+    with its unit."""
+    if type(value) in (int, float) and math.isfinite(value):
+        return float(value)
+    return parse_size(value, field=f"{where()} bytes")
 
 
 def _match(workload: Workload, origin: str) -> None:
