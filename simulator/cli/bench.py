@@ -235,6 +235,27 @@ SCENARIOS = {
             target_s=60.0,
         ),
         Scenario(
+            "llama3-405b-h100x16384",
+            "Llama 3 405B step, TP 8 PP 8 DP 256 on 2048x dgx-h100 (16,384 GPUs), seq 8192, "
+            "batch 4096, bf16; stages of 15/16x6/15 layers as Meta's (arXiv 2407.21783, "
+            "3.3.2), sequence parallel, distributed optimizer (issue 20)",
+            kind="workload",
+            preset="dgx-h100",
+            nodes=2048,
+            workload=(
+                ("model", "llama3-405b"),
+                ("tp", 8),
+                ("pp", 8),
+                ("dp", 256),
+                ("micro_batch", 1),
+                ("global_batch", 4096),
+                ("first_stage_layers", 15),
+                ("last_stage_layers", 15),
+                ("sequence_parallel", True),
+                ("distributed_optimizer", True),
+            ),
+        ),
+        Scenario(
             "gpt3-fp8-h100x1024",
             "Megatron GPT-3 175B step in fp8, TP 4 PP 8 (6 virtual stages) DP 32 on 128x "
             "dgx-h100, micro-batch 1, batch 1024 (issue 20)",

@@ -136,6 +136,8 @@ class ScheduleReplay:
             scale = network.link_efficiency.get("nvlink", 1.0) / nvls
             self._wire = np.where(switch, self._wire * scale, self._wire)
         self._step_s: float | None = None
+        self._all_routes: np.ndarray | None = None
+        self._latencies: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._pending = np.diff(schedule.dep_ptr).astype(np.int32)
         (self._done_ptr, self._done_idx), (self._sent_ptr, self._sent_idx) = successors(schedule)
         self.start_s = np.full(n, np.nan)
@@ -170,10 +172,10 @@ class ScheduleReplay:
         if len(ops) == 0:
             return
         self.start_s[ops] = self.env.now
-        routes = self._routes(ops)
+        routes = self._route_table()[ops]
         if self._protocol is not None:
-            wanted, network = self._step_latency(routes)
-            self._extra[ops] = np.maximum(wanted - self.network.route_latency(routes), 0.0)
+            wanted, network, extra = (values[ops] for values in self._latency_table())
+            self._extra[ops] = extra
             self._crosses[ops] = network
             if np.isfinite(self._protocol.channel_rate):
                 self._hop[ops] = wanted
@@ -234,9 +236,25 @@ class ScheduleReplay:
                 event = self.env.timeout(value)
                 event.callbacks.append(lambda _event, pick=pick: action(pick))
 
-    def _routes(self, ops: np.ndarray) -> np.ndarray:
-        # The replay's ranks, which a workload maps from the group's to the cluster's.
-        return route_ops(self.network.router, self.schedule, ops, self._src, self._dst)
+    def _route_table(self) -> np.ndarray:
+        """Every op's route, found once (on the replay's ranks, which a workload maps
+        from the group's to the cluster's)."""
+        if self._all_routes is None:
+            ops = np.arange(self.schedule.n_ops)
+            self._all_routes = route_ops(
+                self.network.router, self.schedule, ops, self._src, self._dst
+            )
+        return self._all_routes
+
+    def _latency_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every op's step latency, whether it crosses the network, and the latency its
+        step adds to its path's (see :meth:`_step_latency`), found once."""
+        if self._latencies is None:
+            routes = self._route_table()
+            wanted, network = self._step_latency(routes)
+            extra = np.maximum(wanted - self.network.route_latency(routes), 0.0)
+            self._latencies = (wanted, network, extra)
+        return self._latencies
 
     def _step_latency(self, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Protocol latency of each transfer's step, and whether it crosses the network,
@@ -247,15 +265,15 @@ class ScheduleReplay:
         overhead, 1 us (x3 for Simple; tuning.cc:226-233 and 405-407), where the
         protocol's ``net_floor`` says so (NCCL's ring model)."""
         if self._step_s is None:
-            all_routes = self._routes(np.arange(self.schedule.n_ops))
-            classes = set(self.network.route_classes(np.unique(all_routes)))
+            classes = set(self.network.route_classes(np.unique(self._route_table())))
             overhead = 0.0
             if "network" in classes and self._protocol.net_floor:
                 overhead = NET_OVERHEAD_S * (3 if self._protocol.name == "Simple" else 1)
             self._step_s = overhead
-        mine = self.network.route_classes(routes)
-        hops = np.array([self._protocol.hop_s[cls] for cls in mine], dtype=float)
-        network = np.array([cls == "network" for cls in mine], dtype=bool)
+        unique, inverse = np.unique(routes, return_inverse=True)
+        mine = self.network.route_classes(unique)
+        hops = np.array([self._protocol.hop_s[cls] for cls in mine], dtype=float)[inverse]
+        network = np.array([cls == "network" for cls in mine], dtype=bool)[inverse]
         return np.maximum(hops, self._step_s), network
 
     def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
