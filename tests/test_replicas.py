@@ -8,6 +8,8 @@ symmetry breaks, the replay must say so and fall back to the full workload.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,25 @@ def test_server_permutation_maps_the_fabric_and_refuses_what_is_not_one():
     graph.edges[u, v]["bandwidth"] = 1.0
     assert server_permutation(graph, [1, 0, 2, 3]) is None
     assert server_permutation(graph, [0, 1, 3, 2]) is not None  # servers 2 and 3 alike
+
+
+def test_ccsim_run_of_a_spec_with_replicas_says_so_and_gives_the_full_step(tmp_path, capsys):
+    from simulator.cli import main
+
+    spec = (
+        "format: ccsim-workload-spec/1\ngenerator: megatron\nmodel: gpt3-175b\n"
+        "tp: 8\npp: 2\ndp: 2\nmicro_batch: 1\nglobal_batch: 4\n"
+    )
+    steps = {}
+    for replicas in (False, True):
+        path = tmp_path / f"step-{replicas}.yaml"
+        path.write_text(spec + f"replicas: {str(replicas).lower()}\n")
+        assert main(["run", str(path), "--topology", "dgx-a100", "--format", "json"]) == 0
+        steps[replicas] = capsys.readouterr().out
+
+    full, one = (json.loads(steps[r])[0] for r in (False, True))
+    for key in ("step_s", "exposed_s", "bubble_s"):
+        assert one[key] == pytest.approx(full[key], rel=1e-9), key
+    assert one["step_s"] == pytest.approx(full["step_s"], rel=1e-12)
+    assert main(["run", str(tmp_path / "step-True.yaml"), "--topology", "dgx-a100"]) == 0
+    assert "1 of 2 DP replicas simulated (alike)" in capsys.readouterr().out

@@ -320,6 +320,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
         f"comm slowdown {args.comm_slowdown}"
         + (f" | protocol {args.proto}" if args.proto else "")
         + (f" | faults {' '.join(args.fault)}" if args.fault else "")
+        + _replicas_note(run.replicas)
     )
     if args.format == "json":
         text = to_json(
@@ -459,3 +460,18 @@ def _cmd_workloads(args: argparse.Namespace) -> None:
     sys.stdout.write("\nmodels (workloads/models/):\n")
     for name, model in sorted(MODELS.items()):
         sys.stdout.write(f"{name:<{width}}  {model.params / 1e9:7.1f}B params  {model.source}\n")
+
+
+def _replicas_note(replicas: dict) -> str:
+    """What the title says of a workload given by one data-parallel replica.
+
+    >>> _replicas_note({"count": 16, "simulated": 1})
+    ' | 1 of 16 DP replicas simulated (alike)'
+    >>> _replicas_note({"count": 4, "simulated": "all", "why": "faults"})
+    ' | all 4 DP replicas simulated (faults)'
+    """
+    if not replicas:
+        return ""
+    if replicas.get("simulated") == 1:
+        return f" | 1 of {replicas['count']} DP replicas simulated (alike)"
+    return f" | all {replicas['count']} DP replicas simulated ({replicas.get('why', '')})"

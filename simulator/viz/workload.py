@@ -87,7 +87,16 @@ def workload_title(run: WorkloadRun, graph: nx.Graph | None = None) -> str:
     """One-line description used as plot title: workload, ranks, topology, step time."""
     where = f" on {graph.graph['name']}" if graph is not None and graph.graph.get("name") else ""
     step = float(np.nanmax(run.records.end_s)) if len(run.records.end_s) else 0.0
-    return f"{run.workload.name} · {run.workload.ranks} ranks{where} · step {_time_text(step)}"
+    # One data-parallel replica simulated for all: its ranks are the rows.
+    shown = (
+        f" (DP replica 1 of {run.replicas['count']} shown; the others are alike)"
+        if run.replicas.get("simulated") == 1
+        else ""
+    )
+    return (
+        f"{run.workload.name} · {run.workload.ranks} ranks{shown}{where} · step "
+        f"{_time_text(step)}"
+    )
 
 
 def _servers(graph: nx.Graph | None, ranks: int) -> list[int] | None:
