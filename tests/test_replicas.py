@@ -20,11 +20,12 @@ from simulator.workload.generators import megatron
 from simulator.workload.metrics import breakdown
 
 
-def _both(topology: str, servers: int, model: str = "gpt3-175b", graph=None, **kw):
+def _both(topology: str, servers: int, model: str = "gpt3-175b", graph=None, algorithm=None, **kw):
     full = megatron(model, **kw)
     one = megatron(model, replicas=True, **kw)
     graph = load_topology(topology, servers) if graph is None else graph
-    return full, one, WorkloadReplay(full, graph).run(), WorkloadReplay(one, graph).run()
+    runs = [WorkloadReplay(w, graph, algorithm=algorithm).run() for w in (full, one)]
+    return full, one, *runs
 
 
 def _assert_same(full, one, run_full, run_one):
@@ -56,6 +57,16 @@ def test_one_replica_stands_for_all(dp):
     # Fewer flows simulated stand for all of them.
     assert run_one.stats.flows < run_full.stats.flows
     _assert_same(full, one, run_full, run_one)
+
+
+def test_replicas_smaller_than_a_server_go_together():
+    # TP 4 on 8-GPU servers: a replica is half a server, two replicas fill one; NCCL's
+    # DP ring (two GPUs per server) alternates its direction from server to server, so
+    # it repeats every two servers: four replicas stand for the next four.
+    full, _one, run_full, run_one = _both("dgx-a100", 8, tp=4, pp=2, dp=8, global_batch=8)
+    assert run_one.replicas == {"count": 8, "simulated": 4}
+    assert len(run_one.workload.ops) * 2 == len(full.ops)
+    _assert_same(full, run_one.workload, run_full, run_one)
 
 
 def test_sharded_optimizer_overlapped_with_nvls():
@@ -105,17 +116,24 @@ def test_a_slower_nic_in_one_replica_falls_back_to_every_replica():
     assert breakdown(run_one).step_s == breakdown(run_full).step_s
 
 
-def test_a_schedule_that_does_not_repeat_per_replica_falls_back():
-    # DP x CP groups of 8 over 4 of the 8 servers, two GPUs each: NCCL's ring alternates its
-    # direction from server to server, so moving one replica on is not a symmetry of it.
-    kw = dict(tp=4, pp=2, dp=4, cp=2, global_batch=8, distributed_optimizer=True)
-    full = megatron("gpt3-175b", **kw)
-    one = megatron("gpt3-175b", replicas=True, **kw)
-    graph = load_topology("dgx-h100", 8)
-    run_one = WorkloadReplay(one, graph).run()
+def test_a_ring_that_repeats_every_two_replicas_takes_them_two_by_two():
+    # DP x CP groups of 8 over 4 servers, two GPUs each: NCCL's ring alternates its
+    # direction from server to server, so moving one replica on is not a symmetry of it
+    # (found before the run), moving two is.
+    full, _one, run_full, run_one = _both(
+        "dgx-h100", 8, tp=4, pp=2, dp=4, cp=2, global_batch=8, distributed_optimizer=True
+    )
+    assert run_one.replicas == {"count": 4, "simulated": 2}
+    assert run_one.isolated["attempts"] == 2
+    _assert_same(full, run_one.workload, run_full, run_one)
+
+
+def test_a_ring_that_never_repeats_falls_back_to_every_replica():
+    # The two replicas of TP 4 share both servers: no fewer than all of them move whole
+    # servers, so every replica is simulated.
+    full, _one, run_full, run_one = _both("dgx-a100", 2, tp=4, pp=2, dp=2, global_batch=2)
     assert run_one.replicas["simulated"] == "all"
-    assert "does not repeat" in run_one.replicas["why"]
-    run_full = WorkloadReplay(full, graph).run()
+    assert len(run_one.workload.ops) == len(full.ops)
     assert breakdown(run_one).step_s == breakdown(run_full).step_s
 
 

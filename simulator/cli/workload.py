@@ -472,6 +472,6 @@ def _replicas_note(replicas: dict) -> str:
     """
     if not replicas:
         return ""
-    if replicas.get("simulated") == 1:
-        return f" | 1 of {replicas['count']} DP replicas simulated (alike)"
+    if replicas.get("simulated") != "all":
+        return f" | {replicas['simulated']} of {replicas['count']} DP replicas simulated (alike)"
     return f" | all {replicas['count']} DP replicas simulated ({replicas.get('why', '')})"

@@ -88,14 +88,14 @@ def workload_title(run: WorkloadRun, graph: nx.Graph | None = None) -> str:
     where = f" on {graph.graph['name']}" if graph is not None and graph.graph.get("name") else ""
     step = float(np.nanmax(run.records.end_s)) if len(run.records.end_s) else 0.0
     # One data-parallel replica simulated for all: its ranks are the rows.
+    simulated = run.replicas.get("simulated", "all")
     shown = (
-        f" (DP replica 1 of {run.replicas['count']} shown; the others are alike)"
-        if run.replicas.get("simulated") == 1
+        f" (DP replicas shown: {simulated} of {run.replicas['count']}; the others are alike)"
+        if simulated != "all"
         else ""
     )
     return (
-        f"{run.workload.name} · {run.workload.ranks} ranks{shown}{where} · step "
-        f"{_time_text(step)}"
+        f"{run.workload.name} · {run.workload.ranks} ranks{shown}{where} · step {_time_text(step)}"
     )
 
 

@@ -58,7 +58,7 @@ from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
 from .isolated import IsolatedCalls
 from .kernels import gemms_time
-from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry
+from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
 from .trace import Op, Workload, WorkloadError
 
 
@@ -248,13 +248,26 @@ class WorkloadReplay:
             why = "a compute_scale was given (it may single out ranks)"
             if compute_scale is None:
                 self.replicas, why = replica_symmetry(workload, self.network)
+                k = None
+                if self.replicas is None and workload.replicas.build is not None:
+                    k = replicas_per_server(workload, graph)
+                if k is not None:
+                    # Replicas smaller than a server: k of them together stand for the
+                    # next k, and so on.
+                    together = workload.replicas.build(k * workload.replicas.unit)
+                    symmetry, also = replica_symmetry(together, self.network)
+                    if symmetry is not None:
+                        self.replicas, workload = symmetry, together
+                    else:
+                        why = also
+            given = workload.replicas
+            dp = given.count * given.unit  # data-parallel replicas in all
             if self.replicas is None:
-                count = workload.replicas.count
                 workload = _every_replica(workload, why)
-                self._replicas_report = {"count": count, "simulated": "all", "why": why}
+                self._replicas_report = {"count": dp, "simulated": "all", "why": why}
             else:
                 self.network.set_link_classes(self.replicas.link_class, self.replicas.class_size)
-                self._replicas_report = {"count": self.replicas.count, "simulated": 1}
+                self._replicas_report = {"count": dp, "simulated": given.unit}
         self.workload = workload
         # Faults (issue 16, simulator.network.faults): slow GPUs and jitter scale compute
         # durations; timed link degradations re-rate the network at their start and end.
@@ -320,19 +333,26 @@ class WorkloadReplay:
         advances (the command line passes a progress bar's callback).
         """
         try:
+            self._check_spanning_calls()
             for queue in self._streams.values():
                 self._try_issue(queue[0])
             run_env(self.env, progress=progress)
         except Asymmetric as error:
-            # A call showed that the replicas are not alike: replay every replica.
-            full = _every_replica(self.workload, str(error))
-            again = WorkloadReplay(full, self.graph, **self._arguments)
+            # A call showed that single replicas are not alike: twice as many together
+            # (a ring that alternates its direction from server to server repeats every
+            # two), or every replica.
+            given = self.workload.replicas
+            dp = self._replicas_report["count"]
+            unit = 2 * given.unit
+            if given.build is not None and unit < dp and dp % unit == 0:
+                workload = given.build(unit)
+            else:
+                workload = _every_replica(self.workload, str(error))
+            again = WorkloadReplay(workload, self.graph, **self._arguments)
             again._attempt = self._attempt + 1
-            again._replicas_report = {
-                "count": self.replicas.count,
-                "simulated": "all",
-                "why": str(error),
-            }
+            if again.replicas is None:
+                why = again._replicas_report.get("why", str(error))
+                again._replicas_report = {"count": dp, "simulated": "all", "why": why}
             return again.run(progress)
         if self.isolated is not None and self.isolated.conflicts:
             # Some calls timed alone shared links after all: this replay is not exact.
@@ -363,6 +383,25 @@ class WorkloadReplay:
             },
             replicas=dict(self._replicas_report),
         )
+
+    def _check_spanning_calls(self) -> None:
+        """With one replica standing for all, check before the run that every distinct
+        call of a group spanning the replicas repeats from one replica to the next
+        (raises :class:`~simulator.workload.replicas.Asymmetric`), so that a run does not
+        find out at its end."""
+        if self.replicas is None:
+            return
+        ops, groups = self.workload.ops, self.workload.groups
+        for members in self.workload.instances:
+            first = ops[members[0]]
+            if first.group not in self.replicas.period or first.nbytes == 0:
+                continue
+            ranks = groups[first.group].ranks
+            if self.policy is None or first.algorithm:
+                schedule = self._as_given(first, ranks)[0]
+            else:
+                schedule = self._as_library(first, ranks)[0]
+            self.replicas.quotient(schedule, first.group)
 
     def _try_issue(self, index: int) -> None:
         op = self.workload.ops[index]
@@ -771,13 +810,13 @@ class WorkloadReplay:
 def _every_replica(workload: Workload, why: str) -> Workload:
     """The full workload of one given by a replica, built because ``why``."""
     replicas = workload.replicas
-    if replicas is None or replicas.build_all is None:
+    if replicas is None or replicas.build is None:
         raise WorkloadError(
             f"workload {workload.name!r} gives one of {replicas.count if replicas else 0} "
             f"data-parallel replicas, which cannot stand for all here ({why}), and cannot "
             "build the others; generate it with every replica"
         )
-    return replicas.build_all()
+    return replicas.build(False)
 
 
 def _shape_of(layout: RankLayout) -> RankLayout:

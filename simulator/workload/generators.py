@@ -12,7 +12,6 @@ trace runs on A100s or H100s.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from typing import Any
@@ -350,7 +349,7 @@ def megatron(
     cp: int = 1,
     ep: int = 1,
     fsdp: bool = False,
-    replicas: bool = False,
+    replicas: bool | int = False,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
 ) -> Workload:
@@ -428,7 +427,9 @@ def megatron(
     ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
     Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
     ``replicas`` builds the ops of the first data-parallel replica only (ranks with
-    d = 0), standing for all ``dp`` (:class:`~simulator.workload.trace.Replicas`): the
+    d = 0; an integer k: the first k, which stand for the next k and so on, for replicas
+    smaller than a server), standing for all ``dp``
+    (:class:`~simulator.workload.trace.Replicas`): the
     replay simulates one replica where the topology is symmetric under moving every
     rank to the next replica, and the DP groups' collectives by their representatives
     (:mod:`simulator.workload.replicas`; every replica is built and replayed where
@@ -521,7 +522,16 @@ def megatron(
     ranks = tp * cp * pp * dp
     # Replicas whose ops are built: a mixture-of-experts model's expert-parallel groups
     # cross the data-parallel replicas, so every one is.
-    replicas_built = 1 if replicas and dp > 1 and not m.is_moe else dp
+    if isinstance(replicas, bool):
+        replicas_built = 1 if replicas else dp
+    elif isinstance(replicas, int) and replicas >= 1 and dp % replicas == 0:
+        replicas_built = replicas
+    else:
+        raise CcsimError(
+            f"replicas must be true, false or a divisor of dp ({dp}), not {replicas!r}"
+        )
+    if m.is_moe:
+        replicas_built = dp
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
@@ -914,18 +924,20 @@ def megatron(
                 )
     replicated = None
     if replicas_built < dp:
+        unit = replicas_built
         shift = [0] * ranks
         for stage, d, q, t in itertools.product(range(pp), range(dp), range(cp), range(tp)):
-            shift[rank_of(stage, d, t, q)] = rank_of(stage, (d + 1) % dp, t, q)
+            shift[rank_of(stage, d, t, q)] = rank_of(stage, (d + unit) % dp, t, q)
         first = frozenset(
-            rank_of(stage, 0, t, q)
-            for stage, q, t in itertools.product(range(pp), range(cp), range(tp))
+            rank_of(stage, d, t, q)
+            for stage, d, q, t in itertools.product(range(pp), range(unit), range(cp), range(tp))
         )
         replicated = Replicas(
-            dp,
+            dp // unit,
             tuple(shift),
             first,
-            build_all=functools.partial(megatron, **{**arguments, "replicas": False}),
+            unit=unit,
+            build=lambda replicas: megatron(**{**arguments, "replicas": replicas}),
         )
     workload = b.build(replicated)
     workload.memory = megatron_memory(

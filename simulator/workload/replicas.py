@@ -188,3 +188,33 @@ def replica_symmetry(
         ReplicaSymmetry(count, shift, psi, label, size.astype(float), period),
         "",
     )
+
+
+def replicas_per_server(workload: Workload, graph) -> int | None:
+    """The fewest replicas k (more than one, dividing the count) that, moved on
+    together, move whole servers (a replica of TP 4 on 8-GPU servers: k = 2), or None.
+
+    >>> from simulator.workload.generators import megatron
+    >>> from simulator.topology import load_topology
+    >>> step = megatron("gpt3-175b", tp=4, pp=2, dp=4, global_batch=4, replicas=True)
+    >>> replicas_per_server(step, load_topology("dgx-a100", 4))
+    2
+    """
+    replicas = workload.replicas
+    servers = servers_of_ranks(graph)
+    if replicas is None or servers is None:
+        return None
+    shift = np.asarray(replicas.shift, dtype=np.int64)
+    ids = np.arange(len(shift))
+    server = np.asarray(servers, dtype=np.int64)[: len(shift)]
+    power = ids
+    for k in range(1, replicas.count):
+        power = shift[power]
+        if k == 1 or replicas.count % k:
+            continue
+        if ((power != ids) & (server[power] == server)).any():
+            continue  # some rank moves inside its server
+        pairs = np.unique(np.stack([server, server[power]], axis=1), axis=0)
+        if len(pairs) == len(np.unique(server)):  # each server goes to one server
+            return k
+    return None

@@ -131,16 +131,20 @@ class Replicas:
     permutation; applied ``count`` times it is the identity and it moves every rank).
     ``first`` are the ranks of the first replica, whose ops the workload holds. A group
     that the shift maps onto itself *spans* the replicas (a data-parallel group) and
-    must list its ranks in shift order, ``g[i + 1] = shift[g[i]]``: the first replica
-    issues its calls for all; every other group lies inside one replica.
+    must list the first replica's ranks first and then their images,
+    ``g[i + p] = shift[g[i]]`` with ``p = len(g) / count``: the first replica issues its
+    calls for all; every other group lies inside one replica. A "replica" may be
+    ``unit`` data-parallel replicas together (where one is smaller than a server).
     """
 
     count: int
     shift: tuple[int, ...]
     first: frozenset[int]
-    #: Builds the full workload, every replica's ops (replays fall back on it where the
-    #: replicas are not alike: :mod:`simulator.workload.replicas`).
-    build_all: Callable[[], Workload] | None = field(default=None, compare=False, repr=False)
+    unit: int = 1
+    #: Builds the workload again with the first k replicas standing for each next k
+    #: (``build(k)``), or every replica's ops (``build(False)``): replays fall back on it
+    #: where single replicas are not alike (:mod:`simulator.workload.replicas`).
+    build: Callable[[bool | int], Workload] | None = field(default=None, compare=False, repr=False)
 
     def spans(self, ranks: list[int]) -> bool:
         """Whether a group with these ranks spans the replicas."""
