@@ -338,12 +338,12 @@ class WorkloadReplay:
                 self._try_issue(queue[0])
             run_env(self.env, progress=progress)
         except Asymmetric as error:
-            # A call showed that single replicas are not alike: twice as many together
-            # (a ring that alternates its direction from server to server repeats every
-            # two), or every replica.
+            # A call showed that single replicas are not alike: as many together as it
+            # repeats over (a ring that alternates its direction from server to server
+            # repeats every two), or every replica.
             given = self.workload.replicas
             dp = self._replicas_report["count"]
-            unit = 2 * given.unit
+            unit = (error.together or dp) * given.unit
             if given.build is not None and unit < dp and dp % unit == 0:
                 workload = given.build(unit)
             else:

@@ -49,7 +49,12 @@ from .trace import Workload
 
 class Asymmetric(Exception):
     """The replay met a call that breaks the replicas' symmetry (its message says how);
-    the caller replays the full workload instead."""
+    the caller replays the full workload instead, or, where ``together`` says that the
+    call repeats every so many replicas, takes that many at a time."""
+
+    def __init__(self, message: str, together: int | None = None):
+        super().__init__(message)
+        self.together = together
 
 
 @dataclass
@@ -77,9 +82,20 @@ class ReplicaSymmetry:
         if found is None:
             quotient = schedule_quotient(schedule, period)
             if quotient is None or quotient.multiplicity is not None:
+                # How many replicas it does repeat over (a ring alternating its direction
+                # from server to server: two), if any.
+                together = next(
+                    (
+                        k
+                        for k in range(2, self.count)
+                        if self.count % k == 0 and _plain(schedule_quotient(schedule, period * k))
+                    ),
+                    None,
+                )
                 raise Asymmetric(
                     f"the {schedule.algorithm} {schedule.op} of group {group!r} does not "
-                    f"repeat from one replica to the next"
+                    f"repeat from one replica to the next",
+                    together,
                 )
             found = self._quotients[key] = (quotient, schedule)  # keeps the id valid
         return found[0]
@@ -121,6 +137,11 @@ class ReplicaSymmetry:
     def _links(network: FlowNetwork, route: int) -> np.ndarray:
         ptr, flat, _ = network.router.arrays()
         return flat[ptr[route] : ptr[route + 1]].astype(np.int64)
+
+
+def _plain(quotient: Quotient | None) -> bool:
+    """Whether a quotient exists and has no side-by-side multiplicity."""
+    return quotient is not None and quotient.multiplicity is None
 
 
 def replica_symmetry(
