@@ -187,3 +187,30 @@ def test_ccsim_run_of_a_spec_with_replicas_says_so_and_gives_the_full_step(tmp_p
     assert one["step_s"] == pytest.approx(full["step_s"], rel=1e-12)
     assert main(["run", str(tmp_path / "step-True.yaml"), "--topology", "dgx-a100"]) == 0
     assert "1 of 2 DP replicas simulated (alike)" in capsys.readouterr().out
+
+
+def test_routes_through_the_nics_are_checked_against_their_images():
+    import simpy
+
+    from simulator.algorithms.schedule import PATH_NETWORK, Schedule
+    from simulator.network.flows import FlowNetwork
+    from simulator.workload.replicas import Asymmetric, replica_symmetry
+
+    step = megatron("gpt3-175b", tp=8, pp=1, dp=4, global_batch=4, replicas=True)
+    graph = load_topology("dgx-a100", 4)
+    network = FlowNetwork(simpy.Environment(), graph)
+    symmetry, why = replica_symmetry(step, network)
+    assert symmetry is not None, why
+    # One transfer from rank 0 to rank 8 forced through the NICs (a special route, routed
+    # image by image): its images really are the routes of the images.
+    send = Schedule(
+        op="broadcast", algorithm="p2p", ranks=2, size_bytes=1.0, src=[0], dst=[1],
+        nbytes=[1.0], segment=[0], reduce=[False], dep_ptr=[0, 0], dep_idx=[],
+        dep_sent=[], segment_owner=[0], path=[PATH_NETWORK],
+    )  # fmt: skip
+    symmetry.check_routes(network, send, np.array([0, 8]))
+    # With a wrong link map the same routes are not each other's images: refused.
+    symmetry._checked.clear()
+    symmetry.psi = np.arange(len(symmetry.psi))
+    with pytest.raises(Asymmetric, match="not the same in every replica"):
+        symmetry.check_routes(network, send, np.array([0, 8]))
