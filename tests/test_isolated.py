@@ -59,7 +59,13 @@ def test_a_ring_all_reduce_repeated_takes_the_closed_form_each_time():
     run = WorkloadReplay(workload, graph, algorithm="ring").run()
     one = 2 * (p - 1) * (n / p / bandwidth + alpha)
     assert breakdown(run).step_s == pytest.approx(1e-3 + 3 * one, rel=1e-12)
-    assert run.isolated == {"replayed": 3, "timed": 1, "attempts": 1, "flow_by_flow": []}
+    assert run.isolated == {
+        "replayed": 3,
+        "timed": 1,
+        "joint": 0,
+        "attempts": 1,
+        "flow_by_flow": [],
+    }
     # Bytes conservation on the links: each all-reduce moves 2(p-1)/p n per link.
     assert sum(run.links["bytes"]) == pytest.approx(3 * p * 2 * (p - 1) / p * n, rel=1e-12)
 
@@ -124,6 +130,26 @@ def test_a_call_that_was_not_alone_is_simulated_again_flow_by_flow():
     index = [op.id for op in slow.workload.ops].index("a0")
     assert slow.records.end_s[index] > alone.records.end_s[index] * 1.01
     assert alone.isolated["attempts"] == 1  # a send long after the call: no conflict
+
+
+def test_a_call_meeting_a_send_in_flight_is_timed_with_it():
+    """A send already on the all-reduce's links when the all-reduce starts: the call is
+    timed together with what the send has left and takes it over, in one attempt, and
+    the step is the flow-by-flow one (the send and the all-reduce both slowed by sharing,
+    as the replay of the call alone would not show)."""
+    graph = load_topology("dgx-a100", 1)
+    fast, slow = both(conflicting("0us"), graph, algorithm="ring")
+    assert_same_run(fast, slow)
+    assert fast.isolated["joint"] == 1
+    assert fast.isolated["attempts"] == 1
+    assert fast.isolated["flow_by_flow"] == []
+    alone = WorkloadReplay(conflicting("100s"), graph, algorithm="ring").run()
+    ids = [op.id for op in slow.workload.ops]
+    for op in ("a0", "a1"):
+        assert fast.records.end_s[ids.index(op)] > alone.records.end_s[ids.index(op)] * 1.01
+    # The send ends when its flow-by-flow twin does, slowed by the all-reduce beside it.
+    send_alone = 64 * MiB / float(graph.edges["s0/gpu0", "s0/nvswitch"]["bandwidth"])
+    assert fast.records.end_s[ids.index("s")] > send_alone * 1.01
 
 
 def test_timed_faults_turn_it_off():

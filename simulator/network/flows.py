@@ -71,6 +71,22 @@ class NetworkStats:
     represented_flows: float = 0.0
 
 
+@dataclass
+class FlowState:
+    """Flows in flight, as :meth:`FlowNetwork.flow_state` sees them now: their slots,
+    owners and op ids, routes (ids, and each one's link ids), the links they load (with
+    link classes: representatives), the bytes each has left and its weight."""
+
+    slots: np.ndarray
+    owners: np.ndarray
+    ops: np.ndarray
+    routes: np.ndarray
+    route_links: list[np.ndarray]
+    links: np.ndarray
+    left: np.ndarray
+    weight: np.ndarray
+
+
 class FlowNetwork:
     """Max-min fair, flow-level model of a topology's directed links.
 
@@ -265,6 +281,67 @@ class FlowNetwork:
         self.link_busy[links] += busy_s
         self.stats.flows += flows
         self.stats.represented_flows += flows if represented is None else represented
+
+    def flows_on(self, links: np.ndarray) -> np.ndarray:
+        """Slots of the flows in flight on any of ``links`` (with link classes: their
+        representatives), sorted; flows started at this instant and not yet taken in are
+        not among them."""
+        if len(self._inc_link) == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(self._inc_flow[np.isin(self._inc_link, links)])
+
+    def flow_state(self, slots: np.ndarray) -> FlowState:
+        """What the flows in ``slots`` still have to do from now (see :class:`FlowState`)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        elapsed = self.env.now - self._f_last[slots]
+        left = np.maximum(self._f_left[slots] - self._f_rate[slots] * elapsed, 0.0)
+        ptr, flat, _ = self.router.arrays()
+        routes = self._f_route[slots]
+        on = np.isin(self._inc_flow, slots)
+        return FlowState(
+            slots=slots,
+            owners=self._f_owner[slots].copy(),
+            ops=self._f_op[slots].copy(),
+            routes=routes.copy(),
+            route_links=[flat[ptr[r] : ptr[r + 1]].copy() for r in routes.tolist()],
+            links=np.unique(self._inc_link[on]),
+            left=left,
+            weight=self._f_weight[slots].copy(),
+        )
+
+    def withdraw(self, state: FlowState) -> None:
+        """Take the flows of ``state`` out of the network now, without telling their
+        owners: whoever withdrew them (a call timed together with them, see
+        :mod:`simulator.workload.isolated`) sends and delivers them. Their links keep the
+        bytes carried so far and their busy time up to now; no other flow may share a
+        link with them (their rates would change)."""
+        slots = state.slots
+        now = self.env.now
+        dead = np.zeros(self._cap, dtype=bool)
+        dead[slots] = True
+        gone = dead[self._inc_flow]
+        carried_by = np.zeros(self._cap)
+        carried_by[slots] = self._f_bytes[slots] - state.left
+        carried = carried_by[self._inc_flow[gone]]
+        if self._inc_coef is not None:
+            carried = carried * self._inc_coef[gone]
+            self._inc_coef = self._inc_coef[~gone]
+        np.add.at(self.link_bytes, self._inc_link[gone], carried)
+        gone_links = self._inc_link[gone]
+        self._inc_flow = self._inc_flow[~gone]
+        self._inc_link = self._inc_link[~gone]
+        self._count_link_flows(gone_links, -1, now)
+        self._f_finish[slots] = np.inf
+        self._f_op[slots] = -1
+        self._free.append(slots)
+        self._schedule_wake()  # the next completion may have been one of these
+
+    def deliver(self, owner: int, ops: np.ndarray, routes: np.ndarray) -> None:
+        """Tell ``owner`` that its withdrawn flows ``ops`` are sent now, and deliver them
+        one route latency later, as the network does for the flows it carries."""
+        target = self._owners[owner]
+        target.on_sent(ops)
+        self._deliver_later(target.on_delivered, ops, self.route_latency(routes))
 
     def reset_clock(self, env: simpy.Environment) -> None:
         """Start over on a new clock with zeroed records; no flow may be in flight. (For

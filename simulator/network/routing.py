@@ -236,7 +236,11 @@ class Router:
 
     def _add_route(self, path: list) -> int:
         """The id of the route along ``path`` (a node list), adding it if new."""
-        links = tuple(self.links.index[pair] for pair in pairwise(path))
+        return self.route_over(tuple(self.links.index[pair] for pair in pairwise(path)))
+
+    def route_over(self, links: tuple[int, ...]) -> int:
+        """The id of the route over the graph's ``links`` (ids, in order), adding it if
+        new: another router's route on the same graph, carried over by its links."""
         route = self._route_of.get(links)
         if route is None:
             array = np.array(links, dtype=np.int64)

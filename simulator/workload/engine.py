@@ -378,6 +378,7 @@ class WorkloadReplay:
             else {
                 "replayed": self.isolated.replayed,
                 "timed": self.isolated.timed,
+                "joint": self.isolated.joint,
                 "attempts": self._attempt,
                 "flow_by_flow": sorted(map(str, self.isolated.excluded)),
             },
@@ -755,6 +756,10 @@ class WorkloadReplay:
             )
         if self._sends is None:
             self._sends = self.network.register(_Sends(self._pair_done))
+            if self.isolated is not None:
+                # A collective that meets a send in flight on its links may be timed
+                # together with it and take it over (simulator.workload.isolated).
+                self.isolated.adoptable.add(self._sends)
         self.network.add_flows(self._sends, np.array([k]), route, np.array([float(nbytes)]), weight)
 
     def _pair_done(self, k: int) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -41,13 +41,20 @@ from ..algorithms.schedule import Schedule
 from ..collective.replay import ScheduleReplay, route_ops
 from ..library.protocol import Protocol
 from ..network.faults import fault_plan
-from ..network.flows import FlowNetwork
+from ..network.flows import FlowNetwork, FlowState
 from .replicas import ReplicaSymmetry
 
 #: Calls of fewer transfers are always simulated flow by flow: a single point-to-point
 #: transfer costs about as much to simulate as to replay, and pipeline sends, which
 #: often overlap on a GPU's links, would only cause conflicts.
 MIN_OPS = 2
+#: At most this many flows in flight on a call's links are taken over with it (a
+#: pipeline send or two); with more, the call is simulated flow by flow.
+MAX_ADOPTED = 8
+#: Bytes left of a flow taken over are matched to this many significant digits, so that
+#: the same send met at another time (its bytes left differ in the last bits, from
+#: rounding of times) shares the timing.
+_LEFT_DIGITS = 12
 
 
 @dataclass
@@ -63,6 +70,9 @@ class Timing:
     busy_s: np.ndarray
     flows: int
     represented: float
+    #: Flows in flight taken over with the call (see :meth:`IsolatedCalls.run`): (offset,
+    #: their indexes in canonical order) when each is sent.
+    sent: list[tuple[float, np.ndarray]] = field(default_factory=list)
 
 
 @dataclass
@@ -75,6 +85,7 @@ class _Plan:
     timing: Timing | None
     schedule: Schedule
     protocol: Protocol | None
+    signature: bytes = b""
 
 
 class IsolatedCalls:
@@ -111,6 +122,11 @@ class IsolatedCalls:
         #: Calls replayed from a timing, and calls timed alone (for reports).
         self.replayed = 0
         self.timed = 0
+        #: Network owners whose flows in flight may be taken over by a call timed with
+        #: them (plain point-to-point sends; see :meth:`run`).
+        self.adoptable: set[int] = set()
+        #: Calls replayed together with flows in flight they took over.
+        self.joint = 0
         if self.enabled:
             network.on_conflict = self._on_conflict
 
@@ -139,16 +155,34 @@ class IsolatedCalls:
         if plan.timing is None:
             return False
         busy, holders = self.network.holders(plan.footprint)
-        if busy or len(holders):
+        if len(holders):
             # Not alone now: this call runs flow by flow (exact as it is), but calls
             # that hold its links will not have been alone.
             self._on_conflict(holders)
             return False
+        adopted = None
+        if busy:
+            # Flows in flight on its links: if they are a few point-to-point sends that
+            # share links with nothing else, the call is timed together with them (what
+            # they have left) and takes them over; else it runs flow by flow.
+            adopted = self._adoptable(plan.footprint)
+            if adopted is None:
+                return False
+            plan = self._joint_plan(plan, adopted, ranks, period)
+            if plan.timing is None:
+                return False
         timing = plan.timing
-        env = self.network.env
+        network = self.network
+        env = network.env
         now = env.now
-        self.network.hold(plan.footprint, now + timing.release_s, self._holder(group))
-        self.network.account(
+        if adopted is not None:
+            network.withdraw(adopted)
+            self.joint += 1
+            for offset, flows in timing.sent:
+                event = env.timeout(offset)
+                event.callbacks.append(lambda _event, f=flows: self._send(adopted, f))
+        network.hold(plan.footprint, now + timing.release_s, self._holder(group))
+        network.account(
             plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
         )
         self.replayed += 1
@@ -159,6 +193,87 @@ class IsolatedCalls:
                 event = env.timeout(offset)
                 event.callbacks.append(lambda _event, p=positions: rank_done(p))
         return True
+
+    # -- flows in flight taken over ---------------------------------------------------------
+    def _adoptable(self, footprint: np.ndarray) -> FlowState | None:
+        """The flows in flight on ``footprint`` if the call may take them over: a few,
+        of adoptable owners, alone on their links, and on no held link; in canonical
+        order (see :meth:`_joint_plan`). None otherwise."""
+        network = self.network
+        slots = network.flows_on(footprint)
+        if len(slots) > MAX_ADOPTED:
+            return None
+        state = network.flow_state(slots)
+        if not all(owner in self.adoptable for owner in state.owners.tolist()):
+            return None
+        if not np.array_equal(network.flows_on(state.links), slots):
+            return None  # they share links with other flows, whose rates they set
+        _, holders = network.holders(state.links)
+        if len(holders):
+            self._on_conflict(holders)
+            return None
+        return state
+
+    def _send(self, state: FlowState, flows: np.ndarray) -> None:
+        """Taken-over flows (indexes into ``state``) are sent now: their owners hear it."""
+        for owner in np.unique(state.owners[flows]).tolist():
+            mine = flows[state.owners[flows] == owner]
+            self.network.deliver(owner, state.ops[mine], state.routes[mine])
+
+    def _joint_plan(
+        self, plan: _Plan, state: FlowState, ranks: np.ndarray, period: int | None
+    ) -> _Plan:
+        """The call of ``plan`` together with the flows of ``state``: its footprint
+        grown by their links, and its timing with them, shared by every call of the same
+        signature that meets flows of the same shape (routes up to renaming the links,
+        bytes left, weights). ``state`` is put in canonical order, the timing's."""
+        network = self.network
+        link_class = None if self.replicas is None else self.replicas.link_class
+        footprint = list(plan.footprint.tolist())
+        number = {link: i for i, link in enumerate(footprint)}
+        shapes = []
+        for links in state.route_links:
+            seen = links if link_class is None else link_class[links]
+            for link in seen.tolist():
+                if link not in number:
+                    number[link] = len(footprint)
+                    footprint.append(link)
+            shapes.append(tuple(number[link] for link in seen.tolist()))
+        left = [float(f"{value:.{_LEFT_DIGITS}g}") for value in state.left.tolist()]
+        keys = list(zip(shapes, left, state.weight.tolist(), strict=True))
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        for name in ("slots", "owners", "ops", "routes", "left", "weight"):
+            setattr(state, name, getattr(state, name)[order])
+        state.route_links = [state.route_links[i] for i in order]
+        extra = np.array(footprint[len(plan.footprint) :], dtype=np.int64)
+        digest = hashlib.blake2b(plan.signature, digest_size=20)
+        digest.update(repr([keys[i] for i in order]).encode())
+        digest.update(self._link_attributes(extra).tobytes())
+        digest.update("|".join(network.links.kind[i] for i in extra.tolist()).encode())
+        signature = digest.digest()
+        footprint_array = np.array(footprint, dtype=np.int64)
+        if signature not in self._timings:
+            self._timings[signature] = self._time_alone(
+                plan.schedule, plan.protocol, ranks, footprint_array, period, state
+            )
+            self.timed += 1
+        timing = self._timings[signature]
+        return _Plan(footprint_array, timing, plan.schedule, plan.protocol, signature)
+
+    def _link_attributes(self, links: np.ndarray) -> np.ndarray:
+        """What sets a timing about each of ``links``: capacity, latency, message cost,
+        and with link classes the copies each stands for (reducers: ``copies``)."""
+        network = self.network
+        table = network.links
+        attributes = np.stack(
+            [network.capacity[links], table.latency[links], table.message_cost[links]]
+        )
+        if self.replicas is not None:
+            sizes = self.replicas.class_size
+            inside = links < len(sizes)  # reducers stand for ``copies`` each
+            copies = np.where(inside, sizes[np.minimum(links, len(sizes) - 1)], self.copies)
+            attributes = np.vstack([attributes, copies])
+        return np.ascontiguousarray(attributes)
 
     # -- conflicts -------------------------------------------------------------------------
     def _holder(self, group: Hashable) -> int:
@@ -189,7 +304,7 @@ class IsolatedCalls:
                 )
                 self.timed += 1
             timing = self._timings[signature]
-            plan = self._plans[key] = _Plan(footprint, timing, schedule, protocol)
+            plan = self._plans[key] = _Plan(footprint, timing, schedule, protocol, signature)
         return plan
 
     def _footprint(
@@ -238,20 +353,8 @@ class IsolatedCalls:
                 reducer_positions.append(position)
                 reducer_bandwidth.append(bandwidth)
                 footprint = np.append(footprint, flat[ptr[route]])
-        table = network.links
-        attributes = np.stack(
-            [
-                network.capacity[footprint],
-                table.latency[footprint],
-                table.message_cost[footprint],
-            ]
-        )
-        if self.replicas is not None:
-            sizes = self.replicas.class_size
-            inside = footprint < len(sizes)  # reducers stand for ``copies`` each
-            copies = np.where(inside, sizes[np.minimum(footprint, len(sizes) - 1)], self.copies)
-            attributes = np.vstack([attributes, copies])
-        kinds = "|".join(table.kind[i] for i in footprint.tolist())
+        attributes = self._link_attributes(footprint)
+        kinds = "|".join(network.links.kind[i] for i in footprint.tolist())
         digest = hashlib.blake2b(digest_size=20)
         for part in (
             np.array([id(schedule), period or 0], dtype=np.int64),
@@ -275,9 +378,11 @@ class IsolatedCalls:
         ranks: np.ndarray,
         footprint: np.ndarray,
         period: int | None,
+        adopted: FlowState | None = None,
     ) -> Timing | None:
         """Run the call alone on the scratch network (same graph, efficiencies, reducers
-        and link classes); None if it cannot finish alone."""
+        and link classes), with the flows ``adopted`` (what they have left) if given;
+        None if it cannot finish alone."""
         network = self.network
         if self._scratch is None:
             self._scratch = FlowNetwork(
@@ -294,6 +399,19 @@ class IsolatedCalls:
         def rank_done(positions: np.ndarray) -> None:
             done_at[positions] = env.now
 
+        sent_at = np.zeros(0)
+        if adopted is not None:
+            sent_at = np.full(len(adopted.slots), np.nan)
+            recorder = _SentAt(sent_at, env)
+            router = scratch.router
+            routes = [router.route_over(tuple(links.tolist())) for links in adopted.route_links]
+            scratch.add_flows(
+                scratch.register(recorder),
+                np.arange(len(routes)),
+                np.array(routes, dtype=np.int64),
+                adopted.left.copy(),
+                None if self.replicas is None else adopted.weight.copy(),
+            )
         replay = ScheduleReplay(
             scratch,
             schedule,
@@ -307,7 +425,7 @@ class IsolatedCalls:
         )
         finished = replay.start()
         env.run()
-        if not finished.triggered or np.isnan(done_at).any():
+        if not finished.triggered or np.isnan(done_at).any() or np.isnan(sent_at).any():
             return None
         scratch.close_link_records()
         # The footprint on the scratch network: the same ids for the graph's links, its
@@ -318,13 +436,38 @@ class IsolatedCalls:
                 ids[i] = scratch.links.src_node.index(network.links.src_node[link])
         offsets, group = np.unique(done_at, return_inverse=True)
         done = [(float(t), np.flatnonzero(group == i)) for i, t in enumerate(offsets.tolist())]
+        sent_offsets, sent_group = np.unique(sent_at, return_inverse=True)
+        sent = [
+            (float(t), np.flatnonzero(sent_group == i)) for i, t in enumerate(sent_offsets.tolist())
+        ]
         used = scratch.link_busy[ids] > 0
         release = np.where(used, scratch.link_idle_at[ids], 0.0)
+        # Flows taken over were counted when they started on the real network.
+        flows, represented = scratch.stats.flows, scratch.stats.represented_flows - represented
+        if adopted is not None:
+            flows -= len(adopted.slots)
+            represented -= float(adopted.weight.sum()) if self.replicas else len(adopted.slots)
         return Timing(
             done=done,
             release_s=release,
             nbytes=scratch.link_bytes[ids].copy(),
             busy_s=scratch.link_busy[ids].copy(),
-            flows=scratch.stats.flows,
-            represented=scratch.stats.represented_flows - represented,
+            flows=flows,
+            represented=represented,
+            sent=sent,
         )
+
+
+class _SentAt:
+    """Scratch owner of flows taken over: notes when each is sent."""
+
+    def __init__(self, sent_at: np.ndarray, env: simpy.Environment):
+        self.sent_at = sent_at
+        self.env = env
+
+    def on_sent(self, ops: np.ndarray) -> None:
+        """Note the time."""
+        self.sent_at[ops] = self.env.now
+
+    def on_delivered(self, ops: np.ndarray) -> None:
+        """Delivery is the real network's (one route latency after sending)."""
