@@ -7,6 +7,8 @@ ring on the ideal model (algorithm="ring"); tests/test_workload_policy.py covers
 default, the topology's library.
 """
 
+from collections import defaultdict
+
 import pytest
 
 from simulator.cli import main
@@ -360,3 +362,39 @@ def test_breakdown_shares_of_the_presets_add_up_to_the_step(name, capsys):
     labels = ("compute busy", "exposed", "waiting for peers", "bubble (nothing running)")
     shares = [float(rows[label][-1].rstrip("%")) for label in labels]
     assert sum(shares) == pytest.approx(100.0, abs=0.2)
+
+
+def test_exposed_time_is_split_among_the_ops_in_flight_outside_compute():
+    """Hand-worked attribution on one rank: compute over [0, 2] ms, a DP all-reduce over
+    [1, 4], a TP all-reduce over [3, 5], a send over [6, 7] and an empty call at 2 ms.
+    Exposed: [2, 3] DP alone, [3, 4] shared, [4, 5] TP alone, [6, 7] the send; so DP and
+    TP 1.5 ms each, P2P 1 ms, and the empty call nothing."""
+    from types import SimpleNamespace
+
+    from simulator.workload.metrics import _attribute
+
+    groups = {"dp": SimpleNamespace(kind="DP"), "tp": SimpleNamespace(kind="TP")}
+    work = SimpleNamespace(groups=groups)
+
+    def call(group, kind="collective"):
+        return SimpleNamespace(group=group, kind=kind, op="all_reduce")
+
+    comm = [
+        (1 * MS, 4 * MS, call("dp")),
+        (3 * MS, 5 * MS, call("tp")),
+        (6 * MS, 7 * MS, call(None, kind="send")),
+        (2 * MS, 2 * MS, call("tp")),
+    ]
+    by_kind: dict = defaultdict(float)
+    by_call: dict = defaultdict(float)
+    _attribute(comm, [(0.0, 2 * MS)], work, by_kind, by_call)
+    assert dict(by_kind) == {
+        "DP": pytest.approx(1.5 * MS, rel=1e-12),
+        "TP": pytest.approx(1.5 * MS, rel=1e-12),
+        "P2P": pytest.approx(1 * MS, rel=1e-12),
+    }
+    assert dict(by_call) == {
+        "DP all_reduce": pytest.approx(1.5 * MS, rel=1e-12),
+        "TP all_reduce": pytest.approx(1.5 * MS, rel=1e-12),
+        "P2P send": pytest.approx(1 * MS, rel=1e-12),
+    }

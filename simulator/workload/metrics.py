@@ -23,7 +23,6 @@ DP, EP; transfers are ``P2P``) and per (kind, operation).
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -172,26 +171,45 @@ def breakdown(run: WorkloadRun) -> Breakdown:
 
 
 def _attribute(comm, busy_compute, workload, by_kind, by_call) -> None:
-    """Split each exposed instant of one rank equally among the ops in flight."""
+    """Split each exposed instant of one rank equally among the ops in flight.
+
+    The rank's op and compute boundaries cut time into pieces; a piece is exposed when no
+    compute covers it, and each communication op in flight over it gets an equal share.
+    Counting ops per piece and summing shares per op are prefix sums over the pieces
+    (one pass, not one scan of the ops per piece)."""
     if not comm:
         return
-    cuts = sorted(
-        {t for s, e, _ in comm for t in (s, e)} | {t for s, e in busy_compute for t in (s, e)}
+    starts = np.array([s for s, _, _ in comm], dtype=float)
+    ends = np.array([e for _, e, _ in comm], dtype=float)
+    cuts = np.unique(
+        np.concatenate([starts, ends, np.array([t for span in busy_compute for t in span])])
     )
-    compute_starts = np.array([s for s, _ in busy_compute])
-    compute_ends = np.array([e for _, e in busy_compute])
-    for left, right in itertools.pairwise(cuts):
-        if right <= left:
+    if len(cuts) < 2:
+        return
+    middle = 0.5 * (cuts[:-1] + cuts[1:])
+    width = np.diff(cuts)
+    exposed = width > 0
+    if busy_compute:
+        # busy_compute is a union: sorted, disjoint spans.
+        compute_starts = np.array([s for s, _ in busy_compute])
+        compute_ends = np.array([e for _, e in busy_compute])
+        at = np.searchsorted(compute_starts, middle, side="right") - 1
+        covered = (at >= 0) & (middle < compute_ends[np.maximum(at, 0)])
+        exposed &= ~covered
+    # Op i is in flight over the pieces [first[i], last[i]) (s <= middle < e).
+    first = np.searchsorted(middle, starts, side="left")
+    last = np.searchsorted(middle, ends, side="left")
+    count = np.zeros(len(middle) + 1, dtype=np.int64)
+    np.add.at(count, first, 1)
+    np.add.at(count, last, -1)
+    active = np.cumsum(count[:-1])
+    share = np.where(exposed & (active > 0), width / np.maximum(active, 1), 0.0)
+    total = np.concatenate([[0.0], np.cumsum(share)])
+    owed = total[last] - total[first]
+    for (_, _, op), value in zip(comm, owed.tolist(), strict=True):
+        if value <= 0.0:
             continue
-        middle = 0.5 * (left + right)
-        if len(compute_starts) and np.any((compute_starts <= middle) & (middle < compute_ends)):
-            continue
-        active = [op for s, e, op in comm if s <= middle < e]
-        if not active:
-            continue
-        share = (right - left) / len(active)
-        for op in active:
-            kind = workload.groups[op.group].kind if op.kind == "collective" else "P2P"
-            kind = kind or op.group
-            by_kind[kind] += share
-            by_call[f"{kind} {op.op if op.kind == 'collective' else op.kind}"] += share
+        kind = workload.groups[op.group].kind if op.kind == "collective" else "P2P"
+        kind = kind or op.group
+        by_kind[kind] += value
+        by_call[f"{kind} {op.op if op.kind == 'collective' else op.kind}"] += value
