@@ -71,22 +71,28 @@ def test_a_ring_all_reduce_repeated_takes_the_closed_form_each_time():
 
 
 @pytest.mark.parametrize(
-    ("preset", "options"),
+    ("preset", "options", "joint"),
     [
-        ("dgx-h100", {"tp": 4, "pp": 2, "dp": 2}),
-        ("dgx-a100", {"tp": 8, "pp": 2, "dp": 1, "sequence_parallel": True}),
+        ("dgx-h100", {"tp": 4, "pp": 2, "dp": 2}, None),
+        ("dgx-a100", {"tp": 8, "pp": 2, "dp": 1, "sequence_parallel": True}, None),
+        # Each stage's 8 data-parallel all-reduces start while its last pipeline send is
+        # still on their NICs: every stage but the first (24 calls) is timed with it.
+        ("dgx-a100", {"tp": 8, "pp": 4, "dp": 2}, 24),
     ],
 )
-def test_a_megatron_step_is_the_flow_by_flow_step(preset, options):
+def test_a_megatron_step_is_the_flow_by_flow_step(preset, options, joint):
     """A pipelined, tensor- and data-parallel step under NCCL's choices: every op at the
     same time as when every call's flows are simulated, with most calls replayed from a
-    few timings."""
+    few timings (some together with the sends in flight they met)."""
     ranks = options["tp"] * options["pp"] * options["dp"]
     workload = megatron(model="llama3-8b", micro_batch=1, global_batch=4 * options["dp"], **options)
     graph = load_topology(preset, max(1, ranks // 8))
     fast, slow = both(workload, graph)
     assert_same_run(fast, slow)
     assert fast.isolated["replayed"] > 2 * fast.isolated["timed"] > 0
+    if joint is not None:
+        assert fast.isolated["joint"] == joint
+        assert fast.isolated["attempts"] == 1
     assert slow.isolated == {}
 
 
