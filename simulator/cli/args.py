@@ -203,8 +203,9 @@ def add_trace_options(cmd: argparse.ArgumentParser) -> None:
         default=DEFAULT_DETAIL,
         metavar="LIST",
         help="what --trace holds: a comma list of phases, ranks (each GPU stream's "
-        "transfers or ops), links (each link's busy spans), counters (link utilisation "
-        "over time; the bulk of a large trace), or all (default: "
+        "transfers or ops; above 256 ranks also the heat-map's utilisation per server "
+        "and per rail, as counter tracks), links (each link's busy spans), counters (link "
+        "utilisation over time; the bulk of a large trace), or all (default: "
         + ",".join(DEFAULT_DETAIL)
         + ": a 1024-rank collective is then tens of MB as .json.gz)",
     )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import networkx as nx
 import numpy as np
 
 from ..algorithms.schedule import Schedule
@@ -211,7 +212,7 @@ def replica_symmetry(
     )
 
 
-def replicas_per_server(workload: Workload, graph) -> int | None:
+def replicas_per_server(workload: Workload, graph: nx.Graph) -> int | None:
     """The fewest replicas k (more than one, dividing the count) that, moved on
     together, move whole servers (a replica of TP 4 on 8-GPU servers: k = 2), or None.
 
