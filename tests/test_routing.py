@@ -198,3 +198,48 @@ def test_router_reads_the_seed_from_the_graph():
     assert router_of(graph).seed == 5
     assert router_of(graph, seed=1).seed == 1
     assert len(gpu_nodes(graph)) == 16
+
+
+def shortest_paths_by_networkx(graph: nx.Graph, first, last) -> set[tuple]:
+    """Every shortest path between two GPUs by the cost the module docstring states:
+    integer picoseconds of latency plus 1 per hop, plus 10^12 per GPU passed through and
+    per node outside the server entered when both GPUs share one (networkx's own
+    Dijkstra, not the router's search)."""
+    gpus = set(gpu_nodes(graph))
+    server = dict(graph.nodes(data="server"))
+    home = server[first] if server[first] == server[last] else None
+
+    def weight(u, v, data) -> int:
+        cost = round(float(data.get("latency", 0.0)) * 1e12) + 1
+        if v in gpus and v != last:
+            cost += 10**12
+        if home is not None and server[v] != home:
+            cost += 10**12
+        return cost
+
+    return set(map(tuple, nx.all_shortest_paths(graph, first, last, weight=weight)))
+
+
+@pytest.mark.parametrize(
+    ("graph", "pairs"),
+    [
+        # Rail-optimized fat-tree with 16 spines: cross-rail pairs have 16 equal paths.
+        (load_topology("dgx-h100", nodes=16), [(0, 9), (7, 120), (5, 5 + 64), (3, 2), (127, 0)]),
+        (load_topology("dgx-a100", nodes=40), [(0, 319), (17, 300), (8, 16), (1, 2)]),
+        (load_topology("gb200-nvl72", nodes=2), [(0, 71), (3, 100), (143, 1)]),
+        (ring_graph(9, 1e9, 1e-6), [(0, 4), (0, 5), (2, 1)]),
+    ],
+    ids=["dgx-h100x16", "dgx-a100x40", "gb200-nvl72x2", "ring-9"],
+)
+def test_routes_are_the_shortest_paths_networkx_finds(graph, pairs):
+    """The router's search skips nodes that cannot be on a shortest path (bounds from a
+    bidirectional search); every route it gives is one of networkx's shortest paths, and
+    over 256 connections each pair uses every one of them (up to 16 here; a fair hash
+    misses one of 16 with probability 16 x (15/16)^256 < 2e-6, and the hash is fixed)."""
+    router = router_of(graph)
+    nodes = gpu_nodes(graph)
+    for src, dst in pairs:
+        expected = shortest_paths_by_networkx(graph, nodes[src], nodes[dst])
+        assert len(expected) <= 16
+        seen = {tuple(path(router, src, dst, label)) for label in range(256)}
+        assert seen == expected, (src, dst)

@@ -35,6 +35,7 @@ Message cost
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import pairwise
@@ -172,11 +173,15 @@ class Router:
         self._server = {node: data.get("server") for node, data in graph.nodes(data=True)}
         # Out-neighbours with the integer cost of each hop (both ways for a Graph).
         self._adj: dict = {node: [] for node in graph.nodes}
+        # In-neighbours, for searches backward from a destination.
+        self._radj: dict = {node: [] for node in graph.nodes}
         for u, v, data in graph.edges(data=True):
             cost = round(float(data.get("latency", 0.0)) * _PS_PER_S) + _HOP
             self._adj[u].append((v, cost))
+            self._radj[v].append((u, cost))
             if not graph.is_directed():
                 self._adj[v].append((u, cost))
+                self._radj[u].append((v, cost))
         p = len(self.nodes)
         # Codes: route id >= 0 (one path), -1 unknown, -2 - g multipath group g.
         self._dense = np.full((p, p), -1, dtype=np.int32) if p <= _DENSE_LIMIT else None
@@ -194,13 +199,23 @@ class Router:
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def _predecessors(self, first, last) -> dict:
-        """Dijkstra from ``first`` until ``last`` is settled; all equal-cost predecessors.
+        """Dijkstra from ``first`` until ``last`` is settled; all equal-cost predecessors
+        of the nodes on shortest paths to ``last`` (other nodes may be missing).
 
         Every node on a shortest path to ``last`` costs less than ``last`` itself, so it
-        is settled, with all its predecessors, before the search stops there.
+        is settled, with all its predecessors, before the search stops there. A first,
+        bidirectional search (:meth:`_bounds`) finds the shortest cost and a lower bound
+        on each node's cost to ``last``, and this search skips nodes whose cost from
+        ``first`` plus that bound exceeds the shortest: they are on no shortest path.
+        Without it, a search between two servers of a large fabric settles nearly every
+        node of the cluster; with it, about those within half the distance of either end.
+        Skipped nodes are never predecessors of nodes on shortest paths, and the others
+        are settled in the same order (by cost, then graph order), so the result is the
+        full search's on every shortest path.
         """
         order, gpus, adj, server = self._order, self._gpus, self._adj, self._server
         home = server[first] if server[first] == server[last] else None
+        shortest, bound = self._bounds(first, last, home)
         dist = {first: 0}
         pred: dict = {first: []}
         heap = [(0, order[first], first)]
@@ -216,6 +231,8 @@ class Router:
                     dv += _DETOUR
                 if home is not None and server[v] != home:
                     dv += _DETOUR
+                if shortest is not None and dv + bound(v) > shortest:
+                    continue  # on no shortest path to ``last``
                 old = dist.get(v)
                 if old is None or dv < old:
                     dist[v] = dv
@@ -224,6 +241,66 @@ class Router:
                 elif dv == old:
                     pred[v].append(u)
         return pred
+
+    def _bounds(self, first, last, home) -> tuple[int | None, Callable[[object], float]]:
+        """Bidirectional Dijkstra between ``first`` and ``last`` (costs as in
+        :meth:`_predecessors`): the shortest cost, and a lower bound on each node's cost
+        to ``last`` (exact where the backward search settled it, else the smallest cost
+        it had not settled). The shortest cost is None if ``last`` cannot be reached.
+
+        It stops once the two frontiers' smallest costs add up to the best path met or
+        more (no path through an unsettled node can be shorter). Where it stops changes
+        only how tight the bounds are: every bound is a lower bound, and the search that
+        uses them finds every path of the shortest cost itself."""
+        order, gpus, adj, radj = self._order, self._gpus, self._adj, self._radj
+        server = self._server
+        inf = float("inf")
+
+        def entry(v) -> int:
+            # The search cost of entering v (the routing policies), on top of the link's.
+            extra = _DETOUR if v in gpus and v != last else 0
+            if home is not None and server[v] != home:
+                extra += _DETOUR
+            return extra
+
+        forward, backward = {first: 0}, {last: 0}
+        done_f, done_b = set(), set()
+        heap_f, heap_b = [(0, order[first], first)], [(0, order[last], last)]
+        best = inf
+        while heap_f and heap_b and heap_f[0][0] + heap_b[0][0] < best:
+            if heap_f[0][0] <= heap_b[0][0]:
+                du, _, u = heappop(heap_f)
+                if u in done_f:
+                    continue
+                done_f.add(u)
+                for v, cost in adj[u]:
+                    dv = du + cost + entry(v)
+                    if dv < forward.get(v, inf):
+                        forward[v] = dv
+                        heappush(heap_f, (dv, order[v], v))
+                    if v in backward:
+                        best = min(best, dv + backward[v])
+            else:
+                dv, _, v = heappop(heap_b)
+                if v in done_b:
+                    continue
+                done_b.add(v)
+                into = dv + entry(v)
+                for u, cost in radj[v]:
+                    du = into + cost
+                    if du < backward.get(u, inf):
+                        backward[u] = du
+                        heappush(heap_b, (du, order[u], u))
+                    if u in forward:
+                        best = min(best, forward[u] + du)
+        if best == inf:
+            return None, lambda node: 0
+        floor = heap_b[0][0] if heap_b else inf
+
+        def bound(node) -> float:
+            return backward[node] if node in done_b else floor
+
+        return int(best), bound
 
     def add_link_route(self, links: list[int]) -> int:
         """A route over explicit link ids (virtual links such as a GPU's reducer)."""
