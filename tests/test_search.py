@@ -24,9 +24,11 @@ FREE = Hardware(8, DEVICES["A100"], 1e18, 1e18)  # communication costs nothing
 
 def test_candidates_are_the_splits_megatron_accepts():
     """12 heads, 6 layers, 4 GPUs a server on 8 GPUs, batch 8, micro-batch 1 or 2:
-    TP in {1, 2, 4} (divides 4 and 12), PP divides 6 and 8 / TP, DP the rest, the batch a
-    multiple of mb x DP. Worked out by hand: (tp, pp, dp) = (1,1,8) (1,2,4) (2,1,4)
-    (2,2,2) (4,1,2) (4,2,1), with mb 1 or 2 where 8 % (mb x dp) == 0: 1+2+2+2+2+2 = 11."""
+    TP in {1, 2, 4} (divides 4 and 12), PP divides 8 / TP and is at most 6, DP the rest,
+    the batch a multiple of mb x DP. Worked out by hand: (tp, pp, dp) = (1,1,8) (1,2,4)
+    (2,1,4) (2,2,2) (4,1,2) (4,2,1), and PP 4, which does not divide the 6 layers, with
+    middle stages of ceil(6/4) = 2 and the 2 left to the ends: stages 1/2/2/1 at (1,4,2)
+    and (2,4,1); with mb 1 or 2 where 8 % (mb x dp) == 0: 1+2+2+2+2+2 + 2+2 = 15."""
     model = Transformer(layers=6, hidden=768, heads=12)
     found = candidates(
         model,
@@ -37,7 +39,7 @@ def test_candidates_are_the_splits_megatron_accepts():
         recompute=["full"],
         virtual_stages=[1],
     )
-    assert len(found) == 11
+    assert len(found) == 15
     assert {(c.tp, c.pp, c.dp) for c in found} == {
         (1, 1, 8),
         (1, 2, 4),
@@ -45,7 +47,12 @@ def test_candidates_are_the_splits_megatron_accepts():
         (2, 2, 2),
         (4, 1, 2),
         (4, 2, 1),
+        (1, 4, 2),
+        (2, 4, 1),
     }
+    ends = {(c.first_stage_layers, c.last_stage_layers) for c in found if c.pp == 4}
+    assert ends == {(1, 1)}
+    assert all(c.first_stage_layers is None for c in found if c.pp != 4)
     assert all(c.sequence_parallel == (c.tp > 1) for c in found)
     assert all(c.distributed_optimizer == (c.dp > 1) for c in found)
     # Interleaving needs whole chunks (6 layers into p v) and micro-batches a multiple of p.
@@ -247,3 +254,86 @@ def test_estimate_matches_a_free_simulation_of_an_fsdp_step():
     assert sharded and all(c.dp > 1 and not c.distributed_optimizer for c in sharded)
     # Every split with replicas has an FSDP twin; those without have none.
     assert len(sharded) == len([c for c in both if not c.fsdp and c.dp > 1])
+
+
+def test_pipeline_sizes_that_do_not_divide_the_layers_get_lighter_end_stages():
+    """Llama 3 405B's 126 layers on 16,384 GPUs: PP 8 and 16 do not divide them, so the
+    middle stages take ceil(126/p) layers (16, 8) and the first and last share the rest:
+    15 and 15 at PP 8 (Meta's own layout, arXiv 2407.21783 section 3.3.2), 7 and 7 at
+    PP 16. PP 4 gives 31/32x2/31. Dividing sizes (PP 2, 6, ...) stay even."""
+    model = MODELS["llama3-405b"]
+    found = candidates(
+        model,
+        16384,
+        2048,
+        gpus_per_server=8,
+        micro_batches=[1],
+        recompute=["none"],
+        virtual_stages=[1, 2],
+    )
+    ends = {c.pp: (c.first_stage_layers, c.last_stage_layers) for c in found if c.tp == 8}
+    assert ends[8] == (15, 15) and ends[16] == (7, 7) and ends[4] == (31, 31)
+    assert ends[2] == (None, None)
+    # Uneven stages are not interleaved.
+    assert all(c.virtual_stages == 1 for c in found if c.first_stage_layers is not None)
+    label = next(c.label for c in found if c.tp == 8 and c.pp == 8)
+    assert label.startswith("TP8 PP8 (first 15 last 15) DP256")
+
+
+@pytest.mark.parametrize(("pp", "batch", "recompute"), [(4, 8, "full"), (3, 5, "selective")])
+def test_uneven_stages_are_estimated_between_the_simulation_and_even_stages(pp, batch, recompute):
+    """10 layers on 3 or 4 stages (3/4/3 and 2/3/3/2), communication free: the estimate
+    (the first micro-batch through every stage, the others at the heaviest stage's pace)
+    is at least the simulated step and below pricing every stage as the heaviest, as
+    (m + p - 1) passes of it would (what it was before uneven stages were searched)."""
+    model = dataclasses.replace(EVEN, layers=10)
+    first, middle, last = {4: (2, 3, 2), 3: (3, 4, 3)}[pp]
+    c = Candidate(1, pp, 1, 1, recompute, 1, first_stage_layers=first, last_stage_layers=last)
+    est = estimate(model, c, batch, FREE)
+    workload = megatron(
+        model,
+        tp=1,
+        pp=pp,
+        dp=1,
+        micro_batch=1,
+        global_batch=batch,
+        recompute=recompute,
+        first_stage_layers=first,
+        last_stage_layers=last,
+    )
+    graph = ring_graph(pp, 1e18, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    _, result = run_workload(workload, graph, algorithm="ring")
+    heaviest = dataclasses.replace(model, layers=pp * middle)
+    even = estimate(heaviest, Candidate(1, pp, 1, 1, recompute, 1), batch, FREE)
+    assert result.step_s <= est.step_s < even.step_s
+    assert est.memory.total == pytest.approx(workload.memory.total)
+
+
+def test_a_search_simulates_uneven_stages_and_resumes_them(tmp_path):
+    """LLaMA 13B (40 layers) on 3 DGX A100: the best estimate is TP 4 PP 3 with stages
+    of 13/14/13 layers. It is simulated as the megatron generator builds those stages
+    (the same step as running that workload directly), and a second search finds it in
+    its results file (the uneven counts and the even ones' empty cells read back)."""
+    options = dict(
+        nodes=3,
+        global_batch=24,
+        micro_batches=[1],
+        recompute=["full"],
+        virtual_stages=[1],
+        workers=1,
+        out=tmp_path / "search.csv",
+    )
+    first = search("llama-13b", "dgx-a100", simulate=2, **options)
+    best = first.estimates[0].candidate
+    assert (best.tp, best.pp, best.first_stage_layers, best.last_stage_layers) == (4, 3, 13, 13)
+    row = next(r for r in first.rows if r["pp"] == 3)
+    assert row["status"] == "ok"
+    assert (row["first_stage_layers"], row["last_stage_layers"]) == (13, 13)
+    workload = megatron(model="llama-13b", global_batch=24, **best.params())
+    _, result = run_workload(workload, "dgx-a100", nodes=3)
+    assert row["step_s"] == pytest.approx(result.step_s, rel=1e-12)
+    again = search("llama-13b", "dgx-a100", simulate=2, **options)
+    assert (again.ran, again.resumed) == (0, 2)
+    assert [r["label"] for r in again.rows] == [r["label"] for r in first.rows]

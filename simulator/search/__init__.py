@@ -62,6 +62,8 @@ _FIELDS = (
     "cp",
     "ep",
     "fsdp",
+    "first_stage_layers",
+    "last_stage_layers",
 )
 
 

@@ -4,13 +4,14 @@ their step time used to decide which ones to simulate.
 A :class:`Candidate` is one Megatron-LM configuration of a model on a cluster: tensor,
 pipeline and data parallel sizes (TP inside a server, as Megatron places it), micro-batch,
 recomputation, virtual stages, sequence parallelism and the distributed optimizer.
-:func:`candidates` enumerates those Megatron accepts (heads and layers split evenly,
+:func:`candidates` enumerates those Megatron accepts (heads split evenly, layers evenly
+or, where the pipeline size does not divide them, with lighter first and last stages,
 the global batch a multiple of micro-batch x DP, interleaving with whole chunks) and
 :func:`estimate` prices each one analytically:
 
 * compute: the kernel model's time of each pass (the same GEMMs and memory-bound
   kernels the generator emits) over the 1F1B schedule, (m + (p - 1)/v) forward and
-  backward passes of one stage, m the micro-batches per replica;
+  backward passes of the heaviest stage, m the micro-batches per replica;
 * TP communication: each pass's collectives at the bandwidth bound 2(t - 1)/t x bytes /
   (per-GPU NVLink bandwidth), or the NICs' share when TP leaves the server;
 * PP: the activation of each micro-batch crossing each stage boundary over a NIC;
@@ -33,7 +34,7 @@ from typing import Any
 from ..workload.devices import Device
 from ..workload.generators import BF16, pass_work
 from ..workload.kernels import Gemm, gemms_time
-from ..workload.memory import MemoryEstimate, megatron_memory
+from ..workload.memory import MemoryEstimate, megatron_memory, pipeline_layers
 from ..workload.model import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -55,16 +56,26 @@ class Candidate:
     cp: int = 1
     ep: int = 1
     fsdp: bool = False
+    #: Layers of the first and last pipeline stages when they differ from the others'
+    #: (None: the layers split evenly; see :func:`uneven_stages`).
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
 
     @property
     def label(self) -> str:
-        """A short name: ``TP8 PP2 DP4 mb1 v2 full SP DO`` (`` fp8`` when it is).
+        """A short name: ``TP8 PP2 DP4 mb1 v2 full SP DO`` (`` fp8`` when it is; uneven
+        stages' layers after PP).
 
         >>> Candidate(8, 2, 4, 1, "selective", 2, True, True).label
         'TP8 PP2 DP4 mb1 v2 selective SP DO'
+        >>> Candidate(8, 8, 16, 1, first_stage_layers=15, last_stage_layers=15).label
+        'TP8 PP8 (first 15 last 15) DP16 mb1 v1 full'
         """
         text = f"TP{self.tp}" + (f" CP{self.cp}" if self.cp > 1 else "")
-        text += f" PP{self.pp} DP{self.dp} mb{self.micro_batch}"
+        text += f" PP{self.pp}"
+        if self.first_stage_layers is not None:
+            text += f" (first {self.first_stage_layers} last {self.last_stage_layers})"
+        text += f" DP{self.dp} mb{self.micro_batch}"
         text += f" v{self.virtual_stages} {self.recompute}"
         text += f" EP{self.ep}" if self.ep > 1 else ""
         text += " SP" if self.sequence_parallel else ""
@@ -115,6 +126,30 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def uneven_stages(layers: int, pp: int) -> tuple[int, int] | None:
+    """First and last stages' layers for ``pp`` stages that do not divide ``layers``:
+    the middle stages take ceil(layers / pp) each, as many as an even split's stages
+    would, and the first and last share what is left, the first the smaller half (the
+    first holds the embedding, the last the output layer and loss). Llama 3 405B's 126
+    layers on 8 stages are 15, 6 x 16, 15, as Meta trained it (arXiv 2407.21783,
+    section 3.3.2). None when ``pp`` divides the layers (even stages) or when what is
+    left cannot give both ends a layer and at most a middle stage's.
+
+    >>> uneven_stages(126, 8)
+    (15, 15)
+    >>> uneven_stages(105, 2), uneven_stages(40, 3), uneven_stages(40, 16), uneven_stages(96, 8)
+    ((52, 53), (13, 13), None, None)
+    """
+    if pp < 2 or layers % pp == 0:
+        return None
+    middle = -(-layers // pp)
+    left = layers - middle * (pp - 2)
+    first, last = left // 2, left - left // 2
+    if first < 1 or last > middle:
+        return None
+    return first, last
+
+
 def candidates(
     model: Transformer,
     gpus: int,
@@ -134,18 +169,20 @@ def candidates(
     """Every configuration of ``model`` on ``gpus`` GPUs that Megatron-LM accepts.
 
     TP divides the GPUs of a server, the attention heads and the key/value heads; PP
-    divides the layers (and
-    with v virtual stages, the layers divide into p v chunks and the micro-batches per
-    replica into p, with p >= 2); DP is what is left; the global batch is a multiple of
-    micro-batch x DP; CP (context parallelism, from ``context_parallel``) splits each
-    sequence into 2 cp chunks and sits between TP and DP in the rank order. Sequence
-    parallelism is used wherever TP > 1 and the distributed
-    optimizer wherever DP > 1 when asked for (both cost no speed in Megatron-LM's
-    guidance, and save memory). Mixture-of-experts models also take EP (dividing DP and
-    the experts; ``expert_parallel``, default every such divisor) and need sequence
-    parallelism with TP > 1. ``shardings`` says how DP x CP replicas shard their state:
-    "optimizer" (the distributed optimizer, if ``distributed_optimizer``) and/or "fsdp"
-    (weights, gradients and optimizer; dense models).
+    divides the layers, or does not and the first and last stages take fewer
+    (:func:`uneven_stages`, Megatron-LM's ``--decoder-first/last-pipeline-num-layers``;
+    not interleaved); with v virtual stages, the layers divide into p v chunks and the
+    micro-batches per replica into p, with p >= 2; DP is what is left; the global batch
+    is a multiple of micro-batch x DP; CP (context parallelism, from
+    ``context_parallel``) splits each sequence into 2 cp chunks and sits between TP and
+    DP in the rank order. Sequence parallelism is used wherever TP > 1 and the
+    distributed optimizer wherever DP > 1 when asked for (both cost no speed in
+    Megatron-LM's guidance, and save memory). Mixture-of-experts models also take EP
+    (dividing DP and the experts; ``expert_parallel``, default every such divisor) and
+    need sequence parallelism with TP > 1. ``shardings`` says how DP x CP replicas
+    shard their state: "optimizer" (the distributed optimizer, if
+    ``distributed_optimizer``) and/or "fsdp" (weights, gradients and optimizer; dense
+    models).
 
     >>> m = Transformer(layers=4, hidden=1024, heads=8)
     >>> len(candidates(m, 8, 16, gpus_per_server=8, recompute=["full"], virtual_stages=[1]))
@@ -155,15 +192,18 @@ def candidates(
     precisions = list(precisions)
     shardings = list(shardings)
     wanted_ep = None if expert_parallel is None else set(expert_parallel)
+    pipelines = [pp for pp in divisors(gpus) if pp == 1 or pp <= model.layers]
+    pipelines = [pp for pp in pipelines if not model.layers % pp or uneven_stages(model.layers, pp)]
     splits = [
         (tp, cp, pp)
         for tp in divisors(gpus_per_server)
         for cp in context_parallel
-        for pp in divisors(model.layers)
+        for pp in pipelines
         if not (gpus % (tp * cp * pp) or model.attention_heads % tp or model.query_groups % tp)
         and (cp == 1 or model.seq % (2 * cp) == 0)
     ]
     for tp, cp, pp in splits:
+        ends = uneven_stages(model.layers, pp) or (None, None)
         if model.is_moe and tp > 1 and not sequence_parallel:
             continue  # Megatron's MoE with TP needs sequence parallelism
         dp = gpus // (tp * cp * pp)
@@ -177,7 +217,7 @@ def candidates(
             micro = global_batch // (mb * dp)
             for v in virtual_stages:
                 if v > 1 and (pp < 2 or model.layers % (pp * v) or micro % pp):
-                    continue
+                    continue  # (uneven stages are never interleaved here: pp * v divides)
                 # FSDP only where there are replicas to shard over, for dense models.
                 fsdps = [False] if "optimizer" in shardings else []
                 if "fsdp" in shardings and dp * cp > 1 and not model.is_moe:
@@ -199,6 +239,7 @@ def candidates(
                             cp,
                             ep,
                             fsdp,
+                            *ends,
                         )
                     )
     return out
@@ -223,6 +264,8 @@ def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> Me
         flash_attention=c.cp > 1,
         ep=c.ep,
         fsdp=c.fsdp,
+        first_stage_layers=c.first_stage_layers,
+        last_stage_layers=c.last_stage_layers,
     )
 
 
@@ -232,7 +275,15 @@ def estimate(
     """The analytic step time of ``candidate`` (see the module docstring)."""
     c, device = candidate, hardware.device
     micro = global_batch // (c.micro_batch * c.dp)
-    layers = model.layers // c.pp  # one stage's layers (all its chunks)
+    # Each stage's layers (all its chunks); the heaviest sets the pipeline's pace.
+    split = pipeline_layers(
+        model.layers,
+        c.pp,
+        virtual_stages=c.virtual_stages,
+        first_stage_layers=c.first_stage_layers,
+        last_stage_layers=c.last_stage_layers,
+    )
+    layers = max(split)
     tokens = c.micro_batch * model.seq // c.cp
     flash = c.cp > 1
     moe_tokens = tokens // (c.tp if c.sequence_parallel else 1)
@@ -240,7 +291,10 @@ def estimate(
     # MoE layers per stage (on average: stages may differ by a leading dense layer).
     moe = model.moe_layers * layers // model.layers
 
-    def pass_s(forward: bool) -> float:
+    def pass_s(forward: bool, layers: int = layers) -> float:
+        """One micro-batch's pass over a stage of ``layers`` layers."""
+        moe = model.moe_layers * layers // model.layers
+
         def part(n: int, is_moe: bool) -> dict:
             return pass_work(
                 model,
@@ -276,18 +330,26 @@ def estimate(
         return gemms_time(device, gemms) + core + device.compute_time(0.0, kernels)
 
     passes = micro + (c.pp - 1) / c.virtual_stages
+    # Layers passed over on the critical path: even stages, (m + (p - 1)/v) passes of a
+    # stage; uneven ones (never interleaved), the first micro-batch through every stage
+    # and back, the m - 1 others at the heaviest stage's pace.
+    layer_passes = passes * layers
     compute = passes * (pass_s(True) + pass_s(False))
+    if len(set(split)) > 1:
+        layer_passes = (micro - 1) * layers + sum(split)
+        one = {n: pass_s(True, n) + pass_s(False, n) for n in set(split)}
+        compute = (micro - 1) * one[layers] + sum(one[n] for n in split)
     activation = tokens * model.hidden * BF16
     tp_s = 0.0
     if c.tp > 1:
         # 2 all-reduces per layer forward, 2 backward (4 with full recomputation).
-        calls = layers * (4 + (2 if c.recompute == "full" else 0))
+        calls = 4 + (2 if c.recompute == "full" else 0)  # per layer pass
         bandwidth = (
             hardware.intra_bandwidth
             if c.tp <= hardware.gpus_per_server
             else hardware.inter_bandwidth
         )
-        tp_s = passes * calls * 2 * (c.tp - 1) / c.tp * activation / bandwidth
+        tp_s = layer_passes * calls * 2 * (c.tp - 1) / c.tp * activation / bandwidth
     # Each micro-batch's activation (1/t of it per TP rank) crosses each boundary twice
     # (forward and its gradient backward); the critical path sees it once per pass.
     pp_s = 2 * passes * activation / c.tp / hardware.inter_bandwidth if c.pp > 1 else 0.0
@@ -295,14 +357,14 @@ def estimate(
         # K/V exchange (an all-gather per layer forward; backward two with full
         # recomputation, and a reduce-scatter), counted whole: it overlaps the
         # attention core, which this estimate does not credit.
-        kv = layers * 4 * c.micro_batch * model.seq * model.query_groups * model.head_dim / c.tp
+        kv = 4 * c.micro_batch * model.seq * model.query_groups * model.head_dim / c.tp
         exchanges = 2 + (2 if c.recompute == "full" else 1)
         cp_bandwidth = (
             hardware.intra_bandwidth
             if c.tp * c.cp <= hardware.gpus_per_server
             else hardware.inter_bandwidth
         )
-        tp_s += passes * exchanges * (c.cp - 1) / c.cp * kv / cp_bandwidth
+        tp_s += layer_passes * exchanges * (c.cp - 1) / c.cp * kv / cp_bandwidth
     if moe and c.ep > 1:
         # Dispatch and combine all-to-alls: 2 per MoE layer forward, 2 (4 with full
         # recomputation) backward, each tokens x top_k x h x 2 bytes of which
