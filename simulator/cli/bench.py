@@ -385,18 +385,20 @@ def run_bench(names: list[str]) -> list[dict]:
 
 
 def bench_table(rows: list[dict]) -> str:
-    """Human-readable table of bench rows."""
+    """Human-readable table of bench rows (a training step has no busbw: ``-``)."""
     lines = [
-        f"{'scenario':<19} {'ranks':>6} {'flows':>10} {'simulated':>10} {'sim time':>11} "
+        f"{'scenario':<22} {'ranks':>6} {'flows':>12} {'simulated':>10} {'sim time':>12} "
         f"{'busbw':>8} {'wall':>8} {'peak mem':>9} {'flows/s':>11}  target",
-        f"{'':<19} {'':>6} {'':>10} {'':>10} {'(us)':>11} {'(GB/s)':>8} {'(s)':>8} "
+        f"{'':<22} {'':>6} {'':>12} {'':>10} {'(us)':>12} {'(GB/s)':>8} {'(s)':>8} "
         f"{'(MiB)':>9} {'':>11}",
     ]
     for row in rows:
+        busbw = row["busbw_GBps"]
+        busbw_text = "-" if busbw is None or busbw != busbw else f"{busbw:.2f}"  # NaN
         lines.append(
-            f"{row['scenario']:<19} {row['ranks']:>6} {row['flows']:>10} "
-            f"{row.get('simulated_flows', row['flows']):>10} "
-            f"{row['sim_time_us']:>11.2f} {row['busbw_GBps']:>8.2f} {row['wall_s']:>8.2f} "
+            f"{row['scenario']:<22} {row['ranks']:>6} {round(row['flows']):>12} "
+            f"{round(row.get('simulated_flows', row['flows'])):>10} "
+            f"{row['sim_time_us']:>12.2f} {busbw_text:>8} {row['wall_s']:>8.2f} "
             f"{row['peak_MiB']:>9.0f} {row['flows_per_s']:>11.0f}  {_target(row)}"
         )
     return "\n".join(lines) + "\n"
