@@ -49,8 +49,9 @@ from .replicas import ReplicaSymmetry
 #: often overlap on a GPU's links, would only cause conflicts.
 MIN_OPS = 2
 #: At most this many flows in flight on a call's links are taken over with it (a
-#: pipeline send or two); with more, the call is simulated flow by flow.
-MAX_ADOPTED = 8
+#: pipeline send or two per rank: a data-parallel call over 16 replicas, every replica
+#: simulated, meets 16); with more, the call is simulated flow by flow.
+MAX_ADOPTED = 64
 #: Bytes left of a flow taken over are matched to this many significant digits, so that
 #: the same send met at another time (its bytes left differ in the last bits, from
 #: rounding of times) shares the timing.
