@@ -205,6 +205,10 @@ class IsolatedCalls:
         if len(slots) > MAX_ADOPTED:
             return None
         state = network.flow_state(slots)
+        if (state.ops < 0).any():
+            # A flow that finished at this instant (a call launched from its owners'
+            # callbacks) is still on its links until the network settles: not ours.
+            return None
         if not all(owner in self.adoptable for owner in state.owners.tolist()):
             return None
         if not np.array_equal(network.flows_on(state.links), slots):
