@@ -68,6 +68,17 @@ def test_candidates_are_the_splits_megatron_accepts():
     assert {(c.pp, c.dp, c.virtual_stages) for c in chunked} == {(2, 4, 3), (2, 2, 3), (2, 1, 3)}
 
 
+def free_step(model: Transformer, candidate: Candidate, batch: int):
+    """The candidate's step (one replica, TP 1) on a ring of A100s whose links cost
+    nothing: its workload and breakdown."""
+    c = candidate
+    workload = megatron(model, global_batch=batch, **c.params())
+    graph = ring_graph(max(c.pp * c.cp, 2), 1e18, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    return workload, run_workload(workload, graph, algorithm="ring")[1]
+
+
 @pytest.mark.parametrize(
     ("pp", "v", "recompute", "cp"),
     [(1, 1, "full", 1), (2, 1, "none", 1), (4, 2, "selective", 1), (2, 1, "full", 2)],
@@ -80,22 +91,7 @@ def test_estimate_matches_a_simulation_with_free_communication(pp, v, recompute,
     c = Candidate(1, pp, 1, 1, recompute, v, cp=cp, distributed_optimizer=cp > 1)
     batch = 8
     est = estimate(EVEN, c, batch, FREE)
-    workload = megatron(
-        EVEN,
-        tp=1,
-        pp=pp,
-        dp=1,
-        micro_batch=1,
-        global_batch=batch,
-        recompute=recompute,
-        virtual_stages=v,
-        cp=cp,
-        distributed_optimizer=cp > 1,
-    )
-    graph = ring_graph(max(pp * cp, 2), 1e18, 0.0)
-    for node in graph.nodes:
-        graph.nodes[node]["model"] = "A100"
-    _, result = run_workload(workload, graph, algorithm="ring")
+    workload, result = free_step(EVEN, c, batch)
     assert est.tp_s == pytest.approx(0.0, abs=1e-9) and est.dp_s == pytest.approx(0.0, abs=1e-9)
     # (1e18 B/s transfers still take ~1e-11 s each: rel 1e-6 leaves room for them.)
     assert est.compute_s + est.optimizer_s == pytest.approx(result.step_s, rel=1e-6)
@@ -290,21 +286,7 @@ def test_uneven_stages_are_estimated_between_the_simulation_and_even_stages(pp, 
     first, middle, last = {4: (2, 3, 2), 3: (3, 4, 3)}[pp]
     c = Candidate(1, pp, 1, 1, recompute, 1, first_stage_layers=first, last_stage_layers=last)
     est = estimate(model, c, batch, FREE)
-    workload = megatron(
-        model,
-        tp=1,
-        pp=pp,
-        dp=1,
-        micro_batch=1,
-        global_batch=batch,
-        recompute=recompute,
-        first_stage_layers=first,
-        last_stage_layers=last,
-    )
-    graph = ring_graph(pp, 1e18, 0.0)
-    for node in graph.nodes:
-        graph.nodes[node]["model"] = "A100"
-    _, result = run_workload(workload, graph, algorithm="ring")
+    workload, result = free_step(model, c, batch)
     heaviest = dataclasses.replace(model, layers=pp * middle)
     even = estimate(heaviest, Candidate(1, pp, 1, 1, recompute, 1), batch, FREE)
     assert result.step_s <= est.step_s < even.step_s
