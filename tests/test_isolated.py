@@ -65,6 +65,7 @@ def test_a_ring_all_reduce_repeated_takes_the_closed_form_each_time():
         "joint": 0,
         "attempts": 1,
         "flow_by_flow": [],
+        "no_take_over": [],
     }
     # Bytes conservation on the links: each all-reduce moves 2(p-1)/p n per link.
     assert sum(run.links["bytes"]) == pytest.approx(3 * p * 2 * (p - 1) / p * n, rel=1e-12)
@@ -156,6 +157,40 @@ def test_a_call_meeting_a_send_in_flight_is_timed_with_it():
     # The send ends when its flow-by-flow twin does, slowed by the all-reduce beside it.
     send_alone = 64 * MiB / float(graph.edges["s0/gpu0", "s0/nvswitch"]["bandwidth"])
     assert fast.records.end_s[ids.index("s")] > send_alone * 1.01
+
+
+def test_a_call_that_took_a_send_over_and_then_met_another_stops_taking_over():
+    """Rank 0 sends 64 MiB to rank 1 twice in a row while the all-reduce runs: the
+    all-reduce takes the first send over, and the second starts on links the joint timing
+    holds. The replay runs again with that group's calls no longer taking sends over (so
+    this one runs flow by flow, as it is not alone), and ends as the flow-by-flow replay."""
+    ops = []
+    for rank in range(8):
+        ops.append({"id": f"c{rank}", "rank": rank, "kind": "compute", "duration": "10us"})
+        ops.append({"id": f"a{rank}", "rank": rank, "kind": "collective", "stream": "comm",
+                    "op": "all_reduce", "group": "g", "bytes": 256 * MiB,
+                    "deps": [f"c{rank}"]})  # fmt: skip
+    for i in (1, 2):
+        after = [] if i == 1 else [f"s{i - 1}"]
+        ops.append({"id": f"s{i}", "rank": 0, "kind": "send", "peer": 1, "bytes": 64 * MiB,
+                    "stream": "x", "deps": after})  # fmt: skip
+        after = [] if i == 1 else [f"r{i - 1}"]
+        ops.append({"id": f"r{i}", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64 * MiB,
+                    "stream": "x", "deps": after})  # fmt: skip
+    workload = parse_workload(
+        {
+            "format": "ccsim-workload/1",
+            "ranks": 8,
+            "groups": {"g": {"ranks": list(range(8))}},
+            "ops": ops,
+        }
+    )
+    fast, slow = both(workload, load_topology("dgx-a100", 1), algorithm="ring")
+    assert_same_run(fast, slow)
+    assert fast.isolated["attempts"] == 2
+    assert fast.isolated["no_take_over"] == ["g"]
+    assert fast.isolated["flow_by_flow"] == []
+    assert fast.isolated["joint"] == 0  # in the attempt reported
 
 
 def test_timed_faults_turn_it_off():

@@ -329,9 +329,12 @@ def run_workload_scenario(scenario: Scenario) -> dict:
         # Calls replayed from their timing alone, distinct calls timed, replays run
         # (simulator.workload.isolated).
         **{
-            f"isolated_{key}": value for key, value in run.isolated.items() if key != "flow_by_flow"
+            f"isolated_{key}": value
+            for key, value in run.isolated.items()
+            if key not in ("flow_by_flow", "no_take_over")
         },
         "flow_by_flow_groups": len(run.isolated.get("flow_by_flow", [])),
+        "no_take_over_groups": len(run.isolated.get("no_take_over", [])),
     }
 
 

@@ -56,7 +56,7 @@ from ..network.faults import compute_scaler, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
-from .isolated import IsolatedCalls
+from .isolated import IsolatedCalls, TakeOver
 from .kernels import gemms_time
 from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
 from .trace import Op, Workload, WorkloadError
@@ -380,7 +380,13 @@ class WorkloadReplay:
                 "timed": self.isolated.timed,
                 "joint": self.isolated.joint,
                 "attempts": self._attempt,
-                "flow_by_flow": sorted(map(str, self.isolated.excluded)),
+                "flow_by_flow": sorted(
+                    str(key) for key in self.isolated.excluded if not isinstance(key, TakeOver)
+                ),
+                # Groups whose calls may not take sends over (they conflicted doing so).
+                "no_take_over": sorted(
+                    str(key.group) for key in self.isolated.excluded if isinstance(key, TakeOver)
+                ),
             },
             replicas=dict(self._replicas_report),
         )

@@ -76,6 +76,16 @@ class Timing:
     sent: list[tuple[float, np.ndarray]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class TakeOver:
+    """The key of a group's calls timed together with flows they took over: it holds
+    their links apart from the group's calls timed alone, so that a conflict with one of
+    them (a later send on a link it held for a send it took over) stops only the taking
+    over, not the replay from timings of the group's calls that are alone."""
+
+    group: Hashable
+
+
 @dataclass
 class _Plan:
     """A call on a particular group: its footprint (link ids on the real network, in
@@ -94,7 +104,8 @@ class IsolatedCalls:
 
     ``network`` is the replay's network (its conflicts come back through
     :attr:`FlowNetwork.on_conflict`); ``excluded`` are group keys whose calls must be
-    simulated flow by flow (those that conflicted in an earlier attempt); ``replicas``
+    simulated flow by flow, and :class:`TakeOver` keys of groups whose calls must not
+    take flows over (those that conflicted in an earlier attempt); ``replicas``
     the symmetry of a replay where one replica stands for all (None: every rank is
     simulated).
     """
@@ -162,10 +173,14 @@ class IsolatedCalls:
             self._on_conflict(holders)
             return False
         adopted = None
+        holder = group
         if busy:
             # Flows in flight on its links: if they are a few point-to-point sends that
             # share links with nothing else, the call is timed together with them (what
             # they have left) and takes them over; else it runs flow by flow.
+            holder = TakeOver(group)
+            if holder in self.excluded or holder in self.conflicts:
+                return False
             adopted = self._adoptable(plan.footprint)
             if adopted is None:
                 return False
@@ -182,7 +197,7 @@ class IsolatedCalls:
             for offset, flows in timing.sent:
                 event = env.timeout(offset)
                 event.callbacks.append(lambda _event, f=flows: self._send(adopted, f))
-        network.hold(plan.footprint, now + timing.release_s, self._holder(group))
+        network.hold(plan.footprint, now + timing.release_s, self._holder(holder))
         network.account(
             plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
         )
