@@ -71,12 +71,12 @@ def test_moe_step_with_free_communication_by_hand():
 
 def test_expert_gradients_are_reduced_over_the_ranks_holding_the_same_experts():
     """DP 4 with EP 2: ranks 0 and 2 hold experts 0-1, ranks 1 and 3 experts 2-3; each
-    pair reduces its experts' gradients (2 layers x 2 experts x 3 x 256 x 512 x 2 bytes),
-    and all four reduce the rest."""
+    pair reduces its experts' gradients (2 layers x 2 experts x 3 x 256 x 512 x 4 bytes
+    of fp32 gradients), and all four reduce the rest."""
     step = megatron(TINY, tp=1, pp=1, dp=4, ep=2, global_batch=4, recompute="none")
     reduce = next(op for op in step.ops if op.rank == 0 and op.label == "DP expert gradients")
     assert step.groups[reduce.group].ranks == [0, 2]
-    assert reduce.nbytes == 2 * 2 * 3 * 256 * 512 * 2
+    assert reduce.nbytes == 2 * 2 * 3 * 256 * 512 * 4
     rest = next(op for op in step.ops if op.rank == 0 and op.label == "DP gradients")
     assert step.groups[rest.group].ranks == [0, 1, 2, 3]
 

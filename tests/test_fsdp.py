@@ -28,15 +28,17 @@ def _fsdp_calls(step, rank=0):
 
 def test_every_pass_gathers_its_layers_and_every_backward_scatters_their_gradients():
     """TP 2, PP 2, DP 2, 2 micro-batches: a stage's 4 layers hold 4 x 12 x 1024^2 / 2
-    parameters per TP rank, 2 bytes each; each of its 4 passes gathers them, each of its
-    2 backwards reduce-scatters their gradients."""
+    parameters per TP rank; each of its 4 passes gathers them (bf16 weights, 2 bytes
+    each), each of its 2 backwards reduce-scatters their gradients (fp32, 4 bytes each,
+    Megatron-LM's default in bf16)."""
     step = megatron(SMALL, tp=2, pp=2, dp=2, global_batch=4, fsdp=True)
     layer_bytes = 4 * 12 * 1024**2 / 2 * 2
     calls = _fsdp_calls(step)
     gathers = [c for c in calls if c[0] == "all_gather"]
     scatters = [c for c in calls if c[0] == "reduce_scatter"]
     assert len(gathers) == 4 and len(scatters) == 2
-    assert {c[1] for c in calls} == {layer_bytes}
+    assert {c[1] for c in gathers} == {layer_bytes}
+    assert {c[1] for c in scatters} == {2 * layer_bytes}
     assert step.groups[next(op.group for op in step.ops if op.stream == "fsdp.ag")].ranks == [0, 2]
 
 
@@ -45,7 +47,8 @@ def test_prefetch_hides_all_but_the_first_gather_and_the_last_scatter():
     2 ranks takes X / 2 / 2 TB/s, an all-reduce twice that. With prefetching, only the
     first pass's gather, the last backward's reduce-scatter and then the replicated
     embedding's all-reduce stay outside compute: the step is the plain step's compute
-    plus those, with the optimizer over half the layers and the whole embedding."""
+    plus those, with the optimizer over half the layers and the whole embedding. Weights
+    are gathered in bf16 (2 bytes a parameter), gradients reduced in fp32 (4)."""
     plain = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4, recompute="none",
                      distributed_optimizer=True)  # fmt: skip
     fsdp = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4, recompute="none", fsdp=True)
@@ -60,8 +63,8 @@ def test_prefetch_hides_all_but_the_first_gather_and_the_last_scatter():
     fsdp_opt = 16 * (8 * 12 * 1024**2 / 2 + 32000 * 1024) / HBM
     expected = compute_only.step_s - plain_opt + fsdp_opt
     expected += layers / 2 / 2e12  # the first gather
-    expected += layers / 2 / 2e12  # the last backward's reduce-scatter
-    expected += 2 * (embedding / 2) / 2e12  # the embedding's all-reduce (2 steps of X/2)
+    expected += 2 * layers / 2 / 2e12  # the last backward's reduce-scatter, fp32
+    expected += 2 * (2 * embedding / 2) / 2e12  # the embedding's fp32 all-reduce
     assert sharded.step_s == pytest.approx(expected, rel=1e-6)
 
 

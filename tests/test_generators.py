@@ -284,8 +284,9 @@ def test_selective_recompute_reruns_only_the_attention_core():
 
 
 def test_distributed_optimizer_shards_the_step():
-    """DP 4, no TP or PP, free communication: the gradients are reduce-scattered and the
-    parameters all-gathered (2 bytes per parameter each, as the all-reduce moved), and the
+    """DP 4, no TP or PP, free communication: the gradients are reduce-scattered (fp32,
+    4 bytes per parameter, as Megatron-LM reduces them in bf16 by default) and the
+    parameters all-gathered (bf16, 2 bytes per parameter), and the
     optimizer reads and writes 16 bytes per parameter for 1/4 of them, so the step is
     m (t_f + t_b) + 16 P / (4 x HBM) with m = 2 micro-batches per replica, the one stage
     also computing the logits (2 s h V FLOPs forward, twice that backward)."""
@@ -294,7 +295,7 @@ def test_distributed_optimizer_shards_the_step():
     params = SMALL.layers * SMALL.layer_params + SMALL.vocab * SMALL.hidden
     dp_calls = [op for op in _collectives(workload, 0) if op.label.startswith("DP")]
     assert [(op.op, op.nbytes) for op in dp_calls] == [
-        ("reduce_scatter", 2 * params),
+        ("reduce_scatter", 4 * params),
         ("all_gather", 2 * params),
     ]
     _, result = run_workload(workload, fast_ring(dp), algorithm="ring")
@@ -439,18 +440,18 @@ def test_overlap_grad_reduce_hides_all_but_the_last_bucket():
     """DP 2 on a 2-GPU ring at 1 TB/s (a ring all-reduce of X bytes takes X / 1 TB/s).
     SMALL's layers hold 12.6M parameters, so Megatron's 40M-parameter buckets are 4
     layers: the last backward runs as two buckets of 4 layers (the first with the
-    logits' backward) and the first bucket's all-reduce (4 layers x 2 bytes, 0.1 ms)
-    hides behind the second bucket's backward (0.8 ms); only the last bucket (4 layers
-    and the embedding) is left after the backward. So the step shrinks by exactly the
-    first bucket's all-reduce, and the same bytes are reduced."""
+    logits' backward) and the first bucket's all-reduce (4 layers x 4 bytes of fp32
+    gradients, 0.2 ms) hides behind the second bucket's backward (0.8 ms); only the last
+    bucket (4 layers and the embedding) is left after the backward. So the step shrinks
+    by exactly the first bucket's all-reduce, and the same bytes are reduced."""
     plain = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4)
     overlap = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4, overlap_grad_reduce=True)
 
     def reduced(workload):
         return [op.nbytes for op in _collectives(workload, 0) if op.label.startswith("DP")]
 
-    first = 4 * SMALL.layer_params * 2
-    last = (4 * SMALL.layer_params + SMALL.vocab * SMALL.hidden) * 2
+    first = 4 * SMALL.layer_params * 4
+    last = (4 * SMALL.layer_params + SMALL.vocab * SMALL.hidden) * 4
     assert reduced(overlap) == [first, last]
     assert sum(reduced(plain)) == first + last
     graph = _priced_ring(2, 1e12)
@@ -474,3 +475,33 @@ def test_tp_comm_overlap_runs_tp_collectives_beside_the_gemms():
     tp_time = m * SMALL.layers * (2 + 4) * activation / 20e12
     assert slow.step_s - fast.step_s == pytest.approx(tp_time, rel=1e-6)
     assert {op.stream for op in _collectives(overlap, 0)} == {"tp"}
+
+
+@pytest.mark.parametrize(
+    ("grad_reduce", "grad", "state"), [("fp32", 4, 18), ("bf16", 2, 16), ("fp16", 2, 20)]
+)
+def test_gradients_are_reduced_in_their_dtype(grad_reduce, grad, state):
+    """DP 4, no TP or PP: the DP all-reduce moves 4 bytes a parameter by default (fp32
+    gradients: Megatron-LM's arguments.py turns accumulate_allreduce_grads_in_fp32 on for
+    bf16), 2 with --grad-reduce-in-bf16 or in an fp16 run. Model state per parameter as
+    Megatron-LM's README table ("Distributed Optimizer") counts it: 18 bytes for bf16
+    parameters with fp32 gradients, 20 for fp16 ones (fp32 master weights and gradients
+    in the optimizer), 16 with bf16 gradients; with the distributed optimizer over d = 4
+    ranks, 6 + 12/d and 4 + 16/d (4 + 12/d)."""
+    params = SMALL.layers * SMALL.layer_params + SMALL.vocab * SMALL.hidden
+    step = megatron(SMALL, tp=1, pp=1, dp=4, global_batch=4, grad_reduce=grad_reduce)
+    (reduce,) = [op for op in _collectives(step, 0) if op.label.startswith("DP")]
+    assert (reduce.op, reduce.nbytes) == ("all_reduce", grad * params)
+    memory = step.memory
+    assert memory.weights + memory.gradients + memory.optimizer == pytest.approx(state * params)
+    sharded = megatron(
+        SMALL, tp=1, pp=1, dp=4, global_batch=4, grad_reduce=grad_reduce, distributed_optimizer=True
+    ).memory
+    kept = 2 + grad  # bf16 weights and the gradients stay whole
+    total = sharded.weights + sharded.gradients + sharded.optimizer
+    assert total == pytest.approx((kept + (state - kept) / 4) * params)
+
+
+def test_an_unknown_gradient_dtype_is_refused():
+    with pytest.raises(CcsimError, match="grad_reduce must be fp32, bf16, fp16"):
+        megatron(SMALL, tp=1, pp=1, dp=2, global_batch=2, grad_reduce="fp8")

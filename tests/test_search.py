@@ -101,7 +101,9 @@ def test_estimate_matches_a_simulation_with_free_communication(pp, v, recompute,
 def test_estimate_prices_tp_and_dp_at_the_bandwidth_bound():
     """TP 2 at 100 GB/s per GPU: 2 all-reduces per layer forward, 4 backward with full
     recomputation, each 2 (t - 1)/t x b s h x 2 bytes / bandwidth, for every pass; DP 4
-    across NICs at 10 GB/s per GPU: 2 (d - 1)/d x (the stage's parameters / t) x 2 bytes."""
+    across NICs at 10 GB/s per GPU: 2 (d - 1)/d x (the stage's parameters / t) x 4 bytes
+    (fp32 gradients, Megatron-LM's default in bf16); with the distributed optimizer
+    (d - 1)/d x (4 bytes of gradients scattered + 2 of bf16 parameters gathered)."""
     hardware = dataclasses.replace(
         FREE, gpus_per_server=2, intra_bandwidth=100e9, inter_bandwidth=10e9
     )
@@ -111,7 +113,9 @@ def test_estimate_prices_tp_and_dp_at_the_bandwidth_bound():
     passes = 8 // 4
     assert est.tp_s == pytest.approx(passes * 8 * 6 * 1.0 * activation / 100e9)
     params = 8 * EVEN.layer_params / 2
-    assert est.dp_s == pytest.approx(2 * 3 / 4 * params * 2 / 10e9)
+    assert est.dp_s == pytest.approx(2 * 3 / 4 * params * 4 / 10e9)
+    sharded = estimate(EVEN, dataclasses.replace(c, distributed_optimizer=True), 8, hardware)
+    assert sharded.dp_s == pytest.approx(3 / 4 * params * (4 + 2) / 10e9)
 
 
 def test_search_keeps_what_fits_and_resumes(tmp_path):

@@ -60,7 +60,7 @@ def test_each_stage_computes_and_all_reduces_its_own_layers():
 @pytest.mark.parametrize("overlap", [False, True])
 def test_each_stage_reduces_the_gradients_of_its_own_layers(overlap):
     """DP 2: each stage all-reduces its layers' parameters (12 h^2 each, over t = 2) and,
-    on the first and last stage, the V x h embedding, 2 bytes each. With
+    on the first and last stage, the V x h embedding, 4 bytes each (fp32 gradients). With
     overlap_grad_reduce the buckets (max(40M, 1M x dp) parameters, whole layers) hold 1
     layer each at h 2048 and t 1 (12 h^2 = 50.3M), so a stage has one per layer."""
     if overlap:
@@ -80,7 +80,7 @@ def test_each_stage_reduces_the_gradients_of_its_own_layers(overlap):
     )
     for stage, layers in enumerate(SPLIT):
         embedding = V * h if stage in (0, 3) else 0
-        expected = (layers * 12 * h * h + embedding) / tp * 2
+        expected = (layers * 12 * h * h + embedding) / tp * 4
         for d in range(2):
             r = rank(stage, d, tp=tp, dp=2)
             reduces = [

@@ -211,6 +211,14 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: linear layers in bf16 or fp8 (Transformer Engine; default: bf16)",
     )
     gen.add_argument(
+        "--grad-reduce",
+        choices=("fp32", "bf16", "fp16"),
+        default=None,
+        help="megatron: the dtype gradients are kept and reduced over DP in: fp32 "
+        "(Megatron-LM's default in bf16 and fp8), bf16 (its --grad-reduce-in-bf16) or fp16 "
+        "(an --fp16 run) (default: fp32)",
+    )
+    gen.add_argument(
         "--recompute",
         choices=("full", "selective", "none"),
         default=None,
@@ -417,6 +425,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "tp_comm_overlap": args.tp_comm_overlap,
         "precision": args.precision,
+        "grad_reduce": args.grad_reduce,
         "cp": args.cp,
         "ep": args.ep,
         "fsdp": args.fsdp,

@@ -34,7 +34,7 @@ from typing import Any
 from ..workload.devices import Device
 from ..workload.generators import BF16, pass_work
 from ..workload.kernels import Gemm, gemms_time
-from ..workload.memory import MemoryEstimate, megatron_memory, pipeline_layers
+from ..workload.memory import GRAD_REDUCE, MemoryEstimate, megatron_memory, pipeline_layers
 from ..workload.model import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -391,10 +391,15 @@ def estimate(
             if c.tp * replicas <= hardware.gpus_per_server
             else hardware.inter_bandwidth
         )
-        dp_s = 2 * (replicas - 1) / replicas * params * BF16 / dp_bandwidth
+        # Gradients reduced in fp32 (Megatron-LM's default in bf16): an all-reduce moves
+        # 2 (r - 1)/r of them; the distributed optimizer's reduce-scatter (r - 1)/r, and
+        # its all-gather (r - 1)/r of the bf16 parameters.
+        grad = GRAD_REDUCE["fp32"][0]
+        moved = (grad + BF16) if c.distributed_optimizer else 2 * grad
+        dp_s = (replicas - 1) / replicas * params * moved / dp_bandwidth
         expert_replicas = replicas // c.ep
         if experts and expert_replicas > 1:
-            dp_s += 2 * (expert_replicas - 1) / expert_replicas * experts * BF16 / dp_bandwidth
+            dp_s += (expert_replicas - 1) / expert_replicas * experts * moved / dp_bandwidth
     shard = replicas if c.distributed_optimizer else 1
     optimizer = params * 16 / shard + experts * 16 / max(1, shard // c.ep)
     if c.fsdp and replicas > 1:
@@ -406,10 +411,13 @@ def estimate(
         layer_params = params - embedding
         optimizer = (layer_params / replicas + embedding) * 16
         share = (replicas - 1) / replicas
-        chunk = layer_params / c.virtual_stages * BF16 * share / dp_bandwidth
+        # A chunk's weights gathered in bf16, its gradients scattered in fp32.
+        gather = layer_params / c.virtual_stages * BF16 * share / dp_bandwidth
+        scatter = gather / BF16 * grad
         per_pass = (pass_s(True) + pass_s(False)) / c.virtual_stages / 2
-        hidden_misses = max(0.0, 1.5 * chunk - per_pass) * 2 * passes * c.virtual_stages
-        dp_s = 2 * chunk + 2 * share * embedding * BF16 / dp_bandwidth + hidden_misses
+        traffic = 0.75 * (gather + scatter)  # a pass's share: gathers each, scatters back
+        hidden_misses = max(0.0, traffic - per_pass) * 2 * passes * c.virtual_stages
+        dp_s = gather + scatter + 2 * share * embedding * grad / dp_bandwidth + hidden_misses
     return Estimate(
         candidate=c,
         memory=memory_of(model, c, global_batch),

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import CcsimError
 from .kernels import Gemm
-from .memory import chunk_layer_range, megatron_memory, pipeline_layers
+from .memory import GRAD_REDUCE, chunk_layer_range, megatron_memory, pipeline_layers
 from .model import MODELS, Transformer
 from .trace import FORMAT, Replicas, Workload, parse_workload
 
@@ -352,6 +352,7 @@ def megatron(
     replicas: bool | int = False,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
+    grad_reduce: str = "fp32",
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -442,6 +443,13 @@ def megatron(
     3 405B's 126 layers ran on 8 stages, 15 + 6 x 16 + 15 (Dubey et al. 2024, section
     3.3.2); every stage's passes, TP collectives, gradient buckets and DP reduction then
     carry its own layers. Interleaved, each stage's chunks hold 1/v of its layers.
+    ``grad_reduce`` is the dtype gradients are kept and reduced in over DP
+    (:data:`~simulator.workload.memory.GRAD_REDUCE`): "fp32", 4 bytes per parameter, is
+    what Megatron-LM does by default in bf16 and fp8 (its arguments.py turns on
+    accumulate_allreduce_grads_in_fp32 for bf16, the DDP config's grad_reduce_in_fp32);
+    "bf16" is its ``--grad-reduce-in-bf16``; "fp16" an fp16 run's (``--fp16``, as its
+    GPT-3 175B example and the SC'21 runs train), 2 bytes each. The updated parameters'
+    all-gathers (distributed optimizer, FSDP) move bf16 weights whatever it is.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -463,6 +471,12 @@ def megatron(
         )
     if precision not in PRECISIONS:
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
+    if grad_reduce not in GRAD_REDUCE:
+        raise CcsimError(
+            f"grad_reduce must be {', '.join(GRAD_REDUCE)} (the gradients' dtype), "
+            f"not {grad_reduce!r}"
+        )
+    grad = GRAD_REDUCE[grad_reduce][0]  # bytes per parameter of a gradient reduction
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise CcsimError(f"cp (context-parallel ranks) must be a positive integer, not {cp!r}")
     if fsdp and (distributed_optimizer or overlap_grad_reduce):
@@ -712,7 +726,8 @@ def megatron(
                     name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
                     logits = here == pp * v - 1 and (forward or n == 0)
                     deps = [recv, *after]
-                    layer_bytes = layers * m.layer_params / tp * BF16
+                    layer_bytes = layers * m.layer_params / tp * BF16  # gathered weights
+                    layer_grads = layers * m.layer_params / tp * grad
                     gather = None
                     if sharded_weights:
                         # Prefetch one pass ahead: the gather reuses the buffer of the
@@ -815,7 +830,7 @@ def megatron(
                                 after,
                                 op="reduce_scatter",
                                 group=dp_groups[(stage, t)],
-                                bytes=layer_bytes,
+                                bytes=layer_grads,
                                 stream="fsdp.rs",
                                 label=f"FSDP gradients mb {i}",
                             )
@@ -834,7 +849,7 @@ def megatron(
                                 after,
                                 op="reduce_scatter" if sharded else "all_reduce",
                                 group=dp_groups[(stage, t)],
-                                bytes=grads * BF16,
+                                bytes=grads * grad,
                                 stream="dp",
                                 label="DP gradients",
                             )
@@ -860,7 +875,7 @@ def megatron(
                         after,
                         op="all_reduce",
                         group=dp_groups[(stage, t)],
-                        bytes=m.vocab * m.hidden / tp * BF16,
+                        bytes=m.vocab * m.hidden / tp * grad,
                         stream="dp",
                         label="DP gradients",
                     )
@@ -874,7 +889,7 @@ def megatron(
                         after,
                         op="reduce_scatter" if sharded else "all_reduce",
                         group=dp_groups[(stage, t)],
-                        bytes=stage_params * BF16,
+                        bytes=stage_params * grad,
                         stream="dp",
                         label="DP gradients",
                     )
@@ -889,7 +904,7 @@ def megatron(
                         after,
                         op="reduce_scatter" if sharded else "all_reduce",
                         group=edp,
-                        bytes=stage_experts * BF16,
+                        bytes=stage_experts * grad,
                         stream="dp",
                         label="DP expert gradients",
                     )
@@ -958,6 +973,7 @@ def megatron(
         fsdp=fsdp,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
+        grad_reduce=grad_reduce,
     )
     workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
     return workload

@@ -67,6 +67,13 @@ from .model import Transformer
 WEIGHT_BYTES = 2
 GRADIENT_BYTES = 4
 OPTIMIZER_BYTES = 12
+#: The dtype gradients are kept and reduced in, and (main gradient, optimizer state)
+#: bytes per parameter with it. "fp32": Megatron-LM's bf16 default (its arguments.py
+#: sets accumulate_allreduce_grads_in_fp32 for bf16, which becomes the DDP config's
+#: grad_reduce_in_fp32); "bf16": ``--grad-reduce-in-bf16``; "fp16": fp16 training, whose
+#: gradients are fp16 and whose optimizer keeps fp32 copies of parameters and gradients
+#: (the README table's 20 bytes: 4 + 16/d with the distributed optimizer).
+GRAD_REDUCE = {"fp32": (GRADIENT_BYTES, OPTIMIZER_BYTES), "bf16": (2, 12), "fp16": (2, 16)}
 #: fp8 training keeps each linear weight as fp8 and its fp8 transpose: 2 bytes more.
 FP8_COPY_BYTES = 2
 RECOMPUTE = ("none", "selective", "full")
@@ -255,6 +262,7 @@ def megatron_memory(
     fsdp: bool = False,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
+    grad_reduce: str = "fp32",
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -264,6 +272,7 @@ def megatron_memory(
     ``last_stage_layers`` (uneven stages, :func:`pipeline_layers`) every stage is worked
     out (stage s keeps min(p - s, micro-batches) in flight, interleaved 2(p - s - 1) +
     (v - 1)p + 1 chunk passes) and the one with the largest total is returned.
+    ``grad_reduce`` is the gradients' dtype (:data:`GRAD_REDUCE`).
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -280,8 +289,9 @@ def megatron_memory(
         last_stage_layers=last_stage_layers,
     )
     experts = (3 if model.gated else 2) * model.hidden * model.expert_ffn * model.experts
-    optimizer = OPTIMIZER_BYTES / (dp * cp if distributed_optimizer else 1)
-    expert_optimizer = OPTIMIZER_BYTES / (dp * cp // ep if distributed_optimizer else 1)
+    gradient_bytes, optimizer_bytes = GRAD_REDUCE[grad_reduce]
+    optimizer = optimizer_bytes / (dp * cp if distributed_optimizer else 1)
+    expert_optimizer = optimizer_bytes / (dp * cp // ep if distributed_optimizer else 1)
 
     def activation(m: Transformer) -> float:
         return layer_activation_bytes(
@@ -335,13 +345,13 @@ def megatron_memory(
             gathered = 2 * sharded / v
             return MemoryEstimate(
                 weights=(sharded / replicas + embedding + gathered) * WEIGHT_BYTES + fp8_copies,
-                gradients=(sharded / replicas + embedding + sharded / v) * GRADIENT_BYTES,
-                optimizer=(sharded / replicas + embedding) * OPTIMIZER_BYTES,
+                gradients=(sharded / replicas + embedding + sharded / v) * gradient_bytes,
+                optimizer=(sharded / replicas + embedding) * optimizer_bytes,
                 activations=activations,
             )
         return MemoryEstimate(
             weights=(params + expert_params) * WEIGHT_BYTES + fp8_copies,
-            gradients=(params + expert_params) * GRADIENT_BYTES,
+            gradients=(params + expert_params) * gradient_bytes,
             optimizer=params * optimizer + expert_params * expert_optimizer,
             activations=activations,
         )
