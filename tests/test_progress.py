@@ -88,3 +88,19 @@ def test_workload_replay_reports_increasing_simulated_times():
     assert seen[0] == pytest.approx(1e-3)  # the compute ops end first
     assert all(a < b for a, b in pairwise(seen))
     assert seen[-1] == pytest.approx(float(run.records.end_s.max()))
+
+
+def test_a_replay_run_again_says_so_on_the_bar():
+    """A send that intrudes on an all-reduce replayed from its timing alone makes the
+    replay run again from time zero (tests/test_isolated.py): the bar says why beside the
+    simulated time, and the callback keeps the engine's result unchanged."""
+    from test_isolated import conflicting
+
+    graph = simulator.load_topology("dgx-a100", 1)
+    out = Terminal()
+    with simulated_time("ccsim run", file=out, delay=0) as report:
+        watched_run = WorkloadReplay(conflicting("100us"), graph, algorithm="ring").run(report)
+    assert watched_run.isolated["attempts"] == 2
+    assert "(again: calls that were not alone after all, run flow by flow)" in out.getvalue()
+    plain = WorkloadReplay(conflicting("100us"), graph, algorithm="ring").run()
+    assert (plain.records.end_s == watched_run.records.end_s).all()

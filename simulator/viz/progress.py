@@ -9,15 +9,16 @@ has taken :data:`DELAY_S` seconds, so quick runs print nothing.
 * :func:`progress_bar` — a bar over a known amount of work (sweep points, trace events).
 * :func:`simulated_time` — a callback for the engines (``run_schedule(...,
   progress=...)``, ``WorkloadReplay(..., progress=...)``) that shows how far simulated
-  time has got. The engines never import this module: the command line creates the
-  callback and passes it down.
+  time has got, and, through its ``again(why)`` where the engine has one to call, that a
+  replay started over. The engines never import this module: the command line creates
+  the callback and passes it down.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -87,6 +88,34 @@ def progress_bar(
     )
 
 
+class SimulatedTime:
+    """The callback :func:`simulated_time` yields: ``report(now_s)`` shows the simulated
+    time reached (redrawn at most every :data:`_REFRESH_S` seconds of wall time), and
+    ``report.again(why)`` says that the engine starts over from time zero (a replay run
+    again), which the bar then shows beside the time."""
+
+    def __init__(self, bar: Any, desc: str):
+        self._bar = bar
+        self._desc = desc
+        self._note = ""
+        self._due = time.monotonic()
+
+    def __call__(self, now_s: float) -> None:
+        """Show ``now_s``, the simulated time reached (throttled)."""
+        clock = time.monotonic()
+        if clock < self._due:
+            return
+        self._due = clock + _REFRESH_S
+        text = f"{self._desc}: simulated {_time_text(now_s)}{self._note}"
+        self._bar.set_description_str(text, refresh=False)
+        self._bar.update(0)  # draws once the delay has passed, as tqdm's own updates do
+
+    def again(self, why: str) -> None:
+        """The engine starts over from time zero, because ``why``."""
+        self._note = f" (again: {why})"
+        self._due = time.monotonic()  # show it at the next report
+
+
 @contextmanager
 def simulated_time(
     desc: str,
@@ -94,9 +123,10 @@ def simulated_time(
     enabled: bool | None = None,
     file: TextIO | None = None,
     delay: float = DELAY_S,
-) -> Iterator[Callable[[float], None] | None]:
+) -> Iterator[SimulatedTime | None]:
     """A callback ``report(now_s)`` that shows the simulated time reached, for an engine's
-    ``progress`` argument; None when nobody watches (the engines then run at full speed).
+    ``progress`` argument (:class:`SimulatedTime`); None when nobody watches (the
+    engines then run at full speed).
 
     >>> import io
     >>> with simulated_time("all_reduce 1 GiB", file=io.StringIO()) as report:
@@ -118,18 +148,7 @@ def simulated_time(
         miniters=0,  # drawn on every update(0) below, which is throttled here
         mininterval=0,
     )
-    due = time.monotonic()
-
-    def report(now_s: float) -> None:
-        nonlocal due
-        clock = time.monotonic()
-        if clock < due:
-            return
-        due = clock + _REFRESH_S
-        bar.set_description_str(f"{desc}: simulated {_time_text(now_s)}", refresh=False)
-        bar.update(0)  # draws once the delay has passed, as tqdm's own updates do
-
     try:
-        yield report
+        yield SimulatedTime(bar, desc)
     finally:
         bar.close()

@@ -115,6 +115,14 @@ class _Compute:
         self.generation = 0
 
 
+def _starting_over(progress: Callable[[float], None] | None, why: str) -> None:
+    """Tell a progress callback that can hear it (``again(why)``, as the command line's
+    bar has) that the replay starts over from time zero."""
+    again = getattr(progress, "again", None)
+    if again is not None:
+        again(why)
+
+
 class _Sends:
     """Flow owner of a replay's point-to-point transfers (a flow's op id is its pair's
     index): ``done(k)`` when pair k's data has arrived."""
@@ -346,10 +354,13 @@ class WorkloadReplay:
             unit = (error.together or dp) * given.unit
             if given.build is not None and unit < dp and dp % unit == 0:
                 workload = given.build(unit)
+                together = f"{unit} replicas together"
             else:
                 workload = _every_replica(self.workload, str(error))
+                together = "every replica built"
             again = WorkloadReplay(workload, self.graph, **self._arguments)
             again._attempt = self._attempt + 1
+            _starting_over(progress, f"replicas not alike, {together}")
             if again.replicas is None:
                 why = again._replicas_report.get("why", str(error))
                 again._replicas_report = {"count": dp, "simulated": "all", "why": why}
@@ -361,6 +372,7 @@ class WorkloadReplay:
             excluded = frozenset(self.isolated.excluded | self.isolated.conflicts)
             again = WorkloadReplay(self.workload, self.graph, **self._arguments, _excluded=excluded)
             again._attempt = self._attempt + 1
+            _starting_over(progress, "calls that were not alone after all, run flow by flow")
             again._replicas_report = again._replicas_report or self._replicas_report
             return again.run(progress)
         self.network.close_link_records()
