@@ -82,13 +82,20 @@ def test_transformer_arithmetic():
 
 
 def test_ddp_buckets_carry_every_gradient_once():
-    workload = ddp(SMALL, ranks=4, bucket_bytes=5 * 2**20)
-    per_layer = SMALL.layer_params * 2
-    for rank in range(4):
-        buckets = [op for op in workload.ops if op.rank == rank and op.kind == "collective"]
-        assert sum(op.nbytes for op in buckets) == pytest.approx(SMALL.layers * per_layer)
-        # 2 MiB x 12 / 2 = 24 MiB per layer > 5 MiB: one bucket per layer.
-        assert len(buckets) == SMALL.layers
+    """fp32 gradients by default (automatic mixed precision keeps fp32 parameters): 4
+    bytes a parameter, 12 x 1024^2 x 4 = 48 MiB per layer > 5 MiB, one bucket per layer;
+    a bf16 model's gradients are 2 bytes, 24 MiB a layer. 48 MiB buckets then hold two
+    layers of bf16 gradients, one of fp32."""
+    for grad_reduce, grad in (("fp32", 4), ("bf16", 2)):
+        workload = ddp(SMALL, ranks=4, bucket_bytes=5 * 2**20, grad_reduce=grad_reduce)
+        per_layer = SMALL.layer_params * grad
+        for rank in range(4):
+            buckets = [op for op in workload.ops if op.rank == rank and op.kind == "collective"]
+            assert sum(op.nbytes for op in buckets) == pytest.approx(SMALL.layers * per_layer)
+            assert len(buckets) == SMALL.layers
+    wide = 48 * 2**20
+    assert len(_collectives(ddp(SMALL, ranks=2, bucket_bytes=wide, grad_reduce="bf16"), 0)) == 4
+    assert len(_collectives(ddp(SMALL, ranks=2, bucket_bytes=wide), 0)) == 8
 
 
 def test_zero3_gathers_twice_and_scatters_once_per_layer():

@@ -214,9 +214,9 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "--grad-reduce",
         choices=("fp32", "bf16", "fp16"),
         default=None,
-        help="megatron: the dtype gradients are kept and reduced over DP in: fp32 "
-        "(Megatron-LM's default in bf16 and fp8), bf16 (its --grad-reduce-in-bf16) or fp16 "
-        "(an --fp16 run) (default: fp32)",
+        help="megatron, ddp: the dtype gradients are kept and reduced over DP in: fp32 "
+        "(Megatron-LM's default in bf16 and fp8; PyTorch AMP's), bf16 (Megatron's "
+        "--grad-reduce-in-bf16; a bf16 model) or fp16 (an --fp16 run) (default: fp32)",
     )
     gen.add_argument(
         "--recompute",

@@ -168,6 +168,7 @@ def ddp(
     ranks: int = 8,
     micro_batch: int = 4,
     bucket_bytes: float = 25 * 2**20,
+    grad_reduce: str = "fp32",
 ) -> Workload:
     """Data parallel training step with bucketed gradient all-reduce (PyTorch DDP).
 
@@ -175,8 +176,17 @@ def ddp(
     memory-bound kernels, as in :func:`megatron`); gradients are all-reduced in
     buckets of ``bucket_bytes`` (DDP's default 25 MiB) on a communication stream as soon
     as the layers filling a bucket have finished their backward, overlapping the rest of
-    the backward pass. The optimizer step waits for every bucket.
+    the backward pass. The optimizer step waits for every bucket. ``grad_reduce`` is the
+    gradients' dtype: "fp32" (4 bytes a parameter) under PyTorch's automatic mixed
+    precision, which computes in bf16 or fp16 but keeps fp32 parameters, hence fp32
+    gradients in DDP's buckets; "bf16" or "fp16" (2 bytes) for a model cast to that dtype
+    or a compression hook such as DDP's ``bf16_compress_hook``.
     """
+    if grad_reduce not in GRAD_REDUCE:
+        raise CcsimError(
+            f"grad_reduce must be {', '.join(GRAD_REDUCE)} (the gradients' dtype), "
+            f"not {grad_reduce!r}"
+        )
     if not bucket_bytes > 0:
         raise CcsimError(
             f"the DDP bucket size (--bucket, bucket_bytes) must be a positive number of bytes, "
@@ -189,7 +199,7 @@ def ddp(
         f"DDP, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
     )
     dp = b.group("dp", "DP", list(range(ranks)))
-    grad_bytes = m.layer_params * BF16
+    grad_bytes = m.layer_params * GRAD_REDUCE[grad_reduce][0]
     for r in range(ranks):
         prev = None
         for layer in range(m.layers):
