@@ -97,30 +97,37 @@ def test_a_megatron_step_is_the_flow_by_flow_step(preset, options, joint):
     assert slow.isolated == {}
 
 
-def conflicting(p2p_after: str):
-    """8 ranks of one server: a 256 MiB all-reduce over all of them on stream "comm",
-    and rank 0 sending 64 MiB to rank 1 on another stream ``p2p_after`` into the step
-    (over the same NVLink links)."""
+def on_one_server(sends: list[dict]):
+    """8 ranks of one server: a 256 MiB all-reduce over all of them (group "g") on stream
+    "comm" after 10 us of compute, and the ops ``sends`` beside it."""
     ops = []
     for rank in range(8):
         ops.append({"id": f"c{rank}", "rank": rank, "kind": "compute", "duration": "10us"})
         ops.append({"id": f"a{rank}", "rank": rank, "kind": "collective", "stream": "comm",
                     "op": "all_reduce", "group": "g", "bytes": 256 * MiB,
                     "deps": [f"c{rank}"]})  # fmt: skip
-    ops.append({"id": "w0", "rank": 0, "kind": "compute", "duration": p2p_after, "stream": "x"})
-    ops.append({"id": "w1", "rank": 1, "kind": "compute", "duration": p2p_after, "stream": "x"})
-    ops.append({"id": "s", "rank": 0, "kind": "send", "peer": 1, "bytes": 64 * MiB,
-                "stream": "x", "deps": ["w0"]})  # fmt: skip
-    ops.append({"id": "r", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64 * MiB,
-                "stream": "x", "deps": ["w1"]})  # fmt: skip
     return parse_workload(
         {
             "format": "ccsim-workload/1",
             "ranks": 8,
             "groups": {"g": {"ranks": list(range(8))}},
-            "ops": ops,
+            "ops": ops + sends,
         }
     )
+
+
+def conflicting(p2p_after: str):
+    """:func:`on_one_server`, with rank 0 sending 64 MiB to rank 1 on another stream
+    ``p2p_after`` into the step (over the same NVLink links)."""
+    sends = [
+        {"id": "w0", "rank": 0, "kind": "compute", "duration": p2p_after, "stream": "x"},
+        {"id": "w1", "rank": 1, "kind": "compute", "duration": p2p_after, "stream": "x"},
+        {"id": "s", "rank": 0, "kind": "send", "peer": 1, "bytes": 64 * MiB,
+         "stream": "x", "deps": ["w0"]},
+        {"id": "r", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64 * MiB,
+         "stream": "x", "deps": ["w1"]},
+    ]  # fmt: skip
+    return on_one_server(sends)
 
 
 def test_a_call_that_was_not_alone_is_simulated_again_flow_by_flow():
@@ -164,27 +171,15 @@ def test_a_call_that_took_a_send_over_and_then_met_another_stops_taking_over():
     all-reduce takes the first send over, and the second starts on links the joint timing
     holds. The replay runs again with that group's calls no longer taking sends over (so
     this one runs flow by flow, as it is not alone), and ends as the flow-by-flow replay."""
-    ops = []
-    for rank in range(8):
-        ops.append({"id": f"c{rank}", "rank": rank, "kind": "compute", "duration": "10us"})
-        ops.append({"id": f"a{rank}", "rank": rank, "kind": "collective", "stream": "comm",
-                    "op": "all_reduce", "group": "g", "bytes": 256 * MiB,
-                    "deps": [f"c{rank}"]})  # fmt: skip
+    sends = []
     for i in (1, 2):
         after = [] if i == 1 else [f"s{i - 1}"]
-        ops.append({"id": f"s{i}", "rank": 0, "kind": "send", "peer": 1, "bytes": 64 * MiB,
-                    "stream": "x", "deps": after})  # fmt: skip
+        sends.append({"id": f"s{i}", "rank": 0, "kind": "send", "peer": 1, "bytes": 64 * MiB,
+                      "stream": "x", "deps": after})  # fmt: skip
         after = [] if i == 1 else [f"r{i - 1}"]
-        ops.append({"id": f"r{i}", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64 * MiB,
-                    "stream": "x", "deps": after})  # fmt: skip
-    workload = parse_workload(
-        {
-            "format": "ccsim-workload/1",
-            "ranks": 8,
-            "groups": {"g": {"ranks": list(range(8))}},
-            "ops": ops,
-        }
-    )
+        sends.append({"id": f"r{i}", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64 * MiB,
+                      "stream": "x", "deps": after})  # fmt: skip
+    workload = on_one_server(sends)
     fast, slow = both(workload, load_topology("dgx-a100", 1), algorithm="ring")
     assert_same_run(fast, slow)
     assert fast.isolated["attempts"] == 2
