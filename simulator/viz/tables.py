@@ -420,12 +420,14 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
     peak), exposed communication by dimension (TP, PP, DP, CP, EP) and the pipeline bubble
     (ms), and memory per GPU (GB)."""
     lines = [f"# {title}", "#"] if title else []
+    # As wide as the longest label (uneven pipeline stages name their layers).
+    w = max([40, *(len(str(row["label"])) for row in rows)])
     lines.append(
-        f"{'#':>3} {'configuration':<40} {'estimate':>9} {'step':>9} {'TFLOP/s':>8} "
+        f"{'#':>3} {'configuration':<{w}} {'estimate':>9} {'step':>9} {'TFLOP/s':>8} "
         f"{'MFU':>6} {'TP':>8} {'PP':>8} {'DP':>8} {'CP':>8} {'EP':>8} {'bubble':>8} {'memory':>7}"
     )
     lines.append(
-        f"{'':>3} {'':<40} {'(s)':>9} {'(s)':>9} {'per GPU':>8} {'':>6} "
+        f"{'':>3} {'':<{w}} {'(s)':>9} {'(s)':>9} {'per GPU':>8} {'':>6} "
         f"{'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} {'exp (ms)':>8} "
         f"{'(ms)':>8} "
         f"{'(GB)':>7}"
@@ -435,7 +437,7 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
         return f"{value * 1e3:>8.1f}" if value is not None else f"{'':>8}"
 
     for row in rows:
-        head = f"{row['rank']:>3} {row['label']:<40} {row['estimate_s']:>9.3f}"
+        head = f"{row['rank']:>3} {row['label']:<{w}} {row['estimate_s']:>9.3f}"
         if row.get("step_s") is None:
             error = row.get("error") or "not simulated"
             lines.append(
