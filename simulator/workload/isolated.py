@@ -22,6 +22,16 @@ this until a replay has none). What is reported is therefore always a replay in 
 every call timed alone really was alone. Networks with timed faults (capacities that
 change during a run) never use it.
 
+Taking sends over. A stage's data-parallel all-reduce usually starts while the stage's
+last pipeline send is still on its NIC, so it is not alone. When the only flows on a
+call's links are a few point-to-point sends that share no link with anything else, the
+call and what the sends have left form an independent problem of their own: the call is
+timed together with them (the timing's signature then includes their routes, bytes left
+and weights), the sends are withdrawn from the network (:meth:`FlowNetwork.withdraw`,
+which keeps what they carried so far), and they are sent and delivered when the joint
+timing says. The call then holds the sends' links too; a conflict on them stops only the
+taking over in the next attempt (:class:`TakeOver`), not the group's timings alone.
+
 With one data-parallel replica standing for all (:mod:`simulator.workload.replicas`),
 flows are aggregated over classes of links: the scratch network has the same classes, a
 call is timed with its images in every replica (weights and quotient schedules as the
