@@ -512,3 +512,26 @@ def test_gradients_are_reduced_in_their_dtype(grad_reduce, grad, state):
 def test_an_unknown_gradient_dtype_is_refused():
     with pytest.raises(CcsimError, match="grad_reduce must be fp32, bf16, fp16"):
         megatron(SMALL, tp=1, pp=1, dp=2, global_batch=2, grad_reduce="fp8")
+
+
+def test_tied_embeddings_are_all_reduced_between_the_first_and_last_stage():
+    """A GPT with tied embeddings on 2 pipeline stages: after its DP reduction each
+    pipeline's first and last stage all-reduce the shared V x h embedding's gradients
+    (4 bytes each, fp32), as Megatron-LM's finalize_model_grads does; untied models and
+    single stages do not. On a 2-GPU ring at 1 TB/s that all-reduce (a 2-rank ring of X
+    bytes takes X / 1 TB/s) is the whole difference in the step."""
+    tied = dataclasses.replace(SMALL, tied_embeddings=True)
+    step = megatron(tied, tp=1, pp=2, dp=1, global_batch=2)
+    calls = [op for op in step.ops if op.label == "embedding gradients"]
+    assert sorted(op.rank for op in calls) == [0, 1]
+    assert {(op.op, op.nbytes) for op in calls} == {("all_reduce", SMALL.vocab * SMALL.hidden * 4)}
+    assert step.groups[calls[0].group].ranks == [0, 1]
+    untied = megatron(SMALL, tp=1, pp=2, dp=1, global_batch=2)
+    assert not [op for op in untied.ops if op.label == "embedding gradients"]
+    single = megatron(tied, tp=1, pp=1, dp=2, global_batch=2)
+    assert not [op for op in single.ops if op.label == "embedding gradients"]
+    graph = _priced_ring(2, 1e12)
+    _, with_it = run_workload(step, graph, algorithm="ring", comm_slowdown=0.0)
+    _, without = run_workload(untied, graph, algorithm="ring", comm_slowdown=0.0)
+    x = SMALL.vocab * SMALL.hidden * 4
+    assert with_it.step_s - without.step_s == pytest.approx(x / 1e12, rel=1e-6)

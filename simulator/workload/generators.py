@@ -453,6 +453,9 @@ def megatron(
     3 405B's 126 layers ran on 8 stages, 15 + 6 x 16 + 15 (Dubey et al. 2024, section
     3.3.2); every stage's passes, TP collectives, gradient buckets and DP reduction then
     carry its own layers. Interleaved, each stage's chunks hold 1/v of its layers.
+    A model with ``tied_embeddings`` (GPT's) and ``pp`` > 1 all-reduces the shared
+    embedding's gradients between the first and last stage of each pipeline after the DP
+    reduction, as Megatron-LM does for a weight both stages hold.
     ``grad_reduce`` is the dtype gradients are kept and reduced in over DP
     (:data:`~simulator.workload.memory.GRAD_REDUCE`): "fp32", 4 bytes per parameter, is
     what Megatron-LM does by default in bf16 and fp8 (its arguments.py turns on
@@ -664,6 +667,16 @@ def megatron(
         for t in range(tp):
             members = [rank_of(stage, d, t, q) for d in range(dp) for q in range(cp)]
             dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
+    # Tied embeddings (GPT's; Megatron-LM's default, share_embeddings_and_output_weights):
+    # the first stage's input embedding and the last stage's output layer are one weight,
+    # whose gradients Megatron all-reduces between those two stages once the DP reduction
+    # is done (finalize_model_grads -> _allreduce_word_embedding_grads, in
+    # megatron/core/distributed/finalize_model_grads.py), over each pipeline's pair.
+    emb_groups: dict[tuple, str] = {}
+    if m.tied_embeddings and m.vocab and pp > 1:
+        for d, t, q in itertools.product(range(dp), range(tp), range(cp)):
+            members = [rank_of(0, d, t, q), rank_of(pp - 1, d, t, q)]
+            emb_groups[(d, t, q)] = b.group(f"emb.d{d}.t{t}{suffix(q)}", "DP", members)
     # Expert parallelism: EP groups are consecutive DP ranks; expert gradients are
     # reduced over the ranks holding the same experts (same place in their EP group).
     ep_groups: dict[tuple, str] = {}
@@ -919,6 +932,20 @@ def megatron(
                         label="DP expert gradients",
                     )
                 )
+            if stage in (0, pp - 1) and (d, t, q) in emb_groups:
+                reduces = [
+                    b.op(
+                        f"r{r}.emb",
+                        r,
+                        "collective",
+                        [*after, *reduces],
+                        op="all_reduce",
+                        group=emb_groups[(d, t, q)],
+                        bytes=m.vocab * m.hidden / tp * grad,
+                        stream="dp",
+                        label="embedding gradients",
+                    )
+                ]
             expert_replicas = replicas // ep
             embedding = m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0.0
             if sharded_weights:  # FSDP shards the layers; the embedding stays whole
