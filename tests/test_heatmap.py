@@ -160,17 +160,23 @@ def read_trace(path):
         return json.load(stream)
 
 
+def ranks_trace(folder, nodes: int):
+    """A hierarchical 8 MB all-reduce on ``nodes`` dgx-h100, and its trace with the
+    ``ranks`` detail as ``ccsim collective --trace`` writes it (read back)."""
+    graph = load_topology("dgx-h100", nodes)
+    result = build_and_run(graph, "hierarchical", "all_reduce", 8e6)
+    path = folder / "t.json.gz"
+    outputs.write_collective_outputs(
+        result, graph, rows=[], table="", trace=str(path), trace_detail=("ranks",)
+    )
+    return result, read_trace(path)
+
+
 def test_a_large_trace_carries_counters_and_one_servers_slices(tmp_path, monkeypatch):
     """Above HEATMAP_RANKS ranks (lowered to 8 here) the trace holds the heat-map rows as
     counters, whose integral gives back the bytes sent, and server 0's slices only."""
     monkeypatch.setattr(outputs, "HEATMAP_RANKS", 8)
-    graph = load_topology("dgx-h100", 2)
-    result = build_and_run(graph, "hierarchical", "all_reduce", 8e6)
-    path = tmp_path / "t.json.gz"
-    outputs.write_collective_outputs(
-        result, graph, rows=[], table="", trace=str(path), trace_detail=("ranks",)
-    )
-    trace = read_trace(path)
+    result, trace = ranks_trace(tmp_path, nodes=2)
     events = trace["traceEvents"]
     senders = {e["args"]["src"] for e in events if e["ph"] == "X"}
     assert senders == set(range(8))
@@ -196,13 +202,7 @@ def test_a_symmetric_trace_writes_the_rows_that_differ(tmp_path, monkeypatch):
     monkeypatch.setattr(outputs, "HEATMAP_RANKS", 8)
     monkeypatch.setattr(run_module, "DIRECT_QUOTIENT_OPS", 0)
     monkeypatch.setattr(run_module, "EXPAND_FLOWS", 0)
-    graph = load_topology("dgx-h100", 4)
-    result = build_and_run(graph, "hierarchical", "all_reduce", 8e6)
-    path = tmp_path / "t.json.gz"
-    outputs.write_collective_outputs(
-        result, graph, rows=[], table="", trace=str(path), trace_detail=("ranks",)
-    )
-    trace = read_trace(path)
+    _, trace = ranks_trace(tmp_path, nodes=4)
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"}
     assert {name.split()[1] for name in names if name.startswith("server")} == {"0"}
     assert len([name for name in names if name.startswith("rail")]) == 16

@@ -94,6 +94,12 @@ def _timeline(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> Timeline
     return Timeline.from_spans(zip(names, start, end, ["x"] * len(start), strict=True))
 
 
+def _track_rows(t: Timeline):
+    """Each track's span indices, in (start, end) order."""
+    order = np.lexsort((t.end_s, t.start_s))
+    return [order[t.track[order] == k] for k in range(len(t.tracks))]
+
+
 @pytest.mark.parametrize("rounds_max", [4096, 50])
 def test_random_against_the_rule_written_out(monkeypatch, rounds_max):
     """A few thousand spans on several tracks: Timeline.lanes (tracks all at once, or one
@@ -105,9 +111,7 @@ def test_random_against_the_rule_written_out(monkeypatch, rounds_max):
         start, end, track = _random_spans(rng, 3000, 5, grid, longest)
         t = _timeline(start, end, track)
         lane, count = t.lanes()
-        order = np.lexsort((t.end_s, t.start_s))
-        for k in range(len(t.tracks)):
-            rows = order[t.track[order] == k]
+        for k, rows in enumerate(_track_rows(t)):
             expected, lanes = reference_lanes(t.start_s[rows].tolist(), t.end_s[rows].tolist())
             assert lane[rows].tolist() == expected and count[k] == lanes
             got, got_count = interval_lanes(t.start_s[rows], t.end_s[rows])
@@ -149,9 +153,7 @@ def test_lanes_equal_the_most_intervals_open_at_once():
         start, end, track = _random_spans(rng, 1500, 4, grid, longest)
         t = _timeline(start, end, track)
         lane, count = t.lanes()
-        order = np.lexsort((t.end_s, t.start_s))
-        for k in range(len(t.tracks)):
-            rows = order[t.track[order] == k]
+        for k, rows in enumerate(_track_rows(t)):
             assert count[k] == max(most_open(t.start_s[rows], t.end_s[rows]), 1)
             for j in range(count[k]):  # within a lane, in order: each starts after the last ends
                 mine = rows[lane[rows] == j]
