@@ -221,6 +221,49 @@ def test_workload_and_generator_estimates_count_ops_and_transfers():
     assert generator_estimate("ddp", {"ranks": "many"}) is None  # the generator says why
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tp": 8, "pp": 2, "dp": 4, "global_batch": 32},
+        {"tp": 8, "pp": 2, "dp": 64, "global_batch": 512, "replicas": True},
+        {"tp": 4, "pp": 4, "dp": 8, "global_batch": 64, "virtual_stages": 2, "replicas": True},
+        {"tp": 1, "pp": 2, "dp": 8, "global_batch": 16, "replicas": 4},
+        {"model": "llama3-8b", "tp": 2, "pp": 2, "dp": 4, "cp": 2, "global_batch": 16},
+        {"model": "mixtral-8x7b", "tp": 2, "pp": 2, "dp": 4, "ep": 2, "global_batch": 8,
+         "sequence_parallel": True, "replicas": True},
+    ],
+)  # fmt: skip
+def test_generator_estimate_counts_the_ops_actually_built(options):
+    """Issue 36: the estimate of a Megatron step is the ops its generator builds, exactly:
+    those of the one replica (or k) that stand for the rest where ``replicas`` is set
+    (a mixture-of-experts model builds every replica), each running the micro-batches a
+    real replica runs (not the whole global batch)."""
+    from simulator.workload.generators import megatron
+
+    built = megatron(**options)
+    assert generator_estimate("megatron", options).flows == len(built.ops) * 5
+
+
+def test_workload_estimate_counts_a_spanning_call_as_its_quotient():
+    """One replica standing for 64 runs each data-parallel call as its quotient: 1/64 of
+    the ring's 64 x 63 transfers. GPT-3 on TP 8 x DP 64 with the distributed optimizer
+    has one reduce-scatter and one all-gather on each of its 8 DP groups (one per TP
+    rank): 2 distinct calls kept and 8 lanes each holding its largest, 10 counts in all
+    that shrink from 4,032 to 63 transfers."""
+    import dataclasses
+
+    from simulator.workload.generators import megatron
+
+    options = {"tp": 8, "pp": 1, "dp": 64, "global_batch": 64, "distributed_optimizer": True}
+    cluster = cluster_of("dgx-h100", 64)
+    one = megatron(**options, replicas=True)
+    quotient = workload_estimate(one, "ring", cluster=cluster)
+    whole = workload_estimate(dataclasses.replace(one, replicas=None), "ring", cluster=cluster)
+    assert "one replica built for 64" in quotient.what
+    assert transfers("ring", "reduce_scatter", 64) == 64 * 63
+    assert whole.flows - quotient.flows == 10 * (64 * 63 - 63)
+
+
 def test_ordinary_runs_pass():
     """The README's first command (one dgx-a100, 8 B to 4 GiB) and the same on 64
     servers stay well under the default limit, as NCCL runs them."""

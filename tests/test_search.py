@@ -157,9 +157,11 @@ def test_search_keeps_what_fits_and_resumes(tmp_path):
     assert again.ran == 0 and again.resumed == 2
     assert [r["step_s"] for r in again.rows] == [r["step_s"] for r in first.rows]
     best = first.rows[0]
-    # TFLOP/s per GPU is Megatron's count over the simulated step and the 8 GPUs.
-    flops = MODELS["gpt-1.5b"].step_flops(16, recompute=True)
+    # TFLOP/s per GPU is Megatron-LM's count (no recomputation) over the simulated step
+    # and the 8 GPUs; MFU is that over A100's 312 TFLOP/s bf16 peak.
+    flops = MODELS["gpt-1.5b"].step_flops(16, recompute=False)
     assert best["tflops_per_gpu"] == pytest.approx(flops / best["step_s"] / 8 / 1e12)
+    assert best["mfu"] == pytest.approx(best["tflops_per_gpu"] / 312)
 
 
 def test_search_errors_say_what_to_change():
@@ -323,3 +325,27 @@ def test_a_search_simulates_uneven_stages_and_resumes_them(tmp_path):
     again = search("llama-13b", "dgx-a100", simulate=2, **options)
     assert (again.ran, again.resumed) == (0, 2)
     assert [r["label"] for r in again.rows] == [r["label"] for r in first.rows]
+
+
+def test_a_search_whose_candidates_are_all_refused_lists_them_and_exits_2(capsys, monkeypatch):
+    """Issue 36: every candidate refused by the resource guard (a limit below any of
+    them) gives one stderr line per candidate naming it and why, a table of the
+    estimates with the reason on each row, no traceback, and exit 2; with the default
+    limit the same search simulates them and exits 0."""
+    from simulator.cli import main
+
+    argv = ["search", "gpt-1.5b", "--global-batch", "16", "--simulate", "2",
+            "--micro-batches", "1", "--recompute", "full", "--virtual-stages", "1",
+            "--workers", "1", "--quiet"]  # fmt: skip
+    monkeypatch.setenv("CCSIM_MAX_FLOWS", "25")  # the sweep of 2 passes
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    refused = [line for line in err.splitlines() if line.startswith("ccsim: not simulated:")]
+    assert len(refused) == 2 and all("CCSIM_MAX_FLOWS" in line for line in refused)
+    assert "none of the 2 candidates" in err and "Traceback" not in err
+    table = [line for line in out.splitlines() if "TP1 PP" in line]
+    assert len(table) == 2 and all("past the limit of 25" in line for line in table)
+    monkeypatch.delenv("CCSIM_MAX_FLOWS")
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "not simulated" not in err and "not simulated" not in out

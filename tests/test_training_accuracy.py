@@ -26,5 +26,6 @@ def test_sc21_rows_are_predicted_within_ten_percent(layers, hidden, heads, tp, g
         model, tp=tp, pp=1, dp=gpus // tp, micro_batch=4, global_batch=512, grad_reduce="fp16"
     )
     _, result = run_workload(step, "dgx-a100", nodes=gpus // 8)
-    per_gpu = step.model_flops / result.step_s / gpus / 1e12
+    # SC'21 counts the recomputed forward too (its eq. 3), unlike Megatron-LM today.
+    per_gpu = model.step_flops(512, recompute=True) / result.step_s / gpus / 1e12
     assert per_gpu == pytest.approx(published, rel=0.10)

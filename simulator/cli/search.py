@@ -64,7 +64,12 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
         "memory, rank the rest by an analytic estimate, simulate the best --simulate of "
         "them as the topology's library (NCCL) runs their collectives, and print them "
         "ranked by simulated step time. Times in seconds (exposed communication and "
-        "bubble in ms), memory in GB (1e9 bytes).",
+        "bubble in ms), memory in GB (1e9 bytes). TFLOP/s per GPU count the model's "
+        "FLOPs as Megatron-LM does (no recomputation); MFU is of the dense peak of the "
+        "precision each candidate runs in. A candidate whose simulation is refused "
+        "(resource guard) or fails gets one line on stderr and its reason in the table; "
+        "the exit status is 0 when at least one candidate was simulated, 2 when none "
+        "could be.",
     )
     search.add_argument("model", choices=sorted(MODELS), metavar="MODEL", help="a named model")
     search.add_argument(
@@ -203,13 +208,17 @@ def _cmd_search(args: argparse.Namespace) -> None:
         progress=False if args.quiet else None,
     )
     rows = result.ranked(args.top)
+    failed = result.failed
     if not args.quiet:
         print(
             f"ccsim: {result.considered} configurations, {result.fitting} fit in memory; "
-            f"simulated {len(result.rows)} ({result.ran} now, {result.resumed} from the "
-            "results file)",
+            f"simulated {len(result.rows) - len(failed)} ({result.ran} now, "
+            f"{result.resumed} from the results file)"
+            + (f"; {len(failed)} could not be" if failed else ""),
             file=sys.stderr,
         )
+    for row in failed:  # one line each, whatever --quiet says: they are missing rows
+        print(f"ccsim: not simulated: {row['label']}: {row['error']}", file=sys.stderr)
     if args.format == "json":
         emit(to_json([{k: row.get(k) for k in SEARCH_KEYS} for row in rows]), None)
     elif args.format == "csv":
@@ -217,3 +226,8 @@ def _cmd_search(args: argparse.Namespace) -> None:
     else:
         title = f"{args.model} on {args.nodes} x {args.topology}, global batch {args.global_batch}"
         emit(search_table(rows, title=title), None)
+    if result.rows and len(failed) == len(result.rows):
+        raise CcsimError(
+            f"none of the {len(failed)} candidates chosen for simulation could be simulated "
+            "(each is listed above with why); the table ranks them by estimate only"
+        )

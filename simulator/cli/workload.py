@@ -20,7 +20,7 @@ from ..viz.progress import simulated_time
 from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
 from ..workload.chakra import write_chakra
-from ..workload.devices import device_for
+from ..workload.devices import Device, device_for
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
 from ..workload.memory import MemoryEstimate
@@ -337,6 +337,8 @@ def _cmd_run(args: argparse.Namespace) -> None:
                     _summary_row(workload.name, result, run.algorithm, workload.memory),
                     workload.model_flops,
                     workload.ranks,
+                    replay.device,
+                    workload.precision,
                 )
             ]
             + ([vars(r) for r in result.ranks] if args.per_rank else [])
@@ -351,6 +353,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
             memory=workload.memory,
             device=replay.device,
             model_flops=workload.model_flops,
+            precision=workload.precision,
         )
     emit(text, args.out)
     if drawing:
@@ -398,10 +401,18 @@ def _summary_row(
     return row
 
 
-def _flops_row(row: dict, model_flops: float, ranks: int) -> dict:
-    """``row`` with the model's TFLOP/s per GPU, where the workload knows its FLOPs."""
+def _flops_row(
+    row: dict, model_flops: float, ranks: int, device: Device | None, precision: str
+) -> dict:
+    """``row`` with the model's TFLOP/s per GPU (Megatron-LM's count, no recomputation)
+    and its MFU against ``device``'s dense peak in ``precision``, where the workload
+    knows its FLOPs."""
     if model_flops and row.get("step_s"):
-        row["model_tflops_per_gpu"] = model_flops / row["step_s"] / ranks / 1e12
+        per_gpu = model_flops / row["step_s"] / ranks
+        row["model_tflops_per_gpu"] = per_gpu / 1e12
+        if device is not None:
+            row["mfu"] = per_gpu / device.peak(precision)
+            row["mfu_peak"] = f"{device.name} dense {precision}"
     return row
 
 

@@ -92,6 +92,12 @@ class SearchResult:
     ran: int = 0
     resumed: int = 0
 
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The simulated rows whose simulation was refused or failed (``error`` says
+        why)."""
+        return [row for row in self.rows if row["status"] != "ok"]
+
     def ranked(self, top: int | None = None) -> list[dict[str, Any]]:
         """The simulated rows, fastest first, numbered from 1; when nothing was
         simulated, the best estimates (their simulated columns empty)."""
@@ -247,6 +253,8 @@ def search(
                 **{k: row[k] for k in ("status", "error", *SEARCH_METRICS)},
             }
         )
+        if rows[-1]["memory_gb"] is None:  # not simulated: the memory model's figure
+            rows[-1]["memory_gb"] = est.memory.total / 1e9
     rows.sort(key=lambda r: (r["step_s"] is None, r["step_s"] or 0.0, r["label"]))
     result.rows, result.ran, result.resumed = rows, run.ran, run.resumed
     return result
@@ -260,19 +268,16 @@ def search_point(params: Mapping[str, Any]) -> dict[str, Any]:
     try:
         workload, graph, result = simulate_workload_point(params)
         device = graph_device(graph)
-        spec = params["workload"]
-        transformer = MODELS[spec["model"]]
+        # Model FLOPs as Megatron-LM counts them (no recomputation, so configurations
+        # that recompute are not credited for it; Chowdhery et al., PaLM, appendix B),
+        # and MFU against the dense peak of the precision the GEMMs run in.
         per_gpu = workload.model_flops / result.step_s / workload.ranks
-        # MFU counts the model's own FLOPs (no recomputation), so configurations that
-        # recompute are not credited for it (Chowdhery et al., PaLM, appendix B), against
-        # the 16-bit peak even for fp8 runs (so fp8 can pass what bf16 could reach).
-        plain = transformer.step_flops(spec["global_batch"], recompute=False)
         by_kind = result.exposed_by_kind
         row.update(
             ranks=workload.ranks,
             step_s=float(result.step_s),
             tflops_per_gpu=per_gpu / 1e12,
-            mfu=plain / result.step_s / workload.ranks / device.peak_flops if device else None,
+            mfu=per_gpu / device.peak(workload.precision) if device else None,
             exposed_s=float(result.mean("exposed_s")),
             exposed_tp_s=float(by_kind.get("TP", 0.0)),
             exposed_pp_s=float(by_kind.get("PP", 0.0)),

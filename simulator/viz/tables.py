@@ -313,11 +313,13 @@ def breakdown_table(
     memory: MemoryEstimate | None = None,
     device: Device | None = None,
     model_flops: float = 0.0,
+    precision: str = "bf16",
 ) -> str:
     """Human-readable breakdown: categories in ms (mean and max over ranks) and shares;
-    with ``model_flops`` (the step's FLOPs), TFLOP/s per GPU and their share of
-    ``device``'s peak; with ``memory``, the peak memory per GPU by kind (GB = 1e9 bytes)
-    and whether it fits in ``device``'s."""
+    with ``model_flops`` (the step's FLOPs as Megatron-LM counts them, no recomputation),
+    TFLOP/s per GPU and their share of ``device``'s dense peak in ``precision`` (MFU);
+    with ``memory``, the peak memory per GPU by kind (GB = 1e9 bytes) and whether it
+    fits in ``device``'s."""
     step = result.step_s
     lines = [f"# {title}", "#"] if title else []
     lines.append(f"{'step time':<28} {step * 1e3:>12.3f} ms")
@@ -344,8 +346,14 @@ def breakdown_table(
             lines.append(f"  {call:<26} {value * 1e3:>12.3f} {value / step if step else 0:>7.1%}")
     if model_flops and step:
         per_gpu = model_flops / step / len(result.ranks)
-        peak = f" ({per_gpu / device.peak_flops:.1%} of {device.name}'s peak)" if device else ""
+        peak = (
+            f" (MFU {per_gpu / device.peak(precision):.1%} of {device.name}'s dense "
+            f"{precision} peak, {device.peak(precision) / 1e12:,.0f})"
+            if device
+            else ""
+        )
         lines.append(f"{'model TFLOP/s per GPU':<28} {per_gpu / 1e12:>12.1f}{peak}")
+        lines.append("  (model FLOPs as Megatron-LM counts them: no recomputation)")
     if memory is not None:
         lines.append("")
         lines.append(f"{'memory per GPU (peak rank)':<28} {'GB':>12}")
@@ -416,10 +424,16 @@ def validation_detail(results: Sequence[CaseResult]) -> str:
 
 def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
     """``ccsim search``'s ranked configurations: the estimate and, where simulated, the
-    step (s), TFLOP/s per GPU (Megatron's count), MFU (model FLOPs over the 16-bit
-    peak), exposed communication by dimension (TP, PP, DP, CP, EP) and the pipeline bubble
-    (ms), and memory per GPU (GB)."""
+    step (s), model TFLOP/s per GPU (Megatron-LM's count, no recomputation), MFU (of the
+    dense peak of the row's precision), exposed communication by dimension (TP, PP, DP,
+    CP, EP) and the pipeline bubble (ms), and memory per GPU (GB); a row that was not
+    simulated says why after its memory."""
     lines = [f"# {title}", "#"] if title else []
+    lines += [
+        "# TFLOP/s: model FLOPs per GPU as Megatron-LM counts them (no recomputation);",
+        "# MFU: of the GPU's dense peak in the row's precision (bf16 or fp8)",
+        "#",
+    ]
     # As wide as the longest label (uneven pipeline stages name their layers).
     w = max([40, *(len(str(row["label"])) for row in rows)])
     lines.append(
@@ -440,9 +454,11 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
         head = f"{row['rank']:>3} {row['label']:<{w}} {row['estimate_s']:>9.3f}"
         if row.get("step_s") is None:
             error = row.get("error") or "not simulated"
+            memory = row.get("memory_gb")
             lines.append(
                 f"{head} {'':>9} {'':>8} {'':>6} {'':>8} {'':>8} {'':>8} {'':>8} {'':>8} {'':>8} "
-                f"{row['memory_gb']:>7.1f}  {error}"
+                + (f"{memory:>7.1f}" if memory is not None else f"{'':>7}")
+                + f"  {error}"
             )
             continue
         lines.append(

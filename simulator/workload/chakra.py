@@ -668,6 +668,7 @@ def load_chakra(
     }
     workload = parse_workload(data, origin=str(source))
     workload.model_flops = float(first.attrs.get("ccsim_model_flops", 0.0) or 0.0)
+    workload.precision = str(first.attrs.get("ccsim_precision") or "bf16")
     return workload
 
 
@@ -741,6 +742,7 @@ def chakra_traces(workload: Workload, *, device: Device | None = None) -> list[b
         meta.append(("ccsim_description", "string", workload.description))
     if workload.model_flops:
         meta.append(("ccsim_model_flops", "double", float(workload.model_flops)))
+        meta.append(("ccsim_precision", "string", workload.precision))
     header = _framed(_metadata(classes, meta))
     per_rank: list[list[Op]] = [[] for _ in range(workload.ranks)]
     for op in workload.ops:

@@ -37,6 +37,16 @@ class Device:
     #: Peak dense 8-bit floating-point tensor FLOP/s (0: the device has no fp8).
     fp8_flops: float = 0.0
 
+    def peak(self, precision: str = "bf16") -> float:
+        """Dense tensor peak FLOP/s of ``precision`` ("bf16"/"fp16", or "fp8"), the
+        denominator of model FLOP utilisation for a run in it; a device without fp8 has
+        its 16-bit peak.
+
+        >>> DEVICES["H100"].peak("fp8") / DEVICES["H100"].peak("bf16")
+        2.001011122345804
+        """
+        return self.fp8_flops if precision == "fp8" and self.fp8_flops else self.peak_flops
+
     def compute_time(self, flops: float, mem_bytes: float = 0.0) -> float:
         """Roofline time of a kernel in seconds.
 

@@ -1012,7 +1012,10 @@ def megatron(
         last_stage_layers=last_stage_layers,
         grad_reduce=grad_reduce,
     )
-    workload.model_flops = m.step_flops(global_batch, recompute=recompute == "full")
+    # Megatron-LM's count (training.py num_floating_point_operations): the model's own
+    # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
+    workload.model_flops = m.step_flops(global_batch, recompute=False)
+    workload.precision = precision
     return workload
 
 

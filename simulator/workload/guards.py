@@ -24,6 +24,7 @@ from ..errors import CcsimError
 from ..library.hccl import OPS as HCCL_OPS
 from ..topology import load_topology
 from .generators import GENERATORS
+from .model import MODELS, Transformer
 from .trace import Workload
 
 #: Generator parameters that multiply the ranks: an estimate runs the generator with them
@@ -61,6 +62,7 @@ def workload_estimate(
     kept: dict[tuple, int] = {}  # distinct calls
     live: dict[tuple, int] = {}  # the largest call per group and stream
     largest = 0
+    replicas = workload.replicas
     for members in workload.instances:
         first = workload.ops[members[0]]
         ranks = workload.groups[first.group].ranks
@@ -80,14 +82,20 @@ def workload_estimate(
                 # "auto": the search's largest candidate, as for a collective
                 chunks = MAX_CHUNKS if name == "auto" else first.chunks
                 counted[key] = call_transfers(name, first.op, len(ranks)) * chunks * first.channels
-        kept[key] = counted[key]
+        # One replica standing for the rest runs a call spanning them as its quotient:
+        # 1/count of the transfers (simulator.workload.replicas).
+        share = counted[key]
+        if replicas is not None and replicas.spans(ranks):
+            key, share = (*key, "quotient"), math.ceil(share / replicas.count)
+        kept[key] = share
         lane = (first.group, first.stream)
-        live[lane] = max(live.get(lane, 0), counted[key])
+        live[lane] = max(live.get(lane, 0), share)
     flows = len(workload.ops) * OP_FLOWS + len(workload.pairs)
     flows += sum(kept.values()) + sum(live.values())
     what = (
         f"workload {workload.name}: {len(workload.ops):,} ops, "
         f"{len(workload.instances):,} collective calls on up to {largest:,} ranks"
+        + (f", one replica built for {replicas.count}" if replicas is not None else "")
     )
     return Estimate(flows, what)
 
@@ -140,12 +148,18 @@ def library_plans(
 
 def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate | None:
     """Ops that ``GENERATORS[generator](**options)`` would write, at :data:`OP_FLOWS`
-    each: the same generator run with its rank counts (:data:`RANK_PARAMETERS`) at 1,
-    scaled to the ranks asked for. None where the options are not plain positive
-    counts (the generator then says what is wrong).
+    each: the same generator run with its rank counts (:data:`RANK_PARAMETERS`) at 1
+    (and a fixed ``global_batch`` divided by the data-parallel size, so that the one
+    replica runs the micro-batches each of the real ones runs), scaled to the ranks whose
+    ops are built: every rank, or those of the replicas a Megatron step builds with
+    ``replicas`` (one, or k, standing for the rest; :func:`built_replicas`). None where
+    the options are not plain positive counts (the generator then says what is wrong).
 
     >>> generator_estimate("ddp", {"ranks": 100_000_000}).what
     'ddp on 100,000,000 ranks: 24,100,000,000 ops'
+    >>> generator_estimate("megatron", {"tp": 8, "pp": 2, "dp": 64, "global_batch": 512,
+    ...                                 "replicas": True}).what
+    'megatron on 16 of 1,024 ranks (1 of 64 data-parallel replicas built): 2,496 ops'
     """
     function = GENERATORS[generator]
     defaults = {
@@ -156,12 +170,59 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     counts = {**defaults, **{k: v for k, v in options.items() if k in defaults}}
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in counts.values()):
         return None
-    # Expert parallelism splits DP rather than adding ranks: the small run has none.
-    fixed = {"ep": 1} if "ep" in options else {}
-    small = function(**{**options, **dict.fromkeys(counts, 1), **fixed})
-    ranks = math.prod(counts.values()) * small.ranks  # the counts kept (pp) stay in small
-    ops = math.ceil(len(small.ops) / small.ranks * ranks)
-    return Estimate(ops * OP_FLOWS, f"{generator} on {ranks:,} ranks: {ops:,} ops")
+    # Each count at 2 where it is 2 or more: a rank then runs every kind of op it runs
+    # at full size (TP, CP and DP collectives exist only with 2 ranks or more).
+    small_counts = {name: min(value, 2) for name, value in counts.items()}
+    # Expert parallelism splits DP rather than adding ranks: the small run has 2 expert-
+    # parallel ranks where the real one has 2 or more (its all-to-alls are there), and
+    # twice as many data-parallel ones where the real one reduces expert gradients over
+    # the replicas with the same experts (ep < dp).
+    ep = options.get("ep", 1)
+    small_ep = 2 if isinstance(ep, int) and ep >= 2 and counts.get("dp", 1) >= 2 else 1
+    if small_ep == 2 and ep < counts["dp"]:
+        small_counts["dp"] = min(counts["dp"], 4)
+    small_options = {**options, **small_counts}
+    if "ep" in options:
+        small_options["ep"] = small_ep
+    if "replicas" in options:
+        small_options["replicas"] = False  # every small replica: the built ones counted below
+    dp = counts.get("dp", 1)
+    batch = options.get("global_batch")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch % dp == 0:
+        small_options["global_batch"] = batch // dp * small_counts.get("dp", 1)
+    small = function(**small_options)
+    # The counts kept (pp) stay in the small run's ranks.
+    ranks = math.prod(counts.values()) * small.ranks // math.prod(small_counts.values())
+    built = built_replicas(generator, options, dp)
+    per_rank = len(small.ops) / small.ranks
+    ops = math.ceil(per_rank * ranks * built / dp)
+    if built < dp:
+        what = (
+            f"{generator} on {ranks * built // dp:,} of {ranks:,} ranks ({built} of {dp} "
+            f"data-parallel replicas built): {ops:,} ops"
+        )
+    else:
+        what = f"{generator} on {ranks:,} ranks: {ops:,} ops"
+    return Estimate(ops * OP_FLOWS, what)
+
+
+def built_replicas(generator: str, options: Mapping[str, Any], dp: int) -> int:
+    """Data-parallel replicas whose ops a generator run builds: ``dp``, or for a Megatron
+    step with ``replicas`` the one (``True``) or k (an integer dividing ``dp``) that
+    stand for the rest; a mixture-of-experts model's are all built (its expert-parallel
+    groups cross the replicas; :func:`~simulator.workload.generators.megatron`)."""
+    replicas = options.get("replicas", False)
+    if generator != "megatron" or replicas is False or replicas is None:
+        return dp
+    model = options.get("model", "gpt3-175b")
+    transformer = model if isinstance(model, Transformer) else MODELS.get(model)
+    if transformer is None or transformer.is_moe:
+        return dp  # an unknown model: the generator says so
+    if replicas is True:
+        return 1
+    if isinstance(replicas, int) and replicas >= 1 and dp % replicas == 0:
+        return replicas
+    return dp
 
 
 def check_generator(

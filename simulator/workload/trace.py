@@ -169,9 +169,13 @@ class Workload:
     #: Peak memory per GPU of the configuration the generator built (None for traces,
     #: which do not say what they hold).
     memory: MemoryEstimate | None = None
-    #: FLOPs of the whole step as the generator's framework counts them (Megatron's,
-    #: recomputation included; 0 where unknown), for TFLOP/s per GPU.
+    #: FLOPs of the whole step as the generator's framework counts them (Megatron-LM's
+    #: ``num_floating_point_operations``: the model's own, no recomputation; 0 where
+    #: unknown), for model TFLOP/s per GPU and MFU.
     model_flops: float = 0.0
+    #: The precision of the step's GEMMs ("bf16" or "fp8"): MFU is taken against that
+    #: precision's peak (:meth:`~simulator.workload.devices.Device.peak`).
+    precision: str = "bf16"
     #: Set when the ops are those of one replica standing for ``replicas.count``.
     replicas: Replicas | None = None
 
