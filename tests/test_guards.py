@@ -254,7 +254,8 @@ def test_workload_estimate_counts_a_spanning_call_as_its_quotient():
 
     from simulator.workload.generators import megatron
 
-    options = {"tp": 8, "pp": 1, "dp": 64, "global_batch": 64, "distributed_optimizer": True}
+    options = {"tp": 8, "pp": 1, "dp": 64, "global_batch": 64, "defaults": "sc21",
+               "distributed_optimizer": True}  # fmt: skip
     cluster = cluster_of("dgx-h100", 64)
     one = megatron(**options, replicas=True)
     quotient = workload_estimate(one, "ring", cluster=cluster)

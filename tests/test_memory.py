@@ -94,7 +94,7 @@ def test_the_megatron_generator_reports_its_memory_beside_the_step():
     """The generated workload carries its memory, and the breakdown says whether it fits
     the run's device: a small model on A100s fits; on a made-up 1 GB device it does not."""
     small = Transformer(layers=8, hidden=1024, seq=512, vocab=32000, heads=8)
-    workload = megatron(small, tp=1, pp=2, dp=1, micro_batch=1, global_batch=4)
+    workload = megatron(small, tp=1, pp=2, dp=1, micro_batch=1, global_batch=4, defaults="sc21")
     expected = megatron_memory(small, tp=1, pp=2, dp=1, micro_batch=1, micro_batches=4)
     assert workload.memory == expected
     graph = ring_graph(2, 1e18)

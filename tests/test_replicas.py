@@ -21,6 +21,9 @@ from simulator.workload.metrics import breakdown
 
 
 def _both(topology: str, servers: int, model: str = "gpt3-175b", graph=None, algorithm=None, **kw):
+    # SC'21's options keep these flow-by-flow references small (one DP call per stage);
+    # test_megatron_core_defaults_stand_for_all runs today's defaults.
+    kw.setdefault("defaults", "sc21")
     full = megatron(model, **kw)
     one = megatron(model, replicas=True, **kw)
     graph = load_topology(topology, servers) if graph is None else graph
@@ -47,6 +50,24 @@ def _assert_same(full, one, run_full, run_one):
     a, b = breakdown(run_full).summary(), breakdown(run_one).summary()
     for key in a:
         assert b[key] == pytest.approx(a[key], rel=1e-9, abs=1e-12), key
+
+
+def test_megatron_core_defaults_stand_for_all():
+    """Megatron-Core's defaults (sequence parallelism, the distributed optimizer with its
+    reduce-scatters overlapped bucket by bucket and its parameter all-gathers at the
+    step's start, TP collectives beside the GEMMs, flash attention): one replica
+    stands for 4, op for op and link for link."""
+    from simulator.workload.model import Transformer
+
+    small = Transformer(layers=8, hidden=2048, seq=1024, vocab=32000, heads=16)
+    full, one, run_full, run_one = _both(
+        "dgx-h100", 8, model=small, tp=8, pp=2, dp=4, global_batch=16, defaults="megatron-core"
+    )
+    labels = {op.label for op in one.ops}
+    assert {"DP parameters", "DP gradients"} <= labels
+    assert any(op.stream == "tp" for op in one.ops)  # TP overlap
+    assert run_one.replicas == {"count": 4, "simulated": 1}
+    _assert_same(full, one, run_full, run_one)
 
 
 @pytest.mark.parametrize("dp", [2, 4])

@@ -224,7 +224,7 @@ def test_estimate_matches_a_free_simulation_of_an_moe_step():
     )
     c = Candidate(1, 1, 2, 1, "none", ep=2)
     est = estimate(tiny, c, 2, FREE)
-    step = megatron(tiny, tp=1, pp=1, dp=2, ep=2, global_batch=2, recompute="none")
+    step = megatron(tiny, global_batch=2, **c.params())
     graph = ring_graph(2, 1e18, 0.0)
     for node in graph.nodes:
         graph.nodes[node]["model"] = "A100"
@@ -242,7 +242,7 @@ def test_estimate_matches_a_free_simulation_of_an_fsdp_step():
     whole), and with free communication the step is the passes and that optimizer."""
     c = Candidate(1, 2, 2, 1, "full", fsdp=True)
     est = estimate(EVEN, c, 8, FREE)
-    step = megatron(EVEN, tp=1, pp=2, dp=2, micro_batch=1, global_batch=8, fsdp=True)
+    step = megatron(EVEN, global_batch=8, **c.params())
     graph = ring_graph(4, 1e18, 0.0)
     for node in graph.nodes:
         graph.nodes[node]["model"] = "A100"

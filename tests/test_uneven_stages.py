@@ -2,15 +2,21 @@
 --decoder-last-pipeline-num-layers): each stage's compute, TP collectives, gradient
 reductions and memory carry its own layers, against counts worked out by hand."""
 
+import functools
 import json
 
 import pytest
 
 from simulator.cli import main
 from simulator.errors import CcsimError
-from simulator.workload.generators import megatron
+from simulator.workload.generators import megatron as megatron_core
 from simulator.workload.memory import megatron_memory, pipeline_layers
 from simulator.workload.model import MODELS, Transformer
+
+# The hand-worked steps here are for the options SC'21 ran (full recomputation, unfused
+# attention, nothing overlapped) unless a test gives its own; Megatron-Core's defaults
+# are tested in tests/test_megatron_defaults.py.
+megatron = functools.partial(megatron_core, defaults="sc21")
 
 # GPT-shaped: 12 h^2 per layer (4 h^2 attention, 8 h^2 MLP), 4 heads of 64.
 H, S, V = 256, 128, 1000

@@ -214,8 +214,10 @@ SCENARIOS = {
                 ("dp", 16),
                 ("micro_batch", 1),
                 ("global_batch", 1536),
-                # fp16 gradients, as Megatron-LM's GPT-3 175B example trains (--fp16).
+                # fp16 gradients, as Megatron-LM's GPT-3 175B example trains (--fp16),
+                # and SC'21's options (full recomputation, nothing overlapped).
                 ("grad_reduce", "fp16"),
+                ("defaults", "sc21"),
             ),
             target_s=10.0,
         ),
@@ -234,6 +236,7 @@ SCENARIOS = {
                 ("micro_batch", 1),
                 ("global_batch", 2520),
                 ("grad_reduce", "fp16"),
+                ("defaults", "sc21"),
             ),
             target_s=60.0,
         ),

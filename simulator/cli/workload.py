@@ -222,13 +222,25 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "--recompute",
         choices=("full", "selective", "none"),
         default=None,
-        help="megatron: activation recomputation (default: full)",
+        help="megatron: activation recomputation (default: none, Megatron-LM's; full "
+        "with --defaults sc21)",
+    )
+    gen.add_argument(
+        "--defaults",
+        choices=("megatron-core", "sc21"),
+        default=None,
+        help="megatron: what options not given are: megatron-core (what NVIDIA's recipes "
+        "run today: no recomputation, flash attention, sequence parallelism with TP, the "
+        "distributed optimizer, gradient reduce, parameter gather and TP collectives "
+        "overlapped) or sc21 (Megatron-LM as SC'21 ran it: full recomputation, nothing "
+        "fused or overlapped) (default: megatron-core)",
     )
     gen.add_argument(
         "--sequence-parallel",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="megatron: sequence parallelism (TP reduce-scatter + all-gather)",
+        help="megatron: sequence parallelism (TP reduce-scatter + all-gather; default: "
+        "wherever TP > 1)",
     )
     gen.add_argument(
         "--virtual-stages",
@@ -256,27 +268,40 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     )
     gen.add_argument(
         "--flash-attention",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="megatron: flash attention (the attention scores never reach HBM)",
+        help="megatron: flash attention (the attention scores never reach HBM) "
+        "(default: on; --no-flash-attention turns it off)",
     )
     gen.add_argument(
         "--distributed-optimizer",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="megatron: shard the optimizer over DP (reduce-scatter, all-gather)",
+        help="megatron: shard the optimizer over DP (reduce-scatter, all-gather) "
+        "(default: wherever DP > 1; --no-distributed-optimizer turns it off)",
     )
     gen.add_argument(
         "--overlap-grad-reduce",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="megatron: reduce gradients bucket by bucket during the last backward",
+        help="megatron: reduce gradients bucket by bucket during the last backward "
+        "(default: wherever the gradients are reduced; --no-overlap-grad-reduce "
+        "turns it off)",
     )
     gen.add_argument(
         "--tp-comm-overlap",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="megatron: run TP collectives beside the GEMMs (Transformer Engine overlap)",
+        help="megatron: run TP collectives beside the GEMMs (Transformer Engine "
+        "overlap) (default: with sequence parallelism; --no-tp-comm-overlap turns "
+        "it off)",
+    )
+    gen.add_argument(
+        "--overlap-param-gather",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="megatron: all-gather the distributed optimizer's parameters bucket by bucket "
+        "during the first forward (default: with the distributed optimizer)",
     )
     add_max_flows_option(gen)
     gen.set_defaults(handler=_cmd_generate)
@@ -435,6 +460,8 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "flash_attention": args.flash_attention,
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "tp_comm_overlap": args.tp_comm_overlap,
+        "overlap_param_gather": args.overlap_param_gather,
+        "defaults": args.defaults,
         "precision": args.precision,
         "grad_reduce": args.grad_reduce,
         "cp": args.cp,

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..workload.devices import Device
 from ..workload.generators import BF16, pass_work
-from ..workload.kernels import Gemm, gemms_time
+from ..workload.kernels import Attention, Gemm, kernels_time
 from ..workload.memory import GRAD_REDUCE, MemoryEstimate, megatron_memory, pipeline_layers
 from ..workload.model import Transformer
 
@@ -261,7 +261,7 @@ def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> Me
         virtual_stages=c.virtual_stages,
         precision=c.precision,
         cp=c.cp,
-        flash_attention=c.cp > 1,
+        flash_attention=True,  # Megatron-Core's fused attention (the generator's default)
         ep=c.ep,
         fsdp=c.fsdp,
         first_stage_layers=c.first_stage_layers,
@@ -285,7 +285,7 @@ def estimate(
     )
     layers = max(split)
     tokens = c.micro_batch * model.seq // c.cp
-    flash = c.cp > 1
+    flash = True  # Megatron-Core's fused attention, as the generator runs it by default
     moe_tokens = tokens // (c.tp if c.sequence_parallel else 1)
 
     # MoE layers per stage (on average: stages may differ by a leading dense layer).
@@ -310,11 +310,8 @@ def estimate(
             )
 
         parts = [part(n, is_moe) for n, is_moe in ((layers - moe, False), (moe, True)) if n]
-        work = {
-            "gemms": [g for w in parts for g in w["gemms"]],
-            "flops": sum(w.get("flops", 0.0) for w in parts),
-        }
-        gemms = tuple(Gemm(*g) for g in work["gemms"])
+        gemms = tuple(Gemm(*g) for w in parts for g in w["gemms"])
+        attention = tuple(Attention(*k) for w in parts for k in w.get("attention", []))
         if moe:
             experts = [g.times(moe) for g in model.expert_gemms(moe_tokens, ep=c.ep)]
             if not forward:
@@ -325,9 +322,8 @@ def estimate(
             tokens, tp=c.tp, sequence_parallel=c.sequence_parallel, flash_attention=flash
         )
         kernels *= 1 if forward else (3 if c.recompute == "full" else 2)
-        # The flash core's FLOPs, then the memory-bound kernels: separate kernels.
-        core = device.compute_time(work.get("flops", 0.0))
-        return gemms_time(device, gemms) + core + device.compute_time(0.0, kernels)
+        # The GEMMs and the flash core, then the memory-bound kernels: separate kernels.
+        return kernels_time(device, gemms, attention) + device.compute_time(0.0, kernels)
 
     passes = micro + (c.pp - 1) / c.virtual_stages
     # Layers passed over on the critical path: even stages, (m + (p - 1)/v) passes of a
@@ -350,6 +346,11 @@ def estimate(
             else hardware.inter_bandwidth
         )
         tp_s = layer_passes * calls * 2 * (c.tp - 1) / c.tp * activation / bandwidth
+        if c.sequence_parallel:
+            # Megatron-Core overlaps them with the GEMMs (TE's userbuffers, the
+            # generator's default with sequence parallelism): only what the compute does
+            # not cover shows.
+            tp_s = max(0.0, tp_s - compute)
     # Each micro-batch's activation (1/t of it per TP rank) crosses each boundary twice
     # (forward and its gradient backward); the critical path sees it once per pass.
     pp_s = 2 * passes * activation / c.tp / hardware.inter_bandwidth if c.pp > 1 else 0.0
@@ -400,6 +401,14 @@ def estimate(
         expert_replicas = replicas // c.ep
         if experts and expert_replicas > 1:
             dp_s += (expert_replicas - 1) / expert_replicas * experts * moved / dp_bandwidth
+        elif c.distributed_optimizer and not moe:
+            # Megatron-Core overlaps the reduce-scatter with the last backward and the
+            # parameter all-gather with the first forward, bucket by bucket (the
+            # generator's default): what one backward and one forward pass do not
+            # cover shows, and at least one bucket's share.
+            buckets = max(1, round(params / max(40e6, 1e6 * replicas)))
+            window = pass_s(True) + pass_s(False)
+            dp_s = max(dp_s - window, dp_s / buckets)
     shard = replicas if c.distributed_optimizer else 1
     optimizer = params * 16 / shard + experts * 16 / max(1, shard // c.ep)
     if c.fsdp and replicas > 1:

@@ -77,7 +77,7 @@ from ..errors import shown
 from ..files import write_file
 from .chakra_schema import COMM_TYPES, NODE_TYPES, messages, protobuf
 from .devices import Device
-from .kernels import gemms_time
+from .kernels import kernels_time
 from .trace import FORMAT, Op, Workload, WorkloadError, parse_workload
 
 #: The ``GlobalMetadata.version`` ccsim writes: Chakra's schema as ASTRA-sim's examples and
@@ -461,15 +461,18 @@ def _topological(count: int, preds: list[list[int]]) -> list[int]:
 def _compute_fields(attrs: dict, node: Any, where: str) -> dict[str, Any]:
     if "ccsim_duration_s" in attrs:
         return {"duration": float(attrs["ccsim_duration_s"])}
-    if any(key in attrs for key in ("ccsim_flops", "ccsim_gemms", "ccsim_bytes")):
+    if any(
+        key in attrs for key in ("ccsim_flops", "ccsim_gemms", "ccsim_attention", "ccsim_bytes")
+    ):
         fields: dict[str, Any] = {"flops": float(attrs.get("ccsim_flops", 0.0))}
         if attrs.get("ccsim_bytes"):
             fields["bytes"] = float(attrs["ccsim_bytes"])
-        flat = attrs.get("ccsim_gemms") or []
-        if len(flat) % 6:
-            raise ChakraError(f"{where}: attribute 'ccsim_gemms' must hold 6 integers a GEMM")
-        if flat:
-            fields["gemms"] = [list(flat[i : i + 6]) for i in range(0, len(flat), 6)]
+        for attr, field_name in (("ccsim_gemms", "gemms"), ("ccsim_attention", "attention")):
+            flat = attrs.get(attr) or []
+            if len(flat) % 6:
+                raise ChakraError(f"{where}: attribute {attr!r} must hold 6 integers a kernel")
+            if flat:
+                fields[field_name] = [list(flat[i : i + 6]) for i in range(0, len(flat), 6)]
         return fields
     if node.duration_micros:
         return {"duration": node.duration_micros * 1e-6}
@@ -813,8 +816,11 @@ def _op_node(
             if op.gemms:
                 flat = [v for g in op.gemms for v in (g.m, g.n, g.k, g.batch, g.count, g.bits)]
                 attrs.append(("ccsim_gemms", "int64_list", flat))
+            if op.attention:
+                flat = [v for kernel in op.attention for v in kernel.as_list()]
+                attrs.append(("ccsim_attention", "int64_list", flat))
             if device is not None:
-                seconds = gemms_time(device, op.gemms) if op.gemms else 0.0
+                seconds = kernels_time(device, op.gemms, op.attention)
                 seconds += device.compute_time(op.flops, op.mem_bytes)
                 node.duration_micros = round(seconds * 1e6)
     elif op.kind == "collective":

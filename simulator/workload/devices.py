@@ -11,6 +11,8 @@ workload, so that every workload on a device uses the same number.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import networkx as nx
@@ -36,6 +38,31 @@ class Device:
     tile: tuple[int, int] = (256, 128)
     #: Peak dense 8-bit floating-point tensor FLOP/s (0: the device has no fp8).
     fp8_flops: float = 0.0
+    #: Fused causal attention (head size 128) as a fraction of the 16-bit peak, by
+    #: sequence length: (tokens, forward, backward) rows, interpolated in log2(tokens)
+    #: (:data:`ATTENTION_H100`; () uses H100's fractions).
+    attention: tuple[tuple[int, float, float], ...] = ()
+
+    def attention_rate(self, tokens: int, backward: bool = False) -> float:
+        """FLOP/s of fused causal attention over sequences of ``tokens`` (forward, or
+        ``backward``): the :attr:`attention` table's fraction of the 16-bit peak,
+        interpolated in log2 of the length and held at the table's ends.
+
+        >>> round(DEVICES["H100"].attention_rate(4096) / 1e12)
+        518
+        >>> round(DEVICES["H100"].attention_rate(2 ** 20, backward=True) / 1e12)
+        467
+        """
+        table = self.attention or ATTENTION_H100
+        column = 2 if backward else 1
+        x = math.log2(max(tokens, 1))
+        points = [(math.log2(row[0]), row[column]) for row in table]
+        if x <= points[0][0]:
+            return points[0][1] * self.peak_flops
+        for (x0, y0), (x1, y1) in itertools.pairwise(points):
+            if x <= x1:
+                return (y0 + (y1 - y0) * (x - x0) / (x1 - x0)) * self.peak_flops
+        return points[-1][1] * self.peak_flops
 
     def peak(self, precision: str = "bf16") -> float:
         """Dense tensor peak FLOP/s of ``precision`` ("bf16"/"fp16", or "fp8"), the
@@ -81,6 +108,25 @@ class Device:
 # per GPU 2.5 PFLOP/s BF16 and 5 FP8 dense, 186 GB at 8 TB/s. Capacities as printed
 # (GB = 1e9 bytes). GB200 precedes B200 and H200 precedes H100 so that a model string
 # finds its own entry first.
+# Fused attention on H100 SXM5 (Shah et al., "FlashAttention-3", arXiv 2407.08608, 2024,
+# figures 5 and 6: head size 128, bf16, cuDNN, the backend Transformer Engine runs on
+# Hopper): causal forward 315, 410, 484, 518, 529, 539 TFLOP/s at 512 to 16k tokens.
+# The paper's causal backward panel was not read; the backward is its non-causal figure
+# (305, 408, 465, 499, 518, 516) times the forward's causal / non-causal ratio at the same
+# length (non-causal forward 497, 574, 617, 609, 600, 595). As fractions of 989 TFLOP/s.
+_H100_PEAK = 989e12
+ATTENTION_H100: tuple[tuple[int, float, float], ...] = tuple(
+    (tokens, fwd * 1e12 / _H100_PEAK, bwd * fwd / nc_fwd * 1e12 / _H100_PEAK)
+    for tokens, fwd, nc_fwd, bwd in (
+        (512, 315, 497, 305),
+        (1024, 410, 574, 408),
+        (2048, 484, 617, 465),
+        (4096, 518, 609, 499),
+        (8192, 529, 600, 518),
+        (16384, 539, 595, 516),
+    )
+)
+
 DEVICES = {
     device.name: device
     for device in (

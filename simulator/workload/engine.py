@@ -57,7 +57,7 @@ from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
 from .isolated import IsolatedCalls, TakeOver
-from .kernels import gemms_time
+from .kernels import kernels_time
 from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
 from .trace import Op, Workload, WorkloadError
 
@@ -283,7 +283,8 @@ class WorkloadReplay:
         schedule_link_faults(self.network)
         self._protocols: dict[tuple, str] = {}
         self.device = device or graph_device(graph)
-        self._gemm_times: dict[int, float] = {}  # id of an op's GEMM tuple -> seconds
+        # (id of an op's GEMM tuple, id of its attention tuple) -> seconds
+        self._gemm_times: dict[tuple[int, int], float] = {}
         self.reduce_bandwidth = reduce_bandwidths(graph, reduce_bandwidth)
         # Calls timed alone once and replayed from that timing while nothing else uses
         # their links (checked as the replay goes; see simulator.workload.isolated).
@@ -467,14 +468,14 @@ class WorkloadReplay:
                 f"op {op.id!r} gives FLOPs but the topology's GPUs have no known device model "
                 "to time them; give 'duration' or set the GPUs' 'model' (A100, H100, 910B)"
             )
-        gemms = 0.0
-        if op.gemms:
-            # Passes of one stage share their GEMM tuple (the parser interns it).
-            key = id(op.gemms)
+        kernels = 0.0
+        if op.gemms or op.attention:
+            # Passes of one stage share their kernel tuples (the parser interns them).
+            key = (id(op.gemms), id(op.attention))
             if key not in self._gemm_times:
-                self._gemm_times[key] = gemms_time(self.device, op.gemms)
-            gemms = self._gemm_times[key]
-        return gemms + self.device.compute_time(op.flops, op.mem_bytes)
+                self._gemm_times[key] = kernels_time(self.device, op.gemms, op.attention)
+            kernels = self._gemm_times[key]
+        return kernels + self.device.compute_time(op.flops, op.mem_bytes)
 
     def _rate(self, rank: int) -> float:
         return 1.0 - self.comm_slowdown if self._comm_active[rank] else 1.0

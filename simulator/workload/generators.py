@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import CcsimError
-from .kernels import Gemm
+from ..errors import CcsimError, unknown_choice
+from .kernels import Attention, Gemm
 from .memory import GRAD_REDUCE, chunk_layer_range, megatron_memory, pipeline_layers
 from .model import MODELS, Transformer
 from .trace import FORMAT, Replicas, Workload, parse_workload
@@ -58,6 +59,31 @@ class _Builder:
         return parse_workload(self.data, origin=self.data["name"], replicas=replicas)
 
 
+def flash_core_kernels(
+    m: Transformer,
+    micro_batch: int,
+    *,
+    tp: int,
+    layers: int,
+    forward: bool,
+    recompute: str = "none",
+    cp: int = 1,
+) -> list[list[int]]:
+    """The flash-attention kernels of one pass over ``layers`` layers on one TP (and CP)
+    rank, in the trace's ``attention`` form (:class:`~simulator.workload.kernels.Attention`):
+    per layer one causal kernel over the micro-batch's sequences and the rank's heads,
+    the b s / cp tokens a CP rank holds queries for against the whole sequence (Megatron
+    balances the causal work over CP ranks by giving each two opposite chunks); backward
+    its backward kernel, after the forward's again with full or selective recomputation.
+    """
+    batch = micro_batch * math.ceil(m.attention_heads / tp)
+    kernel = [batch, m.seq // cp, m.seq, m.head_dim, layers]
+    if forward:
+        return [[*kernel, 0]]
+    again = [[*kernel, 0]] if recompute in ("full", "selective") else []
+    return [*again, [*kernel, 1]]
+
+
 def flash_core_flops(
     m: Transformer,
     micro_batch: int,
@@ -68,18 +94,14 @@ def flash_core_flops(
     recompute: str = "none",
     cp: int = 1,
 ) -> float:
-    """FLOPs of the flash-attention core of one pass over ``layers`` layers on one TP
-    (and CP) rank. Causal, so the kernel skips the masked half of the score blocks
-    (FlashAttention-2, Dao 2023, section 3.1): 2 s (a d / t) per token forward, for the
-    b s / cp tokens a CP rank holds queries for (Megatron balances the causal work over
-    CP ranks by giving each two opposite chunks of the sequence). Its backward
-    recomputes the scores: 5 matrix products against the forward's 2, 2.5 times its
-    FLOPs; full or selective recomputation runs the forward's again."""
-    full = sum(g.flops for g in m.attention_gemms(micro_batch, tp=tp))
-    fwd = layers * full / 2 / cp
-    if forward:
-        return fwd
-    return 2.5 * fwd + (fwd if recompute in ("full", "selective") else 0.0)
+    """FLOPs of :func:`flash_core_kernels`: causal, so the kernel skips the masked half
+    of the score blocks (FlashAttention-2, Dao 2023, section 3.1), 2 s (a d / t) per
+    token forward; backward 2.5 times that, and the forward's again with recomputation.
+    """
+    kernels = flash_core_kernels(
+        m, micro_batch, tp=tp, layers=layers, forward=forward, recompute=recompute, cp=cp
+    )
+    return sum(Attention(*kernel).flops for kernel in kernels)
 
 
 def pass_work(
@@ -137,7 +159,7 @@ def pass_work(
         gemms += [out] if forward else list(out.backward())
     work: dict[str, Any] = {"gemms": [g.as_list() for g in gemms]}
     if flash_attention and core:
-        work["flops"] = flash_core_flops(
+        work["attention"] = flash_core_kernels(
             m, micro_batch, tp=tp, layers=layers, forward=forward, recompute=recompute, cp=cp
         )
     return work
@@ -340,6 +362,91 @@ def zero3(
     return b.build()
 
 
+#: The options a Megatron step takes when they are not given, by ``defaults``:
+#: "megatron-core" is what Megatron-Core runs today as NVIDIA's recipes configure it
+#: (Megatron-Bridge / NeMo performance recipes and the Megatron-LM README's H100 runs,
+#: which state --overlap-grad-reduce, --overlap-param-gather and --tp-comm-overlap):
+#: no activation recomputation (Megatron-LM's default: --recompute-granularity unset),
+#: Transformer Engine's fused (flash) attention (--attention-backend auto), sequence
+#: parallelism wherever TP > 1 (the recipes' sequence_parallel; TE's TP overlap needs
+#: it), the distributed optimizer wherever the weights have replicas
+#: (--use-distributed-optimizer, in every recipe), the gradient reduce-scatter and the
+#: parameter all-gather overlapped with the backward and the next forward, and TP
+#: collectives overlapped with the GEMMs (TE userbuffers). "sc21" is Megatron-LM as
+#: Narayanan et al. ran it in 2021 (SC'21): full recomputation, unfused attention, TP
+#: all-reduces, a replicated optimizer, nothing overlapped. A value given explicitly
+#: always wins. ``None`` entries depend on the configuration (:func:`megatron_options`).
+MEGATRON_DEFAULTS: dict[str, dict[str, Any]] = {
+    "megatron-core": {
+        "recompute": "none",
+        "flash_attention": True,
+        "sequence_parallel": None,
+        "distributed_optimizer": None,
+        "overlap_grad_reduce": None,
+        "overlap_param_gather": None,
+        "tp_comm_overlap": None,
+    },
+    "sc21": {
+        "recompute": "full",
+        "flash_attention": False,
+        "sequence_parallel": False,
+        "distributed_optimizer": False,
+        "overlap_grad_reduce": False,
+        "overlap_param_gather": False,
+        "tp_comm_overlap": False,
+    },
+}
+
+
+def megatron_options(
+    defaults: str,
+    given: Mapping[str, Any],
+    *,
+    tp: int,
+    dp: int,
+    cp: int = 1,
+    fsdp: bool = False,
+    moe: bool = False,
+) -> dict[str, Any]:
+    """The options a Megatron step runs with: those ``given`` (not None), else the
+    ``defaults`` set's (:data:`MEGATRON_DEFAULTS`), where "megatron-core"'s depend on the
+    configuration: sequence parallelism wherever TP > 1; the distributed optimizer
+    wherever the weights have replicas (DP x CP > 1) and FSDP does not shard them; the
+    gradient reduction overlapped wherever there is one (not yet for mixture-of-experts
+    models); the parameter all-gather overlapped wherever the distributed optimizer
+    runs one; TP collectives overlapped wherever sequence parallelism runs them.
+
+    >>> o = megatron_options("megatron-core", {}, tp=8, dp=4)
+    >>> o["recompute"], o["sequence_parallel"], o["distributed_optimizer"], o["tp_comm_overlap"]
+    ('none', True, True, True)
+    >>> megatron_options("megatron-core", {"recompute": True}, tp=1, dp=1)["recompute"]
+    'full'
+    """
+    options = dict(MEGATRON_DEFAULTS[defaults])
+    options.update({k: v for k, v in given.items() if v is not None})
+    replicas = dp * cp > 1
+
+    def auto(name: str, value: bool) -> None:
+        if options[name] is None:
+            options[name] = value
+
+    auto("sequence_parallel", tp > 1)
+    auto("distributed_optimizer", replicas and not fsdp)
+    auto("overlap_grad_reduce", replicas and not fsdp and not moe)
+    auto("overlap_param_gather", bool(options["distributed_optimizer"]) and replicas)
+    auto("tp_comm_overlap", tp > 1 and bool(options["sequence_parallel"]))
+    recompute = options["recompute"]
+    if recompute in (True, "full"):
+        options["recompute"] = "full"
+    elif recompute in (False, "none"):
+        options["recompute"] = "none"
+    elif recompute != "selective":
+        raise CcsimError(
+            f"recompute must be true, false, full, selective or none, not {recompute!r}"
+        )
+    return options
+
+
 def megatron(
     model: str | Transformer = "gpt3-175b",
     *,
@@ -348,13 +455,15 @@ def megatron(
     dp: int = 1,
     micro_batch: int = 1,
     global_batch: int | None = None,
-    recompute: bool | str = True,
-    sequence_parallel: bool = False,
-    distributed_optimizer: bool = False,
+    recompute: bool | str | None = None,
+    sequence_parallel: bool | None = None,
+    distributed_optimizer: bool | None = None,
     virtual_stages: int = 1,
-    flash_attention: bool = False,
-    overlap_grad_reduce: bool = False,
-    tp_comm_overlap: bool = False,
+    flash_attention: bool | None = None,
+    overlap_grad_reduce: bool | None = None,
+    tp_comm_overlap: bool | None = None,
+    overlap_param_gather: bool | None = None,
+    defaults: str = "megatron-core",
     precision: str = "bf16",
     cp: int = 1,
     ep: int = 1,
@@ -471,17 +580,29 @@ def megatron(
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
     arguments = dict(locals())  # to build every replica where one cannot stand for all
+    if defaults not in MEGATRON_DEFAULTS:
+        raise unknown_choice("defaults", defaults, MEGATRON_DEFAULTS)
+    m = _model(model, "megatron", moe_ok=True)
+    given = {
+        "recompute": recompute,
+        "sequence_parallel": sequence_parallel,
+        "distributed_optimizer": distributed_optimizer,
+        "flash_attention": flash_attention,
+        "overlap_grad_reduce": overlap_grad_reduce,
+        "tp_comm_overlap": tp_comm_overlap,
+        "overlap_param_gather": overlap_param_gather,
+    }
+    chosen = megatron_options(defaults, given, tp=tp, dp=dp, cp=cp, fsdp=fsdp, moe=m.is_moe)
+    recompute = chosen["recompute"]
+    sequence_parallel = chosen["sequence_parallel"]
+    distributed_optimizer = chosen["distributed_optimizer"]
+    flash_attention = chosen["flash_attention"]
+    overlap_grad_reduce = chosen["overlap_grad_reduce"]
+    tp_comm_overlap = chosen["tp_comm_overlap"]
+    overlap_param_gather = chosen["overlap_param_gather"]
     v = virtual_stages
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise CcsimError(f"virtual_stages must be a positive integer, not {v!r}")
-    if recompute in (True, "full"):
-        recompute = "full"
-    elif recompute in (False, "none"):
-        recompute = "none"
-    elif recompute != "selective":
-        raise CcsimError(
-            f"recompute must be true, false, full, selective or none, not {recompute!r}"
-        )
     if precision not in PRECISIONS:
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
     if grad_reduce not in GRAD_REDUCE:
@@ -499,7 +620,6 @@ def megatron(
         )
     if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
         raise CcsimError(f"ep (expert-parallel ranks) must be a positive integer, not {ep!r}")
-    m = _model(model, "megatron", moe_ok=True)
     if m.is_moe and fsdp:
         raise CcsimError("fsdp is not modelled for mixture-of-experts models yet")
     if m.is_moe:
@@ -593,9 +713,9 @@ def megatron(
                 if layers > moe:
                     parts.append(part(forward, False, layers - moe))
                 combined: dict[str, Any] = {"gemms": [g for w in parts for g in w["gemms"]]}
-                flops = sum(w.get("flops", 0.0) for w in parts)
-                if flops:
-                    combined["flops"] = flops
+                kernels = [k for w in parts for k in w.get("attention", [])]
+                if kernels:
+                    combined["attention"] = kernels
                 cache[key] = combined
         return cache[key]
 
@@ -637,6 +757,12 @@ def megatron(
         return [min(bucket_layers, chunk - k) for k in range(0, chunk, bucket_layers)]
 
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
+    # Megatron's --overlap-param-gather: the distributed optimizer's updated parameters
+    # are all-gathered bucket by bucket while the next step's first forward runs (its
+    # forward pre-hooks wait for each bucket). In a steady state that is this step's
+    # start: the gathers go first on the DP stream and each chunk's first forward waits
+    # for its own buckets' (megatron/core/distributed/param_and_grad_buffer.py).
+    gathers_overlapped = bool(overlap_param_gather) and sharded and not sharded_weights
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}" + (f"-cp{cp}" if cp > 1 else ""),
         ranks,
@@ -717,6 +843,7 @@ def megatron(
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
             passes_done: list[str] = []  # each pass's compute op, for FSDP's prefetch
+            gathers_started: set[int] = set()
             for kind, c, i in order:
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
@@ -744,11 +871,37 @@ def megatron(
                 # collective starting as soon as its layers are done.
                 last = not forward and (kind, c, i) == final[c]
                 bucketed = last and overlap_grad_reduce and replicas > 1
+                # With the parameter all-gather overlapped, a chunk's first forward runs
+                # bucket by bucket (first layers first), each waiting for its bucket's
+                # gather, issued at the start of the step (see param_gathers).
+                gathered = forward and gathers_overlapped and c not in gathers_started
                 pieces = buckets(chunk) if bucketed else [chunk]
+                if gathered:
+                    gathers_started.add(c)
+                    pieces = buckets(chunk)[::-1]
                 for n, layers in enumerate(pieces):
                     name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
-                    logits = here == pp * v - 1 and (forward or n == 0)
+                    # The output layer after the last layer forward, before the first
+                    # backward.
+                    logits = here == pp * v - 1 and n == (len(pieces) - 1 if forward else 0)
                     deps = [recv, *after]
+                    if gathered:
+                        params = layers * m.layer_params / tp
+                        if (n == 0 and here == 0) or (n == len(pieces) - 1 and here == pp * v - 1):
+                            params += m.vocab * m.hidden / tp
+                        deps.append(
+                            b.op(
+                                f"r{r}.dp.params.{c}.{n}",
+                                r,
+                                "collective",
+                                [],
+                                op="all_gather",
+                                group=dp_groups[(stage, t)],
+                                bytes=params * BF16,
+                                stream="dp",
+                                label="DP parameters",
+                            )
+                        )
                     layer_bytes = layers * m.layer_params / tp * BF16  # gathered weights
                     layer_grads = layers * m.layer_params / tp * grad
                     gather = None
@@ -801,7 +954,7 @@ def megatron(
                             comp,
                             cp_groups[(stage, d, t)],
                             layers * kv_layer,
-                            flash_core_flops(
+                            flash_core_kernels(
                                 m,
                                 micro_batch,
                                 tp=tp,
@@ -962,7 +1115,7 @@ def megatron(
                 + stage_experts * 16 / (expert_replicas if sharded else 1),
                 label="optimizer",
             )
-            if sharded and not sharded_weights:
+            if sharded and not sharded_weights and not gathers_overlapped:
                 b.op(
                     f"r{r}.dp.params",
                     r,
@@ -1075,23 +1228,23 @@ def _ring_attention(
     after: str,
     group: str,
     kv_bytes: float,
-    core_flops: float,
+    core: list[list[int]],
     *,
     forward: bool,
     recompute: str,
     label: str,
 ) -> list[str]:
     """Context parallelism's attention of one pass on rank ``r``: the attention core
-    (``core_flops``) beside the K/V exchange over the CP ``group`` on the ``cp`` stream
-    (forward: K/V all-gathered; backward: again, twice with full recomputation, and
-    their gradients reduce-scattered), both after ``after`` (the QKV projections);
-    returns what the pass's next op waits for."""
-    core = b.op(
+    (``core``, its flash-attention kernels) beside the K/V exchange over the CP
+    ``group`` on the ``cp`` stream (forward: K/V all-gathered; backward: again, twice
+    with full recomputation, and their gradients reduce-scattered), both after ``after``
+    (the QKV projections); returns what the pass's next op waits for."""
+    kernels = b.op(
         f"r{r}.{name}.attention",
         r,
         "compute",
         [after],
-        flops=core_flops,
+        attention=core,
         label=f"{'fwd' if forward else 'bwd'} attention {label}",
     )
     gathers = 1 if forward else (2 if recompute == "full" else 1)
@@ -1113,7 +1266,7 @@ def _ring_attention(
                 label=f"CP K/V {'fwd' if forward else 'bwd'} {label}",
             )
         ]
-    return [core, *prev]
+    return [kernels, *prev]
 
 
 def _one_f_one_b(stage: int, pp: int, micro: int, v: int) -> list[tuple[str, int, int]]:

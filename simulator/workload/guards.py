@@ -159,7 +159,7 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     'ddp on 100,000,000 ranks: 24,100,000,000 ops'
     >>> generator_estimate("megatron", {"tp": 8, "pp": 2, "dp": 64, "global_batch": 512,
     ...                                 "replicas": True}).what
-    'megatron on 16 of 1,024 ranks (1 of 64 data-parallel replicas built): 2,496 ops'
+    'megatron on 16 of 1,024 ranks (1 of 64 data-parallel replicas built): 8,864 ops'
     """
     function = GENERATORS[generator]
     defaults = {

@@ -87,6 +87,57 @@ class Gemm:
         return form if self.bits == 16 else [*form, self.bits]
 
 
+@dataclass(frozen=True)
+class Attention:
+    """``count`` fused causal attention kernels (flash attention, as Transformer Engine
+    runs it through cuDNN), each over ``batch`` sequence-heads of ``queries`` query tokens
+    against ``keys`` key tokens of head size ``head_dim``; ``backward`` 1 for the
+    backward kernel (it recomputes the scores: 5 products against the forward's 2, 2.5
+    times its FLOPs; FlashAttention-2, Dao 2023, section 3.1)."""
+
+    batch: int
+    queries: int
+    keys: int
+    head_dim: int
+    count: int = 1
+    backward: int = 0
+
+    @property
+    def flops(self) -> float:
+        """Causal: half of the 4 q k d of the scores and their weighted sum (the masked
+        blocks are skipped), 2.5 times that backward.
+
+        >>> Attention(1, 1024, 1024, 128).flops == 2 * 1024 * 1024 * 128
+        True
+        """
+        forward = 2.0 * self.queries * self.keys * self.head_dim * self.batch * self.count
+        return forward * (2.5 if self.backward else 1.0)
+
+    def as_list(self) -> list[int]:
+        """The trace form ``[batch, queries, keys, head_dim, count, backward]``."""
+        return [self.batch, self.queries, self.keys, self.head_dim, self.count, self.backward]
+
+
+def attention_time(device: Device, kernel: Attention) -> float:
+    """Seconds ``kernel`` takes on ``device``: its FLOPs at the rate the device's fused
+    attention sustains at that sequence length (:meth:`~.devices.Device.attention_rate`).
+
+    >>> from .devices import DEVICES
+    >>> h100 = DEVICES["H100"]
+    >>> k = Attention(32, 4096, 4096, 128)
+    >>> round(k.flops / attention_time(h100, k) / 1e12)  # cuDNN, causal, 4k: 518 TFLOP/s
+    518
+    """
+    return kernel.flops / device.attention_rate(kernel.queries, bool(kernel.backward))
+
+
+def kernels_time(
+    device: Device, gemms: tuple[Gemm, ...], attention: tuple[Attention, ...] = ()
+) -> float:
+    """Seconds a compute op's GEMMs and attention kernels take, one after another."""
+    return gemms_time(device, gemms) + sum(attention_time(device, a) for a in attention)
+
+
 def waves(gemm: Gemm, tile: tuple[int, int], units: int) -> int:
     """Waves of ``tile``-sized output blocks over ``units`` multiprocessors, one kernel.
 

@@ -31,9 +31,11 @@ compute
     ``duration`` (seconds or a string like ``"1.5ms"``), or work timed by the device
     model: ``gemms``, a list of GEMM kernels ``[m, n, k]`` (optionally ``[m, n, k,
     batch]`` or ``[m, n, k, batch, count]``) timed one after another by their shapes
-    (:mod:`~simulator.workload.kernels`), then ``flops`` and ``bytes`` (memory traffic)
-    by the roofline max(flops / GEMM FLOP/s, bytes / memory bandwidth). Either may be
-    given alone.
+    (:mod:`~simulator.workload.kernels`), ``attention``, a list of fused causal
+    attention kernels ``[batch, queries, keys, head_dim, count, backward]`` timed at the
+    device's attention rate for their length, then ``flops`` and ``bytes`` (memory
+    traffic) by the roofline max(flops / GEMM FLOP/s, bytes / memory bandwidth). Any of
+    them may be given alone.
 collective
     ``op`` (all_reduce, all_gather, reduce_scatter, ...), ``group`` (a name in
     ``groups``), ``bytes`` (the nccl-tests size: the whole buffer), optional
@@ -60,13 +62,13 @@ from typing import Any
 from ..errors import CcsimError, shown
 from ..files import load_data, write_file
 from ..units import parse_size, parse_time
-from .kernels import Gemm
+from .kernels import Attention, Gemm
 from .memory import MemoryEstimate
 
 FORMAT = "ccsim-workload/1"
 KINDS = ("compute", "collective", "send", "recv")
 _OP_KEYS = {
-    "compute": {"duration", "flops", "bytes", "gemms"},
+    "compute": {"duration", "flops", "bytes", "gemms", "attention"},
     "collective": {"op", "group", "bytes", "algorithm", "chunks", "channels"},
     "send": {"peer", "bytes", "tag"},
     "recv": {"peer", "bytes", "tag"},
@@ -93,6 +95,7 @@ class Op:
     flops: float = 0.0
     mem_bytes: float = 0.0
     gemms: tuple[Gemm, ...] = ()
+    attention: tuple[Attention, ...] = ()
     op: str = ""
     group: str = ""
     nbytes: float = 0.0
@@ -104,8 +107,13 @@ class Op:
 
     @property
     def total_flops(self) -> float:
-        """FLOPs of a compute op: its GEMMs' and its roofline part's."""
-        return self.flops + sum(gemm.flops for gemm in self.gemms)
+        """FLOPs of a compute op: its GEMMs', its attention kernels' and its roofline
+        part's."""
+        return (
+            self.flops
+            + sum(gemm.flops for gemm in self.gemms)
+            + sum(kernel.flops for kernel in self.attention)
+        )
 
 
 @dataclass
@@ -199,7 +207,9 @@ class Workload:
                 else:
                     if op.gemms:
                         data["gemms"] = [gemm.as_list() for gemm in op.gemms]
-                    if op.flops or not op.gemms:
+                    if op.attention:
+                        data["attention"] = [kernel.as_list() for kernel in op.attention]
+                    if op.flops or not (op.gemms or op.attention):
                         data["flops"] = op.flops
                     if op.mem_bytes:
                         data["bytes"] = op.mem_bytes
@@ -349,6 +359,32 @@ def _gemms(
     return cache[frozen]
 
 
+def _attention(raw: Any, where: Callable[[], str], cache: dict[Any, Any]) -> tuple[Attention, ...]:
+    """A compute op's ``attention`` field: a list of [batch, queries, keys, head_dim,
+    count, backward] (positive integers, backward 0 or 1), each a fused attention kernel
+    (:class:`~simulator.workload.kernels.Attention`); checked once per list object."""
+    seen = cache.get(id(raw))
+    if seen is not None and seen[0] is raw:
+        return seen[1]
+    usage = "give a list of [batch, queries, keys, head_dim, count, backward (0 or 1)]"
+    if not isinstance(raw, list) or not raw:
+        raise WorkloadError(f"{where()}: 'attention' must be a non-empty list; {usage}")
+    kernels = []
+    for entry in raw:
+        if (
+            not isinstance(entry, list | tuple)
+            or len(entry) != 6
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in entry)
+            or min(entry[:5]) < 1
+            or entry[5] not in (0, 1)
+        ):
+            raise WorkloadError(f"{where()}: attention kernel {shown(entry)} is malformed; {usage}")
+        kernels.append(Attention(*entry))
+    frozen = tuple(kernels)
+    cache[id(raw)] = (raw, frozen)
+    return frozen
+
+
 def _parse_op(
     raw: Any,
     index: int,
@@ -391,15 +427,19 @@ def _parse_op(
                 op.duration = parse_time(raw["duration"], field=f"{where()} duration")
                 if op.duration < 0:
                     raise WorkloadError(f"{where()}: duration must be >= 0")
-            elif "flops" in raw or "gemms" in raw:
+            elif "flops" in raw or "gemms" in raw or "attention" in raw:
                 op.flops = float(raw.get("flops", 0.0))
                 op.mem_bytes = _size(raw.get("bytes", 0), where)
                 if op.flops < 0 or op.mem_bytes < 0:
                     raise WorkloadError(f"{where()}: flops and bytes must be >= 0")
                 if "gemms" in raw:
                     op.gemms = _gemms(raw["gemms"], where, gemm_cache)
+                if "attention" in raw:
+                    op.attention = _attention(raw["attention"], where, gemm_cache)
             else:
-                raise WorkloadError(f"{where()}: a compute op needs 'duration', 'flops' or 'gemms'")
+                raise WorkloadError(
+                    f"{where()}: a compute op needs 'duration', 'flops', 'gemms' or 'attention'"
+                )
         elif kind == "collective":
             op.op = str(raw.get("op", ""))
             op.group = str(raw.get("group", ""))

@@ -1,0 +1,327 @@
+"""Training steps against published runs: what ccsim predicts for a configuration someone
+ran and measured, and how far off it is.
+
+The runs are data, ``simulator/data/training/published-runs.yaml``: each with its source,
+its model, GPUs, parallel sizes, batch, precision, the settings its source states and
+what it measured (seconds per step, tokens per second per GPU or model TFLOP/s per GPU,
+read into seconds per step as :func:`measured_step` says). :func:`load_runs` reads them
+into :class:`TrainingRun`; :func:`simulate_run` builds the step with the ``megatron``
+generator (Megatron-Core's defaults for whatever the source does not state) and replays
+it on the GPU's preset as NCCL runs its collectives.
+
+Every run has a ``use``: ``calibration`` where it set a constant of ccsim's compute model
+(:data:`CALIBRATION_SOURCES`; the constant cites it), ``held-out`` where nothing was set
+from it. Errors are reported for the two apart; only held-out errors are predictions.
+What ccsim cannot build yet (mixture-of-experts models with MLA, hybrid Mamba models,
+fine-tuning, FP4) is listed as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CcsimError
+from ..files import load_data
+from ..workload.model import Transformer
+
+#: The bundled published runs.
+PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "training" / "published-runs.yaml"
+
+#: Sources whose runs set a constant of the compute model (see
+#: :mod:`simulator.workload.devices`): their errors are in-sample, not predictions.
+CALIBRATION_SOURCES = ("megatron-lm-readme",)
+
+#: The preset each GPU of the runs trains on (8 GPUs a server, one 400G NIC each).
+PRESETS = {"H100": "dgx-h100", "B200": "hgx-b200"}
+
+#: Vocabulary where a source leaves it out: NeMo's GPT-3 runs pad GPT-2's 50,257 to
+#: 51,200 (their printed TFLOP/s imply it); Nemotron-4 has 256,000 (Nemotron-4 340B
+#: technical report, arXiv 2406.11704, table 1).
+VOCAB = {"gpt3": 51200, "nemotron4": 256000, "nemotron3": 256000}
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One published training run, as ccsim builds it."""
+
+    id: str
+    source: str
+    kind: str
+    gpu: str
+    gpus: int
+    precision: str
+    model: Transformer
+    tp: int
+    pp: int
+    cp: int
+    vp: int
+    micro_batch: int
+    global_batch: int
+    #: The generator options the source states (recompute, sequence_parallel, ...).
+    options: Mapping[str, Any] = field(default_factory=dict)
+    measured_step_s: float = 0.0
+    #: How the measured step was read (printed, or from throughput).
+    measured_how: str = ""
+    use: str = "held-out"
+    assumed: str = ""
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel size: the GPUs over TP x PP x CP."""
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def label(self) -> str:
+        """A short description of the configuration."""
+        vp = f" VP{self.vp}" if self.vp > 1 else ""
+        cp = f" CP{self.cp}" if self.cp > 1 else ""
+        return (
+            f"TP{self.tp} PP{self.pp}{vp}{cp} DP{self.dp} mb{self.micro_batch} "
+            f"gbs{self.global_batch}"
+        )
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """A run and what ccsim predicts for it (``error`` is predicted / measured - 1 of the
+    step time), or why it was skipped."""
+
+    run: TrainingRun
+    step_s: float | None = None
+    skipped: str = ""
+    wall_s: float = 0.0
+    memory_gb: float | None = None
+    fits: bool | None = None
+
+    @property
+    def error(self) -> float | None:
+        """Relative error of the step time (positive: ccsim is slower than measured)."""
+        if self.step_s is None:
+            return None
+        return self.step_s / self.run.measured_step_s - 1.0
+
+
+def measured_step(entry: Mapping[str, Any], model: Transformer) -> tuple[float, str]:
+    """Seconds per step of a run's measurement: as printed, else global batch x sequence
+    over tokens per second per GPU x GPUs, else the model FLOPs of a step over model
+    TFLOP/s per GPU x GPUs, with the FLOPs counted as the source does (``flops``:
+    "causal" halves the attention scores' term, as Megatron-Bridge's flop_utils does;
+    otherwise Megatron-LM's full count)."""
+    measured = entry.get("measured") or {}
+    gbs, seq, gpus = entry["global_batch"], model.seq, entry["gpus"]
+    if measured.get("step_time_s"):
+        return float(measured["step_time_s"]), "step time as printed"
+    derived = (entry.get("derived") or {}).get("step_time_s_from_block_timestamps")
+    if isinstance(derived, Mapping):
+        derived = derived.get("value")
+    if derived:
+        return float(derived), "step time from the log's timestamps"
+    if measured.get("tokens_per_s_per_gpu"):
+        tokens = float(measured["tokens_per_s_per_gpu"])
+        return gbs * seq / (tokens * gpus), "from tokens/s per GPU"
+    if measured.get("model_tflops_per_gpu"):
+        causal = entry.get("flops") == "causal"
+        flops = model.step_flops(gbs, recompute=False, causal=causal)
+        tflops = float(measured["model_tflops_per_gpu"])
+        return flops / (tflops * 1e12 * gpus), (
+            f"from model TFLOP/s per GPU ({'causal' if causal else 'full'} attention count)"
+        )
+    raise CcsimError(f"published run {entry.get('id')}: no step time, tokens/s or TFLOP/s")
+
+
+def _model(entry: Mapping[str, Any]) -> Transformer | str:
+    """The run's transformer, or why ccsim cannot build it."""
+    data = entry.get("model") or {}
+    if entry.get("moe"):
+        return "mixture-of-experts runs are not validated yet"
+    if data.get("mamba") or str(data.get("name", "")).startswith("nemotronh"):
+        return "hybrid Mamba models are not modelled"
+    for key in ("layers", "hidden", "seq", "heads"):
+        if not data.get(key):
+            return f"the model's {key} is not known"
+    name = str(data.get("name", ""))
+    vocab = data.get("vocab") or next((v for k, v in VOCAB.items() if name.startswith(k)), 0)
+    if not vocab:
+        return "the model's vocabulary is not known"
+    head = data.get("head_dim") or 0
+    return Transformer(
+        layers=int(data["layers"]),
+        hidden=int(data["hidden"]),
+        seq=int(data["seq"]),
+        vocab=int(vocab),
+        ffn=int(data.get("ffn") or 0),
+        gated=bool(data.get("swiglu")),
+        heads=int(data["heads"]),
+        kv_heads=int(data.get("kv_heads") or 0),
+        head_size=int(head) if head and head != data["hidden"] // data["heads"] else 0,
+        tied_embeddings=bool(data.get("tied")),
+        name=name,
+    )
+
+
+#: Settings of a run's ``settings`` mapping that ccsim's generator takes, with the
+#: values it reads.
+_SETTINGS = {
+    "recompute": "recompute",
+    "sequence_parallel": "sequence_parallel",
+    "tp_comm_overlap": "tp_comm_overlap",
+    "overlap_grad_reduce": "overlap_grad_reduce",
+    "overlap_param_gather": "overlap_param_gather",
+    "distributed_optimizer": "distributed_optimizer",
+}
+
+
+def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
+    settings = entry.get("settings") or {}
+    options: dict[str, Any] = {}
+    for key, name in _SETTINGS.items():
+        value = settings.get(key)
+        if isinstance(value, bool):
+            options[name] = value
+        elif key == "recompute" and isinstance(value, str):
+            word = value.split()[0].strip(",;()").lower()
+            if word in ("none", "selective", "full"):
+                options[name] = word
+    if settings.get("grad_reduce_in_fp32") is False:
+        options["grad_reduce"] = "bf16"
+    return options
+
+
+def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tuple[str, str]]]:
+    """The published runs ccsim can build (``TrainingRun``) and the others as (id, why
+    not)."""
+    entries = load_data(path, what="published training runs")
+    if not isinstance(entries, list):
+        raise CcsimError(f"{path}: a list of runs expected")
+    runs, skipped = [], []
+    for entry in entries:
+        rid = str(entry.get("id"))
+        gpu = str(entry.get("gpu", "")).split("-")[0]
+        why = ""
+        if entry.get("task", "pretrain") != "pretrain":
+            why = f"{entry.get('task')} (fine-tuning) runs are not validated"
+        elif gpu not in PRESETS:
+            why = f"no bundled preset is validated for {gpu} servers yet"
+        elif entry.get("precision") not in ("bf16", "fp8"):
+            why = f"precision {entry.get('precision')} is not modelled"
+        elif not entry.get("micro_batch"):
+            why = "the micro-batch is not known"
+        model = _model(entry)
+        if isinstance(model, str) and not why:
+            why = model
+        if why:
+            skipped.append((rid, why))
+            continue
+        assert isinstance(model, Transformer)
+        step, how = measured_step(entry, model)
+        runs.append(
+            TrainingRun(
+                id=rid,
+                source=str(entry.get("source", "")),
+                kind=str(entry.get("source_kind", "")),
+                gpu=gpu,
+                gpus=int(entry["gpus"]),
+                precision=str(entry["precision"]),
+                model=model,
+                tp=int(entry.get("tp") or 1),
+                pp=int(entry.get("pp") or 1),
+                cp=int(entry.get("cp") or 1),
+                vp=int(entry.get("vp") or 1),
+                micro_batch=int(entry["micro_batch"]),
+                global_batch=int(entry["global_batch"]),
+                options=_options(entry),
+                measured_step_s=step,
+                measured_how=how,
+                use="calibration"
+                if entry.get("source_kind") in CALIBRATION_SOURCES
+                else "held-out",
+                assumed=str(entry.get("assumed", "")),
+            )
+        )
+    return runs, skipped
+
+
+def generator_options(run: TrainingRun) -> dict[str, Any]:
+    """The ``megatron`` generator's arguments for ``run`` (Megatron-Core's defaults for
+    what its source leaves out). Layers that do not split into PP x VP chunks are split
+    as Megatron-Bridge's ``account_for_embedding_in_pipeline_split`` and
+    ``account_for_loss_in_pipeline_split`` do (the embedding and the loss count as a
+    layer each: the first and last stages hold one layer fewer), where that makes them
+    split; otherwise the interleaving is dropped (said in the result)."""
+    options: dict[str, Any] = dict(
+        model=run.model,
+        tp=run.tp,
+        pp=run.pp,
+        dp=run.dp,
+        cp=run.cp,
+        micro_batch=run.micro_batch,
+        global_batch=run.global_batch,
+        precision=run.precision,
+        virtual_stages=run.vp,
+        replicas=True,
+    )
+    options.update(run.options)
+    layers, chunks = run.model.layers, run.pp * run.vp
+    if layers % chunks:
+        if (layers + 2) % chunks == 0 and run.vp == 1 and run.pp > 1:
+            per = (layers + 2) // chunks
+            options.update(first_stage_layers=per - 1, last_stage_layers=per - 1)
+        elif layers % run.pp == 0:
+            options["virtual_stages"] = 1
+        elif (layers + 2) % run.pp == 0 and run.pp > 1:
+            per = (layers + 2) // run.pp
+            options.update(virtual_stages=1, first_stage_layers=per - 1, last_stage_layers=per - 1)
+    micro = run.global_batch // (run.micro_batch * run.dp)
+    if options["virtual_stages"] > 1 and micro % run.pp:
+        options["virtual_stages"] = 1
+    return options
+
+
+def simulate_run(run: TrainingRun) -> TrainingResult:
+    """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives."""
+    import time
+
+    from ..workload import run_workload
+    from ..workload.generators import megatron
+
+    start = time.perf_counter()
+    options = generator_options(run)
+    try:
+        step = megatron(**options)
+        nodes = math.ceil(run.gpus / 8)
+        _, result = run_workload(step, PRESETS[run.gpu], nodes=nodes)
+    except CcsimError as error:
+        return TrainingResult(run, skipped=str(error))
+    memory = step.memory
+    fits = None
+    if memory is not None:
+        from ..workload.devices import DEVICES
+
+        fits = memory.fits(DEVICES[run.gpu].memory_bytes)
+    return TrainingResult(
+        run,
+        step_s=float(result.step_s),
+        wall_s=time.perf_counter() - start,
+        memory_gb=memory.total / 1e9 if memory is not None else None,
+        fits=fits,
+    )
+
+
+def summary(results: Iterable[TrainingResult]) -> dict[str, dict[str, float]]:
+    """Median and largest |error| and the count, per use (calibration, held-out)."""
+    results = list(results)
+    out: dict[str, dict[str, float]] = {}
+    for use in ("calibration", "held-out"):
+        errors = [abs(r.error) for r in results if r.run.use == use and r.error is not None]
+        if errors:
+            out[use] = {
+                "runs": len(errors),
+                "median": statistics.median(errors),
+                "max": max(errors),
+            }
+    return out
