@@ -104,12 +104,27 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         default="table",
         help="table or json (default: %(default)s)",
     )
+    cmd.add_argument(
+        "--training",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="MATCH",
+        help="instead, simulate the bundled published training runs (Megatron-LM, "
+        "Megatron-Bridge, NeMo, DGX Cloud benchmarking, MLPerf, Llama 3; "
+        "simulator/data/training/published-runs.yaml) whose id contains MATCH (all "
+        "without it: hours), one line on stderr as each ends, then the step-time error "
+        "of each, calibration and held-out runs scored apart",
+    )
     add_max_flows_option(cmd)
     cmd.set_defaults(handler=_cmd_validate)
 
 
 def _cmd_validate(args: argparse.Namespace) -> None:
     check_outputs(args, "plot")
+    if args.training is not None:
+        _cmd_training(args)
+        return
     if args.fit:
         _cmd_fit(args)
         return
@@ -194,3 +209,45 @@ def _cmd_fit(args: argparse.Namespace) -> None:
         sys.stdout.write(fit_report(fits, holdout=holdout))
     if failed:
         raise CcsimError(f"{len(failed)} case(s) could not be fitted: {', '.join(failed)}")
+
+
+def _cmd_training(args: argparse.Namespace) -> None:
+    from ..validate.training import load_runs, simulate_run
+    from ..viz.tables import training_table
+
+    runs, skipped = load_runs()
+    chosen = [run for run in runs if args.training in run.id]
+    if not chosen:
+        raise CcsimError(
+            f"no published training run ccsim can build has {args.training!r} in its id; "
+            f"{len(runs)} can (ids like {runs[0].id}), {len(skipped)} cannot"
+        )
+    results = []
+    for k, run in enumerate(chosen, 1):
+        result = simulate_run(run)
+        results.append(result)
+        shown = f"{result.error:+.1%}" if result.error is not None else result.skipped
+        print(f"ccsim: [{k}/{len(chosen)}] {run.id}: {shown} ({result.wall_s:.1f} s)",
+              file=sys.stderr, flush=True)  # fmt: skip
+    if args.format == "json":
+        sys.stdout.write(
+            to_json(
+                [
+                    {
+                        "id": r.run.id,
+                        "use": r.run.use,
+                        "configuration": r.run.label,
+                        "measured_step_s": r.run.measured_step_s,
+                        "measured_how": r.run.measured_how,
+                        "step_s": r.step_s,
+                        "error": r.error,
+                        "memory_gb": r.memory_gb,
+                        "fits": r.fits,
+                        "skipped": r.skipped,
+                    }
+                    for r in results
+                ]
+            )
+        )
+    else:
+        sys.stdout.write(training_table(results))

@@ -322,6 +322,12 @@ def estimate(
             tokens, tp=c.tp, sequence_parallel=c.sequence_parallel, flash_attention=flash
         )
         kernels *= 1 if forward else (3 if c.recompute == "full" else 2)
+        if c.precision == "fp8":  # the generator's fp8 casts, the same bytes
+            casts = model.fp8_cast_bytes(tokens, tp=c.tp)
+            if not forward:
+                again = casts if c.recompute == "full" else 0.0
+                casts = model.fp8_cast_bytes(tokens, tp=c.tp, backward=True) + again
+            kernels += layers * casts
         # The GEMMs and the flash core, then the memory-bound kernels: separate kernels.
         return kernels_time(device, gemms, attention) + device.compute_time(0.0, kernels)
 

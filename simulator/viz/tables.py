@@ -468,3 +468,34 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
             f"{row['memory_gb']:>7.1f}"
         )
     return "\n".join(lines) + "\n"
+
+
+def training_table(results: Sequence[Any]) -> str:
+    """Published training runs against ccsim's step (``ccsim validate --training``):
+    per run its configuration, measured and simulated seconds per step, the error, the
+    memory per GPU and whether it fits, then the median and largest |error| of the
+    calibration runs and of the held-out ones apart."""
+    from ..validate.training import summary
+
+    w = max([20, *(len(r.run.id) for r in results)])
+    lines = [
+        f"{'run':<{w}} {'use':<11} {'configuration':<36} {'measured':>9} {'ccsim':>9} "
+        f"{'error':>7} {'memory':>7} {'fits':>4}",
+        f"{'':<{w}} {'':<11} {'':<36} {'(s)':>9} {'(s)':>9} {'':>7} {'(GB)':>7} {'':>4}",
+    ]
+    for r in results:
+        head = f"{r.run.id:<{w}} {r.run.use:<11} {r.run.label:<36} {r.run.measured_step_s:>9.3f}"
+        if r.step_s is None:
+            lines.append(f"{head} {'':>9} {'':>7} {'':>7} {'':>4}  {r.skipped}")
+            continue
+        memory = f"{r.memory_gb:>7.1f}" if r.memory_gb is not None else f"{'':>7}"
+        fits = {True: "yes", False: "NO", None: ""}[r.fits]
+        lines.append(f"{head} {r.step_s:>9.3f} {r.error:>+7.1%} {memory} {fits:>4}")
+    lines.append("")
+    for use, figures in summary(results).items():
+        lines.append(
+            f"{use}: {int(figures['runs'])} runs, median |error| {figures['median']:.1%}, "
+            f"largest {figures['max']:.1%}"
+            + ("  (these runs set a constant: in-sample)" if use == "calibration" else "")
+        )
+    return "\n".join(lines) + "\n"

@@ -741,6 +741,11 @@ def megatron(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
+    if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)
+        fp8_fwd = m.fp8_cast_bytes(tokens, tp=tp)
+        fwd_layer_bytes += fp8_fwd
+        bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
+        bwd_layer_bytes += fp8_fwd if recompute == "full" else 0.0
     activation = tokens * m.hidden * BF16
     tp_fwd_layer = 2 * activation
     tp_bwd_layer = (4 if recompute == "full" else 2) * activation

@@ -257,6 +257,34 @@ class Transformer:
         per_token += (6 if self.gated else 4) * f / tp
         return tokens * per_token
 
+    def fp8_cast_bytes(self, tokens: float, *, tp: int = 1, backward: bool = False) -> float:
+        """HBM bytes Transformer Engine's fp8 casts of one layer's pass move on one TP rank,
+        beyond the bf16 kernels' (:meth:`layer_elementwise_bytes`). An fp8 GEMM on Hopper
+        takes both operands K-major, so each cast writes a row-wise and a column-wise
+        (transposed) fp8 copy, 2 bytes an element, after reading the bf16 tensor (TE's
+        cast_transpose kernel: 4 bytes an element). Forward: the LayerNorms before QKV
+        and FC1 write fp8 themselves (LayerNormLinear, LayerNormMLP: no extra traffic);
+        the projection's input (a d / t per token) is cast (4 bytes) and the activation
+        before FC2 (f / t) writes its transpose too (1 byte). Backward: every GEMM's
+        output gradient is cast (4 bytes an element): QKV's (a + 2g) d / t, the
+        projection's and FC2's h (gathered over TP), FC1's f / t (2f / t gated).
+        The weights' casts are once per step (TE caches them over micro-batches), left
+        out.
+
+        >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
+        >>> m.fp8_cast_bytes(1), m.fp8_cast_bytes(1, backward=True)
+        (8192.0, 36864.0)
+        """
+        h, d = self.hidden, self.head_dim
+        f = self.ffn or 4 * h
+        if not backward:
+            per_token = 4 * self.attention_heads * d / tp + f / tp
+        else:
+            qkv = (self.attention_heads + 2 * self.query_groups) * d / tp
+            up = (2 if self.gated else 1) * f / tp
+            per_token = 4 * (qkv + 2 * h + up)
+        return float(tokens * per_token)
+
     def step_flops(
         self, sequences: float, *, recompute: bool = True, causal: bool = False
     ) -> float:

@@ -1,0 +1,86 @@
+"""Published training runs as data (simulator.validate.training): every bundled run is
+read or said why not, measurements become seconds per step as their sources count them,
+and configurations become the generator's arguments as Megatron-Bridge splits layers."""
+
+import pytest
+
+from simulator.cli import main
+from simulator.validate.training import (
+    CALIBRATION_SOURCES,
+    PUBLISHED,
+    generator_options,
+    load_runs,
+    measured_step,
+)
+from simulator.workload.model import Transformer
+
+RUNS, SKIPPED = load_runs()
+BY_ID = {run.id: run for run in RUNS}
+
+
+def test_every_bundled_run_is_read_or_said_why_not():
+    """The file holds 348 runs: each either builds or has a one-line reason; the runs
+    that set a constant are the Megatron-LM README's (nine H100 rows) and nothing else."""
+    import yaml
+
+    entries = yaml.safe_load(PUBLISHED.read_text())
+    assert len(RUNS) + len(SKIPPED) == len(entries)
+    assert all(why for _, why in SKIPPED)
+    calibration = [run for run in RUNS if run.use == "calibration"]
+    assert len(calibration) == 9
+    assert all(run.kind in CALIBRATION_SOURCES and run.gpu == "H100" for run in calibration)
+    assert all(run.gpus == run.tp * run.pp * run.cp * run.dp for run in RUNS)
+
+
+def test_a_throughput_in_tokens_becomes_seconds_per_step():
+    """Megatron-Bridge prints tokens/s per GPU: Llama 3 70B on 64 H100 in fp8, batch 256 of
+    8,192 tokens at 1,633 tokens/s/GPU, is 256 x 8192 / (1633 x 64) s a step."""
+    run = BY_ID["bridge-26.04-llama3-70b-h100-fp8-64"]
+    assert run.measured_step_s == pytest.approx(256 * 8192 / (1633 * 64), rel=1e-12)
+    assert run.measured_how == "from tokens/s per GPU"
+
+
+def test_model_tflops_become_seconds_per_step_with_megatron_lms_count():
+    """The Megatron-LM README counts a GPT step as 72 B s L h^2 (1 + s/6h + V/12Lh) (SC'21's
+    eq. 3 without the recomputed forward, full attention): the 1.7B row's 408.8 TFLOP/s
+    per GPU on 48 GPUs at batch 192 is that over 408.8e12 x 48 seconds."""
+    run = BY_ID["megatron-lm-readme-gpt-1.7b-h100-bf16-48"]
+    B, s, L, h, V = 192, 4096, 24, 2048, 131072
+    flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert run.measured_step_s == pytest.approx(flops / (408.8e12 * 48), rel=1e-12)
+    causal = {"global_batch": B, "gpus": 48, "flops": "causal",
+              "measured": {"model_tflops_per_gpu": 408.8}}  # fmt: skip
+    model = Transformer(layers=L, hidden=h, seq=s, vocab=V, heads=16)
+    step, how = measured_step(causal, model)
+    # Causal counting halves the attention scores' term: 4 s^2 h L B x 3 / 2 fewer.
+    assert step == pytest.approx((flops - 6 * B * s * s * h * L) / (408.8e12 * 48), rel=1e-12)
+    assert "causal" in how
+
+
+def test_layers_that_do_not_split_are_split_as_megatron_bridge_does():
+    """Llama 3.1 405B's 126 layers on PP 8 x VP 8 do not make 64 equal chunks; with the
+    embedding and the loss counted as a layer each (account_for_embedding/loss_in_
+    pipeline_split), 128 would: ccsim, whose uneven stages are not interleaved, runs 8
+    stages of 15/16 x 6/15 layers without interleaving."""
+    run = BY_ID["bridge-26.06-llama31-405b-h100-fp8-1024"]
+    options = generator_options(run)
+    assert (run.pp, run.vp) == (8, 8)
+    assert options["virtual_stages"] == 1
+    assert options["first_stage_layers"] == options["last_stage_layers"] == 15
+    even = generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
+    assert even["virtual_stages"] == 5 and "first_stage_layers" not in even
+
+
+def test_cli_runs_the_matching_runs_and_scores_them(capsys):
+    """``ccsim validate --training MATCH`` simulates the runs whose id contains MATCH,
+    says each on stderr as it ends, and prints the table with the held-out summary; a
+    MATCH that names no run is one line and exit 2."""
+    assert main(["validate", "--training", "dgxc-v25.01-llama3-8b-h100-bf16-8"]) == 0
+    out, err = capsys.readouterr()
+    assert "[1/1] dgxc-v25.01-llama3-8b-h100-bf16-8" in err
+    rows = [line for line in out.splitlines() if line.startswith("dgxc-")]
+    assert len(rows) == 1 and "held-out" in rows[0]
+    assert "held-out: 1 runs" in out
+    assert main(["validate", "--training", "no-such-run"]) == 2
+    _, err = capsys.readouterr()
+    assert "no published training run" in err and "Traceback" not in err
