@@ -33,7 +33,8 @@ from ..workload.model import Transformer
 PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "training" / "published-runs.yaml"
 
 #: Sources whose runs set a constant of the compute model (see
-#: :mod:`simulator.workload.devices`): their errors are in-sample, not predictions.
+#: :mod:`simulator.workload.devices`): their errors are in-sample, not predictions. A run
+#: of another source that set one says so itself (``use: calibration``).
 CALIBRATION_SOURCES = ("megatron-lm-readme",)
 
 #: The preset each GPU of the runs trains on (8 GPUs a server, one 400G NIC each).
@@ -237,13 +238,16 @@ def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tup
                 options=_options(entry),
                 measured_step_s=step,
                 measured_how=how,
-                use="calibration"
-                if entry.get("source_kind") in CALIBRATION_SOURCES
-                else "held-out",
+                use=str(entry.get("use") or _use(entry)),
                 assumed=str(entry.get("assumed", "")),
             )
         )
     return runs, skipped
+
+
+def _use(entry: Mapping[str, Any]) -> str:
+    """A run's use: calibration where its source set a constant, else held-out."""
+    return "calibration" if entry.get("source_kind") in CALIBRATION_SOURCES else "held-out"
 
 
 def generator_options(run: TrainingRun) -> dict[str, Any]:

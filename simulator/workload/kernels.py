@@ -159,8 +159,9 @@ def gemm_time(device: Device, gemm: Gemm) -> float:
     >>> round(gemm_time(a100, big) / (big.flops / (a100.peak_flops * a100.efficiency)), 6)
     1.001953
     """
-    peak = device.peak_flops
+    peak, efficiency = device.peak_flops, device.efficiency
     if gemm.bits == 8:
+        efficiency = device.fp8_efficiency or device.efficiency
         if not device.fp8_flops:
             raise CcsimError(
                 f"{device.name} has no fp8 tensor cores: run this workload in bf16 "
@@ -175,7 +176,7 @@ def gemm_time(device: Device, gemm: Gemm) -> float:
         cut = (min(tile[0], _round_up(gemm.m, MIN_TILE)), min(tile[1], _round_up(gemm.n, MIN_TILE)))
         per_wave = device.units * 2.0 * cut[0] * cut[1] * gemm.k
         compute = waves(gemm, tile, device.units) * per_wave
-        best = min(best, compute / (peak * device.efficiency))
+        best = min(best, compute / (peak * efficiency))
     memory = gemm.hbm_bytes / gemm.count / device.memory_bandwidth
     return gemm.count * max(best, memory)
 
