@@ -146,9 +146,7 @@ def test_fp8_gemms_run_at_the_fp8_peak_and_read_one_byte_operands():
 def test_fp8_megatron_step_runs_linear_gemms_in_fp8_only():
     small = Transformer(layers=4, hidden=1024, seq=512, vocab=0, heads=8, kv_heads=2)
     # Unfused attention, so that the attention core is GEMMs too (and stays bf16).
-    step = megatron(
-        small, tp=1, pp=1, dp=1, global_batch=2, precision="fp8", flash_attention=False
-    )
+    step = megatron(small, tp=1, pp=1, dp=1, global_batch=2, precision="fp8", flash_attention=False)
     gemms = [g for op in step.ops if op.gemms for g in op.gemms]
     eight = {(g.m, g.n, g.k) for g in gemms if g.bits == 8}
     linear = {(g.m, g.n, g.k) for g in small.linear_gemms(1)}

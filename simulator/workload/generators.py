@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CcsimError, unknown_choice
-from .kernels import Attention, Gemm
+from .kernels import Gemm
 from .memory import GRAD_REDUCE, chunk_layer_range, megatron_memory, pipeline_layers
 from .model import MODELS, Transformer
 from .trace import FORMAT, Replicas, Workload, parse_workload
@@ -84,26 +84,6 @@ def flash_core_kernels(
     return [*again, [*kernel, 1]]
 
 
-def flash_core_flops(
-    m: Transformer,
-    micro_batch: int,
-    *,
-    tp: int,
-    layers: int,
-    forward: bool,
-    recompute: str = "none",
-    cp: int = 1,
-) -> float:
-    """FLOPs of :func:`flash_core_kernels`: causal, so the kernel skips the masked half
-    of the score blocks (FlashAttention-2, Dao 2023, section 3.1), 2 s (a d / t) per
-    token forward; backward 2.5 times that, and the forward's again with recomputation.
-    """
-    kernels = flash_core_kernels(
-        m, micro_batch, tp=tp, layers=layers, forward=forward, recompute=recompute, cp=cp
-    )
-    return sum(Attention(*kernel).flops for kernel in kernels)
-
-
 def pass_work(
     m: Transformer,
     micro_batch: int,
@@ -127,7 +107,7 @@ def pass_work(
     recomputation runs the forward GEMMs again first, selective recomputation the
     attention core's. The flash-attention kernel (Dao et al. 2022) keeps the scores on
     chip, so its core is timed as FLOPs at the GEMM rate without the scores' HBM
-    traffic (:func:`flash_core_flops`); ``core=False`` leaves it out, for a caller that
+    traffic (:func:`flash_core_kernels`); ``core=False`` leaves it out, for a caller that
     runs it as its own op. ``logits`` adds the output layer's GEMM (forward) or its two
     gradients (backward), once per pass. With ``precision`` "fp8" the linear layers'
     GEMMs (forward and both gradients) run on fp8 operands at the device's fp8 peak, as
@@ -519,7 +499,7 @@ def megatron(
     split over ``cp`` ranks (ordered TP, CP, DP, PP fastest first, as Megatron's
     ``tp-cp-ep-dp-pp``), each holding b s / cp tokens (two opposite chunks, so causal
     work is balanced); every layer's keys and values go around the CP ring while the
-    attention blocks run (flash attention, :func:`flash_core_flops`): per pass the
+    attention blocks run (flash attention, :func:`flash_core_kernels`): per pass the
     layers' K/V exchange, an all-gather of 4 b s g d / t bytes per layer (a gather of
     every rank's K and V blocks), runs on a ``cp`` stream beside the attention core and
     the pass waits for both; backward exchanges K/V again (twice with full
