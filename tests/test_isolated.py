@@ -65,6 +65,7 @@ def test_a_ring_all_reduce_repeated_takes_the_closed_form_each_time():
         "joint": 0,
         "attempts": 1,
         "flow_by_flow": [],
+        "calls_flow_by_flow": 0,
         "no_take_over": [],
     }
     # Bytes conservation on the links: each all-reduce moves 2(p-1)/p n per link.
@@ -139,18 +140,47 @@ def conflicting(p2p_after: str):
 
 def test_a_call_that_was_not_alone_is_simulated_again_flow_by_flow():
     """A send that starts on the all-reduce's links while it runs makes the replay from
-    its isolated timing wrong: the replay notices, runs again with the group's calls
-    simulated flow by flow, and ends as the flow-by-flow replay does. The send slows the
-    all-reduce, so the shortcut would have been visibly wrong."""
+    its isolated timing wrong: the replay notices, runs again with that call simulated
+    flow by flow (the group's other call, alone, still replayed), and ends as the
+    flow-by-flow replay does. The send slows the all-reduce, so the shortcut would have
+    been visibly wrong."""
     graph = load_topology("dgx-a100", 1)
     fast, slow = both(conflicting("100us"), graph, algorithm="ring")
     assert_same_run(fast, slow)
     assert fast.isolated["attempts"] == 2
-    assert fast.isolated["flow_by_flow"] == ["g"]
+    assert fast.isolated["flow_by_flow"] == []
+    assert fast.isolated["calls_flow_by_flow"] == 1
+    assert fast.isolated["replayed"] == 0
     alone = WorkloadReplay(conflicting("100s"), graph, algorithm="ring").run()
     index = [op.id for op in slow.workload.ops].index("a0")
     assert slow.records.end_s[index] > alone.records.end_s[index] * 1.01
     assert alone.isolated["attempts"] == 1  # a send long after the call: no conflict
+
+
+def test_only_the_call_that_met_a_send_goes_flow_by_flow():
+    """Two all-reduces of one group in a row, a send meeting the first: the second,
+    alone, is still replayed from the timing (one call of the group flow by flow, not the
+    group), and the step is the flow-by-flow one."""
+    second = [
+        {"id": f"b{rank}", "rank": rank, "kind": "collective", "stream": "comm",
+         "op": "all_reduce", "group": "g", "bytes": 256 * MiB, "deps": [f"a{rank}"]}
+        for rank in range(8)
+    ]  # fmt: skip
+    sends = [
+        {"id": "w0", "rank": 0, "kind": "compute", "duration": "100us", "stream": "x"},
+        {"id": "w1", "rank": 1, "kind": "compute", "duration": "100us", "stream": "x"},
+        {"id": "s", "rank": 0, "kind": "send", "peer": 1, "bytes": 64 * MiB,
+         "stream": "x", "deps": ["w0"]},
+        {"id": "r", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64 * MiB,
+         "stream": "x", "deps": ["w1"]},
+    ]  # fmt: skip
+    workload = on_one_server(sends + second)
+    fast, slow = both(workload, load_topology("dgx-a100", 1), algorithm="ring")
+    assert_same_run(fast, slow)
+    assert fast.isolated["attempts"] == 2
+    assert fast.isolated["calls_flow_by_flow"] == 1
+    assert fast.isolated["replayed"] == 1
+    assert fast.isolated["flow_by_flow"] == []
 
 
 def test_a_call_meeting_a_send_in_flight_is_timed_with_it():

@@ -107,3 +107,70 @@ def test_the_megatron_generator_reports_its_memory_beside_the_step():
     assert "tiny holds 1.00 GB: DOES NOT FIT" in breakdown_table(
         result, memory=workload.memory, device=tiny
     )
+
+
+def test_no_dropout_stores_no_masks():
+    """The two dropout masks (after attention and after the MLP, s b h bytes each) are
+    Korthikanti et al.'s; a model trained with dropout 0 has 2 s b h fewer per layer,
+    replicated without sequence parallelism and split with it."""
+    plain = Transformer(**{**GPT3.__dict__, "dropout": False})
+    for tp, sp, masks in ((1, False, 2.0), (8, False, 2.0), (8, True, 2 / 8)):
+        with_masks = layer_activation_bytes(GPT3, micro_batch=1, tp=tp, sequence_parallel=sp)
+        without = layer_activation_bytes(plain, micro_batch=1, tp=tp, sequence_parallel=sp)
+        assert with_masks - without == pytest.approx(masks * SBH, rel=1e-12)
+
+
+@pytest.mark.parametrize(("flash", "saved"), [(True, 1 + 4), (False, 3 + 4)])
+def test_fp8_keeps_the_linear_inputs_as_fp8(flash, saved):
+    """Worked by hand for GPT-3 (f = 4h) at TP 1: in bf16 the QKV input, the first MLP
+    input and the output projection's input take 2 bytes each and the second MLP input
+    2f/h = 8; Transformer Engine keeps them as fp8 (half). With flash attention the
+    projection's input is also flash's bf16 output, kept anyway: its fp8 cast adds 1
+    instead of saving 1. Saved: 1 + 1 + 4 - 1 = 5 s b h, or 1 + 1 + 4 + 1 = 7 unfused."""
+    bf16 = layer_activation_bytes(GPT3, micro_batch=1, flash_attention=flash)
+    fp8 = layer_activation_bytes(GPT3, micro_batch=1, flash_attention=flash, precision="fp8")
+    assert bf16 - fp8 == pytest.approx(saved * SBH, rel=1e-12)
+
+
+def test_fsdp_holds_two_gathered_layers_and_one_layers_gradients():
+    """Megatron-FSDP gathers one layer at a time (and prefetches the next): sharded
+    states plus 2 layers' bf16 weights and one layer's gradients, not the whole model."""
+    dp = 64
+    m = megatron_memory(GPT3, tp=1, pp=1, dp=dp, micro_batch=1, micro_batches=1, fsdp=True,
+                        recompute="full", grad_reduce="bf16")  # fmt: skip
+    layers = GPT3.layers * GPT3.layer_params
+    embedding = GPT3.vocab * GPT3.hidden
+    assert m.weights == pytest.approx((layers / dp + embedding + 2 * GPT3.layer_params) * 2)
+    assert m.gradients == pytest.approx((layers / dp + embedding + GPT3.layer_params) * 2)
+
+
+def test_fp8_parameters_replace_the_bf16_weights():
+    """--fp8-param-gather: each linear weight is 1 byte plus its 1-byte fp8 transpose, in
+    place of 2 (bf16) + 2 (fp8 copy and transpose): 2 bytes less per linear parameter; the
+    parameters' DP all-gathers move 1 byte per layer parameter instead of 2."""
+    options = dict(tp=8, pp=8, dp=16, micro_batch=1, micro_batches=64, precision="fp8",
+                   distributed_optimizer=True)  # fmt: skip
+    plain = megatron_memory(GPT3, **options)
+    fp8 = megatron_memory(GPT3, **options, fp8_params=True)
+    linear = GPT3.layers / 8 * GPT3.layer_params / 8
+    assert plain.weights - fp8.weights == pytest.approx(2 * linear, rel=1e-12)
+    steps = [
+        megatron(
+            model="gpt3-175b",
+            tp=8,
+            pp=8,
+            dp=2,
+            global_batch=16,
+            precision="fp8",
+            fp8_param_gather=gather,
+        )
+        for gather in (False, True)
+    ]
+    gathered = [
+        sum(op.nbytes for op in step.ops if op.label == "DP parameters" and op.rank == 8)
+        for step in steps
+    ]
+    stage_layers = GPT3.layers / 8 * GPT3.layer_params / 8  # a middle stage's, rank 8
+    assert gathered[0] - gathered[1] == pytest.approx(stage_layers, rel=1e-12)
+    with pytest.raises(CcsimError, match="needs precision fp8"):
+        megatron(model="gpt3-175b", tp=8, pp=8, dp=2, global_batch=16, fp8_param_gather=True)

@@ -219,6 +219,13 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "--grad-reduce-in-bf16; a bf16 model) or fp16 (an --fp16 run) (default: fp32)",
     )
     gen.add_argument(
+        "--fp8-param-gather",
+        action="store_true",
+        default=None,
+        help="megatron, fp8: keep the layers' weights in fp8 and gather them over DP in "
+        "fp8 (Megatron's --fp8-param-gather; default: off)",
+    )
+    gen.add_argument(
         "--recompute",
         choices=("full", "selective", "none"),
         default=None,
@@ -464,6 +471,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "defaults": args.defaults,
         "precision": args.precision,
         "grad_reduce": args.grad_reduce,
+        "fp8_param_gather": args.fp8_param_gather,
         "cp": args.cp,
         "ep": args.ep,
         "fsdp": args.fsdp,

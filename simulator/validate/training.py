@@ -150,7 +150,13 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
     if not vocab:
         return "the model's vocabulary is not known"
     head = data.get("head_dim") or 0
+    # Dropout: Megatron-LM's own runs keep its default (0.1); the NeMo, Megatron-Bridge,
+    # MLPerf and Llama 3 recipes train with 0 (their model configs), unless the row says.
+    dropout = data.get("dropout")
+    if not isinstance(dropout, bool):
+        dropout = entry.get("source_kind") == "megatron-lm-readme"
     return Transformer(
+        dropout=dropout,
         layers=int(data["layers"]),
         hidden=int(data["hidden"]),
         seq=int(data["seq"]),
@@ -174,7 +180,24 @@ _SETTINGS = {
     "overlap_grad_reduce": "overlap_grad_reduce",
     "overlap_param_gather": "overlap_param_gather",
     "distributed_optimizer": "distributed_optimizer",
+    "fp8_params": "fp8_param_gather",
 }
+
+
+#: Sources whose recipes reduce gradients in bf16 where their rows do not say:
+#: Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py,
+#: set_basic_perf_overrides: mixed_precision.grad_reduce_in_fp32 = False and
+#: ddp.grad_reduce_in_fp32 = False) ...
+BF16_GRADIENTS = ("megatron-bridge-performance-summary",)
+#: ... and, for fp8 runs only, NeMo 2.0's (scripts/performance/llm/pretrain_*.py: with
+#: compute_dtype fp8, bf16_with_fp8_mixed() and grad_reduce_in_fp32 = False), which DGX
+#: Cloud's benchmarks and NeMo's performance tables run; their bf16 runs keep NeMo's
+#: bf16_mixed() default, fp32.
+BF16_GRADIENTS_FP8 = (
+    "nvidia-dgxc-benchmarking",
+    "nemo-performance-summary",
+    "nemo-long-sequence-performance",
+)
 
 
 def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,8 +211,17 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             word = value.split()[0].strip(",;()").lower()
             if word in ("none", "selective", "full"):
                 options[name] = word
-    if settings.get("grad_reduce_in_fp32") is False:
+    kind = entry.get("source_kind")
+    if settings.get("grad_reduce_in_fp32") is False or (
+        "grad_reduce_in_fp32" not in settings
+        and (
+            kind in BF16_GRADIENTS
+            or (kind in BF16_GRADIENTS_FP8 and entry.get("precision") == "fp8")
+        )
+    ):
         options["grad_reduce"] = "bf16"
+    if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
+        options["fsdp"] = True
     return options
 
 

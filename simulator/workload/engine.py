@@ -56,7 +56,7 @@ from ..network.faults import compute_scaler, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
-from .isolated import IsolatedCalls, TakeOver
+from .isolated import Call, IsolatedCalls, TakeOver
 from .kernels import kernels_time
 from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
 from .trace import Op, Workload, WorkloadError
@@ -113,6 +113,20 @@ class _Compute:
         self.last = now
         self.rate = rate
         self.generation = 0
+
+
+#: Attempts whose conflicts send single calls back to be simulated flow by flow; from
+#: then on, their whole groups (see :meth:`WorkloadReplay.run`).
+CALLS_THEN_GROUPS = 30
+
+
+def _as_group(key: object) -> object:
+    """A conflict's key widened from one call to its group (a take-over's likewise)."""
+    if isinstance(key, Call):
+        return key.group
+    if isinstance(key, TakeOver) and isinstance(key.group, Call):
+        return TakeOver(key.group.group)
+    return key
 
 
 def _starting_over(progress: Callable[[float], None] | None, why: str) -> None:
@@ -370,7 +384,13 @@ class WorkloadReplay:
             # Some calls timed alone shared links after all: this replay is not exact.
             # Run again with their groups simulated flow by flow (each attempt excludes
             # at least one more group, so this ends).
-            excluded = frozenset(self.isolated.excluded | self.isolated.conflicts)
+            excluded = self.isolated.excluded | self.isolated.conflicts
+            if self._attempt >= CALLS_THEN_GROUPS:
+                # Still conflicts: the calls of a group that met others are usually its
+                # neighbours in time too, met once the first were slowed; so that the
+                # attempts stay few, whole groups go flow by flow from now on.
+                excluded = {_as_group(key) for key in excluded}
+            excluded = frozenset(excluded)
             again = WorkloadReplay(self.workload, self.graph, **self._arguments, _excluded=excluded)
             again._attempt = self._attempt + 1
             _starting_over(progress, "calls that were not alone after all, run flow by flow")
@@ -394,11 +414,19 @@ class WorkloadReplay:
                 "joint": self.isolated.joint,
                 "attempts": self._attempt,
                 "flow_by_flow": sorted(
-                    str(key) for key in self.isolated.excluded if not isinstance(key, TakeOver)
+                    str(key)
+                    for key in self.isolated.excluded
+                    if not isinstance(key, (TakeOver, Call))
                 ),
+                # Single calls simulated flow by flow (their groups' others were not).
+                "calls_flow_by_flow": sum(isinstance(key, Call) for key in self.isolated.excluded),
                 # Groups whose calls may not take sends over (they conflicted doing so).
                 "no_take_over": sorted(
-                    str(key.group) for key in self.isolated.excluded if isinstance(key, TakeOver)
+                    {
+                        str(_as_group(key).group)
+                        for key in self.isolated.excluded
+                        if isinstance(key, TakeOver)
+                    }
                 ),
             },
             replicas=dict(self._replicas_report),
@@ -550,7 +578,7 @@ class WorkloadReplay:
             for i in positions.tolist():
                 self._finish(members[i])
 
-        self._start_call(first.group, schedule, proto, np.asarray(ranks), rank_done, period)
+        self._start_call(first.group, schedule, proto, np.asarray(ranks), rank_done, period, k)
 
     def _start_call(
         self,
@@ -560,6 +588,7 @@ class WorkloadReplay:
         ranks: np.ndarray,
         rank_done: Callable[[np.ndarray], None],
         period: int | None = None,
+        index: int | None = None,
     ) -> None:
         """Run a call's schedule on ``ranks`` (after the protocol's launch overhead):
         replayed from its isolated timing when it is alone, else flow by flow. With one
@@ -573,7 +602,7 @@ class WorkloadReplay:
 
         def start(_event: object = None) -> None:
             if self.isolated is not None and self.isolated.run(
-                group, schedule, proto, ranks, rank_done, period
+                group, schedule, proto, ranks, rank_done, period, index
             ):
                 return
             ScheduleReplay(

@@ -19,7 +19,13 @@ from typing import Any
 
 from ..errors import CcsimError, unknown_choice
 from .kernels import Gemm
-from .memory import GRAD_REDUCE, chunk_layer_range, megatron_memory, pipeline_layers
+from .memory import (
+    GRAD_REDUCE,
+    MemoryEstimate,
+    chunk_layer_range,
+    megatron_memory,
+    pipeline_layers,
+)
 from .model import MODELS, Transformer
 from .trace import FORMAT, Replicas, Workload, parse_workload
 
@@ -427,6 +433,65 @@ def megatron_options(
     return options
 
 
+def megatron_step_memory(
+    model: str | Transformer = "gpt3-175b",
+    *,
+    tp: int = 8,
+    pp: int = 8,
+    dp: int = 1,
+    micro_batch: int = 1,
+    global_batch: int | None = None,
+    virtual_stages: int = 1,
+    defaults: str = "megatron-core",
+    precision: str = "bf16",
+    cp: int = 1,
+    ep: int = 1,
+    fsdp: bool = False,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    grad_reduce: str = "fp32",
+    fp8_param_gather: bool = False,
+    **given: Any,
+) -> MemoryEstimate:
+    """The memory :func:`megatron` would report for these arguments, without building the
+    step (its options resolved alike; the others, which set only its timing, ignored)."""
+    if defaults not in MEGATRON_DEFAULTS:
+        raise unknown_choice("defaults", defaults, MEGATRON_DEFAULTS)
+    m = _model(model, "megatron", moe_ok=True)
+    names = ("recompute", "sequence_parallel", "distributed_optimizer", "flash_attention")
+    chosen = megatron_options(
+        defaults,
+        {
+            name: given.get(name)
+            for name in (*names, "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather")
+        },
+        tp=tp,
+        dp=dp,
+        cp=cp,
+        fsdp=fsdp,
+        moe=m.is_moe,
+    )
+    global_batch = global_batch or micro_batch * dp * 4 * pp
+    return megatron_memory(
+        m,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=micro_batch,
+        micro_batches=max(1, global_batch // (micro_batch * dp)),
+        virtual_stages=virtual_stages,
+        precision=precision,
+        cp=cp,
+        ep=ep,
+        fsdp=fsdp,
+        first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers,
+        grad_reduce=grad_reduce,
+        fp8_params=fp8_param_gather,
+        **{name: chosen[name] for name in names},
+    )
+
+
 def megatron(
     model: str | Transformer = "gpt3-175b",
     *,
@@ -452,6 +517,7 @@ def megatron(
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
+    fp8_param_gather: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -551,7 +617,9 @@ def megatron(
     accumulate_allreduce_grads_in_fp32 for bf16, the DDP config's grad_reduce_in_fp32);
     "bf16" is its ``--grad-reduce-in-bf16``; "fp16" an fp16 run's (``--fp16``, as its
     GPT-3 175B example and the SC'21 runs train), 2 bytes each. The updated parameters'
-    all-gathers (distributed optimizer, FSDP) move bf16 weights whatever it is.
+    all-gathers (distributed optimizer, FSDP) move bf16 weights whatever it is, unless
+    ``fp8_param_gather`` (Megatron's ``--fp8-param-gather``, an fp8 run's): the layers'
+    weights are then kept and gathered in fp8, one byte each.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -591,6 +659,9 @@ def megatron(
             f"not {grad_reduce!r}"
         )
     grad = GRAD_REDUCE[grad_reduce][0]  # bytes per parameter of a gradient reduction
+    if fp8_param_gather and precision != "fp8":
+        raise CcsimError("fp8_param_gather keeps weights in fp8: it needs precision fp8")
+    param_bytes = 1 if fp8_param_gather else BF16  # the layers' weights as gathered
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise CcsimError(f"cp (context-parallel ranks) must be a positive integer, not {cp!r}")
     if fsdp and (distributed_optimizer or overlap_grad_reduce):
@@ -818,6 +889,7 @@ def megatron(
             m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0
         )
         stage_params += stage_moe * moe_params if m.is_moe else 0.0
+        stage_layer_params = (split[stage] - stage_moe) * m.layer_params / tp
         stage_experts = stage_moe * expert_params
         chunk = split[stage] // v  # layers of each of the stage's model chunks
         order = _one_f_one_b(stage, pp, micro, v)
@@ -882,7 +954,8 @@ def megatron(
                                 [],
                                 op="all_gather",
                                 group=dp_groups[(stage, t)],
-                                bytes=params * BF16,
+                                bytes=params * BF16
+                                - layers * m.layer_params / tp * (BF16 - param_bytes),
                                 stream="dp",
                                 label="DP parameters",
                             )
@@ -1108,7 +1181,7 @@ def megatron(
                     [step],
                     op="all_gather",
                     group=dp_groups[(stage, t)],
-                    bytes=stage_params * BF16,
+                    bytes=stage_params * BF16 - stage_layer_params * (BF16 - param_bytes),
                     stream="dp",
                     label="DP parameters",
                 )
@@ -1149,6 +1222,7 @@ def megatron(
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
         grad_reduce=grad_reduce,
+        fp8_params=fp8_param_gather,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.

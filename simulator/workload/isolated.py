@@ -87,6 +87,17 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class Call:
+    """The key of one call (the ``index``-th call of the workload, on ``group``): a
+    conflict first sends only the calls that met another flow back to be simulated flow
+    by flow, not every call of their group (the replay escalates to the group after a
+    few attempts; see :class:`~simulator.workload.engine.WorkloadReplay`)."""
+
+    group: Hashable
+    index: int
+
+
+@dataclass(frozen=True)
 class TakeOver:
     """The key of a group's calls timed together with flows they took over: it holds
     their links apart from the group's calls timed alone, so that a conflict with one of
@@ -160,17 +171,21 @@ class IsolatedCalls:
         ranks: np.ndarray,
         rank_done: Callable[[np.ndarray], None],
         period: int | None = None,
+        index: int | None = None,
     ) -> bool:
         """Replay ``schedule`` on ``ranks`` from its isolated timing, starting now, if its
-        group may and its links are free; False if the caller must simulate its flows.
-        ``rank_done(positions)`` is called as ranks (positions in ``ranks``) finish;
-        ``period``: the schedule is a spanning group's quotient (see
-        :class:`~simulator.collective.replay.ScheduleReplay`)."""
+        group and call may and its links are free; False if the caller must simulate its
+        flows. ``rank_done(positions)`` is called as ranks (positions in ``ranks``)
+        finish; ``period``: the schedule is a spanning group's quotient (see
+        :class:`~simulator.collective.replay.ScheduleReplay`); ``index``: the call's
+        number in the workload (conflicts are then noted per call, :class:`Call`)."""
+        call = group if index is None else Call(group, index)
         if (
             not self.enabled
             or schedule.n_ops < MIN_OPS
             or group in self.excluded
-            or group in self.conflicts
+            or call in self.excluded
+            or call in self.conflicts
         ):
             return False
         plan = self._plan(schedule, protocol, ranks, period)
@@ -183,13 +198,13 @@ class IsolatedCalls:
             self._on_conflict(holders)
             return False
         adopted = None
-        holder = group
+        holder = call
         if busy:
             # Flows in flight on its links: if they are a few point-to-point sends that
             # share links with nothing else, the call is timed together with them (what
             # they have left) and takes them over; else it runs flow by flow.
-            holder = TakeOver(group)
-            if holder in self.excluded or holder in self.conflicts:
+            holder = TakeOver(call)
+            if TakeOver(group) in self.excluded or holder in self.excluded:
                 return False
             adopted = self._adoptable(plan.footprint)
             if adopted is None:

@@ -39,8 +39,9 @@ stage with the largest total, which need not be the first once a middle stage ho
 layers.
 
 FSDP (``fsdp``): the layers' weights, fp32 gradients and optimizer state are sharded
-over the DP x CP ranks; each rank also holds two chunks' gathered bf16 weights (running
-and prefetched) and one chunk's unsharded gradients; the embedding stays replicated.
+over the DP x CP ranks; each rank also holds two units' gathered bf16 weights (running
+and prefetched; a unit is a layer, or a model chunk with virtual stages) and one unit's
+unsharded gradients; the embedding stays replicated.
 
 Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
 of the tokens; its attention runs flash-style, without stored scores) and shards the
@@ -49,7 +50,13 @@ distributed optimizer over the DP x CP ranks.
 fp8 (Transformer Engine's recipe): the bf16 weights, fp32 gradients and optimizer state
 stay; the linear layers' weights are also kept as fp8 copies and their transposes for
 the step (TE casts them at the first micro-batch and reuses them, ``is_first_microbatch``),
-2 more bytes per linear parameter. Activations are counted in bf16.
+2 more bytes per linear parameter. The inputs of the linear layers are kept as their fp8
+casts (1 byte per element) for the weight gradients, except that flash attention keeps its
+bf16 output too (see :func:`layer_activation_bytes`).
+
+Dropout (``Transformer.dropout``): Korthikanti et al.'s count includes the masks of the
+two dropouts after attention and after the MLP (s b h bytes each); models trained with
+dropout 0 (Llama-style) store none (PyTorch returns the input unchanged for p = 0).
 
 Not counted: temporary buffers (communication buckets, workspace), the allocator's
 fragmentation and the CUDA context, which real runs keep a few GB for.
@@ -106,6 +113,7 @@ def layer_activation_bytes(
     sequence_parallel: bool = False,
     recompute: str = "none",
     flash_attention: bool = False,
+    precision: str = "bf16",
 ) -> float:
     """Activation bytes one layer keeps for its backward pass, per micro-batch (see the
     module docstring).
@@ -126,12 +134,23 @@ def layer_activation_bytes(
     f = model.ffn or 4 * model.hidden
     kv = model.query_groups / model.attention_heads
     split = 4 + 4 * kv + (6 if model.gated else 4) * f / h  # 24 for GPT's 4h MLP
+    # The two dropout masks (after attention, after the MLP): none with dropout 0.
+    rest = 10 if model.dropout else 8
+    if precision == "fp8":
+        # Transformer Engine keeps the fp8 cast of each GEMM input for the weight
+        # gradient, not the bf16 tensor: the QKV and first MLP inputs (counted in
+        # ``rest``), the second MLP input (2f/h) and the output projection's input take
+        # half. With flash attention that input is also flash's output, which flash
+        # keeps in bf16 for its own backward: the fp8 cast then comes on top.
+        saved = 3 + f / h - (2 if flash_attention else 0)
+        rest -= 2
+        split -= saved - 2
     # Flash attention never stores the scores (it recomputes them in the backward).
     stored = recompute != "selective" and not flash_attention
     scores = 5 * model.attention_heads * s / h if stored else 0.0
     if sequence_parallel or recompute == "selective":
-        return sbh * (10 + split + scores) / t
-    return sbh * (10 + split / t + scores / t)
+        return sbh * (rest + split + scores) / t
+    return sbh * (rest + split / t + scores / t)
 
 
 def _positive_layers(value: object, name: str) -> int:
@@ -263,6 +282,7 @@ def megatron_memory(
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
+    fp8_params: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -272,7 +292,10 @@ def megatron_memory(
     ``last_stage_layers`` (uneven stages, :func:`pipeline_layers`) every stage is worked
     out (stage s keeps min(p - s, micro-batches) in flight, interleaved 2(p - s - 1) +
     (v - 1)p + 1 chunk passes) and the one with the largest total is returned.
-    ``grad_reduce`` is the gradients' dtype (:data:`GRAD_REDUCE`).
+    ``grad_reduce`` is the gradients' dtype (:data:`GRAD_REDUCE`); ``fp8_params``
+    (Megatron's ``--fp8-param-gather``): the linear layers' weights are kept in fp8 only,
+    with their fp8 transposes, 2 bytes per parameter in place of bf16's 2 and the fp8
+    copies' 2.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -301,6 +324,7 @@ def megatron_memory(
             sequence_parallel=sequence_parallel,
             recompute=recompute,
             flash_attention=flash_attention,
+            precision=precision,
         )
 
     dense_layer = activation(model)
@@ -333,6 +357,10 @@ def megatron_memory(
             activations = passes * layers / v * per_layer + in_flight * dropout
         linear = (dense * model.layer_params + moe * shared) / tp + expert_params
         fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
+        if fp8_params:
+            # The fp8 weight (1 byte) and its fp8 transpose (1) replace the bf16 weight
+            # counted in ``weights`` and the copies.
+            fp8_copies = (1 + 1 - WEIGHT_BYTES) * linear
         # Context parallelism: each rank keeps the activations of its s / cp tokens.
         activations /= cp
         if fsdp:
@@ -342,10 +370,17 @@ def megatron_memory(
             replicas = dp * cp
             sharded = dense * model.layer_params / tp
             embedding = vocab / tp
-            gathered = 2 * sharded / v
+            # The unit gathered is a model chunk with virtual stages, else one layer
+            # (Megatron-FSDP's unit modules are the transformer layers).
+            unit = sharded / v if v > 1 else model.layer_params / tp
+            gathered = 2 * unit
+            if precision == "fp8":
+                # Weights gathered afresh each micro-batch: fp8 casts of the gathered
+                # units only (Megatron-Bridge turns keep_fp8_transpose_cache off).
+                fp8_copies = FP8_COPY_BYTES * gathered
             return MemoryEstimate(
                 weights=(sharded / replicas + embedding + gathered) * WEIGHT_BYTES + fp8_copies,
-                gradients=(sharded / replicas + embedding + sharded / v) * gradient_bytes,
+                gradients=(sharded / replicas + embedding + unit) * gradient_bytes,
                 optimizer=(sharded / replicas + embedding) * optimizer_bytes,
                 activations=activations,
             )

@@ -40,7 +40,9 @@ class Transformer:
     ``ffn``) per MoE layer, ``top_k`` run per token, ``shared_experts`` run for every
     token, ``capacity_factor`` (0: dropless); the first ``dense_layers`` layers are dense
     and then every ``moe_frequency``-th layer is an MoE layer. ``tied_embeddings``
-    shares the input embedding with the output layer. ``name`` and ``source`` say which
+    shares the input embedding with the output layer. ``dropout``: the model trains with
+    hidden and attention dropout (Megatron-LM's default, 0.1; Llama-style recipes set
+    both to 0, and a dropout of 0 stores no mask). ``name`` and ``source`` say which
     model it is and where its figures come from.
     """
 
@@ -61,6 +63,7 @@ class Transformer:
     dense_layers: int = 0
     moe_frequency: int = 1
     tied_embeddings: bool = False
+    dropout: bool = True
     name: str = ""
     source: str = ""
 
