@@ -44,7 +44,12 @@ def test_compare_rows_match_closed_forms_and_pick_the_winner():
     fastest at both sizes; busbw = n/T x 2(p-1)/p / 1e9."""
     p = 4
     rows = compare(
-        mesh(p), "all_reduce", [1024, 64 * 2**20], ["ring", "direct", "halving-doubling"], chunks=1
+        mesh(p),
+        "all_reduce",
+        [1024, 64 * 2**20],
+        ["ring", "direct", "halving-doubling"],
+        chunks=1,
+        ideal=True,
     )
     assert len(rows) == 6
     for row in rows:
@@ -60,7 +65,7 @@ def test_compare_rows_match_closed_forms_and_pick_the_winner():
         assert row["chunks"] == 1
     table = compare_table(rows, title="t")
     lines = [line for line in table.splitlines() if not line.startswith("#")]
-    assert len(lines) == 2 and all(line.endswith("direct (chunks 1)") for line in lines)
+    assert len(lines) == 2 and all(line.endswith("direct (1 ch, chunks 1)") for line in lines)
     assert "halving-doubling" in table.splitlines()[2]
 
 
@@ -108,16 +113,21 @@ def test_compare_on_dgx_a100_shows_the_crossover(tmp_path):
 def test_compare_csv_has_the_documented_keys(capsys):
     """One row per (size, algorithm): 2 sizes x 2 algorithms = 4 rows plus a header.
     Direct all-gather on the dgx-a100 NVSwitch takes a + (p-1)/p n/B: each GPU's 7
-    sends share its 300 GB/s port."""
+    sends share its 300 GB/s port (NCCL has no direct all-gather: the ideal model, said
+    so in its row); the ring runs as NCCL forced to it, with its protocol."""
     args = "compare all_gather --algos ring,direct --sizes 1M,8M --chunks 1 --format csv"
     assert main(args.split()) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
-        "op,algorithm,ranks,size_bytes,chunks,channels,time_us,algbw_GBps,busbw_GBps,winner"
+        "op,algorithm,ranks,size_bytes,model,protocol,chunks,channels,time_us,algbw_GBps,"
+        "busbw_GBps,winner"
     )
     assert len(lines) == 5
     direct = next(line.split(",") for line in lines if ",direct,8,8388608," in line)
-    assert float(direct[6]) == pytest.approx((NV_A + 7 / 8 * 2**23 / NV_B) * 1e6, rel=1e-9)
+    assert direct[4:6] == ["ideal", "-"]
+    assert float(direct[8]) == pytest.approx((NV_A + 7 / 8 * 2**23 / NV_B) * 1e6, rel=1e-9)
+    ring = next(line.split(",") for line in lines if ",ring,8,8388608," in line)
+    assert ring[4] == "NCCL_ALGO=Ring" and ring[5] in ("LL", "LL128", "Simple")
 
 
 @pytest.mark.parametrize(
@@ -312,20 +322,44 @@ def test_channels_must_be_positive_or_auto():
 @pytest.mark.parametrize(
     "op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"]
 )
-def test_compare_default_runs_every_algorithm_that_can(op, capsys):
-    """Without --algos, compare takes every algorithm that can run OP here: on one
-    dgx-a100, none that lacks OP, and not nvls (no reducing NVSwitch there), multipath
-    (its NICs reach no switch on one server), nvls-tree, collnet-direct or collnet-chain
-    (they join servers: one server has none to join, and no SHARP switch)."""
-    assert main(["compare", op, "--sizes", "1M", "--chunks", "1", "--format", "json"]) == 0
-    names = {row["algorithm"] for row in json.loads(capsys.readouterr().out)}
+def test_compare_ideal_runs_every_algorithm_that_can(op, capsys):
+    """With --ideal and no --algos, compare takes the library's choice and every
+    algorithm that can run OP here: on one dgx-a100, none that lacks OP, and not nvls (no
+    reducing NVSwitch there), multipath (its NICs reach no switch on one server),
+    nvls-tree, collnet-direct or collnet-chain (they join servers: one server has none
+    to join, and no SHARP switch)."""
+    argv = ["compare", op, "--sizes", "1M", "--chunks", "1", "--format", "json", "--ideal"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
     expected = {
         name
         for name in algorithm_names()
         if op in get_algorithm(name).ops
         and name not in ("nvls", "multipath", "nvls-tree", "collnet-direct", "collnet-chain")
     }
-    assert names == expected
+    assert {row["algorithm"] for row in rows} == expected | {"nccl"}
+    assert {row["model"] for row in rows if row["algorithm"] != "nccl"} == {"ideal"}
+
+
+def test_compare_by_default_runs_what_nccl_would():
+    """The issue's case: all-reduce on 4 DGX H100. By default the columns are NCCL's
+    choice and NCCL forced to each algorithm it has there (Tree, Ring, NVLSTree; no
+    single-server NVLS). The ring runs on NCCL's 16 channels at 1 GiB, near the 381 GB/s
+    busbw NCCL measures (issue 33), not the one-channel ideal ring's 50 GB/s; at 1 GiB
+    NCCL picks the ring itself, so both columns agree there."""
+    from simulator.topology import load_topology
+
+    graph = load_topology("dgx-h100", 4)
+    from simulator.collective.compare import library_algorithms
+
+    names = library_algorithms(graph, "all_reduce", 1024)
+    assert names == ["nccl", "chain-tree", "ring", "nvls-tree"]
+    rows = {row["algorithm"]: row for row in compare(graph, "all_reduce", [2**30], names)}
+    assert rows["ring"]["model"] == "NCCL_ALGO=Ring" and rows["ring"]["channels"] == 16
+    assert rows["ring"]["busbw_GBps"] == pytest.approx(381, rel=0.1)
+    assert rows["ring"]["time_us"] == rows["nccl"]["time_us"]
+    ideal = compare(graph, "all_reduce", [2**30], ["ring"], chunks=1, ideal=True)[0]
+    assert ideal["channels"] == 1 and ideal["busbw_GBps"] < rows["ring"]["busbw_GBps"] / 4
 
 
 def test_auto_keeps_the_fastest_chunk_count_however_small_the_gain(capsys):
@@ -350,8 +384,9 @@ def test_auto_keeps_the_fastest_chunk_count_however_small_the_gain(capsys):
 def test_compare_runs_an_algorithm_listed_twice_once(capsys):
     """--algos ring,ring is one ring column with its winner, not two that hide it."""
     assert main(["compare", "all_reduce", "--algos", "ring,ring", "--sizes", "1M"]) == 0
-    size, _busbw, *winner = capsys.readouterr().out.splitlines()[-1].split()
-    assert size == str(2**20) and winner[:2] == ["ring", "(chunks"]  # one column, a winner
+    table = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    size, _busbw, *winner = table[-1].split()
+    assert size == str(2**20) and winner[0] == "ring"  # one column, a winner
     rows = compare(mesh(4), "all_gather", [4e6], ["ring", "direct", "ring"], chunks=1)
     assert [row["algorithm"] for row in rows] == ["ring", "direct"]
     assert sum(row["winner"] for row in rows) == 1

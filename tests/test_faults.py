@@ -417,7 +417,7 @@ def test_compare_with_a_fault_reports_what_each_algorithm_keeps(capsys):
     and keeps everything; the hierarchical all-reduce runs one inter-server ring per rail
     and is held to the slow one."""
     argv = ["compare", "all_reduce", "--topology", "dgx-h100", "--nodes", "2"]
-    argv += ["--sizes", "64M", "--algos", "ring,hierarchical", "--chunks", "1"]
+    argv += ["--sizes", "64M", "--algos", "ring,hierarchical", "--chunks", "1", "--ideal"]
     assert main([*argv, "--fault", "rail=2:0.5", "--format", "json"]) == 0
     import json
 

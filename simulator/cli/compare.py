@@ -6,7 +6,8 @@ import argparse
 
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..collective import COLLECTIVE_OPS, POLICIES, AutoTuner, compare, library_policy, rank_layout
-from ..collective.compare import COMPARE_KEYS
+from ..collective.compare import COMPARE_KEYS, FORCED, library_algorithms
+from ..collective.policy import NcclPolicy
 from ..collective.tuner import CHUNK_CANDIDATES
 from ..errors import CcsimError
 from ..topology import load_topology
@@ -33,7 +34,11 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         help="compare collective algorithms over a range of message sizes",
         description="Simulate several algorithms for one collective on one topology and "
         "print bus bandwidth (GB/s = 1e9 bytes/s) per algorithm and size, and the fastest "
-        "per size. Each algorithm runs with its best chunk count unless --chunks is given.",
+        "per size. By default: the topology's library's own choice (nccl, hccl) and each "
+        "algorithm NCCL can be forced to, run as NCCL runs it when forced (NCCL_ALGO: its "
+        "protocol, channels and chunking). Algorithms NCCL does not have, and all with "
+        "--ideal, run on the ideal model (line rate, --channels, best chunk count unless "
+        "--chunks is given); each row says which model it is.",
     )
     cmd.add_argument(
         "op", choices=COLLECTIVE_OPS, metavar="OP", help=f"operation: {', '.join(COLLECTIVE_OPS)}"
@@ -53,7 +58,14 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         metavar="NAMES",
         help=f"comma-separated algorithms among {', '.join(algorithm_names())}, or "
         f"{' / '.join(POLICIES)} for that library's own choice per size "
-        "(default: every algorithm that can run OP on this topology)",
+        "(default: the library's choice and each algorithm NCCL can be forced to; with "
+        "--ideal, every algorithm that can run OP on this topology)",
+    )
+    cmd.add_argument(
+        "--ideal",
+        action="store_true",
+        help="run every algorithm on the ideal model (line rate, no protocol, --channels, "
+        "best chunk count): an upper bound, not what NCCL would do",
     )
     cmd.add_argument(
         "--sizes",
@@ -73,7 +85,12 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
         "fastest kept (default: auto)",
     )
     cmd.add_argument(
-        "--channels", type=positive_int, default=1, metavar="C", help="channels (default: 1)"
+        "--channels",
+        type=positive_int,
+        default=1,
+        metavar="C",
+        help="channels of the algorithms run on the ideal model (default: 1; the library's "
+        "runs use the library's)",
     )
     cmd.add_argument(
         "--root",
@@ -134,25 +151,34 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     graph = with_faults(healthy, args)
     layout = rank_layout(graph)
     if not given:
-        algorithms = runnable(graph, args.op, min(sizes))
+        algorithms = library_algorithms(graph, args.op, min(sizes))
+        if args.ideal:
+            algorithms += [n for n in runnable(graph, args.op, min(sizes)) if n not in algorithms]
     for name in (name for name in algorithms if name not in POLICIES):  # fail early
         reason = get_algorithm(name).unsupported(args.op, layout)
         if reason is not None:
             build_schedule(name, args.op, layout, 1.0)  # raises the standard message
-    rows = compare(
-        graph,
-        args.op,
-        sizes,
-        algorithms,
-        chunks=args.chunks,
-        channels=args.channels,
-        reduce_bandwidth=reduce_bw,
-        root=args.root,
-        protocol=args.proto,
-    )
+    from ..viz.progress import progress_bar
+
+    with progress_bar(len(sizes) * len(algorithms), desc="ccsim compare", unit="run") as bar:
+        rows = compare(
+            graph,
+            args.op,
+            sizes,
+            algorithms,
+            chunks=args.chunks,
+            channels=args.channels,
+            reduce_bandwidth=reduce_bw,
+            root=args.root,
+            protocol=args.proto,
+            ideal=args.ideal,
+            progress=lambda: bar.update(1),
+        )
+    models = "ideal model" if args.ideal else "as the library runs each"
     title = (
         f"ccsim compare {args.op} | topology {args.topology} x{args.nodes} | "
-        f"{layout.ranks} ranks | chunks {args.chunks} | channels {args.channels} | busbw"
+        f"{layout.ranks} ranks | {models} | ideal runs: chunks {args.chunks}, channels "
+        f"{args.channels} | busbw"
         + (f" | faults {' '.join(args.fault)}" if args.fault else "")
     )
     keys = COMPARE_KEYS
@@ -168,6 +194,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
             reduce_bandwidth=reduce_bw,
             root=args.root,
             protocol=args.proto,
+            ideal=args.ideal,
         )
         _add_healthy(rows, baseline)
     if args.format == "json":
@@ -189,10 +216,17 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         last = [row for row in rows if row["size_bytes"] == rows[-1]["size_bytes"]]
         winner = next((row for row in last if row.get("winner")), last[0])
         tuner = AutoTuner(channels=args.channels, reduce_bandwidth=reduce_bw, protocol=args.proto)
-        if winner["algorithm"] in POLICIES:
-            policy = library_policy(
-                winner["algorithm"], graph, protocol=args.proto, reduce_bandwidth=reduce_bw
-            )
+        if winner["algorithm"] in POLICIES or winner["model"].startswith("NCCL_ALGO"):
+            if winner["algorithm"] in POLICIES:
+                policy = library_policy(
+                    winner["algorithm"], graph, protocol=args.proto, reduce_bandwidth=reduce_bw
+                )
+            else:
+                policy = NcclPolicy(
+                    protocol=args.proto,
+                    reduce_bandwidth=reduce_bw,
+                    algorithms=(FORCED[winner["algorithm"]],),
+                )
             result = policy.simulate(graph, args.op, float(winner["size_bytes"]), root=args.root)
         else:
             result = tuner.run(

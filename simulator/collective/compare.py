@@ -3,6 +3,14 @@
 :func:`compare` simulates a list of algorithms over a list of sizes on one topology
 (loaded once) and returns rows (plain data) for a table, JSON, CSV or a plot
 (:func:`simulator.viz.tables.compare_table`, :func:`simulator.viz.plots.save_compare_plot`).
+
+Each algorithm runs as the topology's library would run it: on NVIDIA GPUs an algorithm
+NCCL has (ring, chain-tree, nvls, nvls-tree) runs as NCCL runs it when forced to it
+(``NCCL_ALGO=Ring`` and so on: NCCL's protocol, channels and chunking for that call),
+beside ``nccl``, NCCL's own choice. Algorithms the library does not have, and every
+algorithm with ``ideal=True``, run on the ideal model (line rate, no protocol, the
+channels given, the best chunk count): an upper bound, labelled so in each row's
+``model``.
 """
 
 from __future__ import annotations
@@ -14,9 +22,14 @@ import networkx as nx
 
 from ..algorithms import get_algorithm
 from ..errors import CcsimError
-from .policy import POLICIES, library_policy
+from ..library.nccl import ALGORITHMS, SCHEDULES, nccl_choice
+from .policy import POLICIES, NcclPolicy, library_of, library_policy
 from .run import rank_layout
 from .tuner import AutoTuner
+
+#: The NCCL algorithm each ccsim schedule runs when NCCL is forced to it (NCCL_ALGO);
+#: PAT, which ccsim runs as a ring, is reached through ``nccl`` only.
+FORCED = {schedule: name for name, schedule in SCHEDULES.items() if name != "PAT"}
 
 #: Keys of a compare row (``--format json`` / ``csv``).
 COMPARE_KEYS = (
@@ -24,6 +37,8 @@ COMPARE_KEYS = (
     "algorithm",
     "ranks",
     "size_bytes",
+    "model",
+    "protocol",
     "chunks",
     "channels",
     "time_us",
@@ -44,14 +59,18 @@ def compare(
     reduce_bandwidth: float | None = None,
     root: int = 0,
     protocol: str | None = None,
+    ideal: bool = False,
+    progress: Any = None,
 ) -> list[dict[str, Any]]:
     """Simulate each algorithm at each size; one row per (size, algorithm).
 
     Rows have the keys :data:`COMPARE_KEYS`; ``winner`` marks the fastest algorithm at
     each size (ties go to the first listed); a name listed twice runs once, in its first
-    place. With ``chunks="auto"`` each algorithm runs with its best chunk count at that
-    size. A policy name (``nccl``, ``hccl``) runs that library's own choice per size,
-    with its chunks and channels.
+    place. A policy name (``nccl``, ``hccl``) runs that library's own choice per size,
+    with its chunks and channels; an algorithm NCCL has runs as NCCL forced to it would
+    (:data:`FORCED`; model ``NCCL_ALGO=...``), unless ``ideal``. The others run on the
+    ideal model (model ``ideal``) with ``channels`` and, with ``chunks="auto"``, their
+    best chunk count at that size. ``progress``, if given, is called once per row.
 
     Examples
     --------
@@ -76,6 +95,15 @@ def compare(
     for name in algorithms:
         if name not in policies:
             get_algorithm(name)
+    forced: dict[str, NcclPolicy] = {}
+    if not ideal and library_of(graph) == "nccl":
+        forced = {
+            name: NcclPolicy(
+                protocol=protocol, reduce_bandwidth=reduce_bandwidth, algorithms=(FORCED[name],)
+            )
+            for name in algorithms
+            if name in FORCED
+        }
     tuner = AutoTuner(channels=channels, reduce_bandwidth=reduce_bandwidth, protocol=protocol)
     layout = rank_layout(graph)
     rows = []
@@ -83,9 +111,13 @@ def compare(
         group = []
         for name in algorithms:
             c = channels
-            if name in policies:
-                result = policies[name].simulate(graph, op, float(size), root=root)
+            policy = policies.get(name) or forced.get(name)
+            if policy is not None and name in forced and not nccl_runs(policy, graph, op, size):
+                policy = None  # NCCL cannot run it here: the ideal model, said so
+            if policy is not None:
+                result = policy.simulate(graph, op, float(size), root=root)
                 k, c = result.params["chunks"], result.params["channels"]
+                model = "library choice" if name in policies else f"NCCL_ALGO={FORCED[name]}"
             elif chunks == "auto":
                 result, k = tuner.best_chunks(
                     graph, op, float(size), name, layout=layout, root=root
@@ -93,9 +125,52 @@ def compare(
             else:
                 k = int(chunks)
                 result = tuner.run(graph, op, float(size), name, k, layout=layout, root=root)
+            if policy is None:
+                model = "ideal"
             row = {**result.row(), "algorithm": name}
-            group.append({**row, "chunks": k, "channels": c, "winner": False})
+            proto = result.params.get("protocol") if policy is not None else protocol
+            group.append(
+                {
+                    **row,
+                    "model": model,
+                    "protocol": proto or "-",
+                    "chunks": k,
+                    "channels": c,
+                    "winner": False,
+                }
+            )
+            if progress is not None:
+                progress()
         fastest = min(range(len(group)), key=lambda i: group[i]["time_us"])
         group[fastest]["winner"] = True
         rows.extend(group)
     return rows
+
+
+def nccl_runs(policy: NcclPolicy, graph: nx.Graph, op: str, size: float) -> bool:
+    """Whether NCCL, restricted as ``policy`` is, has an algorithm for this call."""
+    if op == "all_to_all":
+        return False  # not through NCCL's tuner: no algorithm to force
+    try:
+        nccl_choice(
+            policy.system(graph),
+            op,
+            float(size),
+            algorithms=policy.algorithms,
+            protocols=policy.protocols,
+        )
+    except CcsimError:
+        return False
+    return True
+
+
+def library_algorithms(graph: nx.Graph, op: str, size: float) -> list[str]:
+    """The default line-up: the topology's library's own choice, then (NCCL) each
+    algorithm NCCL can be forced to for ``op`` here, in NCCL's order."""
+    library = library_of(graph)
+    names = [library]
+    if library == "nccl":
+        for schedule, algorithm in sorted(FORCED.items(), key=lambda i: ALGORITHMS.index(i[1])):
+            if nccl_runs(NcclPolicy(algorithms=(algorithm,)), graph, op, size):
+                names.append(schedule)
+    return names

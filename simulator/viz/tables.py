@@ -216,8 +216,18 @@ def compare_table(rows: Sequence[dict[str, Any]], *, title: str = "") -> str:
             row = cell.get((size, name))
             line += f"{row['busbw_GBps']:>{width}.2f}" if row else f"{'-':>{width}}"
             if row and row["winner"]:
-                winner = f"{name} (chunks {row['chunks']})"
+                how = [f"{row['protocol']}"] if row.get("protocol", "-") != "-" else []
+                how += [f"{row['channels']} ch", f"chunks {row['chunks']}"]
+                winner = f"{name} ({', '.join(how)})"
         lines.append(f"{line}  {winner}")
+    # What each column is: the library's choice, the library forced to an algorithm, or
+    # the ideal model (an upper bound), so that columns are not misread as alike.
+    models = {}
+    for row in rows:
+        models.setdefault(row["algorithm"], set()).add(row.get("model", "ideal"))
+    if any(model != {"ideal"} for model in models.values()):
+        said = [f"{name}: {', '.join(sorted(model))}" for name, model in models.items()]
+        lines.append("# models: " + "; ".join(said))
     return "\n".join(lines) + "\n"
 
 
