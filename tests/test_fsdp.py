@@ -70,14 +70,15 @@ def test_prefetch_hides_all_but_the_first_gather_and_the_last_scatter():
 
 def test_fsdp_memory_by_hand():
     """TP 1, PP 1, DP 4: per rank 1/4 of the layers' weights (2 bytes), gradients (4) and
-    optimizer state (12), the whole embedding, plus two gathered copies of the layers'
-    weights (running and prefetched: one chunk is all 8 layers here) and their unsharded
-    gradients."""
+    optimizer state (12), the whole embedding, plus two gathered layers' weights (running
+    and prefetched: Megatron-FSDP's units are the transformer layers) and one layer's
+    unsharded gradients; with virtual stages the unit is a model chunk."""
     got = megatron_memory(SMALL, tp=1, pp=1, dp=4, micro_batch=1, micro_batches=1, fsdp=True)
-    layers = 8 * 12 * 1024**2
+    layer = 12 * 1024**2
+    layers = 8 * layer
     embedding = 32000 * 1024
-    assert got.weights == pytest.approx((layers / 4 + embedding + 2 * layers) * 2)
-    assert got.gradients == pytest.approx((layers / 4 + embedding + layers) * 4)
+    assert got.weights == pytest.approx((layers / 4 + embedding + 2 * layer) * 2)
+    assert got.gradients == pytest.approx((layers / 4 + embedding + layer) * 4)
     assert got.optimizer == pytest.approx((layers / 4 + embedding) * 12)
     with pytest.raises(CcsimError, match="drop distributed_optimizer"):
         megatron(SMALL, tp=1, pp=1, dp=2, global_batch=2, fsdp=True, distributed_optimizer=True)

@@ -82,11 +82,11 @@ def test_one_replica_stands_for_all(dp):
 
 def test_replicas_smaller_than_a_server_go_together():
     # TP 4 on 8-GPU servers: a replica is half a server, two replicas fill one; NCCL's
-    # DP ring (two GPUs per server) alternates its direction from server to server, so
-    # it repeats every two servers: four replicas stand for the next four.
+    # DP ring (two GPUs per server, every server alike) repeats every server, but not
+    # every half server: two replicas stand for the next two.
     full, _one, run_full, run_one = _both("dgx-a100", 8, tp=4, pp=2, dp=8, global_batch=8)
-    assert run_one.replicas == {"count": 8, "simulated": 4}
-    assert len(run_one.workload.ops) * 2 == len(full.ops)
+    assert run_one.replicas == {"count": 8, "simulated": 2}
+    assert len(run_one.workload.ops) * 4 == len(full.ops)
     _assert_same(full, run_one.workload, run_full, run_one)
 
 
@@ -137,15 +137,14 @@ def test_a_slower_nic_in_one_replica_falls_back_to_every_replica():
     assert breakdown(run_one).step_s == breakdown(run_full).step_s
 
 
-def test_a_ring_that_repeats_every_two_replicas_takes_them_two_by_two():
-    # DP x CP groups of 8 over 4 servers, two GPUs each: NCCL's ring alternates its
-    # direction from server to server, so moving one replica on is not a symmetry of it
-    # (found before the run), moving two is.
+def test_a_ring_over_whole_servers_takes_replicas_one_by_one():
+    # DP x CP groups of 8 over 4 servers, two GPUs each (a replica's CP pair fills a
+    # server's half): NCCL's ring repeats every server, and one replica moves whole
+    # servers' worth of the ring on, so one stands for the others.
     full, _one, run_full, run_one = _both(
         "dgx-h100", 8, tp=4, pp=2, dp=4, cp=2, global_batch=8, distributed_optimizer=True
     )
-    assert run_one.replicas == {"count": 4, "simulated": 2}
-    assert run_one.isolated["attempts"] == 2
+    assert run_one.replicas == {"count": 4, "simulated": 1}
     _assert_same(full, run_one.workload, run_full, run_one)
 
 

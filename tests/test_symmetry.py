@@ -42,8 +42,9 @@ CASES = [
     # (graph, algorithm, op, options, protocol, expected period)
     ("ring16", "ring", "all_reduce", {"chunks": 4}, None, 1),
     ("ring16", "ring", "all_gather", {"chunks": 2}, None, 1),
-    ("h100x4", "ring", "all_reduce", {"chunks": 2, "channels": 4}, "Simple", 16),
-    ("h100x4", "ring", "reduce_scatter", {"chunks": 2, "channels": 2}, "LL", 16),
+    # Rings repeat every server (NCCL's: every server alike, PXN hops between them).
+    ("h100x4", "ring", "all_reduce", {"chunks": 2, "channels": 4}, "Simple", 8),
+    ("h100x4", "ring", "reduce_scatter", {"chunks": 2, "channels": 2}, "LL", 8),
     ("h100x4", "hierarchical", "all_reduce", {"chunks": 2, "channels": 2}, "LL128", 8),
     ("h100x4", "hierarchical", "all_gather", {"chunks": 2}, None, 8),
     ("h100x4", "hierarchical", "reduce_scatter", {"chunks": 1}, "Simple", 8),
@@ -107,14 +108,15 @@ def test_direct_ring_quotient_is_the_full_schedules_quotient():
 
 
 def test_direct_quotient_refused_where_the_rings_do_not_repeat():
-    # Three servers: the hop closing each ring changes rail, so shifting by one server
-    # does not map the rings onto themselves; broadcast is a chain, not a ring.
+    # Every server alike (NCCL's rings, PXN between servers): three servers repeat every
+    # server, but not every half server; broadcast is a chain, not a ring.
     layout = rank_layout(load_topology("dgx-h100", 3))
-    assert build_quotient("ring", "all_reduce", layout, 1e6, 8, channels=4) is None
+    assert build_quotient("ring", "all_reduce", layout, 1e6, 8, channels=4) is not None
+    assert build_quotient("ring", "all_reduce", layout, 1e6, 4, channels=4) is None
     assert build_quotient("ring", "broadcast", RankLayout(8), 1e6, 1) is None
-    assert (
-        schedule_quotient(build_schedule("ring", "all_reduce", layout, 1e6, channels=4), 8) is None
-    )
+    full = build_schedule("ring", "all_reduce", layout, 1e6, channels=4)
+    assert schedule_quotient(full, 8) is not None
+    assert schedule_quotient(full, 4) is None
 
 
 def test_large_ring_runs_from_the_direct_quotient():
@@ -141,7 +143,7 @@ def test_large_ring_runs_from_the_direct_quotient():
 
 @pytest.mark.parametrize(
     "how",
-    ["slow link", "reduce bandwidth", "ecmp", "odd servers"],
+    ["slow link", "reduce bandwidth", "ecmp"],
 )
 def test_broken_symmetry_falls_back_with_the_same_result(how):
     """Where one part differs the quotient is refused (detected on the routes, the
@@ -153,10 +155,8 @@ def test_broken_symmetry_falls_back_with_the_same_result(how):
     elif how == "reduce bandwidth":
         graph = load_topology("dgx-h100", 4)
         graph.nodes["s1/gpu5"]["reduce_bandwidth"] = 100e9
-    elif how == "ecmp":
-        graph = load_topology("dgx-h100", 4, fabric="leaf-spine")
     else:
-        graph = load_topology("dgx-h100", 3)
+        graph = load_topology("dgx-h100", 4, fabric="leaf-spine")
     schedule = build_schedule("ring", "all_reduce", rank_layout(graph), 64e6, **options)
     full, fast = both(graph, schedule, "Simple")
     assert_same(full, fast)

@@ -9,10 +9,11 @@ bandwidth B: all-reduce 2(p-1)(a + n/(pB)), the others (p-1)(a + n/(pB)).
 Options
     ``channels`` C: independent rings, each carrying n/C bytes. When every server holds
     the same number g of consecutive ranks, channel c visits the first server's GPUs
-    from local GPU c mod g upwards, the next server's in the opposite direction, and so
-    on: each server-to-server hop joins GPUs of the same local index (one rail), and
-    different channels leave a server through different GPUs (and so different NICs),
-    as NCCL's rings do.
+    from local GPU c mod g upwards, and every server alike, as NCCL's rings do. The hop
+    from a server's last GPU to the next server's first is sent as NCCL's PXN sends it
+    (``PATH_PXN``): over NVLink to the GPU of the receiver's local index, then through
+    its NIC, so that it stays on one rail; different channels leave a server through
+    different GPUs (and so different NICs).
     ``chunks`` K: each step's block is cut into K chunks sent one after another on the
     channel; chunk k of step s may leave once it has arrived (chunk k of step s-1 at the
     previous position) and the channel has finished sending the chunk before it. Larger
@@ -24,7 +25,12 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Algorithm, RankLayout, check_positive_int
-from .schedule import Schedule
+from .schedule import PATH_DEFAULT, PATH_PXN, Schedule
+
+
+def g_of(layout: RankLayout) -> int:
+    """Ranks per server (1 when servers are not given or uneven)."""
+    return layout.ranks_per_server() or 1
 
 
 def ring_orders(layout: RankLayout, channels: int) -> list[np.ndarray]:
@@ -37,12 +43,10 @@ def ring_orders(layout: RankLayout, channels: int) -> list[np.ndarray]:
             orders.append(np.arange(p))
             continue
         local = (np.arange(g) + c) % g
-        # Alternate the direction inside successive servers so that every hop between
-        # servers joins the same local GPU index: on rail-optimized fabrics it then stays
-        # on one rail (one leaf) instead of crossing the spines, as NCCL's rings do.
-        # With an odd number of servers only the hop closing the ring changes rail.
-        rows = [local if server % 2 == 0 else local[::-1] for server in range(p // g)]
-        orders.append((np.arange(p // g)[:, None] * g + np.array(rows)).ravel())
+        # Every server alike, as NCCL's rings are (one intra-server pattern per channel,
+        # servers in order): the hop to the next server leaves through the NIC of the
+        # GPU the ring entered by, on the receiver's rail (PXN; the schedule marks it).
+        orders.append((np.arange(p // g)[:, None] * g + local[None, :]).ravel())
     return orders
 
 
@@ -146,10 +150,15 @@ class Ring(Algorithm):
                 "dep_count",
             )
         }
+        servers = None if layout.servers is None else np.asarray(layout.servers)
+        paths = []
         for c, order in enumerate(ring_orders(layout, C)):
             base = c * per_channel
             parts["src"].append(order[i])
             parts["dst"].append(order[(i + 1) % p])
+            if servers is not None and g_of(layout) > 1:
+                between = servers[order[i]] != servers[order[(i + 1) % p]]
+                paths.append(np.where(between, PATH_PXN, PATH_DEFAULT).astype(np.int8))
             parts["segment"].append((c * p + order[position]) * K + k)
             parts["reduce"].append(reducing)
             parts["channel"].append(np.full(len(s), c))
@@ -178,5 +187,6 @@ class Ring(Algorithm):
             channel=np.concatenate(parts["channel"]),
             step=np.concatenate(parts["step"]),
             chunk=np.concatenate(parts["chunk"]),
+            path=np.concatenate(paths) if paths else None,
             params={"chunks": K, "channels": C},
         )

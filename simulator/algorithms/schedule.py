@@ -58,6 +58,10 @@ PATH_UP, PATH_DOWN = 2, 3
 #: CollNet): ``PATH_SHARP_UP`` loads the route from the sender's GPU out through its NIC
 #: to the switch, ``PATH_SHARP_DOWN`` the route from the switch to the receiver's GPU.
 PATH_SHARP_UP, PATH_SHARP_DOWN = 4, 5
+#: A transfer between servers sent as NCCL's PXN sends it: over NVLink to the sender's
+#: peer GPU on the receiver's rail, then through that peer's NIC (see
+#: :meth:`~simulator.network.routing.Router.pxn_route_ids`).
+PATH_PXN = 6
 #: Every route kind that goes into or out of a reducing switch (self ops allowed).
 SWITCH_PATHS = (PATH_UP, PATH_DOWN, PATH_SHARP_UP, PATH_SHARP_DOWN)
 
@@ -181,12 +185,13 @@ class Schedule:
                 f"schedule op {same[0]} sends from rank {self.src[same[0]]} to itself "
                 "(only ops into or out of a switch, paths 2 to 5, may)"
             )
-        bad = np.flatnonzero((self.path < PATH_DEFAULT) | (self.path > PATH_SHARP_DOWN))
+        bad = np.flatnonzero((self.path < PATH_DEFAULT) | (self.path > PATH_PXN))
         if len(bad):
             raise ScheduleError(
                 f"schedule op {bad[0]} has path {self.path[bad[0]]}; paths are 0 (shortest), "
                 "1 (through the NICs), 2 and 3 (into and out of the NVSwitch), 4 and 5 (into "
-                "and out of the fabric's SHARP switch)"
+                "and out of the fabric's SHARP switch), 6 (between servers through the NIC on "
+                "the receiver's rail, NCCL's PXN)"
             )
         bad = np.flatnonzero(~(self.nbytes >= 0))
         if len(bad):

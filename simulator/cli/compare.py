@@ -178,8 +178,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     title = (
         f"ccsim compare {args.op} | topology {args.topology} x{args.nodes} | "
         f"{layout.ranks} ranks | {models} | ideal runs: chunks {args.chunks}, channels "
-        f"{args.channels} | busbw"
-        + (f" | faults {' '.join(args.fault)}" if args.fault else "")
+        f"{args.channels} | busbw" + (f" | faults {' '.join(args.fault)}" if args.fault else "")
     )
     keys = COMPARE_KEYS
     if graph is not healthy:  # which algorithm degrades least: each against itself healthy

@@ -21,6 +21,7 @@ from ..algorithms.schedule import (
     PATH_DEFAULT,
     PATH_DOWN,
     PATH_NETWORK,
+    PATH_PXN,
     PATH_SHARP_DOWN,
     PATH_SHARP_UP,
     PATH_UP,
@@ -442,11 +443,13 @@ def route_pairs(
     plain = path == PATH_DEFAULT
     if plain.any():
         routes[plain] = router.route_ids(src[plain], dst[plain], channel[plain])
-    for code in (PATH_NETWORK, PATH_UP, PATH_DOWN, PATH_SHARP_UP, PATH_SHARP_DOWN):
+    for code in (PATH_NETWORK, PATH_UP, PATH_DOWN, PATH_SHARP_UP, PATH_SHARP_DOWN, PATH_PXN):
         these = path == code
         if not these.any():
             continue
-        if code == PATH_NETWORK:
+        if code == PATH_PXN:
+            routes[these] = router.pxn_route_ids(src[these], dst[these], channel[these])
+        elif code == PATH_NETWORK:
             routes[these] = router.network_route_ids(src[these], dst[these])
         elif code == PATH_UP:
             routes[these] = router.switch_route_ids(src[these], down=False)

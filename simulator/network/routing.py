@@ -189,6 +189,8 @@ class Router:
         self._groups: list[_Multipath] = []
         self._network_routes: dict[tuple[int, int], int] = {}
         self._switch_routes: dict[tuple, int] = {}
+        self._pxn_routes: dict[tuple[int, int, int], int] = {}
+        self._local: dict[int, tuple[object, int]] | None = None
         self._sharp_switches: dict[int, object] = {}
         self._sharp_paths: dict[int, list] = {}
         self._network_view: nx.Graph | None = None
@@ -447,6 +449,57 @@ class Router:
                 route = self._network_routes[(s, d)] = self._add_route(path)
             out[n] = route
         return out
+
+    def pxn_route_ids(
+        self, src: np.ndarray, dst: np.ndarray, labels: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Routes of transfers between servers as NCCL's PXN sends them: first over the
+        server's GPU interconnect to the sender's peer GPU of the same local index as
+        the receiver, then from that peer through its NIC and the fabric to the receiver
+        (NCCL moves data over NVLink to the GPU whose NIC is on the destination's rail,
+        NCCL_PXN_DISABLE=0, its default since 2.12). Where the sender is that peer, its
+        server has no such GPU, or the first leg is not NVLink, the shortest route.
+        ``labels`` pick among equal-cost paths as :meth:`route_ids`'s do."""
+        src, dst = np.asarray(src), np.asarray(dst)
+        labels = np.zeros(len(src), dtype=np.int64) if labels is None else np.asarray(labels)
+        if self._local is None:
+            by_server: dict[object, list[int]] = {}
+            for rank, node in enumerate(self.nodes):
+                by_server.setdefault(self._server.get(node), []).append(rank)
+            self._local = {
+                rank: (server, position)
+                for server, ranks in by_server.items()
+                for position, rank in enumerate(ranks)
+            }
+            self._by_server = by_server
+        out = np.empty(len(src), dtype=np.int64)
+        for n, (s, d, label) in enumerate(
+            zip(src.tolist(), dst.tolist(), labels.tolist(), strict=True)
+        ):
+            key = (s, d, label)
+            route = self._pxn_routes.get(key)
+            if route is None:
+                route = self._pxn_route(s, d, label)
+                self._pxn_routes[key] = route
+            out[n] = route
+        return out
+
+    def _pxn_route(self, s: int, d: int, label: int) -> int:
+        one = np.array([s]), np.array([d]), np.array([label])
+        direct = int(self.route_ids(*one)[0])
+        server, _ = self._local[s]
+        other, position = self._local[d]
+        peers = self._by_server[server]
+        if server == other or position >= len(peers) or peers[position] == s:
+            return direct
+        via = peers[position]
+        first = int(self.route_ids(np.array([s]), np.array([via]), np.array([label]))[0])
+        kinds = {self.links.kind[i] for i in self._route_links[first].tolist()}
+        if kinds != {"nvlink"}:
+            return direct
+        second = int(self.route_ids(np.array([via]), np.array([d]), np.array([label]))[0])
+        links = np.concatenate([self._route_links[first], self._route_links[second]])
+        return self.route_over(tuple(links.tolist()))
 
     def switch_route_ids(self, ranks: np.ndarray, *, down: bool) -> np.ndarray:
         """Routes between each rank's GPU and the NVSwitch that reduces and multicasts
