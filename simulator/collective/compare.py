@@ -74,13 +74,14 @@ def compare(
 
     Examples
     --------
-    All-gather of 4 MB on a ring of 4 GPUs (100 GB/s, 1 us per link): the ring takes
-    3 x (1 us + 10 us); direct sends each 1 MB block straight to its destination, the
-    2-hop ones clockwise, so every link carries 3 blocks: 30 us + 2 us.
+    All-gather of 4 MB on a ring of 4 GPUs (100 GB/s, 1 us per link), on the ideal
+    model: the ring takes 3 x (1 us + 10 us); direct sends each 1 MB block straight to
+    its destination, the 2-hop ones clockwise, so every link carries 3 blocks: 30 us +
+    2 us.
 
     >>> from simulator.topology import ring_graph
     >>> graph = ring_graph(4, 100e9, 1e-6)
-    >>> rows = compare(graph, "all_gather", [4e6], ["ring", "direct"], chunks=1)
+    >>> rows = compare(graph, "all_gather", [4e6], ["ring", "direct"], chunks=1, ideal=True)
     >>> [(row["algorithm"], round(row["time_us"], 6), row["winner"]) for row in rows]
     [('ring', 33.0, False), ('direct', 32.0, True)]
     """

@@ -251,6 +251,8 @@ def run_schedule(
         "sent_s": times[1],
         "end_s": times[2],
     }
+    if schedule.path.any():  # routes other than the shortest (PXN, NVLS, the NICs)
+        flows["path"] = schedule.path
     if direct is not None:
         if direct.orbit * schedule.n_ops <= EXPAND_FLOWS:
             flows = expand_flows(direct, flows)

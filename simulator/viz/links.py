@@ -104,7 +104,13 @@ def link_load(graph: nx.Graph, flows: dict[str, Any], *, max_work: int = MAX_WOR
     empty = LinkLoad(table, np.zeros(0, dtype=np.int64), [], [], np.zeros(0, dtype=np.int64))
     if len(src) == 0:
         return empty
-    routes = router.route_ids(src, dst, channel).astype(np.int64)
+    path = flows.get("path")
+    if path is None:
+        routes = router.route_ids(src, dst, channel).astype(np.int64)
+    else:  # the routes the schedule asked for (PXN, NVLS, through the NICs)
+        from ..collective.replay import route_pairs
+
+        routes = route_pairs(router, src, dst, channel, np.asarray(path)).astype(np.int64)
     ptr, route_links, _ = router.arrays()
     length = ptr[routes + 1] - ptr[routes]
     # Flows that never occupied a link (no route, no bytes, never started) carry nothing.

@@ -329,6 +329,8 @@ def megatron_memory(
 
     dense_layer = activation(model)
     embedding_dropout = model.seq * micro_batch * model.hidden / (tp if sequence_parallel else 1)
+    if not model.dropout:
+        embedding_dropout = 0.0  # dropout 0: no mask
 
     def stage_memory(stage: int) -> MemoryEstimate:
         # The stage's layers (chunks s, s + p, ... when interleaved), MoE ones apart.
