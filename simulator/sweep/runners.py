@@ -261,8 +261,10 @@ class DaskRunner:
     ):
         try:
             import distributed
-        except ImportError:  # pragma: no cover - a dependency of ccsim
-            raise SweepError("running on Dask needs the 'distributed' package") from None
+        except ImportError:
+            raise SweepError(
+                "running on Dask needs the 'distributed' package: pip install 'ccsim[dask]'"
+            ) from None
         self._distributed = distributed
         self._own = client is None
         if client is None:
