@@ -68,8 +68,11 @@ def test_json_has_exactly_the_documented_keys(capsys):
     assert main(["collective", "reduce_scatter", "--sizes", "1M,64M", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [sorted(row) for row in rows] == [
-        sorted(["op", "algorithm", "ranks", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps"])
-    ] * 2
+        sorted(
+            ["op", "algorithm", "ranks", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps",
+             "library_algorithm", "protocol", "channels", "chunks"]
+        )
+    ] * 2  # fmt: skip
     assert rows[1]["size_bytes"] == 64 * 2**20 and rows[1]["ranks"] == 8
 
 
@@ -100,7 +103,10 @@ def test_same_command_twice_is_byte_identical(tmp_path):
 def test_csv_output(capsys):
     assert main(["collective", "all_reduce", "--sizes", "1M", "--format", "csv"]) == 0
     header, row = capsys.readouterr().out.strip().splitlines()
-    assert header == "op,algorithm,ranks,size_bytes,time_us,algbw_GBps,busbw_GBps"
+    assert header == (
+        "op,algorithm,ranks,size_bytes,time_us,algbw_GBps,busbw_GBps,library_algorithm,protocol,"
+        "channels,chunks"
+    )
     assert row.startswith("all_reduce,ring,8,1048576,")
 
 

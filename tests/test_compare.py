@@ -411,3 +411,19 @@ def test_auto_protocol_skips_only_protocols_that_cannot_win():
         assert mine.time_s == every.time_s
         assert mine.params["protocol"] == every.params["protocol"]
         assert tuner.simulations + tuner.pruned == 3
+
+
+def test_collective_rows_say_how_each_size_ran(capsys):
+    """--format csv carries what the table prints below it: NCCL's algorithm, protocol,
+    channels and chunks, the same as the policy's own choice for that size."""
+    from simulator.collective.policy import NcclPolicy
+    from simulator.topology import load_topology
+
+    argv = ["collective", "all_reduce", "--topology", "dgx-h100", "--nodes", "2"]
+    assert main([*argv, "--sizes", "1M,1G", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(",library_algorithm,protocol,channels,chunks")
+    graph = load_topology("dgx-h100", 2)
+    for line, size in zip(lines[1:], (2**20, 2**30), strict=True):
+        choice = NcclPolicy().choose(graph, "all_reduce", size)
+        assert line.split(",")[-4:-1] == [choice.algorithm, choice.protocol, str(choice.channels)]

@@ -22,7 +22,7 @@ from ..errors import CcsimError, unknown_choice
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.progress import simulated_time
-from ..viz.tables import COLLECTIVE_KEYS, FORMATS, collective_table, to_csv, to_json
+from ..viz.tables import FORMATS, RUN_KEYS, collective_table, to_csv, to_json
 from ..workload.chakra import write_chakra_schedule
 from .args import (
     add_max_flows_option,
@@ -313,7 +313,18 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
                     channels=args.channels,
                     **options,
                 )
-        rows.append(result.row())
+        params = result.params
+        rows.append(
+            {
+                **result.row(),
+                "library_algorithm": params.get("nccl_algorithm")
+                or params.get("hccl_algorithm")
+                or "-",
+                "protocol": params.get("protocol") or "-",
+                "channels": params.get("channels", 1),
+                "chunks": params.get("chunks", 1),
+            }
+        )
     title = (
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
         f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks or args.algo} | "
@@ -323,7 +334,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
     if args.format == "json":
         text = to_json(rows)
     elif args.format == "csv":
-        text = to_csv(rows, COLLECTIVE_KEYS)
+        text = to_csv(rows, RUN_KEYS)
     else:
         text = collective_table(rows, title=title, root=args.root)
         if chosen:

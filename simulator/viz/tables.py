@@ -75,6 +75,10 @@ FORMATS = ("table", "json", "csv")
 
 #: Keys of a collective row, in ``--format json`` and ``csv``.
 COLLECTIVE_KEYS = ("op", "algorithm", "ranks", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps")
+#: ``ccsim collective --format csv``: those, then how each size ran: the library's own
+#: algorithm (NCCL's name; "-" when no library chose), the protocol, channels and chunks
+#: (what the table prints below it).
+RUN_KEYS = (*COLLECTIVE_KEYS, "library_algorithm", "protocol", "channels", "chunks")
 
 _REDOP = {
     "all_reduce": "sum",
