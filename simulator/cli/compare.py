@@ -160,19 +160,18 @@ def _cmd_compare(args: argparse.Namespace) -> None:
             build_schedule(name, args.op, layout, 1.0)  # raises the standard message
     from ..viz.progress import progress_bar
 
+    # The same settings for the run and, under faults, its healthy baseline.
+    settings = dict(
+        chunks=args.chunks,
+        channels=args.channels,
+        reduce_bandwidth=reduce_bw,
+        root=args.root,
+        protocol=args.proto,
+        ideal=args.ideal,
+    )
     with progress_bar(len(sizes) * len(algorithms), desc="ccsim compare", unit="run") as bar:
         rows = compare(
-            graph,
-            args.op,
-            sizes,
-            algorithms,
-            chunks=args.chunks,
-            channels=args.channels,
-            reduce_bandwidth=reduce_bw,
-            root=args.root,
-            protocol=args.proto,
-            ideal=args.ideal,
-            progress=lambda: bar.update(1),
+            graph, args.op, sizes, algorithms, progress=lambda: bar.update(1), **settings
         )
     models = "ideal model" if args.ideal else "as the library runs each"
     title = (
@@ -183,18 +182,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     keys = COMPARE_KEYS
     if graph is not healthy:  # which algorithm degrades least: each against itself healthy
         keys = (*COMPARE_KEYS, "healthy_busbw_GBps", "busbw_kept")
-        baseline = compare(
-            healthy,
-            args.op,
-            sizes,
-            list(dict.fromkeys(row["algorithm"] for row in rows)),
-            chunks=args.chunks,
-            channels=args.channels,
-            reduce_bandwidth=reduce_bw,
-            root=args.root,
-            protocol=args.proto,
-            ideal=args.ideal,
-        )
+        names = list(dict.fromkeys(row["algorithm"] for row in rows))
+        baseline = compare(healthy, args.op, sizes, names, **settings)
         _add_healthy(rows, baseline)
     if args.format == "json":
         text = to_json(rows)
