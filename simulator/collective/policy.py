@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from ..library.nccl import (
     nccl_system,
     tree_correction,
 )
+from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
 from ..library.protocol import STEP_BYTES, Protocol, calibration_of
 from .run import CollectiveResult, build_and_run, rank_layout, run_schedule
 from .tuner import topology_key
@@ -77,19 +78,25 @@ class NcclPolicy:
 
     Parameters
     ----------
-    protocol : str, optional
+    protocol : str or sequence of str, optional
         None or "auto": NCCL picks (its default); "LL", "LL128" or "Simple" forces one,
-        as NCCL_PROTO does.
+        a sequence of them lets NCCL pick among those, as NCCL_PROTO does. With ``env``'s
+        NCCL_PROTO, each must be one it allows.
     channels : int, optional
-        Force the channel count (as NCCL_MIN_CTAS = NCCL_MAX_CTAS); default NCCL's.
+        Force the channel count (as NCCL_MIN_CTAS = NCCL_MAX_CTAS); default NCCL's. With
+        ``env``'s channel bounds, it must lie within them.
     chunks : int, optional
         Pipelining chunks per step of the ccsim schedule (default: NCCL's pipeline
         granularity, :func:`pipeline_chunks`).
     algorithms : sequence of str, optional
         NCCL algorithms allowed, as NCCL_ALGO does ("Ring", "Tree", "NVLS", "NVLSTree",
-        "PAT"); default all.
+        "PAT"); default all. Given, it replaces ``env``'s NCCL_ALGO (NCCL forced to an
+        algorithm, as ``ccsim compare`` runs it) while the rest of ``env`` applies.
     reduce_bandwidth : float, optional
         Bytes/s of local reductions (see :func:`simulator.simulate_collective`).
+    env : NcclEnv or str, optional
+        NCCL's environment settings (:mod:`simulator.library.nccl_env`): NCCL_ALGO,
+        NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice.
 
     Examples
     --------
@@ -105,12 +112,14 @@ class NcclPolicy:
     def __init__(
         self,
         *,
-        protocol: str | None = None,
+        protocol: str | Sequence[str] | None = None,
         channels: int | None = None,
         chunks: int | None = None,
         reduce_bandwidth: float | None = None,
         algorithms: tuple[str, ...] | list[str] | None = None,
+        env: NcclEnv | str | None = None,
     ) -> None:
+        self.env = parse_nccl_env(env) if env is not None else NcclEnv()
         self.algorithms: tuple[str, ...] | None = None
         if algorithms is not None:
             names = {name.lower(): name for name in ALGORITHMS}
@@ -118,34 +127,57 @@ class NcclPolicy:
             if unknown or not algorithms:
                 raise unknown_choice("NCCL algorithm", (unknown or [""])[0], ALGORITHMS)
             self.algorithms = tuple(names[str(name).lower()] for name in algorithms)
-        if protocol is not None and str(protocol).lower() != "auto":
-            match = [name for name in PROTOCOLS if name.lower() == str(protocol).lower()]
-            if not match:
-                raise unknown_choice("protocol", protocol, (*PROTOCOLS, "auto"))
-            self.protocols: tuple[str, ...] | None = (match[0],)
-        else:
-            self.protocols = None
+        self.protocols = forced_protocols(protocol)
+        if self.protocols is not None and self.env.protocols is not None:
+            for function, allowed in self.env.protocols:
+                if not set(self.protocols) & set(allowed):
+                    raise CcsimError(
+                        f"--proto {'/'.join(self.protocols)} disagrees with NCCL_PROTO="
+                        f"{self.env.value('NCCL_PROTO')} (which allows {', '.join(allowed)} "
+                        f"for {function}): give one of them"
+                    )
         check_counts(channels=channels, chunks=chunks)
+        if channels is not None and not self.env.allows_channels(channels):
+            bounds = " ".join(
+                f"{name}={value}" for name, value in self.env.settings if name in CHANNEL_VARIABLES
+            )
+            raise CcsimError(f"--channels {channels} disagrees with {bounds}: give one of them")
         self.channels = channels
         self.chunks = chunks
         self.reduce_bandwidth = reduce_bandwidth
         self._systems: dict[str, NcclSystem] = {}
 
+    def allowed(self, op: str) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+        """The algorithms and protocols NCCL may choose from for ``op`` (None: all):
+        ``algorithms`` (else the env's NCCL_ALGO), NVLS removed where NCCL_NVLS_ENABLE=0
+        (also done by :meth:`system`), and the forced protocols within NCCL_PROTO's."""
+        if self.algorithms is not None:
+            algorithms: tuple[str, ...] | None = self.algorithms
+        else:
+            algorithms = self.env.algorithms_for(op)
+        protocols = self.env.protocols_for(op)
+        if self.protocols is not None:
+            protocols = tuple(p for p in self.protocols if protocols is None or p in protocols)
+        return algorithms, protocols
+
     def system(self, graph: nx.Graph) -> NcclSystem:
         """NCCL's view of ``graph`` (computed once per topology)."""
         key = topology_key(graph)
         if key not in self._systems:
-            self._systems[key] = nccl_system(graph)
+            # NCCL_NVLS_ENABLE and the channel bounds act on the communicator itself.
+            self._systems[key] = self.env.apply(nccl_system(graph))
         return self._systems[key]
 
     def choose(self, graph: nx.Graph, op: str, size_bytes: float) -> NcclChoice:
         """NCCL's algorithm, protocol and channels for this call."""
+        algorithms, protocols = self.allowed(op)
         return nccl_choice(
             self.system(graph),
             op,
             float(size_bytes),
-            algorithms=self.algorithms,
-            protocols=self.protocols,
+            algorithms=algorithms,
+            protocols=protocols,
+            settings=self.env.text,
         )
 
     def plan(self, system: NcclSystem | None, op: str, size_bytes: float) -> Plan:
@@ -156,8 +188,14 @@ class NcclPolicy:
             channels = self.channels or 1
             return Plan("direct", "Simple", channels, 1, channels)
         assert system is not None
+        algorithms, protocols = self.allowed(op)
         choice = nccl_choice(
-            system, op, float(size_bytes), algorithms=self.algorithms, protocols=self.protocols
+            system,
+            op,
+            float(size_bytes),
+            algorithms=algorithms,
+            protocols=protocols,
+            settings=self.env.text,
         )
         name = choice.schedule
         if name not in algorithm_names():  # the NCCL tree schedule, where missing
@@ -343,6 +381,26 @@ def check_counts(**counts: int | None) -> None:
             raise CcsimError(f"{what} must be a positive integer, got {value!r}")
 
 
+def forced_protocols(protocol: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The protocols ``--proto`` lets NCCL choose from: None ("auto" or not given), or
+    NCCL's names, in its order.
+
+    >>> forced_protocols("simple"), forced_protocols(["LL128", "LL"]), forced_protocols("auto")
+    (('Simple',), ('LL', 'LL128'), None)
+    """
+    if protocol is None or (isinstance(protocol, str) and protocol.lower() == "auto"):
+        return None
+    names = [protocol] if isinstance(protocol, str) else list(protocol)
+    lower = {name.lower(): name for name in PROTOCOLS}
+    for name in names:
+        if str(name).lower() not in lower:
+            raise unknown_choice("protocol", name, (*PROTOCOLS, "auto"))
+    if not names:
+        raise unknown_choice("protocol", "", (*PROTOCOLS, "auto"))
+    chosen = {lower[str(name).lower()] for name in names}
+    return tuple(name for name in PROTOCOLS if name in chosen)
+
+
 def library_of(graph: nx.Graph) -> str:
     """The communication library a topology runs: its ``library`` attribute (a preset's
     ``library:`` key; the Ascend presets say hccl), else nccl.
@@ -366,10 +424,13 @@ def library_policy(
     channels: int | str | None = None,
     chunks: int | str | None = None,
     reduce_bandwidth: float | None = None,
+    nccl: NcclEnv | str | None = None,
 ) -> NcclPolicy | HcclPolicy:
     """The policy ``name`` (one of :data:`POLICIES`) for ``graph``; channels or chunks
-    None or "auto" leave them to the library. NCCL is refused where the topology's
-    library is another (it runs on NVIDIA GPUs only), as HCCL is off Ascend NPUs.
+    None or "auto" leave them to the library; ``nccl`` holds NCCL's environment settings
+    (:func:`~simulator.library.nccl_env.parse_nccl_env`), refused for HCCL. NCCL is
+    refused where the topology's library is another (it runs on NVIDIA GPUs only), as
+    HCCL is off Ascend NPUs.
 
     >>> from simulator.topology import load_topology
     >>> library_policy("nccl", load_topology("ascend-910"))
@@ -388,9 +449,18 @@ def library_policy(
         )
     channels = None if channels in (None, "auto") else channels
     chunks = None if chunks in (None, "auto") else chunks
+    env = parse_nccl_env(nccl) if nccl is not None else NcclEnv()
     if name == "nccl":
         return NcclPolicy(
-            protocol=protocol, channels=channels, chunks=chunks, reduce_bandwidth=reduce_bandwidth
+            protocol=protocol,
+            channels=channels,
+            chunks=chunks,
+            reduce_bandwidth=reduce_bandwidth,
+            env=env,
+        )
+    if env:
+        raise CcsimError(
+            f"NCCL settings ({env.text}) apply to NCCL; HCCL runs here: leave out --nccl"
         )
     if protocol not in (None, "auto"):
         raise CcsimError(

@@ -23,10 +23,17 @@ Inputs NCCL measures on the machine are derived from the graph:
   ``ncclTopoDupChannels`` does. On DGX A100 and DGX H100 it reproduces the channel counts
   in public NCCL logs (24 on one server; 16 across servers).
 
-Not modelled: CollNet/SHARP (no preset has in-network reduction yet), NCCL's tuner
-plugins, symmetric-memory and copy-engine kernels (v2.27+), the CPU vendor (multi-node
-LL caps assume Intel), and NCCL_ALGO / NCCL_PROTO settings other than forcing one
-algorithm (``algorithms=``) or protocol (``protocols=``).
+NCCL's environment settings (NCCL_ALGO and NCCL_PROTO with NCCL's own list syntax,
+NCCL_NVLS_ENABLE, the channel bounds NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS) are
+parsed by :mod:`simulator.library.nccl_env` and reach :func:`nccl_choice` as the
+``algorithms`` and ``protocols`` it may pick from per call and as the channels of the
+:class:`NcclSystem` (:meth:`~simulator.library.nccl_env.NcclEnv.apply`).
+
+Not modelled: CollNet/SHARP in NCCL's choice (NCCL_COLLNET_ENABLE=1 is refused; the
+collnet schedules run as given), NCCL's tuner plugins, symmetric-memory and copy-engine
+kernels (v2.27+), the CPU vendor (multi-node LL caps assume Intel), and LL128 forced by
+NCCL_PROTO where NCCL would not enable it by default (NCCL then runs it; ccsim keeps it
+off without NVLink).
 """
 
 from __future__ import annotations
@@ -527,10 +534,12 @@ def nccl_choice(
     *,
     algorithms: tuple[str, ...] | None = None,
     protocols: tuple[str, ...] | None = None,
+    settings: str = "",
 ) -> NcclChoice:
     """NCCL's (algorithm, protocol) for one call, and the channels and threads it runs on.
 
-    ``algorithms`` / ``protocols`` restrict the choice as NCCL_ALGO / NCCL_PROTO do.
+    ``algorithms`` / ``protocols`` restrict the choice as NCCL_ALGO / NCCL_PROTO do;
+    ``settings``, the NCCL settings they come from, is named if nothing is left.
 
     Examples
     --------
@@ -556,9 +565,11 @@ def nccl_choice(
             if time is not None:
                 table[(algorithm, protocol)] = time
     if not table:
+        # NCCL itself fails such a call ("No algorithm/protocol available", enqueue.cc:2063).
         raise CcsimError(
             f"NCCL has no algorithm for {op} here among {', '.join(algorithms or ALGORITHMS)} "
             f"with {', '.join(protocols or PROTOCOLS)}"
+            + (f" (under {settings})" if settings else "")
         )
     # Strict minimum in NCCL's index order: the first of equal times wins.
     (algorithm, protocol), time = min(

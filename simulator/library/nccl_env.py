@@ -1,0 +1,364 @@
+"""NCCL's environment settings, as users write them: parsed once, then handed down.
+
+``NCCL_ALGO=Ring NCCL_PROTO=^LL128 NCCL_MAX_NCHANNELS=8`` restricts what NCCL chooses
+from; :func:`parse_nccl_env` reads such settings with NCCL's own syntax (v2.30.7, tag
+``v2.30.7-1``) into an :class:`NcclEnv`, which :class:`~simulator.collective.policy.
+NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
+
+* ``NCCL_ALGO`` / ``NCCL_PROTO``: a comma list of NCCL's names (case-insensitive); a
+  leading ``^`` enables every name but the listed ones; entries separated by ``;`` with a
+  function prefix (``allreduce:tree,ring;allgather:ring``) set that function's list, and
+  only the first entry may go without one (``parseList``, graph/tuning.cc:35-135).
+  Functions: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (``ncclFuncStr``,
+  init.cc:52); algorithms and protocols as ``ncclAlgoStr`` / ``ncclProtoStr``
+  (init.cc:53-55). CollNet algorithms are accepted in a list but never run: CollNet is
+  off (below), as NCCL disables them without it (tuning.cc:504-506).
+* ``NCCL_NVLS_ENABLE``: 0 turns NVLink SHARP off, so NVLS and NVLSTree are never chosen
+  (transport/nvls.cc:262); 1 and 2 (the default: where supported) leave it to the machine.
+* ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS`` and ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS``:
+  the communicator's channels become ``max(min(n, MAX_NCHANNELS, MAX_CTAS),
+  MIN_NCHANNELS, MIN_CTAS)`` (graph/connect.cc:501-505) and NVLS's ``max(MIN_CTAS,
+  min(MAX_CTAS, n))`` (transport/nvls.cc:234-235); NCCL still trims a small call's
+  channels below that (enqueue.cc:2068-2113). The tuning table is built from the
+  topology search's channels, which these do not change (tuning.cc:305-383), so the
+  algorithm and protocol NCCL picks stay the same. NCCL silently caps values above
+  MAXCHANNELS = 64 and ignores values below 1 or a minimum above the maximum
+  (init.cc:2013-2194, connect.cc:334-360); ccsim refuses them instead, since a user who
+  writes them expects something else.
+* ``NCCL_COLLNET_ENABLE``: 0 only; CollNet (SHARP) is not modelled in NCCL's choice
+  (the collnet-direct and collnet-chain schedules run with ``--algo``).
+* ``NCCL_PXN_DISABLE``: 0 only; ccsim's rings always leave a server as PXN sends.
+
+Examples
+--------
+>>> env = parse_nccl_env("NCCL_ALGO=Ring,Tree,NCCL_PROTO=^LL128")
+>>> env.text
+'NCCL_ALGO=Ring,Tree NCCL_PROTO=^LL128'
+>>> env.algorithms_for("all_reduce"), env.protocols_for("all_reduce")
+(('Tree', 'Ring'), ('LL', 'Simple'))
+>>> parse_nccl_env("NCCL_ALGO=ring;allgather:nvls").algorithms_for("all_gather")
+('NVLS',)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CcsimError, shown
+from .nccl import ALGORITHMS, MAX_CHANNELS, PROTOCOLS, NcclSystem
+
+#: The settings ccsim models, in the order it prints them.
+SUPPORTED = (
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_COLLNET_ENABLE",
+    "NCCL_PXN_DISABLE",
+)
+#: NCCL's function names (``ncclFuncStr``, init.cc:52) by ccsim operation.
+FUNCTIONS = {
+    "broadcast": "Broadcast",
+    "reduce": "Reduce",
+    "all_gather": "AllGather",
+    "reduce_scatter": "ReduceScatter",
+    "all_reduce": "AllReduce",
+}
+#: NCCL_ALGO's names (``ncclAlgoStr``, init.cc:53-54), CollNet's included.
+ENV_ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+#: The channel bounds, as :attr:`NcclEnv.channel_bounds` names them.
+CHANNEL_VARIABLES = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
+_SYNTAX = "a comma list, ^ to exclude, per function as allreduce:tree,ring;allgather:ring"
+_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+Lists = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True)
+class NcclEnv:
+    """NCCL settings, parsed and checked (build one with :func:`parse_nccl_env`).
+
+    Attributes
+    ----------
+    settings : tuple of (name, value)
+        The variables given, as written (values stripped), in :data:`SUPPORTED` order.
+    algorithms, protocols : tuple of (function, names), or None
+        NCCL_ALGO / NCCL_PROTO: per NCCL function, the names it enables, in NCCL's order;
+        None where the variable is not set.
+    nvls : bool
+        Whether NVLink SHARP may be used (NCCL_NVLS_ENABLE not 0).
+    channel_bounds : tuple of four int or None
+        NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_MIN_CTAS, NCCL_MAX_CTAS.
+    """
+
+    settings: tuple[tuple[str, str], ...] = ()
+    algorithms: Lists | None = None
+    protocols: Lists | None = None
+    nvls: bool = True
+    channel_bounds: tuple[int | None, ...] = (None, None, None, None)
+
+    def __bool__(self) -> bool:
+        return bool(self.settings)
+
+    @property
+    def text(self) -> str:
+        """The settings as one would export them (``NCCL_ALGO=Ring NCCL_PROTO=Simple``);
+        empty when none. :func:`parse_nccl_env` reads it back."""
+        return " ".join(f"{name}={value}" for name, value in self.settings)
+
+    def value(self, name: str) -> str | None:
+        """The value given for variable ``name``, or None."""
+        return dict(self.settings).get(name)
+
+    def algorithms_for(self, op: str) -> tuple[str, ...] | None:
+        """The algorithms ccsim models (:data:`~simulator.library.nccl.ALGORITHMS`) that
+        these settings leave NCCL for ``op``, in NCCL's order; None: no restriction."""
+        names = _lookup(self.algorithms, op)
+        if names is None and self.nvls:
+            return None
+        allowed = ALGORITHMS if names is None else names
+        return tuple(
+            a for a in ALGORITHMS if a in allowed and (self.nvls or a not in ("NVLS", "NVLSTree"))
+        )
+
+    def protocols_for(self, op: str) -> tuple[str, ...] | None:
+        """The protocols NCCL_PROTO leaves for ``op``; None: no restriction."""
+        return _lookup(self.protocols, op)
+
+    def channels(self, channels: int) -> int:
+        """The communicator's channel count under the bounds (connect.cc:501-505):
+        ``max(min(n, MAX_NCHANNELS, MAX_CTAS), MIN_NCHANNELS, MIN_CTAS)``.
+
+        >>> parse_nccl_env("NCCL_MIN_NCHANNELS=24").channels(16)
+        24
+        >>> parse_nccl_env("NCCL_MAX_CTAS=4,NCCL_MIN_NCHANNELS=2").channels(16)
+        4
+        """
+        low_n, high_n, low_c, high_c = self.channel_bounds
+        for high in (high_n, high_c):
+            if high is not None:
+                channels = min(channels, high)
+        for low in (low_n, low_c):
+            if low is not None:
+                channels = max(channels, low)
+        return channels
+
+    def nvls_channels(self, channels: int) -> int:
+        """NVLS's channels under NCCL_MIN_CTAS / NCCL_MAX_CTAS (transport/nvls.cc:234-235;
+        NCCL_MIN/MAX_NCHANNELS do not bound them)."""
+        _, _, low, high = self.channel_bounds
+        if high is not None:
+            channels = min(channels, high)
+        if low is not None:
+            channels = max(channels, low)
+        return channels
+
+    def apply(self, system: NcclSystem) -> NcclSystem:
+        """``system`` as NCCL builds it under these settings: without NVLink SHARP where
+        NCCL_NVLS_ENABLE=0, with the channel bounds applied."""
+        if not self:
+            return system
+        nvls = system.nvls if self.nvls else None
+        nvls_channels = self.nvls_channels(system.nvls_channels) if nvls is not None else 0
+        return dataclasses.replace(
+            system, nvls=nvls, nvls_channels=nvls_channels, channels=self.channels(system.channels)
+        )
+
+    def allows_channels(self, channels: int) -> bool:
+        """Whether a forced channel count lies within every bound given."""
+        low_n, high_n, low_c, high_c = self.channel_bounds
+        lows = [b for b in (low_n, low_c) if b is not None]
+        highs = [b for b in (high_n, high_c) if b is not None]
+        return all(channels >= b for b in lows) and all(channels <= b for b in highs)
+
+    def without(self, *names: str) -> NcclEnv:
+        """These settings without the variables ``names`` (re-parsed)."""
+        return parse_nccl_env({k: v for k, v in self.settings if k not in names})
+
+
+def _lookup(lists: Lists | None, op: str) -> tuple[str, ...] | None:
+    if lists is None or op not in FUNCTIONS:
+        return None  # all-to-all is grouped send/receive: not through NCCL's tuner
+    return dict(lists)[FUNCTIONS[op]]
+
+
+def parse_nccl_env(
+    settings: str | Sequence[str] | Mapping[str, Any] | NcclEnv | None,
+) -> NcclEnv:
+    """Parse NCCL settings: ``NAME=VALUE`` items separated by commas or spaces, a comma
+    token without ``=`` continuing the previous variable's list (so
+    ``NCCL_ALGO=Ring,Tree,NCCL_PROTO=Simple`` sets two variables); a list of such
+    strings (repeated ``--nccl`` options); or a mapping of names to values (a spec's
+    ``nccl:`` key). A variable given twice must have the same value.
+
+    Raises
+    ------
+    CcsimError
+        One line naming the variable and what it accepts.
+
+    Examples
+    --------
+    >>> parse_nccl_env(["NCCL_PROTO=LL,LL128", "NCCL_NVLS_ENABLE=0"]).text
+    'NCCL_PROTO=LL,LL128 NCCL_NVLS_ENABLE=0'
+    >>> parse_nccl_env("NCCL_ALGO=Rign")
+    Traceback (most recent call last):
+    ...
+    simulator.errors.CcsimError: NCCL_ALGO: unknown algorithm 'Rign'; valid: Tree, ...
+    """
+    if isinstance(settings, NcclEnv):
+        return settings
+    pairs = _pairs(settings)
+    given: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in SUPPORTED:
+            raise CcsimError(
+                f"unknown NCCL setting {shown(name)}; supported: {', '.join(SUPPORTED)}"
+            )
+        if not value:
+            raise CcsimError(f"{name} is empty: give {name}=VALUE")
+        if name in given and given[name] != value:
+            raise CcsimError(f"{name} given twice ({given[name]} and {value}): give it once")
+        given[name] = value
+    algorithms = protocols = None
+    if "NCCL_ALGO" in given:
+        algorithms = _parse_list("NCCL_ALGO", given["NCCL_ALGO"], ENV_ALGORITHMS, "algorithm")
+        for function, names in algorithms:
+            if not names or set(names) <= {"CollNetDirect", "CollNetChain"}:
+                raise CcsimError(
+                    f"NCCL_ALGO={given['NCCL_ALGO']} leaves no algorithm for {function} (NCCL "
+                    f"fails such a call; CollNet is off): enable one of {', '.join(ALGORITHMS)}"
+                )
+    if "NCCL_PROTO" in given:
+        protocols = _parse_list("NCCL_PROTO", given["NCCL_PROTO"], PROTOCOLS, "protocol")
+        for function, names in protocols:
+            if not names:
+                raise CcsimError(
+                    f"NCCL_PROTO={given['NCCL_PROTO']} leaves no protocol for {function}: "
+                    f"enable one of {', '.join(PROTOCOLS)}"
+                )
+    nvls = _flag(given, "NCCL_NVLS_ENABLE", (0, 1, 2)) != 0
+    if _flag(given, "NCCL_COLLNET_ENABLE", (0, 1)) == 1:
+        raise CcsimError(
+            "NCCL_COLLNET_ENABLE=1: CollNet (SHARP) is not modelled in NCCL's choice; valid: "
+            "0. Run the collnet-direct or collnet-chain schedules with --algo instead"
+        )
+    if _flag(given, "NCCL_PXN_DISABLE", (0, 1)) == 1:
+        raise CcsimError(
+            "NCCL_PXN_DISABLE=1 is not modelled (ccsim's rings always leave a server as "
+            "PXN sends); valid: 0"
+        )
+    bounds = tuple(_channels(given, name) for name in CHANNEL_VARIABLES)
+    for low, high in ((0, 1), (2, 3), (0, 3), (2, 1)):
+        if bounds[low] is not None and bounds[high] is not None and bounds[low] > bounds[high]:
+            raise CcsimError(
+                f"{CHANNEL_VARIABLES[low]}={bounds[low]} is above "
+                f"{CHANNEL_VARIABLES[high]}={bounds[high]}: a minimum must not exceed the maximum"
+            )
+    return NcclEnv(
+        settings=tuple((name, given[name]) for name in SUPPORTED if name in given),
+        algorithms=algorithms,
+        protocols=protocols,
+        nvls=nvls,
+        channel_bounds=bounds,
+    )
+
+
+def _pairs(settings: str | Sequence[str] | Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(name, value) items of the accepted forms, in the order given."""
+    if settings is None:
+        return []
+    if isinstance(settings, Mapping):
+        pairs = []
+        for name, value in settings.items():
+            if isinstance(value, (list, tuple)):
+                value = ",".join(str(item) for item in value)
+            elif isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise CcsimError(f"{name}: expected a string or an integer, got {shown(value)}")
+            pairs.append((str(name), str(value).strip()))
+        return pairs
+    texts = [settings] if isinstance(settings, str) else list(settings)
+    pairs = []
+    for text in texts:
+        if not isinstance(text, str):
+            raise CcsimError(f"NCCL settings: expected NAME=VALUE text, got {shown(text)}")
+        first = True
+        for token in (t for part in text.split() for t in part.split(",")):
+            if _START.match(token):
+                name, _, value = token.partition("=")
+                pairs.append((name, value))
+            elif first:
+                raise CcsimError(
+                    f"NCCL settings: expected NAME=VALUE such as NCCL_ALGO=Ring, got "
+                    f"{shown(token)}; supported: {', '.join(SUPPORTED)}"
+                )
+            else:  # the previous variable's list goes on
+                name, value = pairs[-1]
+                pairs[-1] = (name, f"{value},{token}")
+            first = False
+    return pairs
+
+
+def _parse_list(variable: str, text: str, elements: Sequence[str], what: str) -> Lists:
+    """NCCL's ``parseList`` (graph/tuning.cc:55-135): per function, the names enabled."""
+    lower = {name.lower(): name for name in elements}
+    functions = {name.lower(): name for name in FUNCTIONS.values()}
+    enabled = {function: tuple(elements) for function in FUNCTIONS.values()}
+    entries = [entry for entry in text.split(";") if entry]  # strtok skips empty ones
+    if not entries:
+        raise CcsimError(f"{variable} is empty: give {_SYNTAX}")
+    for i, entry in enumerate(entries):
+        prefix, colon, names = entry.partition(":")
+        if not colon:
+            if i > 0:
+                raise CcsimError(
+                    f"{variable}={text}: every entry after the first needs a function prefix "
+                    f"({', '.join(FUNCTIONS.values())}), as in {_SYNTAX}"
+                )
+            prefix, names = "", entry
+        if prefix and prefix.lower() not in functions:
+            raise CcsimError(
+                f"{variable}={text}: unknown function {shown(prefix)}; valid: "
+                f"{', '.join(FUNCTIONS.values())}"
+            )
+        exclude = names.startswith("^")
+        listed = set()
+        for name in (n for n in names.lstrip("^").split(",") if n):
+            if name.lower() not in lower:
+                raise CcsimError(
+                    f"{variable}: unknown {what} {shown(name)}; valid: {', '.join(elements)} "
+                    f"({_SYNTAX})"
+                )
+            listed.add(lower[name.lower()])
+        chosen = tuple(e for e in elements if (e in listed) != exclude)
+        for function in FUNCTIONS.values():
+            if not prefix or function.lower() == prefix.lower():
+                enabled[function] = chosen
+    return tuple(enabled.items())
+
+
+def _flag(given: Mapping[str, str], name: str, valid: tuple[int, ...]) -> int | None:
+    if name not in given:
+        return None
+    text = given[name]
+    if text.strip().lstrip("-").isdigit() and int(text) in valid:
+        return int(text)
+    raise CcsimError(f"{name}={text}: valid values: {', '.join(map(str, valid))}")
+
+
+def _channels(given: Mapping[str, str], name: str) -> int | None:
+    if name not in given:
+        return None
+    text = given[name]
+    if text.isdigit() and 1 <= int(text) <= MAX_CHANNELS:
+        return int(text)
+    raise CcsimError(
+        f"{name}={text}: expected a whole number of channels from 1 to {MAX_CHANNELS} "
+        "(NCCL's MAXCHANNELS)"
+    )
