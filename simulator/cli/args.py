@@ -16,6 +16,7 @@ from ..collective.guards import (
 )
 from ..errors import CcsimError
 from ..files import check_writable, write_file
+from ..library.nccl_env import SUPPORTED, NcclEnv, parse_nccl_env
 from ..network.faults import apply_faults, load_faults
 
 
@@ -83,6 +84,7 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         "with it, link efficiencies, per-hop latencies (us) and launch overhead of the preset "
         "apply (default: none, the ideal line-rate model)",
     )
+    add_nccl_option(cmd)
     cmd.add_argument(
         "--fault",
         action="append",
@@ -95,6 +97,37 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         "random:q=0.05,fraction=0.5,seed=1 (each link degraded with probability q); see "
         "simulator/network/faults.py (default: a healthy cluster)",
     )
+
+
+def add_nccl_option(cmd: argparse.ArgumentParser) -> None:
+    """``--nccl``: NCCL's environment settings (:mod:`simulator.library.nccl_env`)."""
+    cmd.add_argument(
+        "--nccl",
+        action="append",
+        default=None,
+        metavar="SETTINGS",
+        help="NCCL environment settings, as exported to NCCL (repeatable), e.g. "
+        "NCCL_ALGO=Ring,Tree,NCCL_PROTO=^LL128,NCCL_MAX_NCHANNELS=8 (a comma item without = "
+        "continues the previous list; NCCL's syntax: ^ excludes, "
+        "NCCL_ALGO=allreduce:tree,ring;allgather:ring per function). Supported: "
+        + ", ".join(SUPPORTED)
+        + "; they restrict NCCL's choice (default: NCCL's defaults)",
+    )
+
+
+def nccl_env_of(args: argparse.Namespace) -> NcclEnv:
+    """The parsed ``--nccl`` settings (empty when none were given)."""
+    return parse_nccl_env(getattr(args, "nccl", None))
+
+
+def nccl_title(title: str, env: NcclEnv) -> str:
+    """A table title with the NCCL settings on a line of their own (when given)."""
+    return f"{title}\n# nccl: {env.text}" if env else title
+
+
+def nccl_field(rows: list[dict], env: NcclEnv) -> list[dict]:
+    """``rows`` with the NCCL settings as their ``nccl_env`` field (when given)."""
+    return [{**row, "nccl_env": env.text} for row in rows] if env else rows
 
 
 def with_faults(graph, args: argparse.Namespace):
@@ -132,6 +165,7 @@ def check_run_size(args: argparse.Namespace, sizes: list[int], algorithms: list)
         channels=args.channels,
         protocol=args.proto,
         max_flows=args.max_flows,
+        nccl=nccl_env_of(args),
     )
 
 

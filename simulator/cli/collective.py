@@ -17,6 +17,7 @@ from ..collective import (
     rank_layout,
     run_schedule,
 )
+from ..collective.policy import nccl_not_applied
 from ..collective.tuner import CHANNEL_CANDIDATES, CHUNK_CANDIDATES
 from ..errors import CcsimError, unknown_choice
 from ..topology import load_topology
@@ -31,6 +32,9 @@ from .args import (
     check_outputs,
     check_run_size,
     emit,
+    nccl_env_of,
+    nccl_field,
+    nccl_title,
     parse_channels,
     parse_chunks,
     parse_fraction,
@@ -216,6 +220,9 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
             "--chakra writes one schedule: give --algo NAME (e.g. ring), not auto or a library"
         )
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
+    env = nccl_env_of(args)
+    if env and args.algo not in (None, *POLICIES):
+        raise CcsimError(nccl_not_applied(args.algo))
     drawing = args.timeline or args.trace or args.report or args.heatmap
     if drawing:  # matplotlib loads only when asked for; bad names fail before the sweep
         from ..viz.outputs import check_output_options, write_collective_outputs
@@ -245,6 +252,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
             channels=args.channels,
             chunks=args.chunks,
             reduce_bandwidth=reduce_bw,
+            nccl=env,
         )
     else:
         args.chunks = 1 if args.chunks is None else args.chunks
@@ -325,16 +333,18 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
                 "chunks": params.get("chunks", 1),
             }
         )
-    title = (
+    title = nccl_title(
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
         f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks or args.algo} | "
         f"channels {args.channels or args.algo}"
-        + (f" | faults {' '.join(args.fault)}" if args.fault else "")
+        + (f" | faults {' '.join(args.fault)}" if args.fault else ""),
+        env,
     )
+    rows = nccl_field(rows, env)
     if args.format == "json":
         text = to_json(rows)
     elif args.format == "csv":
-        text = to_csv(rows, RUN_KEYS)
+        text = to_csv(rows, (*RUN_KEYS, "nccl_env") if env else RUN_KEYS)
     else:
         text = collective_table(rows, title=title, root=args.root)
         if chosen:
@@ -365,6 +375,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
                 "channels": args.channels,
                 "reduce_bandwidth_Bps": reduce_bw,
                 "faults": args.fault,
+                "nccl": env.text or None,
             },
             topology=args.topology,
         )

@@ -6,8 +6,7 @@ import argparse
 
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..collective import COLLECTIVE_OPS, POLICIES, AutoTuner, compare, library_policy, rank_layout
-from ..collective.compare import COMPARE_KEYS, FORCED, library_algorithms
-from ..collective.policy import NcclPolicy
+from ..collective.compare import COMPARE_KEYS, forced_policy, library_algorithms
 from ..collective.tuner import CHUNK_CANDIDATES
 from ..errors import CcsimError
 from ..topology import load_topology
@@ -20,6 +19,9 @@ from .args import (
     check_outputs,
     check_run_size,
     emit,
+    nccl_env_of,
+    nccl_field,
+    nccl_title,
     parse_chunks,
     positive_int,
     root_of,
@@ -146,12 +148,18 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
         check_output_options(timeline=args.timeline, trace=args.trace)
     args.root = root_of(args.op, args.root)
+    env = nccl_env_of(args)
+    if env and args.ideal:
+        raise CcsimError(
+            "--nccl restricts NCCL's own choice; --ideal runs every algorithm on the ideal "
+            "model: leave one of them out"
+        )
     check_run_size(args, sizes, algorithms or ["auto"])  # no --algos: all that can run
     healthy = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
     graph = with_faults(healthy, args)
     layout = rank_layout(graph)
     if not given:
-        algorithms = library_algorithms(graph, args.op, min(sizes))
+        algorithms = library_algorithms(graph, args.op, min(sizes), nccl=env)
         if args.ideal:
             algorithms += [n for n in runnable(graph, args.op, min(sizes)) if n not in algorithms]
     for name in (name for name in algorithms if name not in POLICIES):  # fail early
@@ -168,23 +176,26 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         root=args.root,
         protocol=args.proto,
         ideal=args.ideal,
+        nccl=env,
     )
     with progress_bar(len(sizes) * len(algorithms), desc="ccsim compare", unit="run") as bar:
         rows = compare(
             graph, args.op, sizes, algorithms, progress=lambda: bar.update(1), **settings
         )
     models = "ideal model" if args.ideal else "as the library runs each"
-    title = (
+    title = nccl_title(
         f"ccsim compare {args.op} | topology {args.topology} x{args.nodes} | "
         f"{layout.ranks} ranks | {models} | ideal runs: chunks {args.chunks}, channels "
-        f"{args.channels} | busbw" + (f" | faults {' '.join(args.fault)}" if args.fault else "")
+        f"{args.channels} | busbw" + (f" | faults {' '.join(args.fault)}" if args.fault else ""),
+        env,
     )
-    keys = COMPARE_KEYS
+    keys = (*COMPARE_KEYS, "nccl_env") if env else COMPARE_KEYS
     if graph is not healthy:  # which algorithm degrades least: each against itself healthy
-        keys = (*COMPARE_KEYS, "healthy_busbw_GBps", "busbw_kept")
+        keys = (*keys, "healthy_busbw_GBps", "busbw_kept")
         names = list(dict.fromkeys(row["algorithm"] for row in rows))
         baseline = compare(healthy, args.op, sizes, names, **settings)
         _add_healthy(rows, baseline)
+    rows = nccl_field(rows, env)
     if args.format == "json":
         text = to_json(rows)
     elif args.format == "csv":
@@ -207,13 +218,15 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         if winner["algorithm"] in POLICIES or winner["model"].startswith("NCCL_ALGO"):
             if winner["algorithm"] in POLICIES:
                 policy = library_policy(
-                    winner["algorithm"], graph, protocol=args.proto, reduce_bandwidth=reduce_bw
-                )
-            else:
-                policy = NcclPolicy(
+                    winner["algorithm"],
+                    graph,
                     protocol=args.proto,
                     reduce_bandwidth=reduce_bw,
-                    algorithms=(FORCED[winner["algorithm"]],),
+                    nccl=env,
+                )
+            else:
+                policy = forced_policy(
+                    winner["algorithm"], protocol=args.proto, reduce_bandwidth=reduce_bw, nccl=env
                 )
             result = policy.simulate(graph, args.op, float(winner["size_bytes"]), root=args.root)
         else:

@@ -14,6 +14,8 @@ import sys
 
 from ..algorithms import algorithm_names
 from ..collective.guards import check_flows, cluster_of
+from ..collective.policy import POLICIES, nccl_not_applied
+from ..errors import CcsimError
 from ..topology import load_topology
 from ..units import parse_bandwidth, parse_size
 from ..viz.progress import simulated_time
@@ -26,7 +28,16 @@ from ..workload.guards import check_generator, workload_estimate
 from ..workload.memory import MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
-from .args import add_max_flows_option, add_trace_options, check_outputs, emit, with_faults
+from .args import (
+    add_max_flows_option,
+    add_trace_options,
+    check_outputs,
+    emit,
+    nccl_env_of,
+    nccl_field,
+    nccl_title,
+    with_faults,
+)
 from .compare import add_model_options
 
 
@@ -330,6 +341,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
         check_output_options(
             timeline=args.timeline, trace=args.trace, report=args.report, force=args.force
         )
+    env = nccl_env_of(args)
+    if env and args.algo not in (None, *POLICIES):
+        raise CcsimError(nccl_not_applied(args.algo))
     workload = resolve_workload(args.workload, max_flows=args.max_flows)
     nodes = args.nodes
     if nodes is None:
@@ -337,7 +351,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
         nodes = max(1, math.ceil(workload.ranks / per_server))
     cluster = cluster_of(args.topology, nodes, fabric=args.fabric)
     check_flows(cluster.estimate(), args.max_flows)  # before a library's model is consulted
-    estimate = workload_estimate(workload, args.algo, cluster=cluster, protocol=args.proto)
+    estimate = workload_estimate(
+        workload, args.algo, cluster=cluster, protocol=args.proto, nccl=env
+    )
     check_flows(estimate.plus(cluster.estimate()), args.max_flows)
     graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
     graph = with_faults(graph, args)
@@ -349,34 +365,34 @@ def _cmd_run(args: argparse.Namespace) -> None:
         comm_slowdown=args.comm_slowdown,
         reduce_bandwidth=reduce_bw,
         protocol=args.proto,
+        nccl=env,
     )
     with simulated_time(f"ccsim run {workload.name}") as progress:  # on a terminal, if slow
         run = replay.run(progress)
     result = breakdown(run)
     algorithm = run.algorithm + (" (the preset's library)" if args.algo is None else "")
-    title = (
+    title = nccl_title(
         f"ccsim run {workload.name} | topology {args.topology} x{nodes} | "
         f"{workload.ranks} ranks | algorithm {algorithm} | "
         f"comm slowdown {args.comm_slowdown}"
         + (f" | protocol {args.proto}" if args.proto else "")
         + (f" | faults {' '.join(args.fault)}" if args.fault else "")
-        + _replicas_note(run.replicas)
+        + _replicas_note(run.replicas),
+        env,
     )
     if args.format == "json":
+        summary = _flops_row(
+            _summary_row(workload.name, result, run.algorithm, workload.memory),
+            workload.model_flops,
+            workload.ranks,
+            replay.device,
+            workload.precision,
+        )
         text = to_json(
-            [
-                _flops_row(
-                    _summary_row(workload.name, result, run.algorithm, workload.memory),
-                    workload.model_flops,
-                    workload.ranks,
-                    replay.device,
-                    workload.precision,
-                )
-            ]
-            + ([vars(r) for r in result.ranks] if args.per_rank else [])
+            nccl_field([summary], env) + ([vars(r) for r in result.ranks] if args.per_rank else [])
         )
     elif args.format == "csv":
-        text = to_csv([vars(r) for r in result.ranks])
+        text = to_csv(nccl_field([vars(r) for r in result.ranks], env))
     else:
         text = breakdown_table(
             result,
@@ -413,6 +429,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
                 "comm_slowdown": args.comm_slowdown,
                 "reduce_bandwidth_Bps": reduce_bw,
                 "protocol": args.proto,
+                "nccl": env.text or None,
                 "fabric": args.fabric,
                 "seed": args.seed,
                 "faults": args.fault,

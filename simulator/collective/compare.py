@@ -23,6 +23,7 @@ import networkx as nx
 from ..algorithms import get_algorithm
 from ..errors import CcsimError
 from ..library.nccl import ALGORITHMS, SCHEDULES, nccl_choice
+from ..library.nccl_env import NcclEnv, parse_nccl_env
 from .policy import POLICIES, NcclPolicy, library_of, library_policy
 from .run import rank_layout
 from .tuner import AutoTuner
@@ -61,6 +62,7 @@ def compare(
     protocol: str | None = None,
     ideal: bool = False,
     progress: Any = None,
+    nccl: NcclEnv | str | None = None,
 ) -> list[dict[str, Any]]:
     """Simulate each algorithm at each size; one row per (size, algorithm).
 
@@ -71,6 +73,9 @@ def compare(
     (:data:`FORCED`; model ``NCCL_ALGO=...``), unless ``ideal``. The others run on the
     ideal model (model ``ideal``) with ``channels`` and, with ``chunks="auto"``, their
     best chunk count at that size. ``progress``, if given, is called once per row.
+    ``nccl`` (NCCL's environment settings) applies to ``nccl`` as given and to the
+    forced runs without its NCCL_ALGO, which forcing replaces: NCCL_PROTO, NVLS and the
+    channel bounds still hold there.
 
     Examples
     --------
@@ -88,8 +93,11 @@ def compare(
     algorithms = list(dict.fromkeys(algorithms))  # one column per algorithm
     if not algorithms:
         raise CcsimError("give at least one algorithm to compare")
+    env = parse_nccl_env(nccl)
     policies = {
-        name: library_policy(name, graph, protocol=protocol, reduce_bandwidth=reduce_bandwidth)
+        name: library_policy(
+            name, graph, protocol=protocol, reduce_bandwidth=reduce_bandwidth, nccl=env
+        )
         for name in algorithms
         if name in POLICIES
     }
@@ -99,8 +107,8 @@ def compare(
     forced: dict[str, NcclPolicy] = {}
     if not ideal and library_of(graph) == "nccl":
         forced = {
-            name: NcclPolicy(
-                protocol=protocol, reduce_bandwidth=reduce_bandwidth, algorithms=(FORCED[name],)
+            name: forced_policy(
+                name, protocol=protocol, reduce_bandwidth=reduce_bandwidth, nccl=env
             )
             for name in algorithms
             if name in FORCED
@@ -148,30 +156,45 @@ def compare(
     return rows
 
 
+def forced_policy(
+    name: str,
+    *,
+    protocol: str | None = None,
+    reduce_bandwidth: float | None = None,
+    nccl: NcclEnv | str | None = None,
+) -> NcclPolicy:
+    """NCCL forced to the algorithm that runs schedule ``name`` (:data:`FORCED`), under
+    the user's settings ``nccl`` but their NCCL_ALGO, which forcing replaces."""
+    env = parse_nccl_env(nccl).without("NCCL_ALGO")
+    return NcclPolicy(
+        protocol=protocol, reduce_bandwidth=reduce_bandwidth, algorithms=(FORCED[name],), env=env
+    )
+
+
 def nccl_runs(policy: NcclPolicy, graph: nx.Graph, op: str, size: float) -> bool:
     """Whether NCCL, restricted as ``policy`` is, has an algorithm for this call."""
     if op == "all_to_all":
         return False  # not through NCCL's tuner: no algorithm to force
+    algorithms, protocols = policy.allowed(op)
     try:
         nccl_choice(
-            policy.system(graph),
-            op,
-            float(size),
-            algorithms=policy.algorithms,
-            protocols=policy.protocols,
+            policy.system(graph), op, float(size), algorithms=algorithms, protocols=protocols
         )
     except CcsimError:
         return False
     return True
 
 
-def library_algorithms(graph: nx.Graph, op: str, size: float) -> list[str]:
+def library_algorithms(
+    graph: nx.Graph, op: str, size: float, nccl: NcclEnv | str | None = None
+) -> list[str]:
     """The default line-up: the topology's library's own choice, then (NCCL) each
-    algorithm NCCL can be forced to for ``op`` here, in NCCL's order."""
+    algorithm NCCL can be forced to for ``op`` here, in NCCL's order (under the
+    settings ``nccl`` but their NCCL_ALGO: NCCL_NVLS_ENABLE=0 leaves out nvls)."""
     library = library_of(graph)
     names = [library]
     if library == "nccl":
-        for schedule, algorithm in sorted(FORCED.items(), key=lambda i: ALGORITHMS.index(i[1])):
-            if nccl_runs(NcclPolicy(algorithms=(algorithm,)), graph, op, size):
+        for schedule in sorted(FORCED, key=lambda name: ALGORITHMS.index(FORCED[name])):
+            if nccl_runs(forced_policy(schedule, nccl=nccl), graph, op, size):
                 names.append(schedule)
     return names

@@ -29,6 +29,7 @@ import networkx as nx
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..errors import CcsimError
+from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
 from ..topology.graph import gpu_nodes
 from .policy import POLICIES, HcclPolicy, NcclPolicy, library_of, library_policy
@@ -255,10 +256,12 @@ def collective_estimate(
     chunks: int | str | None = 1,
     channels: int | str | None = 1,
     protocol: str | None = None,
+    nccl: NcclEnv | str | None = None,
 ) -> Estimate:
     """Flows of the largest of one collective's runs over ``sizes`` on ``cluster``, with
-    its topology: ``algorithm`` run as given, a library policy (its choice at each size),
-    or ``auto`` (the largest candidate the search may build)."""
+    its topology: ``algorithm`` run as given, a library policy (its choice at each size,
+    under NCCL's settings ``nccl``), or ``auto`` (the largest candidate the search may
+    build)."""
     ranks, per = cluster.ranks, cluster.per_server
     where = f"{op} on {ranks:,} ranks"
     counted: dict[str, int] = {}
@@ -269,7 +272,7 @@ def collective_estimate(
         return counted[name]
 
     if algorithm in POLICIES:
-        runs = _library_runs(cluster, op, sizes, algorithm, chunks, channels, protocol)
+        runs = _library_runs(cluster, op, sizes, algorithm, chunks, channels, protocol, nccl)
         found = largest(
             Estimate(
                 count(name) * k * c,
@@ -323,13 +326,16 @@ def _library_runs(
     chunks: int | str | None,
     channels: int | str | None,
     protocol: str | None,
+    nccl: NcclEnv | str | None = None,
 ) -> list[tuple[float, str, int, int]]:
     """(size, schedule, chunks, channels built) a library policy runs at each size on
     the whole cluster, from its model of a 2-server proxy with the server count set to
     the cluster's (NCCL's and HCCL's models see a server and how many there are): their
     ``plan`` methods."""
     proxy = cluster.proxy()
-    policy = library_policy(name, proxy, protocol=protocol, channels=channels, chunks=chunks)
+    policy = library_policy(
+        name, proxy, protocol=protocol, channels=channels, chunks=chunks, nccl=nccl
+    )
     runs = []
     if isinstance(policy, NcclPolicy):
         system = None if op == "all_to_all" else policy.system(proxy)  # all-to-all: no tuner
@@ -361,6 +367,7 @@ def check_collective(
     channels: int | str | None = 1,
     protocol: str | None = None,
     max_flows: int | None = None,
+    nccl: NcclEnv | str | None = None,
 ) -> Estimate:
     """Refuse (:class:`ResourceError`) a run of ``op`` over ``sizes`` with each of
     ``algorithms`` (None: the topology's library) whose largest would pass the limit,
@@ -384,6 +391,7 @@ def check_collective(
                 chunks=chunks,
                 channels=channels,
                 protocol=protocol,
+                nccl=nccl,
             )
             for name in algorithms
         ),

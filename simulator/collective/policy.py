@@ -401,6 +401,14 @@ def forced_protocols(protocol: str | Sequence[str] | None) -> tuple[str, ...] | 
     return tuple(name for name in PROTOCOLS if name in chosen)
 
 
+def nccl_not_applied(algorithm: str) -> str:
+    """The message refusing NCCL settings for an algorithm not chosen by NCCL."""
+    return (
+        f"NCCL settings (--nccl) restrict NCCL's own choice (--algo nccl, the default on "
+        f"NVIDIA presets), not --algo {algorithm}: leave one of them out"
+    )
+
+
 def library_of(graph: nx.Graph) -> str:
     """The communication library a topology runs: its ``library`` attribute (a preset's
     ``library:`` key; the Ascend presets say hccl), else nccl.

@@ -15,8 +15,9 @@ import networkx as nx
 
 from ..algorithms.chain import ROOTED_OPS
 from ..errors import CcsimError, unknown_choice
+from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
-from .policy import POLICIES, library_policy
+from .policy import POLICIES, library_policy, nccl_not_applied
 from .run import COLLECTIVE_OPS, CollectiveResult, auto_fraction, build_and_run
 from .tuner import AutoTuner
 
@@ -36,6 +37,7 @@ def simulate_collective(
     fraction: float | str | None = None,
     fabric: str | None = None,
     seed: int | None = None,
+    nccl: NcclEnv | str | None = None,
 ) -> CollectiveResult:
     """Simulate one collective on a topology.
 
@@ -74,6 +76,9 @@ def simulate_collective(
     fraction : float or "auto", optional
         For ``multipath``: the share of the data on the intra-server links (the rest
         goes through the NICs); "auto" (the default) sizes it by simulating each path.
+    nccl : NcclEnv or str, optional
+        NCCL's environment settings, such as ``"NCCL_ALGO=Ring NCCL_PROTO=Simple"``
+        (:mod:`simulator.library.nccl_env`), for ``algorithm="nccl"`` only.
 
     Examples
     --------
@@ -93,8 +98,11 @@ def simulate_collective(
             channels=channels,
             chunks=chunks,
             reduce_bandwidth=reduce_bandwidth,
+            nccl=nccl,
         )
         return policy.simulate(graph, op, size_bytes, root=root)
+    if nccl:
+        raise CcsimError(nccl_not_applied(algorithm))
     if channels is None:
         channels = 1
     if chunks is None:  # 1, except that "auto" algorithms search the chunk count too

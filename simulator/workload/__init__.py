@@ -7,6 +7,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
 from .devices import DEVICES, Device, device_for
 from .engine import WorkloadReplay, WorkloadRun
@@ -24,6 +25,7 @@ def run_workload(
     comm_slowdown: float = 0.0,
     reduce_bandwidth: float | None = None,
     protocol: str | None = None,
+    nccl: NcclEnv | str | None = None,
 ) -> tuple[WorkloadRun, Breakdown]:
     """Replay a workload on a topology; return the raw run and its breakdown.
 
@@ -34,7 +36,8 @@ def run_workload(
     ``comm_slowdown`` is the fraction by which compute slows while communication that
     uses GPU cores overlaps it on the same rank. ``protocol`` (LL, LL128, Simple or
     auto) forces NCCL's protocol, or, with an algorithm run as given, turns on the
-    calibrated protocol model for its collectives (None: ideal).
+    calibrated protocol model for its collectives (None: ideal). ``nccl`` holds NCCL's
+    environment settings (:mod:`simulator.library.nccl_env`) for the calls NCCL chooses.
     """
     if isinstance(workload, dict):
         workload = load_workload(workload)
@@ -48,6 +51,7 @@ def run_workload(
         comm_slowdown=comm_slowdown,
         reduce_bandwidth=reduce_bandwidth,
         protocol=protocol,
+        nccl=nccl,
     ).run()
     return run, breakdown(run)
 

@@ -44,6 +44,7 @@ from ..collective.policy import (
     NcclPolicy,
     library_of,
     library_policy,
+    nccl_not_applied,
     protocol_model,
 )
 from ..collective.replay import ScheduleReplay, reduce_bandwidths
@@ -51,6 +52,7 @@ from ..errors import CcsimError, unknown_choice
 from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclSystem
 from ..library.nccl import NcclSystem
+from ..library.nccl_env import FUNCTIONS, NcclEnv, parse_nccl_env
 from ..library.protocol import Protocol, calibration_of
 from ..network.faults import compute_scaler, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
@@ -181,6 +183,11 @@ class WorkloadReplay:
         calibrated protocol model (:mod:`simulator.library.protocol`) for every call,
         "auto" the fastest for each (None: the ideal model). Calls that name their own
         algorithm under NCCL run it with the fastest of its protocols.
+    nccl : NcclEnv or str, optional
+        NCCL's environment settings (:mod:`simulator.library.nccl_env`), applied to every
+        call NCCL chooses for (refused unless NCCL is the library that chooses). Calls
+        that name their own algorithm keep it; where NCCL_PROTO leaves one protocol for
+        every operation, they run with it.
     compute_scale : callable, optional
         ``compute_scale(rank, op index, start time)``: the factor on a compute op's
         duration (a straggler's 2, jitter). Default: what a faulted graph asks for
@@ -209,13 +216,15 @@ class WorkloadReplay:
         protocol: str | None = None,
         compute_scale: Callable[[int, int, float], float] | None = None,
         isolated: bool = True,
+        nccl: NcclEnv | str | None = None,
         _excluded: frozenset = frozenset(),
     ):
+        nccl = parse_nccl_env(nccl)
         # Kept to run the replay again when calls timed alone turn out not to be alone.
         self._arguments = dict(
             algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
             reduce_bandwidth=reduce_bandwidth, protocol=protocol,
-            compute_scale=compute_scale, isolated=isolated,
+            compute_scale=compute_scale, isolated=isolated, nccl=nccl,
         )  # fmt: skip
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
@@ -244,15 +253,22 @@ class WorkloadReplay:
         self.policy: NcclPolicy | HcclPolicy | None = None
         if algorithm in POLICIES:
             self.policy = library_policy(
-                algorithm, graph, protocol=protocol, reduce_bandwidth=reduce_bandwidth
+                algorithm, graph, protocol=protocol, reduce_bandwidth=reduce_bandwidth, nccl=nccl
             )
+        elif nccl:
+            raise CcsimError(nccl_not_applied(algorithm))
         elif protocol is not None and str(protocol).lower() != "auto":
             self.calibration.protocol(protocol)  # an unknown name fails now
         self.protocol = protocol
+        self.nccl = nccl
         # The protocol of calls run as given: under NCCL its protocols (the fastest for
-        # the call unless one is forced); under HCCL none.
+        # the call unless one is forced, or NCCL_PROTO leaves one); under HCCL none.
         if isinstance(self.policy, NcclPolicy):
-            self._given_protocol = protocol or "auto"
+            only = {nccl.protocols_for(op) for op in FUNCTIONS}
+            single = only.pop() if len(only) == 1 else None
+            self._given_protocol = protocol or (
+                single[0] if single is not None and len(single) == 1 else "auto"
+            )
         elif isinstance(self.policy, HcclPolicy):
             self._given_protocol = None
         else:
@@ -706,6 +722,7 @@ class WorkloadReplay:
                 channels=None if channels == 1 else channels,
                 chunks=None if chunks == 1 else chunks,
                 reduce_bandwidth=self.policy.reduce_bandwidth,
+                nccl=self.nccl,
             )
         return self._policies[key]
 

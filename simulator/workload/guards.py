@@ -22,6 +22,7 @@ from ..collective.guards import (
 from ..collective.policy import POLICIES, HcclPolicy, library_policy
 from ..errors import CcsimError
 from ..library.hccl import OPS as HCCL_OPS
+from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
 from .generators import GENERATORS
 from .model import MODELS, Transformer
@@ -39,6 +40,7 @@ def workload_estimate(
     *,
     cluster: Cluster | None = None,
     protocol: str | None = None,
+    nccl: NcclEnv | str | None = None,
 ) -> Estimate:
     """Flows a replay of ``workload`` holds at its peak: its ops at :data:`OP_FLOWS`
     each, every send/recv, the transfers of each distinct collective call (its schedule
@@ -57,7 +59,7 @@ def workload_estimate(
     if algorithm is None or algorithm in POLICIES:
         if cluster is None:
             raise CcsimError("a library's estimate needs the cluster it runs on")
-        plan = library_plans(cluster, algorithm or cluster.library, protocol)
+        plan = library_plans(cluster, algorithm or cluster.library, protocol, nccl)
     counted: dict[tuple, int] = {}
     kept: dict[tuple, int] = {}  # distinct calls
     live: dict[tuple, int] = {}  # the largest call per group and stream
@@ -101,7 +103,10 @@ def workload_estimate(
 
 
 def library_plans(
-    cluster: Cluster, name: str, protocol: str | None = None
+    cluster: Cluster,
+    name: str,
+    protocol: str | None = None,
+    nccl: NcclEnv | str | None = None,
 ) -> Callable[[str, int, int, float, int, int], int]:
     """Transfers of one call as library ``name`` runs it on ``cluster``, as a function
     of (operation, ranks, servers it spans, bytes, chunks, channels of the call; 1
@@ -129,7 +134,7 @@ def library_plans(
             policies[key] = library_policy(
                 name, load_topology(cluster.topology, 1, fabric=cluster.fabric),
                 protocol=protocol, chunks=None if chunks == 1 else chunks,
-                channels=None if channels == 1 else channels,
+                channels=None if channels == 1 else channels, nccl=nccl,
             )  # fmt: skip
         policy = policies[key]
         if isinstance(policy, HcclPolicy) and op not in HCCL_OPS:
