@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import CcsimError
 from ..viz.tables import FORMATS, to_csv, to_json
-from .args import add_max_flows_option, check_outputs, positive_int
+from .args import add_max_flows_option, add_nccl_option, check_outputs, positive_int
 
 
 def parse_tolerance(text: str) -> float:
@@ -53,6 +53,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "--quiet", action="store_true", help="no progress bar and no summary on stderr"
     )
     add_max_flows_option(parser)
+    add_nccl_option(parser)
 
 
 def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
@@ -169,7 +170,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     from ..sweep.seeds import SEED_AXIS
 
     check_outputs(args, "out")
-    spec = load_spec(args.spec, max_flows=args.max_flows)
+    spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
     try:
         run = execute_sweep(spec, args.out, **_options(args))
     except KeyboardInterrupt:
@@ -207,7 +208,7 @@ def _cmd_size(args: argparse.Namespace) -> None:
     from ..sweep import default_metric, format_value, load_spec, size
 
     check_outputs(args, "out", "plot")
-    spec = load_spec(args.spec, max_flows=args.max_flows)
+    spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
     by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None
     if args.plot:  # a bad file name fails before the sweep, not after it
         from ..sweep.plot import _FORMATS

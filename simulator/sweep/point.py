@@ -174,6 +174,7 @@ def _collective(params: Mapping[str, Any]) -> dict[str, Any]:
         reduce_bandwidth=params.get("reduce_bandwidth"),
         root=params.get("root", 0),
         protocol=params.get("protocol"),
+        nccl=params.get("nccl"),
     )
     return {
         "ranks": result.ranks,
@@ -200,6 +201,7 @@ def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, A
         comm_slowdown=params.get("comm_slowdown", 0.0),
         reduce_bandwidth=params.get("reduce_bandwidth"),
         protocol=params.get("protocol"),
+        nccl=params.get("nccl"),
     )
     return workload, graph, breakdown
 

@@ -39,7 +39,7 @@ import inspect
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from ..collective.policy import POLICIES
 from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError, shown
 from ..files import load_data
+from ..library.nccl_env import parse_nccl_env
 from ..library.protocol import PROTOCOLS
 from ..network.faults import (
     FILE_SUFFIXES,
@@ -83,6 +84,7 @@ COMMON_KEYS = (
     "algorithm",
     "reduce_bandwidth",
     "protocol",
+    "nccl",
     "fault",
 )
 COLLECTIVE_KEYS = ("collective", "size", "chunks", "channels", "root")
@@ -242,6 +244,7 @@ def load_spec(
     *,
     name: str | None = None,
     max_flows: int | None = None,
+    nccl: str | Sequence[str] | Mapping[str, Any] | None = None,
 ) -> SweepSpec:
     """Parse and validate a sweep spec.
 
@@ -256,6 +259,10 @@ def load_spec(
     max_flows : int, optional
         The resource guard's limit (:mod:`simulator.collective.guards`): a spec with
         more points than it allows is refused before they are expanded.
+    nccl : str, list of str or mapping, optional
+        NCCL's environment settings for every point (``ccsim sweep --nccl``), as the
+        scenario key ``nccl`` takes them (:func:`~simulator.library.nccl_env.
+        parse_nccl_env`); a spec's own ``nccl`` must then agree, and no axis may vary it.
 
     Examples
     --------
@@ -272,7 +279,8 @@ def load_spec(
         path = Path(source)
         origin, folder = str(path), path.parent
         data = load_data(path, what="sweep spec", fmt="yaml", error=SweepError)
-    return _Parser(origin, folder, max_flows).parse(data, name)
+    spec = _Parser(origin, folder, max_flows).parse(data, name, nccl=nccl)
+    return spec
 
 
 def point_key(params: Mapping[str, Any]) -> str:
@@ -312,7 +320,7 @@ class _Parser:
 
     # -- top level -------------------------------------------------------------------
 
-    def parse(self, data: Any, name: str | None) -> SweepSpec:
+    def parse(self, data: Any, name: str | None, *, nccl: Any = None) -> SweepSpec:
         if not isinstance(data, Mapping):
             raise SweepError(
                 f"{self.origin}: a sweep spec is a mapping with 'scenario' and 'axes' or 'points'"
@@ -327,6 +335,8 @@ class _Parser:
         if not isinstance(raw_axes, Mapping):
             raise self.error("axes", "must be a mapping of axis name to a list of values")
         self.scenario(scenario, sized="size" in raw_axes)
+        if nccl is not None:
+            self.nccl_override(nccl, scenario, raw_axes, data.get("points") or [])
 
         axes = [self.axis(str(axis_name), raw) for axis_name, raw in raw_axes.items()]
         # Explicit points may add values to an axis's column; the product keeps its own.
@@ -445,6 +455,22 @@ class _Parser:
             base["set"][str(path)] = self.value(str(path), value, where)[0]
         if base["set"]:
             self.check_topology(base["topology"], base["set"], base["fabric"], "scenario.set")
+
+    def nccl_override(
+        self, nccl: Any, scenario: Mapping[str, Any], axes: Mapping[str, Any], points: Any
+    ) -> None:
+        """Give every point the NCCL settings ``nccl`` (``--nccl``); the spec may state
+        the same ones, but not others, nor vary them."""
+        text = parse_nccl_env(nccl).text or None
+        if "nccl" in axes or any(isinstance(p, Mapping) and "nccl" in p for p in points):
+            raise self.error("axes.nccl", "--nccl sets every point's NCCL settings: no nccl axis")
+        if "nccl" in scenario and self.base.get("nccl") != text:
+            raise self.error(
+                "scenario.nccl",
+                f"{self.base.get('nccl')} disagrees with --nccl {text}: give one of them",
+            )
+        if text is not None:
+            self.base["nccl"] = text
 
     # -- axes and values -------------------------------------------------------------
 
@@ -607,6 +633,12 @@ class _Parser:
                 valid = _join([*PROTOCOLS, "auto", "ideal"])
                 raise self.error(where, f"unknown protocol {shown(raw)}; valid: {valid}")
             return raw
+        if name == "nccl":
+            # NCCL's settings as text (NCCL_ALGO=Ring ...) or a mapping of them, kept as
+            # their canonical text; none (or null) for NCCL's defaults, for an axis.
+            if raw in (None, "none", ""):
+                return None
+            return parse_nccl_env(raw).text
         if name == "comm_slowdown":
             if not _is_number(raw) or not 0 <= raw < 1:
                 raise self.error(where, f"must be a fraction in [0, 1), got {shown(raw)}")
