@@ -8,8 +8,11 @@ say comes from the command line: ``topology`` (else the one bundled preset whose
 the log's), ``nodes`` (else the number of hosts) and ``op``. Each size is compared by
 the faster of its out-of-place and in-place runs (a sidecar's default column, ``best``)
 and simulated as NCCL's own choice (``algorithm: nccl``), as in a sidecar that leaves
-everything to its defaults; sizes of 0 bytes (all-gather and reduce-scatter below one
-element per rank) are skipped.
+everything to its defaults, under the NCCL settings the log reports as set by the
+environment (``NCCL INFO NCCL_ALGO set by environment to Ring``, with NCCL_DEBUG=INFO;
+:mod:`simulator.library.nccl_env` lists those modelled, and the others are named and
+ignored); sizes of 0 bytes (all-gather and reduce-scatter below one element per rank)
+are skipped.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from ..errors import CcsimError
+from ..library.nccl_env import SUPPORTED, parse_nccl_env
 from ..topology import gpu_nodes
 from ..topology.importers import GRAPH_SUFFIXES
 from ..topology.presets import preset_files, read_preset
@@ -87,6 +91,15 @@ def log_case(
         "protocol": "auto",
         "gpus_per_process": per_process or 1,
     }
+    # Settings that change what NCCL chooses apply; the rest (NCCL_SOCKET_IFNAME, ...)
+    # say how it reaches the network, which the topology already does.
+    modelled = {k: v for k, v in out.environment.items() if k in SUPPORTED}
+    ignored = sorted(set(out.environment) - set(modelled))
+    if modelled:
+        try:
+            settings["nccl"] = parse_nccl_env(modelled).text
+        except CcsimError as error:
+            raise CcsimError(f"{name}: the log's NCCL settings: {error}") from None
     case = Case(name, path, measured, settings)
     if out.ranks is not None:
         gpus = len(gpu_nodes(case_graph(case)))
@@ -97,6 +110,10 @@ def log_case(
             )
     if notify is not None:
         skipped = f"; skipped {len(out.skipped)} garbled row(s)" if out.skipped else ""
+        if "nccl" in settings:
+            skipped += f"; NCCL settings from the log: {settings['nccl']}"
+        if ignored:
+            skipped += f"; not modelled, ignored: {', '.join(ignored)}"
         notify(
             f"{name}: {op}, {out.ranks or '?'} ranks, {settings['gpus_per_process']} GPU(s) "
             f"per process, {', '.join(out.gpus) or 'GPU not named'}: --topology {preset} "

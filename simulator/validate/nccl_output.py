@@ -6,9 +6,14 @@ starting with ``#`` (``# nThread 1 nGpus 8 minBytes ...``, one ``#  Rank  0 Grou
 ... on HOST device  0 [...] GPU NAME`` line per rank, the column header ``#  size  count
 type  redop  root  time  algbw  busbw  #wrong  time ...``), one data row per size with
 the out-of-place then the in-place figures, and a footer (``# Out of bounds values``,
-``# Avg bus bandwidth``). Anything else (NCCL INFO/WARN lines, MPI banners, the command
-line) is skipped; a ``[1,0]<stdout>:`` (``mpirun --tag-output``) or ``0:`` (``srun -l``)
-prefix is removed first. Columns are found by name in the column header, so older
+``# Avg bus bandwidth``). NCCL's own lines that report a setting from the environment
+(with ``NCCL_DEBUG=INFO``) are read: ``NCCL INFO NCCL_ALGO set by environment to Ring``
+and ``... NCCL_PROTO set by environment to Simple`` (graph/tuning.cc:455 and 460 at
+v2.30.7), ``... NCCL_MIN_NCHANNELS set by environment to 24.`` for integer settings
+(misc/param.cc:100) and ``NCCL_COLLNET_ENABLE set by environment to 0.`` (init.cc:2156).
+Anything else (other NCCL INFO/WARN lines, MPI banners, the command line) is skipped; a
+``[1,0]<stdout>:`` (``mpirun --tag-output``) or ``0:`` (``srun -l``) prefix is removed
+first. Columns are found by name in the column header, so older
 layouts (no ``root`` column, ``error`` for ``#wrong``) and ``-S`` timestamps read alike.
 
 The JSON holds ``config`` (``nthreads``, ``ngpus``, ``devices``: one entry per process,
@@ -62,6 +67,8 @@ _RANK = re.compile(
 _THREADS = re.compile(r"\bnThread\s+(\d+)\s+nGpus\s+(\d+)")
 _PROGRAM = re.compile(r"\b([a-z]+(?:_[a-z]+)*)_perf(?:_mpi)?\b")
 _NOISE = ("NCCL INFO", "NCCL WARN", "NCCL TRACE")
+# tuning.cc:455/460 print the value as given; param.cc:100 and init.cc:2156 add a period.
+_ENVIRONMENT = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+?)\.?\s*$")
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ class NcclTestsOutput:
     gpus: list[str] = field(default_factory=list)  # distinct GPU names
     processes: int | None = None
     skipped: list[int] = field(default_factory=list)  # garbled row lines (1-based)
+    # NCCL variables the run reported as set by the environment: name -> value.
+    environment: dict[str, str] = field(default_factory=dict)
 
     def op(self) -> str | None:
         """The ccsim operation: from the binary's name, else from the rows (``redop``,
@@ -159,6 +168,9 @@ def _from_stdout(path: Path, text: str) -> NcclTestsOutput:
     ranks: dict[int, tuple[str, str]] = {}  # rank -> (host, pid)
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _PREFIX.sub("", raw, count=1)
+        if setting := _ENVIRONMENT.search(line):
+            _setting(out, setting[1], setting[2], number)
+            continue
         tokens = line.split()
         if columns is not None and tokens and tokens[0].isdigit():
             try:
@@ -192,6 +204,17 @@ def _from_stdout(path: Path, text: str) -> NcclTestsOutput:
         out.ranks = len(ranks)
         out.processes = len(set(ranks.values()))
     return _checked(out)
+
+
+def _setting(out: NcclTestsOutput, name: str, value: str, number: int) -> None:
+    """Record a setting NCCL reported; every rank reports it, all alike."""
+    known = out.environment.get(name)
+    if known is not None and known != value:
+        raise CcsimError(
+            f"{out.path.name}:{number}: {name} set to {value} here but {known} earlier: ranks "
+            "ran with different settings"
+        )
+    out.environment[name] = value
 
 
 def _row(columns: list[str], tokens: list[str]) -> Row:

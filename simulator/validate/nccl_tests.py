@@ -10,6 +10,8 @@ busbw_ip``; the YAML sidecar says what ran::
     algorithm: nccl         # nccl: NCCL's own choice per size (the default); a ccsim
                             # algorithm (ring, ...); or auto (the fastest, by simulation)
     nccl_algo: Ring         # optional, with nccl: the algorithms NCCL_ALGO allowed
+    nccl: NCCL_PROTO=Simple # optional, with nccl: NCCL's environment settings (text or
+                            # a mapping; simulator/library/nccl_env.py)
     protocol: auto          # LL, LL128, Simple or auto (the fastest, as NCCL's tuner)
     channels: 24            # optional: forced channel count (NCCL_MIN_CTAS), or auto
     chunks: 1               # optional: pipelining chunks (ccsim's), or auto
@@ -53,6 +55,7 @@ from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
 from ..errors import CcsimError, shown
 from ..files import load_data, read_text
+from ..library.nccl_env import NcclEnv, parse_nccl_env
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
 
@@ -67,6 +70,7 @@ _KEYS = {
     "chunks",
     "gpus_per_process",
     "nccl_algo",
+    "nccl",
     "column",
     "csv",
 }
@@ -228,6 +232,7 @@ def check_case(case: Case, max_flows: int | None = None) -> None:
         channels=count_setting(case, "channels") if "channels" in s else None,
         protocol=str(s.get("protocol", "auto")),
         max_flows=max_flows,
+        nccl=_nccl_env(case) if str(s.get("algorithm", "nccl")) == "nccl" else None,
     )
 
 
@@ -263,7 +268,8 @@ def run_case(
             protocol=protocol,
             channels=None if channels in ("auto", None) or "channels" not in s else channels,
             chunks=None if "chunks" not in s or chunks == "auto" else chunks,
-            algorithms=_nccl_algo(case),
+            algorithms=_nccl_algo(case, op),
+            env=_nccl_env(case),
         )
     elif "auto" in (algorithm, chunks, channels):
         tuner = AutoTuner(channels=channels, protocol=protocol)
@@ -291,11 +297,30 @@ def run_case(
     return result
 
 
-def _nccl_algo(case: Case) -> list[str] | None:
-    """A sidecar's ``nccl_algo``: the algorithms NCCL_ALGO allowed (default all)."""
+def _nccl_env(case: Case) -> NcclEnv:
+    """A case's NCCL settings (a sidecar's ``nccl``, or those a log reports)."""
+    try:
+        return parse_nccl_env(case.settings.get("nccl"))
+    except CcsimError as error:
+        raise CcsimError(f"{case.sidecar.name}: nccl: {error}") from None
+
+
+def _nccl_algo(case: Case, op: str = "all_reduce") -> list[str] | None:
+    """A sidecar's ``nccl_algo``: the algorithms NCCL_ALGO allowed (default all); with
+    ``nccl``'s NCCL_ALGO too, the two must allow the same for ``op``."""
     value = case.settings.get("nccl_algo")
     if value is None:
         return None
+    env = _nccl_env(case)
+    if env.algorithms is not None:
+        names = [value] if isinstance(value, str) else value
+        mine = {str(n).lower() for n in names} if isinstance(names, list) else set()
+        theirs = {n.lower() for n in env.algorithms_for(op) or ()}
+        if mine != theirs:
+            raise CcsimError(
+                f"{case.sidecar.name}: nccl_algo {value} disagrees with "
+                f"NCCL_ALGO={env.value('NCCL_ALGO')} for {op}: give one of them"
+            )
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise CcsimError(f"{case.sidecar.name}: nccl_algo must be a name or a list of names")
