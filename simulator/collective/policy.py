@@ -29,6 +29,7 @@ from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclChoice, HcclSystem, hccl_choice, hccl_system, parse_hccl_algo
 from ..library.nccl import (
     ALGORITHMS,
+    NVLS_MAX_ARITY,
     PROTOCOLS,
     NcclChoice,
     NcclSystem,
@@ -513,8 +514,7 @@ def pipeline_chunks(
     1
     """
     if choice.algorithm in ("NVLS", "NVLSTree"):
-        heads = ranks // nodes  # every GPU of a server is an NVLS head (one NIC each)
-        step = size_bytes / (channels * heads)
+        step = size_bytes / (channels * nvls_heads(ranks, nodes))
     elif choice.algorithm == "Tree":
         step = size_bytes / (2 * channels)  # two trees, each half the data
     else:
@@ -536,13 +536,23 @@ def message_bytes(
     1048576.0
     """
     if choice.algorithm in ("NVLS", "NVLSTree"):
-        heads = ranks // nodes
-        return nvls_chunk(choice.algorithm, size_bytes, channels * heads)
+        return nvls_chunk(choice.algorithm, size_bytes, channels * nvls_heads(ranks, nodes))
     if choice.algorithm == "Tree":
         if choice.protocol == "LL128":
             return tree_ll128_chunk(size_bytes, channels, ranks, nodes)
         return float(TREE_CHUNK if choice.protocol == "Simple" else PIPELINE_BYTES[choice.protocol])
     return float(PIPELINE_BYTES[choice.protocol])
+
+
+def nvls_heads(ranks: int, nodes: int) -> int:
+    """NCCL's NVLS heads: every GPU of a server (one NIC each), at most
+    NCCL_MAX_NVLS_ARITY = 32 (include/device.h:213, search.cc:1126-1127 at v2.30.7), so a
+    72-GPU NVL72 rack has 32.
+
+    >>> nvls_heads(16, 2), nvls_heads(72, 1)
+    (8, 32)
+    """
+    return min(ranks // nodes, NVLS_MAX_ARITY)
 
 
 def nvls_chunk(algorithm: str, size_bytes: float, ops: int) -> float:
@@ -560,9 +570,11 @@ def nvls_chunk(algorithm: str, size_bytes: float, ops: int) -> float:
         caps = ((64, 65536), (8, 32768), (2, 16384))
     else:
         caps = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+    # Each test compares with the chunk as the tests before it left it (NCCL lowers
+    # chunkSize in place), not with the 128 KiB it started from.
     for factor, cap in caps:
-        if size_bytes < factor * ops * NVLS_CHUNK:
-            chunk = min(chunk, float(cap))
+        if size_bytes < factor * ops * chunk and chunk > cap:
+            chunk = float(cap)
     return chunk
 
 

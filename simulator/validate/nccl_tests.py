@@ -27,8 +27,9 @@ the preset's ``launch``) and the GPUs' time.
 
 Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
 time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
-eleven public nccl-tests runs: the three calibration runs of shared/reference/nccl-tests
-and eight more (H100 on 1 to 8 servers, A100 on 2 over RoCE), each sidecar citing its
+eighteen public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
+more (H100 on 1 to 8 servers, A100 on 2 over RoCE) and six GB300 runs on parts of an
+NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs), each sidecar citing its
 source. A sidecar's ``algorithm`` defaults to ``nccl``: what NCCL runs with no
 environment set.
 
