@@ -114,7 +114,7 @@ def add_max_flows_option(cmd: argparse.ArgumentParser) -> None:
         help="refuse, before building anything, a run estimated to create more than N flows "
         f"(about {BYTES_PER_FLOW} bytes each; a topology node or link counts as "
         f"{GRAPH_ITEM_FLOWS}, a trace op as {OP_FLOWS}) (default: ${ENVIRONMENT} if set, "
-        f"else half of this machine's memory: {default_max_flows():,})",
+        f"else a quarter of this machine's memory: {default_max_flows():,})",
     )
 
 

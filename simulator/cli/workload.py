@@ -333,9 +333,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
     workload = resolve_workload(args.workload, max_flows=args.max_flows)
     nodes = args.nodes
     if nodes is None:
-        per_server = cluster_of(args.topology).ranks
+        per_server = cluster_of(args.topology, max_flows=args.max_flows).ranks
         nodes = max(1, math.ceil(workload.ranks / per_server))
-    cluster = cluster_of(args.topology, nodes, fabric=args.fabric)
+    cluster = cluster_of(args.topology, nodes, fabric=args.fabric, max_flows=args.max_flows)
     check_flows(cluster.estimate(), args.max_flows)  # before a library's model is consulted
     estimate = workload_estimate(workload, args.algo, cluster=cluster, protocol=args.proto)
     check_flows(estimate.plus(cluster.estimate()), args.max_flows)
