@@ -452,8 +452,8 @@ def check_collective(
     >>> try:
     ...     check_collective("dgx-a100", "all_reduce", [1024], ["ring"], chunks=10**7)
     ... except ResourceError as error:
-    ...     print(str(error).split(":")[0])
-    all_reduce on 8 ranks (ring, 10000000 chunks, 1 channels), on a topology of 8 GPUs
+    ...     print(str(error).split(": about")[0])
+    all_reduce on 8 ranks (ring, 10000000 chunks, 1 channels), on dgx-a100: a topology of 8 GPUs
     """
     cluster = cluster_of(topology, nodes, fabric=fabric, max_flows=max_flows)
     check_flows(cluster.estimate(), max_flows)  # before a library's model is consulted
