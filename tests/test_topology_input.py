@@ -250,3 +250,25 @@ def test_a_bandwidth_with_no_unit_below_a_megabyte_a_second_is_refused(bare, tmp
     data["server"]["nic"]["bandwidth"] = 25e9  # bytes/s, as sweeps set it
     path.write_text(yaml.safe_dump(data))
     assert max(d["bandwidth"] for *_, d in load_topology(path, 2).edges(data=True)) >= 25e9
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"nodes": [{"id": "zzz"}], "edges": []},
+            "node 'zzz' has no 'kind' attribute; give it one of cpu, gpu, nic",
+        ),
+        (
+            {"nodes": [{"id": "g0", "kind": "gpu", "rank": 0}]},
+            'node-link JSON needs a "links" or "edges" list of links',
+        ),
+    ],
+)
+def test_node_link_errors_name_what_is_missing(data, message, tmp_path):
+    """Issue 33: these said ``node 'zzz' has kind None`` and ``'edges'`` (a KeyError)."""
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TopologyError, match="graph.json") as error:
+        load_topology(path)
+    assert message in str(error.value)

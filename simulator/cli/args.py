@@ -19,6 +19,19 @@ from ..files import check_writable, write_file
 from ..network.faults import apply_faults, load_faults
 
 
+class Once(argparse.Action):
+    """argparse action for an option naming one output: given twice (``--timeline a.png
+    --timeline b.svg``), it is refused rather than the first silently dropped."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        if getattr(namespace, self.dest, None) not in (None, self.default):
+            parser.error(
+                f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}); "
+                "give it once"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def positive_int(text: str) -> int:
     """argparse type: a positive integer (argparse reports the error on one line).
 

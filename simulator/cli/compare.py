@@ -14,6 +14,7 @@ from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.tables import FORMATS, compare_table, to_csv, to_json
 from .args import (
+    Once,
     add_max_flows_option,
     add_model_options,
     add_trace_options,
@@ -112,12 +113,14 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument(
         "--timeline",
+        action=Once,
         metavar="FILE",
         help="also draw a Gantt chart (time in us/ms) of the winner at the LAST size into "
         "FILE (png, svg, pdf)",
     )
     cmd.add_argument(
         "--trace",
+        action=Once,
         metavar="FILE",
         help="also write a Chrome trace-event JSON (ts/dur in microseconds) of the winner "
         "at the LAST size",

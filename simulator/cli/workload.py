@@ -26,7 +26,7 @@ from ..workload.guards import check_generator, workload_estimate
 from ..workload.memory import MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
-from .args import add_max_flows_option, add_trace_options, check_outputs, emit, with_faults
+from .args import Once, add_max_flows_option, add_trace_options, check_outputs, emit, with_faults
 from .compare import add_model_options
 
 
@@ -98,6 +98,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     run.add_argument(
         "--timeline",
+        action=Once,
         metavar="FILE",
         help="also draw a Gantt chart of the step to FILE.png, .svg or .pdf: a row per "
         "rank and stream (merged per server and stream beyond 64 rows), ops coloured by "
@@ -106,6 +107,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--trace",
+        action=Once,
         metavar="FILE",
         help="also write a Chrome trace-event JSON of the step to FILE (one process per "
         "server, one thread per rank and stream; ts/dur in microseconds; open it at "
@@ -114,6 +116,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     add_trace_options(run)
     run.add_argument(
         "--report",
+        action=Once,
         metavar="DIR",
         help="also write a report folder: the breakdown (text with every rank, CSV, "
         "JSON), the timeline PNG, the trace, the workload and topology files and "
