@@ -52,6 +52,10 @@ _RATE_PREFIX = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 # Divisors rather than factors: 500 / 1e9 is exactly 5e-07, 500 * 1e-9 is not.
 _TIME_DIVISORS = {"": 1.0, "s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
 
+#: Largest size a message may have, in bytes: 1 TiB, above any GPU's memory (192 GB on a
+#: B200, 288 GB on a B300), so larger is a typo such as 1e30.
+MAX_SIZE = 2**40
+
 #: Most sizes one --sizes may list: a sweep of sizes is one simulation per size, and
 #: 10,000 of them step by a factor of 1.0045 from 1 B to 16 EiB.
 MAX_SIZES = 10_000
@@ -66,6 +70,8 @@ def _split(text: object, what: str, example: str) -> tuple[float, str]:
         return float(text), ""
     match = _PATTERN.match(str(text))
     if not match:
+        if _PATTERN.match(str(text).strip().removeprefix("-")):
+            raise CcsimError(f"invalid {what} {shown(text)}: it must be positive, e.g. {example}")
         raise CcsimError(
             f"invalid {what} {shown(text)}; write a number with a unit, e.g. {example}"
         )
@@ -80,6 +86,13 @@ def parse_size(text: str | float, *, field: str = "size") -> float:
     """
     value, unit = _split(text, field, "64MiB, 4G or 1GB")
     key = unit.lower()
+    if len(unit) == 2 and unit[1] == "b" and key in _SIZE_UNITS:
+        # "1Mb": a small b is bits in a rate (400Gbps), so in a size it is ambiguous.
+        raise CcsimError(
+            f"invalid {field} {shown(text)}: {shown(unit)} could be bits or bytes; write "
+            f"{value:g}{unit[0].upper()}B (bytes, decimal) or {value:g}{unit[0].upper()}iB "
+            "(binary); sizes are in bytes"
+        )
     if key not in _SIZE_UNITS:
         raise CcsimError(
             f"invalid {field} {shown(text)}: unknown unit {shown(unit)}; "
@@ -88,6 +101,11 @@ def parse_size(text: str | float, *, field: str = "size") -> float:
     result = value * _SIZE_UNITS[key]
     if not math.isfinite(result):
         raise CcsimError(f"invalid {field} {shown(text)}: a size must be finite")
+    if result > MAX_SIZE:
+        raise CcsimError(
+            f"invalid {field} {shown(text)}: {result:.3g} bytes is more than 1 TiB, more than "
+            "any GPU's memory (a B200 has 192 GB); give a size of at most 1T"
+        )
     return result
 
 
@@ -134,8 +152,9 @@ def parse_time(text: str | float, *, field: str = "time") -> float:
     return value / _TIME_DIVISORS[key]
 
 
-def parse_sizes(text: str) -> list[int]:
-    """Parse a list of message sizes for a sweep, in bytes.
+def parse_sizes(text: str, *, element: int = 1) -> list[int]:
+    """Parse a list of message sizes for a sweep, in bytes, each at least one
+    ``element`` (bytes of the data type: 4 for nccl-tests' fp32 counts).
 
     ``"8:4G"`` means powers of two from 8 B to 4 GiB (like nccl-tests ``-b 8 -e 4G -f 2``);
     ``"1M:1G:4"`` multiplies by 4 each time; ``"1M,64M,1G"`` is an explicit list.
@@ -154,7 +173,7 @@ def parse_sizes(text: str) -> list[int]:
             raise CcsimError(
                 f"invalid sizes {shown(text)}; a range is MIN:MAX or MIN:MAX:FACTOR, e.g. 8:4G"
             )
-        low, high = (_positive_size(p, text) for p in parts[:2])
+        low, high = (_positive_size(p, text, element) for p in parts[:2])
         factor = 2.0
         if len(parts) == 3:
             try:
@@ -176,7 +195,7 @@ def parse_sizes(text: str) -> list[int]:
         return sizes
     parts = text.split(",")
     _check_count(len(parts), text)
-    return [round(_positive_size(p, text)) for p in parts]
+    return [round(_positive_size(p, text, element)) for p in parts]
 
 
 def _check_count(count: int, text: str) -> None:
@@ -187,10 +206,15 @@ def _check_count(count: int, text: str) -> None:
         )
 
 
-def _positive_size(part: str, whole: str) -> float:
+def _positive_size(part: str, whole: str, element: int = 1) -> float:
     size = parse_size(part.strip(), field="size")
     if not size >= 1:
         raise CcsimError(
             f"invalid sizes {shown(whole)}: {shown(part)} is not a positive number of bytes"
+        )
+    if size < element:
+        raise CcsimError(
+            f"invalid sizes {shown(whole)}: {shown(part.strip())} bytes is less than one "
+            f"{element}-byte element (a count of 0); give at least {element}"
         )
     return size

@@ -26,13 +26,13 @@ def test_quick_scenario_reports_its_figures():
 
 def test_workload_scenario_reports_the_step_it_replays():
     """A workload scenario replays its Megatron step: its simulated time is the step's
-    and its ops the generated trace's (a 2-stage GPT-1.5B on one dgx-a100, built here
+    and its ops the generated trace's (a 2-stage Llama 3 8B on one dgx-a100, built here
     and replayed directly for comparison)."""
     from simulator.cli.bench import Scenario, run_workload_scenario
     from simulator.workload import run_workload
     from simulator.workload.generators import megatron
 
-    params = (("model", "gpt-1.5b"), ("tp", 4), ("pp", 2), ("dp", 1), ("global_batch", 4))
+    params = (("model", "llama3-8b"), ("tp", 4), ("pp", 2), ("dp", 1), ("global_batch", 4))
     scenario = Scenario("tiny", "", kind="workload", preset="dgx-a100", workload=params)
     row = run_workload_scenario(scenario)
     step = megatron(**dict(params))

@@ -273,7 +273,7 @@ def test_one_file_is_one_rank(tmp_path):
     "workload",
     [
         ddp("gpt-1.5b", ranks=2),
-        megatron("gpt-1.5b", tp=2, pp=2, dp=2, global_batch=8),  # streams, send/recv, tags
+        megatron("llama3-8b", tp=2, pp=2, dp=2, global_batch=8),  # streams, send/recv, tags
     ],
     ids=["ddp", "megatron"],
 )

@@ -239,3 +239,20 @@ def test_options_that_would_be_ignored_are_refused(argv, needle, tmp_path, capsy
     assert len(err.strip().splitlines()) == 1 and needle in err
     assert not list(tmp_path.iterdir())
     assert main(["collective", "broadcast", "--root", "3", "--sizes", "1K"]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["collective", "all_reduce", "--sizes", "1M", "--timeline", "a.png", "--timeline", "b.svg"],
+        ["collective", "all_reduce", "--sizes", "1M", "--trace", "a.json", "--trace", "b.json"],
+    ],
+)
+def test_an_output_option_given_twice_is_refused(argv, tmp_path, monkeypatch, capsys):
+    """Issue 33: the second --timeline silently replaced the first; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and not list(tmp_path.iterdir())
+    option, first, second = argv[-2], argv[-3], argv[-1]
+    assert f"{option} given twice ({first} and {second}); give it once" in capsys.readouterr().err

@@ -553,3 +553,24 @@ def test_tied_embeddings_are_all_reduced_between_the_first_and_last_stage():
     _, without = run_workload(untied, graph, algorithm="ring", comm_slowdown=0.0)
     x = SMALL.vocab * SMALL.hidden * 4
     assert with_it.step_s - without.step_s == pytest.approx(x / 1e12, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "message"),
+    [
+        ("gpt3-175b", 7, "tp 7 does not split gpt3-175b's 96 attention heads evenly"),
+        ("llama3-70b", 16, "tp 16 does not split llama3-70b's 8 key/value heads evenly"),
+    ],
+)
+def test_a_tp_that_does_not_split_the_heads_is_refused(model, tp, message, tmp_path, capsys):
+    """Issue 33: Megatron-LM asserts that TP divides the attention heads and the query
+    groups; --tp 7 on GPT-3's 96 heads generated a trace of 7-way heads."""
+    from simulator.cli import main
+    from simulator.workload.generators import megatron
+
+    with pytest.raises(CcsimError, match=message):
+        megatron(model, tp=tp, pp=1, dp=1, global_batch=1)
+    out = tmp_path / "step.json"
+    argv = ["generate", "megatron", "--model", model, "--tp", str(tp), "--out", str(out)]
+    assert main(argv) == 2 and not out.exists()
+    assert message in capsys.readouterr().err

@@ -17,6 +17,7 @@ from simulator.cli import main
 from simulator.collective import NcclPolicy, rank_layout
 from simulator.collective.guards import (
     ENVIRONMENT,
+    GRAPH_ITEM_FLOWS,
     Estimate,
     ResourceError,
     check_flows,
@@ -148,7 +149,7 @@ def test_a_validation_sidecar_with_100000_nodes_is_refused(tmp_path, capsys):
 
 
 def test_the_limit_comes_from_the_option_then_the_environment(monkeypatch, capsys):
-    """--max-flows wins, then CCSIM_MAX_FLOWS, then half of the machine's memory."""
+    """--max-flows wins, then CCSIM_MAX_FLOWS, then a quarter of the machine's memory."""
     monkeypatch.delenv(ENVIRONMENT, raising=False)
     assert flow_limit() == (default_max_flows(), flow_limit()[1])
     assert default_max_flows() >= 1_000_000
@@ -199,12 +200,14 @@ def test_the_nccl_estimate_is_what_the_policy_builds():
     graph = load_topology("dgx-h100", 2)
     cluster = cluster_of("dgx-h100", 2)
     policy = NcclPolicy()
-    items = cluster.items  # a server's nodes and links, twice
+    items = cluster.items  # two servers' nodes and links, and the fabric's
     for op in ("all_reduce", "all_gather", "broadcast", "all_to_all"):
         for size in parse_sizes("8:4G:16"):
             schedule, _, _ = policy.schedule(graph, op, float(size))
             estimate = collective_estimate(cluster, op, [size], "nccl", chunks=None, channels=None)
-            assert estimate.flows - items * 10 == pytest.approx(schedule.n_ops, rel=0.05), (
+            assert estimate.flows - items * GRAPH_ITEM_FLOWS == pytest.approx(
+                schedule.n_ops, rel=0.05
+            ), (
                 op,
                 size,
             )
@@ -275,3 +278,162 @@ def test_ordinary_runs_pass():
             cluster, "all_reduce", sizes, "nccl", chunks=None, channels=None
         )
         assert estimate.flows < most < default_max_flows()
+
+
+# Issue 33: each of these ate 1-5 GB within a minute (or hung) before it was refused.
+
+#: The default limit on a 24 GiB machine (a quarter of it at 200 B a flow), so that the
+#: cases sized near it are refused the same way on any machine.
+LIMIT_24_GIB = 24 * 2**30 // 4 // 200
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["topology", "show", "dgx-a100", "--nodes", "100000"],
+        ["collective", "all_reduce", "--algo", "hierarchical", "--nodes", "100000"],
+        ["search", "gpt3-175b", "--global-batch", "1024", "--nodes", "100000", "--quiet"],
+        ["run", "TRACE", "--nodes", "100000"],
+    ],
+)
+def test_a_hundred_thousand_servers_are_refused_before_they_are_built(
+    argv, tmp_path, monkeypatch, capsys
+):
+    """800,000 GPUs: 41 nodes and links a server (33 of its own, 8 of the fabric's),
+    4.1 M in all at 15 flows each, counted from the preset's 33 a server (4.95 M items,
+    49.5 M flows) before any is built: past a 24 GiB machine's 32 M."""
+    path = tmp_path / "pair.json"
+    path.write_text(json.dumps(trace(2)))
+    monkeypatch.setenv(ENVIRONMENT, str(LIMIT_24_GIB))
+    line, peak = refused([str(path) if a == "TRACE" else a for a in argv], capsys)
+    assert "dgx-a100: a topology of 800,000 GPUs (100,000 servers)" in line, line
+    assert "49,500,000 flows" in line and f"past the limit of {LIMIT_24_GIB:,}" in line
+    assert peak < PEAK_BYTES
+
+
+def test_a_log_on_a_hundred_thousand_servers_is_told_it_does_not_match(capsys):
+    log = DATA / "nccl-tests" / "oci-a100-2n-all_reduce.log"
+    argv = ["validate", str(log), "--topology", "dgx-a100", "--nodes", "100000"]
+    line, peak = refused(argv, capsys)
+    assert "16 ranks ran on 2 host(s), but dgx-a100 x 100000 has 800000 GPUs" in line
+    assert peak < PEAK_BYTES
+
+
+def test_a_preset_with_ten_million_gpus_is_refused_from_its_numbers(tmp_path, capsys):
+    """gpus: 10,000,000 on an NVSwitch with a NIC each: 10 M GPUs, 1 switch and its 10 M
+    links, 10 M NICs and their 10 M links, 40,000,001 items; the guard used to build the
+    server to count them."""
+    from simulator.topology.presets import preset_files
+
+    text = preset_files()["dgx-h100"].read_text()
+    assert "  gpus: 8\n" in text and "gpus_per_nic: 1" in text
+    path = tmp_path / "big.yaml"
+    path.write_text(text.replace("  gpus: 8\n", "  gpus: 10000000\n"))
+    for argv in (["topology", "show", str(path)], ["collective", "all_reduce", "--topology",
+                                                   str(path), "--sizes", "1M"]):  # fmt: skip
+        line, peak = refused(argv, capsys)
+        assert line.startswith("ccsim: error: big.yaml: a topology of 10,000,000 GPUs")
+        assert f"about {40_000_001 * GRAPH_ITEM_FLOWS:,} flows" in line and peak < PEAK_BYTES
+
+
+def test_the_topology_estimate_is_the_graph_built():
+    """Nodes plus links of 1, 3 and 7 servers as built, fabric switches included."""
+    for name in ("dgx-a100", "dgx-h100", "gb200-nvl72"):
+        for nodes in (1, 3, 7):
+            graph = load_topology(name, nodes)
+            built = graph.number_of_nodes() + graph.number_of_edges()
+            assert cluster_of(name, nodes).items == built, (name, nodes)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        (
+            "ga",
+            100_000_000,
+            "2 ranks (all_gpus) x 600,000,000 lines (ga: 100,000,000 micro-batches of 6)",
+        ),
+        ("all_gpus", 100_000_000, "100,000,000 ranks (all_gpus) x 6 lines"),
+    ],
+)
+def test_an_aicb_header_that_large_is_refused_before_it_is_read(
+    field, value, needle, tmp_path, capsys
+):
+    """aicb_pp2_ga2.txt: 2 ranks, 6 lines holding its 2 micro-batches; ga: 10^8 cannot be
+    written out in 6 lines, so one is read as run 10^8 times (a MemoryError traceback
+    before), all_gpus: 10^8 runs the 6 lines on each rank. At most 6 ops a line."""
+    text = (DATA / "aicb_pp2_ga2.txt").read_text()
+    header = {"ga": "ga: 2 ", "all_gpus": "all_gpus: 2 "}[field]
+    assert header in text.splitlines()[0]
+    path = tmp_path / "huge.txt"
+    path.write_text(text.replace(header, f"{field}: {value} ", 1))
+    line, peak = refused(["run", str(path)], capsys)
+    assert line.startswith(f"ccsim: error: huge.txt: {needle}"), line
+    assert "past the limit of" in line and peak < PEAK_BYTES
+
+
+def test_the_aicb_estimate_bounds_the_ops_built():
+    """The estimate's 6 ops a rank and line bound what the bundled files build: 4 to 5.6
+    (their lines hold their ga micro-batches written out)."""
+    from simulator.workload.aicb import OPS_PER_LINE, load_aicb
+
+    for name in ("aicb_pp2_ga2", "aicb_pp4_ga6", "aicb_simai_example_pp2"):
+        text = (DATA / f"{name}.txt").read_text()
+        lines = int(text.splitlines()[1])  # the layer count AICB writes on line 2
+        workload = load_aicb(DATA / f"{name}.txt")
+        assert 4 * workload.ranks * lines <= len(workload.ops)
+        assert len(workload.ops) <= OPS_PER_LINE * workload.ranks * lines
+
+
+@pytest.mark.parametrize(
+    ("axis", "needle", "flows"),
+    [
+        (
+            "chunks: [1, 10000000]",
+            "the point chunks=10000000: all_reduce on 8 ranks at 1,048,576 B as nccl runs it "
+            "(ring, 10000000 chunks, 24 channels)",
+            112 * 10_000_000 * 24 + 33 * GRAPH_ITEM_FLOWS,
+        ),
+        (
+            "nodes: [1, 1000000]",
+            "the point nodes=1000000: dgx-a100: a topology of 8,000,000 GPUs (1,000,000 servers)",
+            33 * 1_000_000 * GRAPH_ITEM_FLOWS,  # counted from the preset, none built
+        ),
+    ],
+)
+def test_a_sweep_point_past_the_limit_is_refused_before_any_runs(
+    axis, needle, flows, tmp_path, monkeypatch, capsys
+):
+    """The sweep guard counted points, not each point's flows: 2 points passed, and the
+    second (10^7 chunks of a ring on 8 ranks, as NCCL runs it: 24 channels and 112
+    transfers a chunk and channel) or a million servers then ran out of memory."""
+    monkeypatch.setenv(ENVIRONMENT, str(LIMIT_24_GIB))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"scenario: {{collective: all_reduce, size: 1M, topology: dgx-a100}}\naxes:\n  {axis}\n"
+    )
+    out = tmp_path / "results.csv"
+    line, peak = refused(["sweep", str(spec), "--out", str(out), "--quiet"], capsys)
+    assert line.startswith(f"ccsim: error: {spec}: {needle}"), line
+    assert f"about {flows:,} flows" in line
+    assert peak < PEAK_BYTES and not out.exists()
+
+
+def test_an_axis_of_40000_values_parses_in_linear_time():
+    """Each value was looked up in the list of those before it: 40,000 took 36 s (7 s of
+    them this axis alone), now a fraction of a second; a repeat is still found, 1.0 as
+    1 (they are equal)."""
+    import time
+    from pathlib import Path
+
+    from simulator.sweep.spec import _Parser
+
+    parser = _Parser("long.yaml", Path("."))
+    parser.scenario({"collective": "all_reduce", "topology": "dgx-a100"}, sized=True)
+    start = time.perf_counter()
+    axis = parser.axis("size", list(range(1000, 41_000)))
+    assert time.perf_counter() - start < 1.5
+    assert axis.params[::13_333] == [1000, 14_333, 27_666, 40_999]
+    with pytest.raises(CcsimError, match=r"axes.size\[2\]: 1.0 repeats an earlier value"):
+        parser.axis("size", [1, 2, 1.0])

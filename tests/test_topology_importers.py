@@ -257,6 +257,16 @@ def test_gpus_without_rank_are_not_in_the_job(tmp_path):
         (nic_pci("02", 0, latency="soon"), "<net> attribute latency='soon' is not a number"),
         (nic_pci("02", 0), "no <gpu> with a rank"),
         (gpu_pci("01", 0) + gpu_pci("02", 0), "has rank 0, as line 2 has"),
+        # Issue 33: read before as 10 Gb/s (NCCL's reading of -1, unknown) and as the
+        # newest GPU's NVLink; -1 and 0 still read as NCCL reads them.
+        (
+            gpu_pci("01", 0) + nic_pci("02", 0, speed="-400000"),
+            "<net> attribute speed=-400000 is negative; write the NIC's speed in Mb/s",
+        ),
+        (
+            gpu_pci("01", 0).replace('sm="90"', 'sm="9999"'),
+            "<gpu> attribute sm=9999 is not a compute capability; write it as NCCL does",
+        ),
     ],
 )
 def test_nccl_xml_errors_name_file_line_element_and_attribute(tmp_path, body, message):

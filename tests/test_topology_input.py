@@ -229,3 +229,46 @@ def test_cli_topologies_lists_presets(capsys):
     out = capsys.readouterr().out
     for name in PRESETS:
         assert re.search(rf"^{re.escape(name)}\s+\S", out, flags=re.M)
+
+
+@pytest.mark.parametrize("bare", [200, "200", 2.5e5])
+def test_a_bandwidth_with_no_unit_below_a_megabyte_a_second_is_refused(bare, tmp_path):
+    """Issue 33: ``bandwidth: 200`` was read as 200 bytes/s (a bare number is bytes/s, as
+    topologies/README.md says); no link runs below 1 MB/s, so the unit was forgotten."""
+    from simulator.topology.presets import preset
+
+    data = preset("dgx-a100")
+    data["server"]["nic"]["bandwidth"] = bare
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(TopologyError) as error:
+        load_topology(path)
+    assert str(error.value) == (
+        f"bare.yaml: server.nic.bandwidth is {bare!r} with no unit, which reads as {bare!r} "
+        f"bytes/s; write the unit, e.g. {bare!r}GB/s (bytes) or {bare!r}Gbps (bits)"
+    )
+    data["server"]["nic"]["bandwidth"] = 25e9  # bytes/s, as sweeps set it
+    path.write_text(yaml.safe_dump(data))
+    assert max(d["bandwidth"] for *_, d in load_topology(path, 2).edges(data=True)) >= 25e9
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"nodes": [{"id": "zzz"}], "edges": []},
+            "node 'zzz' has no 'kind' attribute; give it one of cpu, gpu, nic",
+        ),
+        (
+            {"nodes": [{"id": "g0", "kind": "gpu", "rank": 0}]},
+            'node-link JSON needs a "links" or "edges" list of links',
+        ),
+    ],
+)
+def test_node_link_errors_name_what_is_missing(data, message, tmp_path):
+    """Issue 33: these said ``node 'zzz' has kind None`` and ``'edges'`` (a KeyError)."""
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TopologyError, match="graph.json") as error:
+        load_topology(path)
+    assert message in str(error.value)

@@ -116,3 +116,42 @@ def test_a_nic_written_in_gb_per_second_is_bits():
 def test_an_infinite_size_is_refused(text):
     with pytest.raises(CcsimError, match="finite"):
         parse_size(text)
+
+
+# Issue 33: sizes and values that were read as something else, each refused in one line.
+
+
+def test_a_size_above_any_gpus_memory_is_refused():
+    """1e30 bytes ran (a 7.6e24 us all-reduce); 1 TiB (2^40) is the most a size may be."""
+    assert parse_sizes("1T") == [2**40]
+    with pytest.raises(CcsimError, match=r"'1e30': 1e\+30 bytes is more than 1 TiB"):
+        parse_sizes("1e30")
+    with pytest.raises(CcsimError, match="more than 1 TiB"):
+        parse_sizes("8:2T")
+
+
+def test_a_size_below_one_element_is_refused():
+    """3 bytes of fp32 is a count of 0 (nccl-tests' count column printed 0)."""
+    assert parse_sizes("4", element=4) == [4] and parse_sizes("3") == [3]
+    with pytest.raises(CcsimError, match="'3' bytes is less than one 4-byte element"):
+        parse_sizes("3", element=4)
+    with pytest.raises(CcsimError, match="'2' bytes is less than one 4-byte element"):
+        parse_sizes("2:64", element=4)
+
+
+@pytest.mark.parametrize(("text", "written"), [("1Mb", "1MB"), ("64kb", "64KB"), ("2Gb", "2GB")])
+def test_a_size_in_small_b_is_ambiguous(text, written):
+    """A small b is bits in a rate (400Gbps), so 1Mb as a size was read as 10^6 bytes."""
+    with pytest.raises(CcsimError, match=f"could be bits or bytes; write {written} "):
+        parse_size(text)
+    assert parse_size(written) == parse_size(written.upper())
+    assert parse_bandwidth("400Gbps") == 50e9  # rates keep their bits
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"), [(parse_size, "-5MB"), (parse_bandwidth, "-400Gbps"), (parse_time, "-3us")]
+)
+def test_a_negative_value_is_told_to_be_positive(parse, text):
+    """It was told to write a number with a unit, which it had."""
+    with pytest.raises(CcsimError, match=f"'{text}': it must be positive, e.g. "):
+        parse(text)

@@ -398,3 +398,23 @@ def test_exposed_time_is_split_among_the_ops_in_flight_outside_compute():
         "TP all_reduce": pytest.approx(1.5 * MS, rel=1e-12),
         "P2P send": pytest.approx(1 * MS, rel=1e-12),
     }
+
+
+def test_an_unknown_collective_op_is_named_with_the_valid_ones():
+    """Issue 33: ``allreduce`` was taken, and the replay then said no algorithm can run
+    it; the trace now says the op is unknown and which one was meant."""
+    trace = {
+        "format": "ccsim-workload/1",
+        "name": "typo",
+        "ranks": 2,
+        "groups": {"pair": {"kind": "DP", "ranks": [0, 1]}},
+        "ops": [
+            {"rank": r, "kind": "collective", "op": "allreduce", "group": "pair", "bytes": "1M"}
+            for r in (0, 1)
+        ],
+    }
+    with pytest.raises(WorkloadError) as error:
+        parse_workload(trace, origin="typo.json")
+    assert "unknown op 'allreduce' (did you mean all_reduce?); valid ops: all_reduce, " in str(
+        error.value
+    )

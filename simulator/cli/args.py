@@ -20,6 +20,19 @@ from ..library.nccl_env import SUPPORTED, NcclEnv, parse_nccl_env
 from ..network.faults import apply_faults, load_faults
 
 
+class Once(argparse.Action):
+    """argparse action for an option naming one output: given twice (``--timeline a.png
+    --timeline b.svg``), it is refused rather than the first silently dropped."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        if getattr(namespace, self.dest, None) not in (None, self.default):
+            parser.error(
+                f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}); "
+                "give it once"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def positive_int(text: str) -> int:
     """argparse type: a positive integer (argparse reports the error on one line).
 
@@ -147,7 +160,7 @@ def add_max_flows_option(cmd: argparse.ArgumentParser) -> None:
         help="refuse, before building anything, a run estimated to create more than N flows "
         f"(about {BYTES_PER_FLOW} bytes each; a topology node or link counts as "
         f"{GRAPH_ITEM_FLOWS}, a trace op as {OP_FLOWS}) (default: ${ENVIRONMENT} if set, "
-        f"else half of this machine's memory: {default_max_flows():,})",
+        f"else a quarter of this machine's memory: {default_max_flows():,})",
     )
 
 

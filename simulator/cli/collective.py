@@ -26,6 +26,7 @@ from ..viz.progress import simulated_time
 from ..viz.tables import FORMATS, RUN_KEYS, collective_table, to_csv, to_json
 from ..workload.chakra import write_chakra_schedule
 from .args import (
+    Once,
     add_max_flows_option,
     add_model_options,
     add_trace_options,
@@ -135,12 +136,14 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     coll.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     coll.add_argument(
         "--timeline",
+        action=Once,
         metavar="FILE",
         help="also draw a Gantt chart (GPU streams, link utilisation, phases; time in "
         "us/ms) of the LAST size of the sweep to FILE.png, .svg or .pdf",
     )
     coll.add_argument(
         "--trace",
+        action=Once,
         metavar="FILE",
         help="also write a Chrome trace-event JSON (ts/dur in microseconds; open it at "
         "ui.perfetto.dev) of the LAST size of the sweep to FILE (gzipped if FILE ends in .gz)",
@@ -159,6 +162,7 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
     )
     coll.add_argument(
         "--report",
+        action=Once,
         metavar="DIR",
         help="also write a report folder: the table (CSV, JSON, text), bandwidth and "
         "timeline plots, the trace (LAST size), the topology file and run.json with the "
@@ -210,7 +214,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
 
 def _run_collective(args: argparse.Namespace, progress) -> None:
     check_outputs(args, "out", "chakra")
-    sizes = parse_sizes(args.sizes)
+    sizes = parse_sizes(args.sizes, element=4)  # fp32 counts, as nccl-tests
     if args.algo not in (None, "auto", *POLICIES, *algorithm_names()):
         raise unknown_choice("--algo", args.algo, ("auto", *POLICIES, *algorithm_names()))
     if args.chakra and (

@@ -13,6 +13,7 @@ from ..topology import load_topology
 from ..units import parse_bandwidth, parse_sizes
 from ..viz.tables import FORMATS, compare_table, to_csv, to_json
 from .args import (
+    Once,
     add_max_flows_option,
     add_model_options,
     add_trace_options,
@@ -114,12 +115,14 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument(
         "--timeline",
+        action=Once,
         metavar="FILE",
         help="also draw a Gantt chart (time in us/ms) of the winner at the LAST size into "
         "FILE (png, svg, pdf)",
     )
     cmd.add_argument(
         "--trace",
+        action=Once,
         metavar="FILE",
         help="also write a Chrome trace-event JSON (ts/dur in microseconds) of the winner "
         "at the LAST size",
@@ -133,7 +136,7 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:
-    sizes = parse_sizes(args.sizes)
+    sizes = parse_sizes(args.sizes, element=4)  # fp32 counts, as nccl-tests
     given = args.algos is not None
     algorithms = [name.strip() for name in (args.algos or "").split(",") if name.strip()]
     if given and not algorithms:

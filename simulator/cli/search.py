@@ -7,7 +7,7 @@ import sys
 
 from ..viz.tables import FORMATS, search_table, to_csv, to_json
 from ..workload.model import MODELS
-from .args import check_outputs, emit, positive_int
+from .args import add_max_flows_option, check_outputs, emit, positive_int
 
 
 def _int_list(text: str) -> list[int]:
@@ -177,6 +177,7 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
     search.add_argument(
         "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
     )
+    add_max_flows_option(search)
     search.set_defaults(handler=_cmd_search)
 
 
@@ -206,6 +207,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
         workers=args.workers,
         scheduler=args.scheduler,
         progress=False if args.quiet else None,
+        max_flows=args.max_flows,
     )
     rows = result.ranked(args.top)
     failed = result.failed

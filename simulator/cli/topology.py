@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..collective.guards import check_flows, cluster_of
 from ..library.protocol import calibration_of
 from ..topology import FABRICS, load_topology, summarize
 from ..topology.draw import draw_topology
-from .args import check_outputs, positive_int
+from .args import add_max_flows_option, check_outputs, positive_int
 
 
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
@@ -60,11 +61,15 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="also draw the graph into FILE (path of a PNG image, written atomically)",
     )
+    add_max_flows_option(show)
     show.set_defaults(handler=_cmd_show)
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
     check_outputs(args, "png")
+    # Sized from the preset's numbers before it is built (--nodes 100000 is refused).
+    cluster = cluster_of(args.name, args.nodes, fabric=args.fabric, max_flows=args.max_flows)
+    check_flows(cluster.estimate(), args.max_flows)
     graph = load_topology(args.name, args.nodes, fabric=args.fabric)
     calibration_of(graph)  # a preset's nccl section is checked here, as on every run
     summary = summarize(graph, name=args.name)

@@ -29,6 +29,7 @@ from ..workload.memory import MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
 from .args import (
+    Once,
     add_max_flows_option,
     add_trace_options,
     check_outputs,
@@ -109,6 +110,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     run.add_argument(
         "--timeline",
+        action=Once,
         metavar="FILE",
         help="also draw a Gantt chart of the step to FILE.png, .svg or .pdf: a row per "
         "rank and stream (merged per server and stream beyond 64 rows), ops coloured by "
@@ -117,6 +119,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--trace",
+        action=Once,
         metavar="FILE",
         help="also write a Chrome trace-event JSON of the step to FILE (one process per "
         "server, one thread per rank and stream; ts/dur in microseconds; open it at "
@@ -125,6 +128,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
     add_trace_options(run)
     run.add_argument(
         "--report",
+        action=Once,
         metavar="DIR",
         help="also write a report folder: the breakdown (text with every rank, CSV, "
         "JSON), the timeline PNG, the trace, the workload and topology files and "
@@ -347,9 +351,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
     workload = resolve_workload(args.workload, max_flows=args.max_flows)
     nodes = args.nodes
     if nodes is None:
-        per_server = cluster_of(args.topology).ranks
+        per_server = cluster_of(args.topology, max_flows=args.max_flows).ranks
         nodes = max(1, math.ceil(workload.ranks / per_server))
-    cluster = cluster_of(args.topology, nodes, fabric=args.fabric)
+    cluster = cluster_of(args.topology, nodes, fabric=args.fabric, max_flows=args.max_flows)
     check_flows(cluster.estimate(), args.max_flows)  # before a library's model is consulted
     estimate = workload_estimate(
         workload, args.algo, cluster=cluster, protocol=args.proto, nccl=env

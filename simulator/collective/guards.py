@@ -11,7 +11,7 @@ schedules of a few servers, so that ``--chunks 100000000`` or ``--nodes 100000``
 refused in a fraction of a second instead of running until memory runs out.
 
 The limit is ``--max-flows N``, else the environment variable ``CCSIM_MAX_FLOWS``, else
-:func:`default_max_flows`: half of this machine's physical memory at
+:func:`default_max_flows`: a quarter of this machine's physical memory at
 :data:`BYTES_PER_FLOW` bytes a flow.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from ..errors import CcsimError
 from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
 from ..topology.graph import gpu_nodes
+from ..topology.presets import preset_size
 from .policy import POLICIES, HcclPolicy, NcclPolicy, library_of, library_policy
 from .run import rank_layout
 from .tuner import CHANNEL_CANDIDATES, CHUNK_CANDIDATES
@@ -41,15 +42,19 @@ from .tuner import CHANNEL_CANDIDATES, CHUNK_CANDIDATES
 #: up for the protocol model's and the workload replay's extra records.
 BYTES_PER_FLOW = 200
 #: Share of physical memory the default limit lets flows take; the rest is headroom for
-#: Python, the libraries, the topology and its routes, and what else the machine runs.
-MEMORY_SHARE = 0.5
+#: Python, the libraries, the allocator's slack above the measured sizes, and what else
+#: the machine runs (a half let ``--nodes 100000`` build a 12 GB topology for minutes on
+#: a shared 24 GiB machine).
+MEMORY_SHARE = 0.25
 #: The limit where physical memory cannot be read: 200 M flows, 40 GB at 200 B a flow.
 FALLBACK_MAX_FLOWS = 200_000_000
 #: The environment variable that sets the limit when ``--max-flows`` is not given.
 ENVIRONMENT = "CCSIM_MAX_FLOWS"
-#: A node or link of the topology, in flows: 400 B measured per item in networkx, about
-#: 2 KB each at the peak of a run (routes and the flow network's per-link state).
-GRAPH_ITEM_FLOWS = 10
+#: A node or link of the topology, in flows: 400 B measured per item in networkx, 1.8 KB
+#: each at the peak of a run on 3,000 dgx-a100 servers (routes and the flow network's
+#: per-link state) and 2.4 KB at the peak of ``topology show`` on 10,000 (its bisection
+#: cut), rounded up to 3 KB.
+GRAPH_ITEM_FLOWS = 15
 #: An op of a workload trace, in flows: about 1 KB while it is generated or read.
 OP_FLOWS = 5
 #: A point of a sweep, in flows: its resolved scenario, key and result row, about 2 KB.
@@ -95,7 +100,7 @@ def memory_bytes() -> int | None:
 
 def default_max_flows() -> int:
     """The limit when none is given: :data:`MEMORY_SHARE` of physical memory at
-    :data:`BYTES_PER_FLOW` bytes a flow (64 M flows on a 24 GiB machine), else
+    :data:`BYTES_PER_FLOW` bytes a flow (32 M flows on a 24 GiB machine), else
     :data:`FALLBACK_MAX_FLOWS`."""
     memory = memory_bytes()
     if memory is None:
@@ -122,7 +127,7 @@ def flow_limit(max_flows: int | None = None) -> tuple[int, str]:
     memory = memory_bytes()
     if memory is None:
         return FALLBACK_MAX_FLOWS, "the default"
-    return default_max_flows(), f"the default, half of {memory / 2**30:.0f} GiB of memory"
+    return default_max_flows(), f"the default, a quarter of {memory / 2**30:.0f} GiB of memory"
 
 
 def check_flows(estimate: Estimate, max_flows: int | None = None) -> Estimate:
@@ -218,33 +223,108 @@ class Cluster:
     topology: str | Path | nx.Graph
     fabric: str | None = None
     library: str = "nccl"
+    #: Builds the topology on n servers, where it is not ``topology`` as
+    #: :func:`~simulator.topology.load_topology` reads it (a sweep's edited preset).
+    build: Callable[[int], nx.Graph] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     def estimate(self) -> Estimate:
         """The topology's share of a run's memory, in flows."""
-        what = f"a topology of {self.ranks:,} GPUs" + (
-            f" ({self.servers:,} servers)" if self.servers > 1 else ""
-        )
-        return Estimate(self.items * GRAPH_ITEM_FLOWS, what)
+        return _topology_estimate(self.topology, self.ranks, self.servers, self.items)
 
     def proxy(self) -> nx.Graph:
         """The topology on at most 2 servers: what a library sees of the whole."""
-        return load_topology(self.topology, min(self.servers, 2), fabric=self.fabric)
+        servers = min(self.servers, 2)
+        if self.build is not None:
+            return self.build(servers)
+        return load_topology(self.topology, servers, fabric=self.fabric)
 
 
 def cluster_of(
-    topology: str | Path | nx.Graph, nodes: int | None = None, *, fabric: str | None = None
+    topology: str | Path | nx.Graph,
+    nodes: int | None = None,
+    *,
+    fabric: str | None = None,
+    max_flows: int | None = None,
 ) -> Cluster:
-    """The size of ``topology`` on ``nodes`` servers, from one server built alone (a
-    graph or graph file is read whole: its size is the file's)."""
+    """The size of ``topology`` on ``nodes`` servers. A preset's servers are first
+    counted from its numbers (:func:`~simulator.topology.presets.preset_size`) and
+    refused past the limit (:func:`check_flows` with ``max_flows``) before any is built;
+    then one server is built alone and, for more, 2 and 4 of them, whose difference is
+    what each further server adds with its share of the fabric (a graph or graph file is
+    read whole: its size is the file's).
+
+    >>> cluster_of("dgx-a100", 3000).items  # 41 a server (33, and 8 of the fabric's), 1 spine
+    123001
+    """
+    rough = preset_size(topology)
+    return sized_cluster(
+        lambda n: load_topology(topology, n, fabric=fabric),
+        nodes,
+        topology=topology,
+        fabric=fabric,
+        server=rough,
+        max_flows=max_flows,
+        edited=False,
+    )
+
+
+def sized_cluster(
+    build: Callable[[int], nx.Graph],
+    nodes: int | None,
+    *,
+    topology: str | Path | nx.Graph,
+    fabric: str | None = None,
+    server: tuple[int, int] | None = None,
+    max_flows: int | None = None,
+    edited: bool = True,
+) -> Cluster:
+    """The :class:`Cluster` that ``build(n)`` makes on ``nodes`` servers (see
+    :func:`cluster_of`): ``server`` (GPUs, nodes plus links of one server, counted from
+    the preset's numbers) is checked first; ``topology`` names it in messages and, unless
+    ``edited``, is what the cluster's library proxy loads (else ``build`` is kept)."""
     nodes = 1 if nodes is None else nodes
-    if nodes < 1:
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise CcsimError(f"--nodes must be a positive integer, got {nodes!r}")
-    one = load_topology(topology, 1, fabric=fabric)
+    if server is not None:
+        gpus, per_server = server
+        estimate = _topology_estimate(topology, gpus * nodes, nodes, per_server * nodes)
+        check_flows(estimate, max_flows)
+    one = build(1)
     per = len(gpu_nodes(one))
-    items = one.number_of_nodes() + one.number_of_edges()
+    items = _items(one)
+    if nodes > 1:
+        built = {n: _items(build(n)) for n in {min(nodes, 4), 2}}
+        if nodes <= 4:
+            items = built[nodes]
+        else:  # each further server adds what the third and fourth did
+            items = built[4] + (nodes - 4) * math.ceil((built[4] - built[2]) / 2)
     layout = rank_layout(one)
     per_server = per if nodes > 1 else layout.ranks_per_server()
-    return Cluster(per * nodes, per_server, nodes, items * nodes, topology, fabric, library_of(one))
+    return Cluster(
+        per * nodes,
+        per_server,
+        nodes,
+        items,
+        topology,
+        fabric,
+        library_of(one),
+        build if edited else None,
+    )
+
+
+def _items(graph: nx.Graph) -> int:
+    return graph.number_of_nodes() + graph.number_of_edges()
+
+
+def _topology_estimate(
+    topology: str | Path | nx.Graph, ranks: int, servers: int, items: int
+) -> Estimate:
+    """A topology's estimate, its message naming the preset or file (the input to lower)."""
+    name = "" if isinstance(topology, nx.Graph) else f"{Path(str(topology)).name}: "
+    what = f"a topology of {ranks:,} GPUs" + (f" ({servers:,} servers)" if servers > 1 else "")
+    return Estimate(items * GRAPH_ITEM_FLOWS, name + what)
 
 
 def collective_estimate(
@@ -257,19 +337,22 @@ def collective_estimate(
     channels: int | str | None = 1,
     protocol: str | None = None,
     nccl: NcclEnv | str | None = None,
+    memo: dict[tuple, int] | None = None,
 ) -> Estimate:
     """Flows of the largest of one collective's runs over ``sizes`` on ``cluster``, with
     its topology: ``algorithm`` run as given, a library policy (its choice at each size,
     under NCCL's settings ``nccl``), or ``auto`` (the largest candidate the search may
-    build)."""
+    build). ``memo`` keeps the transfers counted across calls (a sweep estimating each of
+    its points)."""
     ranks, per = cluster.ranks, cluster.per_server
     where = f"{op} on {ranks:,} ranks"
-    counted: dict[str, int] = {}
+    counted = {} if memo is None else memo
 
-    def count(name: str) -> int:
-        if name not in counted:
-            counted[name] = transfers(name, op, ranks, per)
-        return counted[name]
+    def count(name: str, function: Callable[..., int] = transfers) -> int:
+        key = (function.__name__, name, op, ranks, per)
+        if key not in counted:
+            counted[key] = function(name, op, ranks, per)
+        return counted[key]
 
     if algorithm in POLICIES:
         runs = _library_runs(cluster, op, sizes, algorithm, chunks, channels, protocol, nccl)
@@ -285,7 +368,7 @@ def collective_estimate(
         k = MAX_CHUNKS if chunks == "auto" else int(chunks or 1)
         c = max(CHANNEL_CANDIDATES) if channels == "auto" else int(channels or 1)
         name = "the largest candidate of auto" if algorithm == "auto" else algorithm
-        flows = call_transfers(algorithm, op, ranks, per) * k * c
+        flows = count(algorithm, call_transfers) * k * c
         orbit = symmetric_orbit(algorithm, op, cluster)
         found = Estimate(
             flows // orbit,
@@ -376,10 +459,10 @@ def check_collective(
     >>> try:
     ...     check_collective("dgx-a100", "all_reduce", [1024], ["ring"], chunks=10**7)
     ... except ResourceError as error:
-    ...     print(str(error).split(":")[0])
-    all_reduce on 8 ranks (ring, 10000000 chunks, 1 channels), on a topology of 8 GPUs
+    ...     print(str(error).split(": about")[0])
+    all_reduce on 8 ranks (ring, 10000000 chunks, 1 channels), on dgx-a100: a topology of 8 GPUs
     """
-    cluster = cluster_of(topology, nodes, fabric=fabric)
+    cluster = cluster_of(topology, nodes, fabric=fabric, max_flows=max_flows)
     check_flows(cluster.estimate(), max_flows)  # before a library's model is consulted
     return check_flows(
         largest(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..collective.guards import check_flows, cluster_of
 from ..errors import CcsimError
 from ..sweep.point import one_line, simulate_workload_point
 from ..sweep.run import execute_sweep
@@ -144,6 +145,7 @@ def search(
     scheduler: str | None = None,
     client: Any = None,
     progress: bool | None = None,
+    max_flows: int | None = None,
 ) -> SearchResult:
     """Search the Megatron-LM configurations of ``model`` on ``nodes`` servers of
     ``topology`` for ``global_batch`` sequences a step (see the module docstring).
@@ -151,7 +153,8 @@ def search(
     ``simulate`` is how many of the best estimates to simulate (0: estimate only);
     ``out`` a results CSV that makes the search resumable (candidates already in it are
     not simulated again); ``workers``, ``scheduler`` and ``client`` choose where
-    simulations run, as for sweeps.
+    simulations run, as for sweeps; ``max_flows`` is the resource guard's limit
+    (:mod:`simulator.collective.guards`), asked before the topology is built.
     """
     if model not in MODELS:
         raise CcsimError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
@@ -168,6 +171,7 @@ def search(
     precisions = list(precisions)
     if any(p not in ("bf16", "fp8") for p in precisions) or not precisions:
         raise CcsimError(f"precisions must be bf16 and/or fp8, not {precisions!r}")
+    check_flows(cluster_of(topology, nodes, max_flows=max_flows).estimate(), max_flows)
     graph = load_topology(topology, nodes)
     device = graph_device(graph)
     if device is None:

@@ -67,14 +67,9 @@ def _preset_topology(params: Mapping[str, Any]) -> nx.Graph:
     """The point's healthy graph (see :func:`build_topology`)."""
     topology = params["topology"]
     nodes = params.get("nodes") or 1
-    if "graph" in topology:
+    data = preset_data(params)
+    if data is None:
         return load_topology(topology["path"], nodes, seed=params.get("seed"))
-    data = copy.deepcopy(topology["data"]) if "data" in topology else preset(topology["name"])
-    fabric = fabric_spec(data.get("fabric"), params.get("fabric"))
-    if fabric:
-        data["fabric"] = fabric
-    for path, value in sorted(params.get("set", {}).items()):
-        _set_path(data, path, value)
     name = str(data.get("name", topology["name"]))
     source = f"{name} (with the sweep's values)" if params.get("set") else name
     return preset_graph(
@@ -85,6 +80,21 @@ def _preset_topology(params: Mapping[str, Any]) -> nx.Graph:
         seed=params.get("seed"),
         single_server_fabric=params.get("fabric") is not None,
     )
+
+
+def preset_data(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The preset a point builds, with its fabric and ``set`` paths applied (None for a
+    graph file, which is the whole topology)."""
+    topology = params["topology"]
+    if "graph" in topology:
+        return None
+    data = copy.deepcopy(topology["data"]) if "data" in topology else preset(topology["name"])
+    fabric = fabric_spec(data.get("fabric"), params.get("fabric"))
+    if fabric:
+        data["fabric"] = fabric
+    for path, value in sorted(params.get("set", {}).items()):
+        _set_path(data, path, value)
+    return data
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any) -> None:

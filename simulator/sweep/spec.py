@@ -45,7 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from ..algorithms import algorithm_names
-from ..collective.guards import POINT_FLOWS, Estimate, check_flows
+from ..collective.guards import (
+    POINT_FLOWS,
+    Cluster,
+    Estimate,
+    ResourceError,
+    check_flows,
+    collective_estimate,
+    sized_cluster,
+)
 from ..collective.policy import POLICIES
 from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError, shown
@@ -63,6 +71,7 @@ from ..topology.fabrics import FABRICS
 from ..topology.importers import GRAPH_SUFFIXES
 from ..topology.presets import preset_files as topology_files
 from ..topology.presets import read_preset
+from ..topology.server import server_items
 from ..topology.spec import parse_rate, parse_ratio
 from ..units import parse_bandwidth, parse_size, parse_sizes, parse_time
 from ..workload.generators import GENERATORS, MODELS
@@ -98,6 +107,8 @@ SCALAR_AXES = tuple(
 #: :mod:`simulator.network.faults`).
 PATH_PREFIXES = ("server.", "fabric.", "workload.", "fault.")
 _TOP_KEYS = ("name", "description", "scenario", "axes", "points")
+#: Keys of a workload generator spec that are not the generator's parameters.
+_SPEC_TEXT = ("format", "name", "description")
 #: The algorithm value that means "what the topology's library runs" (nccl, or hccl on
 #: the Ascend presets): every point's default, as every command's is. Chunks and
 #: channels left out are the library's (or 1 for an algorithm run as given).
@@ -345,6 +356,7 @@ class _Parser:
         if not isinstance(raw_points, list):
             raise self.error("points", "must be a list of mappings of axis name to value")
         explicit: list[dict[str, tuple[Any, Any]]] = []  # name -> (param, column value)
+        known = {a.name: {_identity(param) for param in a.params} for a in axes}
         for i, raw in enumerate(raw_points):
             if not isinstance(raw, Mapping) or not raw:
                 raise self.error(f"points[{i}]", "must be a non-empty mapping of axis to value")
@@ -358,7 +370,9 @@ class _Parser:
                 if axis is None:  # a column that only explicit points set
                     axis = Axis(str(axis_name))
                     axes.append(axis)
-                if param not in axis.params:
+                    known[axis.name] = set()
+                if _identity(param) not in known[axis.name]:
+                    known[axis.name].add(_identity(param))
                     axis.params.append(param)
                     axis.values.append(point[str(axis_name)][1])
                     axis.labels.append(label)
@@ -397,6 +411,7 @@ class _Parser:
                 for a in axes
             }
             points.append(Point(len(points), values, params, key))
+        self.check_points(points)
         spec_name = name or str(data.get("name") or Path(self.origin).stem)
         return SweepSpec(
             name=spec_name,
@@ -408,6 +423,99 @@ class _Parser:
             description=str(data.get("description") or ""),
             duplicates=duplicates,
         )
+
+    def check_points(self, points: list[Point]) -> None:
+        """Refuse, before any runs, a sweep one of whose points would pass the resource
+        guard's limit (``chunks: [1, 10000000]``, ``nodes: [1, 1000000]``): each point
+        is estimated as its command estimates it (:mod:`simulator.collective.guards`),
+        its topology counted from the preset's numbers before any is built; points that
+        differ only in size at once. A point that cannot be estimated (its topology does
+        not build) is left to its run, which records why in its row."""
+        from ..workload.guards import generator_estimate
+        from .point import _gpus_per_server, build_topology, preset_data
+
+        clusters: dict[str, Cluster | None] = {}
+        memo: dict[tuple, int] = {}  # transfers by algorithm and shape, counted once
+        sizes: dict[str, tuple[Point, Cluster, list[float]]] = {}
+        for point in points:
+            p = point.params
+            where = ", ".join(f"{k}={v}" for k, v in point.values.items() if k != "size")
+            try:
+                if self.kind == "workload" and "generator" in p["workload"]:
+                    options = {k: v for k, v in p["workload"].items() if k not in _SPEC_TEXT}
+                    if options.get("ranks") == "all":  # as the point runs it
+                        options["ranks"] = (p.get("nodes") or 1) * _gpus_per_server(p)
+                    if options["generator"] == "megatron":
+                        options.setdefault("replicas", True)
+                    estimate = generator_estimate(options.pop("generator"), options)
+                    if estimate is not None:
+                        self.check_estimate(estimate, where)
+                if self.kind == "workload" and p.get("nodes") is None:
+                    continue  # the workload sizes the cluster: its estimate above
+                key = json.dumps(
+                    [p["topology"], p.get("set"), p.get("fabric"), p.get("nodes")],
+                    sort_keys=True,
+                    default=str,
+                )
+                if key not in clusters:
+                    clusters[key] = None  # a point that fails here fails in its row
+                    data = preset_data(p)
+                    server = None
+                    if data is not None:
+                        items = server_items(data.get("server"))
+                        server = None if items is None else (data["server"]["gpus"], items)
+                    name = p["topology"].get("name") or p["topology"].get("path")
+                    clusters[key] = sized_cluster(
+                        lambda n, p=p: build_topology({**p, "nodes": n, "fault": None}),
+                        p.get("nodes"),
+                        topology=str(name),
+                        fabric=p.get("fabric"),
+                        server=server,
+                        max_flows=self.max_flows,
+                    )
+            except ResourceError as error:
+                raise self.error(f"the point {where}", str(error)) from None
+            except Exception:  # the point's run reports it in its row
+                continue
+            cluster = clusters[key]
+            if cluster is None:
+                continue
+            self.check_estimate(cluster.estimate(), where)
+            if self.kind == "collective":
+                group = json.dumps(
+                    [key, *(p.get(k) for k in ("collective", "algorithm", "chunks", "channels",
+                                               "protocol", "nccl"))],
+                    default=str,
+                )  # fmt: skip
+                sizes.setdefault(group, (point, cluster, []))[2].append(float(p["size"]))
+        for point, cluster, group_sizes in sizes.values():
+            p = point.params
+            where = ", ".join(f"{k}={v}" for k, v in point.values.items() if k != "size")
+            algorithm = cluster.library if p["algorithm"] == LIBRARY else p["algorithm"]
+            try:
+                estimate = collective_estimate(
+                    cluster,
+                    p["collective"],
+                    group_sizes,
+                    algorithm,
+                    chunks=p.get("chunks"),
+                    channels=p.get("channels"),
+                    protocol=p.get("protocol"),
+                    nccl=p.get("nccl"),
+                    memo=memo,
+                )
+            except ResourceError:
+                raise
+            except Exception:  # the point's run reports it in its row
+                continue
+            self.check_estimate(estimate, where)
+
+    def check_estimate(self, estimate: Estimate, where: str) -> None:
+        """:func:`check_flows` with the sweep's limit, the message naming the point."""
+        try:
+            check_flows(estimate, self.max_flows)
+        except ResourceError as error:
+            raise self.error(f"the point {where}" if where else "a point", str(error)) from None
 
     # -- scenario --------------------------------------------------------------------
 
@@ -550,10 +658,12 @@ class _Parser:
         if not raw:
             raise self.error(where, "empty list: the product of the axes would be empty")
         axis = Axis(name)
+        seen: set[Any] = set()  # a set, not a scan of the list: 40,000 values parse at once
         for i, item in enumerate(raw):
             param, label = self.value(name, item, f"{where}[{i}]")
-            if param in axis.params:
+            if _identity(param) in seen:
                 raise self.error(f"{where}[{i}]", f"{label} repeats an earlier value")
+            seen.add(_identity(param))
             label = labels[i] if labels else label
             axis.params.append(param)
             axis.values.append(self.column(name, param, label))
@@ -891,6 +1001,16 @@ class _Parser:
         if isinstance(value, dict):  # topology or workload: its name
             return value.get("name") or value.get("graph") or value.get("file")
         return value
+
+
+def _identity(value: Any) -> Any:
+    """What tells two values of an axis apart, hashable: the value itself (so that 1 and
+    1.0 are one value, as ``==`` says), or the JSON text of a mapping or list."""
+    try:
+        hash(value)
+    except TypeError:
+        return (list, json.dumps(value, sort_keys=True, default=str))
+    return value
 
 
 def _is_number(value: Any) -> bool:

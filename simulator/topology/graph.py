@@ -58,6 +58,11 @@ def validate_topology(graph: nx.Graph, *, source: str = "topology graph") -> Non
     ranks: dict[int, object] = {}
     for node, data in graph.nodes(data=True):
         kind = data.get("kind")
+        if kind is None:
+            raise TopologyError(
+                f"{source}: node {shown(node)} has no 'kind' attribute; give it one of "
+                + ", ".join(sorted(NODE_KINDS))
+            )
         if not isinstance(kind, str) or kind not in NODE_KINDS:
             raise TopologyError(
                 f"{source}: node {shown(node)} has kind {shown(kind)}; set 'kind' to one of "

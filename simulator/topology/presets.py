@@ -13,11 +13,12 @@ from typing import Any
 
 import networkx as nx
 
-from ..errors import TopologyError, shown, unknown_choice
+from ..errors import CcsimError, TopologyError, shown, unknown_choice
 from ..files import load_data
 from .builders import cluster_graph, fabric_spec
 from .graph import validate_topology
-from .importers import PRESET_SUFFIXES, import_graph, import_preset
+from .importers import PRESET_SUFFIXES, import_graph, import_preset, importer_for
+from .server import server_items
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _TOP_KEYS = ("description", "fabric", "library", "name", "nccl", "server")
@@ -69,6 +70,29 @@ def list_presets() -> list[tuple[str, str]]:
         (name, " ".join(str(read_preset(path).get("description", "")).split()))
         for name, path in preset_files().items()
     ]
+
+
+def preset_size(topology: str | Path | nx.Graph) -> tuple[int, int] | None:
+    """(GPUs, nodes plus links) of one server of a preset, a preset file or an NCCL
+    topology XML, counted from its numbers (:func:`~simulator.topology.server.server_items`)
+    before anything is built; None for graphs and graph files (read whole, their size is
+    the file's) and where the numbers are not plain counts (building then says why).
+
+    >>> preset_size("dgx-a100")
+    (8, 33)
+    """
+    if isinstance(topology, nx.Graph):
+        return None
+    importer = importer_for(topology)
+    if importer is not None and importer.whole:
+        return None
+    try:
+        path = _preset_path(topology)
+    except CcsimError:
+        return None  # an unknown name: load_topology says so, listing the valid ones
+    server = read_preset(path).get("server")
+    items = server_items(server)
+    return None if items is None or not isinstance(server, Mapping) else (server["gpus"], items)
 
 
 def _preset_path(topology: str | Path) -> Path:

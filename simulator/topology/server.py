@@ -131,6 +131,47 @@ def add_server(
     return nics
 
 
+def server_items(spec: object) -> int | None:
+    """Nodes plus links that :func:`add_server` would add for ``spec``, counted from its
+    numbers without building anything (so that a resource guard can refuse
+    ``gpus: 10000000`` before the graph exists); None where the numbers are not plain
+    counts (the builder then says what is wrong).
+
+    >>> server_items({"gpus": 8, "intra": {"kind": "nvswitch"}, "nic": {}})
+    33
+    >>> server_items({"gpus": 4, "intra": {"kind": "mesh"}})
+    10
+    """
+    if not isinstance(spec, Mapping):
+        return None
+    gpus = spec.get("gpus")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        return None
+    items = gpus
+    devices = spec.get("devices")
+    if isinstance(devices, Mapping):
+        items += len(devices)
+    links = spec.get("links")
+    if isinstance(links, list):
+        items += len(links)  # at least one link each; the named devices bound the rest
+    intra = spec.get("intra")
+    if isinstance(intra, Mapping):
+        # A mesh links every pair; a switch is one node with a link to each GPU.
+        items += gpus * (gpus - 1) // 2 if intra.get("kind") == "mesh" else gpus + 1
+    nic = spec.get("nic")
+    if isinstance(nic, Mapping):
+        attach = nic.get("attach")
+        per = nic.get("gpus_per_nic", 1)
+        if isinstance(attach, list):
+            nics = len(attach)
+        elif isinstance(per, int) and not isinstance(per, bool) and per >= 1:
+            nics = gpus // per
+        else:
+            nics = gpus
+        items += nics + max(nics, gpus if attach is None else nics)  # NICs, their links
+    return items
+
+
 def _add_intra(
     graph: nx.Graph, intra: Spec, gpus: list[str], prefix: str, server: int, local: dict
 ) -> None:

@@ -20,6 +20,18 @@ _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmMgG]?)\s*(
 _RATE_FACTORS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
 
 
+#: Bytes/s below which a bare number (no unit) in a topology is refused as a forgotten
+#: unit: 1 MB/s, slower than any link a cluster has.
+MIN_BARE_BANDWIDTH = 1e6
+
+
+def _bare_number(value: object) -> bool:
+    """Whether ``value`` is a number written without a unit (``200``, ``"200"``)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return True
+    return isinstance(value, str) and re.fullmatch(r"\s*[0-9.eE+-]+\s*", value) is not None
+
+
 def parse_rate(text: object, *, field: str = "message_rate") -> float:
     """Parse a message rate into messages per second (decimal K, M, G multiples).
 
@@ -136,9 +148,17 @@ class Spec:
         """``key`` as bytes/s (strings such as ``400Gbps`` or ``900GB/s``)."""
         value = self.get(key, default, required=required)
         try:
-            return parse_bandwidth(value, field=self.field(key))
+            result = parse_bandwidth(value, field=self.field(key))
         except CcsimError as error:  # the parser's message already names the field
             raise TopologyError(str(error)) from None
+        if result < MIN_BARE_BANDWIDTH and _bare_number(value):
+            # A bare number is bytes/s, but no link runs below 1 MB/s: "200" meant a unit.
+            raise TopologyError(
+                f"{self.field(key)} is {shown(value)} with no unit, which reads as "
+                f"{shown(value)} bytes/s; write the unit, e.g. {shown(value)}GB/s (bytes) or "
+                f"{shown(value)}Gbps (bits)"
+            )
+        return result
 
     def time(self, key: str, default: Any = 0.0) -> float:
         """``key`` as seconds (strings such as ``8us``), >= 0."""

@@ -26,9 +26,9 @@ from ..errors import CcsimError
 from ..library.nccl_env import SUPPORTED, parse_nccl_env
 from ..topology import gpu_nodes
 from ..topology.importers import GRAPH_SUFFIXES
-from ..topology.presets import preset_files, read_preset
+from ..topology.presets import preset_files, preset_size, read_preset
 from .nccl_output import read_nccl_output
-from .nccl_tests import Case, case_graph, load_case, sidecars
+from .nccl_tests import Case, case_graph, case_topology, load_case, sidecars
 
 _FORMS = re.compile(r"^(SXM\d*|PCIE|NVL\d*)$")
 _DROPPED = re.compile(r"^(NVIDIA|GEFORCE|\d+GB|HBM\d*E?)$")
@@ -102,7 +102,11 @@ def log_case(
             raise CcsimError(f"{name}: the log's NCCL settings: {error}") from None
     case = Case(name, path, measured, settings)
     if out.ranks is not None:
-        gpus = len(gpu_nodes(case_graph(case)))
+        # Counted from the preset's numbers where it has them: --nodes 100000 is then
+        # told that it does not match, not built first.
+        topology, servers = case_topology(case)
+        size = preset_size(topology)
+        gpus = size[0] * servers if size else len(gpu_nodes(case_graph(case)))
         if gpus != out.ranks:
             raise CcsimError(
                 f"{name}: {out.ranks} ranks ran on {len(out.hosts) or '?'} host(s), but "

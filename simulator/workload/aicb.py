@@ -82,6 +82,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..collective.guards import OP_FLOWS, Estimate, check_flows
 from ..files import read_text
 from .generators import _Builder, _one_f_one_b
 from .trace import Workload, WorkloadError
@@ -216,8 +217,19 @@ def _read_lines(path: Path, lines: list[str]) -> list[_Line]:
     return layers
 
 
-def load_aicb(path: str | Path) -> Workload:
-    """Read an AICB/SimAI workload file into a :class:`Workload` (see module docstring)."""
+#: Ops a rank runs per line of a micro-batch at the most: the forward compute and its
+#: comm, the input-gradient compute and its comm, the weight-gradient compute and its
+#: comm (the bundled files build 4 to 5.6, with the pipeline's sends and receives).
+OPS_PER_LINE = 6
+
+
+def load_aicb(path: str | Path, *, max_flows: int | None = None) -> Workload:
+    """Read an AICB/SimAI workload file into a :class:`Workload` (see module docstring).
+
+    The ops it would build (``all_gpus`` x the lines its ``ga`` micro-batches run x
+    :data:`OPS_PER_LINE`) are checked against the resource guard's limit ``max_flows``
+    (:func:`~simulator.collective.guards.check_flows`) before any is built.
+    """
     path = Path(path)
     text = read_text(path, what="AICB workload", error=WorkloadError)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -256,6 +268,15 @@ def load_aicb(path: str | Path) -> Workload:
     # example file, example/workload_analytical.txt, has one embedding_layer weight
     # gradient of 15091072 ns, the other 23 of 875420 ns).
     span = _repeated_blocks([line.shape for line in layers], ga)
+    # Lines the step runs: the file's, or its one micro-batch ga times over.
+    runs = len(layers) * (ga if span is None else 1)
+    ops = ranks * runs * OPS_PER_LINE
+    what = (
+        f"{path.name}: {ranks:,} ranks (all_gpus) x {runs:,} lines"
+        + (f" (ga: {ga:,} micro-batches of {len(layers):,})" if span is None and ga > 1 else "")
+        + f", about {ops:,} ops"
+    )
+    check_flows(Estimate(ops * OP_FLOWS, what), max_flows)
     if span is None:  # one micro-batch, run ga times
         prologue: list[_Line] = []
         blocks, epilogue = [layers] * ga, []

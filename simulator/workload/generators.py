@@ -170,6 +170,35 @@ def _model(model: str | Transformer, generator: str = "", moe_ok: bool = False) 
     return m
 
 
+def check_tensor_parallel(m: Transformer, tp: object) -> None:
+    """Refuse a TP size that does not split the model's attention heads and key/value
+    heads (query groups) evenly, as Megatron-LM does (its TransformerConfig:
+    ``num_attention_heads`` and ``num_query_groups`` must be multiples of
+    ``tensor_model_parallel_size``).
+
+    >>> check_tensor_parallel(MODELS["gpt3-175b"], 8)
+    >>> try:
+    ...     check_tensor_parallel(MODELS["gpt3-175b"], 7)
+    ... except CcsimError as error:
+    ...     print(str(error)[:57])
+    tp 7 does not split gpt3-175b's 96 attention heads evenly
+    """
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise CcsimError(f"tp (tensor-parallel ranks) must be a positive integer, not {tp!r}")
+    name = m.name or "the model"
+    for count, what in (
+        (m.attention_heads, "attention heads"),
+        (m.query_groups, "key/value heads"),
+    ):
+        if count % tp:
+            divisors = [d for d in range(1, min(count, 16) + 1) if count % d == 0]
+            raise CcsimError(
+                f"tp {tp} does not split {name}'s {count} {what} evenly, as Megatron-LM "
+                f"requires; pick a tp that divides {count} ({', '.join(map(str, divisors))}"
+                + (", ...)" if count > 16 else ")")
+            )
+
+
 def ddp(
     model: str | Transformer = "gpt-1.5b",
     *,
@@ -458,6 +487,7 @@ def megatron_step_memory(
     if defaults not in MEGATRON_DEFAULTS:
         raise unknown_choice("defaults", defaults, MEGATRON_DEFAULTS)
     m = _model(model, "megatron", moe_ok=True)
+    check_tensor_parallel(m, tp)
     names = ("recompute", "sequence_parallel", "distributed_optimizer", "flash_attention")
     chosen = megatron_options(
         defaults,
@@ -631,6 +661,7 @@ def megatron(
     if defaults not in MEGATRON_DEFAULTS:
         raise unknown_choice("defaults", defaults, MEGATRON_DEFAULTS)
     m = _model(model, "megatron", moe_ok=True)
+    check_tensor_parallel(m, tp)
     given = {
         "recompute": recompute,
         "sequence_parallel": sequence_parallel,

@@ -178,6 +178,9 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     # Each count at 2 where it is 2 or more: a rank then runs every kind of op it runs
     # at full size (TP, CP and DP collectives exist only with 2 ranks or more).
     small_counts = {name: min(value, 2) for name, value in counts.items()}
+    if counts.get("tp", 1) >= 2:
+        # TP's smallest prime factor: it divides the heads wherever the real TP does.
+        small_counts["tp"] = next(p for p in range(2, counts["tp"] + 1) if counts["tp"] % p == 0)
     # Expert parallelism splits DP rather than adding ranks: the small run has 2 expert-
     # parallel ranks where the real one has 2 or more (its all-to-alls are there), and
     # twice as many data-parallel ones where the real one reduces expert gradients over

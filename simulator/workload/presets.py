@@ -74,7 +74,7 @@ def from_spec(
 def resolve_workload(source: str | Path, *, max_flows: int | None = None) -> Workload:
     """A preset name, a trace file (.json/.yaml), a spec file, an AICB file (.txt) or a
     Chakra trace (a ``.et`` file, a folder or a prefix of ``<prefix>.<rank>.et`` files);
-    ``max_flows`` is the resource guard's limit for a spec's generator."""
+    ``max_flows`` is the resource guard's limit for a spec's generator or an AICB file."""
     presets = preset_files()
     if str(source) not in presets and is_chakra_source(source):
         return load_chakra(source)
@@ -82,7 +82,7 @@ def resolve_workload(source: str | Path, *, max_flows: int | None = None) -> Wor
     if not path.is_file():
         raise unknown_choice("workload (preset name or file)", str(source), presets)
     if path.suffix == ".txt":
-        return load_aicb(path)
+        return load_aicb(path, max_flows=max_flows)
     data = _read(path)
     if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
         return from_spec({"name": path.stem, **data}, origin=str(path), max_flows=max_flows)

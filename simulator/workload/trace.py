@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError, shown
 from ..files import load_data, write_file
 from ..units import parse_size, parse_time
@@ -442,6 +443,14 @@ def _parse_op(
                 )
         elif kind == "collective":
             op.op = str(raw.get("op", ""))
+            if op.op not in COLLECTIVE_OPS:
+                close = op.op.replace("-", "_").replace("allreduce", "all_reduce")
+                hint = next((f" (did you mean {o}?)" for o in COLLECTIVE_OPS if o.replace(
+                    "_", "") == close.replace("_", "").lower()), "")  # fmt: skip
+                raise WorkloadError(
+                    f"{where()}: unknown op {shown(op.op)}{hint}; valid ops: "
+                    + ", ".join(COLLECTIVE_OPS)
+                )
             op.group = str(raw.get("group", ""))
             if op.group not in groups:
                 raise WorkloadError(

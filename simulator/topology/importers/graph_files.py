@@ -52,6 +52,11 @@ def read_graph(path: str | Path) -> nx.Graph:
         if not isinstance(data.get("graph", {}), dict):
             raise TopologyError(f"{path.name}: 'graph' must be an object of graph attributes")
         edges = "links" if "links" in data and "edges" not in data else "edges"
+        if not isinstance(data.get(edges), list):
+            raise TopologyError(
+                f'{path.name}: node-link JSON needs a "links" or "edges" list of '
+                'links, e.g. [{"source": "gpu0", "target": "sw0", "bandwidth": "100GB/s"}]'
+            )
         try:
             # A file that omits 'multigraph' means a plain graph (networkx would assume a
             # multigraph).

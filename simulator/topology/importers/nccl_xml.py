@@ -117,6 +117,8 @@ PCIE = {
     32.0: (128 / 130, 240),
     64.0: (1.0, 480),  # PCIe 6.0: PAM4 FLIT mode, no line code (FLIT framing not counted)
 }
+#: Compute capabilities (major x 10 + minor) are below this: the newest GPUs are 12.x.
+MAX_SM = 200
 #: NCCL's speed when link_speed is empty or unknown: Gen3 (topo.cc:556).
 PCIE_FALLBACK_GTS = 8.0
 #: NVIDIA PCI device ids (vendor 0x10de) -> model, as the PCI ID database
@@ -458,10 +460,13 @@ class _Import:
             if self.pcie_share is None:
                 self.pcie_share = share
             sm = self.integer(gpu, "sm")
-            if sm <= 0:
+            if not 0 < sm < MAX_SM:
+                # NCCL writes major x 10 + minor (90 for 9.0, 100 for B200's 10.0); the
+                # newest GPUs are 12.x, so four digits are a typo, not a GPU.
                 raise TopologyError(
-                    f"{self.where(gpu)} attribute sm={sm}; write the compute capability "
-                    "as NCCL does (90 for sm 9.0)"
+                    f"{self.where(gpu)} attribute sm={sm} is not a compute capability; write "
+                    f"it as NCCL does, major x 10 + minor below {MAX_SM} (90 for sm 9.0, 100 "
+                    "for 10.0)"
                 )
             self.gpus.append(
                 _Gpu(gpu, self.integer(gpu, "rank"), sm, busid, parent, cpu, line, _model(element))
@@ -490,8 +495,13 @@ class _Import:
             if self.integer(net, "net", 1) == 0:
                 continue  # a GIN/RMA-only device, not a network (topo.cc:499-505)
             mbps = self.integer(net, "speed", 0)
+            if mbps < -1:
+                raise TopologyError(
+                    f"{self.where(net)} attribute speed={mbps} is negative; write the NIC's "
+                    "speed in Mb/s as NCCL does (400000 for 400 Gb/s), or -1 if unknown"
+                )
             if mbps <= 0:
-                mbps = 10000  # topo.cc:417: some NICs report -1
+                mbps = 10000  # topo.cc:417: some NICs report -1 (unknown), as NCCL reads it
             self.nets.append(
                 _Net(
                     net,
