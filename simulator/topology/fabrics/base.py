@@ -160,9 +160,18 @@ def attach_nic(graph: nx.Graph, nic: str, switch: str, config: FabricConfig, por
     graph.add_edge(nic, switch, **attrs)
 
 
-def join_switches(graph: nx.Graph, a: str, b: str, bandwidth: float, config: FabricConfig) -> None:
-    """Cable two switches; the link carries half of each switch's latency."""
-    graph.add_edge(a, b, bandwidth=bandwidth, latency=config.latency, link=config.link)
+def join_switches(
+    graph: nx.Graph, a: str, b: str, bandwidth: float, config: FabricConfig, cables: int = 1
+) -> None:
+    """Cable two switches; the link carries half of each switch's latency.
+
+    ``cables`` is how many physical cables the one edge stands for (a leaf's uplinks to
+    one spine are bundled into one edge of their summed bandwidth); the bill of
+    materials (:mod:`~simulator.topology.bom`) counts ports, cables and optics from it.
+    """
+    graph.add_edge(
+        a, b, bandwidth=bandwidth, latency=config.latency, link=config.link, cables=cables
+    )
 
 
 def check_positive(value: float | None, where: str) -> None:

@@ -62,10 +62,13 @@ def spine_layer(
         return  # one leaf already joins everything; spines would carry nothing
     count = spines or max(1, math.ceil(downlinks / oversubscription))
     uplink = downlinks * per_port / oversubscription / count
+    # Whole cables of one port each: a share below one port (more spines than uplink
+    # ports) still takes one cable; 1e-9 absorbs float rounding of exact multiples.
+    cables = max(1, math.ceil(uplink / per_port - 1e-9))
     names = [add_switch(graph, f"spine{i}", "spine") for i in range(count)]
     for leaf in leaves:
         for spine in names:
-            join_switches(graph, leaf, spine, uplink, config)
+            join_switches(graph, leaf, spine, uplink, config, cables)
 
 
 class LeafSpine(Fabric):
