@@ -1,4 +1,5 @@
-"""``ccsim topology show``: summarize a topology and optionally draw it.
+"""``ccsim topology show`` and ``ccsim topology bom``: summarize a topology, draw it, and
+count what building it takes.
 
 Registered by :func:`add_topology_commands`, which ``simulator.cli.build_parser`` calls.
 """
@@ -11,8 +12,10 @@ import sys
 from ..collective.guards import check_flows, cluster_of
 from ..library.protocol import calibration_of
 from ..topology import FABRICS, load_topology, summarize
+from ..topology.bom import bill_of_materials, load_items
 from ..topology.draw import draw_topology
-from .args import add_max_flows_option, check_outputs, positive_int
+from ..viz.tables import FORMATS, bom_table, to_csv, to_json
+from .args import add_max_flows_option, check_outputs, emit, positive_int
 
 
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
@@ -33,28 +36,7 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
         "inter-node bandwidth and the bisection bandwidth (GB/s = 1e9 bytes/s, one "
         "direction) of a topology; with --png, also draw it.",
     )
-    show.add_argument(
-        "name",
-        metavar="NAME",
-        help="preset name (see 'ccsim topologies'), preset .yaml file, NCCL topology .xml "
-        "(a server: --nodes and --fabric apply), ASTRA-sim network .yml, or .graphml / .json "
-        "graph file",
-    )
-    show.add_argument(
-        "--nodes",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="number of servers of the preset (count, default: 1)",
-    )
-    show.add_argument(
-        "--fabric",
-        choices=sorted(FABRICS),
-        default=None,
-        metavar="F",
-        help="fabric joining the servers (name: " + ", ".join(sorted(FABRICS)) + "; "
-        "default: the preset's)",
-    )
+    _topology_arguments(show)
     show.add_argument(
         "--png",
         metavar="FILE",
@@ -63,6 +45,74 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     )
     add_max_flows_option(show)
     show.set_defaults(handler=_cmd_show)
+
+    bom = actions.add_parser(
+        "bom",
+        help="count the switches, cables, optics, power and cost of a topology",
+        description="Print the bill of materials of a topology: servers, GPUs, NICs by "
+        "speed, fabric switches by tier (ports used, radix of the cited switch for their "
+        "port speed), links by kind (inside servers, server-to-leaf, leaf-to-spine, ...) "
+        "and length class (copper DAC to a switch in the server's rack, optical "
+        "otherwise), transceivers (two per optical cable), network power in kW (typical "
+        "watts of cited datasheets) and, with --prices, the cost. Items are named "
+        "server, nic-SPEED, switch-SPEED, transceiver-SPEED, copper-cable-SPEED and "
+        "optical-cable-SPEED (SPEED such as 400G).",
+    )
+    _topology_arguments(bom)
+    bom.add_argument(
+        "--prices",
+        metavar="FILE",
+        default=None,
+        help="YAML or JSON file of unit prices, item: price (e.g. 'switch-400G: 25000'); "
+        "none are bundled",
+    )
+    bom.add_argument(
+        "--watts",
+        metavar="FILE",
+        default=None,
+        help="YAML or JSON file of typical watts per unit, item: watts, overriding or "
+        "filling in the cited figures (e.g. 'nic-400G: 25')",
+    )
+    bom.add_argument(
+        "--servers-per-rack",
+        type=positive_int,
+        default=None,
+        metavar="R",
+        help="servers a rack holds, which decides copper or optical NIC cables (count; "
+        "default: 32 GPUs' worth, at least 1)",
+    )
+    bom.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
+    )
+    bom.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    add_max_flows_option(bom)
+    bom.set_defaults(handler=_cmd_bom)
+
+
+def _topology_arguments(cmd: argparse.ArgumentParser) -> None:
+    """The topology, server count and fabric that ``show`` and ``bom`` take alike."""
+    cmd.add_argument(
+        "name",
+        metavar="NAME",
+        help="preset name (see 'ccsim topologies'), preset .yaml file, NCCL topology .xml "
+        "(a server: --nodes and --fabric apply), ASTRA-sim network .yml, or .graphml / .json "
+        "graph file",
+    )
+    cmd.add_argument(
+        "--nodes",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="number of servers of the preset (count, default: 1)",
+    )
+    cmd.add_argument(
+        "--fabric",
+        choices=sorted(FABRICS),
+        default=None,
+        metavar="F",
+        help="fabric joining the servers (name: " + ", ".join(sorted(FABRICS)) + "; "
+        "default: the preset's)",
+    )
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
@@ -78,3 +128,27 @@ def _cmd_show(args: argparse.Namespace) -> None:
         title = f"{args.name} x{args.nodes}" + (f" ({summary.fabric})" if summary.fabric else "")
         path = draw_topology(graph, args.png, title=title)
         sys.stdout.write(f"drawing written to {path}\n")
+
+
+def _cmd_bom(args: argparse.Namespace) -> None:
+    check_outputs(args, "out")
+    # Price and watts files are read first: a bad one fails before anything is built.
+    prices = load_items(args.prices, what="price") if args.prices else None
+    watts = load_items(args.watts, what="watts") if args.watts else None
+    cluster = cluster_of(args.name, args.nodes, fabric=args.fabric, max_flows=args.max_flows)
+    check_flows(cluster.estimate(), args.max_flows)
+    graph = load_topology(args.name, args.nodes, fabric=args.fabric)
+    bom = bill_of_materials(
+        graph,
+        name=f"{args.name} x {args.nodes}",
+        servers_per_rack=args.servers_per_rack,
+        prices=prices,
+        watts=watts,
+    )
+    if args.format == "json":
+        text = to_json([{"rows": bom.rows(), "totals": bom.totals()}])
+    elif args.format == "csv":
+        text = to_csv(bom.rows())
+    else:
+        text = bom_table(bom)
+    emit(text, args.out)

@@ -8,11 +8,11 @@ alone, so that it holds for every fabric ccsim builds and for users' graphs:
 * **fabric switches by tier** (``tier`` of each ``kind: switch`` node: leaf, spine,
   edge, aggregation, core, switch), each with the ports it uses (one per cable) and the
   radix of the switch that :data:`SWITCHES` picks for its port speed;
-* **links by kind and length class**. Kinds: inside a server (by link type: nvlink,
-  pcie, ...), server-to-``tier`` (a NIC's cable to its switch) and ``tier``-to-``tier``
-  (between switches). A fabric edge may stand for several cables (a leaf's uplinks to
-  one spine are one edge of their summed bandwidth; the edge's ``cables`` says how
-  many). Length classes:
+* **links by kind and length class**. Kinds: inside a server by link type (``nvlink
+  in server``, ``pcie in server``), server-to-``tier`` (a NIC's cable to its switch)
+  and ``tier``-to-``tier`` (between switches). A fabric edge may stand for several
+  cables (a leaf's uplinks to one spine are one edge of their summed bandwidth; the
+  edge's ``cables`` says how many). Length classes:
 
   - ``in-server``: links inside a server (board traces, NVLink cartridges): no cable;
   - ``copper``: a NIC's cable to a switch *in its rack*, a passive copper cable (DAC):
@@ -339,7 +339,7 @@ class BillOfMaterials:
             add("switches", f"switch-{g.speed}", text, g.count)
         for g in self.links:
             if g.length == "in-server":
-                add("links", "", f"{g.link} links inside servers ({g.speed})", g.count)
+                add("links", "", f"{g.link} links inside servers, {g.speed} each", g.count)
             else:
                 where = "copper DAC, in rack" if g.length == "copper" else "optical"
                 add("links", f"{g.length}-cable-{g.speed}", f"{g.kind} ({where})", g.count)
@@ -474,8 +474,10 @@ def bill_of_materials(
             in_rack = len(racks[switch]) == 1 and None not in racks[switch]
             length = "copper" if in_rack else "optical"
             links[(f"{who}-to-{_tier(graph.nodes[switch])}", length, link, speed)] += cables
-        else:
-            links[("inside a server", "in-server", link, speed)] += cables
+        else:  # inside a server: no cable to buy; its own bandwidth, not a port's class
+            links[
+                (f"{link} in server", "in-server", link, f"{data['bandwidth'] / 1e9:g} GB/s")
+            ] += cables
 
     groups: dict[tuple[str, str], list] = {}
     for switch in switches:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..algorithms.chain import ROOTED_OPS
 
 if TYPE_CHECKING:  # types only: tables read these results, they never run them
+    from ..topology.bom import BillOfMaterials
     from ..validate.calibrate import Fit
     from ..validate.nccl_tests import CaseResult
     from ..workload.devices import Device
@@ -480,6 +481,78 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
             f"{ms(row['exposed_tp_s'])} {ms(row['exposed_pp_s'])} {ms(row['exposed_dp_s'])} "
             f"{ms(row.get('exposed_cp_s'))} {ms(row.get('exposed_ep_s'))} {ms(row['bubble_s'])} "
             f"{row['memory_gb']:>7.1f}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def bom_table(bom: BillOfMaterials) -> str:
+    """``ccsim topology bom``: one line per item of the bill of materials (count, typical
+    watts each, kW, price each and cost when priced, what it is), then the totals:
+    switches by tier, cables by kind and length class, transceivers, network power (kW,
+    and the items whose power is unknown), cost (and the items without a price).
+
+    >>> from simulator.topology import load_topology
+    >>> from simulator.topology.bom import bill_of_materials
+    >>> text = bom_table(bill_of_materials(load_topology("dgx-h100", 2, fabric="leaf-spine")))
+    >>> print(text.splitlines()[-4])
+    # switches: 1 (leaf 1)
+    """
+    rows = bom.rows()
+    priced = bool(bom.prices)
+    fabric = f" on a {bom.fabric} fabric" if bom.fabric else ""
+    lines = [
+        f"# ccsim topology bom: {bom.name}, {bom.servers} server(s){fabric}; "
+        f"{bom.servers_per_rack} server(s) a rack",
+        "# W: typical watts each (- where no cited figure); cables: copper DAC to a switch "
+        "in the server's rack, optical otherwise (2 transceivers each)",
+    ]
+    header = ["section", "item", "count", "W each", "kW"]
+    header += ["price each", "cost"] if priced else []
+    header += ["description"]
+    table = [header]
+    for row in rows:
+        cells = [
+            row["section"],
+            row["item"] or "-",
+            f"{row['count']:,}",
+            _number(row["watts_each"], "g"),
+            _number(row["power_kw"], ".2f"),
+        ]
+        if priced:
+            cells += [_number(row["price_each"], ",.2f"), _number(row["cost"], ",.2f")]
+        table.append([*cells, row["description"]])
+    widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
+    right = {2, 3, 4, 5, 6}
+    for i, r in enumerate(table):
+        cells = [
+            f"{c:>{w}}" if j in right else f"{c:<{w}}"
+            for j, (c, w) in enumerate(zip(r[:-1], widths, strict=True))
+        ]
+        lines.append(("# " if i == 0 else "  ") + "  ".join([*cells, r[-1]]).rstrip())
+    totals = bom.totals()
+    tiers = ", ".join(f"{t} {n:,}" for t, n in totals["switches_by_tier"].items())
+    kinds = ", ".join(f"{k} {n:,}" for k, n in totals["cables_by_kind"].items())
+    lengths = ", ".join(f"{k} {n:,}" for k, n in totals["cables_by_length"].items())
+    names = {"switch": "switches", "nic": "NICs", "transceiver": "transceivers"}
+    parts = ", ".join(f"{names[k]} {v:.2f}" for k, v in totals["power_kw_by_part"].items() if v)
+    unknown = totals["power_unknown"]
+    lines += [
+        f"# switches: {totals['switches']:,}" + (f" ({tiers})" if tiers else ""),
+        f"# links: {kinds or 'none'}; by length: {lengths or 'none'}",
+        f"# transceivers: {totals['transceivers']:,}",
+        f"# network power: {totals['power_kw']:.2f} kW"
+        + (f" ({parts})" if parts else "")
+        + (f"; not counted, no cited figure: {', '.join(unknown)}" if unknown else ""),
+    ]
+    if priced:
+        missing = totals["unpriced"]
+        lines.append(
+            f"# cost: {totals['cost']:,.2f}"
+            + (f"; not priced: {', '.join(missing)}" if missing else "")
         )
     return "\n".join(lines) + "\n"
 
