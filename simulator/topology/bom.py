@@ -174,6 +174,8 @@ class SwitchGroup:
     #: Fewest and most ports any one of them uses.
     ports_min: int
     ports_max: int
+    #: Ports they use together (one per cable end).
+    ports_used: int
     #: How many use more ports than the radix (ccsim's logical switch; see the module).
     over_radix: int
 
@@ -496,6 +498,7 @@ def bill_of_materials(
                 radix=radix,
                 ports_min=min(used),
                 ports_max=max(used),
+                ports_used=sum(used),
                 over_radix=sum(1 for n in used if radix is not None and n > radix),
             )
         )
@@ -575,6 +578,11 @@ def check_items(
                 + " with SPEED such as 400G or 1.6T"
             )
         number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if isinstance(value, str):  # YAML 1.1 reads 3.0e5 (no sign after e) as a string
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
         if number is None or not math.isfinite(number):
             raise CcsimError(f"{source}: {item} has {what} {shown(value)}; write a number")
         if number < 0:
