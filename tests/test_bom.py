@@ -290,8 +290,22 @@ def test_a_prices_file_is_read_and_checked(tmp_path):
 def test_cli_prints_the_bill_with_totals(capsys, tmp_path):
     prices = tmp_path / "prices.yaml"
     prices.write_text("switch-400G: 25000\noptical-cable-400G: 200\n")
-    assert main(["topology", "bom", "dgx-h100", "--nodes", "8", "--fabric", "leaf-spine",
-                 "--prices", str(prices)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "topology",
+                "bom",
+                "dgx-h100",
+                "--nodes",
+                "8",
+                "--fabric",
+                "leaf-spine",
+                "--prices",
+                str(prices),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "# switches: 34 (leaf 2, spine 32)" in out
     assert "# transceivers: 128" in out
@@ -333,3 +347,59 @@ def test_cli_missing_prices_file_is_one_line_and_exit_2(capsys, tmp_path):
     assert main(["topology", "bom", "dgx-h100", "--prices", str(tmp_path / "none.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "none.yaml" in err
+
+
+# -- cost in sizing ------------------------------------------------------------------------
+
+
+def test_search_with_prices_reports_the_fabric_cost_and_cost_x_step(capsys, tmp_path):
+    from simulator.search import search
+
+    # 2 dgx-a100 on their single-switch fabric: 1 switch of 200G ports, 2 servers.
+    prices = {"switch-200G": 1000, "server": 100}
+    result = search(
+        "gpt-1.5b",
+        "dgx-a100",
+        nodes=2,
+        global_batch=16,
+        simulate=1,
+        micro_batches=[1],
+        recompute=["full"],
+        virtual_stages=[1],
+        workers=1,
+        progress=False,
+        prices=prices,
+    )
+    row = result.ranked()[0]
+    assert result.fabric_cost == row["fabric_cost"] == 1 * 1000 + 2 * 100
+    assert row["cost_x_step"] == pytest.approx(1200 * row["step_s"])
+    file = tmp_path / "prices.yaml"
+    file.write_text("switch-200G: 1000\nserver: 100\n")
+    argv = [
+        "search",
+        "gpt-1.5b",
+        "--topology",
+        "dgx-a100",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "16",
+        "--simulate",
+        "1",
+        "--micro-batches",
+        "1",
+        "--recompute",
+        "full",
+        "--virtual-stages",
+        "1",
+        "--workers",
+        "1",
+        "--quiet",
+        "--prices",
+        str(file),
+    ]
+    assert main([*argv, "--format", "csv"]) == 0
+    header, first = capsys.readouterr().out.splitlines()[:2]
+    assert header.endswith("fabric_cost,cost_x_step") and ",1200.0," in first
+    assert main(argv) == 0
+    assert "# fabric cost (priced items, ccsim topology bom): 1,200.00" in capsys.readouterr().out

@@ -173,6 +173,13 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
         metavar="ADDRESS",
         help="run on an existing Dask distributed cluster, e.g. tcp://host:8786",
     )
+    search.add_argument(
+        "--prices",
+        default=None,
+        metavar="FILE",
+        help="YAML or JSON unit prices (item: price, as 'ccsim topology bom --prices'): "
+        "adds the cluster's fabric cost and cost x step time (the cost per step/s)",
+    )
     search.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     search.add_argument(
         "--format", choices=FORMATS, default="table", help="output format (default: %(default)s)"
@@ -183,11 +190,13 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_search(args: argparse.Namespace) -> None:
     from ..errors import CcsimError
-    from ..search import SEARCH_KEYS, search
+    from ..search import COST_KEYS, SEARCH_KEYS, search
+    from ..topology.bom import load_items
 
     if args.simulate < 0:
         raise CcsimError(f"--simulate must be 0 or more, got {args.simulate}")
     check_outputs(args, "out")
+    prices = load_items(args.prices) if args.prices else None
     result = search(
         args.model,
         args.topology,
@@ -208,8 +217,10 @@ def _cmd_search(args: argparse.Namespace) -> None:
         scheduler=args.scheduler,
         progress=False if args.quiet else None,
         max_flows=args.max_flows,
+        prices=prices,
     )
     rows = result.ranked(args.top)
+    keys = (*SEARCH_KEYS, *COST_KEYS) if prices is not None else SEARCH_KEYS
     failed = result.failed
     if not args.quiet:
         print(
@@ -222,9 +233,9 @@ def _cmd_search(args: argparse.Namespace) -> None:
     for row in failed:  # one line each, whatever --quiet says: they are missing rows
         print(f"ccsim: not simulated: {row['label']}: {row['error']}", file=sys.stderr)
     if args.format == "json":
-        emit(to_json([{k: row.get(k) for k in SEARCH_KEYS} for row in rows]), None)
+        emit(to_json([{k: row.get(k) for k in keys} for row in rows]), None)
     elif args.format == "csv":
-        emit(to_csv(rows, SEARCH_KEYS), None)
+        emit(to_csv(rows, keys), None)
     else:
         title = f"{args.model} on {args.nodes} x {args.topology}, global batch {args.global_batch}"
         emit(search_table(rows, title=title), None)

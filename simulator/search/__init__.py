@@ -27,6 +27,7 @@ from ..errors import CcsimError
 from ..sweep.point import one_line, simulate_workload_point
 from ..sweep.run import execute_sweep
 from ..topology import load_topology
+from ..topology.bom import bill_of_materials
 from ..topology.graph import gpu_nodes
 from ..topology.summary import inter_bandwidth, intra_bandwidth
 from ..workload.devices import graph_device
@@ -70,6 +71,8 @@ _FIELDS = (
 
 #: Keys of a ranked row (:meth:`SearchResult.ranked`), in ``--format json`` and ``csv``.
 SEARCH_KEYS = ("rank", "label", *_FIELDS, "estimate_s", "status", "error", *SEARCH_METRICS)
+#: Keys a ranked row adds when the search was given unit prices.
+COST_KEYS = ("fabric_cost", "cost_x_step")
 
 
 @dataclass
@@ -92,6 +95,9 @@ class SearchResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     ran: int = 0
     resumed: int = 0
+    #: Cost of the cluster's priced items (:mod:`simulator.topology.bom`), when the
+    #: search was given prices; None otherwise.
+    fabric_cost: float | None = None
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -120,6 +126,11 @@ class SearchResult:
         rows = rows[:top] if top is not None else rows
         for rank, row in enumerate(rows, 1):
             row["rank"] = rank
+            if self.fabric_cost is not None:
+                # Cost x seconds per step = cost per (step/s): lower is better value.
+                step = row.get("step_s")
+                row["fabric_cost"] = self.fabric_cost
+                row["cost_x_step"] = None if step is None else self.fabric_cost * step
         return rows
 
 
@@ -146,6 +157,7 @@ def search(
     client: Any = None,
     progress: bool | None = None,
     max_flows: int | None = None,
+    prices: Mapping[str, float] | None = None,
 ) -> SearchResult:
     """Search the Megatron-LM configurations of ``model`` on ``nodes`` servers of
     ``topology`` for ``global_batch`` sequences a step (see the module docstring).
@@ -154,7 +166,9 @@ def search(
     ``out`` a results CSV that makes the search resumable (candidates already in it are
     not simulated again); ``workers``, ``scheduler`` and ``client`` choose where
     simulations run, as for sweeps; ``max_flows`` is the resource guard's limit
-    (:mod:`simulator.collective.guards`), asked before the topology is built.
+    (:mod:`simulator.collective.guards`), asked before the topology is built; ``prices``
+    (item to unit price, :func:`~simulator.topology.bom.bill_of_materials`) add each
+    row's ``fabric_cost`` and ``cost_x_step`` (cost x step seconds, the cost per step/s).
     """
     if model not in MODELS:
         raise CcsimError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
@@ -219,6 +233,8 @@ def search(
     result = SearchResult(
         model, str(topology), nodes, global_batch, len(every), len(fitting), fitting
     )
+    if prices is not None:
+        result.fabric_cost = bill_of_materials(graph, prices=prices).cost
     chosen = fitting[:simulate]
     if not chosen:
         return result

@@ -481,6 +481,13 @@ def search_table(rows: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
             f"{ms(row['exposed_tp_s'])} {ms(row['exposed_pp_s'])} {ms(row['exposed_dp_s'])} "
             f"{ms(row.get('exposed_cp_s'))} {ms(row.get('exposed_ep_s'))} {ms(row['bubble_s'])} "
             f"{row['memory_gb']:>7.1f}"
+            + (f"  {row['cost_x_step']:,.0f}" if row.get("cost_x_step") is not None else "")
+        )
+    cost = next((row["fabric_cost"] for row in rows if row.get("fabric_cost") is not None), None)
+    if cost is not None:
+        lines.append(
+            f"# fabric cost (priced items, ccsim topology bom): {cost:,.2f}; the number after "
+            "memory is cost x step (s), the cost per step/s: lower is better value"
         )
     return "\n".join(lines) + "\n"
 
