@@ -188,6 +188,10 @@ def _cmd_search(args: argparse.Namespace) -> None:
     if args.simulate < 0:
         raise CcsimError(f"--simulate must be 0 or more, got {args.simulate}")
     check_outputs(args, "out")
+    if args.out:
+        from ..sweep.store import check_results_file
+
+        check_results_file(args.out)
     result = search(
         args.model,
         args.topology,
