@@ -11,7 +11,6 @@ import sys
 from ..collective.guards import check_flows, cluster_of
 from ..library.protocol import calibration_of
 from ..topology import FABRICS, load_topology, summarize
-from ..topology.draw import draw_topology
 from .args import add_max_flows_option, check_outputs, positive_int
 
 
@@ -59,7 +58,10 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
         "--png",
         metavar="FILE",
         default=None,
-        help="also draw the graph into FILE (path of a PNG image, written atomically)",
+        help="also draw the graph into FILE (path of a PNG image, written atomically): "
+        "nodes in rows by role, links coloured by class, and a legend of node kinds "
+        "(with counts) and link classes (with bandwidth per direction); names on the "
+        "first server only",
     )
     add_max_flows_option(show)
     show.set_defaults(handler=_cmd_show)
@@ -75,6 +77,8 @@ def _cmd_show(args: argparse.Namespace) -> None:
     summary = summarize(graph, name=args.name)
     sys.stdout.write(summary.text())
     if args.png:
+        from ..viz.topology import draw_topology  # matplotlib loads only when asked for
+
         title = f"{args.name} x{args.nodes}" + (f" ({summary.fabric})" if summary.fabric else "")
         path = draw_topology(graph, args.png, title=title)
         sys.stdout.write(f"drawing written to {path}\n")
