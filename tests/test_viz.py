@@ -323,3 +323,35 @@ def test_docstring_examples_run(name):
     module = importlib.import_module(name)
     failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert attempted > 0 and failed == 0
+
+
+def test_validation_plot_ticks_read_as_byte_sizes():
+    """nccl-tests' default sweep, 8 B to 8 GiB doubling: ticks at 1 KiB, 1 MiB, 1 GiB
+    (not 2^10, 2^20, 2^30), one panel per case that ran, no pyplot figure left open."""
+    from simulator.validate.nccl_tests import CaseResult
+    from simulator.viz.plots import validation_figure
+
+    sizes = [2**e for e in range(3, 34)]
+    busbw = [min(200.0, s / 2**22) for s in sizes]
+    cases = [
+        CaseResult("a", sizes=sizes, measured_busbw=busbw, simulated_busbw=busbw),
+        CaseResult("broken", error="no such preset"),
+        CaseResult("b", sizes=sizes[5:20], measured_busbw=busbw[5:20], simulated_busbw=busbw[5:20]),
+    ]
+    fig = validation_figure(cases)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["a", "b"]
+    assert [t.get_text() for t in shown[0].get_xticklabels()] == ["1 KiB", "1 MiB", "1 GiB"]
+    # 256 B to 4 MiB: 15 doublings, every fourth labelled.
+    assert [t.get_text() for t in shown[1].get_xticklabels()] == [
+        "256 B",
+        "1 KiB",
+        "4 KiB",
+        "16 KiB",
+        "64 KiB",
+        "256 KiB",
+        "1 MiB",
+        "4 MiB",
+    ]
+    assert {ax.get_ylabel() for ax in shown} == {"bus bandwidth (GB/s)"}
+    assert all("2^" not in t.get_text() for ax in shown for t in ax.get_xticklabels())

@@ -89,3 +89,12 @@ def test_cli_png_is_written(tmp_path, capsys):
     assert main(["topology", "show", "ascend-910", "--nodes", "2", "--png", str(target)]) == 0
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert capsys.readouterr().out.endswith(f"drawing written to {target}\n")
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import simulator.viz.topology as module
+
+    failed, attempted = doctest.testmod(module)
+    assert attempted > 0 and failed == 0
