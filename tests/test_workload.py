@@ -431,7 +431,8 @@ def test_step_parts_add_up_to_the_step_with_waiting_as_a_part_of_its_own():
     step = megatron("llama3-8b", tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
     _, result = run_workload(step, load_topology("dgx-a100"))
     parts = result.step_parts()
-    assert list(parts)[0] == "compute" and list(parts)[-2:] == ["waiting for peers", "bubble"]
+    names = list(parts)
+    assert names[0] == "compute" and names[-2:] == ["waiting for peers", "bubble"]
     assert {name for name in parts if name.startswith("exposed ")} == {
         "exposed DP",
         "exposed P2P",
