@@ -185,3 +185,91 @@ def test_bad_trace_options_are_one_line_errors(tmp_path, capsys, option):
         main([*argv, *option])
     assert exit_.value.code == 2
     assert option[0] in capsys.readouterr().err
+
+
+def thread_names(events):
+    return [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
+
+
+def test_a_few_overlapping_lanes_stay_as_they_were(pipelined):
+    """Traces within MAX_LANES lanes per track are not touched: same events, no note."""
+    assert perfetto.cap_lanes(pipelined) is pipelined
+    events = list(trace_events(pipelined))
+    assert any(" #2" in name for name in thread_names(events))  # its overlaps keep lanes
+    assert not [e for e in events if e["name"] == "process_labels"]
+
+
+def test_hundreds_of_concurrent_sends_become_one_slice_per_step():
+    """A rank sending to 300 peers at once (a hierarchical all-reduce's inter-server step
+    at scale) is one thread with one slice per step, carrying how many transfers and
+    bytes it stands for, rather than 300 threads."""
+    spans = [
+        ("rank 0", 0.0, 1e-3 + k * 1e-9, "copy", "step 0", {"bytes": 1000}) for k in range(300)
+    ]
+    spans += [("rank 0", 2e-3, 3e-3, "copy", "step 1", {"bytes": 7})]
+    spans += [("rank 1", k * 1e-6, (k + 2) * 1e-6, "copy", "", {}) for k in range(3)]
+    events = list(trace_events(Timeline.from_spans(spans)))
+    names = thread_names(events)
+    assert names == ["rank 0", "rank 1", "rank 1 #2"]  # rank 1's two lanes stay
+    rank0 = [e for e in events if e["ph"] == "X" and e["tid"] == 1 and e["pid"] == 1]
+    assert [(e["name"], e["args"]) for e in rank0] == [
+        ("step 0", {"bytes": 300_000, "spans": 300}),
+        ("step 1", {"bytes": 7}),
+    ]
+    assert rank0[0]["dur"] == pytest.approx(1e3 + 299e-3)  # first start to last end, us
+    (label,) = [e["args"]["labels"] for e in events if e["name"] == "process_labels"]
+    assert "rank 0: spans overlapping more than 16 deep merged" in label
+    assert_nested(events)
+
+
+def test_overlaps_of_different_labels_merge_when_labels_are_not_enough():
+    spans = [("r", 0.0, 1.0, "copy", f"flow {k}", {"bytes": 1}) for k in range(40)]
+    merged = perfetto.cap_lanes(Timeline.from_spans(spans))
+    ((_, start, end, _, label, args),) = merged.spans()
+    assert (start, end, label, args) == (
+        0.0,
+        1.0,
+        "40 overlapping spans",
+        {"bytes": 40, "spans": 40},
+    )
+    assert "per overlap (args" in merged.meta["lanes"]
+
+
+def test_a_symmetric_collective_at_scale_has_few_threads_and_says_why(tmp_path):
+    """Hierarchical all-reduce on 64 DGX H100 (512 ranks; the trace keeps server 0's):
+    each rank sends to 63 other servers at once. The trace holds one thread per rank
+    shown (not 64), says which ranks it shows and what it merged, and its slices stand
+    for every transfer of those ranks, bytes included."""
+    graph = load_topology("dgx-h100", 64)
+    result = simulator.simulate_collective(graph, "all_reduce", 2**26, "hierarchical")
+    timeline = collective_timeline(result, graph)
+    _, lanes = timeline.lanes()
+    assert lanes.max() > perfetto.MAX_LANES  # what the trace had to cope with
+    path = tmp_path / "t.json"
+    argv = ["collective", "all_reduce", "--topology", "dgx-h100", "--nodes", "64"]
+    argv += ["--algo", "hierarchical", "--sizes", "64M", "--trace", str(path)]
+    assert main(argv) == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    names = [name for name in thread_names(events) if name.startswith("rank")]
+    assert names == [f"rank {r}" for r in range(8)]
+    (label,) = [e["args"]["labels"] for e in events if e["name"] == "process_labels"]
+    assert "slices of ranks 0-7 only" in label and "merged into one slice" in label
+    slices = [e for e in events if e["ph"] == "X" and e["pid"] != 1]  # pid 1: phases
+    streams = [track.section == "streams" and track.rank in range(8) for track in timeline.tracks]
+    shown = np.array(streams)[timeline.track]
+    assert sum(e["args"].get("spans", 1) for e in slices) == shown.sum()
+    total = np.nansum(timeline.args["bytes"][shown])
+    assert sum(e["args"].get("bytes", 0) for e in slices) == pytest.approx(total)
+    assert_nested(events)
+
+
+def test_symmetric_rows_are_explained_on_the_first_process():
+    note = "symmetric ranks simulated once: rank r does what rank r mod 8 does"
+    t = Timeline.from_spans(
+        [("rank 0", 0, 1e-6, "copy"), ("rank 1", 0, 1e-6, "copy")],
+        tracks=[("rank 0", "server 0", "streams", "", 0), ("rank 1", "server 0", "streams", "", 1)],
+        meta={"symmetry": note},
+    )
+    events = list(trace_events(t))
+    labels = [(e["pid"], e["args"]["labels"]) for e in events if e["name"] == "process_labels"]
+    assert labels == [(1, note)]

@@ -92,3 +92,59 @@ def test_cli_size_prints_the_knee(tmp_path, capsys):
     assert "0 run now, 5 already there" in captured.err
     assert main([*argv, "--axis", "nodes"]) == 2  # not an axis of this sweep
     assert main([*argv, "--plot", "knee.gif"]) == 2
+
+
+# Axis labels a newcomer reads without the code: (metric, values) -> the y label.
+LABELS = {
+    ("step_s", 0.02): "step time (ms)",
+    ("step_s", 2.5): "step time (s)",
+    ("compute_s", 0.02): "compute time (ms)",
+    ("comm_s", 0.02): "communication time (ms)",
+    ("overlapped_s", 0.02): "communication overlapped with compute (ms)",
+    ("exposed_s", 0.02): "exposed communication (ms)",
+    ("waiting_s", 0.02): "waiting for peers (ms)",
+    ("bubble_s", 0.02): "pipeline bubble (ms)",
+    ("exposed_share", 0.2): "exposed communication (% of step time)",
+    ("comm_share", 0.2): "communication (% of step time)",
+    ("ranks", 16): "ranks",
+    ("time_s", 3e-5): "collective time (us)",
+    ("time_us", 30.0): "collective time (us)",
+    ("algbw_GBps", 100.0): "algorithm bandwidth (GB/s)",
+    ("busbw_GBps", 100.0): "bus bandwidth (GB/s)",
+}
+
+
+@pytest.mark.parametrize(("metric", "value"), sorted(LABELS))
+def test_every_metric_a_size_plot_shows_has_a_label_in_words(metric, value):
+    from simulator.sweep import knee_figure
+
+    rows = [
+        {"key": str(x), "bw": x, "status": "ok", metric: value * (1 + 1 / x)} for x in (1, 2, 4)
+    ]
+    fig = knee_figure(find_knee(rows, "bw", metric, 0.05))
+    assert fig.axes[0].get_ylabel() == LABELS[metric, value]
+
+
+def test_every_metric_of_a_sweep_is_covered_by_the_labels():
+    from simulator.sweep import METRICS
+
+    assert {m for names in METRICS.values() for m in names} == {m for m, _ in LABELS}
+
+
+def test_size_plot_of_a_size_axis_has_byte_ticks_and_worded_labels(tmp_path):
+    spec = tmp_path / "sizes.yaml"
+    spec.write_text(
+        "scenario: {collective: all_reduce, algorithm: ring, topology: dgx-a100}\n"
+        "axes: {size: [1M, 2M, 4M, 8M, 16M]}\n"
+    )
+    found = size(spec, workers=1)
+    ax = found.figure.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "1 MiB",
+        "2 MiB",
+        "4 MiB",
+        "8 MiB",
+        "16 MiB",
+    ]
+    assert ax.get_ylabel() == "bus bandwidth (GB/s)"
+    assert "busbw_GBps" not in found.figure.axes[0].get_title()

@@ -247,22 +247,35 @@ def test_timeline_rows_of_a_ring8():
 
 def test_many_rows_merge_by_category_then_into_bins():
     """64 ranks x 2 channels = 128 tracks merge into 64 rank rows; 1024 ranks into 64
-    bins of 16 ranks."""
+    bins of 16 ranks; each merged row says in words what it holds."""
     from simulator.viz.timeline import _rows
 
-    def tracks(ranks, channels):
-        return [
-            Track(f"rank {r} ch {c}", "", "streams", f"rank {r}")
+    def busy(ranks, channels):
+        tracks = [
+            Track(f"rank {r} ch {c}", "", "streams", f"rank {r}", r)
             for r in range(ranks)
             for c in range(channels)
         ]
+        spans = [(track.name, 0.0, 1e-6, "copy") for track in tracks]
+        return Timeline.from_spans(spans, tracks=tracks)
 
-    t = Timeline.from_spans([], tracks=tracks(64, 2))
-    rows = _rows(t, "streams", 64)
-    assert len(rows) == 64 and rows[3].label == "rank 3 (2)" and len(rows[3].members) == 2
-    t = Timeline.from_spans([], tracks=tracks(1024, 1))
-    rows = _rows(t, "streams", 64)
-    assert len(rows) == 64 and rows[0].label == "rank 0 … rank 15 (16)"
+    rows = _rows(busy(64, 2), "streams", 64)
+    assert len(rows) == 64 and rows[3].label == "rank 3 (2 channels)"
+    assert len(rows[3].members) == 2
+    rows = _rows(busy(1024, 1), "streams", 64)
+    assert len(rows) == 64 and rows[0].label == "rank 0 … rank 15 (16 ranks)"
+
+
+def test_stream_tracks_with_nothing_on_them_get_no_row():
+    from simulator.viz.timeline import _rows
+
+    tracks = [Track(f"rank {r}", "", "streams", "", r) for r in range(4)]
+    t = Timeline.from_spans(
+        [("rank 0", 0, 1e-6, "copy"), ("rank 2", 0, 1e-6, "copy")], tracks=tracks
+    )
+    assert [row.label for row in _rows(t, "streams", 64)] == ["rank 0", "rank 2"]
+    fig = timeline_figure(t, width=640, height=320)
+    assert [label.get_text() for label in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 2"]
 
 
 def test_merged_rows_average_exactly_over_pixel_columns():
@@ -323,3 +336,59 @@ def test_docstring_examples_run(name):
     module = importlib.import_module(name)
     failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert attempted > 0 and failed == 0
+
+
+def test_validation_plot_ticks_read_as_byte_sizes():
+    """nccl-tests' default sweep, 8 B to 8 GiB doubling: ticks at 1 KiB, 1 MiB, 1 GiB
+    (not 2^10, 2^20, 2^30), one panel per case that ran, no pyplot figure left open."""
+    from simulator.validate.nccl_tests import CaseResult
+    from simulator.viz.plots import validation_figure
+
+    sizes = [2**e for e in range(3, 34)]
+    busbw = [min(200.0, s / 2**22) for s in sizes]
+    cases = [
+        CaseResult("a", sizes=sizes, measured_busbw=busbw, simulated_busbw=busbw),
+        CaseResult("broken", error="no such preset"),
+        CaseResult("b", sizes=sizes[5:20], measured_busbw=busbw[5:20], simulated_busbw=busbw[5:20]),
+    ]
+    fig = validation_figure(cases)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["a", "b"]
+    assert [t.get_text() for t in shown[0].get_xticklabels()] == ["1 KiB", "1 MiB", "1 GiB"]
+    # 256 B to 4 MiB: 15 doublings, every fourth labelled.
+    assert [t.get_text() for t in shown[1].get_xticklabels()] == [
+        "256 B",
+        "1 KiB",
+        "4 KiB",
+        "16 KiB",
+        "64 KiB",
+        "256 KiB",
+        "1 MiB",
+        "4 MiB",
+    ]
+    assert {ax.get_ylabel() for ax in shown} == {"bus bandwidth (GB/s)"}
+    assert all("2^" not in t.get_text() for ax in shown for t in ax.get_xticklabels())
+
+
+def test_a_short_op_in_a_merged_row_stays_visible():
+    """A 1 us op per rank of 8 merged ranks in a 1 s timeline is 1e-4 of a pixel
+    column's lanes: each is drawn as a sliver of at least MIN_VISIBLE_SHARE of the row."""
+    from matplotlib.collections import PolyCollection
+
+    from simulator.viz.timeline import MERGED_NOTE, MIN_VISIBLE_SHARE
+
+    tracks = [Track(f"rank {r} s", "", "streams", f"s{r // 8}", r) for r in range(16)]
+    spans = [(f"rank {r} s", 0.0, 1.0, "compute") for r in range(8)]
+    spans += [(f"rank {r} s", r / 20, r / 20 + 1e-6, "send") for r in range(8, 16)]
+    fig = timeline_figure(Timeline.from_spans(spans, tracks=tracks), width=800, max_rows=4)
+    ax = fig.axes[0]
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["s0 (8 ranks)", "s1 (8 ranks)"]
+    assert any(text.get_text().endswith(MERGED_NOTE) for text in ax.texts)
+    heights = [
+        np.ptp(path.vertices[:, 1])
+        for collection in ax.collections
+        if isinstance(collection, PolyCollection)
+        for path in collection.get_paths()
+        if path.vertices[:, 1].min() > 0.5  # row 1 (rows grow downwards from 0)
+    ]
+    assert heights and max(heights) >= 0.76 * MIN_VISIBLE_SHARE - 1e-9

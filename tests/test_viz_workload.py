@@ -228,12 +228,12 @@ def test_many_ranks_merge_per_server_and_stream_then_into_server_bins(nine_serve
     assert len(nine_servers.tracks) == 144
     labels = row_labels(workload_figure(nine_servers, width=800))
     assert labels == [
-        f"server {s} {stream} (8)" for s in range(9) for stream in ("compute", "comm")
+        f"server {s} {stream} (8 ranks)" for s in range(9) for stream in ("compute", "comm")
     ]
     # 6 rows for 2 streams: 3 bins of 3 servers, the same for both streams.
     labels = row_labels(workload_figure(nine_servers, width=800, max_rows=6))
     assert labels == [
-        f"server {a} … server {a + 2} {stream} (24)"
+        f"server {a} … server {a + 2} {stream} (24 ranks)"
         for a in (0, 3, 6)
         for stream in ("compute", "comm")
     ]

@@ -418,3 +418,30 @@ def test_an_unknown_collective_op_is_named_with_the_valid_ones():
     assert "unknown op 'allreduce' (did you mean all_reduce?); valid ops: all_reduce, " in str(
         error.value
     )
+
+
+def test_step_parts_add_up_to_the_step_with_waiting_as_a_part_of_its_own():
+    """A pipelined step (TP 2 x PP 2 x DP 2): its parts, means over ranks, add up to the
+    step time, and waiting for peers is one of them; each part is the mean of the
+    per-rank figure of the same name."""
+    from simulator.topology import load_topology
+    from simulator.workload import run_workload
+    from simulator.workload.generators import megatron
+
+    step = megatron("llama3-8b", tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
+    _, result = run_workload(step, load_topology("dgx-a100"))
+    parts = result.step_parts()
+    names = list(parts)
+    assert names[0] == "compute" and names[-2:] == ["waiting for peers", "bubble"]
+    assert {name for name in parts if name.startswith("exposed ")} == {
+        "exposed DP",
+        "exposed P2P",
+    }
+    assert sum(parts.values()) == pytest.approx(result.step_s, rel=1e-9)
+    assert parts["waiting for peers"] > 0.05 * result.step_s  # what the notebook left out
+    per_rank = result.ranks
+    assert parts["waiting for peers"] == pytest.approx(
+        sum(r.waiting_s for r in per_rank) / len(per_rank)
+    )
+    exposed = sum(v for name, v in parts.items() if name.startswith("exposed "))
+    assert exposed == pytest.approx(sum(r.exposed_s for r in per_rank) / len(per_rank))

@@ -7,8 +7,11 @@ line naming what is wrong and the valid choices, and exit with code 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from ..algorithms import algorithm_names, get_algorithm
 from ..errors import CcsimError
@@ -26,6 +29,44 @@ from .validate import add_validate_command
 from .workload import add_workload_commands
 
 EXIT_USAGE = 2
+#: Signals that stop a command cleanly, as Ctrl-C does: a scheduler's or a supervisor's
+#: ``kill`` (SIGTERM), a closed terminal (SIGHUP).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised in the main thread when a signal of :data:`STOP_SIGNALS` arrives.
+
+    A KeyboardInterrupt, so that everything that cleans up after Ctrl-C (a sweep's
+    worker pool stopped, its results file closed, a half-written output removed) does
+    the same for ``kill``. A command may add a note (``add_note``) saying what was kept;
+    :func:`main` prints it on the same line.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def stopping_cleanly() -> Iterator[None]:
+    """Turn :data:`STOP_SIGNALS` into :class:`Stopped` while the block runs, then put
+    the previous handlers back (``main`` may be called from a test or a script)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set from the main thread; leave them as they are
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -132,12 +173,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by --report
     try:
-        args.handler(args)
+        with stopping_cleanly():
+            args.handler(args)
     except CcsimError as error:
         return _error(str(error))
-    except KeyboardInterrupt:
-        print("ccsim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as error:
+        # One line: what stopped the command and, if it says, what it kept.
+        what = f"stopped by {error}" if isinstance(error, Stopped) else "interrupted"
+        notes = "; ".join(getattr(error, "__notes__", ()))
+        print(f"ccsim: {what}" + (f"; {notes}" if notes else ""), file=sys.stderr)
+        return 128 + error.signum if isinstance(error, Stopped) else 130
     except BrokenPipeError:
         return 0
     # What input or the system can cause: one line too, never a traceback.

@@ -197,6 +197,10 @@ def _cmd_search(args: argparse.Namespace) -> None:
         raise CcsimError(f"--simulate must be 0 or more, got {args.simulate}")
     check_outputs(args, "out")
     prices = load_items(args.prices) if args.prices else None
+    if args.out:
+        from ..sweep.store import check_results_file
+
+        check_results_file(args.out)
     result = search(
         args.model,
         args.topology,

@@ -141,12 +141,17 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _interrupted(args: argparse.Namespace, out: str | None) -> None:
-    if not args.quiet and out:
-        print(
-            f"ccsim: finished points are in {out}; run the same command again to resume",
-            file=sys.stderr,
-        )
+def _interrupted(args: argparse.Namespace, out: str | None, error: BaseException) -> None:
+    """Say on the interrupt's own line (printed by ``main``) what the results file kept."""
+    if args.quiet or not out:
+        return
+    from ..sweep.store import read_cells
+
+    try:
+        kept = f"{len(read_cells(out))} points written to {out}"
+    except CcsimError:  # the file was never created (stopped before the first row)
+        kept = f"no points written to {out}"
+    error.add_note(f"{kept}; run the same command again to resume")
 
 
 def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
@@ -168,13 +173,15 @@ def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> None:
     from ..sweep import execute_sweep, load_spec
     from ..sweep.seeds import SEED_AXIS
+    from ..sweep.store import check_results_file
 
     check_outputs(args, "out")
+    check_results_file(args.out)
     spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
     try:
         run = execute_sweep(spec, args.out, **_options(args))
-    except KeyboardInterrupt:
-        _interrupted(args, args.out)
+    except KeyboardInterrupt as error:
+        _interrupted(args, args.out, error)
         raise
     _summary(args, run, args.out)
     if SEED_AXIS in spec.columns:  # random faults: the typical run and the bad ones
@@ -206,8 +213,11 @@ def _seed_table(spec: Any, rows: list[dict[str, Any]]) -> str:
 
 def _cmd_size(args: argparse.Namespace) -> None:
     from ..sweep import default_metric, format_value, load_spec, size
+    from ..sweep.store import check_results_file
 
     check_outputs(args, "out", "plot")
+    if args.out:
+        check_results_file(args.out)
     spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
     by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None
     if args.plot:  # a bad file name fails before the sweep, not after it
@@ -226,8 +236,8 @@ def _cmd_size(args: argparse.Namespace) -> None:
             plot=args.plot,
             **_options(args),
         )
-    except KeyboardInterrupt:
-        _interrupted(args, args.out)
+    except KeyboardInterrupt as error:
+        _interrupted(args, args.out, error)
         raise
     _summary(args, found.run, args.out)
     rows = [knee.row() for knee in found.knees]

@@ -13,7 +13,6 @@ from ..collective.guards import check_flows, cluster_of
 from ..library.protocol import calibration_of
 from ..topology import FABRICS, load_topology, summarize
 from ..topology.bom import bill_of_materials, load_items
-from ..topology.draw import draw_topology
 from ..viz.tables import FORMATS, bom_table, to_csv, to_json
 from .args import add_max_flows_option, check_outputs, emit, positive_int
 
@@ -41,7 +40,10 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
         "--png",
         metavar="FILE",
         default=None,
-        help="also draw the graph into FILE (path of a PNG image, written atomically)",
+        help="also draw the graph into FILE (path of a PNG image, written atomically): "
+        "nodes in rows by role, links coloured by class, and a legend of node kinds "
+        "(with counts) and link classes (with bandwidth per direction); names on the "
+        "first server only",
     )
     add_max_flows_option(show)
     show.set_defaults(handler=_cmd_show)
@@ -125,6 +127,8 @@ def _cmd_show(args: argparse.Namespace) -> None:
     summary = summarize(graph, name=args.name)
     sys.stdout.write(summary.text())
     if args.png:
+        from ..viz.topology import draw_topology  # matplotlib loads only when asked for
+
         title = f"{args.name} x{args.nodes}" + (f" ({summary.fabric})" if summary.fabric else "")
         path = draw_topology(graph, args.png, title=title)
         sys.stdout.write(f"drawing written to {path}\n")

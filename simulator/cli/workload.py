@@ -113,7 +113,9 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         action=Once,
         metavar="FILE",
         help="also draw a Gantt chart of the step to FILE.png, .svg or .pdf: a row per "
-        "rank and stream (merged per server and stream beyond 64 rows), ops coloured by "
+        "rank and stream with ops on it (beyond 64 rows, one per server and stream, "
+        "labelled with its count, e.g. 'server 0 tp (8 ranks)', showing the share of "
+        "those ranks busy), ops coloured by "
         "kind (compute, collectives by TP/PP/DP/EP, send/recv, waiting for peers); time "
         "in us/ms/s",
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 from .knee import Knee, find_knee, knee_of
 from .plot import knee_figure, save_figure
-from .point import METRICS, build_topology, run_point
+from .point import METRIC_NAMES, METRICS, build_topology, run_point
 from .run import SweepRun, execute_sweep, read_results, result_columns, run_sweep
 from .spec import Axis, Point, SweepError, SweepSpec, format_value, load_spec, point_key
 
@@ -114,7 +114,9 @@ def size(
         )
     run = execute_sweep(spec, out, **options)
     knees = find_knee(run.rows, axis, metric, tolerance, by=by)
-    figure = knee_figure(knees, title=f"{spec.name}: {metric} against {axis}")
+    figure = knee_figure(
+        knees, title=f"{spec.name}: {METRIC_NAMES.get(metric, metric)} against {axis}"
+    )
     if plot is not None:
         save_figure(figure, plot)
     return SizeResult(run, knees, figure)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from ..viz.plots import set_byte_axis
 from .knee import Knee
+from .point import METRIC_NAMES
 from .spec import SweepError, axis_unit, bandwidth_unit, format_value
 
 _COLORS = ("#1f78b4", "#d95f02", "#33a02c", "#7570b3", "#e7298a", "#a6761d", "#666666")
@@ -25,14 +27,34 @@ def _axis_scale(axis: str) -> tuple[float, str]:
     return {"s": (1e6, "us"), "B": (1.0, "bytes")}.get(axis_unit(axis), (1.0, ""))
 
 
-def _metric_scale(metric: str) -> tuple[float, str]:
+def metric_scale(metric: str, values: Sequence[float] = ()) -> tuple[float, str]:
+    """(factor, axis label) to show ``metric``'s values: its name in words
+    (:data:`~.point.METRIC_NAMES`) and a unit that suits the values (times in us, ms or
+    s; shares in percent of the step).
+
+    >>> metric_scale("step_s", [0.012, 0.020])
+    (1000.0, 'step time (ms)')
+    >>> metric_scale("time_s", [3e-5]), metric_scale("busbw_GBps")
+    ((1000000.0, 'collective time (us)'), (1.0, 'bus bandwidth (GB/s)'))
+    >>> metric_scale("exposed_share")
+    (100.0, 'exposed communication (% of step time)')
+    >>> metric_scale("my_metric")
+    (1.0, 'my_metric')
+    """
+    name = METRIC_NAMES.get(metric, metric)
     if metric.endswith("_s"):
-        return 1e3, "ms"
+        largest = max((abs(v) for v in values), default=1e-3)
+        factor, unit = (1.0, "s") if largest >= 1 else (1e3, "ms")
+        if largest < 1e-3:
+            factor, unit = 1e6, "us"
+        return factor, f"{name} ({unit})"
     if metric.endswith("_us"):
-        return 1.0, "us"
+        return 1.0, f"{name} (us)"
     if metric.endswith("_GBps"):
-        return 1.0, "GB/s"
-    return 1.0, ""
+        return 1.0, f"{name} (GB/s)"
+    if metric.endswith("_share"):
+        return 100.0, f"{name} (% of step time)"
+    return 1.0, name
 
 
 def knee_figure(
@@ -61,7 +83,7 @@ def knee_figure(
         raise SweepError("no knees to plot")
     axis, metric = knees[0].axis, knees[0].metric
     x_scale, x_unit = _axis_scale(axis)
-    y_scale, y_unit = _metric_scale(metric)
+    y_scale, y_label = metric_scale(metric, [m for knee in knees for _, m in knee.curve])
     fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
     ax = fig.add_subplot()
     xs_all = [x for knee in knees for x, _ in knee.curve]
@@ -70,7 +92,7 @@ def knee_figure(
         xs = [x * x_scale for x, _ in knee.curve]
         ys = [m * y_scale for _, m in knee.curve]
         name = ", ".join(f"{k}={format_value(k, v)}" for k, v in knee.group.items())
-        ax.plot(xs, ys, marker="o", color=color, label=name or metric)
+        ax.plot(xs, ys, marker="o", color=color, label=name or y_label)
         low = knee.reference_metric * (1 - knee.tolerance) * y_scale
         high = knee.reference_metric * (1 + knee.tolerance) * y_scale
         ax.axhspan(min(low, high), max(low, high), color=color, alpha=0.08, lw=0)
@@ -86,18 +108,22 @@ def knee_figure(
             label=f"knee {format_value(axis, knee.knee)}" + (f" ({name})" if name else ""),
         )
     positive = [x for x in xs_all if x > 0]
-    if positive and len(positive) == len(xs_all) and max(positive) / min(positive) >= 10:
-        ax.set_xscale("log", base=2)
-        ticks = sorted({x * x_scale for x in xs_all})
-        ax.set_xticks(ticks, [f"{t:.4g}" for t in ticks])
-        ax.minorticks_off()
-    ax.set_xlabel(f"{axis} ({x_unit})" if x_unit else axis)
-    ax.set_ylabel(f"{metric} ({y_unit})" if y_unit else metric)
+    spread = bool(positive) and len(positive) == len(xs_all) and max(positive) / min(positive) >= 10
+    if spread and axis_unit(axis) == "B":  # sizes: 1 KiB, 1 MiB ... rather than 2^n
+        set_byte_axis(ax, positive, label=axis)
+    else:
+        if spread:
+            ax.set_xscale("log", base=2)
+            ticks = sorted({x * x_scale for x in xs_all})
+            ax.set_xticks(ticks, [f"{t:.4g}" for t in ticks])
+            ax.minorticks_off()
+        ax.set_xlabel(f"{axis} ({x_unit})" if x_unit else axis)
+    ax.set_ylabel(y_label)
     tolerance = knees[0].tolerance
     ax.set_title(
         title
-        or f"{metric} against {axis}: knee = smallest value within {tolerance:.0%} of the "
-        "largest setting's"
+        or f"{METRIC_NAMES.get(metric, metric)} against {axis}: knee = smallest value "
+        f"within {tolerance:.0%} of the largest setting's"
     )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")

@@ -40,6 +40,25 @@ METRICS = {
         "comm_share",
     ),
 }
+#: What each metric of :data:`METRICS` is, in words (a plot's axis label, before its
+#: unit). Times are in seconds (``_s``) or microseconds (``_us``), bandwidths in GB/s
+#: (``_GBps``), shares are fractions of the step time.
+METRIC_NAMES = {
+    "ranks": "ranks",
+    "time_s": "collective time",
+    "time_us": "collective time",
+    "algbw_GBps": "algorithm bandwidth",
+    "busbw_GBps": "bus bandwidth",
+    "step_s": "step time",
+    "compute_s": "compute time",
+    "comm_s": "communication time",
+    "overlapped_s": "communication overlapped with compute",
+    "exposed_s": "exposed communication",
+    "waiting_s": "waiting for peers",
+    "bubble_s": "pipeline bubble",
+    "exposed_share": "exposed communication",
+    "comm_share": "communication",
+}
 
 
 def build_topology(params: Mapping[str, Any]) -> nx.Graph:

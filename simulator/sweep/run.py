@@ -123,11 +123,23 @@ def execute_sweep(
     spec = _resolve(spec)
     columns = result_columns(spec, metrics)
     chosen = METRICS[spec.kind] if metrics is None else tuple(metrics)
+    # A Dask cluster is reached before the results file is created or locked: a
+    # scheduler that cannot be reached leaves no header-only file behind.
+    remote = (
+        make_runner(scheduler=scheduler, client=client, function=point_function)
+        if scheduler is not None or client is not None
+        else None
+    )
     store = ResultsStore(out, columns) if out is not None else None
     existing: dict[str, dict[str, str]] = {}
-    if store is not None:
-        store.open()
-        existing = store.rows()
+    try:
+        if store is not None:
+            store.open()
+            existing = store.rows()
+    except BaseException:
+        if remote is not None:
+            remote.close()
+        raise
     try:
         keys = {point.key for point in spec.points}
         done = {
@@ -143,12 +155,8 @@ def execute_sweep(
         bar = _progress_bar(spec, len(spec.points), len(done), progress)
         try:
             if todo:
-                runner = make_runner(
-                    workers=workers,
-                    scheduler=scheduler,
-                    client=client,
-                    function=point_function,
-                    points=len(todo),
+                runner = remote or make_runner(
+                    workers=workers, function=point_function, points=len(todo)
                 )
                 try:
                     for point, result in _loop(todo, runner, retries):
@@ -164,10 +172,13 @@ def execute_sweep(
                     runner.cancel()
                     raise
                 finally:
-                    runner.close()
+                    if runner is not remote:
+                        runner.close()
         finally:
             bar.close()
     finally:
+        if remote is not None:
+            remote.close()
         if store is not None:
             store.close()
     ordered = [rows[point.key] for point in spec.points]

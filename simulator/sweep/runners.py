@@ -40,6 +40,10 @@ Outcome = dict[str, Any] | BaseException
 #: other workers, so it names the point that kills them.)
 _LOST = {"BrokenProcessPool", "BrokenExecutor", "CommClosedError", "CancelledError"}
 
+#: Seconds to wait for a Dask scheduler to answer: a wrong address fails in a few
+#: seconds (Dask's own default retries for 30), a reachable one answers in milliseconds.
+CONNECT_TIMEOUT_S = 5
+
 
 def is_lost(error: BaseException) -> bool:
     """Whether ``error`` says a point was lost with its worker (so it may run again)."""
@@ -269,7 +273,7 @@ class DaskRunner:
         self._own = client is None
         if client is None:
             try:
-                client = distributed.Client(address, timeout="20s")
+                client = distributed.Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
             except (OSError, TimeoutError, ValueError) as error:
                 raise SweepError(
                     f"cannot reach the Dask scheduler at {address!r}: {error}"

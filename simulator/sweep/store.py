@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -77,6 +78,35 @@ def parse_cell(text: str) -> Any:
         return text
 
 
+def check_results_file(path: str | Path, *, option: str | None = "--out") -> Path:
+    """Check that ``path`` can be a results file, before any point runs; return it.
+
+    A results file is appended to and read back (to resume), so it must be a regular
+    file or a new name in a writable folder: a device such as ``/dev/null``, a FIFO or a
+    folder cannot hold the rows. Raises :class:`~.spec.SweepError` naming the path.
+
+    >>> check_results_file("/dev/null")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    simulator.sweep.spec.SweepError: cannot use --out '/dev/null' as the results file: ...
+    """
+    path = Path(path)
+    try:
+        status = os.stat(path)
+    except OSError:
+        status = None  # missing (check_writable says whether it can be made)
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        kind = "a folder" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+        shown = f"{option} {str(path)!r}" if option else repr(str(path))
+        raise SweepError(
+            f"cannot use {shown} as the results file: it is {kind}; a sweep appends its "
+            "rows to a regular file and reads them back to resume, so give a file name "
+            "such as results.csv"
+        )
+    check_writable(path, option=option)
+    return path
+
+
 class ResultsStore:
     """Appends result rows to a CSV file; see the module docstring.
 
@@ -103,7 +133,7 @@ class ResultsStore:
 
     def open(self) -> None:
         """Open (or create) the file, lock it, drop a torn last line, read the rows."""
-        check_writable(self.path)
+        check_results_file(self.path, option=None)
         stream = open(self.path, "a+", newline="", encoding="utf-8")  # noqa: SIM115
         try:
             if fcntl is not None:

@@ -6,7 +6,10 @@ Open the file at https://ui.perfetto.dev (or chrome://tracing). Layout:
   a ``"phases"`` process first when the timeline has phases;
 * one thread per track (a GPU stream, a link), in the timeline's order. Spans of one
   track that overlap in time go to extra threads named ``"<track> #2"``, ``#3``...,
-  because trace viewers require the slices of one thread to nest. Phases that overlap
+  because trace viewers require the slices of one thread to nest; a track that would
+  need more than :data:`MAX_LANES` of them (a rank sending to thousands of peers at
+  once) has its overlapping spans merged instead, one slice per overlap and label with
+  the count and bytes in its args (:func:`cap_lanes`). Phases that overlap
   (a pipelined all-reduce's reduce and copy phases) go to threads ``"phases #2"``... the
   same way: each slice to the first thread whose last slice has ended;
 * each span is a complete event (``ph: "X"``) named by its label, with its kind as
@@ -15,7 +18,9 @@ Open the file at https://ui.perfetto.dev (or chrome://tracing). Layout:
 * each counter is a counter event series (``ph: "C"``) named ``"<track> utilisation"``
   with the value in percent (or ``"<track> <unit>"`` with the raw value);
 * ``process_name``, ``process_sort_index``, ``thread_name`` and ``thread_sort_index``
-  metadata events (``ph: "M"``) name and order everything.
+  metadata events (``ph: "M"``) name and order everything; the first process's
+  ``process_labels`` say what a reader needs to read the rows (ranks shown once for all
+  ranks alike, the ranks kept, lanes merged: :data:`LABELLED_NOTES`).
 
 What a trace holds (``detail``, the command line's ``--trace-detail``) is any of
 :data:`DETAILS`: ``phases``, ``ranks`` (the GPU streams' spans), ``links`` (the links'
@@ -36,6 +41,7 @@ reproducible.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -64,6 +70,10 @@ HEATMAP_CATEGORY = "heatmap"
 #: Estimated file size past which :func:`save_trace` warns (Perfetto's UI struggles
 #: with traces past a few hundred MB).
 WARN_BYTES = 500_000_000
+#: Notes of ``Timeline.meta`` shown as the first process's label (besides otherData).
+LABELLED_NOTES = ("symmetry", "heatmap", "lanes")
+#: Most threads a track gets for its overlapping spans (:func:`cap_lanes` merges past it).
+MAX_LANES = 16
 #: gzip level of ``.gz`` traces: level 1 is 2x faster than 6 and 25% larger.
 GZIP_LEVEL = 1
 
@@ -131,6 +141,123 @@ def select(
     return timeline.restrict(spans, counters, phases="phases" in detail)
 
 
+def cap_lanes(timeline: Timeline, most: int = MAX_LANES) -> Timeline:
+    """``timeline`` with no track needing more than ``most`` lanes (trace threads).
+
+    A track whose spans overlap more than ``most`` deep (a rank of a 16,384-rank
+    all-reduce sends to 2,047 peers at once: 2,048 threads) has its overlapping spans
+    of the same kind and label merged into one slice each, from the first start to the
+    last end, with args ``spans`` (how many) and ``bytes`` (their sum); if that is not
+    enough, its overlapping spans whatever their label. Tracks within ``most`` lanes,
+    and so every small trace, are left as they are. ``meta["lanes"]`` says what was
+    merged.
+
+    >>> t = Timeline.from_spans([("r", 0, 2, "copy", "step 0", {"bytes": 10}),
+    ...                          ("r", 1, 3, "copy", "step 0", {"bytes": 20}),
+    ...                          ("r", 3, 4, "copy", "step 1", {"bytes": 5})])
+    >>> merged = cap_lanes(t, most=1)
+    >>> [(s.start_s, s.end_s, s.label, s.args) for s in merged.spans()]
+    [(0.0, 3.0, 'step 0', {'bytes': 30, 'spans': 2}), (3.0, 4.0, 'step 1', {'bytes': 5})]
+    >>> cap_lanes(t, most=2) is t
+    True
+    """
+    _, count = timeline.lanes()
+    wide = np.flatnonzero(count > most)
+    if not len(wide):
+        return timeline
+    merged = _merge_overlaps(timeline, np.isin(timeline.track, wide), by_label=True)
+    _, count = merged.lanes()
+    wider = np.flatnonzero(count > most)
+    if len(wider):
+        merged = _merge_overlaps(merged, np.isin(merged.track, wider), by_label=False)
+    names = [timeline.tracks[t].name for t in wide[:3].tolist()]
+    shown = ", ".join(names) + (f" and {len(wide) - 3} more" if len(wide) > 3 else "")
+    note = (
+        f"{shown}: spans overlapping more than {most} deep merged into one slice per "
+        "overlap" + (" and label" if not len(wider) else "") + " (args: spans, bytes summed)"
+    )
+    merged.meta = {**timeline.meta, "lanes": note}
+    return merged
+
+
+#: Args a merged slice gives as the sum over its spans (the others it leaves out).
+_SUMMED = ("bytes",)
+
+
+def _merge_overlaps(timeline: Timeline, chosen: np.ndarray, *, by_label: bool) -> Timeline:
+    """Merge the ``chosen`` spans that overlap on one track (and, ``by_label``, share
+    kind and label) into one span each; the others stay."""
+    rows = np.flatnonzero(chosen)
+    label = timeline.label[rows] if by_label else np.zeros(len(rows), dtype=np.int64)
+    kind = timeline.kind[rows] if by_label else np.zeros(len(rows), dtype=np.int64)
+    order = rows[np.lexsort((timeline.start_s[rows], label, kind, timeline.track[rows]))]
+    columns = [timeline.track[order]]
+    if by_label:
+        columns += [timeline.kind[order], timeline.label[order]]
+    keys = list(zip(*(column.tolist() for column in columns), strict=True))
+    starts, ends = timeline.start_s[order].tolist(), timeline.end_s[order].tolist()
+    # Clusters: a span joins the previous cluster when it has the same key and starts
+    # before the cluster's latest end.
+    cluster = np.zeros(len(order), dtype=np.int64)
+    latest = -math.inf
+    for i in range(len(order)):
+        if i and keys[i] == keys[i - 1] and starts[i] < latest:
+            cluster[i] = cluster[i - 1]
+            latest = max(latest, ends[i])
+        else:
+            cluster[i] = cluster[i - 1] + 1 if i else 0
+            latest = ends[i]
+    n = int(cluster[-1]) + 1 if len(order) else 0
+    sizes = np.bincount(cluster, minlength=n)
+    first = np.searchsorted(cluster, np.arange(n))
+    start = np.minimum.reduceat(timeline.start_s[order], first) if n else np.zeros(0)
+    end = np.maximum.reduceat(timeline.end_s[order], first) if n else np.zeros(0)
+    head = order[first]  # the first span of each cluster gives track, kind and label
+    keep = ~chosen
+    args: dict[str, np.ndarray] = {}
+    for key, column in timeline.args.items():
+        if column.dtype.kind in "iub" or key in _SUMMED:  # numbers: float, NaN for none
+            column = np.array([np.nan if v is None else float(v) for v in column.tolist()])
+        mine = column[head].copy()
+        if column.dtype.kind == "f":
+            several = sizes > 1
+            mine[several] = np.nan
+            if key in _SUMMED and n:
+                mine[several] = np.add.reduceat(np.nan_to_num(column[order]), first)[several]
+        else:
+            mine[sizes > 1] = None
+        args[key] = np.concatenate([column[keep], mine])
+    # How many original spans each slice stands for (a slice merged before counts its own).
+    before = np.array(
+        [
+            np.nan if v is None else float(v)
+            for v in timeline.args.get("spans", [None] * len(timeline))
+        ]
+    )
+    weight = np.where(np.isnan(before), 1.0, before)
+    total = np.add.reduceat(weight[order], first) if n else np.zeros(0)
+    args["spans"] = np.concatenate([before[keep], np.where(sizes > 1, total, before[head])])
+    labels = list(timeline.labels)
+    new_label = timeline.label[head].copy()
+    if not by_label:  # several labels in one slice: say how many spans it holds
+        index = {text: i for i, text in enumerate(labels)}
+        for c in np.flatnonzero(sizes > 1).tolist():
+            text = f"{sizes[c]} overlapping spans"
+            new_label[c] = index.setdefault(text, len(labels))
+            if new_label[c] == len(labels):
+                labels.append(text)
+    return dataclasses.replace(
+        timeline,
+        track=np.concatenate([timeline.track[keep], timeline.track[head]]),
+        start_s=np.concatenate([timeline.start_s[keep], start]),
+        end_s=np.concatenate([timeline.end_s[keep], end]),
+        kind=np.concatenate([timeline.kind[keep], timeline.kind[head]]),
+        labels=labels,
+        label=np.concatenate([timeline.label[keep], new_label]),
+        args=args,
+    )
+
+
 class _Layout:
     """Process and thread ids of a timeline's rows, and the fixed text of their events."""
 
@@ -192,9 +319,15 @@ class _Layout:
         if timeline.phases:
             lines += [_meta("process_name", 1, None, "phases")]
             lines += [_meta("process_sort_index", 1, None, 0, key="sort_index")]
+        # What a reader must know to read the rows (ranks shown once for all alike,
+        # merged lanes) as the first process's label, where Perfetto shows it.
+        notes = "; ".join(str(timeline.meta[k]) for k in LABELLED_NOTES if timeline.meta.get(k))
         for name, pid in self.groups.items():
             lines += [_meta("process_name", pid, None, name or "ccsim")]
             lines += [_meta("process_sort_index", pid, None, pid, key="sort_index")]
+            if notes:
+                lines += [_meta("process_labels", pid, None, notes, key="labels")]
+                notes = ""
         threads = [
             (1, k + 1, "phases" if k == 0 else f"phases #{k + 1}") for k in range(self.phase_lanes)
         ]
@@ -319,7 +452,7 @@ def trace_events(
     ...  if e["ph"] == "X"]
     [(1, 1, 1.0, 2.0, {'bytes': 64})]
     """
-    for batch in _Layout(select(timeline, detail, ranks)).batches():
+    for batch in _Layout(cap_lanes(select(timeline, detail, ranks))).batches():
         for line in batch:
             yield json.loads(line)
 
@@ -351,7 +484,7 @@ def write_trace(
     ranks: RankRanges | None = None,
 ) -> None:
     """Write the trace JSON object to the text ``stream``, one event per line."""
-    _write(_Layout(select(timeline, detail, ranks)), stream.write)
+    _write(_Layout(cap_lanes(select(timeline, detail, ranks))), stream.write)
 
 
 def trace_json(timeline: Timeline, **options: Any) -> str:
@@ -378,7 +511,7 @@ def save_trace(
     (a regular file is replaced atomically), with a progress bar where a person watches
     (``progress``: default :func:`~simulator.viz.progress.watched`).
     """
-    layout = _Layout(select(timeline, detail, ranks))
+    layout = _Layout(cap_lanes(select(timeline, detail, ranks)))
     compressed = str(path).endswith(".gz")
     events = layout.events
     estimate = _estimate(layout, compressed=compressed)

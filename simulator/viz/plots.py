@@ -147,39 +147,78 @@ def _binary(size: float) -> str:
     return f"{size:g}"
 
 
-def plot_validation(results: list[CaseResult], path: str | Path) -> None:
-    """Measured vs simulated busbw against size, one panel per case (atomic write)."""
-    import matplotlib
+def byte_label(size: float, _position: Any = None) -> str:
+    """A byte count as an axis tick a newcomer reads at once: 512 B, 64 KiB, 1 GiB.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    >>> byte_label(512), byte_label(65536), byte_label(2**30), byte_label(3 * 2**19)
+    ('512 B', '64 KiB', '1 GiB', '1.5 MiB')
+    """
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.4g} {unit}"
+    return f"{size:.4g} B"
 
+
+def byte_ticks(sizes: Sequence[float], most: int = 9) -> list[float]:
+    """Tick positions for a log-2 axis of byte counts: 1 B, 1 KiB, 1 MiB, 1 GiB where
+    the sizes span several of them, else powers of two a few apart (at most ``most``).
+
+    >>> [byte_label(t) for t in byte_ticks([8, 8 * 2**30])]
+    ['1 KiB', '1 MiB', '1 GiB']
+    >>> [byte_label(t) for t in byte_ticks([2**20, 2**24])]
+    ['1 MiB', '2 MiB', '4 MiB', '8 MiB', '16 MiB']
+    """
+    low = math.ceil(math.log2(min(sizes)) - 1e-9)
+    high = math.floor(math.log2(max(sizes)) + 1e-9)
+    for step in (1, 2, 10, 20):  # every power of two, every fourth, or 1 KiB, 1 MiB...
+        ticks = [e for e in range(low, high + 1) if e % step == 0]
+        if len(ticks) <= most and (step < 10 or len(ticks) >= 2):
+            return [2.0**e for e in ticks]
+    return [2.0**e for e in range(low, high + 1) if e % 10 == 0]
+
+
+def set_byte_axis(ax: Any, sizes: Sequence[float], *, label: str = "message size") -> None:
+    """Make the x axis of ``ax`` a log-2 axis of byte counts with :func:`byte_ticks`
+    labelled by :func:`byte_label` (and no minor labels)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(byte_ticks(sizes), [byte_label(t) for t in byte_ticks(sizes)])
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda _x, _pos: ""))
+    ax.set_xlabel(f"{label} (KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes)")
+
+
+def validation_figure(results: Sequence[CaseResult]) -> Figure:
+    """Measured vs simulated busbw against size, one panel per case (a grid of up to
+    four columns), sizes on readable byte ticks (:func:`byte_ticks`)."""
     good = [r for r in results if not r.error]
     if not good:
         raise CcsimError("no case ran; nothing to plot")
     columns = min(4, len(good))  # a grid, so that many cases stay readable
     rows = -(-len(good) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.6 * rows), squeeze=False)
+    fig = Figure(figsize=(4.5 * columns, 3.6 * rows), layout="tight")
+    axes = fig.subplots(rows, columns, squeeze=False)
     for ax in axes.flat[len(good) :]:
         ax.set_visible(False)
     for ax, result in zip(axes.flat, good, strict=False):
         ax.plot(result.sizes, result.measured_busbw, "o-", label="measured", color="black")
         ax.plot(result.sizes, result.simulated_busbw, "s--", label="ccsim", color="tab:blue")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("busbw (GB/s)")
+        set_byte_axis(ax, result.sizes)
+        ax.set_xlabel("message size", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8, labelrotation=30)
+        ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title(result.name, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
+    return fig
+
+
+def plot_validation(results: list[CaseResult], path: str | Path) -> None:
+    """Write :func:`validation_figure` to ``path`` (format by suffix), atomically."""
+    fig = validation_figure(results)
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".") or "png"
-    try:
-        write_with(
-            path,
-            lambda stream: fig.savefig(
-                stream, format=fmt, metadata={"Software": None} if fmt == "png" else None
-            ),
-        )
-    finally:
-        plt.close(fig)
+    write_with(
+        path,
+        lambda stream: fig.savefig(
+            stream, format=fmt, metadata={"Software": None} if fmt == "png" else None
+        ),
+    )

@@ -5,9 +5,11 @@ Layout, top to bottom: the title, a strip of labelled phases, one row per GPU st
 the row's height), and a shared time axis. Spans of one track that overlap in time are
 drawn in sub-lanes of its row. When a section has more tracks than its row
 limit, tracks merge by category (a rank's channels; links of one type), then
-consecutive categories into bins; a merged row shows, per pixel column, the share of its
-member tracks' lanes that were busy (streams) or their mean utilisation (links),
-averaged exactly over the column's time span.
+consecutive categories into bins; a merged row is labelled with what it holds (``server
+0 tp (8 ranks)``) and shows, per pixel column, the share of its member tracks' lanes
+that were busy (streams; at least a sliver where any was) or their mean utilisation
+(links), averaged exactly over the column's time span. GPU stream tracks with no span
+get no row.
 
 Output is deterministic: figures are built without pyplot (no global state, Agg for
 PNG), with a fixed size in pixels and dpi, fixed colours, and file metadata without
@@ -43,6 +45,9 @@ KIND_COLORS = {
     "compute": "#7570b3",
     "comm": "#1b9e77",
     "idle": "#bdbdbd",
+    # Point-to-point ops are short: strong colours keep them visible (pale ones vanished).
+    "send": "#2b8cbe",
+    "recv": "#de2d26",
 }
 LINK_COLOR = "#33a02c"
 _PALETTE = ("#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666", "#a6cee3", "#fb9a99")
@@ -61,6 +66,11 @@ _ROW_PX = 18
 _MAX_RECTANGLES = 50_000
 # A track whose spans overlap more than this many deep is drawn as a busy share.
 _MAX_LANES = 8
+#: Least height (share of a row) drawn in a pixel column where a merged row is busy at
+#: all, so that sparse work stays visible.
+MIN_VISIBLE_SHARE = 0.25
+#: What the stream section's heading adds when rows are merged.
+MERGED_NOTE = "a row of several ranks or channels: the share of them busy"
 
 
 @dataclass
@@ -77,9 +87,34 @@ def kind_colors(kinds: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _counted(timeline: Timeline, members: list[int]) -> str:
+    """What a merged row's members are, in words: ``8 ranks``, ``2 channels``, ``8 links``.
+
+    >>> from simulator.viz.records import Track
+    >>> t = Timeline.from_spans([], tracks=[Track(f"rank {r} comm", rank=r) for r in range(8)])
+    >>> _counted(t, list(range(8)))
+    '8 ranks'
+    """
+    tracks = [timeline.tracks[i] for i in members]
+    ranks = {track.rank for track in tracks}
+    if all(track.section == "links" for track in tracks):
+        return f"{len(tracks)} links"
+    if None not in ranks and len(ranks) == len(tracks):
+        return f"{len(tracks)} ranks"
+    if len(ranks) == 1 and None not in ranks:
+        what = "channels" if all(" ch " in track.name for track in tracks) else "streams"
+        return f"{len(tracks)} {what}"
+    return f"{len(tracks)} rows"
+
+
 def _rows(timeline: Timeline, section: str, limit: int) -> list[_Row]:
-    """Rows of one section: tracks, else categories, else bins of categories."""
+    """Rows of one section: tracks, else categories, else bins of categories. A merged
+    row's label says what it holds (``server 0 tp (8 ranks)``). GPU stream tracks with
+    no span are left out: an empty row only pushes the others apart."""
     members = [i for i, t in enumerate(timeline.tracks) if t.section == section]
+    if section == "streams":
+        spans = np.bincount(timeline.track, minlength=len(timeline.tracks))
+        members = [i for i in members if spans[i]]
     if len(members) <= limit:
         return [_Row(timeline.tracks[i].name, [i]) for i in members]
     categories: dict[str, list[int]] = {}
@@ -88,14 +123,19 @@ def _rows(timeline: Timeline, section: str, limit: int) -> list[_Row]:
         categories.setdefault(track.category or track.name, []).append(i)
     names = list(categories)
     if len(names) <= limit:
-        return [_Row(f"{name} ({len(categories[name])})", categories[name]) for name in names]
+        return [
+            _Row(timeline.tracks[categories[name][0]].name, categories[name])
+            if len(categories[name]) == 1
+            else _Row(f"{name} ({_counted(timeline, categories[name])})", categories[name])
+            for name in names
+        ]
     size = math.ceil(len(names) / limit)
     rows = []
     for start in range(0, len(names), size):
         chunk = names[start : start + size]
         tracks = [i for name in chunk for i in categories[name]]
         label = chunk[0] if len(chunk) == 1 else f"{chunk[0]} … {chunk[-1]}"
-        rows.append(_Row(f"{label} ({len(tracks)})", tracks))
+        rows.append(_Row(f"{label} ({_counted(timeline, tracks)})", tracks))
     return rows
 
 
@@ -236,7 +276,10 @@ def timeline_figure(
         h = row_px * len(stream_rows)
         ax = axes(top, h)
         used_kinds = _draw_streams(ax, timeline, stream_rows, colors, scale, edges)
-        _style_rows(ax, stream_rows, label_pt, "GPU streams: transfers each sends")
+        heading = "GPU streams: transfers each sends"
+        if any(len(row.members) > 1 for row in stream_rows):
+            heading += f"; {MERGED_NOTE}"
+        _style_rows(ax, stream_rows, label_pt, heading)
         all_axes.append(ax)
         top += h + (_GAP if link_rows else 0)
     if link_rows:
@@ -363,6 +406,9 @@ def _draw_streams(ax, timeline: Timeline, rows, colors, scale, edges) -> list[in
             if not mine.any():
                 continue
             share = _busy_share(timeline.start_s[mine], timeline.end_s[mine], edges, capacity)
+            # A short op among many ranks is a tiny share of a pixel column: lift any
+            # busy column to a sliver, or a row with work on it would look empty.
+            share = np.where(share > 0, np.maximum(share, MIN_VISIBLE_SHARE), 0.0)
             top = np.minimum(base + share, 1.0)
             ax.fill_between(
                 x,

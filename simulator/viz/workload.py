@@ -314,7 +314,7 @@ def workload_figure(
         Not attached to pyplot; render it with
         :func:`~simulator.viz.timeline.figure_bytes`.
     """
-    from .timeline import timeline_figure
+    from .timeline import MERGED_NOTE, timeline_figure
 
     fig = timeline_figure(
         coarsen(timeline, max_rows), width=width, height=height, dpi=dpi, max_rows=max_rows
@@ -324,5 +324,6 @@ def workload_figure(
     for ax in fig.axes:
         for text in ax.texts:
             if text.get_text().startswith("GPU streams"):
-                text.set_text(STREAMS_HEADER)
+                merged = text.get_text().endswith(MERGED_NOTE)
+                text.set_text(STREAMS_HEADER + (f"; {MERGED_NOTE}" if merged else ""))
     return fig
