@@ -221,40 +221,62 @@ def nccl_p2p_schedule(
     batch_group = np.full(C, -1)
     current: list[list[tuple[np.ndarray, bool]]] = [[] for _ in range(C)]
     previous: list[list[tuple[np.ndarray, bool]]] = [[] for _ in range(C)]
+    used_parts = np.flatnonzero(used)
+    # Transfers of one round in op order: part by part, chunk by chunk, sender by sender.
+    part_of = np.repeat(used_parts, transfers[used_parts])
+    chunk_of = np.concatenate([np.arange(transfers[j]) for j in used_parts.tolist()])
+    bytes_of = parts[part_of] / transfers[part_of]
+    window_of = window[part_of]
     for k in range(p):
         dst = send[:, k]
         senders = ranks[dst != ranks]
-        if len(senders) == 0:
+        S = len(senders)
+        if S == 0:
             continue  # the rank itself: a local copy
         dst = dst[senders]
         path = np.where(servers[senders] != servers[dst], PATH_PXN, PATH_DEFAULT) if pxn else 0
         base = channel_base(k, C, nodes, group_size)
-        for j in np.flatnonzero(used).tolist():
+        start = buf.n
+        q = np.arange(len(part_of))  # transfer index within the round
+        ids = start + q[:, None] * S + np.arange(S)  # (transfers, senders)
+        # Chunk c follows chunk c-1 (sent) and waits for chunk c - window (done).
+        after_sent = np.where(chunk_of[:, None] > 0, ids - S, NONE)
+        after_done = np.where(
+            (window_of[:, None] > 0) & (chunk_of[:, None] >= window_of[:, None]),
+            ids - window_of[:, None] * S,
+            NONE,
+        )
+        # A part's first chunk waits for the previous batch on its channel of both its
+        # sender and its receiver: their sends sent and their receives done.
+        firsts = np.flatnonzero(chunk_of == 0)
+        columns: list[list[np.ndarray]] = []
+        for row, j in zip(firsts.tolist(), part_of[firsts].tolist(), strict=True):
             ch = (base + j) & (C - 1)
             if batch_group[ch] != k // WORKS_PER_BATCH or len(current[ch]) >= 2 * WORKS_PER_BATCH:
                 previous[ch], current[ch] = current[ch], []
                 batch_group[ch] = k // WORKS_PER_BATCH
-            # A part starts once sender and receiver have finished their previous batch
-            # on this channel (rank-indexed tables: sends of rank x, receives into x).
-            first = [(table[who], sent) for table, sent in previous[ch] for who in (senders, dst)]
-            n = int(transfers[j])
-            nbytes = np.full(n, parts[j] / n)
-            ids: list[np.ndarray] = []
-            for c in range(n):
-                deps = list(first) if c == 0 else [(ids[c - 1], True)]
-                if window[j] and c >= window[j]:
-                    deps.append((ids[c - window[j]], False))
-                ids.append(
-                    buf.add(senders, dst, buf.n + np.arange(len(senders)), nbytes[c],
-                            reduce=False, step=k, chunk=c, path=path, deps=deps)
-                )  # fmt: skip
-                channel_of.append(np.full(len(senders), ch))
-                owners.append(senders * p + dst)
+            columns.append([table[who] for table, _ in previous[ch] for who in (senders, dst)])
+            last = ids[row + transfers[j] - 1]
             last_send = np.full(p, NONE, dtype=np.int64)
             last_recv = np.full(p, NONE, dtype=np.int64)
-            last_send[senders] = ids[-1]
-            last_recv[dst] = ids[-1]
+            last_send[senders] = last
+            last_recv[dst] = last
             current[ch] += [(last_send, True), (last_recv, False)]
+        width = max((len(c) for c in columns), default=0)
+        batch = np.full((len(part_of), S, width), NONE, dtype=np.int64)
+        for row, cols in zip(firsts.tolist(), columns, strict=True):
+            if cols:
+                batch[row, :, : len(cols)] = np.stack(cols, axis=1)
+        # Entries alternate sends (sent) and receives (done), two columns each.
+        deps = [(after_sent.ravel(), True), (after_done.ravel(), False)]
+        deps += [(batch[:, :, m].ravel(), (m // 2) % 2 == 0) for m in range(width)]
+        buf.add(
+            np.tile(senders, len(q)), np.tile(dst, len(q)), ids.ravel(),
+            np.repeat(bytes_of, S), reduce=False, step=k, chunk=np.repeat(chunk_of, S),
+            path=np.tile(path, len(q)) if pxn else 0, deps=deps,
+        )  # fmt: skip
+        channel_of.append(np.repeat((base + part_of) & (C - 1), S))
+        owners.append(np.tile(senders * p + dst, len(q)))
     schedule = buf.schedule(
         op="all_to_all",
         algorithm=algorithm,
