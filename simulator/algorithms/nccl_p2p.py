@@ -45,11 +45,12 @@ To keep large calls tractable a part moves in at most ``max_chunks`` transfers (
 NCCL chunks each; the slot window then counts in those); beyond ``max_ops`` transfers in
 all, fewer. Each transfer pays the protocol's per-step latency once.
 
-Closed form on a crossbar (every GPU one port of bandwidth B into a non-blocking switch,
-hop latency a, one channel per peer on its own channel, so one batch; n bytes per rank):
-every rank sends p-1 messages of n/p bytes at once, in K chunks: T = a + (p-1) n / (p B)
-when K = 1; with K chunks the per-chunk latency a overlaps the next chunk's transfer,
-T = (p-1) n/(p B) + a as long as a < (p-1) n/(p K B) (the tests check both by hand).
+Closed forms on a full mesh (every pair its own link of bandwidth B; per-step latency
+h, paid after a chunk's last byte is sent; n bytes per rank, one part per peer, all
+works in one batch, K chunks of tau = n/(pKB)): T = K tau + h while h <= 7 tau (a chunk
+never waits for its slot); past it chunk c >= 8 waits for chunk c-8's slot, e.g.
+T = 29 tau for K = 16, h = 10 tau. Two batches on one channel (16 ranks, one channel,
+one chunk) follow each other: T = 2 (tau + h). The tests check each timeline.
 
 Examples
 --------
