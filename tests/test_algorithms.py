@@ -69,6 +69,7 @@ def test_registry_lists_the_suite():
         "nvls-tree",
         "collnet-direct",
         "collnet-chain",
+        "nccl-p2p",
     }
     assert get_algorithm("pairwise").ops == ("all_to_all",)
     assert set(get_algorithm("ring").ops) >= {"broadcast", "reduce", "all_reduce"}

@@ -205,8 +205,8 @@ def test_blackwell_cases_are_predicted_at_their_plateau(bundled_results):
     on NVLink5) are predictions from NCCL's own NVLink5 and NVLS figures (hgx-b200). At
     the two largest sizes (8 and 16 GiB), where bandwidth alone sets the time, each is
     within 11% of the measured busbw; all-reduce on 8 GPUs runs NVLS there, as NCCL does,
-    and all-to-all runs NCCL's grouped send/receive. The middle sizes are far off (README)
-    and are not held here."""
+    and all-to-all runs NCCL's grouped send/receive (the nccl-p2p schedule). The middle
+    sizes are far off (README) and are not held here."""
     results = [r for r in bundled_results if r.name.startswith(BLACKWELL)]
     assert len(results) == 7 and all(not r.error for r in results)
     for result in results:
@@ -216,7 +216,7 @@ def test_blackwell_cases_are_predicted_at_their_plateau(bundled_results):
         assert np.all(np.abs(simulated - measured) / measured <= 0.11), result.name
     by_name = {r.name: r for r in results}
     assert by_name["B200-1N-AR-Vultr"].algorithms[-1] == "NVLS"
-    assert by_name["GB300-2N-A2A-oci-quickstart"].algorithms[-1] == "direct"
+    assert by_name["GB300-2N-A2A-oci-quickstart"].algorithms[-1] == "SendRecv"
 
 
 def test_back_to_back_calls_cost_the_larger_of_host_and_gpus(tmp_path):

@@ -15,6 +15,7 @@ from .direct import Direct
 from .halving_doubling import HalvingDoubling
 from .hierarchical import Hierarchical
 from .multipath import Multipath
+from .nccl_p2p import NcclP2p
 from .nvls import Nvls
 from .nvls_tree import NvlsTree
 from .pairwise import Pairwise
@@ -39,6 +40,7 @@ _ALGORITHMS: dict[str, Algorithm] = {
         CollNetChain(),
         Direct(),
         Pairwise(),
+        NcclP2p(),
     )
 }
 

@@ -9,6 +9,7 @@ from ..collective import COLLECTIVE_OPS
 from ..errors import CcsimError
 from ..validate.log_cases import case_loaders
 from ..validate.nccl_tests import BUNDLED, run_cases
+from ..viz.progress import progress_bar
 from ..viz.tables import detail_rows, report_table, to_json, validation_detail
 from .args import add_max_flows_option, check_outputs, positive_int
 
@@ -131,7 +132,23 @@ def _cmd_validate(args: argparse.Namespace) -> None:
     if args.no_holdout:
         raise CcsimError("--no-holdout goes with --fit")
     loaders = _loaders(args)
-    results = run_cases(loaders, max_flows=args.max_flows)
+    # A bar on stderr, drawn only in a terminal (the one progress helper): cases done,
+    # and the case and the size that last finished.
+    with progress_bar(len(loaders), desc="ccsim validate", unit="case") as bar:
+        started = []
+
+        def report(name: str, size: int | None) -> None:
+            if size is None:  # a case starts: the one before it is done
+                if started:
+                    bar.update(1)
+                started.append(name)
+                bar.set_description_str(f"ccsim validate {name}", refresh=False)
+            else:
+                bar.set_postfix_str(f"{size:,} B", refresh=False)
+            bar.update(0)
+
+        results = run_cases(loaders, max_flows=args.max_flows, progress=report)
+        bar.update(len(started) - bar.n)
     if args.loco:
         from ..validate.calibrate import leave_one_case_out
 

@@ -421,8 +421,8 @@ def _library_runs(
     )
     runs = []
     if isinstance(policy, NcclPolicy):
-        system = None if op == "all_to_all" else policy.system(proxy)  # all-to-all: no tuner
-        if system is not None and cluster.servers > 2:
+        system = policy.system(proxy)
+        if cluster.servers > 2:
             per = system.ranks // system.nodes
             system = dataclasses.replace(system, ranks=per * cluster.servers, nodes=cluster.servers)
         for size in sizes:

@@ -20,15 +20,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
+from ..algorithms.base import RankLayout
 from ..algorithms.chain import ROOTED_OPS
+from ..algorithms.nccl_p2p import works_per_batch
 from ..algorithms.schedule import Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclChoice, HcclSystem, hccl_choice, hccl_system, parse_hccl_algo
 from ..library.nccl import (
     ALGORITHMS,
+    NVLINK_GBPS,
     NVLS_MAX_ARITY,
     PROTOCOLS,
     NcclChoice,
@@ -40,6 +44,8 @@ from ..library.nccl import (
     tree_correction,
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
+from ..library.nccl_p2p import DEFAULT_VERSION as P2P_DEFAULT_VERSION
+from ..library.nccl_p2p import p2p_call, pow2_up, version_rules
 from ..library.protocol import STEP_BYTES, Protocol, calibration_of
 from .run import CollectiveResult, build_and_run, rank_layout, run_schedule
 from .tuner import topology_key
@@ -56,6 +62,9 @@ TREE_CHUNK = 512 * 1024
 #: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
 #: longer moves (a k-chunk pipeline is within (stages - 1)/k of its limit) and flows grow.
 MAX_CHUNKS = 32
+#: The same for each part of an all-to-all peer's message (nccl-p2p merges NCCL's chunks
+#: beyond it, :data:`simulator.algorithms.nccl_p2p.MAX_CHUNKS`).
+P2P_MAX_CHUNKS = 32
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,10 @@ class NcclPolicy:
     env : NcclEnv or str, optional
         NCCL's environment settings (:mod:`simulator.library.nccl_env`): NCCL_ALGO,
         NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice.
+    version : str, optional
+        The NCCL version whose send/receive rules the all-to-all follows ("2.28.7": LL
+        below 16 KiB x channels per peer; default 2.30.7's rules,
+        :mod:`simulator.library.nccl_p2p`). The tuner's model is 2.30.7's either way.
 
     Examples
     --------
@@ -119,7 +132,11 @@ class NcclPolicy:
         reduce_bandwidth: float | None = None,
         algorithms: tuple[str, ...] | list[str] | None = None,
         env: NcclEnv | str | None = None,
+        version: str | None = None,
     ) -> None:
+        if version is not None:
+            version_rules(version)  # a malformed version fails here
+        self.version = version
         self.env = parse_nccl_env(env) if env is not None else NcclEnv()
         self.algorithms: tuple[str, ...] | None = None
         if algorithms is not None:
@@ -185,9 +202,7 @@ class NcclPolicy:
         """NCCL's choice for one call on ``system`` (None for all-to-all, which NCCL runs
         without its tuner) as a ccsim configuration."""
         if op == "all_to_all":
-            # NCCL's all-to-all is grouped send/receive to every peer at once, Simple.
-            channels = self.channels or 1
-            return Plan("direct", "Simple", channels, 1, channels)
+            return self._p2p_plan(system, float(size_bytes))
         assert system is not None
         algorithms, protocols = self.allowed(op)
         choice = nccl_choice(
@@ -224,12 +239,51 @@ class NcclPolicy:
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
         return Plan(name, choice.protocol, channels, chunks, built, extra)
 
+    def _p2p_plan(self, system: NcclSystem | None, size_bytes: float) -> Plan:
+        """NCCL's all-to-all: grouped send/receive to every peer (no tuner; NCCL_PROTO
+        does not apply), run by the ``nccl-p2p`` schedule with NCCL's channels per
+        peer, protocol and chunk (:mod:`simulator.library.nccl_p2p`). Without a system
+        (callers that do not model NCCL's communicator) the ideal ``direct`` exchange."""
+        if system is None:
+            channels = self.channels or 1
+            return Plan("direct", "Simple", channels, 1, channels)
+        call = p2p_call(
+            ranks=system.ranks, nodes=system.nodes, channels=system.channels,
+            nvlinks=system.nvlinks, net_count=system.net_count, net_gbps=system.net_gbps,
+            size_bytes=size_bytes, nvlink_gbps=NVLINK_GBPS[system.arch], version=self.version,
+        )  # fmt: skip
+        parts = self.channels or call.channels
+        per_part = size_bytes / system.ranks / parts
+        if self.chunks is not None:
+            chunks, options = self.chunks, {}
+        else:
+            chunks = int(min(P2P_MAX_CHUNKS, max(1, math.ceil(per_part / call.chunk_bytes))))
+            options = {"chunk_bytes": call.chunk_bytes}
+        options.update(
+            p2p_channels=max(call.p2p_channels, pow2_up(parts)),
+            group_size=call.group_size,
+            pxn=system.nodes > 1,
+        )
+        params: dict[str, Any] = {
+            "nccl_algorithm": "SendRecv",
+            "message_bytes": call.chunk_bytes,
+            "nccl_version": self.version or P2P_DEFAULT_VERSION,
+        }
+        if math.isfinite(call.channel_gbps):
+            # A channel's rate, split among the peer works that share its batch.
+            share = works_per_batch(
+                RankLayout(system.ranks, tuple(np.arange(system.ranks) // int(system.ppn))),
+                parts, options["p2p_channels"], call.group_size,
+            )  # fmt: skip
+            params["channel_rate"] = call.channel_gbps * 1e9 / share
+        return Plan("nccl-p2p", call.protocol, parts, chunks, parts, params, options)
+
     def schedule(
         self, graph: nx.Graph, op: str, size_bytes: float, *, root: int = 0
     ) -> tuple[Schedule, str, dict[str, Any]]:
         """The schedule and protocol that run NCCL's choice, and what to record of it."""
         options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
-        plan = self.plan(None if op == "all_to_all" else self.system(graph), op, size_bytes)
+        plan = self.plan(self.system(graph), op, size_bytes)
         schedule = build_schedule(
             plan.schedule,
             op,
@@ -238,6 +292,7 @@ class NcclPolicy:
             chunks=plan.chunks,
             channels=plan.built,
             **options,
+            **plan.options,
         )
         params = {"chunks": plan.chunks, "channels": plan.channels, **plan.params}
         return schedule, plan.protocol, params
@@ -255,7 +310,7 @@ class NcclPolicy:
         ``channels``, ``chunks`` and NCCL's own predicted time ``nccl_time_us``).
         ``progress`` is :func:`~simulator.collective.run.run_schedule`'s."""
         options: dict[str, Any] = {"root": root} if op in ROOTED_OPS else {}
-        plan = self.plan(None if op == "all_to_all" else self.system(graph), op, size_bytes)
+        plan = self.plan(self.system(graph), op, size_bytes)
         params = {"chunks": plan.chunks, "channels": plan.channels, **plan.params}
         # Built and run as run_schedule would (a large symmetric schedule as its quotient).
         result = build_and_run(
@@ -269,6 +324,7 @@ class NcclPolicy:
             chunks=plan.chunks,
             channels=plan.built,
             **options,
+            **plan.options,
         )
         result.params.update(policy="nccl", **params)
         return result

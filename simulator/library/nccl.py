@@ -167,6 +167,10 @@ NVLINK_SHARE = {
     "hopper": 20.6 / 25,
     "blackwell": 40.1 / 50,
 }
+# NVLink line rate per link (GB/s per direction): NVLink2/3/4 25, NVLink5 50.
+NVLINK_LINE_GBPS = {"volta": 25.0, "ampere": 25.0, "hopper": 25.0, "blackwell": 50.0}
+# NCCL's per-NVLink figure (GB/s): SM70/SM80_NVLINK_BW, SM90_NVLINK_BW, SM100_NVLINK_BW.
+NVLINK_GBPS = {arch: NVLINK_SHARE[arch] * NVLINK_LINE_GBPS[arch] for arch in NVLINK_SHARE}
 # graph/topo.cc:545-556: PCIe as width x speed / 80 = 0.762 of the line rate per direction.
 PCIE_SHARE = 48.0 / 63.0
 
@@ -209,6 +213,11 @@ class NcclSystem:
     nvls: SearchGraph | None  # None: no NVLink SHARP
     channels: int  # execution channels (comm->nChannels)
     nvls_channels: int
+    #: NVLinks of a GPU as NCCL counts them (path bandwidth / its per-link figure), and
+    #: the NICs of a GPU with their GB/s in all: what NCCL's p2p channels follow.
+    nvlinks: int = 0
+    net_count: int = 0
+    net_gbps: float = 0.0
 
     @property
     def ppn(self) -> float:
@@ -337,8 +346,18 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
     if arch in ("hopper", "blackwell") and nodes > 1 and ring.bw_intra > 45.0 and channels < 16:
         channels = min(MAX_CHANNELS, 2 * channels)  # connect.cc:480-483
     nvls_channels = NVLS_CHANNELS.get(arch, (0, 0))[nodes > 1] if nvls else 0
+    server = graph.nodes[first].get("server")
+    nics = [
+        data.get("bandwidth", 0.0) / 1e9
+        for _, data in graph.nodes(data=True)
+        if data.get("kind") == "nic" and data.get("server") == server
+    ]
+    net_count = max(1, round(len(nics) / per_server)) if nics else 0
+    net_gbps = sum(nics) / per_server  # a GPU's share of its server's NICs
+    # NCCL counts NVLinks as path bandwidth over its per-link figure (paths.cc:827-831).
+    nvlinks = int(nvlink / NVLINK_GBPS[arch] + 1e-6)
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
-                      nvls_channels)  # fmt: skip
+                      nvls_channels, nvlinks, net_count, net_gbps)  # fmt: skip
 
 
 def _index2(nodes: int) -> int:

@@ -12,6 +12,8 @@ busbw_ip``; the YAML sidecar says what ran::
     nccl_algo: Ring         # optional, with nccl: the algorithms NCCL_ALGO allowed
     nccl: NCCL_PROTO=Simple # optional, with nccl: NCCL's environment settings (text or
                             # a mapping; simulator/library/nccl_env.py)
+    nccl_version: 2.28.7    # optional, with nccl: the version that ran, for the rules of
+                            # its all-to-all (simulator/library/nccl_p2p.py)
     protocol: auto          # LL, LL128, Simple or auto (the fastest, as NCCL's tuner)
     channels: 24            # optional: forced channel count (NCCL_MIN_CTAS), or auto
     chunks: 1               # optional: pipelining chunks (ccsim's), or auto
@@ -72,6 +74,7 @@ _KEYS = {
     "gpus_per_process",
     "nccl_algo",
     "nccl",
+    "nccl_version",
     "column",
     "csv",
 }
@@ -154,7 +157,7 @@ def load_case(sidecar: Path) -> Case:
         )
     if "preset" not in settings:
         raise CcsimError(f"{sidecar.name}: 'preset' is missing; name the topology preset")
-    for key in ("preset", "op", "algorithm", "protocol", "csv", "column"):
+    for key in ("preset", "op", "algorithm", "protocol", "csv", "column", "nccl_version"):
         if key in settings and not isinstance(settings[key], str):
             raise CcsimError(f"{sidecar.name}: {key} must be a name, got {shown(settings[key])}")
     for key in ("nodes", "gpus_per_process"):
@@ -238,11 +241,16 @@ def check_case(case: Case, max_flows: int | None = None) -> None:
 
 
 def run_case(
-    case: Case, calibration: Calibration | None = None, *, max_flows: int | None = None
+    case: Case,
+    calibration: Calibration | None = None,
+    *,
+    max_flows: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> CaseResult:
     """Simulate every size of a case with the preset's calibrated model (or with
     ``calibration`` instead of the preset's constants); ``max_flows`` is the resource
-    guard's limit (:func:`check_case`)."""
+    guard's limit (:func:`check_case`); ``progress``, if given, is called with each size
+    (bytes) once it has run."""
     s = case.settings
     check_case(case, max_flows)
     graph = case_graph(case)
@@ -271,6 +279,7 @@ def run_case(
             chunks=None if "chunks" not in s or chunks == "auto" else chunks,
             algorithms=_nccl_algo(case, op),
             env=_nccl_env(case),
+            version=s.get("nccl_version"),
         )
     elif "auto" in (algorithm, chunks, channels):
         tuner = AutoTuner(channels=channels, protocol=protocol)
@@ -295,6 +304,8 @@ def run_case(
         result.channels.append(
             int(run.params.get("channels", channels if channels != "auto" else 1))
         )
+        if progress is not None:
+            progress(size)
     return result
 
 
@@ -374,14 +385,22 @@ def validate_folder(
 
 
 def run_cases(
-    loaders: Iterable[tuple[str, Callable[[], Case]]], *, max_flows: int | None = None
+    loaders: Iterable[tuple[str, Callable[[], Case]]],
+    *,
+    max_flows: int | None = None,
+    progress: Callable[[str, int | None], None] | None = None,
 ) -> list[CaseResult]:
     """Load and simulate each (name, loader) case; one that cannot load or run gives a
-    result with ``error`` set, and the others still run."""
+    result with ``error`` set, and the others still run. ``progress``, if given, is
+    called with (name, None) as a case starts and (name, bytes) after each of its sizes
+    (the command line draws a bar from it)."""
     results = []
     for name, load in loaders:
+        if progress is not None:
+            progress(name, None)
+        done = None if progress is None else partial(progress, name)
         try:
-            results.append(run_case(load(), max_flows=max_flows))
+            results.append(run_case(load(), max_flows=max_flows, progress=done))
         except CcsimError as error:
             results.append(CaseResult(name, error=str(error)))
     return results

@@ -1,0 +1,167 @@
+"""NCCL's choices for grouped send/receive (its all-to-all): channels, protocol, chunks.
+
+NCCL runs point-to-point operations without its tuner: the channels, the protocol and
+the chunk of each peer's message follow fixed rules, which this module reproduces for a
+uniform all-to-all of ``size`` bytes per rank (``size / ranks`` per peer). The schedule
+that runs them is :mod:`simulator.algorithms.nccl_p2p`, whose docstring says how NCCL
+moves the bytes. Lines cite v2.28.7-1 (the bundled GB300 runs' version) and v2.30.7-1
+(the mirrored master, commit 5067397c); where the two differ, ``version`` picks.
+
+* p2pnChannels C = pow2Up(comm's channels), at most MAXCHANNELS = 64 (paths.cc:859-885
+  at v2.28.7-1);
+* channels per peer = the least over peers of: 2 x NVLinks for an NVLink peer (NVLinks
+  = path bandwidth / NCCL's per-link figure), 2 for a PCIe peer, and for a network peer
+  (v2.28.7) the larger of its NICs and 2 halved while 2 x ranks > 4 C
+  (paths.cc:817-852), (v2.30.7) the larger of its NICs and NIC GB/s / 14
+  (paths.cc:935-954); pow2Up, at most C (paths.cc:882-886); v2.30.7 then halves it
+  across nodes while it x ceil(ranks / 8) > C (paths.cc:993-1001);
+* nChannelsMin: that, halved while x ranks > C (enqueue.cc:1052-1056 at v2.28.7-1);
+* the chunk: p2pChunkSize, 512 KiB when every GPU talks over NVLink, 128 KiB across
+  nodes or over PCIe (init.cc:704-720 at v2.28.7-1; v2.30.7 doubles it across nodes on
+  Arm hosts with Blackwell, init.cc:830-834, not modelled: presets do not say the CPU);
+  LL moves 32 KiB of data per 64 KiB step (enqueue.cc:840-857);
+* a channel's rate: NCCL gives a peer two channels per NVLink of its path and, since
+  2.29, one per 14 GB/s of NIC (NCCL_P2P_PER_CHANNEL_NET_BW): its own sizing of what one
+  channel carries, half an NVLink (20.05 GB/s on Blackwell) or 14 GB/s; ccsim holds a
+  channel to it (LL to half of it: its lines are half data). NCCL states no such limit
+  for p2p: this is the rate its channel counts assume, taken as the thread block's;
+* LL below NCCL_P2P_LL_THRESHOLD = 16 KiB per channel: v2.28.7 compares a peer's bytes
+  with 16 KiB x channels per peer (enqueue.cc:821, 834), v2.29 and later with 16 KiB x
+  the channels that peer's message actually uses (enqueue.cc:932 at v2.30.7-1); network
+  connections have no LL buffers by default (NCCL_ALLOC_P2P_NET_LL_BUFFERS=0), so a call
+  across nodes is taken as Simple.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ..errors import CcsimError
+
+#: NCCL_P2P_LL_THRESHOLD's default (enqueue.cc:779 at v2.28.7-1).
+LL_THRESHOLD = 16 * 1024
+#: NCCL_P2P_NVL_CHUNKSIZE and NCCL_P2P_NET_CHUNKSIZE / NCCL_P2P_PCI_CHUNKSIZE defaults
+#: (init.cc:704-706 at v2.28.7-1), capped at DEFAULT_BUFFSIZE / NCCL_STEPS = 512 KiB.
+NVL_CHUNK = 512 * 1024
+NET_CHUNK = 128 * 1024
+#: LL's step: DEFAULT_LL_BUFFSIZE / NCCL_STEPS = 8 lines x 512 threads x 16 B
+#: (init.cc:697 with device.h:92-93 at v2.28.7-1), half of it data.
+LL_STEP = 8 * 512 * 16
+#: MAXCHANNELS (device.h:86 at v2.28.7-1).
+MAX_CHANNELS = 64
+#: NCCL_P2P_PER_CHANNEL_NET_BW (GB/s, paths.cc:920 at v2.30.7-1).
+PER_CHANNEL_NET_GBPS = 14
+#: The version whose rules apply when none is given: ccsim's NCCL model (v2.30.7).
+DEFAULT_VERSION = "2.30.7"
+
+
+@dataclass(frozen=True)
+class P2pCall:
+    """NCCL's plan for one peer's message of a uniform all-to-all."""
+
+    protocol: str
+    channels: int  # parts of each peer's message (nChannels)
+    p2p_channels: int  # p2pnChannels
+    per_peer: int  # p2pnChannelsPerPeer
+    chunk_bytes: float  # data bytes of one chunk
+    group_size: int  # the peer schedule's group
+    channel_gbps: float  # data GB/s one channel moves to one peer, NCCL's sizing
+
+
+def version_rules(version: str | None) -> str:
+    """Which rules a NCCL version follows: "2.28" (before 2.29) or "2.29".
+
+    >>> version_rules("2.28.7"), version_rules(None), version_rules("2.29.2")
+    ('2.28', '2.29', '2.29')
+    """
+    text = DEFAULT_VERSION if version is None else str(version)
+    match = re.fullmatch(r"2\.(\d+)(\.\d+)?(-\d+)?", text.strip())
+    if not match:
+        raise CcsimError(f"NCCL version must look like 2.28.7, got {version!r}")
+    return "2.28" if int(match.group(1)) < 29 else "2.29"
+
+
+def p2p_call(
+    *,
+    ranks: int,
+    nodes: int,
+    channels: int,
+    nvlinks: int,
+    net_count: int,
+    net_gbps: float,
+    size_bytes: float,
+    nvlink_gbps: float = 0.0,
+    version: str | None = None,
+) -> P2pCall:
+    """NCCL's channels, protocol and chunk for an all-to-all of ``size_bytes`` per rank
+    on a communicator of ``ranks`` over ``nodes`` nodes with ``channels`` channels, GPUs
+    of ``nvlinks`` NVLinks (0: PCIe) and ``net_count`` NICs of ``net_gbps`` in all.
+
+    >>> c = p2p_call(ranks=4, nodes=1, channels=32, nvlinks=18, net_count=2,
+    ...              net_gbps=100.0, size_bytes=2**24, nvlink_gbps=40.1, version="2.28.7")
+    >>> c.protocol, c.channels, c.p2p_channels, c.per_peer, c.chunk_bytes, c.channel_gbps
+    ('Simple', 8, 32, 32, 524288.0, 20.05)
+    >>> p2p_call(ranks=4, nodes=1, channels=32, nvlinks=18, net_count=2, net_gbps=100.0,
+    ...          size_bytes=2**21, version="2.28.7").protocol
+    'LL'
+    """
+    rules = version_rules(version)
+    C = min(pow2_up(min(channels, MAX_CHANNELS)), MAX_CHANNELS)
+    local = 2 * max(1, nvlinks) if nvlinks > 0 else 2
+    per_peer = local
+    if nodes > 1:
+        if rules == "2.28":
+            most = 2
+            while most * ranks > C * 4 and most > 1:
+                most //= 2
+            net = max(max(1, net_count), most)
+        else:
+            net = max(max(1, net_count), math.ceil(net_gbps / PER_CHANNEL_NET_GBPS))
+        per_peer = min(per_peer, net)
+    per_peer = min(pow2_up(per_peer), C)
+    if nodes > 1 and rules == "2.29":
+        while per_peer * math.ceil(ranks / 8) > C and per_peer > 1:
+            per_peer //= 2
+    least = per_peer
+    while least * ranks > C and least > 1:
+        least //= 2
+    chunk = NVL_CHUNK if nodes == 1 and nvlinks > 0 else NET_CHUNK
+    nbytes = size_bytes / ranks
+
+    def parts(step: int) -> int:
+        small, large = (step // 2, step) if nodes > 1 else (step // 8, step * 32)
+        n = min(least, max(1, math.ceil(nbytes / small)))
+        size = max(small, math.ceil(nbytes / n))
+        while size > large and n <= per_peer // 2:
+            n *= 2
+            size = math.ceil(nbytes / n)
+        return n
+
+    if nodes > 1:
+        ll = False  # network connections have no LL buffers by default
+    elif rules == "2.28":
+        ll = nbytes <= per_peer * LL_THRESHOLD
+    else:
+        ll = nbytes <= parts(chunk) * LL_THRESHOLD
+    step = LL_STEP if ll else chunk
+    if nodes > 1 and not ll:
+        # Network peers' chunk is tuned down for short messages (enqueue.cc:845-849).
+        step = step // 4 if nbytes < step else step // 2 if nbytes < 8 * step else step
+    # v2.28.7 sizes the parts with the protocol's step; later versions with Simple's.
+    n = parts(LL_STEP) if ll and rules == "2.28" else parts(chunk)
+    data = step / 2 if ll else step
+    group = 8 if nodes > 1 or rules == "2.28" else ranks // nodes
+    # NCCL sizes a peer's channels to carry its path: two per NVLink (paths.cc:827-831),
+    # so one channel carries half a link, NCCL's per-link figure / 2; one per 14 GB/s of
+    # NIC (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc:920-950 at v2.30.7-1). LL's lines carry
+    # half data.
+    rate = PER_CHANNEL_NET_GBPS if nodes > 1 else nvlink_gbps / 2 if nvlinks else math.inf
+    rate *= 0.5 if ll else 1.0
+    return P2pCall("LL" if ll else "Simple", n, C, per_peer, float(data), group, rate)
+
+
+def pow2_up(n: int) -> int:
+    """The smallest power of two >= n (NCCL's pow2Up)."""
+    return 1 << max(0, int(n) - 1).bit_length()
