@@ -235,3 +235,42 @@ def test_timed_faults_turn_it_off():
     fast, slow = both(conflicting("100s"), graph, algorithm="ring")
     assert fast.isolated["replayed"] == 0
     assert_same_run(fast, slow)
+
+
+def test_where_conflicts_are_the_rule_every_call_goes_flow_by_flow_at_once():
+    """Ten all-reduces of one group, each after 50 us of compute, and a 4 MiB send from
+    rank 0 to rank 1 starting 60 us after each compute, in the middle of each call: each
+    call replayed from its timing is met by a send. With conflicts in that many calls
+    (more than EVERY_CALL_SHARE of those launched), the next attempt simulates every call
+    flow by flow instead of excluding them attempt by attempt: two attempts, and the
+    step of the flow-by-flow replay."""
+    ops = []
+    for rank in range(8):
+        for k in range(10):
+            after = [f"a{k - 1}_{rank}"] if k else []
+            ops.append({"id": f"c{k}_{rank}", "rank": rank, "kind": "compute",
+                        "duration": "50us", "deps": after})  # fmt: skip
+            ops.append({"id": f"a{k}_{rank}", "rank": rank, "kind": "collective",
+                        "stream": "comm", "op": "all_reduce", "group": "g",
+                        "bytes": 64 * MiB, "deps": [f"c{k}_{rank}"]})  # fmt: skip
+            if rank < 2:
+                ops.append({"id": f"d{k}_{rank}", "rank": rank, "kind": "compute",
+                            "duration": "60us", "stream": "x",
+                            "deps": [f"c{k}_{rank}"]})  # fmt: skip
+                kind, peer = ("send", 1) if rank == 0 else ("recv", 0)
+                ops.append({"id": f"s{k}_{rank}", "rank": rank, "kind": kind, "peer": peer,
+                            "bytes": 4 * MiB, "stream": "x",
+                            "deps": [f"d{k}_{rank}"]})  # fmt: skip
+    workload = parse_workload(
+        {
+            "format": "ccsim-workload/1",
+            "ranks": 8,
+            "groups": {"g": {"ranks": list(range(8))}},
+            "ops": ops,
+        }
+    )
+    fast, slow = both(workload, load_topology("dgx-a100", 1), algorithm="ring")
+    assert_same_run(fast, slow)
+    assert fast.isolated["attempts"] == 2
+    assert fast.isolated["flow_by_flow"] == ["every call"]
+    assert fast.isolated["replayed"] == 0

@@ -97,6 +97,11 @@ class Call:
     index: int
 
 
+#: The key that sends every call of a replay flow by flow (see
+#: :class:`~simulator.workload.engine.WorkloadReplay`: when conflicts are the rule).
+EVERY_CALL = "every call"
+
+
 @dataclass(frozen=True)
 class TakeOver:
     """The key of a group's calls timed together with flows they took over: it holds
@@ -160,6 +165,8 @@ class IsolatedCalls:
         self.adoptable: set[int] = set()
         #: Calls replayed together with flows in flight they took over.
         self.joint = 0
+        #: Calls this replay launched (replayed or not).
+        self.launched = 0
         if self.enabled:
             network.on_conflict = self._on_conflict
 
@@ -180,8 +187,10 @@ class IsolatedCalls:
         :class:`~simulator.collective.replay.ScheduleReplay`); ``index``: the call's
         number in the workload (conflicts are then noted per call, :class:`Call`)."""
         call = group if index is None else Call(group, index)
+        self.launched += 1
         if (
             not self.enabled
+            or EVERY_CALL in self.excluded
             or schedule.n_ops < MIN_OPS
             or group in self.excluded
             or call in self.excluded
