@@ -125,9 +125,9 @@ CALLS_THEN_GROUPS = 30
 #: Conflicts are the rule, and the next attempt simulates every call flow by flow, once
 #: an attempt had conflicts in at least this share of the calls it launched (and at
 #: least EVERY_CALL_MIN of them), or EVERY_CALL_AFTER attempts still had conflicts.
-EVERY_CALL_SHARE = 0.1
+EVERY_CALL_SHARE = 0.03
 EVERY_CALL_MIN = 8
-EVERY_CALL_AFTER = 3
+EVERY_CALL_AFTER = 2
 
 
 def _conflicts_are_the_rule(attempt: int, isolated: IsolatedCalls) -> bool:
