@@ -135,10 +135,13 @@ def test_compare_csv_has_the_documented_keys(capsys):
     [
         (
             ["compare", "all_to_all", "--algos", "ring,direct"],
-            "algorithms that can: direct, pairwise",
+            "algorithms that can: direct, nccl-p2p, pairwise",
         ),
         (["compare", "all_reduce", "--algos", "ring,nope"], "unknown algorithm 'nope'"),
-        (["collective", "all_to_all", "--algo", "tree"], "algorithms that can: direct, pairwise"),
+        (
+            ["collective", "all_to_all", "--algo", "tree"],
+            "algorithms that can: direct, nccl-p2p, pairwise",
+        ),
         (["collective", "all_reduce", "--chunks", "0"], "positive integer or 'auto'"),
         (["collective", "all_reduce", "--channels", "many"], "positive integer or 'auto'"),
         (["collective", "broadcast", "--algo", "tree", "--root", "9"], "root must be a rank"),

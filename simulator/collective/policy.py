@@ -199,8 +199,9 @@ class NcclPolicy:
         )
 
     def plan(self, system: NcclSystem | None, op: str, size_bytes: float) -> Plan:
-        """NCCL's choice for one call on ``system`` (None for all-to-all, which NCCL runs
-        without its tuner) as a ccsim configuration."""
+        """NCCL's choice for one call on ``system`` as a ccsim configuration (all-to-all,
+        which NCCL runs without its tuner, as grouped send/receive; with no system, the
+        ideal ``direct`` exchange)."""
         if op == "all_to_all":
             return self._p2p_plan(system, float(size_bytes))
         assert system is not None

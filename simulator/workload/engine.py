@@ -723,7 +723,7 @@ class WorkloadReplay:
                       "channels": 1, "chunks": 1}  # fmt: skip
             return schedule, None, record
         if isinstance(policy, NcclPolicy):
-            plan = policy.plan(None if first.op == "all_to_all" else system, first.op, first.nbytes)
+            plan = policy.plan(system, first.op, first.nbytes)
         else:
             plan = policy.plan(system, first.op, first.nbytes)
         schedule = build_schedule(

@@ -140,7 +140,7 @@ def library_plans(
         if isinstance(policy, HcclPolicy) and op not in HCCL_OPS:
             return call_transfers("auto", op, ranks)  # run by the first algorithm that can
         try:
-            chosen = policy.plan(None if op == "all_to_all" else system(servers, policy), op, size)
+            chosen = policy.plan(system(servers, policy), op, size)
         except CcsimError:  # the library cannot decide here: the replay says why
             return call_transfers("auto", op, ranks)
         per = ranks // servers if ranks % servers == 0 else None
