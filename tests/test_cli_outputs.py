@@ -116,14 +116,12 @@ def test_an_unreachable_dask_scheduler_fails_before_the_results_file_exists(tmp_
     spec.write_text(SWEEP)
     out = tmp_path / "r.csv"
     argv = ["sweep", str(spec), "--out", str(out), "--scheduler", "tcp://127.0.0.1:1"]
-    started = time.monotonic()
     assert main(argv) == 2
-    elapsed = time.monotonic() - started
     _, err = capsys.readouterr()
     lines = err.splitlines()
     assert len(lines) == 1 and "cannot reach the Dask scheduler" in lines[0]
     assert not out.exists()  # no header-only file left behind
-    assert CONNECT_TIMEOUT_S <= 5 and elapsed < 4 * CONNECT_TIMEOUT_S
+    assert CONNECT_TIMEOUT_S <= 5  # the wait is bounded by a short timeout, not timed here
 
 
 def test_sigterm_stops_a_sweep_with_one_line_and_its_pool(tmp_path):
