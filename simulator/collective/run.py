@@ -7,7 +7,7 @@ reduce-scatter (S is then the whole gathered buffer), x 1 for broadcast and redu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +25,15 @@ from ..network.faults import fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
+from .contention_free import time_contention_free
 from .replay import ScheduleReplay, reduce_bandwidths
 from .symmetry import (
     LinkSymmetry,
     Quotient,
     candidate_periods,
     link_symmetry,
+    neighbourhoods,
+    periodic,
     reduce_bandwidth_symmetric,
     schedule_quotient,
 )
@@ -123,6 +126,8 @@ def run_schedule(
     protocol: str | Protocol | None = None,
     progress: Callable[[float], None] | None = None,
     symmetry: str = "auto",
+    events: bool = False,
+    refused: Collection[int] = (),
 ) -> CollectiveResult:
     """Replay ``schedule`` on ``graph`` in a fresh SimPy environment.
 
@@ -142,6 +147,13 @@ def run_schedule(
     symmetric for it, and :class:`AsymmetricNetwork` is raised otherwise. Its flow
     records are expanded to every rank up to :data:`EXPAND_FLOWS` flows; beyond that
     they list the representatives only (``params["flows"] == "representatives"``).
+
+    Without symmetry, in the ideal model (no protocol), a schedule whose flows never
+    share a link is timed by a longest-path pass over its DAG instead of event by event
+    (:mod:`simulator.collective.contention_free`: checked, with the same times and
+    records; ``params["timing"] == "contention-free"``); ``events=True`` always
+    simulates every flow event by event (the reference). ``refused`` lists rank shifts
+    already found asymmetric (a quotient the network refused), not tried again.
     """
     if symmetry not in SYMMETRY_MODES:
         raise unknown_choice("symmetry mode", symmetry, SYMMETRY_MODES)
@@ -186,7 +198,8 @@ def run_schedule(
     reduce_bw = reduce_bandwidths(graph, reduce_bandwidth)
     # Links that change capacity during the run break any symmetry found at its start.
     plan = fault_plan(graph)
-    if plan is not None and plan.timed_links:
+    timed = plan is not None and bool(plan.timed_links)
+    if timed:
         symmetry = "off"
     if direct is not None:
         classes = None
@@ -203,7 +216,19 @@ def run_schedule(
             )
         found = direct, classes
     else:
-        found = find_symmetry(network, schedule, reduce_bw) if symmetry == "auto" else None
+        found = find_symmetry(network, schedule, reduce_bw, refused) if symmetry == "auto" else None
+    if found is None and proto is None and not (events or timed) and len(reduce_bw) == p:
+        timeline = time_contention_free(network, schedule, reduce_bw)
+        if timeline is not None:
+            if progress is not None:
+                progress(timeline.time_s)
+            return _result(
+                schedule,
+                timeline.time_s,
+                (timeline.start_s, timeline.sent_s, timeline.end_s),
+                network,
+                {**schedule.params, "protocol": None, "timing": "contention-free"},
+            )
     if found is None:
         quotient = None
         replay = ScheduleReplay(network, schedule, reduce_bandwidth=reduce_bw, protocol=proto)
@@ -238,6 +263,22 @@ def run_schedule(
     if quotient is not None and quotient.rep_of is not None:
         # Every op happened when its representative did.
         times = tuple(values[quotient.rep_of] for values in times)
+    if direct is not None and direct.orbit * schedule.n_ops > EXPAND_FLOWS:
+        params["flows"] = "representatives"
+        params["symmetry_period"] = direct.period
+    return _result(schedule, float(elapsed), times, network, params, direct)
+
+
+def _result(
+    schedule: Schedule,
+    elapsed: float,
+    times: tuple[np.ndarray, np.ndarray, np.ndarray],
+    network: FlowNetwork,
+    params: dict[str, Any],
+    direct: Quotient | None = None,
+) -> CollectiveResult:
+    """The result of a run: per-op records (every rank's, from a directly built
+    quotient's up to :data:`EXPAND_FLOWS`), the network's link records and stats."""
     flows = {
         "op_index": np.arange(schedule.n_ops),
         "src": schedule.src,
@@ -253,18 +294,14 @@ def run_schedule(
     }
     if schedule.path.any():  # routes other than the shortest (PXN, NVLS, the NICs)
         flows["path"] = schedule.path
-    if direct is not None:
-        if direct.orbit * schedule.n_ops <= EXPAND_FLOWS:
-            flows = expand_flows(direct, flows)
-        else:
-            params["flows"] = "representatives"
-            params["symmetry_period"] = direct.period
+    if direct is not None and direct.orbit * schedule.n_ops <= EXPAND_FLOWS:
+        flows = expand_flows(direct, flows)
     return CollectiveResult(
         op=schedule.op,
         algorithm=schedule.algorithm,
         ranks=schedule.ranks,
         size_bytes=schedule.size_bytes,
-        time_s=float(elapsed),
+        time_s=elapsed,
         flows=flows,
         links=network.link_records(),
         stats=network.stats,
@@ -304,6 +341,7 @@ def build_and_run(
     servers = servers_of_ranks(graph)
     per_server = None if servers is None else int(np.bincount(np.asarray(servers)).max())
     refused = 0  # ops of the full schedule, when its quotient was refused
+    refused_periods: list[int] = []
     for period in candidate_periods(p, per_server):
         reps = build_quotient(algorithm, op, layout, size_bytes, period, **options)
         if reps is None:
@@ -320,6 +358,7 @@ def build_and_run(
             )
         except AsymmetricNetwork:
             refused = reps.n_ops * (p // period)
+            refused_periods.append(period)
     if refused > FULL_AFTER_REFUSAL:
         # The run was sized (ccsim's --max-flows guard) for its quotient.
         raise CcsimError(
@@ -330,7 +369,12 @@ def build_and_run(
         )
     schedule = build_schedule(algorithm, op, layout, size_bytes, **options)
     return run_schedule(
-        graph, schedule, reduce_bandwidth=reduce_bandwidth, protocol=protocol, progress=progress
+        graph,
+        schedule,
+        reduce_bandwidth=reduce_bandwidth,
+        protocol=protocol,
+        progress=progress,
+        refused=refused_periods,
     )
 
 
@@ -351,12 +395,16 @@ def expand_flows(quotient: Quotient, flows: dict[str, np.ndarray]) -> dict[str, 
 
 
 def find_symmetry(
-    network: FlowNetwork, schedule: Schedule, reduce_bandwidth: np.ndarray
+    network: FlowNetwork,
+    schedule: Schedule,
+    reduce_bandwidth: np.ndarray,
+    skip: Collection[int] = (),
 ) -> tuple[Quotient, LinkSymmetry] | None:
     """The smallest rank shift under which ``schedule`` on ``network`` is symmetric, as
     its quotient and link classes; None when none of the candidates is (then every flow
-    is simulated). Shifts are whole servers; a cheap count of each rank's ops and bytes
-    rules most candidates out before the full check."""
+    is simulated). Shifts are whole servers; cheap counts of each rank's ops and bytes,
+    and of what each rank sees of the network (:func:`neighbourhoods`), rule most
+    candidates out before the full check. Shifts in ``skip`` were already refused."""
     p = schedule.ranks
     if p != len(reduce_bandwidth) or p < 2 or schedule.n_ops == 0:
         return None
@@ -369,11 +417,18 @@ def find_symmetry(
             np.bincount(schedule.src, weights=schedule.nbytes, minlength=p),
         ]
     )
+    signatures = None
     for period in candidate_periods(p, per_server):
+        if period in skip:
+            continue
         folded = profile.reshape(3, p // period, period)
         if not (folded == folded[:, :1]).all():
             continue
         if not reduce_bandwidth_symmetric(reduce_bandwidth, period):
+            continue
+        if signatures is None:
+            signatures = neighbourhoods(network.graph, network.router.nodes[:p])
+        if not periodic(signatures, period):
             continue
         quotient = schedule_quotient(schedule, period)
         if quotient is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
 from ..algorithms.schedule import Schedule
@@ -95,6 +96,42 @@ def candidate_periods(ranks: int, ranks_per_server: int | None) -> list[int]:
     g = ranks_per_server if ranks_per_server and ranks_per_server < ranks else 1
     periods = [b for b in range(g, ranks, g) if ranks % b == 0]
     return periods[:MAX_PERIODS_TRIED]
+
+
+#: Neighbours with more links than this (a fabric switch) are not looked through by
+#: :func:`neighbourhoods`: every GPU would see the same switch, at quadratic cost.
+_LOOK_THROUGH = 64
+
+
+def neighbourhoods(graph: nx.Graph, gpus: list) -> list[tuple]:
+    """What each rank's GPU sees of the network within two links (each link's bandwidth
+    and latency, by distance; not through fabric switches), as a sortable signature.
+
+    A rank shift that maps the network onto itself maps each rank's neighbourhood onto
+    its image's, so ranks ``b`` apart must have equal signatures: a necessary condition,
+    cheap next to building a quotient of millions of ops (a slow NIC link or GPU link
+    fails it at once; a slow link deeper in the fabric is left to the full check).
+    """
+    adj = graph.adj
+
+    def link(a: object, b: object, depth: int) -> tuple:
+        data = adj[a][b]
+        return (depth, float(data.get("bandwidth", 0.0)), float(data.get("latency", 0.0)))
+
+    signatures = []
+    for gpu in gpus:
+        seen = []
+        for near in adj[gpu]:
+            seen.append(link(gpu, near, 1))
+            if len(adj[near]) <= _LOOK_THROUGH:
+                seen.extend(link(near, far, 2) for far in adj[near] if far != gpu)
+        signatures.append(tuple(sorted(seen)))
+    return signatures
+
+
+def periodic(signatures: list[tuple], period: int) -> bool:
+    """Whether ``signatures[r] == signatures[r % period]`` for every rank ``r``."""
+    return all(sig == signatures[r % period] for r, sig in enumerate(signatures))
 
 
 def schedule_quotient(schedule: Schedule, period: int) -> Quotient | None:

@@ -376,8 +376,12 @@ class Router:
             codes = self._dense[src, dst]
             missing = codes == -1
             if missing.any():
-                for s, d in np.unique(np.stack([src[missing], dst[missing]], axis=1), axis=0):
-                    self._dense[s, d] = self._code(int(s), int(d))
+                # One int64 key per pair: numpy's unique over rows (axis=0) sorts a
+                # structured view, seconds for the 8 M transfers of a 1,024-rank ring.
+                p = self._dense.shape[0]
+                pairs = np.unique(src[missing].astype(np.int64) * p + dst[missing])
+                for s, d in zip((pairs // p).tolist(), (pairs % p).tolist(), strict=True):
+                    self._dense[s, d] = self._code(s, d)
                 codes = self._dense[src, dst]
             return codes
         codes = np.empty(len(src), dtype=np.int32)

@@ -1,0 +1,93 @@
+"""The contention-free pass (simulator.collective.contention_free) against the event by
+event replay and against hand-worked timelines."""
+
+import numpy as np
+import pytest
+
+from simulator.algorithms import build_schedule
+from simulator.collective.run import rank_layout, run_schedule
+from simulator.network.faults import apply_faults
+from simulator.topology import cluster_graph, ring_graph
+
+SERVER = {
+    "gpus": 4,
+    "intra": {"kind": "nvswitch", "link": "nvlink", "bandwidth": "300GB/s", "latency": "0.5us"},
+    "nic": {"gpus_per_nic": 1, "bandwidth": "25GB/s", "link": "rdma"},
+}
+
+
+def both(graph, algorithm, op="all_reduce", size=16 * 2**20, **options):
+    """The pass's result (symmetry off, so that it runs) and the event replay's."""
+    schedule = build_schedule(algorithm, op, rank_layout(graph), size, **options)
+    fast = run_schedule(graph, schedule, symmetry="off")
+    exact = run_schedule(graph, schedule, symmetry="off", events=True)
+    return fast, exact
+
+
+def assert_same(fast, exact):
+    """Times of every op, per-link bytes and busy time equal to 1e-9 (relative)."""
+    assert fast.time_s == pytest.approx(exact.time_s, rel=1e-9)
+    scale = exact.time_s
+    for key in ("start_s", "sent_s", "end_s"):
+        assert np.max(np.abs(fast.flows[key] - exact.flows[key])) <= 1e-9 * scale
+    assert fast.links["bytes"] == pytest.approx(exact.links["bytes"], rel=1e-9)
+    busy = np.abs(np.array(fast.links["busy_s"]) - np.array(exact.links["busy_s"]))
+    assert busy.max() <= 1e-9 * scale
+    assert fast.stats.flows == exact.stats.flows
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_ring_with_one_slow_link_equals_the_event_replay(op):
+    graph = apply_faults(ring_graph(48, 150e9, 500e-9), "link=gpu5-gpu6:0.5")
+    fast, exact = both(graph, "ring", op, chunks=3)
+    assert fast.params.get("timing") == "contention-free"
+    assert "timing" not in exact.params
+    assert_same(fast, exact)
+
+
+def test_ring_all_gather_follows_the_hand_worked_recurrence():
+    """One chunk, one channel: rank i sends block (i - s) at step s once it has received
+    step s - 1 from rank i - 1 and sent its own step s - 1; the link i -> i + 1 carries
+    it at that link's rate and one hop's latency later it is there."""
+    p, bandwidth, latency, size = 6, 100e9, 1e-6, 6e6
+    graph = apply_faults(ring_graph(p, bandwidth, latency), "link=gpu2-gpu3:0.25")
+    schedule = build_schedule("ring", "all_gather", rank_layout(graph), size)
+    result = run_schedule(graph, schedule, symmetry="off")
+    assert result.params.get("timing") == "contention-free"
+    rate = [bandwidth * (0.25 if i == 2 else 1.0) for i in range(p)]
+    block = size / p
+    sent = np.zeros((p - 1, p))
+    done = np.zeros((p - 1, p))
+    for s in range(p - 1):
+        for i in range(p):
+            start = 0.0 if s == 0 else max(done[s - 1, (i - 1) % p], sent[s - 1, i])
+            sent[s, i] = start + block / rate[i]
+            done[s, i] = sent[s, i] + latency
+    assert result.time_s == pytest.approx(done.max(), rel=1e-12)
+    # Bytes conserved: every link carried p - 1 blocks.
+    assert sum(result.links["bytes"]) == pytest.approx(p * (p - 1) * block)
+
+
+def test_reductions_on_a_finite_reducer_equal_the_event_replay():
+    graph = apply_faults(ring_graph(16, 150e9, 500e-9), "link=gpu3-gpu4:0.5")
+    for node in graph.nodes:
+        graph.nodes[node]["reduce_bandwidth"] = 200e9
+    fast, exact = both(graph, "ring", "all_reduce", chunks=2)
+    assert fast.params.get("timing") == "contention-free"
+    assert_same(fast, exact)
+    assert any(kind == "reduce" for kind in fast.links["link"])
+
+
+def test_flows_that_share_a_link_fall_back_to_the_event_replay():
+    # Two channels of one ring share every link: max-min sharing, so no shortcut.
+    graph = apply_faults(ring_graph(16, 150e9, 500e-9), "link=gpu3-gpu4:0.5")
+    fast, exact = both(graph, "ring", "all_reduce", chunks=2, channels=2)
+    assert "timing" not in fast.params
+    assert_same(fast, exact)
+
+
+def test_servers_with_a_slow_nic_equal_the_event_replay():
+    graph = apply_faults(cluster_graph(SERVER, 6), "link=s2/nic1-leaf1:0.5")
+    fast, exact = both(graph, "ring", "all_gather", chunks=2)
+    assert fast.params.get("timing") == "contention-free"
+    assert_same(fast, exact)
