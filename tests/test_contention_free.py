@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from simulator.algorithms import build_schedule
+from simulator.algorithms.schedule import Schedule
 from simulator.collective.run import rank_layout, run_schedule
 from simulator.network.faults import apply_faults
 from simulator.topology import cluster_graph, ring_graph
@@ -78,12 +79,49 @@ def test_reductions_on_a_finite_reducer_equal_the_event_replay():
     assert any(kind == "reduce" for kind in fast.links["link"])
 
 
-def test_flows_that_share_a_link_fall_back_to_the_event_replay():
-    # Two channels of one ring share every link: max-min sharing, so no shortcut.
+def test_identical_flows_of_two_channels_run_as_one_and_equal_the_event_replay():
+    # Two channels of one ring share every link: each pair of identical flows is timed
+    # as one of twice the bytes.
     graph = apply_faults(ring_graph(16, 150e9, 500e-9), "link=gpu3-gpu4:0.5")
     fast, exact = both(graph, "ring", "all_reduce", chunks=2, channels=2)
-    assert "timing" not in fast.params
+    assert fast.params.get("timing") == "contention-free"
     assert_same(fast, exact)
+
+
+def test_flows_sharing_a_link_within_a_level_are_max_min_shared():
+    # Hierarchical: each GPU sends to its 3 server peers at once over its NVSwitch link.
+    graph = apply_faults(cluster_graph(SERVER, 4), "link=s1/nic2-leaf2:0.5")
+    fast, exact = both(graph, "hierarchical", "all_reduce")
+    assert fast.params.get("timing") == "contention-free"
+    assert_same(fast, exact)
+
+
+def test_a_flow_meeting_one_of_an_earlier_level_falls_back_to_the_event_replay():
+    """op0 sends 10,000 B on a -> b; op2 (1,000 B, same link) waits for op1 (10 B on
+    another link) and starts while op0 is in flight. By hand, at 1 GB/s and 1 us per
+    hop: op1 is done at 0.01 + 1 = 1.01 us; op0 has sent 1,010 B; both then share the
+    link at 0.5 GB/s until op2's 1,000 B are through at 3.01 us (op0: 2,010 B); op0's
+    last 7,990 B take 7.99 us: sent at 11.0 us, done at 12.0 us."""
+    schedule = Schedule(
+        op="all_gather",
+        algorithm="hand",
+        ranks=3,
+        size_bytes=11010.0,
+        src=[0, 2, 0],
+        dst=[1, 0, 1],
+        nbytes=[10000, 10, 1000],
+        segment=[0, 1, 2],
+        reduce=[False] * 3,
+        dep_ptr=[0, 0, 0, 1],
+        dep_idx=[1],
+        dep_sent=[False],
+        segment_owner=[0, 2, 0],
+        step=[0, 0, 1],
+    )
+    result = run_schedule(ring_graph(3, 1e9, 1e-6), schedule, symmetry="off")
+    assert "timing" not in result.params
+    assert result.time_s == pytest.approx(12.0e-6, rel=1e-9)
+    assert result.flows["sent_s"][2] == pytest.approx(3.01e-6, rel=1e-9)
 
 
 def test_servers_with_a_slow_nic_equal_the_event_replay():

@@ -22,8 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..algorithms import build_schedule
 from ..collective import NcclPolicy, simulate_collective
+from ..collective.run import rank_layout, run_schedule
 from ..errors import CcsimError, unknown_choice
+from ..network.faults import apply_faults
 from ..topology import cluster_graph, load_topology, ring_graph
 from ..validate import BUNDLED, case_graph, load_case
 
@@ -61,6 +64,10 @@ class Scenario:
     algorithm: str = "ring"
     server: dict | None = None
     fabric: str | None = None
+    #: A fault applied to the topology (``--fault``'s inline form), e.g. one slow link;
+    #: and "off" to simulate every rank even where the run is symmetric (issue 35's pairs).
+    fault: str = ""
+    symmetry: str = "auto"
 
     def run(self) -> list:
         """The scenario's simulated collectives."""
@@ -88,6 +95,20 @@ class Scenario:
         else:
             # 150 GB/s links and 500 ns per hop, as in the issue's 1-D ring case.
             topology = ring_graph(self.ranks, 150e9, 500e-9)
+        if self.fault or self.symmetry != "auto" or (self.preset and self.fabric):
+            graph = (
+                load_topology(topology, self.nodes, fabric=self.fabric)
+                if self.preset
+                else load_topology(topology)
+            )
+            graph = apply_faults(graph, self.fault or None)
+            if self.symmetry != "auto":
+                schedule = build_schedule(
+                    self.algorithm, "all_reduce", rank_layout(graph), self.size_bytes,
+                    chunks=self.chunks, channels=self.channels,
+                )  # fmt: skip
+                return [run_schedule(graph, schedule, symmetry=self.symmetry)]
+            topology = graph
         return [
             simulate_collective(
                 topology,
@@ -141,6 +162,47 @@ SCENARIOS = {
             fabric="single-switch",
             target_s=5.0,
             target_mib=500e6 / 2**20,
+        ),
+        # Issue 35: the same runs without symmetry (one slow link, or symmetry off),
+        # each beside its symmetric counterpart above.
+        Scenario(
+            "ring-1024-nosym",
+            "ring-1024 with symmetry off: every rank simulated (issue 35: <= 3 s, 400 MB)",
+            ranks=1024,
+            symmetry="off",
+            target_s=3.0,
+            target_mib=400.0,
+        ),
+        Scenario(
+            "ring-1024-slow",
+            "ring-1024 with one link at half bandwidth (issue 35: < 20 s, 2 GB)",
+            ranks=1024,
+            fault="link=gpu5-gpu6:0.5",
+            target_s=20.0,
+            target_mib=2048.0,
+        ),
+        Scenario(
+            "hier-8x512-slow",
+            "hier-8x512 with one NIC link at half bandwidth (issue 35: < 20 s, 1 GB)",
+            nodes=512,
+            chunks=1,
+            algorithm="hierarchical",
+            server=TWO_D_SERVER,
+            fabric="single-switch",
+            fault="link=s3/nic0-leaf0:0.5",
+            target_s=20.0,
+            target_mib=1024.0,
+        ),
+        Scenario(
+            "hier-h100x128-fat-tree",
+            "hierarchical all-reduce 64 MiB on 128x dgx-h100 on a fat-tree with ECMP "
+            "(issue 35: < 10 s)",
+            preset="dgx-h100",
+            nodes=128,
+            chunks=1,
+            algorithm="hierarchical",
+            fabric="fat-tree",
+            target_s=10.0,
         ),
         Scenario(
             "hierarchical-16384",

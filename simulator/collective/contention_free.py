@@ -41,12 +41,16 @@ import numpy as np
 
 from ..algorithms.schedule import Schedule, csr_gather, successors
 from ..network.flows import FlowNetwork
+from ..network.maxmin import max_min_rates
 from .replay import route_ops
 
 #: Intervals that overlap by less than this (seconds, relative to the time) touch: a flow
 #: that starts when another is sent, computed by a different sum, may differ in the
 #: last bits.
 _TOUCH = 1e-12
+#: Flows ending within this relative distance of the first end end with it (as the
+#: network's wake-up does, simulator.network.flows).
+_SAME_TIME = 1e-12
 
 
 @dataclass
@@ -92,8 +96,6 @@ def time_contention_free(
     if has.any():
         bottleneck[has] = np.minimum.reduceat(capacity[route_links], ptr[:-1][has])
     wire = schedule.nbytes
-    with np.errstate(divide="ignore", invalid="ignore"):
-        duration = np.where(wire > 0, wire / bottleneck[routes], 0.0)
     latency = route_latency[routes]
 
     # Reductions: on the receiver's reducer link, where its GPU has a finite bandwidth.
@@ -115,11 +117,12 @@ def time_contention_free(
         capacity = network.capacity  # reducer links were appended
 
     n_links = len(capacity)
-    busy_until = np.full(n_links, -np.inf)
-    link_bytes = np.zeros(n_links)
-    link_busy = np.zeros(n_links)
-    idle_at = np.zeros(n_links)
-
+    books = _Books(
+        busy_until=np.full(n_links, -np.inf),
+        bytes=np.zeros(n_links),
+        busy=np.zeros(n_links),
+        idle_at=np.zeros(n_links),
+    )
     start = np.zeros(n)
     sent = np.zeros(n)
     done = np.zeros(n)
@@ -131,42 +134,256 @@ def time_contention_free(
         timed += len(level)
         ready = _ready(schedule, level, sent, done)
         start[level] = ready
-        sent[level] = ready + duration[level]
-        arrived = sent[level] + latency[level]
-        done[level] = arrived + reduce_time[level]
-        # The flows' intervals on their links, then the reductions' on their reducers.
         rows = routes[level]
         counts = lengths[rows]
         links = csr_gather(ptr, route_links, rows)
-        begin = np.repeat(start[level], counts)
-        end = np.repeat(sent[level], counts)
-        carried = np.repeat(wire[level], counts)
+        ends = _level_flows(ready, wire[level], rows, counts, links, capacity, books)
+        if ends is None:
+            return None
+        sent[level] = ends
+        arrived = ends + latency[level]
+        done[level] = arrived
         red = reducer[level] >= 0
         if red.any():
-            links = np.concatenate([links, reducer[level][red]])
-            begin = np.concatenate([begin, arrived[red]])
-            end = np.concatenate([end, done[level][red]])
-            carried = np.concatenate([carried, schedule.nbytes[level][red]])
-        if not _claim(links, begin, end, busy_until):
-            return None
-        np.add.at(link_bytes, links, carried)
-        np.add.at(link_busy, links, end - begin)
-        np.maximum.at(idle_at, links, end)
+            # Reductions start on arrival; those on one GPU at once share its reducer.
+            on = reducer[level][red]
+            ends = _level_flows(
+                arrived[red], schedule.nbytes[level][red], on, np.ones(len(on), np.int64),
+                on, capacity, books,
+            )  # fmt: skip
+            if ends is None:
+                return None
+            done[level[red]] = ends
         succ = np.concatenate([csr_gather(dptr, didx, level), csr_gather(sptr, sidx, level)])
         if len(succ) == 0:
             break
         np.subtract.at(pending, succ, 1)
-        level = np.unique(succ[pending[succ] == 0])
+        level = np.sort(succ[pending[succ] == 0])
+        if len(level) > 1:  # an op whose last two dependencies were in this level
+            level = level[np.r_[True, level[1:] != level[:-1]]]
     if timed < n:
         return None  # a cycle: the replay reports which ops are stuck
 
-    network.link_bytes += link_bytes
-    network.link_busy += link_busy
-    network.link_idle_at[:] = np.maximum(network.link_idle_at, idle_at)
+    network.link_bytes += books.bytes
+    network.link_busy += books.busy
+    network.link_idle_at[:] = np.maximum(network.link_idle_at, books.idle_at)
     flows = n + int((reducer >= 0).sum())
     network.stats.flows += flows
     network.stats.represented_flows += flows
     return Timeline(start, sent, done, flows)
+
+
+@dataclass
+class _Books:
+    """Per-link records kept by the pass: when the last claimed interval ends, and the
+    bytes, busy time and last idle instant the replay would record."""
+
+    busy_until: np.ndarray
+    bytes: np.ndarray
+    busy: np.ndarray
+    idle_at: np.ndarray
+
+
+def _level_flows(
+    begin: np.ndarray,
+    size: np.ndarray,
+    key: np.ndarray,
+    counts: np.ndarray,
+    links: np.ndarray,
+    capacity: np.ndarray,
+    books: _Books,
+) -> np.ndarray | None:
+    """When each of one level's flows is sent: flow ``i`` starts at ``begin[i]`` with
+    ``size[i]`` bytes on links ``links[sum(counts[:i]):][:counts[i]]`` (``key``: its
+    route; equal keys, starts and sizes make identical flows). None when a flow would
+    meet one of an earlier level on a link (that level's timing assumed it alone).
+
+    Flows alone on their links within the level run at their bottleneck; flows that
+    share a link with others of the level are simulated together, exactly, as the
+    network does (max-min rates recomputed at every start and end, :func:`_share`),
+    identical flows as one of their weight.
+    """
+    m = len(begin)
+    owner = np.repeat(np.arange(m), counts)
+    end = np.empty(m)
+    alone = np.ones(m, dtype=bool)
+    if len(links) > 1:
+        ordered = np.sort(links)
+        twice = ordered[1:][ordered[1:] == ordered[:-1]]
+        if len(twice):
+            alone[owner[np.isin(links, twice)]] = False
+    rep = np.arange(m)  # the flow each one is timed as (itself, or its identical twin's)
+    weight = np.ones(m)
+    if not alone.all():
+        # Identical flows (same route, start and bytes) become one of their weight.
+        shared = np.flatnonzero(~alone)
+        order = shared[np.lexsort((size[shared], begin[shared], key[shared]))]
+        first = np.r_[
+            True,
+            (key[order][1:] != key[order][:-1])
+            | (begin[order][1:] != begin[order][:-1])
+            | (size[order][1:] != size[order][:-1]),
+        ]
+        group = np.cumsum(first) - 1
+        heads = order[first]
+        rep[order] = heads[group]
+        weight[heads] = np.bincount(group)
+        # Heads whose links no other head uses are alone after all.
+        mine = np.isin(owner, heads)
+        head_links = links[mine]
+        ordered = np.sort(head_links)
+        twice = ordered[1:][ordered[1:] == ordered[:-1]]
+        still = np.zeros(m, dtype=bool)
+        if len(twice):
+            still[owner[mine][np.isin(head_links, twice)]] = True
+        alone[heads[~still[heads]]] = True
+        together = heads[still[heads]]
+    else:
+        together = np.zeros(0, dtype=np.int64)
+    # Alone (or one of identical twins): the bottleneck, weight times the bytes.
+    solo = np.flatnonzero(alone)
+    if len(solo):
+        bottleneck = np.full(m, np.inf)
+        has = counts > 0
+        if has.any():
+            firsts = np.cumsum(counts) - counts
+            bottleneck[has] = np.minimum.reduceat(capacity[links], firsts[has])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            load = size[solo] * weight[solo]
+            end[solo] = begin[solo] + np.where(load > 0, load / bottleneck[solo], 0.0)
+    busy = None
+    if len(together):
+        busy = _share_components(begin, size, weight, together, owner, links, capacity, end)
+    end[:] = end[rep]
+    # Claims against earlier levels, and the records.
+    lo, hi = begin[owner], end[owner]
+    live = hi > lo
+    if live.any():
+        tol = _TOUCH * np.maximum(np.abs(lo[live]), 1.0)
+        if (lo[live] + tol < books.busy_until[links[live]]).any():
+            return None
+    np.maximum.at(books.busy_until, links, hi)
+    np.add.at(books.bytes, links, size[owner])
+    np.maximum.at(books.idle_at, links, hi)
+    # Busy time: one interval per distinct flow alone on its links; the union of those
+    # simulated together, as the network counts it.
+    single = alone[rep][owner] & (rep[owner] == owner)
+    np.add.at(books.busy, links[single], (hi - lo)[single])
+    if busy is not None:
+        ids, seconds = busy
+        np.add.at(books.busy, ids, seconds)
+    return end
+
+
+def _share_components(
+    begin: np.ndarray,
+    size: np.ndarray,
+    weight: np.ndarray,
+    flows: np.ndarray,
+    owner: np.ndarray,
+    links: np.ndarray,
+    capacity: np.ndarray,
+    end: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Simulate ``flows`` (which share links) together, each connected set of them on
+    its own; writes their ends into ``end`` and returns (link ids, busy seconds)."""
+    mine = np.isin(owner, flows)
+    inc_flow, inc_link = owner[mine], links[mine]
+    # Connected sets: labels spread through shared links until they settle.
+    label = np.full(len(end), np.iinfo(np.int64).max)
+    label[flows] = flows
+    n_links = len(capacity)
+    while True:
+        on_link = np.full(n_links, np.iinfo(np.int64).max)
+        np.minimum.at(on_link, inc_link, label[inc_flow])
+        spread = label.copy()
+        np.minimum.at(spread, inc_flow, on_link[inc_link])
+        if np.array_equal(spread, label):
+            break
+        label = spread
+    order = np.argsort(label[inc_flow], kind="stable")
+    inc_flow, inc_link = inc_flow[order], inc_link[order]
+    cut = np.flatnonzero(np.r_[True, label[inc_flow][1:] != label[inc_flow][:-1], True])
+    all_ids, all_busy = [], []
+    for a, b in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+        members, local = np.unique(inc_flow[a:b], return_inverse=True)
+        ids, on = np.unique(inc_link[a:b], return_inverse=True)
+        finish, busy = _share(
+            begin[members], size[members], weight[members], local, on, capacity[ids]
+        )
+        end[members] = finish
+        all_ids.append(ids)
+        all_busy.append(busy)
+    return np.concatenate(all_ids), np.concatenate(all_busy)
+
+
+def _share(
+    begin: np.ndarray,
+    size: np.ndarray,
+    weight: np.ndarray,
+    inc_flow: np.ndarray,
+    inc_link: np.ndarray,
+    capacity: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Flows that start at ``begin`` on links they share with each other only, simulated
+    as the network does: at every start and end, max-min fair rates (a flow of weight k
+    stands for k identical ones); a flow ends when its bytes are through, flows ending
+    within the network's tolerance of the first end with it. Returns each flow's end
+    and each link's busy time (while at least one flow is on it)."""
+    m, n_links = len(begin), len(capacity)
+    left = size.astype(float).copy()
+    rate = np.zeros(m)
+    finish = np.full(m, np.inf)
+    end = np.full(m, np.nan)
+    active = np.zeros(m, dtype=bool)
+    order = np.argsort(begin, kind="stable")
+    starts = begin[order]
+    arrived = 0
+    on_link = np.zeros(n_links, dtype=np.int64)
+    since = np.zeros(n_links)
+    busy = np.zeros(n_links)
+    coef = weight[inc_flow]
+    t = float(starts[0])
+    last = t
+    while True:
+        left[active] = np.maximum(left[active] - rate[active] * (t - last), 0.0)
+        last = t
+        # Ends first (their links are free for what starts now), then starts.
+        done = np.flatnonzero(active & (finish <= t + _SAME_TIME * abs(t)))
+        if len(done):
+            end[done] = t
+            active[done] = False
+            gone = np.isin(inc_flow, done)
+            before = on_link.copy()
+            np.subtract.at(on_link, inc_link[gone], 1)
+            idle = (before > 0) & (on_link == 0)
+            busy[idle] += t - since[idle]
+        upto = int(np.searchsorted(starts, t, side="right"))
+        if upto > arrived:
+            new = order[arrived:upto]
+            arrived = upto
+            active[new] = True
+            came = np.isin(inc_flow, new)
+            before = on_link.copy()
+            np.add.at(on_link, inc_link[came], 1)
+            since[(before == 0) & (on_link > 0)] = t
+        if not active.any() and arrived == m:
+            break
+        live = np.flatnonzero(active)
+        if len(live):
+            local = np.full(m, -1)
+            local[live] = np.arange(len(live))
+            keep = local[inc_flow] >= 0
+            rate[live] = max_min_rates(
+                local[inc_flow[keep]], inc_link[keep], len(live), capacity, coef[keep]
+            )
+            with np.errstate(divide="ignore", invalid="ignore"):
+                finish[live] = t + np.where(left[live] > 0, left[live] / rate[live], 0.0)
+        following = float(finish[live].min()) if len(live) else np.inf
+        if arrived < m:
+            following = min(following, float(starts[arrived]))
+        t = following
+    return end, busy
 
 
 def _ready(schedule: Schedule, ops: np.ndarray, sent: np.ndarray, done: np.ndarray) -> np.ndarray:
@@ -189,29 +406,3 @@ def _positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Indices ``starts[i] .. starts[i] + counts[i] - 1`` for every ``i``, concatenated."""
     total = int(counts.sum())
     return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)
-
-
-def _claim(links: np.ndarray, begin: np.ndarray, end: np.ndarray, busy_until: np.ndarray) -> bool:
-    """Whether intervals [begin, end) on ``links`` (one level's) overlap neither each
-    other nor anything already claimed (``busy_until``: when each link's last claimed
-    interval ends); claims them if not. Empty intervals claim nothing."""
-    live = end > begin
-    if not live.all():
-        links, begin, end = links[live], begin[live], end[live]
-    if len(links) == 0:
-        return True
-    tol = _TOUCH * np.maximum(np.abs(begin), 1.0)
-    if (begin + tol < busy_until[links]).any():
-        return False
-    if len(links) > 1:
-        order = np.lexsort((begin, links))
-        links, begin, end, tol = links[order], begin[order], end[order], tol[order]
-        same = links[1:] == links[:-1]
-        if same.any() and (begin[1:][same] + tol[1:][same] < end[:-1][same]).any():
-            return False
-        # Sorted by start and not overlapping: each link's last interval ends last.
-        last = np.r_[~same, True]
-        busy_until[links[last]] = end[last]
-    else:
-        busy_until[links] = end
-    return True
