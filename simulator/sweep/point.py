@@ -214,6 +214,17 @@ def _collective(params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def point_graph(params: Mapping[str, Any]) -> nx.Graph:
+    """The healthy graph a point runs on, at the server count it runs with (a workload
+    point without ``nodes`` takes as many servers as its ranks need), without its
+    faults: what building it takes (:mod:`simulator.topology.bom`) does not change when a
+    link slows down."""
+    if params["kind"] == "workload" and params.get("nodes") is None:
+        _, nodes = _workload(params, _gpus_per_server(params))
+        params = {**params, "nodes": nodes}
+    return _preset_topology(params)
+
+
 def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, Any]:
     """Replay a workload point: its workload, graph and
     :class:`~simulator.workload.metrics.Breakdown` (for point functions that report
