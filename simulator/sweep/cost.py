@@ -260,8 +260,12 @@ def describe_choice(choice: Choice, spec: SweepSpec) -> str:
     does and the best metric reached."""
     name = METRIC_NAMES.get(choice.metric, choice.metric)
     sign = ">=" if choice.metric in HIGHER_IS_BETTER else "<="
-    what = "cost" if choice.measure == "fabric_cost" else "network power (kW)"
     goal = f"{choice.metric} {sign} {choice.target:.6g}"
+
+    def what(record: Mapping[str, Any]) -> str:
+        if choice.measure == "fabric_cost":
+            return f"cost {record[choice.measure]:,.2f}"
+        return f"network power {record[choice.measure]:,.3f} kW"
 
     def where(record: Mapping[str, Any]) -> str:
         values = {axis: record[axis] for axis in spec.columns}
@@ -270,15 +274,15 @@ def describe_choice(choice: Choice, spec: SweepSpec) -> str:
     if choice.cheapest is not None:
         r = choice.cheapest
         return (
-            f"cheapest meeting {goal} ({name}): {where(r)}: {what} {r[choice.measure]:,.2f}, "
+            f"cheapest meeting {goal} ({name}): {where(r)}: {what(r)}, "
             f"{choice.metric} {r[choice.metric]:.6g}"
         )
     if choice.best is None:
-        return f"no point has both a {choice.metric} and a {what}: nothing to choose from"
+        return f"no point has both a {choice.metric} and a {choice.measure}: none to choose"
     r = choice.best
     return (
         f"no point meets {goal} ({name}); the best reached is {r[choice.metric]:.6g} at "
-        f"{where(r)} ({what} {r[choice.measure]:,.2f})"
+        f"{where(r)} ({what(r)})"
     )
 
 
