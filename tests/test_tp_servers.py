@@ -115,3 +115,31 @@ def test_run_warns_for_the_topology_it_runs_on(tmp_path, capsys):
     fits.write_text(json.dumps(tp_trace(4, 4)))
     assert main(["run", str(fits), "--topology", "dgx-a100", "--format", "json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_sweep_of_tp_sizes_warns_once_per_size_that_spans(tmp_path, capsys):
+    from simulator.cli.sweep import _warn_tp
+    from simulator.sweep import load_spec
+    from simulator.sweep.point import megatron_tp_spread
+
+    spec = tmp_path / "tp.yaml"
+    spec.write_text(
+        "scenario:\n"
+        "  workload: {generator: megatron, model: gpt3-175b, pp: 1, dp: 4, global_batch: 4}\n"
+        "  topology: dgx-a100\n"
+        "axes:\n"
+        "  workload.tp: [4, 6, 8, 16]\n"
+        "  workload.dp: [2, 4]\n"
+    )
+    loaded = load_spec(spec)
+    spreads = {
+        (p.values["workload.tp"], p.values["workload.dp"]): megatron_tp_spread(p.params)
+        for p in loaded.points
+    }
+    for (tp, dp), spread in spreads.items():  # 8 GPUs a DGX A100, TP consecutive
+        assert spread.spanning == spanning_by_hand(tp, tp * dp, 8)
+    _warn_tp(loaded)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2  # TP 6 and TP 16, each once whatever the DP
+    assert lines[0].startswith(f"ccsim: warning: {spec}: workload.tp 6 does not divide")
+    assert "workload.tp 16 is more than the 8 GPUs of a server" in lines[1]

@@ -203,6 +203,23 @@ def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
         print(f"ccsim: first failure: {errors[0]['error']}", file=sys.stderr)
 
 
+def _warn_tp(spec: Any) -> None:
+    """One warning line per TP size whose groups would span servers in the sweep's
+    Megatron points (they run as asked)."""
+    from ..sweep.point import megatron_tp_spread
+    from ..workload.servers import tp_warning
+
+    said = set()
+    for point in spec.points:
+        spread = megatron_tp_spread(point.params)
+        if spread is None or (spread.size, spread.gpus_per_server) in said:
+            continue
+        warning = tp_warning(spread, option="workload.tp")
+        if warning:
+            said.add((spread.size, spread.gpus_per_server))
+            print(f"ccsim: warning: {spec.source}: {warning}", file=sys.stderr)
+
+
 def _cmd_sweep(args: argparse.Namespace) -> None:
     from ..sweep import execute_sweep, load_spec
     from ..sweep.seeds import SEED_AXIS
@@ -211,6 +228,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     check_outputs(args, "out")
     check_results_file(args.out)
     spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
+    _warn_tp(spec)
     try:
         run = execute_sweep(spec, args.out, **_options(args))
     except KeyboardInterrupt as error:
@@ -264,6 +282,7 @@ def _cmd_size(args: argparse.Namespace) -> None:
     if args.out:
         check_results_file(args.out)
     spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
+    _warn_tp(spec)
     metric = args.metric or default_metric(spec)
     target = parse_target(metric, args.target) if args.target is not None else None
     by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None

@@ -70,6 +70,22 @@ def tp_spread(workload: Workload, server_of: Sequence[Hashable]) -> Spread:
     return Spread(len(groups), spanning, max((len(g.ranks) for g in groups), default=0), first)
 
 
+def megatron_spread(tp: int, ranks: int, gpus_per_server: int) -> Spread:
+    """Where Megatron-LM's TP groups sit without building the workload: group ``k``
+    holds ranks ``k*tp`` to ``k*tp + tp - 1`` (TP varies fastest), rank ``r`` sits on
+    server ``r // gpus_per_server``.
+
+    >>> megatron_spread(6, 24, 8)  # ranks 6-11 and 12-17 cross a server's edge
+    Spread(groups=4, spanning=2, size=6, gpus_per_server=8)
+    """
+    spanning = sum(
+        1
+        for k in range(ranks // tp)
+        if (k * tp) // gpus_per_server != (k * tp + tp - 1) // gpus_per_server
+    )
+    return Spread(ranks // tp, spanning, tp, gpus_per_server)
+
+
 def tp_warning(spread: Spread, *, option: str = "tp") -> str | None:
     """One line saying that TP groups span servers, why it matters and which ``option``
     values keep them inside one; None when every group sits in one server.
@@ -103,4 +119,11 @@ def tp_warning(spread: Spread, *, option: str = "tp") -> str | None:
     )
 
 
-__all__ = ["SERVER_GPUS", "Spread", "server_of_ranks", "tp_spread", "tp_warning"]
+__all__ = [
+    "SERVER_GPUS",
+    "Spread",
+    "megatron_spread",
+    "server_of_ranks",
+    "tp_spread",
+    "tp_warning",
+]
