@@ -89,7 +89,8 @@ def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
         "--axis",
         default=None,
         metavar="AXIS",
-        help="numeric axis to size, e.g. server.nic.bandwidth (default: the only axis)",
+        help="axis to size, e.g. server.nic.bandwidth (default: the only axis); a knee "
+        "needs a numeric axis, an axis of names (fabric) is only costed (--prices, --per)",
     )
     size.add_argument(
         "--metric",
@@ -128,8 +129,8 @@ def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
         choices=FORMATS,
         default="table",
         help="knee table format: table, json or csv (default: %(default)s); with --prices, "
-        "--watts or --per, json is an object of knees, points (each point's cost) and "
-        "target, and csv lists the points",
+        "--watts or --per, json is one record of knees, points (each point's cost), per, "
+        "power_unknown and target, and csv lists the points",
     )
     size.add_argument(
         "--prices",
