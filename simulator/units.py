@@ -152,21 +152,36 @@ def parse_time(text: str | float, *, field: str = "time") -> float:
     return value / _TIME_DIVISORS[key]
 
 
-def parse_sizes(text: str, *, element: int = 1) -> list[int]:
+def parse_sizes(text: str, *, element: int = 1, source: str | None = None) -> list[int]:
     """Parse a list of message sizes for a sweep, in bytes, each at least one
     ``element`` (bytes of the data type: 4 for nccl-tests' fp32 counts).
 
     ``"8:4G"`` means powers of two from 8 B to 4 GiB (like nccl-tests ``-b 8 -e 4G -f 2``);
-    ``"1M:1G:4"`` multiplies by 4 each time; ``"1M,64M,1G"`` is an explicit list.
+    ``"1M:1G:4"`` multiplies by 4 each time; ``"1M,64M,1G"`` is an explicit list. An
+    error names ``source`` first (the option or file field the sizes came from).
 
     >>> parse_sizes("8:64")
     [8, 16, 32, 64]
     >>> parse_sizes("1K,1M")
     [1024, 1048576]
+    >>> parse_sizes("1Mb", source="--sizes")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    simulator.errors.CcsimError: --sizes: invalid size '1Mb': 'Mb' could be bits or bytes; ...
     """
+    try:
+        return _sizes(text, element)
+    except CcsimError as error:
+        if source is None:
+            raise
+        raise CcsimError(f"{source}: {error}") from None
+
+
+def _sizes(text: str, element: int) -> list[int]:
+    """:func:`parse_sizes` without the source."""
     text = str(text).strip()
     if not text:
-        raise CcsimError("empty --sizes; write e.g. 8:4G or 1M,64M,1G")
+        raise CcsimError("no sizes given; write e.g. 8:4G or 1M,64M,1G")
     if ":" in text:
         parts = text.split(":")
         if len(parts) not in (2, 3):

@@ -214,7 +214,7 @@ def _cmd_collective(args: argparse.Namespace) -> None:
 
 def _run_collective(args: argparse.Namespace, progress) -> None:
     check_outputs(args, "out", "chakra")
-    sizes = parse_sizes(args.sizes, element=4)  # fp32 counts, as nccl-tests
+    sizes = parse_sizes(args.sizes, element=4, source="--sizes")  # fp32 counts, as nccl-tests
     if args.algo not in (None, "auto", *POLICIES, *algorithm_names()):
         raise unknown_choice("--algo", args.algo, ("auto", *POLICIES, *algorithm_names()))
     if args.chakra and (

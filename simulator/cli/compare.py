@@ -136,7 +136,7 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:
-    sizes = parse_sizes(args.sizes, element=4)  # fp32 counts, as nccl-tests
+    sizes = parse_sizes(args.sizes, element=4, source="--sizes")  # fp32 counts, as nccl-tests
     given = args.algos is not None
     algorithms = [name.strip() for name in (args.algos or "").split(",") if name.strip()]
     if given and not algorithms:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import CcsimError
-from ..viz.tables import FORMATS, to_csv, to_json
+from ..viz.tables import FORMATS, cost_table, to_csv, to_json
 from .args import add_max_flows_option, add_nccl_option, check_outputs, positive_int
 
 
@@ -89,7 +89,8 @@ def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
         "--axis",
         default=None,
         metavar="AXIS",
-        help="numeric axis to size, e.g. server.nic.bandwidth (default: the only axis)",
+        help="axis to size, e.g. server.nic.bandwidth (default: the only axis); a knee "
+        "needs a numeric axis, an axis of names (fabric) is only costed (--prices, --per)",
     )
     size.add_argument(
         "--metric",
@@ -127,7 +128,40 @@ def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
         "--format",
         choices=FORMATS,
         default="table",
-        help="knee table format: table, json or csv (default: %(default)s)",
+        help="knee table format: table, json or csv (default: %(default)s); with --prices, "
+        "--watts or --per, json is one record of knees, points (each point's cost), per, "
+        "power_unknown and target, and csv lists the points",
+    )
+    size.add_argument(
+        "--prices",
+        default=None,
+        metavar="FILE",
+        help="YAML or JSON unit prices (item: price, as 'ccsim topology bom --prices'): cost "
+        "every point's topology and print its cost and cost x metric (the cost per step/s; "
+        "cost per GB/s for bandwidths); every item a point needs must have a price (0 "
+        "leaves one out)",
+    )
+    size.add_argument(
+        "--watts",
+        default=None,
+        metavar="FILE",
+        help="YAML or JSON typical watts per item, filling in or overriding the cited "
+        "figures of the network power (e.g. 'nic-400G: 25')",
+    )
+    size.add_argument(
+        "--per",
+        choices=("dollar", "watt"),
+        default=None,
+        help="rank the points by fabric cost (dollar; the default with --prices) or by "
+        "network power (watt: switches, NICs and optics at their cited typical watts)",
+    )
+    size.add_argument(
+        "--target",
+        default=None,
+        metavar="VALUE",
+        help="name the cheapest point whose metric meets VALUE, in the metric's unit: a "
+        "time for step_s or time_s (e.g. 1.2s, 800ms; at most it), a bandwidth for "
+        "busbw_GBps (e.g. 300GB/s; at least it); needs --prices or --per watt",
     )
     size.set_defaults(handler=_cmd_size)
 
@@ -170,6 +204,23 @@ def _summary(args: argparse.Namespace, run: Any, out: str | None) -> None:
         print(f"ccsim: first failure: {errors[0]['error']}", file=sys.stderr)
 
 
+def _warn_tp(spec: Any) -> None:
+    """One warning line per TP size whose groups would span servers in the sweep's
+    Megatron points (they run as asked)."""
+    from ..sweep.point import megatron_tp_spread
+    from ..workload.servers import tp_warning
+
+    said = set()
+    for point in spec.points:
+        spread = megatron_tp_spread(point.params)
+        if spread is None or (spread.size, spread.gpus_per_server) in said:
+            continue
+        warning = tp_warning(spread, option="workload.tp")
+        if warning:
+            said.add((spread.size, spread.gpus_per_server))
+            print(f"ccsim: warning: {spec.source}: {warning}", file=sys.stderr)
+
+
 def _cmd_sweep(args: argparse.Namespace) -> None:
     from ..sweep import execute_sweep, load_spec
     from ..sweep.seeds import SEED_AXIS
@@ -178,6 +229,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     check_outputs(args, "out")
     check_results_file(args.out)
     spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
+    _warn_tp(spec)
     try:
         run = execute_sweep(spec, args.out, **_options(args))
     except KeyboardInterrupt as error:
@@ -212,13 +264,28 @@ def _seed_table(spec: Any, rows: list[dict[str, Any]]) -> str:
 
 
 def _cmd_size(args: argparse.Namespace) -> None:
-    from ..sweep import default_metric, format_value, load_spec, size
+    from ..sweep import default_metric, load_spec, size
+    from ..sweep.cost import parse_target
     from ..sweep.store import check_results_file
+    from ..topology.bom import load_items
 
     check_outputs(args, "out", "plot")
+    if args.per == "dollar" and not args.prices:
+        raise CcsimError("--per dollar needs --prices FILE (the unit prices to cost with)")
+    if args.target is not None and not (args.prices or args.watts or args.per == "watt"):
+        raise CcsimError(
+            "--target needs --prices FILE (the cheapest by cost) or --per watt (the least "
+            "network power)"
+        )
+    # Price and watts files are read first: a bad one fails before anything runs.
+    prices = load_items(args.prices, what="price") if args.prices else None
+    watts = load_items(args.watts, what="watts") if args.watts else None
     if args.out:
         check_results_file(args.out)
     spec = load_spec(args.spec, max_flows=args.max_flows, nccl=args.nccl)
+    _warn_tp(spec)
+    metric = args.metric or default_metric(spec)
+    target = parse_target(metric, args.target) if args.target is not None else None
     by = [name.strip() for name in args.by.split(",") if name.strip()] if args.by else None
     if args.plot:  # a bad file name fails before the sweep, not after it
         from ..sweep.plot import _FORMATS
@@ -234,6 +301,11 @@ def _cmd_size(args: argparse.Namespace) -> None:
             by=by,
             out=args.out,
             plot=args.plot,
+            prices=prices,
+            watts=watts,
+            per=args.per,
+            target=target,
+            prices_source=str(args.prices),
             **_options(args),
         )
     except KeyboardInterrupt as error:
@@ -241,42 +313,88 @@ def _cmd_size(args: argparse.Namespace) -> None:
         raise
     _summary(args, found.run, args.out)
     rows = [knee.row() for knee in found.knees]
-    if args.format == "json":
+    if found.per and args.format == "json":
+        text = to_json(
+            [
+                {
+                    "knees": rows,
+                    "points": found.points,
+                    "per": found.per,
+                    "power_unknown": found.unpowered,
+                    "target": found.choice.summary() if found.choice else None,
+                }
+            ]
+        )
+    elif found.per and args.format == "csv":
+        text = to_csv(found.points)
+    elif args.format == "json":
         text = to_json(rows)
     elif args.format == "csv":
         text = to_csv(rows)
     else:
-        metric = args.metric or default_metric(spec)
-        axis = found.knees[0].axis
-        lines = [
-            f"# ccsim size {spec.name}: knee of {metric} against {axis} = the smallest "
-            f"value within {args.tolerance:.1%} of the value at the largest setting (and "
-            "staying within above it)",
-        ]
-        group_names = list(found.knees[0].group)
-        header = [*group_names, "knee", metric, "reference", f"{metric} there", "ratio"]
-        table = [header]
-        for knee in found.knees:
-            table.append(
-                [
-                    *(format_value(k, v) for k, v in knee.group.items()),
-                    spec.label(axis, knee.knee),
-                    f"{knee.knee_metric:.6g}",
-                    spec.label(axis, knee.reference),
-                    f"{knee.reference_metric:.6g}",
-                    f"{knee.knee_metric / knee.reference_metric:.4f}"
-                    if knee.reference_metric
-                    else "",
-                ]
-            )
-        widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-        for i, row in enumerate(table):
-            cells = "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True))
-            lines.append(("# " if i == 0 else "  ") + cells.rstrip())
-        text = "\n".join(lines) + "\n"
+        if found.knees:
+            text = _knee_text(spec, found.knees, metric, args.tolerance)
+        else:
+            axis = args.axis or spec.columns[0]
+            text = f"# ccsim size {spec.name}: {axis} is not numeric, so it has no knee\n"
+        if found.per:
+            text += _cost_block(spec, found, metric)
     if args.plot and not args.quiet:
         print(f"ccsim: wrote {args.plot}", file=sys.stderr)
     sys.stdout.write(text)
+
+
+def _knee_text(spec: Any, knees: list[Any], metric: str, tolerance: float) -> str:
+    """The knee of each group as a table."""
+    from ..sweep import format_value
+
+    axis = knees[0].axis
+    lines = [
+        f"# ccsim size {spec.name}: knee of {metric} against {axis} = the smallest "
+        f"value within {tolerance:.1%} of the value at the largest setting (and "
+        "staying within above it)",
+    ]
+    group_names = list(knees[0].group)
+    header = [*group_names, "knee", metric, "reference", f"{metric} there", "ratio"]
+    table = [header]
+    for knee in knees:
+        table.append(
+            [
+                *(format_value(k, v) for k, v in knee.group.items()),
+                spec.label(axis, knee.knee),
+                f"{knee.knee_metric:.6g}",
+                spec.label(axis, knee.reference),
+                f"{knee.reference_metric:.6g}",
+                f"{knee.knee_metric / knee.reference_metric:.4f}" if knee.reference_metric else "",
+            ]
+        )
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for i, row in enumerate(table):
+        cells = "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True))
+        lines.append(("# " if i == 0 else "  ") + cells.rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _cost_block(spec: Any, found: Any, metric: str) -> str:
+    """The points' costs under the knee table, cheapest first, and the target's answer."""
+    from ..sweep.cost import MEASURES, describe_choice
+
+    measure = MEASURES[found.per]
+    ranked = "fabric cost" if measure == "fabric_cost" else "network power"
+    head = (
+        f"# every point, by {ranked}: cost of the priced items and network kW at the cited "
+        "typical watts (ccsim topology bom);\n# cost x time is the cost per step/s, cost per "
+        "GB/s for a bandwidth: lower is better value\n"
+    )
+    return head + cost_table(
+        found.points,
+        spec.columns,
+        metric=metric,
+        measure=measure,
+        label=spec.label,
+        answer=describe_choice(found.choice, spec) if found.choice else None,
+        unpowered=found.unpowered,
+    )
 
 
 __all__ = ["add_sweep_commands", "parse_tolerance"]

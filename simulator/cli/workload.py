@@ -28,6 +28,7 @@ from ..workload.guards import check_generator, workload_estimate
 from ..workload.memory import MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
+from ..workload.servers import SERVER_GPUS, server_of_ranks, tp_spread, tp_warning
 from .args import (
     Once,
     add_max_flows_option,
@@ -362,6 +363,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
     )
     check_flows(estimate.plus(cluster.estimate()), args.max_flows)
     graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
+    warning = tp_warning(tp_spread(workload, server_of_ranks(graph)))
+    if warning:  # it runs, as the job would, but slower than the user likely meant
+        print(f"ccsim: warning: {workload.name} on {args.topology}: {warning}", file=sys.stderr)
     graph = with_faults(graph, args)
     reduce_bw = parse_bandwidth(args.reduce_bw, field="--reduce-bw") if args.reduce_bw else None
     replay = WorkloadReplay(
@@ -515,6 +519,14 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         )
     check_generator(args.generator, given, args.max_flows)
     workload = GENERATORS[args.generator](**given)
+    # No topology yet: TP groups are checked against the common 8-GPU server (ccsim run
+    # checks them again on the topology the trace runs on).
+    spread = tp_spread(workload, [rank // SERVER_GPUS for rank in range(workload.ranks)])
+    warning = tp_warning(spread, option="--tp")
+    if warning:
+        print(
+            f"ccsim: warning: on {SERVER_GPUS}-GPU servers (DGX, HGX): {warning}", file=sys.stderr
+        )
     if args.out.endswith(".et"):  # a Chakra trace: one file a rank
         device = device_for(args.device) if args.device else None
         files = write_chakra(workload, args.out, device=device)

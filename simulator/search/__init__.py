@@ -24,6 +24,7 @@ from typing import Any
 
 from ..collective.guards import check_flows, cluster_of
 from ..errors import CcsimError
+from ..sweep.cost import per_perf
 from ..sweep.point import one_line, simulate_workload_point
 from ..sweep.run import execute_sweep
 from ..topology import load_topology
@@ -128,9 +129,8 @@ class SearchResult:
             row["rank"] = rank
             if self.fabric_cost is not None:
                 # Cost x seconds per step = cost per (step/s): lower is better value.
-                step = row.get("step_s")
                 row["fabric_cost"] = self.fabric_cost
-                row["cost_x_step"] = None if step is None else self.fabric_cost * step
+                row["cost_x_step"] = per_perf(self.fabric_cost, "step_s", row.get("step_s"))
         return rows
 
 

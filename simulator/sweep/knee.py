@@ -156,12 +156,12 @@ def find_knee(
         if row.get("status", "ok") != "ok":
             continue
         x, m = row[axis], row[metric]
-        if not _is_number(x):
+        if not is_number(x):
             raise SweepError(
                 f"axis {axis!r} has the value {x!r}; a knee needs a numeric axis "
                 "(a bandwidth, latency, size or count)"
             )
-        if _is_number(m):
+        if is_number(m):
             curve.append((x, float(m)))
     knees = []
     for key, curve in groups.items():
@@ -184,7 +184,8 @@ def _records(results: Any) -> list[dict[str, Any]]:
     return [dict(row) for row in results]
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A finite real number (not a bool): a value a knee can be found along."""
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
 
 

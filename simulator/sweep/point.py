@@ -9,6 +9,7 @@ sweep goes on. Only interruptions (``KeyboardInterrupt``, a dying process) escap
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -212,6 +213,38 @@ def _collective(params: Mapping[str, Any]) -> dict[str, Any]:
         "algbw_GBps": result.algbw_GBps,
         "busbw_GBps": result.busbw_GBps,
     }
+
+
+def point_graph(params: Mapping[str, Any]) -> nx.Graph:
+    """The healthy graph a point runs on, at the server count it runs with (a workload
+    point without ``nodes`` takes as many servers as its ranks need), without its
+    faults: what building it takes (:mod:`simulator.topology.bom`) does not change when a
+    link slows down."""
+    if params["kind"] == "workload" and params.get("nodes") is None:
+        _, nodes = _workload(params, _gpus_per_server(params))
+        params = {**params, "nodes": nodes}
+    return _preset_topology(params)
+
+
+def megatron_tp_spread(params: Mapping[str, Any]) -> Any:
+    """Where a Megatron generator point's TP groups sit on its servers
+    (:func:`~simulator.workload.servers.megatron_spread`, from its sizes alone), or None
+    for other points and for sizes the point itself will refuse."""
+    from ..workload.generators import megatron
+    from ..workload.servers import megatron_spread
+
+    spec = params.get("workload") if params.get("kind") == "workload" else None
+    if not isinstance(spec, Mapping) or spec.get("generator") != "megatron":
+        return None
+    defaults = inspect.signature(megatron).parameters
+    sizes = [spec.get(k, defaults[k].default) for k in ("tp", "pp", "dp", "cp")]
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sizes):
+        return None
+    try:
+        per_server = _gpus_per_server(params)
+    except CcsimError:  # the point reports it when it runs
+        return None
+    return megatron_spread(sizes[0], math.prod(sizes), per_server)
 
 
 def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, Any]:

@@ -61,6 +61,7 @@ from ..files import load_data, read_text
 from ..library.nccl_env import NcclEnv, parse_nccl_env
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
+from ..units import MAX_SIZE
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 _KEYS = {
@@ -182,6 +183,7 @@ def load_case(sidecar: Path) -> Case:
         if not need <= fields:
             raise CcsimError(f"{table.name}: header must include {', '.join(sorted(need))}")
         for line, row in enumerate(reader, start=2):
+            size = _size_cell(row.get("bytes"), f"{table.name}:{line}: bytes")
             try:
                 # "best": the faster of the out-of-place and in-place runs of a size. Both
                 # run the same algorithm (nccl-tests only changes the output buffer), so
@@ -189,11 +191,7 @@ def load_case(sidecar: Path) -> Case:
                 # 317 against 93 us at 1 MiB in H100-4N-AR-default-clusterB).
                 measured.append(
                     min(
-                        (
-                            int(row["bytes"]),
-                            float(row[f"time_us_{c}"]),
-                            float(row[f"busbw_{c}"]),
-                        )
+                        (size, float(row[f"time_us_{c}"]), float(row[f"busbw_{c}"]))
                         for c in columns
                     )
                 )
@@ -204,6 +202,21 @@ def load_case(sidecar: Path) -> Case:
     if not measured:
         raise CcsimError(f"{table.name}: no measurements")
     return Case(sidecar.stem, sidecar, measured, settings)
+
+
+def _size_cell(text: str | None, where: str) -> int:
+    """A message size of a measurements table: a whole number of bytes, 1 to 1 TiB (as
+    nccl-tests prints them), or an error naming ``where`` (file, line and column)."""
+    try:
+        size = int(str(text).strip())
+    except ValueError:
+        raise CcsimError(
+            f"{where}: {shown(text)} is not a whole number of bytes (nccl-tests prints "
+            "sizes such as 1048576)"
+        ) from None
+    if not 1 <= size <= MAX_SIZE:
+        raise CcsimError(f"{where}: {size} is not a size from 1 byte to 1 TiB")
+    return size
 
 
 def case_topology(case: Case) -> tuple[str | Path, int]:

@@ -564,6 +564,75 @@ def bom_table(bom: BillOfMaterials) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cost_table(
+    records: Sequence[Mapping[str, Any]],
+    axes: Sequence[str],
+    *,
+    metric: str,
+    measure: str,
+    label: Any = None,
+    answer: str | None = None,
+    unpowered: Sequence[str] = (),
+) -> str:
+    """``ccsim size --prices`` / ``--per watt``: every point's axis values, its metric, its
+    fabric cost and network power with their value for money (the ``cost_x_...`` and
+    ``kw_x_...`` columns of :func:`simulator.sweep.cost.cost_rows`), cheapest first by
+    ``measure`` (points without a result last); with a target a ``meets`` column and the
+    ``answer`` line. ``label(axis, value)`` writes an axis value (default: as is).
+
+    >>> rows = [{"bw": 2, "status": "ok", "step_s": 1.5, "fabric_cost": 10.0,
+    ...          "cost_x_step_s": 15.0, "network_kw": 1.0, "kw_x_step_s": 1.5}]
+    >>> print(cost_table(rows, ["bw"], metric="step_s", measure="fabric_cost"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    # bw  step_s  cost   cost x step_s  network kW  kW x step_s
+      2   1.5     10.00  15.00          1.000       1.5
+    <BLANKLINE>
+    """
+    label = label or (lambda axis, value: str(value))
+    keys = [key for key in records[0] if key.startswith(("cost_", "kw_"))] if records else []
+    cost_key = next((k for k in keys if k.startswith("cost_")), None)
+    kw_key = next((k for k in keys if k.startswith("kw_")), None)
+    priced = any(r.get("fabric_cost") is not None for r in records)
+    targeted = any("meets" in r for r in records)
+
+    def words(key: str, head: str) -> str:  # cost_x_step_s -> "cost x step_s"
+        return head + " " + key.split("_", 1)[1].replace("_", " ", 1)
+
+    header = [*axes, metric]
+    header += ["cost", words(cost_key, "cost")] if priced and cost_key else []
+    header += ["network kW", words(kw_key, "kW")] if kw_key else []
+    header += ["meets"] if targeted else []
+    ordered = sorted(
+        records,
+        key=lambda r: (r.get(measure) is None or r.get(metric) is None, r.get(measure) or 0.0),
+    )
+    table = [header]
+    for r in ordered:
+        cells = [label(axis, r[axis]) for axis in axes]
+        cells.append("-" if r.get(metric) is None else f"{r[metric]:.6g}")
+        if priced:
+            cells += [_number(r.get("fabric_cost"), ",.2f"), _number(r.get(cost_key), ",.2f")]
+        if kw_key:
+            cells += [_number(r.get("network_kw"), ".3f"), _number(r.get(kw_key), ".4g")]
+        if targeted:
+            cells.append({True: "yes", False: "no"}.get(r.get("meets"), "-"))
+        if r.get("status") not in (None, "ok") and r.get("error"):
+            cells[-1] += f"  ({r['error']})"
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = []
+    for i, row in enumerate(table):
+        cells = "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True))
+        lines.append(("# " if i == 0 else "  ") + cells.rstrip())
+    if unpowered:
+        lines.append(
+            f"# network kW leaves out {', '.join(unpowered)}: no cited figure (give --watts)"
+        )
+    if answer:
+        lines.append(f"# {answer}")
+    return "\n".join(lines) + "\n"
+
+
 def training_table(results: Sequence[Any]) -> str:
     """Published training runs against ccsim's step (``ccsim validate --training``):
     per run its configuration, measured and simulated seconds per step, the error, the
