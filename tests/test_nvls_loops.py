@@ -107,3 +107,18 @@ def test_a_64_gpu_rack_pays_a_32_head_synchronisation_even_for_a_short_call():
     assert got.loops == pytest.approx(loops)
     # One synchronisation less the share of it the bandwidth factor already charges.
     assert got.latency_us == pytest.approx((1 - loops) * (a + 32 * b), rel=1e-9)
+
+
+def test_nvls_tree_on_blackwell_takes_nccl_s_tree_correction():
+    """NCCL scales NVLSTree's bandwidth on Blackwell (x86 hosts) by its tree correction
+    table (tuning.cc:643-646 at v2.30.7): at 4 MiB, log2(4 MiB / 64) = 16, Simple's entry
+    is 0.7; at 1 GiB (log 24) no correction. Hopper's NVLSTree keeps 1."""
+    policy = NcclPolicy()
+    system = policy.system(load_topology("hgx-b200", 2))
+    plan = policy.plan(system, "all_reduce", 4 * 2**20)
+    assert (plan.params["nccl_algorithm"], plan.protocol) == ("NVLSTree", "Simple")
+    assert plan.params["bandwidth_factor"] == pytest.approx(0.7)
+    assert policy.plan(system, "all_reduce", 2**30).params["bandwidth_factor"] == 1.0
+    hopper = policy.plan(policy.system(load_topology("dgx-h100", 2)), "all_reduce", 2**24)
+    assert hopper.params["nccl_algorithm"] == "NVLSTree"
+    assert hopper.params["bandwidth_factor"] == 1.0

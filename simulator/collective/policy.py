@@ -231,7 +231,7 @@ class NcclPolicy:
             "nccl_algorithm": choice.algorithm,
             "nccl_time_us": choice.time_us,
             "bandwidth_factor": tree_correction(
-                op, choice.algorithm, choice.protocol, float(size_bytes)
+                op, choice.algorithm, choice.protocol, float(size_bytes), system.arch
             ),
             "message_bytes": message_bytes(
                 choice, float(size_bytes), system.ranks, channels, system.nodes

@@ -589,18 +589,29 @@ def hop_scale(algorithm: str, protocol: str) -> dict[str, float]:
     return scale
 
 
-def tree_correction(op: str, algorithm: str, protocol: str, size_bytes: float) -> float:
+def tree_correction(
+    op: str, algorithm: str, protocol: str, size_bytes: float, arch: str = ""
+) -> float:
     """The share of its modelled bandwidth NCCL's Tree all-reduce reaches at this size
     (``treeCorrectionFactor``, tuning.cc:620-655 at v2.30.7: NCCL's own record of the
-    tree's slower middle sizes); 1 for every other algorithm.
+    tree's slower middle sizes), and NVLSTree's on Blackwell with x86 hosts (the same
+    table up to log2(bytes / 64) = 23, tuning.cc:643-646; ccsim assumes x86 hosts); 1
+    for every other algorithm.
 
     >>> tree_correction("all_reduce", "Tree", "LL128", 2**20)
     0.6
     >>> tree_correction("all_reduce", "Ring", "LL128", 2**20)
     1.0
+    >>> tree_correction("all_reduce", "NVLSTree", "Simple", 2**20, "blackwell")
+    0.5
+    >>> tree_correction("all_reduce", "NVLSTree", "Simple", 2**20, "hopper")
+    1.0
     """
     log_size = int(math.log2(size_bytes // 64)) if size_bytes >= 64 else -1
     if algorithm == "Tree" and op == "all_reduce" and 0 <= log_size < 23:
+        return TREE_CORRECTION[protocol][log_size]
+    blackwell_nvls_tree = algorithm == "NVLSTree" and arch == "blackwell"
+    if blackwell_nvls_tree and op == "all_reduce" and 0 <= log_size < 24:
         return TREE_CORRECTION[protocol][log_size]
     return 1.0
 
@@ -617,7 +628,7 @@ def predicted_time_us(
     if bw <= 0:
         return None
     lat = _latency(system, op, algorithm, protocol)
-    bw *= tree_correction(op, algorithm, protocol, size_bytes)
+    bw *= tree_correction(op, algorithm, protocol, size_bytes, system.arch)
     if (
         algorithm == "Ring"
         and protocol == "Simple"
