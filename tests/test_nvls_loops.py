@@ -122,3 +122,19 @@ def test_nvls_tree_on_blackwell_takes_nccl_s_tree_correction():
     hopper = policy.plan(policy.system(load_topology("dgx-h100", 2)), "all_reduce", 2**24)
     assert hopper.params["nccl_algorithm"] == "NVLSTree"
     assert hopper.params["bandwidth_factor"] == 1.0
+
+
+def test_runs_the_nvls_constants_were_chosen_on_are_not_called_predictions():
+    """B200-1N-AR-Vultr set the fitted NVLS constants: ``ccsim validate`` marks it fitted
+    (no prediction column until left out) and ``--loco`` says where its left-out error
+    is rather than reusing the in-sample one."""
+    from simulator.validate.calibrate import leave_one_case_out
+    from simulator.validate.nccl_tests import BUNDLED, load_case, run_case
+
+    case = load_case(BUNDLED / "B200-1N-AR-Vultr.yaml")
+    case = dataclasses.replace(case, measured=case.measured[:1])  # 8 B: one fast size
+    result = run_case(case)
+    assert result.fitted
+    assert result.summary()["loco_time_median_pct"] is None
+    leave_one_case_out([case], [result])
+    assert result.loco is None and "README" in result.loco_source

@@ -173,6 +173,8 @@ NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, severa
 # run starts at 128 MiB) and keeps none.
 NVLS_CTA_GBPS = {"blackwell": 28.5}
 NVLS_STEP_US = {"blackwell": (3.0, 0.85)}
+#: The ``ccsim validate`` runs these constants were chosen on.
+NVLS_FITTED_TO = ("B200-1N-AR-Vultr", "GB300-16N-AR-oci-quickstart")
 
 # graph/search.cc:1051-1067: per-channel speeds (GB/s) the topology search tries.
 SPEEDS_INTRA = {
