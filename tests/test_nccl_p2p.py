@@ -5,6 +5,8 @@ chunks are alone on their link): tau = bytes of one chunk / B, h = the protocol'
 per-step latency, which a chunk pays after its last byte is sent.
 """
 
+from pathlib import Path
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from simulator.algorithms import build_schedule
 from simulator.algorithms.base import RankLayout
 from simulator.algorithms.checker import verify
 from simulator.algorithms.nccl_p2p import (
+    busy_channels,
     channel_base,
     p2p_rounds,
     part_bytes,
@@ -21,7 +24,7 @@ from simulator.algorithms.nccl_p2p import (
 from simulator.algorithms.schedule import PATH_PXN
 from simulator.collective.policy import NcclPolicy
 from simulator.collective.run import run_schedule
-from simulator.library.nccl_p2p import p2p_call, version_rules
+from simulator.library.nccl_p2p import channel_share, p2p_call, version_rules
 from simulator.library.protocol import Protocol
 from simulator.topology import load_topology
 
@@ -145,3 +148,37 @@ def test_nccl_policy_runs_all_to_all_as_grouped_p2p():
     assert plan.options["p2p_channels"] == 32 and plan.options["chunk_bytes"] == 2**19
     assert plan.params["channel_rate"] == pytest.approx(20.6e9 / 2)
     assert NcclPolicy().plan(None, "all_to_all", 2**26).schedule == "direct"
+
+
+def test_busy_channels_count_the_most_loaded_thread_block():
+    """A rank's sends keep (bytes on its channels) / (bytes on the busiest one) thread
+    blocks busy: 4 ranks x 8 parts on 32 channels sit on bases 16, 8, 24 (reverseBits)
+    and never meet: 24. With 16 parts the bases overlap by half: 48 parts on 32
+    channels, 16 of them twice loaded: 48 / 2 = 24. 64 ranks with one part each: 63
+    rounds on 32 channels, one channel (base 0, rounds 0 and 32 minus the own copy)
+    carries one part, the other 31 two: 63 / 2 = 31.5."""
+    assert busy_channels(RankLayout(4), 2**28, 8, 32) == 24.0
+    assert busy_channels(RankLayout(4), 2**30, 16, 32) == 24.0
+    assert busy_channels(RankLayout(64), 2**28, 1, 32) == 31.5
+    # A short message fills only its first 4 KiB parts: 3 peers x 2 parts of 8 parts.
+    assert busy_channels(RankLayout(4), 4 * 8192, 8, 32) == 6.0
+
+
+def test_thread_blocks_bound_an_all_to_all_inside_one_nvlink_domain():
+    """4 GB300 GPUs (18 NVLink5 links, NCCL's 40.1 GB/s each), 256 MiB: 8 parts per
+    peer, 24 busy channels at NCCL's 20.05 GB/s per channel: 481.2 of 721.8 GB/s, a
+    factor 2/3 on the links' rate; at 16 GiB (32 parts, 96 on 32 channels, three
+    each) 32 x 20.05 = 641.6 GB/s: 0.8889. Two servers over the network: no such
+    bound (the NICs bound it)."""
+    gb300 = Path(__file__).parents[1] / "simulator/data/nccl-tests/gb300-nvl72-4.yaml"
+    policy = NcclPolicy(version="2.28.7")
+    system = policy.system(load_topology(gb300))
+    plan = policy.plan(system, "all_to_all", 2**28)
+    assert (plan.protocol, plan.channels, plan.options["p2p_channels"]) == ("Simple", 8, 32)
+    assert plan.params["bandwidth_factor"] == pytest.approx(24 * 20.05 / (18 * 40.1))
+    top = policy.plan(system, "all_to_all", 2**34)
+    assert top.params["bandwidth_factor"] == pytest.approx(32 * 20.05 / (18 * 40.1))
+    assert channel_share(24, 20.05, 18 * 40.1) == pytest.approx(2 / 3)
+    assert channel_share(40, 20.05, 18 * 40.1) == 1.0
+    two = policy.plan(policy.system(load_topology("dgx-h100", 2)), "all_to_all", 2**28)
+    assert "bandwidth_factor" not in two.params

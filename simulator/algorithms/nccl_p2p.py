@@ -322,6 +322,43 @@ def works_per_batch(
     return float(np.mean(list(count.values()))) if count else 1.0
 
 
+def busy_channels(
+    layout: RankLayout,
+    size_bytes: float,
+    channels: int,
+    p2p_channels: int,
+    group_size: int = GROUP_SIZE,
+) -> float:
+    """How many of its ``p2p_channels`` channels a rank's sends of an all-to-all of
+    ``size_bytes`` per rank keep busy, counted as the channels' bytes over the most any
+    one channel carries: each channel is one thread block (moving its works' bytes at
+    one rate whatever their count), so the most loaded one sets the time. A peer's
+    parts land on channels ``(base(k) + part) & (C-1)`` (device.h:270 at v2.28.7-1);
+    the rank's own copy is left out.
+
+    >>> busy_channels(RankLayout(4), 2**28, 8, 32)  # 3 peers x 8 parts, all apart
+    24.0
+    >>> busy_channels(RankLayout(4), 2**30, 16, 32)  # 48 parts: 16 channels carry two
+    24.0
+    >>> busy_channels(RankLayout(64), 2**28, 1, 32)  # 63 peers on 32 channels
+    31.5
+    >>> busy_channels(RankLayout(4), 4 * 4096, 8, 32)  # one 4 KiB part per peer
+    3.0
+    """
+    p, C = layout.ranks, p2p_channels
+    send = p2p_rounds(layout, group_size)
+    servers = np.asarray(layout.servers) if layout.servers is not None else np.zeros(p, int)
+    nodes = len(np.unique(servers))
+    parts = part_bytes(size_bytes / p, channels)
+    load = np.zeros(C)
+    for k in range(p):
+        if send[0, k] == 0:
+            continue  # the rank's own copy
+        base = channel_base(k, C, nodes, group_size)
+        np.add.at(load, (base + np.arange(channels)) & (C - 1), parts)
+    return float(load.sum() / load.max()) if load.max() > 0 else 0.0
+
+
 class NcclP2p(Algorithm):
     """All-to-all as NCCL runs grouped send/receive (see the module docstring)."""
 

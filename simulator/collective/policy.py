@@ -25,7 +25,7 @@ import numpy as np
 from ..algorithms import algorithm_names, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..algorithms.chain import ROOTED_OPS
-from ..algorithms.nccl_p2p import works_per_batch
+from ..algorithms.nccl_p2p import busy_channels, works_per_batch
 from ..algorithms.schedule import Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.hccl import OPS as HCCL_OPS
@@ -41,11 +41,12 @@ from ..library.nccl import (
     ll_channel_rate,
     nccl_choice,
     nccl_system,
+    nvls_loops,
     tree_correction,
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import DEFAULT_VERSION as P2P_DEFAULT_VERSION
-from ..library.nccl_p2p import p2p_call, pow2_up, version_rules
+from ..library.nccl_p2p import channel_share, p2p_call, pow2_up, version_rules
 from ..library.protocol import STEP_BYTES, Protocol, calibration_of
 from .run import CollectiveResult, build_and_run, rank_layout, run_schedule
 from .tuner import topology_key
@@ -230,7 +231,7 @@ class NcclPolicy:
             "nccl_algorithm": choice.algorithm,
             "nccl_time_us": choice.time_us,
             "bandwidth_factor": tree_correction(
-                op, choice.algorithm, choice.protocol, float(size_bytes)
+                op, choice.algorithm, choice.protocol, float(size_bytes), system.arch
             ),
             "message_bytes": message_bytes(
                 choice, float(size_bytes), system.ranks, channels, system.nodes
@@ -238,6 +239,16 @@ class NcclPolicy:
         }
         if choice.protocol == "LL":
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
+        if choice.algorithm == "NVLS":
+            heads = nvls_heads(system.ranks, system.nodes)
+            loops = nvls_loops(
+                system, op, float(size_bytes), channels, heads, extra["message_bytes"]
+            )
+            if loops is not None:
+                # NCCL's thread blocks, not the links, bound NVLS at middle sizes on
+                # Blackwell: each loop costs at least one step of every role.
+                extra["bandwidth_factor"] *= loops.factor
+                extra["step_latency_s"] = loops.latency_us * 1e-6
         return Plan(name, choice.protocol, channels, chunks, built, extra)
 
     def _p2p_plan(self, system: NcclSystem | None, size_bytes: float) -> Plan:
@@ -272,11 +283,18 @@ class NcclPolicy:
         }
         if math.isfinite(call.channel_gbps):
             # A channel's rate, split among the peer works that share its batch.
-            share = works_per_batch(
-                RankLayout(system.ranks, tuple(np.arange(system.ranks) // int(system.ppn))),
-                parts, options["p2p_channels"], call.group_size,
-            )  # fmt: skip
+            layout = RankLayout(system.ranks, tuple(np.arange(system.ranks) // int(system.ppn)))
+            share = works_per_batch(layout, parts, options["p2p_channels"], call.group_size)
             params["channel_rate"] = call.channel_gbps * 1e9 / share
+            if system.nodes == 1 and call.protocol == "Simple" and system.nvlinks:
+                # Within one NVLink domain a rank's busy channels, one thread block
+                # each at NCCL's channel sizing, bound its sends below the links'
+                # rate at middle sizes (few parts per peer, so few channels).
+                busy = busy_channels(
+                    layout, size_bytes, parts, options["p2p_channels"], call.group_size
+                )
+                link = system.nvlinks * NVLINK_GBPS[system.arch]
+                params["bandwidth_factor"] = channel_share(busy, call.channel_gbps, link)
         return Plan("nccl-p2p", call.protocol, parts, chunks, parts, params, options)
 
     def schedule(
@@ -550,6 +568,7 @@ def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> st
     hops = {cls: value * scale.get(cls, 1.0) for cls, value in proto.hop_s.items()}
     return dataclasses.replace(
         proto,
+        base_s=proto.base_s + float(params.get("step_latency_s", 0.0)),
         bandwidth=proto.bandwidth * factor,
         hop_s=hops,
         message_bytes=message,

@@ -148,6 +148,34 @@ NVLS_MAX_ARITY = 32
 # transport/nvls.cc:210-214: NVLS channels (CTAs).
 NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several)
 
+# NVLS all-reduce inside one NVLink domain, thread block by thread block
+# (device/all_reduce.h:390-455 at v2.30.7, the oneNode branch without registered
+# buffers): each NVLS channel is one thread block of 640 threads split into roles that
+# run as a pipeline over the channel's loops: a scatter group (8 warps) copies the
+# channel's nHeads chunks of the loop from the user buffer into the NVLS buffer, the
+# head's reduce group (5 warps when nRanks > 6) reduces its chunk in the switch
+# (multimem.ld_reduce) and multicasts the sum (multimem.st), and a gather group
+# (7 warps) copies the nHeads reduced chunks out. Every step of every role waits for
+# its peers' step counters (the reduce group through multimem.ld_reduce.min over every
+# rank's counter, prims_simple.h:84-99), copies, and posts its counter after a
+# system-scope fence (prims_simple.h:165-172), so a loop costs a role at least one
+# synchronisation plus its copy of nHeads x chunk bytes by one thread block; chunks are
+# cut to 32 or 16 KiB at middle sizes (enqueue.cc:2262-2274), which is where that cost
+# shows. NCCL's model has no such term: its NVLS latency is one figure per call
+# (25 us, tuning.cc:157-175).
+# FITTED on Blackwell runs: one thread block copies nHeads x chunk at NVLS_CTA_GBPS,
+# and a step's synchronisation costs NVLS_STEP_US = a + b x nHeads us (the reduce
+# group's counter poll spans every rank: 9.8 us with 8 heads, 30.2 us with 32). The
+# values are the grid point (GB/s 24/28.5/33, a 3/5/7, b 0.6/0.85/1.1) with the least
+# summed squared log time error over the sizes >= 1 MiB of B200-1N-AR-Vultr and
+# GB300-16N-AR-oci-quickstart (ccsim validate); README gives the leave-one-case-out
+# errors. Hopper has no measurement at the sizes where it would show (the bundled H100
+# run starts at 128 MiB) and keeps none.
+NVLS_CTA_GBPS = {"blackwell": 28.5}
+NVLS_STEP_US = {"blackwell": (3.0, 0.85)}
+#: The ``ccsim validate`` runs these constants were chosen on.
+NVLS_FITTED_TO = ("B200-1N-AR-Vultr", "GB300-16N-AR-oci-quickstart")
+
 # graph/search.cc:1051-1067: per-channel speeds (GB/s) the topology search tries.
 SPEEDS_INTRA = {
     "old": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
@@ -446,6 +474,63 @@ def ll_channel_rate(system: NcclSystem, algorithm: str, channels: int) -> float:
     return rate * (0.5 if algorithm == "Tree" else 1.0) * 1e9
 
 
+@dataclass(frozen=True)
+class NvlsLoops:
+    """How NCCL's NVLS all-reduce loops over one call (see :data:`NVLS_CTA_GBPS`):
+    ``loops`` of ``channels x heads x chunk`` bytes, each taking ``step_us`` as the
+    channels' thread blocks allow and ``link_us`` as NCCL's NVLS bandwidth allows;
+    ``factor`` is the share of the link-bound rate the call reaches (1 when the links
+    bound it) and ``latency_us`` what its last, partial loop's synchronisation adds."""
+
+    loops: float
+    step_us: float
+    link_us: float
+    factor: float
+    latency_us: float
+
+
+def nvls_loops(
+    system: NcclSystem, op: str, size_bytes: float, channels: int, heads: int, chunk: float
+) -> NvlsLoops | None:
+    """The thread-block bound of an NVLS all-reduce inside one NVLink domain, or None
+    where ccsim has no such figure (another operation, several nodes, no fitted
+    constants for the GPU generation).
+
+    A loop moves ``channels x heads x chunk`` bytes; each channel's thread block spends
+    ``a + b x heads`` us synchronising and copies its ``heads x chunk`` bytes at
+    :data:`NVLS_CTA_GBPS`. A call runs ``ceil(loops)`` synchronisations.
+
+    >>> system = NcclSystem("blackwell", 8, 1, True, SearchGraph(12, 40.0, 40.0),
+    ...                     SearchGraph(12, 40.0, 40.0), SearchGraph(8, 80.0, 80.0), 24, 24,
+    ...                     nvlinks=18)
+    >>> loops = nvls_loops(system, "all_reduce", 64 * 2**20, 24, 8, 32768)
+    >>> round(loops.loops, 3), round(loops.step_us, 2), round(loops.link_us, 2)
+    (10.667, 19.0, 13.25)
+    """
+    if op != "all_reduce" or system.nodes != 1 or system.arch not in NVLS_CTA_GBPS:
+        return None
+    # The links' bound: a GPU's NVLinks as NCCL counts them (nvlinks x its per-link
+    # figure, graph/topo.h:17-39) at NVLS's share of them (nvlsEfficiency,
+    # tuning.cc:139-144), each moving n (p + 1) / p bytes per direction
+    # (simulator.algorithms.nvls).
+    p = system.ranks
+    bw = system.nvlinks * NVLINK_GBPS[system.arch] * NVLS_EFFICIENCY[system.arch] * p / (p + 1)
+    if bw <= 0 or chunk <= 0:
+        return None
+    per_loop = channels * heads * chunk
+    loops = size_bytes / per_loop
+    a, b = NVLS_STEP_US[system.arch]
+    sync_us = a + b * heads
+    step_us = sync_us + heads * chunk / (NVLS_CTA_GBPS[system.arch] * 1e3)
+    link_us = per_loop / (bw * 1e3)
+    factor = min(1.0, link_us / step_us)
+    # The bandwidth factor charges loops x max(step, link); the last loop, however
+    # short, pays a whole synchronisation.
+    blocks_us = math.ceil(loops) * sync_us + loops * (step_us - sync_us)
+    latency_us = max(0.0, blocks_us - loops * max(step_us, link_us))
+    return NvlsLoops(loops, step_us, link_us, factor, latency_us)
+
+
 def _steps(op: str, ranks: int) -> int:
     if op == "all_reduce":
         return 2 * (ranks - 1)
@@ -506,18 +591,29 @@ def hop_scale(algorithm: str, protocol: str) -> dict[str, float]:
     return scale
 
 
-def tree_correction(op: str, algorithm: str, protocol: str, size_bytes: float) -> float:
+def tree_correction(
+    op: str, algorithm: str, protocol: str, size_bytes: float, arch: str = ""
+) -> float:
     """The share of its modelled bandwidth NCCL's Tree all-reduce reaches at this size
     (``treeCorrectionFactor``, tuning.cc:620-655 at v2.30.7: NCCL's own record of the
-    tree's slower middle sizes); 1 for every other algorithm.
+    tree's slower middle sizes), and NVLSTree's on Blackwell with x86 hosts (the same
+    table up to log2(bytes / 64) = 23, tuning.cc:643-646; ccsim assumes x86 hosts); 1
+    for every other algorithm.
 
     >>> tree_correction("all_reduce", "Tree", "LL128", 2**20)
     0.6
     >>> tree_correction("all_reduce", "Ring", "LL128", 2**20)
     1.0
+    >>> tree_correction("all_reduce", "NVLSTree", "Simple", 2**20, "blackwell")
+    0.5
+    >>> tree_correction("all_reduce", "NVLSTree", "Simple", 2**20, "hopper")
+    1.0
     """
     log_size = int(math.log2(size_bytes // 64)) if size_bytes >= 64 else -1
     if algorithm == "Tree" and op == "all_reduce" and 0 <= log_size < 23:
+        return TREE_CORRECTION[protocol][log_size]
+    blackwell_nvls_tree = algorithm == "NVLSTree" and arch == "blackwell"
+    if blackwell_nvls_tree and op == "all_reduce" and 0 <= log_size < 24:
         return TREE_CORRECTION[protocol][log_size]
     return 1.0
 
@@ -534,7 +630,7 @@ def predicted_time_us(
     if bw <= 0:
         return None
     lat = _latency(system, op, algorithm, protocol)
-    bw *= tree_correction(op, algorithm, protocol, size_bytes)
+    bw *= tree_correction(op, algorithm, protocol, size_bytes, system.arch)
     if (
         algorithm == "Ring"
         and protocol == "Simple"

@@ -165,3 +165,24 @@ def p2p_call(
 def pow2_up(n: int) -> int:
     """The smallest power of two >= n (NCCL's pow2Up)."""
     return 1 << max(0, int(n) - 1).bit_length()
+
+
+def channel_share(busy: float, channel_gbps: float, link_gbps: float) -> float:
+    """The share of its links' rate a rank's all-to-all sends reach when each of its
+    ``busy`` channels is one thread block copying at most ``channel_gbps`` (NCCL's own
+    sizing of a channel, :attr:`P2pCall.channel_gbps`) and its links carry
+    ``link_gbps``: its sends together move at most ``busy x channel_gbps``. A channel's
+    works split its warps (sendrecv.h:103-112 at v2.28.7-1), so their count does not
+    change the total. 1 where the links bound it.
+
+    Four GB300 GPUs at 256 MiB: 24 busy channels at 20.05 GB/s (half of NCCL's 40.1
+    GB/s per NVLink5 link) against 18 x 40.1 GB/s of NVLink:
+
+    >>> round(channel_share(24, 20.05, 18 * 40.1), 4)
+    0.6667
+    >>> channel_share(64, 20.05, 18 * 40.1)
+    1.0
+    """
+    if not (busy > 0 and channel_gbps > 0 and link_gbps > 0) or math.isinf(channel_gbps):
+        return 1.0
+    return min(1.0, busy * channel_gbps / link_gbps)

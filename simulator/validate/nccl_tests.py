@@ -58,6 +58,7 @@ from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
 from ..errors import CcsimError, shown
 from ..files import load_data, read_text
+from ..library.nccl import NVLS_FITTED_TO
 from ..library.nccl_env import NcclEnv, parse_nccl_env
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
@@ -267,7 +268,11 @@ def run_case(
     s = case.settings
     check_case(case, max_flows)
     graph = case_graph(case)
-    fitted = case.name in calibration_of(graph).fitted_to or case.name in PROXY_FITTED_TO
+    fitted = (
+        case.name in calibration_of(graph).fitted_to
+        or case.name in PROXY_FITTED_TO
+        or case.name in NVLS_FITTED_TO
+    )
     if calibration is None:
         calibration = calibration_of(graph)
     per_process = int(s.get("gpus_per_process", 1))
