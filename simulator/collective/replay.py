@@ -228,7 +228,11 @@ class ScheduleReplay:
                 event = self.env.timeout(value)
                 event.callbacks.append(lambda _event: action(pick))
             return
-        values, group = np.unique(np.maximum(delays, 0.0), return_inverse=True)
+        delays = np.maximum(delays, 0.0)
+        if delays.min() == delays.max():  # one delay for all (a step of a ring): no sort
+            values, group = delays[:1], np.zeros(len(delays), dtype=np.int64)
+        else:
+            values, group = np.unique(delays, return_inverse=True)
         for index, value in enumerate(values.tolist()):
             pick = np.flatnonzero(group == index)
             if value == 0.0:
@@ -462,6 +466,11 @@ def route_pairs(
     return routes
 
 
+#: Up to this many requests, :func:`proxy_queue` serves them one by one in Python (the
+#: same order and sums), cheaper than sorting them.
+_FEW = 16
+
+
 def proxy_queue(free: np.ndarray, ranks: np.ndarray, busy_s: np.ndarray, now: float) -> np.ndarray:
     """Queue work on GPUs' network proxies; returns when each request is served.
 
@@ -471,11 +480,13 @@ def proxy_queue(free: np.ndarray, ranks: np.ndarray, busy_s: np.ndarray, now: fl
     of that proxy's previous request. ``free`` (when each rank's proxy is next free) is
     updated in place.
     """
-    if len(ranks) == 1:  # the common case in a chain of steps: no sorting
-        rank = int(ranks[0])
-        done = max(now, float(free[rank])) + float(busy_s[0])
-        free[rank] = done
-        return np.array([done])
+    if len(ranks) <= _FEW:  # the common case in a chain of steps: no sorting
+        result = []
+        for rank, busy in zip(np.asarray(ranks).tolist(), np.asarray(busy_s).tolist(), strict=True):
+            done = max(now, float(free[rank])) + busy
+            free[rank] = done
+            result.append(done)
+        return np.array(result)
     ranks = np.asarray(ranks, dtype=np.int64)
     order = np.argsort(ranks, kind="stable")
     sorted_ranks, busy = ranks[order], np.asarray(busy_s, dtype=float)[order]

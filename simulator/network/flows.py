@@ -473,11 +473,50 @@ class FlowNetwork:
             # Flows with no link (both ends on one node) are sent at once.
             self._f_rate[new[lengths == 0]] = np.inf
 
-        affected = self._component(np.concatenate(seeds))
+        if len(finished):
+            # Links the ended flows leave with nobody on them change nobody's rate.
+            seeds[1] = gone_links[self._link_flows[gone_links] > 0]
         if len(new):
-            affected[new] = True
-        self._recompute(np.flatnonzero(affected[: self._top]), now)
+            rest = self._rate_alone(new, lengths, new_link)
+            seeds[-1] = new_link[np.repeat(np.isin(new, rest), lengths)] if len(rest) else rest
+            new = rest
+        seeds = [links for links in seeds if len(links)]
+        if seeds:
+            affected = self._component(np.concatenate(seeds))
+            if len(new):
+                affected[new] = True
+            self._recompute(np.flatnonzero(affected[: self._top]), now)
+        elif len(new):
+            self._recompute(new, now)
         self._schedule_wake()
+
+    def _rate_alone(self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray) -> np.ndarray:
+        """Rate the new flows that are alone on every link of their route (the common
+        case in a chain of steps) without a component search or max-min: such a flow runs
+        at its slowest link (with link classes, that link's capacity over the flow's load
+        on it) and changes no other flow's rate. Returns the others."""
+        alone_entry = self._link_flows[new_link] == 1
+        crossing = lengths > 0
+        alone = np.ones(len(new), dtype=bool)
+        firsts = np.cumsum(lengths) - lengths
+        if crossing.any():
+            alone[crossing] = np.minimum.reduceat(alone_entry, firsts[crossing])
+        picked = np.flatnonzero(alone & crossing)
+        if len(picked) == 0:
+            return new
+        now = self.env.now
+        share = self.capacity[new_link]
+        if self._inc_coef is not None:
+            share = share / self._inc_coef[len(self._inc_coef) - len(new_link) :]
+        rate = np.minimum.reduceat(share, firsts[crossing])[np.cumsum(crossing)[picked] - 1]
+        flows = new[picked]
+        self._f_rate[flows] = rate
+        self._f_last[flows] = now
+        left = self._f_left[flows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self._f_finish[flows] = now + np.where(left > 0, left / rate, 0.0)
+        self.stats.recomputed_flows += len(flows)
+        return new[~(alone & crossing)]
 
     def _count_link_flows(self, links: np.ndarray, sign: int, now: float) -> None:
         """Update per-link active-flow counts and busy time."""
@@ -624,7 +663,10 @@ class FlowNetwork:
             event = self.env.timeout(float(delay[0]))
             event.callbacks.append(lambda _event: callback(ops))
             return
-        delays, group = np.unique(delay, return_inverse=True)
+        if delay.min() == delay.max():  # one route latency for all: no sort
+            delays, group = delay[:1], np.zeros(len(delay), dtype=np.int64)
+        else:
+            delays, group = np.unique(delay, return_inverse=True)
         for index, value in enumerate(delays.tolist()):
             members = ops if len(delays) == 1 else ops[group == index]
             event = self.env.timeout(value)
