@@ -40,3 +40,26 @@ def test_workload_scenario_reports_the_step_it_replays():
     assert row["ranks"] == 8 and row["ops"] == len(step.ops)
     assert row["sim_time_us"] == pytest.approx(result.step_s * 1e6, rel=1e-12)
     assert row["flows"] > 0 and row["flows_per_s"] == pytest.approx(row["flows"] / row["wall_s"])
+
+
+def test_asymmetric_scenarios_simulate_every_rank_as_the_event_replay_does():
+    """Issue 35's rows: a 16-rank ring with one link at half speed, and the same ring
+    with symmetry off. The slow ring's time is the event-by-event replay's; the ring
+    with symmetry off is the symmetric ring's, every flow simulated (2(p-1) p K)."""
+    from simulator.algorithms import build_schedule
+    from simulator.cli.bench import Scenario
+    from simulator.collective.run import rank_layout, run_schedule
+    from simulator.network.faults import apply_faults
+    from simulator.topology import ring_graph
+
+    slow = Scenario("s", "", ranks=16, fault="link=gpu5-gpu6:0.5").run()[0]
+    graph = apply_faults(ring_graph(16, 150e9, 500e-9), "link=gpu5-gpu6:0.5")
+    schedule = build_schedule("ring", "all_reduce", rank_layout(graph), 64 * 2**20, chunks=4)
+    exact = run_schedule(graph, schedule, symmetry="off", events=True)
+    assert slow.time_s == pytest.approx(exact.time_s, rel=1e-9)
+    assert slow.stats.flows == 2 * 15 * 16 * 4
+    whole = Scenario("w", "", ranks=16, symmetry="off").run()[0]
+    once = Scenario("o", "", ranks=16).run()[0]
+    assert whole.stats.flows == 2 * 15 * 16 * 4 and once.stats.flows * 16 == whole.stats.flows
+    assert whole.time_s == pytest.approx(once.time_s, rel=1e-12)
+    assert slow.time_s > once.time_s

@@ -115,7 +115,7 @@ class Scenario:
                 "all_reduce",
                 self.size_bytes,
                 self.algorithm,
-                nodes=self.nodes if self.preset else None,
+                nodes=self.nodes if isinstance(topology, str) else None,
                 chunks=self.chunks,
                 channels=self.channels,
             )
