@@ -189,7 +189,7 @@ SCENARIOS = {
             algorithm="hierarchical",
             server=TWO_D_SERVER,
             fabric="single-switch",
-            fault="link=s3/nic0-leaf0:0.5",
+            fault="link=s3/nic0-switch0:0.5",
             target_s=20.0,
             target_mib=1024.0,
         ),
