@@ -129,3 +129,19 @@ def test_servers_with_a_slow_nic_equal_the_event_replay():
     fast, exact = both(graph, "ring", "all_gather", chunks=2)
     assert fast.params.get("timing") == "contention-free"
     assert_same(fast, exact)
+
+
+@pytest.mark.parametrize(
+    "graph, algorithm",
+    [
+        (lambda: apply_faults(cluster_graph(SERVER, 64), "link=s5/nic2-leaf2:0.5"), "hierarchical"),
+        (lambda: apply_faults(ring_graph(256, 150e9, 5e-7), "link=gpu9-gpu10:0.5"), "ring"),
+    ],
+    ids=["hierarchical-4x64", "ring-256"],
+)
+def test_a_few_hundred_asymmetric_ranks_equal_the_event_replay(graph, algorithm):
+    """Issue 35's acceptance: asymmetric cases of a few hundred ranks (256 here)."""
+    fast, exact = both(graph(), algorithm, "all_reduce")
+    assert fast.ranks == 256
+    assert fast.params.get("timing") == "contention-free"
+    assert_same(fast, exact)
