@@ -25,7 +25,7 @@ from ..workload.chakra import write_chakra
 from ..workload.devices import Device, device_for
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
-from ..workload.memory import MemoryEstimate
+from ..workload.memory import OPTIMIZER_STATE, MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
 from .args import (
@@ -241,6 +241,15 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="megatron, fp8: keep the layers' weights in fp8 and gather them over DP in "
         "fp8 (Megatron's --fp8-param-gather; default: off)",
+    )
+    gen.add_argument(
+        "--optimizer-state",
+        choices=tuple(OPTIMIZER_STATE),
+        default=None,
+        help="megatron: the optimizer's state per parameter: fp32 (Megatron-Core's fp32 "
+        "main weights and moments, 12 bytes), bf16 (bf16 moments, no main weights, 4: "
+        "NeMo's distributed_fused_adam with optim.dtype bf16) or bf16-master (the same "
+        "with a bf16 copy of the weights, 6: with fp8 parameters) (default: fp32)",
     )
     gen.add_argument(
         "--recompute",
@@ -495,6 +504,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "precision": args.precision,
         "grad_reduce": args.grad_reduce,
         "fp8_param_gather": args.fp8_param_gather,
+        "optimizer_state": args.optimizer_state,
         "cp": args.cp,
         "ep": args.ep,
         "fsdp": args.fsdp,

@@ -181,6 +181,7 @@ _SETTINGS = {
     "overlap_param_gather": "overlap_param_gather",
     "distributed_optimizer": "distributed_optimizer",
     "fp8_params": "fp8_param_gather",
+    "optimizer_state": "optimizer_state",
 }
 
 
@@ -211,6 +212,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             word = value.split()[0].strip(",;()").lower()
             if word in ("none", "selective", "full"):
                 options[name] = word
+        elif key == "optimizer_state" and isinstance(value, str):
+            options[name] = value  # checked by the generator (OPTIMIZER_STATE)
     kind = entry.get("source_kind")
     if settings.get("grad_reduce_in_fp32") is False or (
         "grad_reduce_in_fp32" not in settings

@@ -21,9 +21,12 @@ from ..errors import CcsimError, unknown_choice
 from .kernels import Gemm
 from .memory import (
     GRAD_REDUCE,
+    GRADIENT_BYTES,
+    OPTIMIZER_BYTES,
     MemoryEstimate,
     chunk_layer_range,
     megatron_memory,
+    optimizer_state_bytes,
     pipeline_layers,
 )
 from .model import MODELS, Transformer
@@ -480,6 +483,7 @@ def megatron_step_memory(
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
     fp8_param_gather: bool = False,
+    optimizer_state: str | None = None,
     **given: Any,
 ) -> MemoryEstimate:
     """The memory :func:`megatron` would report for these arguments, without building the
@@ -518,6 +522,7 @@ def megatron_step_memory(
         last_stage_layers=last_stage_layers,
         grad_reduce=grad_reduce,
         fp8_params=fp8_param_gather,
+        optimizer_state=optimizer_state,
         **{name: chosen[name] for name in names},
     )
 
@@ -548,6 +553,7 @@ def megatron(
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
     fp8_param_gather: bool = False,
+    optimizer_state: str | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -649,7 +655,11 @@ def megatron(
     GPT-3 175B example and the SC'21 runs train), 2 bytes each. The updated parameters'
     all-gathers (distributed optimizer, FSDP) move bf16 weights whatever it is, unless
     ``fp8_param_gather`` (Megatron's ``--fp8-param-gather``, an fp8 run's): the layers'
-    weights are then kept and gathered in fp8, one byte each.
+    weights are then kept and gathered in fp8, one byte each. ``optimizer_state``
+    (:data:`~simulator.workload.memory.OPTIMIZER_STATE`; default: Megatron-Core's fp32
+    main weights and moments) is the optimizer's state where a recipe sets its dtype
+    (NeMo's ``optim.dtype: bf16``): its bytes per parameter set the memory and the
+    optimizer step's traffic.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -690,6 +700,10 @@ def megatron(
             f"not {grad_reduce!r}"
         )
     grad = GRAD_REDUCE[grad_reduce][0]  # bytes per parameter of a gradient reduction
+    # The optimizer step's memory traffic per parameter: its state (12 bytes by default)
+    # and a 4-byte gradient read; a recipe's smaller state moves less.
+    state = OPTIMIZER_BYTES if optimizer_state is None else optimizer_state_bytes(optimizer_state)
+    step_bytes = GRADIENT_BYTES + state
     if fp8_param_gather and precision != "fp8":
         raise CcsimError("fp8_param_gather keeps weights in fp8: it needs precision fp8")
     param_bytes = 1 if fp8_param_gather else BF16  # the layers' weights as gathered
@@ -1200,8 +1214,8 @@ def megatron(
                 "compute",
                 [*after, *reduces],
                 flops=0.0,
-                bytes=optimizer_params * 16
-                + stage_experts * 16 / (expert_replicas if sharded else 1),
+                bytes=optimizer_params * step_bytes
+                + stage_experts * step_bytes / (expert_replicas if sharded else 1),
                 label="optimizer",
             )
             if sharded and not sharded_weights and not gathers_overlapped:
@@ -1254,6 +1268,7 @@ def megatron(
         last_stage_layers=last_stage_layers,
         grad_reduce=grad_reduce,
         fp8_params=fp8_param_gather,
+        optimizer_state=optimizer_state,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.

@@ -10,7 +10,11 @@ parameters and fp32 gradients:
   sharded over the d data-parallel ranks. The parameters counted are those of the most
   loaded rank: a pipeline stage's share of the layers split over tensor parallelism,
   plus the input embedding (vocab x hidden / tp) on the first stage (Megatron's
-  ``theoretical_memory_usage.py``);
+  ``theoretical_memory_usage.py``). Recipes that keep gradients or the optimizer's
+  state in other dtypes say so (``grad_reduce``, ``optimizer_state``): NeMo's Nemotron-4
+  340B recipe, bf16 gradients and bf16 moments without main weights, holds 2 + 2 + 4/d
+  bytes per parameter where Megatron's formula (which assumes fp32 for both) counts
+  6 + 12/d;
 * **activations** (Korthikanti et al., "Reducing Activation Recomputation in Large
   Transformer Models", MLSys 2023, section 4 and Table 2): per layer and micro-batch,
   s b h (10 + 24/t + 5 a s / (h t)) bytes with tensor parallelism t, s b h (34 + 5 a s /
@@ -81,6 +85,20 @@ OPTIMIZER_BYTES = 12
 #: gradients are fp16 and whose optimizer keeps fp32 copies of parameters and gradients
 #: (the README table's 20 bytes: 4 + 16/d with the distributed optimizer).
 GRAD_REDUCE = {"fp32": (GRADIENT_BYTES, OPTIMIZER_BYTES), "bf16": (2, 12), "fp16": (2, 16)}
+#: Bytes per parameter of the optimizer's state where a recipe sets its dtype (in place of
+#: :data:`GRAD_REDUCE`'s, which are Megatron-Core's defaults):
+#:
+#: * "fp32": fp32 main weights, first and second moments, 12 (Megatron-Core's default;
+#:   its ``--main-params-dtype``, ``--exp-avg-dtype`` and ``--exp-avg-sq-dtype`` all fp32);
+#: * "bf16": bf16 first and second moments and no main weights, 4. NeMo's
+#:   ``distributed_fused_adam`` (Apex's DistributedFusedAdam, ``dtype``: "datatype for
+#:   optimizer state") with ``optim.dtype: bf16`` over bf16 weights: NeMo sets
+#:   ``store_params`` False when the optimizer's dtype is the model's, so the bf16 weights
+#:   are the ones updated (NeMo v2.0.0 megatron_base_model.py, setup_optimization);
+#: * "bf16-master": the same with a bf16 copy of the weights as optimizer state
+#:   (``store_params``: "store a distributed copy of the parameters as optimizer state"),
+#:   6: what NeMo sets whenever ``fp8_params`` keeps the model's weights in fp8.
+OPTIMIZER_STATE = {"fp32": OPTIMIZER_BYTES, "bf16": 4, "bf16-master": 6}
 #: fp8 training keeps each linear weight as fp8 and its fp8 transpose: 2 bytes more.
 FP8_COPY_BYTES = 2
 RECOMPUTE = ("none", "selective", "full")
@@ -151,6 +169,20 @@ def layer_activation_bytes(
     if sequence_parallel or recompute == "selective":
         return sbh * (rest + split + scores) / t
     return sbh * (rest + split / t + scores / t)
+
+
+def optimizer_state_bytes(name: str) -> int:
+    """Bytes per parameter of optimizer state ``name`` (:data:`OPTIMIZER_STATE`).
+
+    >>> optimizer_state_bytes("bf16")
+    4
+    """
+    if name not in OPTIMIZER_STATE:
+        raise CcsimError(
+            f"optimizer_state must be one of {', '.join(OPTIMIZER_STATE)} (the dtype of "
+            f"the optimizer's state), not {name!r}"
+        )
+    return OPTIMIZER_STATE[name]
 
 
 def _positive_layers(value: object, name: str) -> int:
@@ -283,6 +315,7 @@ def megatron_memory(
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
     fp8_params: bool = False,
+    optimizer_state: str | None = None,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -295,7 +328,8 @@ def megatron_memory(
     ``grad_reduce`` is the gradients' dtype (:data:`GRAD_REDUCE`); ``fp8_params``
     (Megatron's ``--fp8-param-gather``): the linear layers' weights are kept in fp8 only,
     with their fp8 transposes, 2 bytes per parameter in place of bf16's 2 and the fp8
-    copies' 2.
+    copies' 2. ``optimizer_state`` (:data:`OPTIMIZER_STATE`), where a recipe sets the
+    optimizer's dtype, replaces the optimizer bytes per parameter ``grad_reduce`` implies.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -313,6 +347,8 @@ def megatron_memory(
     )
     experts = (3 if model.gated else 2) * model.hidden * model.expert_ffn * model.experts
     gradient_bytes, optimizer_bytes = GRAD_REDUCE[grad_reduce]
+    if optimizer_state is not None:
+        optimizer_bytes = optimizer_state_bytes(optimizer_state)
     optimizer = optimizer_bytes / (dp * cp if distributed_optimizer else 1)
     expert_optimizer = optimizer_bytes / (dp * cp // ep if distributed_optimizer else 1)
 
