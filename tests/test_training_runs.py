@@ -63,13 +63,15 @@ def test_model_tflops_become_seconds_per_step_with_megatron_lms_count():
 def test_layers_that_do_not_split_are_split_as_megatron_bridge_does():
     """Llama 3.1 405B's 126 layers on PP 8 x VP 8 do not make 64 equal chunks; with the
     embedding and the loss counted as a layer each (account_for_embedding/loss_in_
-    pipeline_split), 128 would: ccsim, whose uneven stages are not interleaved, runs 8
-    stages of 15/16 x 6/15 layers without interleaving."""
+    pipeline_split, as the 405B recipes set), 128 do: the run keeps its 8 virtual
+    stages, the two end chunks one layer short."""
     run = BY_ID["bridge-26.06-llama31-405b-h100-fp8-1024"]
     options = generator_options(run)
     assert (run.pp, run.vp) == (8, 8)
-    assert options["virtual_stages"] == 1
-    assert options["first_stage_layers"] == options["last_stage_layers"] == 15
+    assert options["virtual_stages"] == 8
+    assert options["account_for_embedding_in_pipeline_split"] is True
+    assert options["account_for_loss_in_pipeline_split"] is True
+    assert "first_stage_layers" not in options
     even = generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
     assert even["virtual_stages"] == 5 and "first_stage_layers" not in even
 

@@ -299,6 +299,16 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: layers of the last pipeline stage, the rest split evenly over the "
         "others (uneven stages; default: all stages even)",
     )
+    for part in ("embedding", "loss"):
+        gen.add_argument(
+            f"--account-for-{part}-in-pipeline-split",
+            action="store_true",
+            default=None,
+            help=f"megatron: count the {part} as a layer when splitting the layers over "
+            f"the pipeline's stages and chunks, as Megatron-Core's flag of that name: the "
+            f"{'first chunk of the first' if part == 'embedding' else 'last chunk of the last'}"
+            " stage holds one layer fewer (default: off)",
+        )
     gen.add_argument(
         "--flash-attention",
         action=argparse.BooleanOptionalAction,
@@ -496,6 +506,8 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "virtual_stages": args.virtual_stages,
         "first_stage_layers": args.first_stage_layers,
         "last_stage_layers": args.last_stage_layers,
+        "account_for_embedding_in_pipeline_split": args.account_for_embedding_in_pipeline_split,
+        "account_for_loss_in_pipeline_split": args.account_for_loss_in_pipeline_split,
         "flash_attention": args.flash_attention,
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "tp_comm_overlap": args.tp_comm_overlap,

@@ -27,9 +27,10 @@ from .memory import (
     chunk_layer_range,
     megatron_memory,
     optimizer_state_bytes,
-    pipeline_layers,
+    pipeline_chunks,
 )
 from .model import MODELS, Transformer
+from .pipeline import pipeline_order
 from .trace import FORMAT, Replicas, Workload, parse_workload
 
 BF16 = 2  # bytes per parameter, gradient and activation element
@@ -484,6 +485,8 @@ def megatron_step_memory(
     grad_reduce: str = "fp32",
     fp8_param_gather: bool = False,
     optimizer_state: str | None = None,
+    account_for_embedding_in_pipeline_split: bool = False,
+    account_for_loss_in_pipeline_split: bool = False,
     **given: Any,
 ) -> MemoryEstimate:
     """The memory :func:`megatron` would report for these arguments, without building the
@@ -523,6 +526,8 @@ def megatron_step_memory(
         grad_reduce=grad_reduce,
         fp8_params=fp8_param_gather,
         optimizer_state=optimizer_state,
+        account_for_embedding=account_for_embedding_in_pipeline_split,
+        account_for_loss=account_for_loss_in_pipeline_split,
         **{name: chosen[name] for name in names},
     )
 
@@ -554,6 +559,8 @@ def megatron(
     grad_reduce: str = "fp32",
     fp8_param_gather: bool = False,
     optimizer_state: str | None = None,
+    account_for_embedding_in_pipeline_split: bool = False,
+    account_for_loss_in_pipeline_split: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -644,6 +651,12 @@ def megatron(
     3 405B's 126 layers ran on 8 stages, 15 + 6 x 16 + 15 (Dubey et al. 2024, section
     3.3.2); every stage's passes, TP collectives, gradient buckets and DP reduction then
     carry its own layers. Interleaved, each stage's chunks hold 1/v of its layers.
+    ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
+    (Megatron-Core's flags of those names) count the input embedding and the loss as a
+    layer each in the split: the first chunk of the first stage and the last chunk of
+    the last stage hold one layer fewer (:func:`~simulator.workload.memory.pipeline_chunks`),
+    interleaved or not, as Megatron-Bridge runs Llama 3.1 405B (126 layers on 8 stages of
+    8 chunks of 2, the two end chunks of 1).
     A model with ``tied_embeddings`` (GPT's) and ``pp`` > 1 all-reduces the shared
     embedding's gradients between the first and last stage of each pipeline after the DP
     reduction, as Megatron-LM does for a weight both stages hold.
@@ -744,15 +757,19 @@ def megatron(
                 "context parallelism needs; pick a cp that divides seq / 2"
             )
         flash_attention = True  # Megatron's CP runs Transformer Engine's fused attention
-    # Layers of each pipeline stage (over its v chunks); uneven with first_stage_layers
-    # or last_stage_layers, checked as Megatron-LM does.
-    split = pipeline_layers(
+    # Layers of each pipeline stage's v chunks; uneven with first_stage_layers or
+    # last_stage_layers (whole stages) or with the embedding and loss counted as layers
+    # (the end chunks), checked as Megatron-Core does.
+    chunks = pipeline_chunks(
         m.layers,
         pp,
         virtual_stages=v,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
+        account_for_embedding=account_for_embedding_in_pipeline_split,
+        account_for_loss=account_for_loss_in_pipeline_split,
     )
+    split = tuple(sum(stage) for stage in chunks)
     global_batch = global_batch or micro_batch * dp * 4 * pp
     micro = global_batch // (micro_batch * dp)
     if micro < 1 or global_batch % (micro_batch * dp):
@@ -817,7 +834,7 @@ def megatron(
 
     def moe_layers(here: int) -> int:
         """MoE layers of virtual stage ``here`` (chunk here // pp of stage here % pp)."""
-        return sum(m.moe_layer(k) for k in chunk_layer_range(split, here % pp, here // pp, v))
+        return sum(m.moe_layer(k) for k in chunk_layer_range(chunks, here % pp, here // pp))
 
     # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
     # shards with TP) and its experts' grouped GEMMs.
@@ -936,8 +953,7 @@ def megatron(
         stage_params += stage_moe * moe_params if m.is_moe else 0.0
         stage_layer_params = (split[stage] - stage_moe) * m.layer_params / tp
         stage_experts = stage_moe * expert_params
-        chunk = split[stage] // v  # layers of each of the stage's model chunks
-        order = _one_f_one_b(stage, pp, micro, v)
+        order = pipeline_order(stage, pp, micro, v)
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
         for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp)):
@@ -977,10 +993,13 @@ def megatron(
                 # bucket by bucket (first layers first), each waiting for its bucket's
                 # gather, issued at the start of the step (see param_gathers).
                 gathered = forward and gathers_overlapped and c not in gathers_started
-                pieces = buckets(chunk) if bucketed else [chunk]
+                chunk = chunks[stage][c]  # the layers of this model chunk
+                # A chunk of no layers (the embedding or the loss alone) still runs its
+                # pass: one piece of 0 layers.
+                pieces = (buckets(chunk) or [0]) if bucketed else [chunk]
                 if gathered:
                     gathers_started.add(c)
-                    pieces = buckets(chunk)[::-1]
+                    pieces = (buckets(chunk) or [0])[::-1]
                 for n, layers in enumerate(pieces):
                     name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
                     # The output layer after the last layer forward, before the first
@@ -1269,6 +1288,8 @@ def megatron(
         grad_reduce=grad_reduce,
         fp8_params=fp8_param_gather,
         optimizer_state=optimizer_state,
+        account_for_embedding=account_for_embedding_in_pipeline_split,
+        account_for_loss=account_for_loss_in_pipeline_split,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
@@ -1372,34 +1393,6 @@ def _ring_attention(
             )
         ]
     return [kernels, *prev]
-
-
-def _one_f_one_b(stage: int, pp: int, micro: int, v: int) -> list[tuple[str, int, int]]:
-    """The (pass, model chunk, micro-batch) order of one pipeline stage: Megatron's 1F1B
-    (v = 1: p - s - 1 warm-up forwards, then one forward and one backward in turn) or its
-    interleaved schedule (see :func:`megatron`).
-
-    >>> _one_f_one_b(1, 2, 2, 1)
-    [('f', 0, 0), ('b', 0, 0), ('f', 0, 1), ('b', 0, 1)]
-    >>> [f"{k}{c}.{i}" for k, c, i in _one_f_one_b(1, 2, 2, 2)]
-    ['f0.0', 'f0.1', 'f1.0', 'b1.0', 'f1.1', 'b1.1', 'b0.0', 'b0.1']
-    """
-    total = micro * v
-    if v == 1:
-        warmup = min(pp - stage - 1, micro)
-    else:
-        warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
-
-    def entry(kind: str, k: int) -> tuple[str, int, int]:
-        chunk = (k % (pp * v)) // pp
-        if kind == "b":
-            chunk = v - 1 - chunk
-        return kind, chunk, (k // (pp * v)) * pp + k % pp
-
-    order = [entry("f", k) for k in range(warmup)]
-    for k in range(total - warmup):
-        order += [entry("f", k + warmup), entry("b", k)]
-    return order + [entry("b", k) for k in range(total - warmup, total)]
 
 
 def moe(

@@ -68,10 +68,12 @@ fragmentation and the CUDA context, which real runs keep a few GB for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import CcsimError
 from .model import Transformer
+from .pipeline import peak_held
 
 #: Bytes per parameter of mixed-precision Adam (bf16 parameters, fp32 gradients), split
 #: as Megatron-LM's README table counts them: weights, main gradients, optimizer state.
@@ -200,9 +202,13 @@ def pipeline_layers(
     virtual_stages: int = 1,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
 ) -> tuple[int, ...]:
     """Transformer layers each of ``pp`` pipeline stages holds (over all its
-    ``virtual_stages`` model chunks, which hold a ``1 / virtual_stages`` share each).
+    ``virtual_stages`` model chunks, which hold a ``1 / virtual_stages`` share each, or
+    as :func:`pipeline_chunks` says with ``account_for_embedding`` or
+    ``account_for_loss``).
 
     Without ``first_stage_layers`` and ``last_stage_layers`` the layers split evenly and
     must divide into ``pp x virtual_stages`` chunks. With either (Megatron-LM's
@@ -222,6 +228,17 @@ def pipeline_layers(
     (4, 4, 2)
     """
     v = virtual_stages
+    if account_for_embedding or account_for_loss:
+        chunks = pipeline_chunks(
+            layers,
+            pp,
+            virtual_stages=v,
+            first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers,
+            account_for_embedding=account_for_embedding,
+            account_for_loss=account_for_loss,
+        )
+        return tuple(sum(stage) for stage in chunks)
     if first_stage_layers is None and last_stage_layers is None:
         if layers % (pp * v):
             raise CcsimError(
@@ -278,20 +295,83 @@ def pipeline_layers(
     return tuple(split)
 
 
-def chunk_layer_range(split: tuple[int, ...], stage: int, chunk: int, v: int = 1) -> range:
+def pipeline_chunks(
+    layers: int,
+    pp: int,
+    *,
+    virtual_stages: int = 1,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> tuple[tuple[int, ...], ...]:
+    """Transformer layers of each of the ``virtual_stages`` model chunks of each of the
+    ``pp`` pipeline stages, as Megatron-Core builds them (``get_num_layers_to_build`` in
+    megatron/core/transformer/transformer_block.py): a stage's layers
+    (:func:`pipeline_layers`) split evenly over its chunks, except that
+    ``account_for_embedding`` / ``account_for_loss`` (its
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``)
+    count the input embedding / the loss as one more layer in the split, which the first
+    chunk of the first stage / the last chunk of the last stage then builds one fewer of.
+    Megatron-Core needs the layers with them to divide into the stages and each stage's
+    into its chunks, and refuses them with uneven first or last stages.
+
+    >>> pipeline_chunks(126, 8, virtual_stages=8, account_for_embedding=True,
+    ...                 account_for_loss=True)[0]  # Llama 3.1 405B on Megatron-Bridge
+    (1, 2, 2, 2, 2, 2, 2, 2)
+    >>> pipeline_chunks(12, 2, virtual_stages=2, first_stage_layers=4)
+    ((2, 2), (4, 4))
+    """
+    v = virtual_stages
+    extra = int(account_for_embedding) + int(account_for_loss)
+    if not extra:
+        split = pipeline_layers(
+            layers,
+            pp,
+            virtual_stages=v,
+            first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers,
+        )
+        return tuple((count // v,) * v for count in split)
+    if first_stage_layers is not None or last_stage_layers is not None:
+        raise CcsimError(
+            "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+            "do not go with first_stage_layers or last_stage_layers (Megatron-Core refuses "
+            "uneven stages with them); drop one or the other"
+        )
+    counted = layers + extra
+    if counted % (pp * v):
+        raise CcsimError(
+            f"{layers} layers with the embedding and/or loss counted as layers make "
+            f"{counted}, which do not split into {pp} pipeline stages"
+            + (f" of {v} virtual stages" if v > 1 else "")
+            + f" as Megatron-Core needs; pick a pp (x virtual stages) that divides {counted}"
+        )
+    per = counted // (pp * v)
+    chunks = [[per] * v for _ in range(pp)]
+    if account_for_embedding:
+        chunks[0][0] -= 1
+    if account_for_loss:
+        chunks[-1][-1] -= 1
+    return tuple(tuple(stage) for stage in chunks)
+
+
+def chunk_layer_range(chunks: Sequence[Sequence[int]], stage: int, chunk: int) -> range:
     """Indices (from 0) of the layers of model chunk ``chunk`` on pipeline ``stage``,
-    ``split`` the layers of each stage (:func:`pipeline_layers`) and ``v`` the chunks
-    per stage: chunk c holds, after c passes over every stage's share, the layers after
-    those of the stages before it (Megatron-LM's ``get_transformer_layer_offset``,
+    ``chunks`` the layers of each stage's chunks (:func:`pipeline_chunks`): the layers
+    after those of every virtual stage before it, virtual stage c p + s being chunk c of
+    stage s (Megatron-LM's ``get_transformer_layer_offset``,
     megatron/core/transformer/transformer_layer.py).
 
-    >>> chunk_layer_range((2, 3, 3, 2), 1, 0)
+    >>> chunk_layer_range(((2,), (3,), (3,), (2,)), 1, 0)
     range(2, 5)
-    >>> list(chunk_layer_range((4, 4, 2), 2, 1, v=2))
+    >>> list(chunk_layer_range(((2, 2), (2, 2), (1, 1)), 2, 1))
     [9]
     """
-    start = chunk * sum(split) // v + sum(split[:stage]) // v
-    return range(start, start + split[stage] // v)
+    pp = len(chunks)
+    here = chunk * pp + stage
+    start = sum(chunks[s][c] for c in range(len(chunks[0])) for s in range(pp) if c * pp + s < here)
+    return range(start, start + chunks[stage][chunk])
 
 
 def megatron_memory(
@@ -316,15 +396,20 @@ def megatron_memory(
     grad_reduce: str = "fp32",
     fp8_params: bool = False,
     optimizer_state: str | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
     stages (interleaved 1F1B) it holds its warm-up's 2(p - 1) + (v - 1)p chunk passes
     and one more, each of L/(p v) layers: L/p (p + (p - 1)/v) layers' activations, the
     1 + (p - 1)/(p v) of Korthikanti et al. (section 5). With ``first_stage_layers`` or
-    ``last_stage_layers`` (uneven stages, :func:`pipeline_layers`) every stage is worked
-    out (stage s keeps min(p - s, micro-batches) in flight, interleaved 2(p - s - 1) +
-    (v - 1)p + 1 chunk passes) and the one with the largest total is returned.
+    ``last_stage_layers`` (uneven stages, :func:`pipeline_layers`), or
+    ``account_for_embedding`` / ``account_for_loss`` (uneven chunks,
+    :func:`pipeline_chunks`), every stage is worked out (stage s keeps min(p - s,
+    micro-batches) in flight, interleaved the most layers its schedule holds at once,
+    :func:`~simulator.workload.pipeline.peak_held`) and the one with the largest total
+    is returned.
     ``grad_reduce`` is the gradients' dtype (:data:`GRAD_REDUCE`); ``fp8_params``
     (Megatron's ``--fp8-param-gather``): the linear layers' weights are kept in fp8 only,
     with their fp8 transposes, 2 bytes per parameter in place of bf16's 2 and the fp8
@@ -338,13 +423,16 @@ def megatron_memory(
     (5.21, 4.69)
     """
     v = virtual_stages
-    split = pipeline_layers(
+    chunks = pipeline_chunks(
         model.layers,
         pp,
         virtual_stages=v,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
+        account_for_embedding=account_for_embedding,
+        account_for_loss=account_for_loss,
     )
+    split = tuple(sum(stage) for stage in chunks)
     experts = (3 if model.gated else 2) * model.hidden * model.expert_ffn * model.experts
     gradient_bytes, optimizer_bytes = GRAD_REDUCE[grad_reduce]
     if optimizer_state is not None:
@@ -371,9 +459,7 @@ def megatron_memory(
     def stage_memory(stage: int) -> MemoryEstimate:
         # The stage's layers (chunks s, s + p, ... when interleaved), MoE ones apart.
         layers = split[stage]
-        moe = sum(
-            model.moe_layer(k) for c in range(v) for k in chunk_layer_range(split, stage, c, v)
-        )
+        moe = sum(model.moe_layer(k) for c in range(v) for k in chunk_layer_range(chunks, stage, c))
         dense = layers - moe
         shared = (model.moe_layer_params - experts) if moe else 0.0
         # The input embedding on the first stage, the output layer on the last.
@@ -391,8 +477,11 @@ def megatron_memory(
         dropout = embedding_dropout if stage == 0 else 0.0  # the input embedding's mask
         activations = in_flight * (layers * per_layer + dropout)
         if v > 1:
-            passes = min(2 * (pp - stage - 1) + (v - 1) * pp + 1, micro_batches * v)
-            activations = passes * layers / v * per_layer + in_flight * dropout
+            # The most layers' activations the interleaved schedule holds at once (the
+            # warm-up's 2(p - s - 1) + (v - 1)p chunk passes and one more, with even
+            # chunks).
+            held = peak_held(stage, pp, micro_batches, chunks[stage])
+            activations = held * per_layer + in_flight * dropout
         linear = (dense * model.layer_params + moe * shared) / tp + expert_params
         fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
         if fp8_params:
@@ -410,7 +499,7 @@ def megatron_memory(
             embedding = vocab / tp
             # The unit gathered is a model chunk with virtual stages, else one layer
             # (Megatron-FSDP's unit modules are the transformer layers).
-            unit = sharded / v if v > 1 else model.layer_params / tp
+            unit = (max(chunks[stage]) if v > 1 else 1) * model.layer_params / tp
             gathered = 2 * unit
             if precision == "fp8":
                 # Weights gathered afresh each micro-batch: fp8 casts of the gathered
@@ -429,7 +518,7 @@ def megatron_memory(
             activations=activations,
         )
 
-    if first_stage_layers is None and last_stage_layers is None:
+    if len(set(chunks)) == 1:
         # Even stages: the first holds the most (the embedding, the most in flight).
         return stage_memory(0)
     # The first of the largest: a middle stage with more layers may outweigh the first.
