@@ -424,3 +424,27 @@ def test_the_generator_builds_the_end_chunks_one_layer_short():
         for i in range(4):
             got = ops[f"r{r}.f{chunk}.{i}"].total_flops
             assert got == pytest.approx(layers * per_layer + extra, rel=1e-12)
+
+
+def test_a_chunk_of_no_layers_runs_only_its_embedding_or_loss():
+    """6 layers, p 4, v 2, both flags: 8 counted, 1 a chunk, so the first chunk of stage
+    0 holds only the embedding (no FLOPs counted) and the last of stage 3 only the loss
+    (the logits, 2 h V per token); Megatron-Core allows such chunks (it asserts >= 0
+    layers). The step builds and replays."""
+    from simulator.topology import ring_graph
+    from simulator.workload import run_workload
+
+    model = Transformer(layers=6, hidden=H, seq=S, vocab=V, heads=4)
+    w = megatron(model, tp=1, pp=4, dp=1, global_batch=4, virtual_stages=2,
+                 account_for_embedding_in_pipeline_split=True,
+                 account_for_loss_in_pipeline_split=True)  # fmt: skip
+    ops = ops_by_id(w)
+    per_layer = S * (24 * H * H + 4 * S * H)
+    assert ops["r0.f0.0"].total_flops == 0.0
+    assert ops["r0.f1.0"].total_flops == pytest.approx(per_layer, rel=1e-12)
+    assert ops["r3.f1.0"].total_flops == pytest.approx(2 * S * H * V, rel=1e-12)
+    graph = ring_graph(4, 1e11)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "H100"
+    _, result = run_workload(w, graph, algorithm="ring")
+    assert result.step_s > 0

@@ -143,12 +143,15 @@ def pass_work(
             gemms = layer + gemms
         elif recompute == "selective":
             gemms = scores + gemms
-    gemms = [g.times(layers) for g in gemms]
+    # A pass over no layers (a chunk holding only the embedding or the loss) runs none.
+    gemms = [g.times(layers) for g in gemms] if layers else []
     if logits and m.vocab:
         out = m.logits_gemm(micro_batch, tp=tp, cp=cp)
         gemms += [out] if forward else list(out.backward())
+    if not gemms:
+        return {"flops": 0.0}  # nothing but the embedding lookup, not timed
     work: dict[str, Any] = {"gemms": [g.as_list() for g in gemms]}
-    if flash_attention and core:
+    if flash_attention and core and layers:
         work["attention"] = flash_core_kernels(
             m, micro_batch, tp=tp, layers=layers, forward=forward, recompute=recompute, cp=cp
         )
