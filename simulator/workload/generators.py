@@ -25,6 +25,7 @@ from .memory import (
     OPTIMIZER_BYTES,
     MemoryEstimate,
     chunk_layer_range,
+    fsdp_gathered_units,
     megatron_memory,
     optimizer_state_bytes,
     pipeline_chunks,
@@ -630,12 +631,14 @@ def megatron(
     attention's). Expert gradients are reduced over the ranks holding the same experts
     (DP x CP / EP), the rest over DP x CP.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
-    ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-LM's custom FSDP does): before each
-    pass its layers' weights are all-gathered over them on an ``fsdp.ag`` stream,
-    prefetched one pass ahead (a gather may start once the pass two before it is done,
-    whose buffer it reuses), and after each backward its gradients are
-    reduce-scattered on an ``fsdp.rs`` stream; the optimizer steps 1/(dp cp) of the
-    state. The embedding stays replicated.
+    ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
+    by layer (Megatron-FSDP's units are the transformer layers), each layer after its
+    weights' all-gather over those ranks on an ``fsdp.ag`` stream; the gathers run ahead
+    of the compute, as many units as Megatron-FSDP prefetches
+    (:func:`~simulator.workload.memory.fsdp_gathered_units`: a layer's gather may start
+    once the layer that many units before it in the step has run), and after each
+    layer's backward its gradients are reduce-scattered on an ``fsdp.rs`` stream; the
+    optimizer steps 1/(dp cp) of the state. The embedding stays replicated.
     ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
     Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
     ``replicas`` builds the ops of the first data-parallel replica only (ranks with
@@ -877,6 +880,11 @@ def megatron(
         """The layers of each gradient bucket of a chunk of ``chunk`` layers."""
         return [min(bucket_layers, chunk - k) for k in range(0, chunk, bucket_layers)]
 
+    # Megatron-FSDP runs each transformer layer (its FSDP unit) as soon as that layer's
+    # weights are gathered, gathering the next ones ahead (fsdp_gathered_units): a
+    # layer's gather may start once the layer that many units before it in the step has
+    # run, whose buffer it takes.
+    fsdp_window = fsdp_gathered_units(m.layer_params / tp)
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     # Megatron's --overlap-param-gather: the distributed optimizer's updated parameters
     # are all-gathered bucket by bucket while the next step's first forward runs (its
@@ -963,7 +971,7 @@ def megatron(
             r = rank_of(stage, d, t, q)
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
-            passes_done: list[str] = []  # each pass's compute op, for FSDP's prefetch
+            units_done: list[str] = []  # each layer's (FSDP unit's) compute op, in order
             gathers_started: set[int] = set()
             for kind, c, i in order:
                 # One chunk keeps the names of the plain schedule.
@@ -1003,8 +1011,11 @@ def megatron(
                 if gathered:
                     gathers_started.add(c)
                     pieces = (buckets(chunk) or [0])[::-1]
+                if sharded_weights and chunk > 1:
+                    pieces = [1] * chunk  # Megatron-FSDP: one unit (layer) at a time
                 for n, layers in enumerate(pieces):
-                    name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
+                    piece = "unit" if sharded_weights else "bucket"
+                    name = tag if len(pieces) == 1 else f"{tag}.{piece}{n}"
                     # The output layer after the last layer forward, before the first
                     # backward.
                     logits = here == pp * v - 1 and n == (len(pieces) - 1 if forward else 0)
@@ -1030,10 +1041,11 @@ def megatron(
                     layer_bytes = layers * m.layer_params / tp * BF16  # gathered weights
                     layer_grads = layers * m.layer_params / tp * grad
                     gather = None
-                    if sharded_weights:
-                        # Prefetch one pass ahead: the gather reuses the buffer of the
-                        # pass two before this one.
-                        gate = passes_done[-2] if len(passes_done) >= 2 else None
+                    if sharded_weights and layers:
+                        # Prefetched: the gather waits for the layer fsdp_window units
+                        # before this one (whose buffer it takes) only.
+                        done = len(units_done)
+                        gate = units_done[done - fsdp_window] if done >= fsdp_window else None
                         gather = b.op(
                             f"r{r}.fsdp.{name}.gather",
                             r,
@@ -1055,7 +1067,7 @@ def megatron(
                         **work(forward, logits, layers, moe),
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
-                    passes_done.append(comp)
+                    units_done.append(comp)
                     if moe:
                         comp = _expert_layers(
                             b,
@@ -1122,7 +1134,7 @@ def megatron(
                             )
                         ]
                     after = after + tp_prev if tp_comm_overlap else tp_prev
-                    if sharded_weights and not forward:
+                    if sharded_weights and not forward and layers:
                         reduces.append(
                             b.op(
                                 f"r{r}.fsdp.{name}.reduce",

@@ -43,9 +43,10 @@ stage with the largest total, which need not be the first once a middle stage ho
 layers.
 
 FSDP (``fsdp``): the layers' weights, fp32 gradients and optimizer state are sharded
-over the DP x CP ranks; each rank also holds two units' gathered bf16 weights (running
-and prefetched; a unit is a layer, or a model chunk with virtual stages) and one unit's
-unsharded gradients; the embedding stays replicated.
+over the DP x CP ranks; each rank also holds the gathered bf16 weights of the unit
+running and those Megatron-FSDP prefetches (:func:`fsdp_gathered_units`; a unit is a
+transformer layer), at most its stage's layers, and one unit's unsharded gradients; the
+embedding stays replicated.
 
 Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
 of the tokens; its attention runs flash-style, without stored scores) and shards the
@@ -68,6 +69,7 @@ fragmentation and the CUDA context, which real runs keep a few GB for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -171,6 +173,31 @@ def layer_activation_bytes(
     if sequence_parallel or recompute == "selective":
         return sbh * (rest + split + scores) / t
     return sbh * (rest + split / t + scores / t)
+
+
+#: Megatron-FSDP's all-gather prefetch, in parameters: the suggested communication unit
+#: is twice the mean FSDP unit's parameters but at least 1e9, and the all-gather prefetch
+#: half of it (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py,
+#: suggested_communication_unit_size and suggested_AG_prefetch_size).
+FSDP_MIN_COMMUNICATION_UNIT = 1e9
+
+
+def fsdp_gathered_units(unit_params: float) -> int:
+    """FSDP units (transformer layers of ``unit_params`` parameters per rank) gathered at
+    once: the one running and those prefetched. A unit's pre-forward (pre-backward) hook
+    all-gathers it and then the next units in pass order, one at a time, until those
+    prefetched hold at least the prefetch size, max(1e9, 2 x unit) / 2 parameters
+    (``AllGatherPipeline.all_gather_params`` in megatron_fsdp/param_and_grad_buffer.py);
+    units gathered already are skipped, so in a steady state each hook gathers one new
+    unit, k ahead of the one running.
+
+    >>> fsdp_gathered_units(218e6)  # Llama 3 8B's layer: 3 x 218M >= 500M prefetched
+    4
+    >>> fsdp_gathered_units(2e9)  # a layer above 1e9 / 2: one prefetched
+    2
+    """
+    prefetch = max(FSDP_MIN_COMMUNICATION_UNIT, 2 * unit_params) / 2
+    return 1 + max(1, math.ceil(prefetch / unit_params))
 
 
 def optimizer_state_bytes(name: str) -> int:
@@ -492,15 +519,14 @@ def megatron_memory(
         activations /= cp
         if fsdp:
             # The layers' weights, gradients and optimizer state sharded over DP x CP,
-            # plus two chunks' gathered weights (the one running and the one prefetched)
-            # and one chunk's full gradients before they are reduce-scattered.
+            # plus the gathered weights of the layer running and those prefetched (no
+            # more than the stage holds) and one layer's full gradients before they are
+            # reduce-scattered (Megatron-FSDP's unit modules are the transformer layers).
             replicas = dp * cp
             sharded = dense * model.layer_params / tp
             embedding = vocab / tp
-            # The unit gathered is a model chunk with virtual stages, else one layer
-            # (Megatron-FSDP's unit modules are the transformer layers).
-            unit = (max(chunks[stage]) if v > 1 else 1) * model.layer_params / tp
-            gathered = 2 * unit
+            unit = model.layer_params / tp
+            gathered = min(fsdp_gathered_units(unit), max(layers, 1)) * unit
             if precision == "fp8":
                 # Weights gathered afresh each micro-batch: fp8 casts of the gathered
                 # units only (Megatron-Bridge turns keep_fp8_transpose_cache off).
