@@ -174,3 +174,92 @@ def test_fp8_parameters_replace_the_bf16_weights():
     assert gathered[0] - gathered[1] == pytest.approx(stage_layers, rel=1e-12)
     with pytest.raises(CcsimError, match="needs precision fp8"):
         megatron(model="gpt3-175b", tp=8, pp=8, dp=2, global_batch=16, fp8_param_gather=True)
+
+
+# Nemotron-4 340B (NeMo's nemotron.py: h 18432, f 73728 squared-ReLU, 96 heads, 8 query
+# groups, 96 layers, dropout 0; vocabulary 256,000) at 4096 tokens, as DGX Cloud's
+# v25.01 benchmark runs it on 128 H100: TP 8, PP 8, VP 12, DP 2, micro-batch 1, 16
+# micro-batches.
+NEMOTRON = Transformer(layers=96, hidden=18432, ffn=73728, heads=96, kv_heads=8,
+                       seq=4096, vocab=256000, dropout=False)  # fmt: skip
+NEMOTRON_RUN = dict(tp=8, pp=8, dp=2, micro_batch=1, micro_batches=16, virtual_stages=12,
+                    sequence_parallel=True, recompute="selective", flash_attention=True,
+                    distributed_optimizer=True)  # fmt: skip
+
+
+def _nemotron_first_stage_params() -> tuple[float, float]:
+    """(linear, all) parameters of one GPU of the first stage, by Megatron's formula
+    (theoretical_memory_usage.py, layer norms left out as ccsim does): attention 2 h^2
+    (1 + g/a), MLP 2 h f, 12 layers and the V x h embedding over 8 GPUs."""
+    h, f = 18432, 73728
+    layer = 2 * h * h * (1 + 8 / 96) + 2 * h * f
+    return 12 * layer / 8, (12 * layer + 256000 * h) / 8
+
+
+def test_nemotron4_340b_fits_with_its_recipes_optimizer_dtypes():
+    """The recipe (nemotron4-340b-synth.yaml: distributed_fused_adam, grad_sync_dtype
+    bf16, dtype bf16, bf16 weights) keeps bf16 gradients and bf16 moments without fp32
+    main weights: 2 + 2 + 4/d bytes per parameter where Megatron's formula counts
+    6 + 12/d. Activations: the first stage runs 2(p - 1) + (v - 1)p + 1 = 103 chunk
+    passes of one layer, Megatron's L (1 + (p - 1)/(p v)) = 96 x 103/96; each keeps
+    (8 + 4 + 4 g/a + 16) s b h / t (Korthikanti's 34 without the two dropout masks and
+    with K and V of 8 of 96 heads)."""
+    _, params = _nemotron_first_stage_params()
+    sbh = 4096 * 18432
+    layer = (8 + 4 + 4 * 8 / 96 + 16) * sbh / 8
+    m = megatron_memory(NEMOTRON, **NEMOTRON_RUN, grad_reduce="bf16", optimizer_state="bf16")
+    assert (m.weights, m.gradients, m.optimizer) == pytest.approx(
+        (2 * params, 2 * params, 4 * params / 2), rel=1e-12
+    )
+    assert m.activations == pytest.approx(103 * layer, rel=1e-12)
+    # ... which is Megatron's interleaving penalty, L (1 + (p - 1)/(p v)) layers.
+    assert m.activations == pytest.approx(96 * (1 + 7 / (8 * 12)) * layer, rel=1e-12)
+    h100 = DEVICES["H100"].memory_bytes  # 80 GiB
+    assert m.fits(h100)
+    # Megatron's own activation formula (SP + selective: s b h (18 + 4 f/h) / t per
+    # layer, L layers x the interleaving penalty, the embedding's input and dropout for
+    # p micro-batches) with the recipe's dtypes fits too; with its fp32 defaults it does
+    # not: what the recipe's dtypes are worth.
+    megatron_activations = (sbh * (18 + 4 * 4) * 96 + 8 * 4096 * 8 + sbh * 8) * (1 + 7 / 96) / 8
+    assert m.total <= (2 + 2 + 4 / 2) * params + megatron_activations < h100
+    assert (6 + 12 / 2) * params + megatron_activations > h100
+    # ccsim's default, fp32 gradients and Megatron-Core's fp32 state: 6 + 12/d.
+    default = megatron_memory(NEMOTRON, **NEMOTRON_RUN)
+    assert default.weights + default.gradients + default.optimizer == pytest.approx(
+        (6 + 12 / 2) * params, rel=1e-12
+    )
+    assert not default.fits(h100)
+
+
+def test_nemotron4_340b_fp8_parameters_keep_a_bf16_master_copy():
+    """The fp8 run sets fp8_params: the linear weights are fp8 (1 byte) with their fp8
+    transposes (1), the embedding stays bf16, and NeMo then stores a bf16 copy of the
+    weights as optimizer state (store_params): 6 bytes over d. Activations: the fp8 casts
+    of the linear inputs save 5 s b h / t per layer with flash attention (see
+    test_fp8_keeps_the_linear_inputs_as_fp8)."""
+    linear, params = _nemotron_first_stage_params()
+    sbh = 4096 * 18432
+    m = megatron_memory(NEMOTRON, **NEMOTRON_RUN, precision="fp8", fp8_params=True,
+                        grad_reduce="bf16", optimizer_state="bf16-master")  # fmt: skip
+    assert m.weights == pytest.approx(2 * linear + 2 * (params - linear), rel=1e-12)
+    assert (m.gradients, m.optimizer) == pytest.approx((2 * params, 6 * params / 2), rel=1e-12)
+    layer = (8 + 4 + 4 * 8 / 96 + 16 - 5) * sbh / 8
+    assert m.activations == pytest.approx(103 * layer, rel=1e-12)
+    assert m.fits(DEVICES["H100"].memory_bytes)
+
+
+def test_the_optimizer_state_sets_the_optimizer_steps_traffic():
+    """The optimizer step reads and writes its state and reads a 4-byte gradient per
+    parameter of its shard: 16 bytes with fp32 state, 8 with bf16 moments; the state's
+    name is checked."""
+    small = Transformer(layers=4, hidden=1024, seq=512, vocab=32000, heads=8)
+
+    def step_bytes(**options):
+        w = megatron(small, tp=1, pp=1, dp=2, micro_batch=1, global_batch=4, **options)
+        return next(op.mem_bytes for op in w.ops if op.id == "r0.opt")
+
+    shard = (4 * small.layer_params + 32000 * 1024) / 2
+    assert step_bytes() == pytest.approx(16 * shard, rel=1e-12)
+    assert step_bytes(optimizer_state="bf16") == pytest.approx(8 * shard, rel=1e-12)
+    with pytest.raises(CcsimError, match="optimizer_state must be one of fp32, bf16"):
+        megatron(small, tp=1, pp=1, dp=2, global_batch=4, optimizer_state="fp16")

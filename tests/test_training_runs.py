@@ -63,13 +63,15 @@ def test_model_tflops_become_seconds_per_step_with_megatron_lms_count():
 def test_layers_that_do_not_split_are_split_as_megatron_bridge_does():
     """Llama 3.1 405B's 126 layers on PP 8 x VP 8 do not make 64 equal chunks; with the
     embedding and the loss counted as a layer each (account_for_embedding/loss_in_
-    pipeline_split), 128 would: ccsim, whose uneven stages are not interleaved, runs 8
-    stages of 15/16 x 6/15 layers without interleaving."""
+    pipeline_split, as the 405B recipes set), 128 do: the run keeps its 8 virtual
+    stages, the two end chunks one layer short."""
     run = BY_ID["bridge-26.06-llama31-405b-h100-fp8-1024"]
     options = generator_options(run)
     assert (run.pp, run.vp) == (8, 8)
-    assert options["virtual_stages"] == 1
-    assert options["first_stage_layers"] == options["last_stage_layers"] == 15
+    assert options["virtual_stages"] == 8
+    assert options["account_for_embedding_in_pipeline_split"] is True
+    assert options["account_for_loss_in_pipeline_split"] is True
+    assert "first_stage_layers" not in options
     even = generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
     assert even["virtual_stages"] == 5 and "first_stage_layers" not in even
 
@@ -106,10 +108,8 @@ def test_each_source_runs_with_the_gradients_and_sharding_its_recipe_sets():
 
 def test_published_configurations_fit_in_memory():
     """Every H100 run the sources published ran, so each must fit in 80 GiB by ccsim's
-    memory model, but for the three Nemotron-4 340B runs on 128 GPUs (TP 8, PP 8, VP 12,
-    DP 2), which Megatron's own accounting puts over 80 GiB at the settings their tables
-    state (their recipes' recompute and offload settings were not read): named here so
-    that a fourth is seen."""
+    memory model; the Nemotron-4 340B runs on 128 GPUs (TP 8, PP 8, VP 12, DP 2) do with
+    the bf16 gradients and bf16 optimizer state their recipes set."""
     from simulator.workload.devices import DEVICES
     from simulator.workload.generators import megatron, megatron_step_memory
 
@@ -125,8 +125,22 @@ def test_published_configurations_fit_in_memory():
     assert megatron(**generator_options(run)).memory == megatron_step_memory(
         **generator_options(run)
     )
-    assert sorted(over) == [
-        "dgxc-v25.01-nemotron4-340b-h100-bf16-128",
-        "dgxc-v25.01-nemotron4-340b-h100-fp8-128",
-        "nemo-24.07-nemotron4-340b-h100-fp8-128",
-    ]
+    assert over == []
+
+
+def test_nemotron4_340b_runs_with_its_recipes_settings():
+    """DGX Cloud's v25.01 recipe (nemotron4-340b-synth.yaml with configure.sh's
+    overrides) and NeMo-Launcher 24.07's nemotron_340b.yaml: selective recompute,
+    sequence parallelism, distributed_fused_adam reducing gradients in bf16 and keeping
+    its state in bf16 (no main weights; a bf16 copy where fp8_params keeps the weights in
+    fp8)."""
+    for rid, state, fp8_params in (
+        ("dgxc-v25.01-nemotron4-340b-h100-bf16-128", "bf16", False),
+        ("dgxc-v25.01-nemotron4-340b-h100-fp8-2048", "bf16-master", True),
+        ("nemo-24.07-nemotron4-340b-h100-fp8-128", "bf16", None),
+    ):
+        options = generator_options(BY_ID[rid])
+        assert options["optimizer_state"] == state
+        assert options["recompute"] == "selective" and options["sequence_parallel"] is True
+        assert options["grad_reduce"] == "bf16"
+        assert options.get("fp8_param_gather") is fp8_params

@@ -10,8 +10,14 @@ import pytest
 from simulator.cli import main
 from simulator.errors import CcsimError
 from simulator.workload.generators import megatron as megatron_core
-from simulator.workload.memory import megatron_memory, pipeline_layers
+from simulator.workload.memory import (
+    chunk_layer_range,
+    megatron_memory,
+    pipeline_chunks,
+    pipeline_layers,
+)
 from simulator.workload.model import MODELS, Transformer
+from simulator.workload.pipeline import peak_held, pipeline_order
 
 # The hand-worked steps here are for the options SC'21 ran (full recomputation, unfused
 # attention, nothing overlapped) unless a test gives its own; Megatron-Core's defaults
@@ -285,3 +291,160 @@ def test_cli_takes_first_and_last_stage_layers(tmp_path):
     assert main(argv) == 0
     data = json.loads(out.read_text())
     assert "stages of 11/13/13/11 layers" in data["description"]
+
+
+def test_cli_counts_the_embedding_and_loss_as_layers(tmp_path, capsys):
+    """GPT-2 1.5B's 48 layers with both counted make 50: 5 stages of 2 chunks of 5, the
+    end chunks 4: stages of 9/10/10/10/9. Counting only the embedding (49) on 4 stages
+    splits nothing: one line, exit 2."""
+    out = tmp_path / "w.json"
+    argv = ["generate", "megatron", "--model", "gpt-1.5b", "--tp", "1", "--dp", "1"]
+    argv += ["--global-batch", "5", "--out", str(out), "--virtual-stages", "2"]
+    argv += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    assert main([*argv, "--pp", "5"]) == 0
+    assert "stages of 9/10/10/10/9 layers" in json.loads(out.read_text())["description"]
+    capsys.readouterr()
+    bad = ["generate", "megatron", "--model", "gpt-1.5b", "--tp", "1", "--pp", "4"]
+    bad += ["--account-for-embedding-in-pipeline-split", "--out", str(out)]
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert "49, which do not split into 4 pipeline stages" in err and "Traceback" not in err
+
+
+# --- The embedding and the loss counted as layers (Megatron-Core's
+# account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), with
+# virtual stages, and the interleaved schedule's warm-up.
+
+
+def test_embedding_and_loss_counted_as_layers_take_a_layer_from_the_end_chunks():
+    """Llama 3.1 405B on Megatron-Bridge: 126 layers, PP 8, VP 8, both flags. Megatron-
+    Core's get_num_layers_to_build: (126 + 2) / 8 = 16 a stage, 16 / 8 = 2 a chunk, the
+    first chunk of stage 0 and the last of stage 7 one fewer. get_transformer_layer_offset:
+    chunk c of stage s starts at c x 128/8 + s x 2, less 1 but for chunk 0 of stage 0:
+    stage 3 chunk 2 at 2 x 16 + 3 x 2 - 1 = 37; stage 7 chunk 7 at 7 x 16 + 14 - 1 = 125."""
+    chunks = pipeline_chunks(
+        126, 8, virtual_stages=8, account_for_embedding=True, account_for_loss=True
+    )
+    assert chunks[0] == (1,) + (2,) * 7 and chunks[7] == (2,) * 7 + (1,)
+    assert all(stage == (2,) * 8 for stage in chunks[1:7])
+    assert pipeline_layers(
+        126, 8, virtual_stages=8, account_for_embedding=True, account_for_loss=True
+    ) == (15, 16, 16, 16, 16, 16, 16, 15)
+    assert chunk_layer_range(chunks, 0, 0) == range(0, 1)
+    assert chunk_layer_range(chunks, 1, 0) == range(1, 3)
+    assert chunk_layer_range(chunks, 3, 2) == range(37, 39)
+    assert chunk_layer_range(chunks, 7, 7) == range(125, 126)
+    # Every layer once, in virtual-stage order.
+    order = [k for c in range(8) for s in range(8) for k in chunk_layer_range(chunks, s, c)]
+    assert order == list(range(126))
+    # Without interleaving: the first and last stages one layer fewer, as
+    # --decoder-first/last-pipeline-num-layers 15 would give.
+    assert pipeline_layers(126, 8, account_for_embedding=True, account_for_loss=True) == (
+        pipeline_layers(126, 8, first_stage_layers=15, last_stage_layers=15)
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (dict(virtual_stages=3, account_for_embedding=True), "make 13, which do not split"),
+        (
+            dict(first_stage_layers=2, account_for_loss=True),
+            "do not go with first_stage_layers",
+        ),
+    ],
+)
+def test_embedding_in_the_split_is_refused_where_megatron_refuses_it(options, needle):
+    """Megatron-Core asserts that the layers with the embedding and loss divide into the
+    stages' chunks, and refuses them with uneven first or last stages."""
+    with pytest.raises(CcsimError, match=needle):
+        pipeline_chunks(12, 2, **options)
+
+
+def test_interleaved_warm_up_counts_are_megatrons():
+    """get_pp_rank_microbatches: stage s of p runs 2 (p - s - 1) + (v - 1) p warm-up
+    forwards before its first backward (capped at the step's m v): p 4, v 3, m 8 gives
+    14, 12, 10, 8; with m 2, stage 0's 14 exceed the step's 6 chunk-passes: all
+    forwards first."""
+    for stage, warmup in enumerate((14, 12, 10, 8)):
+        order = pipeline_order(stage, 4, 8, 3)
+        first_backward = next(n for n, (kind, _, _) in enumerate(order) if kind == "b")
+        # The warm-up and the first forward of the steady state.
+        assert first_backward == warmup + 1
+        assert len(order) == 2 * 8 * 3
+    assert [kind for kind, _, _ in pipeline_order(0, 4, 2, 3)] == ["f"] * 6 + ["b"] * 6
+
+
+def test_interleaved_order_follows_megatrons_schedule_table():
+    """p 2, v 2, m 4, stage 0, by hand from get_schedule_table (groups of p micro-
+    batches, every chunk of a group in turn): forwards (micro-batch, chunk) (0,0) (1,0)
+    (0,1) (1,1) (2,0) (3,0) (2,1) (3,1); backwards the same with the chunks reversed;
+    warm-up 2 x 1 + 1 x 2 = 4."""
+    got = [f"{kind}{c}.{i}" for kind, c, i in pipeline_order(0, 2, 4, 2)]
+    assert got == [
+        *("f0.0", "f0.1", "f1.0", "f1.1"),
+        *("f0.2", "b1.0", "f0.3", "b1.1", "f1.2", "b0.0", "f1.3", "b0.1"),
+        *("b1.2", "b1.3", "b0.2", "b0.3"),
+    ]
+
+
+def test_uneven_chunks_hold_what_the_schedule_holds():
+    """6 layers, p 2, v 2, both flags: 8 counted, 2 a chunk; stage 0 chunks (1, 2), stage
+    1 (2, 1). Stage 0's order (above) holds 1, 2, 4, 6, 7 layers after its five
+    forwards, then frees 2: peak 7. Stage 1 (warm-up 2: f0.0 f0.1, then f1.0 b1.0 f1.1
+    b1.1 f0.2 b0.0 ...) holds 2, 4, 5, 4, 5, 4, 6: peak 6. With even chunks of 1.5
+    layers the first stage's count would be Korthikanti's (warm-up + 1) x L/(p v)."""
+    chunks = pipeline_chunks(6, 2, virtual_stages=2, account_for_embedding=True,
+                             account_for_loss=True)  # fmt: skip
+    assert chunks == ((1, 2), (2, 1))
+    assert peak_held(0, 2, 4, chunks[0]) == 7
+    assert peak_held(1, 2, 4, chunks[1]) == 6
+    assert peak_held(0, 2, 4, (3, 3)) == (4 + 1) * 3
+    model = Transformer(layers=6, hidden=H, seq=S, vocab=V, heads=4)
+    options = dict(tp=1, pp=2, dp=1, micro_batch=1, micro_batches=4, virtual_stages=2,
+                   recompute="full")  # fmt: skip
+    m = megatron_memory(model, **options, account_for_embedding=True, account_for_loss=True)
+    # Full recomputation keeps each layer's 2 s b h input; stage 0 also the embedding's
+    # dropout mask (s b h) for its 2 micro-batches in flight; stage 0 holds the most.
+    assert m.activations == pytest.approx(7 * 2 * S * H + 2 * S * H, rel=1e-12)
+
+
+def test_the_generator_builds_the_end_chunks_one_layer_short():
+    """6 layers, p 2, v 2, both flags: forward passes of stage 0 run 1 layer (chunk 0)
+    and 2 (chunk 1); stage 1 runs 2 (chunk 0) and 1 plus the logits (chunk 1), at 24 h^2
+    + 4 s h FLOPs per token a layer and 2 h V for the logits (tp 1, b 1)."""
+    model = Transformer(layers=6, hidden=H, seq=S, vocab=V, heads=4)
+    w = megatron(model, tp=1, pp=2, dp=1, global_batch=4, virtual_stages=2,
+                 account_for_embedding_in_pipeline_split=True,
+                 account_for_loss_in_pipeline_split=True)  # fmt: skip
+    ops = ops_by_id(w)
+    per_layer = S * (24 * H * H + 4 * S * H)
+    logits = 2 * S * H * V
+    for r, chunk, layers, extra in ((0, 0, 1, 0), (0, 1, 2, 0), (1, 0, 2, 0), (1, 1, 1, logits)):
+        for i in range(4):
+            got = ops[f"r{r}.f{chunk}.{i}"].total_flops
+            assert got == pytest.approx(layers * per_layer + extra, rel=1e-12)
+
+
+def test_a_chunk_of_no_layers_runs_only_its_embedding_or_loss():
+    """6 layers, p 4, v 2, both flags: 8 counted, 1 a chunk, so the first chunk of stage
+    0 holds only the embedding (no FLOPs counted) and the last of stage 3 only the loss
+    (the logits, 2 h V per token); Megatron-Core allows such chunks (it asserts >= 0
+    layers). The step builds and replays."""
+    from simulator.topology import ring_graph
+    from simulator.workload import run_workload
+
+    model = Transformer(layers=6, hidden=H, seq=S, vocab=V, heads=4)
+    w = megatron(model, tp=1, pp=4, dp=1, global_batch=4, virtual_stages=2,
+                 account_for_embedding_in_pipeline_split=True,
+                 account_for_loss_in_pipeline_split=True)  # fmt: skip
+    ops = ops_by_id(w)
+    per_layer = S * (24 * H * H + 4 * S * H)
+    assert ops["r0.f0.0"].total_flops == 0.0
+    assert ops["r0.f1.0"].total_flops == pytest.approx(per_layer, rel=1e-12)
+    assert ops["r3.f1.0"].total_flops == pytest.approx(2 * S * H * V, rel=1e-12)
+    graph = ring_graph(4, 1e11)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "H100"
+    _, result = run_workload(w, graph, algorithm="ring")
+    assert result.step_s > 0

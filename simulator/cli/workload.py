@@ -25,7 +25,7 @@ from ..workload.chakra import write_chakra
 from ..workload.devices import Device, device_for
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
-from ..workload.memory import MemoryEstimate
+from ..workload.memory import OPTIMIZER_STATE, MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.presets import describe_presets, resolve_workload
 from ..workload.servers import SERVER_GPUS, server_of_ranks, tp_spread, tp_warning
@@ -244,6 +244,15 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "fp8 (Megatron's --fp8-param-gather; default: off)",
     )
     gen.add_argument(
+        "--optimizer-state",
+        choices=tuple(OPTIMIZER_STATE),
+        default=None,
+        help="megatron: the optimizer's state per parameter: fp32 (Megatron-Core's fp32 "
+        "main weights and moments, 12 bytes), bf16 (bf16 moments, no main weights, 4: "
+        "NeMo's distributed_fused_adam with optim.dtype bf16) or bf16-master (the same "
+        "with a bf16 copy of the weights, 6: with fp8 parameters) (default: fp32)",
+    )
+    gen.add_argument(
         "--recompute",
         choices=("full", "selective", "none"),
         default=None,
@@ -291,6 +300,16 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: layers of the last pipeline stage, the rest split evenly over the "
         "others (uneven stages; default: all stages even)",
     )
+    for part in ("embedding", "loss"):
+        gen.add_argument(
+            f"--account-for-{part}-in-pipeline-split",
+            action="store_true",
+            default=None,
+            help=f"megatron: count the {part} as a layer when splitting the layers over "
+            f"the pipeline's stages and chunks, as Megatron-Core's flag of that name: the "
+            f"{'first chunk of the first' if part == 'embedding' else 'last chunk of the last'}"
+            " stage holds one layer fewer (default: off)",
+        )
     gen.add_argument(
         "--flash-attention",
         action=argparse.BooleanOptionalAction,
@@ -491,6 +510,8 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "virtual_stages": args.virtual_stages,
         "first_stage_layers": args.first_stage_layers,
         "last_stage_layers": args.last_stage_layers,
+        "account_for_embedding_in_pipeline_split": args.account_for_embedding_in_pipeline_split,
+        "account_for_loss_in_pipeline_split": args.account_for_loss_in_pipeline_split,
         "flash_attention": args.flash_attention,
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "tp_comm_overlap": args.tp_comm_overlap,
@@ -499,6 +520,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "precision": args.precision,
         "grad_reduce": args.grad_reduce,
         "fp8_param_gather": args.fp8_param_gather,
+        "optimizer_state": args.optimizer_state,
         "cp": args.cp,
         "ep": args.ep,
         "fsdp": args.fsdp,

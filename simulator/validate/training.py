@@ -181,6 +181,7 @@ _SETTINGS = {
     "overlap_param_gather": "overlap_param_gather",
     "distributed_optimizer": "distributed_optimizer",
     "fp8_params": "fp8_param_gather",
+    "optimizer_state": "optimizer_state",
 }
 
 
@@ -211,6 +212,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             word = value.split()[0].strip(",;()").lower()
             if word in ("none", "selective", "full"):
                 options[name] = word
+        elif key == "optimizer_state" and isinstance(value, str):
+            options[name] = value  # checked by the generator (OPTIMIZER_STATE)
     kind = entry.get("source_kind")
     if settings.get("grad_reduce_in_fp32") is False or (
         "grad_reduce_in_fp32" not in settings
@@ -285,10 +288,13 @@ def _use(entry: Mapping[str, Any]) -> str:
 def generator_options(run: TrainingRun) -> dict[str, Any]:
     """The ``megatron`` generator's arguments for ``run`` (Megatron-Core's defaults for
     what its source leaves out). Layers that do not split into PP x VP chunks are split
-    as Megatron-Bridge's ``account_for_embedding_in_pipeline_split`` and
-    ``account_for_loss_in_pipeline_split`` do (the embedding and the loss count as a
-    layer each: the first and last stages hold one layer fewer), where that makes them
-    split; otherwise the interleaving is dropped (said in the result)."""
+    as Megatron-Bridge's and NeMo's Llama 3.1 405B recipes set
+    ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
+    (NeMo v2.3.0 nemo/collections/llm/recipes/llama31_405b.py, lines 72-73): the
+    embedding and the loss count as a layer each, the first chunk of the first stage and
+    the last chunk of the last stage hold one layer fewer, where that makes them split
+    (without interleaving, the first and last stages one layer fewer); otherwise the
+    interleaving is dropped (said in the result)."""
     options: dict[str, Any] = dict(
         model=run.model,
         tp=run.tp,
@@ -307,6 +313,11 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
         if (layers + 2) % chunks == 0 and run.vp == 1 and run.pp > 1:
             per = (layers + 2) // chunks
             options.update(first_stage_layers=per - 1, last_stage_layers=per - 1)
+        elif (layers + 2) % chunks == 0 and run.pp > 1:
+            options.update(
+                account_for_embedding_in_pipeline_split=True,
+                account_for_loss_in_pipeline_split=True,
+            )
         elif layers % run.pp == 0:
             options["virtual_stages"] = 1
         elif (layers + 2) % run.pp == 0 and run.pp > 1:

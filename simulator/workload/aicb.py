@@ -53,7 +53,7 @@ What is mapped:
   REDUCESCATTER, ALLTOALL map to all_reduce, all_gather, reduce_scatter, all_to_all;
   NONE or size 0 means no communication.
 * Per rank: the prologue's forward compute and comm; then the micro-batches in
-  Megatron's 1F1B order (:func:`~simulator.workload.generators._one_f_one_b`: stage s
+  Megatron's 1F1B order (:func:`~simulator.workload.pipeline.pipeline_order`: stage s
   runs P - s - 1 warm-up forwards, then one forward and one backward in turn, then the
   rest of the backwards; with P = 1 forward and backward in turn). A micro-batch's
   forward receives the activation from the previous stage (``pp_comm`` bytes, from the
@@ -84,7 +84,8 @@ from pathlib import Path
 
 from ..collective.guards import OP_FLOWS, Estimate, check_flows
 from ..files import read_text
-from .generators import _Builder, _one_f_one_b
+from .generators import _Builder
+from .pipeline import pipeline_order
 from .trace import Workload, WorkloadError
 
 _TYPES = {
@@ -433,7 +434,7 @@ def _build(
         stage = r // per_stage
         wg_done: dict[str, str] = {}
         prev = forward("pre.", r, [], prologue) if prologue else None
-        for kind, _, i in _one_f_one_b(stage, pp, micro, 1):
+        for kind, _, i in pipeline_order(stage, pp, micro, 1):
             if kind == "f":
                 deps = [prev]
                 if stage > 0:

@@ -21,12 +21,17 @@ from ..errors import CcsimError, unknown_choice
 from .kernels import Gemm
 from .memory import (
     GRAD_REDUCE,
+    GRADIENT_BYTES,
+    OPTIMIZER_BYTES,
     MemoryEstimate,
     chunk_layer_range,
+    fsdp_gathered_units,
     megatron_memory,
-    pipeline_layers,
+    optimizer_state_bytes,
+    pipeline_chunks,
 )
 from .model import MODELS, Transformer
+from .pipeline import pipeline_order
 from .trace import FORMAT, Replicas, Workload, parse_workload
 
 BF16 = 2  # bytes per parameter, gradient and activation element
@@ -139,12 +144,15 @@ def pass_work(
             gemms = layer + gemms
         elif recompute == "selective":
             gemms = scores + gemms
-    gemms = [g.times(layers) for g in gemms]
+    # A pass over no layers (a chunk holding only the embedding or the loss) runs none.
+    gemms = [g.times(layers) for g in gemms] if layers else []
     if logits and m.vocab:
         out = m.logits_gemm(micro_batch, tp=tp, cp=cp)
         gemms += [out] if forward else list(out.backward())
+    if not gemms:
+        return {"flops": 0.0}  # nothing but the embedding lookup, not timed
     work: dict[str, Any] = {"gemms": [g.as_list() for g in gemms]}
-    if flash_attention and core:
+    if flash_attention and core and layers:
         work["attention"] = flash_core_kernels(
             m, micro_batch, tp=tp, layers=layers, forward=forward, recompute=recompute, cp=cp
         )
@@ -480,6 +488,9 @@ def megatron_step_memory(
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
     fp8_param_gather: bool = False,
+    optimizer_state: str | None = None,
+    account_for_embedding_in_pipeline_split: bool = False,
+    account_for_loss_in_pipeline_split: bool = False,
     **given: Any,
 ) -> MemoryEstimate:
     """The memory :func:`megatron` would report for these arguments, without building the
@@ -518,6 +529,9 @@ def megatron_step_memory(
         last_stage_layers=last_stage_layers,
         grad_reduce=grad_reduce,
         fp8_params=fp8_param_gather,
+        optimizer_state=optimizer_state,
+        account_for_embedding=account_for_embedding_in_pipeline_split,
+        account_for_loss=account_for_loss_in_pipeline_split,
         **{name: chosen[name] for name in names},
     )
 
@@ -548,6 +562,9 @@ def megatron(
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
     fp8_param_gather: bool = False,
+    optimizer_state: str | None = None,
+    account_for_embedding_in_pipeline_split: bool = False,
+    account_for_loss_in_pipeline_split: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -614,12 +631,14 @@ def megatron(
     attention's). Expert gradients are reduced over the ranks holding the same experts
     (DP x CP / EP), the rest over DP x CP.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
-    ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-LM's custom FSDP does): before each
-    pass its layers' weights are all-gathered over them on an ``fsdp.ag`` stream,
-    prefetched one pass ahead (a gather may start once the pass two before it is done,
-    whose buffer it reuses), and after each backward its gradients are
-    reduce-scattered on an ``fsdp.rs`` stream; the optimizer steps 1/(dp cp) of the
-    state. The embedding stays replicated.
+    ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
+    by layer (Megatron-FSDP's units are the transformer layers), each layer after its
+    weights' all-gather over those ranks on an ``fsdp.ag`` stream; the gathers run ahead
+    of the compute, as many units as Megatron-FSDP prefetches
+    (:func:`~simulator.workload.memory.fsdp_gathered_units`: a layer's gather may start
+    once the layer that many units before it in the step has run), and after each
+    layer's backward its gradients are reduce-scattered on an ``fsdp.rs`` stream; the
+    optimizer steps 1/(dp cp) of the state. The embedding stays replicated.
     ``precision`` "fp8" runs the layers' linear GEMMs on fp8 operands (Transformer
     Engine's recipe, :func:`pass_work`) and keeps the fp8 weight copies in memory.
     ``replicas`` builds the ops of the first data-parallel replica only (ranks with
@@ -638,6 +657,12 @@ def megatron(
     3 405B's 126 layers ran on 8 stages, 15 + 6 x 16 + 15 (Dubey et al. 2024, section
     3.3.2); every stage's passes, TP collectives, gradient buckets and DP reduction then
     carry its own layers. Interleaved, each stage's chunks hold 1/v of its layers.
+    ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
+    (Megatron-Core's flags of those names) count the input embedding and the loss as a
+    layer each in the split: the first chunk of the first stage and the last chunk of
+    the last stage hold one layer fewer (:func:`~simulator.workload.memory.pipeline_chunks`),
+    interleaved or not, as Megatron-Bridge runs Llama 3.1 405B (126 layers on 8 stages of
+    8 chunks of 2, the two end chunks of 1).
     A model with ``tied_embeddings`` (GPT's) and ``pp`` > 1 all-reduces the shared
     embedding's gradients between the first and last stage of each pipeline after the DP
     reduction, as Megatron-LM does for a weight both stages hold.
@@ -649,7 +674,11 @@ def megatron(
     GPT-3 175B example and the SC'21 runs train), 2 bytes each. The updated parameters'
     all-gathers (distributed optimizer, FSDP) move bf16 weights whatever it is, unless
     ``fp8_param_gather`` (Megatron's ``--fp8-param-gather``, an fp8 run's): the layers'
-    weights are then kept and gathered in fp8, one byte each.
+    weights are then kept and gathered in fp8, one byte each. ``optimizer_state``
+    (:data:`~simulator.workload.memory.OPTIMIZER_STATE`; default: Megatron-Core's fp32
+    main weights and moments) is the optimizer's state where a recipe sets its dtype
+    (NeMo's ``optim.dtype: bf16``): its bytes per parameter set the memory and the
+    optimizer step's traffic.
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -690,6 +719,10 @@ def megatron(
             f"not {grad_reduce!r}"
         )
     grad = GRAD_REDUCE[grad_reduce][0]  # bytes per parameter of a gradient reduction
+    # The optimizer step's memory traffic per parameter: its state (12 bytes by default)
+    # and a 4-byte gradient read; a recipe's smaller state moves less.
+    state = OPTIMIZER_BYTES if optimizer_state is None else optimizer_state_bytes(optimizer_state)
+    step_bytes = GRADIENT_BYTES + state
     if fp8_param_gather and precision != "fp8":
         raise CcsimError("fp8_param_gather keeps weights in fp8: it needs precision fp8")
     param_bytes = 1 if fp8_param_gather else BF16  # the layers' weights as gathered
@@ -730,15 +763,19 @@ def megatron(
                 "context parallelism needs; pick a cp that divides seq / 2"
             )
         flash_attention = True  # Megatron's CP runs Transformer Engine's fused attention
-    # Layers of each pipeline stage (over its v chunks); uneven with first_stage_layers
-    # or last_stage_layers, checked as Megatron-LM does.
-    split = pipeline_layers(
+    # Layers of each pipeline stage's v chunks; uneven with first_stage_layers or
+    # last_stage_layers (whole stages) or with the embedding and loss counted as layers
+    # (the end chunks), checked as Megatron-Core does.
+    chunks = pipeline_chunks(
         m.layers,
         pp,
         virtual_stages=v,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
+        account_for_embedding=account_for_embedding_in_pipeline_split,
+        account_for_loss=account_for_loss_in_pipeline_split,
     )
+    split = tuple(sum(stage) for stage in chunks)
     global_batch = global_batch or micro_batch * dp * 4 * pp
     micro = global_batch // (micro_batch * dp)
     if micro < 1 or global_batch % (micro_batch * dp):
@@ -803,7 +840,7 @@ def megatron(
 
     def moe_layers(here: int) -> int:
         """MoE layers of virtual stage ``here`` (chunk here // pp of stage here % pp)."""
-        return sum(m.moe_layer(k) for k in chunk_layer_range(split, here % pp, here // pp, v))
+        return sum(m.moe_layer(k) for k in chunk_layer_range(chunks, here % pp, here // pp))
 
     # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
     # shards with TP) and its experts' grouped GEMMs.
@@ -843,6 +880,11 @@ def megatron(
         """The layers of each gradient bucket of a chunk of ``chunk`` layers."""
         return [min(bucket_layers, chunk - k) for k in range(0, chunk, bucket_layers)]
 
+    # Megatron-FSDP runs each transformer layer (its FSDP unit) as soon as that layer's
+    # weights are gathered, gathering the next ones ahead (fsdp_gathered_units): a
+    # layer's gather may start once the layer that many units before it in the step has
+    # run, whose buffer it takes.
+    fsdp_window = fsdp_gathered_units(m.layer_params / tp)
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     # Megatron's --overlap-param-gather: the distributed optimizer's updated parameters
     # are all-gathered bucket by bucket while the next step's first forward runs (its
@@ -922,15 +964,14 @@ def megatron(
         stage_params += stage_moe * moe_params if m.is_moe else 0.0
         stage_layer_params = (split[stage] - stage_moe) * m.layer_params / tp
         stage_experts = stage_moe * expert_params
-        chunk = split[stage] // v  # layers of each of the stage's model chunks
-        order = _one_f_one_b(stage, pp, micro, v)
+        order = pipeline_order(stage, pp, micro, v)
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
         for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp)):
             r = rank_of(stage, d, t, q)
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
-            passes_done: list[str] = []  # each pass's compute op, for FSDP's prefetch
+            units_done: list[str] = []  # each layer's (FSDP unit's) compute op, in order
             gathers_started: set[int] = set()
             for kind, c, i in order:
                 # One chunk keeps the names of the plain schedule.
@@ -963,12 +1004,18 @@ def megatron(
                 # bucket by bucket (first layers first), each waiting for its bucket's
                 # gather, issued at the start of the step (see param_gathers).
                 gathered = forward and gathers_overlapped and c not in gathers_started
-                pieces = buckets(chunk) if bucketed else [chunk]
+                chunk = chunks[stage][c]  # the layers of this model chunk
+                # A chunk of no layers (the embedding or the loss alone) still runs its
+                # pass: one piece of 0 layers.
+                pieces = (buckets(chunk) or [0]) if bucketed else [chunk]
                 if gathered:
                     gathers_started.add(c)
-                    pieces = buckets(chunk)[::-1]
+                    pieces = (buckets(chunk) or [0])[::-1]
+                if sharded_weights and chunk > 1:
+                    pieces = [1] * chunk  # Megatron-FSDP: one unit (layer) at a time
                 for n, layers in enumerate(pieces):
-                    name = tag if len(pieces) == 1 else f"{tag}.bucket{n}"
+                    piece = "unit" if sharded_weights else "bucket"
+                    name = tag if len(pieces) == 1 else f"{tag}.{piece}{n}"
                     # The output layer after the last layer forward, before the first
                     # backward.
                     logits = here == pp * v - 1 and n == (len(pieces) - 1 if forward else 0)
@@ -994,10 +1041,11 @@ def megatron(
                     layer_bytes = layers * m.layer_params / tp * BF16  # gathered weights
                     layer_grads = layers * m.layer_params / tp * grad
                     gather = None
-                    if sharded_weights:
-                        # Prefetch one pass ahead: the gather reuses the buffer of the
-                        # pass two before this one.
-                        gate = passes_done[-2] if len(passes_done) >= 2 else None
+                    if sharded_weights and layers:
+                        # Prefetched: the gather waits for the layer fsdp_window units
+                        # before this one (whose buffer it takes) only.
+                        done = len(units_done)
+                        gate = units_done[done - fsdp_window] if done >= fsdp_window else None
                         gather = b.op(
                             f"r{r}.fsdp.{name}.gather",
                             r,
@@ -1019,7 +1067,7 @@ def megatron(
                         **work(forward, logits, layers, moe),
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
-                    passes_done.append(comp)
+                    units_done.append(comp)
                     if moe:
                         comp = _expert_layers(
                             b,
@@ -1086,7 +1134,7 @@ def megatron(
                             )
                         ]
                     after = after + tp_prev if tp_comm_overlap else tp_prev
-                    if sharded_weights and not forward:
+                    if sharded_weights and not forward and layers:
                         reduces.append(
                             b.op(
                                 f"r{r}.fsdp.{name}.reduce",
@@ -1200,8 +1248,8 @@ def megatron(
                 "compute",
                 [*after, *reduces],
                 flops=0.0,
-                bytes=optimizer_params * 16
-                + stage_experts * 16 / (expert_replicas if sharded else 1),
+                bytes=optimizer_params * step_bytes
+                + stage_experts * step_bytes / (expert_replicas if sharded else 1),
                 label="optimizer",
             )
             if sharded and not sharded_weights and not gathers_overlapped:
@@ -1254,6 +1302,9 @@ def megatron(
         last_stage_layers=last_stage_layers,
         grad_reduce=grad_reduce,
         fp8_params=fp8_param_gather,
+        optimizer_state=optimizer_state,
+        account_for_embedding=account_for_embedding_in_pipeline_split,
+        account_for_loss=account_for_loss_in_pipeline_split,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
@@ -1357,34 +1408,6 @@ def _ring_attention(
             )
         ]
     return [kernels, *prev]
-
-
-def _one_f_one_b(stage: int, pp: int, micro: int, v: int) -> list[tuple[str, int, int]]:
-    """The (pass, model chunk, micro-batch) order of one pipeline stage: Megatron's 1F1B
-    (v = 1: p - s - 1 warm-up forwards, then one forward and one backward in turn) or its
-    interleaved schedule (see :func:`megatron`).
-
-    >>> _one_f_one_b(1, 2, 2, 1)
-    [('f', 0, 0), ('b', 0, 0), ('f', 0, 1), ('b', 0, 1)]
-    >>> [f"{k}{c}.{i}" for k, c, i in _one_f_one_b(1, 2, 2, 2)]
-    ['f0.0', 'f0.1', 'f1.0', 'b1.0', 'f1.1', 'b1.1', 'b0.0', 'b0.1']
-    """
-    total = micro * v
-    if v == 1:
-        warmup = min(pp - stage - 1, micro)
-    else:
-        warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
-
-    def entry(kind: str, k: int) -> tuple[str, int, int]:
-        chunk = (k % (pp * v)) // pp
-        if kind == "b":
-            chunk = v - 1 - chunk
-        return kind, chunk, (k // (pp * v)) * pp + k % pp
-
-    order = [entry("f", k) for k in range(warmup)]
-    for k in range(total - warmup):
-        order += [entry("f", k + warmup), entry("b", k)]
-    return order + [entry("b", k) for k in range(total - warmup, total)]
 
 
 def moe(

@@ -10,7 +10,11 @@ parameters and fp32 gradients:
   sharded over the d data-parallel ranks. The parameters counted are those of the most
   loaded rank: a pipeline stage's share of the layers split over tensor parallelism,
   plus the input embedding (vocab x hidden / tp) on the first stage (Megatron's
-  ``theoretical_memory_usage.py``);
+  ``theoretical_memory_usage.py``). Recipes that keep gradients or the optimizer's
+  state in other dtypes say so (``grad_reduce``, ``optimizer_state``): NeMo's Nemotron-4
+  340B recipe, bf16 gradients and bf16 moments without main weights, holds 2 + 2 + 4/d
+  bytes per parameter where Megatron's formula (which assumes fp32 for both) counts
+  6 + 12/d;
 * **activations** (Korthikanti et al., "Reducing Activation Recomputation in Large
   Transformer Models", MLSys 2023, section 4 and Table 2): per layer and micro-batch,
   s b h (10 + 24/t + 5 a s / (h t)) bytes with tensor parallelism t, s b h (34 + 5 a s /
@@ -39,9 +43,10 @@ stage with the largest total, which need not be the first once a middle stage ho
 layers.
 
 FSDP (``fsdp``): the layers' weights, fp32 gradients and optimizer state are sharded
-over the DP x CP ranks; each rank also holds two units' gathered bf16 weights (running
-and prefetched; a unit is a layer, or a model chunk with virtual stages) and one unit's
-unsharded gradients; the embedding stays replicated.
+over the DP x CP ranks; each rank also holds the gathered bf16 weights of the unit
+running and those Megatron-FSDP prefetches (:func:`fsdp_gathered_units`; a unit is a
+transformer layer), at most its stage's layers, and one unit's unsharded gradients; the
+embedding stays replicated.
 
 Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
 of the tokens; its attention runs flash-style, without stored scores) and shards the
@@ -64,10 +69,13 @@ fragmentation and the CUDA context, which real runs keep a few GB for.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import CcsimError
 from .model import Transformer
+from .pipeline import peak_held
 
 #: Bytes per parameter of mixed-precision Adam (bf16 parameters, fp32 gradients), split
 #: as Megatron-LM's README table counts them: weights, main gradients, optimizer state.
@@ -81,6 +89,20 @@ OPTIMIZER_BYTES = 12
 #: gradients are fp16 and whose optimizer keeps fp32 copies of parameters and gradients
 #: (the README table's 20 bytes: 4 + 16/d with the distributed optimizer).
 GRAD_REDUCE = {"fp32": (GRADIENT_BYTES, OPTIMIZER_BYTES), "bf16": (2, 12), "fp16": (2, 16)}
+#: Bytes per parameter of the optimizer's state where a recipe sets its dtype (in place of
+#: :data:`GRAD_REDUCE`'s, which are Megatron-Core's defaults):
+#:
+#: * "fp32": fp32 main weights, first and second moments, 12 (Megatron-Core's default;
+#:   its ``--main-params-dtype``, ``--exp-avg-dtype`` and ``--exp-avg-sq-dtype`` all fp32);
+#: * "bf16": bf16 first and second moments and no main weights, 4. NeMo's
+#:   ``distributed_fused_adam`` (Apex's DistributedFusedAdam, ``dtype``: "datatype for
+#:   optimizer state") with ``optim.dtype: bf16`` over bf16 weights: NeMo sets
+#:   ``store_params`` False when the optimizer's dtype is the model's, so the bf16 weights
+#:   are the ones updated (NeMo v2.0.0 megatron_base_model.py, setup_optimization);
+#: * "bf16-master": the same with a bf16 copy of the weights as optimizer state
+#:   (``store_params``: "store a distributed copy of the parameters as optimizer state"),
+#:   6: what NeMo sets whenever ``fp8_params`` keeps the model's weights in fp8.
+OPTIMIZER_STATE = {"fp32": OPTIMIZER_BYTES, "bf16": 4, "bf16-master": 6}
 #: fp8 training keeps each linear weight as fp8 and its fp8 transpose: 2 bytes more.
 FP8_COPY_BYTES = 2
 RECOMPUTE = ("none", "selective", "full")
@@ -153,6 +175,45 @@ def layer_activation_bytes(
     return sbh * (rest + split / t + scores / t)
 
 
+#: Megatron-FSDP's all-gather prefetch, in parameters: the suggested communication unit
+#: is twice the mean FSDP unit's parameters but at least 1e9, and the all-gather prefetch
+#: half of it (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py,
+#: suggested_communication_unit_size and suggested_AG_prefetch_size).
+FSDP_MIN_COMMUNICATION_UNIT = 1e9
+
+
+def fsdp_gathered_units(unit_params: float) -> int:
+    """FSDP units (transformer layers of ``unit_params`` parameters per rank) gathered at
+    once: the one running and those prefetched. A unit's pre-forward (pre-backward) hook
+    all-gathers it and then the next units in pass order, one at a time, until those
+    prefetched hold at least the prefetch size, max(1e9, 2 x unit) / 2 parameters
+    (``AllGatherPipeline.all_gather_params`` in megatron_fsdp/param_and_grad_buffer.py);
+    units gathered already are skipped, so in a steady state each hook gathers one new
+    unit, k ahead of the one running.
+
+    >>> fsdp_gathered_units(218e6)  # Llama 3 8B's layer: 3 x 218M >= 500M prefetched
+    4
+    >>> fsdp_gathered_units(2e9)  # a layer above 1e9 / 2: one prefetched
+    2
+    """
+    prefetch = max(FSDP_MIN_COMMUNICATION_UNIT, 2 * unit_params) / 2
+    return 1 + max(1, math.ceil(prefetch / unit_params))
+
+
+def optimizer_state_bytes(name: str) -> int:
+    """Bytes per parameter of optimizer state ``name`` (:data:`OPTIMIZER_STATE`).
+
+    >>> optimizer_state_bytes("bf16")
+    4
+    """
+    if name not in OPTIMIZER_STATE:
+        raise CcsimError(
+            f"optimizer_state must be one of {', '.join(OPTIMIZER_STATE)} (the dtype of "
+            f"the optimizer's state), not {name!r}"
+        )
+    return OPTIMIZER_STATE[name]
+
+
 def _positive_layers(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise CcsimError(
@@ -168,9 +229,13 @@ def pipeline_layers(
     virtual_stages: int = 1,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
 ) -> tuple[int, ...]:
     """Transformer layers each of ``pp`` pipeline stages holds (over all its
-    ``virtual_stages`` model chunks, which hold a ``1 / virtual_stages`` share each).
+    ``virtual_stages`` model chunks, which hold a ``1 / virtual_stages`` share each, or
+    as :func:`pipeline_chunks` says with ``account_for_embedding`` or
+    ``account_for_loss``).
 
     Without ``first_stage_layers`` and ``last_stage_layers`` the layers split evenly and
     must divide into ``pp x virtual_stages`` chunks. With either (Megatron-LM's
@@ -190,6 +255,17 @@ def pipeline_layers(
     (4, 4, 2)
     """
     v = virtual_stages
+    if account_for_embedding or account_for_loss:
+        chunks = pipeline_chunks(
+            layers,
+            pp,
+            virtual_stages=v,
+            first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers,
+            account_for_embedding=account_for_embedding,
+            account_for_loss=account_for_loss,
+        )
+        return tuple(sum(stage) for stage in chunks)
     if first_stage_layers is None and last_stage_layers is None:
         if layers % (pp * v):
             raise CcsimError(
@@ -246,20 +322,83 @@ def pipeline_layers(
     return tuple(split)
 
 
-def chunk_layer_range(split: tuple[int, ...], stage: int, chunk: int, v: int = 1) -> range:
+def pipeline_chunks(
+    layers: int,
+    pp: int,
+    *,
+    virtual_stages: int = 1,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> tuple[tuple[int, ...], ...]:
+    """Transformer layers of each of the ``virtual_stages`` model chunks of each of the
+    ``pp`` pipeline stages, as Megatron-Core builds them (``get_num_layers_to_build`` in
+    megatron/core/transformer/transformer_block.py): a stage's layers
+    (:func:`pipeline_layers`) split evenly over its chunks, except that
+    ``account_for_embedding`` / ``account_for_loss`` (its
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``)
+    count the input embedding / the loss as one more layer in the split, which the first
+    chunk of the first stage / the last chunk of the last stage then builds one fewer of.
+    Megatron-Core needs the layers with them to divide into the stages and each stage's
+    into its chunks, and refuses them with uneven first or last stages.
+
+    >>> pipeline_chunks(126, 8, virtual_stages=8, account_for_embedding=True,
+    ...                 account_for_loss=True)[0]  # Llama 3.1 405B on Megatron-Bridge
+    (1, 2, 2, 2, 2, 2, 2, 2)
+    >>> pipeline_chunks(12, 2, virtual_stages=2, first_stage_layers=4)
+    ((2, 2), (4, 4))
+    """
+    v = virtual_stages
+    extra = int(account_for_embedding) + int(account_for_loss)
+    if not extra:
+        split = pipeline_layers(
+            layers,
+            pp,
+            virtual_stages=v,
+            first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers,
+        )
+        return tuple((count // v,) * v for count in split)
+    if first_stage_layers is not None or last_stage_layers is not None:
+        raise CcsimError(
+            "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+            "do not go with first_stage_layers or last_stage_layers (Megatron-Core refuses "
+            "uneven stages with them); drop one or the other"
+        )
+    counted = layers + extra
+    if counted % (pp * v):
+        raise CcsimError(
+            f"{layers} layers with the embedding and/or loss counted as layers make "
+            f"{counted}, which do not split into {pp} pipeline stages"
+            + (f" of {v} virtual stages" if v > 1 else "")
+            + f" as Megatron-Core needs; pick a pp (x virtual stages) that divides {counted}"
+        )
+    per = counted // (pp * v)
+    chunks = [[per] * v for _ in range(pp)]
+    if account_for_embedding:
+        chunks[0][0] -= 1
+    if account_for_loss:
+        chunks[-1][-1] -= 1
+    return tuple(tuple(stage) for stage in chunks)
+
+
+def chunk_layer_range(chunks: Sequence[Sequence[int]], stage: int, chunk: int) -> range:
     """Indices (from 0) of the layers of model chunk ``chunk`` on pipeline ``stage``,
-    ``split`` the layers of each stage (:func:`pipeline_layers`) and ``v`` the chunks
-    per stage: chunk c holds, after c passes over every stage's share, the layers after
-    those of the stages before it (Megatron-LM's ``get_transformer_layer_offset``,
+    ``chunks`` the layers of each stage's chunks (:func:`pipeline_chunks`): the layers
+    after those of every virtual stage before it, virtual stage c p + s being chunk c of
+    stage s (Megatron-LM's ``get_transformer_layer_offset``,
     megatron/core/transformer/transformer_layer.py).
 
-    >>> chunk_layer_range((2, 3, 3, 2), 1, 0)
+    >>> chunk_layer_range(((2,), (3,), (3,), (2,)), 1, 0)
     range(2, 5)
-    >>> list(chunk_layer_range((4, 4, 2), 2, 1, v=2))
+    >>> list(chunk_layer_range(((2, 2), (2, 2), (1, 1)), 2, 1))
     [9]
     """
-    start = chunk * sum(split) // v + sum(split[:stage]) // v
-    return range(start, start + split[stage] // v)
+    pp = len(chunks)
+    here = chunk * pp + stage
+    start = sum(chunks[s][c] for c in range(len(chunks[0])) for s in range(pp) if c * pp + s < here)
+    return range(start, start + chunks[stage][chunk])
 
 
 def megatron_memory(
@@ -283,19 +422,26 @@ def megatron_memory(
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
     fp8_params: bool = False,
+    optimizer_state: str | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
     stages (interleaved 1F1B) it holds its warm-up's 2(p - 1) + (v - 1)p chunk passes
     and one more, each of L/(p v) layers: L/p (p + (p - 1)/v) layers' activations, the
     1 + (p - 1)/(p v) of Korthikanti et al. (section 5). With ``first_stage_layers`` or
-    ``last_stage_layers`` (uneven stages, :func:`pipeline_layers`) every stage is worked
-    out (stage s keeps min(p - s, micro-batches) in flight, interleaved 2(p - s - 1) +
-    (v - 1)p + 1 chunk passes) and the one with the largest total is returned.
+    ``last_stage_layers`` (uneven stages, :func:`pipeline_layers`), or
+    ``account_for_embedding`` / ``account_for_loss`` (uneven chunks,
+    :func:`pipeline_chunks`), every stage is worked out (stage s keeps min(p - s,
+    micro-batches) in flight, interleaved the most layers its schedule holds at once,
+    :func:`~simulator.workload.pipeline.peak_held`) and the one with the largest total
+    is returned.
     ``grad_reduce`` is the gradients' dtype (:data:`GRAD_REDUCE`); ``fp8_params``
     (Megatron's ``--fp8-param-gather``): the linear layers' weights are kept in fp8 only,
     with their fp8 transposes, 2 bytes per parameter in place of bf16's 2 and the fp8
-    copies' 2.
+    copies' 2. ``optimizer_state`` (:data:`OPTIMIZER_STATE`), where a recipe sets the
+    optimizer's dtype, replaces the optimizer bytes per parameter ``grad_reduce`` implies.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -304,15 +450,20 @@ def megatron_memory(
     (5.21, 4.69)
     """
     v = virtual_stages
-    split = pipeline_layers(
+    chunks = pipeline_chunks(
         model.layers,
         pp,
         virtual_stages=v,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
+        account_for_embedding=account_for_embedding,
+        account_for_loss=account_for_loss,
     )
+    split = tuple(sum(stage) for stage in chunks)
     experts = (3 if model.gated else 2) * model.hidden * model.expert_ffn * model.experts
     gradient_bytes, optimizer_bytes = GRAD_REDUCE[grad_reduce]
+    if optimizer_state is not None:
+        optimizer_bytes = optimizer_state_bytes(optimizer_state)
     optimizer = optimizer_bytes / (dp * cp if distributed_optimizer else 1)
     expert_optimizer = optimizer_bytes / (dp * cp // ep if distributed_optimizer else 1)
 
@@ -335,9 +486,7 @@ def megatron_memory(
     def stage_memory(stage: int) -> MemoryEstimate:
         # The stage's layers (chunks s, s + p, ... when interleaved), MoE ones apart.
         layers = split[stage]
-        moe = sum(
-            model.moe_layer(k) for c in range(v) for k in chunk_layer_range(split, stage, c, v)
-        )
+        moe = sum(model.moe_layer(k) for c in range(v) for k in chunk_layer_range(chunks, stage, c))
         dense = layers - moe
         shared = (model.moe_layer_params - experts) if moe else 0.0
         # The input embedding on the first stage, the output layer on the last.
@@ -355,8 +504,11 @@ def megatron_memory(
         dropout = embedding_dropout if stage == 0 else 0.0  # the input embedding's mask
         activations = in_flight * (layers * per_layer + dropout)
         if v > 1:
-            passes = min(2 * (pp - stage - 1) + (v - 1) * pp + 1, micro_batches * v)
-            activations = passes * layers / v * per_layer + in_flight * dropout
+            # The most layers' activations the interleaved schedule holds at once (the
+            # warm-up's 2(p - s - 1) + (v - 1)p chunk passes and one more, with even
+            # chunks).
+            held = peak_held(stage, pp, micro_batches, chunks[stage])
+            activations = held * per_layer + in_flight * dropout
         linear = (dense * model.layer_params + moe * shared) / tp + expert_params
         fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
         if fp8_params:
@@ -367,15 +519,14 @@ def megatron_memory(
         activations /= cp
         if fsdp:
             # The layers' weights, gradients and optimizer state sharded over DP x CP,
-            # plus two chunks' gathered weights (the one running and the one prefetched)
-            # and one chunk's full gradients before they are reduce-scattered.
+            # plus the gathered weights of the layer running and those prefetched (no
+            # more than the stage holds) and one layer's full gradients before they are
+            # reduce-scattered (Megatron-FSDP's unit modules are the transformer layers).
             replicas = dp * cp
             sharded = dense * model.layer_params / tp
             embedding = vocab / tp
-            # The unit gathered is a model chunk with virtual stages, else one layer
-            # (Megatron-FSDP's unit modules are the transformer layers).
-            unit = sharded / v if v > 1 else model.layer_params / tp
-            gathered = 2 * unit
+            unit = model.layer_params / tp
+            gathered = min(fsdp_gathered_units(unit), max(layers, 1)) * unit
             if precision == "fp8":
                 # Weights gathered afresh each micro-batch: fp8 casts of the gathered
                 # units only (Megatron-Bridge turns keep_fp8_transpose_cache off).
@@ -393,7 +544,7 @@ def megatron_memory(
             activations=activations,
         )
 
-    if first_stage_layers is None and last_stage_layers is None:
+    if len(set(chunks)) == 1:
         # Even stages: the first holds the most (the embedding, the most in flight).
         return stage_memory(0)
     # The first of the largest: a middle stage with more layers may outweigh the first.
