@@ -314,22 +314,32 @@ def run_jobs(
     for job, g, single in zip(jobs, gpus, alone, strict=True):
         mine, by_itself = breakdown(parts[job.name]), breakdown(job_runs(single)[job.name])
         results.append(
-            JobResult(job.name, job.workload.name, g, by_itself.step_s, mine.step_s, by_itself, mine)
+            JobResult(
+                job.name, job.workload.name, g, by_itself.step_s, mine.step_s, by_itself, mine
+            )
         )
     # Per-job bytes per link from each run alone; links that carried more than one job's.
     per_job = [_link_bytes(run) for run in alone]
     total = _link_bytes(together)
     shared = []
-    index = {(s, d): i for i, (s, d) in enumerate(zip(together.links["src"], together.links["dst"]))}
-    for key, carried in total.items():
-        mine = {job.name: b[key] for job, b in zip(jobs, per_job, strict=True) if b.get(key, 0.0) > 0}
+    index = {
+        (s, d): i
+        for i, (s, d) in enumerate(zip(together.links["src"], together.links["dst"], strict=True))
+    }
+    for key in total:
+        mine = {
+            job.name: b[key] for job, b in zip(jobs, per_job, strict=True) if b.get(key, 0.0) > 0
+        }
         if len(mine) > 1:
             i = index[key]
             shared.append(
                 SharedLink(
-                    key[0], key[1], together.links["link"][i],
-                    float(together.links["bandwidth"][i]), mine,
-                )  # fmt: skip
+                    key[0],
+                    key[1],
+                    together.links["link"][i],
+                    float(together.links["bandwidth"][i]),
+                    mine,
+                )
             )
     shared.sort(key=lambda link: (-sum(link.bytes_by_job.values()), link.src, link.dst))
     most = max(total.values(), default=0.0)

@@ -123,8 +123,7 @@ def parse_ranks(text: str, *, field: str = "ranks") -> list[int]:
                 ranks.append(int(part))
         except ValueError:
             raise PlacementError(
-                f"{field}: {part!r} is not a rank or a range of ranks; write e.g. "
-                "ranks=0-7,16-23"
+                f"{field}: {part!r} is not a rank or a range of ranks; write e.g. ranks=0-7,16-23"
             ) from None
     return ranks
 
@@ -192,8 +191,7 @@ def place_jobs(
         if len(taken):
             other = names[int(owner[taken[0]])]
             raise PlacementError(
-                f"jobs {other} and {names[j]} both use GPU {int(taken[0])}; jobs need "
-                "disjoint GPUs"
+                f"jobs {other} and {names[j]} both use GPU {int(taken[0])}; jobs need disjoint GPUs"
             )
         owner[ranks] = j
         free[ranks] = False
