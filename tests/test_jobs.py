@@ -104,7 +104,7 @@ def test_explicit_ranks_are_placed_first():
         ([8], ["ranks=0-3"], "has 8 ranks but its placement gives 4"),
         ([4], ["ranks=14-17"], "GPU 16 is not in the cluster"),
         ([6], ["rail"], "multiple of 4"),
-        ([4], ["ranks=3-1"], "not a rank or a range"),
+        ([4], ["ranks=3-1"], "not a number or a range"),
     ],
 )
 def test_bad_placements(sizes, policies, words):
@@ -129,11 +129,29 @@ def test_identical_jobs_on_a_non_blocking_fabric_keep_their_step_exactly():
         assert job.step_together_s == job.step_alone_s
         assert job.slowdown == 1.0
     assert result.shared == []
-    # Alone is the job as the ordinary replay runs it on those GPUs: compared with the
-    # same step run by itself on one 8-GPU layout moved to ranks 0-7 it differs only in
-    # placement, so check against a direct replay of the placed job instead.
+    # Alone is what the ordinary replay gives for the job on those GPUs.
     alone = WorkloadReplay(merge_jobs([step], [result.jobs[0].gpus], ["A"], 16), graph).run()
     assert float(np.nanmax(alone.records.end_s)) == result.jobs[0].step_alone_s
+
+
+def test_one_replica_standing_for_each_jobs_replicas_changes_nothing():
+    # Jobs given by one data-parallel replica each are merged with one shift moving each
+    # job's replicas among its own GPUs; the steps are those of every replica built.
+    def step(replicas):
+        return megatron(
+            "llama3-8b", tp=8, pp=1, dp=2, micro_batch=1, global_batch=2, replicas=replicas
+        )
+
+    graph = load_topology("dgx-a100", 4)
+    one = run_jobs([Job("A", step(True), "scattered"), Job("B", step(True), "scattered")], graph)
+    every = run_jobs(
+        [Job("A", step(False), "scattered"), Job("B", step(False), "scattered")], graph
+    )
+    assert one.together.replicas == {"count": 2, "simulated": 1}
+    assert every.together.replicas == {}
+    for a, b in zip(one.jobs, every.jobs, strict=True):
+        assert a.step_alone_s == pytest.approx(b.step_alone_s, rel=1e-12)
+        assert a.step_together_s == pytest.approx(b.step_together_s, rel=1e-12)
 
 
 def test_two_jobs_share_an_oversubscribed_uplink_max_min():

@@ -46,7 +46,6 @@ that they add up to what the links carried together.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -170,10 +169,14 @@ def merge_jobs(
         and all(r.build is not None for r in given)  # type: ignore[union-attr]
     )
     if not shared:
-        workloads = [
-            w if w.replicas is None or w.replicas.build is None else w.replicas.build(False)
-            for w in workloads
-        ]
+        for w, name in zip(workloads, names, strict=True):
+            if w.replicas is not None and w.replicas.build is None:
+                raise CcsimError(
+                    f"job {name} ({w.name!r}) gives one of {w.replicas.count} data-parallel "
+                    "replicas and cannot build the others, which its neighbours' placement "
+                    "needs; generate it with every replica"
+                )
+        workloads = [w if w.replicas is None else w.replicas.build(False) for w in workloads]
     ops: list[Op] = []
     groups: dict[str, Group] = {}
     instances: list[list[int]] = []
@@ -392,8 +395,3 @@ def job_names(count: int) -> list[str]:
     ['A', 'B', 'C']
     """
     return [chr(ord("A") + j) if j < 26 else f"J{j}" for j in range(count)]
-
-
-def with_placement(job: Job, placement: str | Sequence[int]) -> Job:
-    """``job`` with another placement."""
-    return dataclasses.replace(job, placement=placement)

@@ -123,7 +123,7 @@ def parse_ranks(text: str, *, field: str = "ranks") -> list[int]:
                 ranks.append(int(part))
         except ValueError:
             raise PlacementError(
-                f"{field}: {part!r} is not a rank or a range of ranks; write e.g. ranks=0-7,16-23"
+                f"{field}: {part!r} is not a number or a range of numbers; write e.g. 0-7,16-23"
             ) from None
     return ranks
 
