@@ -12,6 +12,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from ..workload.engine import _ranges as rank_ranges
 from ..workload.jobs import SEED_STATISTICS, JobsRun, JobsWorkload, slowdown_over_seeds
 from ..workload.placement import PlacementError
 from .records import Timeline
@@ -22,20 +23,12 @@ SHARED_ROWS = 12
 
 
 def _ranges(values: Sequence[int]) -> str:
-    """``0-7,16``: sorted GPUs as short ranges.
+    """``0-7,16``: GPUs as short ranges, in ascending order.
 
     >>> _ranges([3, 0, 1, 2, 8])
     '0-3,8'
     """
-    values = sorted(values)
-    parts, start = [], None
-    for i, value in enumerate(values):
-        if start is None:
-            start = value
-        if i + 1 == len(values) or values[i + 1] != value + 1:
-            parts.append(str(start) if start == value else f"{start}-{value}")
-            start = None
-    return ",".join(parts)
+    return rank_ranges(sorted(values))
 
 
 def job_rows(result: JobsRun) -> list[dict[str, Any]]:
