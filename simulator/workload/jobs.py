@@ -144,7 +144,8 @@ def _job_op(op: Op, offset: int, name: str, gpus: list[int]) -> Op:
     new.index = op.index + offset
     new.id = f"{name}/{op.id}"
     new.rank = gpus[op.rank]
-    new.deps = [d + offset for d in op.deps]
+    # The first job's deps keep their indices: its list is shared, never modified.
+    new.deps = [d + offset for d in op.deps] if offset else op.deps
     if op.group:
         new.group = f"{name}/{op.group}"
     if op.peer >= 0:
