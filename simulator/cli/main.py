@@ -22,6 +22,7 @@ from .args import check_outputs, emit
 from .bench import QUICK, SCENARIOS, bench_table, run_bench
 from .collective import add_collective_command
 from .compare import add_compare_command
+from .jobs import add_jobs_command
 from .search import add_search_command
 from .sweep import add_sweep_commands
 from .topology import add_topology_commands
@@ -128,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     bench.set_defaults(handler=_cmd_bench)
     add_workload_commands(sub)
+    add_jobs_command(sub)
     add_validate_command(sub)
     add_sweep_commands(sub)
     add_search_command(sub)

@@ -1,0 +1,398 @@
+"""Several jobs on one cluster: placed on disjoint GPUs, run together on one fabric.
+
+Each job is a workload (any generator, preset or trace) and a placement
+(:mod:`simulator.workload.placement`). The jobs are *merged* into one workload whose
+ranks are the topology's GPUs: job ``A``'s rank ``r`` becomes GPU ``gpus[r]``, its ops,
+ids and groups are prefixed ``A/``. That workload is replayed by the ordinary
+:class:`~simulator.workload.engine.WorkloadReplay`: one SimPy environment, one
+:class:`~simulator.network.flows.FlowNetwork`, so the jobs' flows share links max-min
+fairly exactly as one job's flows share them, and ECMP routes follow the topology's
+seeded hash (``ecmp_seed``, ``--seed``).
+
+Each job is also run *alone*: the same merged form with only that job, on the same GPUs
+of the same topology and seed, so that its slowdown (step together / step alone) is
+the neighbour's doing only.
+
+The replay's shortcuts stay on, because both are checked rather than assumed:
+
+* calls timed alone (:mod:`simulator.workload.isolated`) are replayed from that timing
+  only while no other flow, of any job, touches their links; a call that met another
+  job's flow makes the replay run again with it simulated flow by flow;
+* one data-parallel replica standing for all (:mod:`simulator.workload.replicas`)
+  applies to the jobs together only when every job is given by one replica with the
+  same count: the merged shift moves each job's replicas among that job's GPUs, and
+  :func:`~simulator.workload.replicas.replica_symmetry` then checks that it is a
+  symmetry of the whole cluster and of every route, as for one job; otherwise every
+  replica is built.
+
+Per job and link, the bytes a job puts on a link depend on its routes and schedules
+only (routes are hashed, not load-dependent; the library decides per group, operation
+and size), so they are taken from its run alone; :attr:`JobsRun.bytes_mismatch` checks
+that they add up to what the links carried together.
+
+>>> import simulator
+>>> from simulator.topology import load_topology
+>>> ops = [{"id": f"c{r}", "rank": r, "kind": "compute", "duration": "1ms"} for r in (0, 1)]
+>>> ops += [{"id": f"a{r}", "rank": r, "kind": "collective", "op": "all_reduce",
+...          "group": "dp", "bytes": 1e8, "deps": [f"c{r}"]} for r in (0, 1)]
+>>> trace = {"format": "ccsim-workload/1", "name": "toy", "ranks": 2, "ops": ops,
+...          "groups": {"dp": {"kind": "DP", "ranks": [0, 1]}}}
+>>> toy = simulator.workload.load_workload(trace)
+>>> graph = load_topology("dgx-a100", 1)
+>>> result = run_jobs([Job("A", toy), Job("B", toy)], graph, algorithm="ring")
+>>> [(job.name, job.gpus.tolist(), job.slowdown) for job in result.jobs]
+[('A', [0, 1], 1.0), ('B', [2, 3], 1.0)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from ..errors import CcsimError
+from ..topology.graph import gpu_nodes, servers_of_ranks
+from .engine import OpRecord, WorkloadReplay, WorkloadRun
+from .metrics import Breakdown, breakdown
+from .placement import PlacementError, place_jobs
+from .trace import Group, Op, Replicas, Workload
+
+
+@dataclass
+class Job:
+    """A workload to place: its ``name`` (prefix of its ops and groups; a letter or
+    word), the ``workload``, and its ``placement`` (a policy name of
+    :data:`~simulator.workload.placement.POLICIES`, ``"ranks=0-7"``, or a list of
+    GPUs)."""
+
+    name: str
+    workload: Workload
+    placement: str | Sequence[int] = "packed"
+
+
+@dataclass
+class JobPart:
+    """One job inside a merged workload: its workload as simulated (possibly one
+    replica standing for all), the GPU of each of its ranks, and the index of its first
+    op among the merged ops (its ops follow in their own order)."""
+
+    name: str
+    workload: Workload
+    gpus: np.ndarray
+    offset: int
+
+
+@dataclass
+class JobsWorkload(Workload):
+    """A workload made of several jobs' (see :func:`merge_jobs`); ``parts`` says which
+    ops are whose."""
+
+    parts: list[JobPart] = field(default_factory=list)
+
+
+@dataclass
+class JobResult:
+    """One job's figures: step alone and together (seconds), slowdown (together /
+    alone), and both breakdowns (per job rank)."""
+
+    name: str
+    workload: str
+    gpus: np.ndarray
+    step_alone_s: float
+    step_together_s: float
+    alone: Breakdown
+    together: Breakdown
+
+    @property
+    def slowdown(self) -> float:
+        """Step together over step alone (1.0: the neighbour cost nothing)."""
+        return self.step_together_s / self.step_alone_s if self.step_alone_s else 1.0
+
+
+@dataclass
+class SharedLink:
+    """A directed link that carried bytes of more than one job, with each job's bytes."""
+
+    src: str
+    dst: str
+    link: str
+    bandwidth: float
+    bytes_by_job: dict[str, float]
+
+
+@dataclass
+class JobsRun:
+    """Several jobs run alone and together on one topology (one ECMP ``seed``)."""
+
+    jobs: list[JobResult]
+    together: WorkloadRun
+    alone: list[WorkloadRun]
+    #: Links that carried bytes of more than one job, most bytes first.
+    shared: list[SharedLink]
+    seed: int
+    #: Largest |bytes carried together - sum of each job's bytes alone| over links,
+    #: relative to the most bytes any link carried (0: bytes conserved per job).
+    bytes_mismatch: float = 0.0
+
+
+def _job_op(op: Op, offset: int, name: str, gpus: list[int]) -> Op:
+    """``op`` moved into a merged workload: index, id, rank, deps, group and peer."""
+    new = Op.__new__(Op)
+    new.__dict__.update(op.__dict__)
+    new.index = op.index + offset
+    new.id = f"{name}/{op.id}"
+    new.rank = gpus[op.rank]
+    # The first job's deps keep their indices: its list is shared, never modified.
+    new.deps = [d + offset for d in op.deps] if offset else op.deps
+    if op.group:
+        new.group = f"{name}/{op.group}"
+    if op.peer >= 0:
+        new.peer = gpus[op.peer]
+    return new
+
+
+def merge_jobs(
+    workloads: Sequence[Workload],
+    gpus: Sequence[np.ndarray],
+    names: Sequence[str],
+    gpu_count: int,
+) -> JobsWorkload:
+    """One workload of several jobs on a cluster of ``gpu_count`` GPUs: job ``j``'s rank
+    ``r`` on GPU ``gpus[j][r]`` (see the module docstring). Jobs given by one replica
+    stay so when all of them are, with the same count and unit; otherwise their every
+    replica is built."""
+    given = [w.replicas for w in workloads]
+    shared = (
+        all(r is not None for r in given)
+        and len({(r.count, r.unit) for r in given}) == 1  # type: ignore[union-attr]
+        and all(r.build is not None for r in given)  # type: ignore[union-attr]
+    )
+    if not shared:
+        for w, name in zip(workloads, names, strict=True):
+            if w.replicas is not None and w.replicas.build is None:
+                raise CcsimError(
+                    f"job {name} ({w.name!r}) gives one of {w.replicas.count} data-parallel "
+                    "replicas and cannot build the others, which its neighbours' placement "
+                    "needs; generate it with every replica"
+                )
+        workloads = [w if w.replicas is None else w.replicas.build(False) for w in workloads]
+    ops: list[Op] = []
+    groups: dict[str, Group] = {}
+    instances: list[list[int]] = []
+    pairs: list[tuple[int, int]] = []
+    parts: list[JobPart] = []
+    for workload, placed, name in zip(workloads, gpus, names, strict=True):
+        offset = len(ops)
+        where = [int(g) for g in placed]
+        ops.extend(_job_op(op, offset, name, where) for op in workload.ops)
+        for group in workload.groups.values():
+            groups[f"{name}/{group.name}"] = Group(
+                f"{name}/{group.name}", [where[r] for r in group.ranks], group.kind
+            )
+        instances.extend([i + offset for i in members] for members in workload.instances)
+        pairs.extend((s + offset, r + offset) for s, r in workload.pairs)
+        parts.append(JobPart(name, workload, np.asarray(placed, dtype=np.int64), offset))
+    replicas = None
+    if shared:
+        first = given[0]
+        shift = np.arange(gpu_count, dtype=np.int64)
+        members: set[int] = set()
+        for replica, placed in zip(given, gpus, strict=True):
+            assert replica is not None
+            placed = np.asarray(placed, dtype=np.int64)
+            shift[placed] = placed[np.asarray(replica.shift, dtype=np.int64)]
+            members.update(placed[sorted(replica.first)].tolist())
+        originals = list(workloads)
+
+        def build(k: bool | int) -> JobsWorkload:
+            built = [w.replicas.build(k) for w in originals]  # type: ignore[union-attr]
+            return merge_jobs(built, gpus, names, gpu_count)
+
+        replicas = Replicas(
+            count=first.count,  # type: ignore[union-attr]
+            shift=tuple(shift.tolist()),
+            first=frozenset(members),
+            unit=first.unit,  # type: ignore[union-attr]
+            build=build,
+        )
+    return JobsWorkload(
+        name=" + ".join(f"{n}: {w.name}" for n, w in zip(names, workloads, strict=True)),
+        ranks=gpu_count,
+        ops=ops,
+        groups=groups,
+        description="several jobs on one cluster",
+        instances=instances,
+        pairs=pairs,
+        model_flops=sum(w.model_flops for w in workloads),
+        precision=workloads[0].precision if workloads else "bf16",
+        replicas=replicas,
+        parts=parts,
+    )
+
+
+def job_runs(run: WorkloadRun) -> dict[str, WorkloadRun]:
+    """Each job's part of a merged run, as a run of its own workload (its own ranks):
+    what :func:`~simulator.workload.metrics.breakdown` and the timeline take."""
+    workload = run.workload
+    if not isinstance(workload, JobsWorkload):
+        raise CcsimError("job_runs takes a run of a merged workload (merge_jobs, run_jobs)")
+    out = {}
+    for part in workload.parts:
+        span = slice(part.offset, part.offset + len(part.workload.ops))
+        records = OpRecord(
+            run.records.issue_s[span], run.records.start_s[span], run.records.end_s[span]
+        )
+        out[part.name] = WorkloadRun(
+            part.workload,
+            records,
+            run.stats,
+            algorithm=run.algorithm,
+            isolated=run.isolated,
+            replicas=run.replicas,
+        )
+    return out
+
+
+def _link_bytes(run: WorkloadRun) -> dict[tuple[str, str], float]:
+    """Bytes per directed link of the topology (reducers, which are a GPU's own, left out)."""
+    links = run.links
+    return {
+        (src, dst): float(nbytes)
+        for src, dst, kind, nbytes in zip(
+            links["src"], links["dst"], links["link"], links["bytes"], strict=True
+        )
+        if kind != "reduce"
+    }
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    graph: nx.Graph,
+    *,
+    seed: int | None = None,
+    progress: Callable[[str], Callable[[float], None] | None] | None = None,
+    **options,
+) -> JobsRun:
+    """Run ``jobs`` on ``graph``, each alone and all together (see the module docstring).
+
+    Parameters
+    ----------
+    jobs : sequence of Job
+        Names must differ; placements are those of
+        :func:`~simulator.workload.placement.place_jobs`.
+    graph : networkx graph
+        The topology (not modified).
+    seed : int, optional
+        ECMP hash seed (the graph's ``ecmp_seed`` otherwise).
+    progress : callable, optional
+        ``progress(what)`` returns a progress callback for the replay it names (or None).
+    **options
+        Passed to :class:`~simulator.workload.engine.WorkloadReplay` (``algorithm``,
+        ``protocol``, ``comm_slowdown``, ``nccl``, ...), the same for every run.
+    """
+    if not jobs:
+        raise PlacementError("no jobs to run; give at least one --job")
+    names = [job.name for job in jobs]
+    if len(set(names)) != len(names):
+        raise PlacementError(f"job names must differ, got {names}")
+    if seed is not None:
+        graph = graph.copy()  # never mutate the caller's graph
+        graph.graph["ecmp_seed"] = int(seed)
+    count = len(gpu_nodes(graph))
+    servers = servers_of_ranks(graph) or list(range(count))
+    gpus = place_jobs(
+        servers, [job.workload.ranks for job in jobs], [job.placement for job in jobs], names
+    )
+
+    def replay(workloads: list[Workload], where: list[np.ndarray], who: list[str]) -> WorkloadRun:
+        merged = merge_jobs(workloads, where, who, count)
+        callback = progress(" + ".join(who)) if progress is not None else None
+        return WorkloadReplay(merged, graph, **options).run(callback)
+
+    alone = [replay([job.workload], [g], [job.name]) for job, g in zip(jobs, gpus, strict=True)]
+    together = replay([job.workload for job in jobs], gpus, names)
+    parts = job_runs(together)
+    results = []
+    for job, g, single in zip(jobs, gpus, alone, strict=True):
+        mine, by_itself = breakdown(parts[job.name]), breakdown(job_runs(single)[job.name])
+        results.append(
+            JobResult(
+                job.name, job.workload.name, g, by_itself.step_s, mine.step_s, by_itself, mine
+            )
+        )
+    # Per-job bytes per link from each run alone; links that carried more than one job's.
+    per_job = [_link_bytes(run) for run in alone]
+    total = _link_bytes(together)
+    shared = []
+    index = {
+        (s, d): i
+        for i, (s, d) in enumerate(zip(together.links["src"], together.links["dst"], strict=True))
+    }
+    for key in total:
+        mine = {
+            job.name: b[key] for job, b in zip(jobs, per_job, strict=True) if b.get(key, 0.0) > 0
+        }
+        if len(mine) > 1:
+            i = index[key]
+            shared.append(
+                SharedLink(
+                    key[0],
+                    key[1],
+                    together.links["link"][i],
+                    float(together.links["bandwidth"][i]),
+                    mine,
+                )
+            )
+    shared.sort(key=lambda link: (-sum(link.bytes_by_job.values()), link.src, link.dst))
+    most = max(total.values(), default=0.0)
+    worst = max(
+        (abs(carried - sum(b.get(key, 0.0) for b in per_job)) for key, carried in total.items()),
+        default=0.0,
+    )
+    return JobsRun(
+        results,
+        together,
+        alone,
+        shared,
+        int(graph.graph.get("ecmp_seed", 0)),
+        worst / most if most else 0.0,
+    )
+
+
+#: Statistics of a job's slowdown over seeds, in column order.
+SEED_STATISTICS = ("median", "p90", "min", "max")
+
+
+def slowdown_over_seeds(runs: Sequence[JobsRun]) -> dict[str, dict[str, float]]:
+    """Per job, the median, 90th percentile (linear interpolation, as
+    ``numpy.percentile``), least and largest slowdown over runs of several ECMP seeds.
+
+    >>> def run(s):
+    ...     job = JobResult("A", "w", np.arange(2), 1.0, s, None, None)
+    ...     return JobsRun([job], None, [], [], 0)
+    >>> slowdown_over_seeds([run(1.0), run(1.5), run(2.0)])["A"]
+    {'median': 1.5, 'p90': 1.9, 'min': 1.0, 'max': 2.0}
+    """
+    out: dict[str, dict[str, float]] = {}
+    if not runs:
+        return out
+    for i, job in enumerate(runs[0].jobs):
+        values = np.array([run.jobs[i].slowdown for run in runs])
+        out[job.name] = {
+            "median": float(np.median(values)),
+            "p90": float(np.percentile(values, 90)),
+            "min": float(values.min()),
+            "max": float(values.max()),
+        }
+    return out
+
+
+def job_names(count: int) -> list[str]:
+    """Default job names: A, B, ..., Z, then J26, J27, ...
+
+    >>> job_names(3)
+    ['A', 'B', 'C']
+    """
+    return [chr(ord("A") + j) if j < 26 else f"J{j}" for j in range(count)]
