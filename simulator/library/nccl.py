@@ -145,7 +145,11 @@ MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
 MAX_CHANNELS = 64
 # include/device.h:213: NVLS heads (channels of the NVLS search graph) at most.
 NVLS_MAX_ARITY = 32
-# transport/nvls.cc:210-214: NVLS channels (CTAs).
+# transport/nvls.cc:210-214: NVLS channels (CTAs); across Blackwell servers
+# :func:`blackwell_nvls_channels`. Not followed: NVLSTree's largest chunk,
+# nvlsTreeMaxChunkSize (64 KiB from 4 servers on, transport/nvls.cc:226-232): with it
+# ccsim's 4- and 8-server H100 plateaus fall 25-30% below the bundled runs (the chunk's
+# per-message costs were set at 128 KiB), so the policy keeps 128 KiB.
 NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several)
 
 # NVLS all-reduce inside one NVLink domain, thread block by thread block
@@ -175,6 +179,16 @@ NVLS_CTA_GBPS = {"blackwell": 28.5}
 NVLS_STEP_US = {"blackwell": (3.0, 0.85)}
 #: The ``ccsim validate`` runs these constants were chosen on.
 NVLS_FITTED_TO = ("B200-1N-AR-Vultr", "GB300-16N-AR-oci-quickstart")
+
+# tuning.cc:331 (v2.30.7; the same line at v2.22.3): a Tree whose search settled on
+# NCCL_TOPO_PATTERN_TREE (all of a node's network traffic through one GPU) is credited
+# 0.85 of its bandwidth. The search falls back to that pattern from the balanced tree on
+# Hopper and later (search.cc:1215-1219, "Try a simpler tree", ccMin >= 90) and with one
+# GPU per node (search.cc:1133). Public logs show it across servers on Hopper: the trees
+# of NVIDIA/nccl-tests#319 (2 x 8 H100, NCCL 2.26.2) and NVIDIA/nccl#1357 (2 x 8 H100, 4
+# NICs) put a node's parent and network child on one GPU, and the times NCCL printed in
+# NVIDIA/nccl#1453 (3 x 8 H100, 2.22.3) are the balanced-tree model's at 0.85 bandwidth.
+TREE_PATTERN_FACTOR = 0.85
 
 # graph/search.cc:1051-1067: per-channel speeds (GB/s) the topology search tries.
 SPEEDS_INTRA = {
@@ -246,6 +260,9 @@ class NcclSystem:
     nvlinks: int = 0
     net_count: int = 0
     net_gbps: float = 0.0
+    #: Whether NCCL's tree search ends on NCCL_TOPO_PATTERN_TREE (see
+    #: :data:`TREE_PATTERN_FACTOR`): across servers on Hopper and later, or one GPU a node.
+    simple_tree: bool = False
 
     @property
     def ppn(self) -> float:
@@ -362,9 +379,16 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
         # (include/device.h:213; search.cc:1126-1127); each head's channel loads every
         # GPU's NVLink with bw and its own head's twice (search.cc:410-428), so a GPU
         # moves (heads + 1) x bw through its NVLinks.
+        # Across servers a head is a GPU with a NIC of its own: the search pairs each NIC
+        # with its local GPU, at most one head per GPU and one per NIC (search.cc:754-771,
+        # "NVLS search only tries to find NIC:GPU combinations to compute the heads"), so
+        # a server with 4 NICs for 8 GPUs has 4 heads (the "NVLS Head 0-3" of the 2 x 8
+        # H100, 4-NIC log in NVIDIA/nccl#1357).
         speeds = _speeds(arch, nodes > 1)
         cap = ring.bw_inter if nodes > 1 else max(speeds)
         heads = min(per_server, NVLS_MAX_ARITY)
+        if nodes > 1:
+            heads = min(heads, len(_server_nics(graph, graph.nodes[first].get("server"))))
         intra = next(
             (s for s in speeds if s * (heads + 1) <= nvlink + 1e-6 and s <= cap + 1e-6), 0.0
         )
@@ -373,19 +397,49 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
     channels = min(MAX_CHANNELS, 2 * min(ring.channels, tree.channels))  # connect.cc:460
     if arch in ("hopper", "blackwell") and nodes > 1 and ring.bw_intra > 45.0 and channels < 16:
         channels = min(MAX_CHANNELS, 2 * channels)  # connect.cc:480-483
-    nvls_channels = NVLS_CHANNELS.get(arch, (0, 0))[nodes > 1] if nvls else 0
     server = graph.nodes[first].get("server")
-    nics = [
-        data.get("bandwidth", 0.0) / 1e9
-        for _, data in graph.nodes(data=True)
-        if data.get("kind") == "nic" and data.get("server") == server
-    ]
+    nics = _server_nics(graph, server)
+    nvls_channels = NVLS_CHANNELS.get(arch, (0, 0))[nodes > 1] if nvls else 0
+    if nvls and arch == "blackwell" and nodes > 1:
+        nvls_channels = blackwell_nvls_channels(nodes, per_server, min(nics))
     net_count = max(1, round(len(nics) / per_server)) if nics else 0
     net_gbps = sum(nics) / per_server  # a GPU's share of its server's NICs
     # NCCL counts NVLinks as path bandwidth over its per-link figure (paths.cc:827-831).
     nvlinks = int(nvlink / NVLINK_GBPS[arch] + 1e-6)
+    # The tree search's pattern (search.cc:1133, 1215-1219): the balanced tree is kept
+    # within one server (no network to balance) and before Hopper.
+    simple_tree = nodes > 1 and (arch in ("hopper", "blackwell") or per_server == 1)
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
-                      nvls_channels, nvlinks, net_count, net_gbps)  # fmt: skip
+                      nvls_channels, nvlinks, net_count, net_gbps, simple_tree)  # fmt: skip
+
+
+def _server_nics(graph: nx.Graph, server) -> list[float]:
+    """The GB/s of each NIC of ``server``."""
+    return [
+        data.get("bandwidth", 0.0) / 1e9
+        for _, data in graph.nodes(data=True)
+        if data.get("kind") == "nic" and data.get("server") == server
+    ]
+
+
+def blackwell_nvls_channels(nodes: int, ppn: int, nic_gbps: float) -> int:
+    """NVLS channels (CTAs) of NVLSTree across Blackwell servers, by the slowest NIC
+    (GB/s) and GPUs per server (ncclNvlsTreeSm100Tuning, transport/nvls.cc:164-200 at
+    v2.30.7; 32 when no rule applies, NVLS_NCHANNELS_SM100). The chunk sizes the same
+    function sets are not followed (see :data:`NVLS_CHANNELS`).
+
+    >>> blackwell_nvls_channels(2, 8, 50.0), blackwell_nvls_channels(4, 8, 50.0)
+    (32, 24)
+    >>> blackwell_nvls_channels(4, 8, 100.0), blackwell_nvls_channels(4, 72, 100.0)
+    (24, 32)
+    """
+    if nodes == 2 and nic_gbps >= 48.0:
+        return 32
+    if nic_gbps >= 96.0:
+        return 24 if ppn <= 8 else 32
+    if nic_gbps >= 48.0:
+        return 24
+    return NVLS_CHANNELS["blackwell"][1]
 
 
 def _index2(nodes: int) -> int:
@@ -446,6 +500,8 @@ def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> fl
     if algorithm == "Tree" and protocol == "LL128":
         share = 7.0 / 9.0 if system.nodes == 1 else 120.0 / 128.0
         bus = min(bus * share, channels * TREE_LL128_MAX_BW[arch][i2])
+    if algorithm == "Tree" and system.simple_tree:
+        bus *= TREE_PATTERN_FACTOR
     if algorithm == "PAT":
         bus *= 0.75
     if algorithm == "Ring" or op == "all_reduce" or op in ("broadcast", "reduce"):
@@ -460,7 +516,9 @@ def ll_channel_rate(system: NcclSystem, algorithm: str, channels: int) -> float:
     tuning.cc:305-383 at v2.30.7), within LL's cap for all channels together (llMaxBws,
     the CPU vendor's row across servers). A Tree channel's hop carries half its rate:
     NCCL's Tree algorithm bandwidth is half its bus bandwidth (both directions of every
-    edge carry the data once). ``inf`` for algorithms that do not run LL.
+    edge carry the data once). NCCL's 0.85 for a tree whose network traffic meets on one
+    GPU (:data:`TREE_PATTERN_FACTOR`) is left out: it stands for that GPU's links, which
+    ccsim's tree routes already load. ``inf`` for algorithms that do not run LL.
 
     >>> from simulator.topology import load_topology
     >>> round(ll_channel_rate(nccl_system(load_topology("dgx-h100", 2)), "Tree", 1) / 1e9, 2)

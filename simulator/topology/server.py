@@ -17,10 +17,11 @@ The section is documented with a worked example in ``topologies/README.md``. In 
     declares eight) and links between named nodes, each ``ends: [A, B]`` (every node of
     A to every node of B), ``pairs: [A, B]`` (A[i] to B[i]) or ``mesh: A`` (all pairs).
 ``nic``
-    NICs: ``bandwidth``, ``latency`` (added each time a message crosses the NIC),
-    ``message_rate`` (messages/s), ``link``; attached to ``gpus_per_nic`` consecutive
-    GPUs each, or to the nodes listed in ``attach``; ``pcie`` gives the bandwidth and
-    latency of the attaching links when they are PCIe.
+    NICs: ``bandwidth`` (one figure, or a list with one per NIC), ``latency`` (added
+    each time a message crosses the NIC), ``message_rate`` (messages/s), ``link``;
+    attached to ``gpus_per_nic`` consecutive GPUs each, or to the nodes listed in
+    ``attach``; ``pcie`` gives the bandwidth and latency of the attaching links when they
+    are PCIe.
 
 Every node is named ``s{server}/{local name}`` so that servers never collide.
 """
@@ -263,18 +264,17 @@ def _add_links(graph: nx.Graph, entry: Spec, local: dict) -> None:
 def _add_nics(
     graph: nx.Graph, nic: Spec, count: int, prefix: str, server: int, local: dict
 ) -> list[str]:
-    bandwidth = nic.bandwidth("bandwidth", required=True)
     latency = nic.time("latency")
     rate = nic.rate("message_rate")
     link = nic.text("link", "rdma")
     pcie = nic.sub("pcie")
+    attach_bw: float | None = None  # None: a direct link at the NIC's own bandwidth
+    attach_latency, attach_link = 0.0, link
     if pcie is not None:
         attach_bw = pcie.bandwidth("bandwidth", required=True)
         attach_latency = pcie.time("latency")
         attach_link = "pcie"
         pcie.done()
-    else:
-        attach_bw, attach_latency, attach_link = bandwidth, 0.0, link
     if nic.has("attach") and nic.has("gpus_per_nic"):
         raise TopologyError(
             f"{nic.field('attach')}: give either 'attach' (where each NIC hangs off) or "
@@ -291,9 +291,12 @@ def _add_nics(
         hosts = [
             [f"{prefix}gpu{k}" for k in range(j * per, (j + 1) * per)] for j in range(count // per)
         ]
+    # One figure for every NIC, or a list with one per NIC (measured rates such as
+    # ib_write_bw's differ from NIC to NIC on real clusters).
+    bandwidths = nic.bandwidths("bandwidth", len(hosts), what="NIC")
     nic.done()
     nics = []
-    for j, attached in enumerate(hosts):
+    for j, (attached, bandwidth) in enumerate(zip(hosts, bandwidths, strict=True)):
         if f"nic{j}" in local:
             raise TopologyError(
                 f"{nic.source}: a device is named 'nic{j}', the name of NIC {j}; rename the device"
@@ -307,6 +310,10 @@ def _add_nics(
         nics.append(name)
         for host in attached:
             graph.add_edge(
-                host, name, bandwidth=attach_bw, latency=attach_latency, link=attach_link
+                host,
+                name,
+                bandwidth=bandwidth if attach_bw is None else attach_bw,
+                latency=attach_latency,
+                link=attach_link,
             )
     return nics

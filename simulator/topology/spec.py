@@ -113,6 +113,21 @@ def expand_names(value: object, *, field: str) -> list[str]:
     return names
 
 
+def _bandwidth(value: object, where: str) -> float:
+    """``value`` as bytes/s; ``where`` names the field in messages."""
+    try:
+        result = parse_bandwidth(value, field=where)
+    except CcsimError as error:  # the parser's message already names the field
+        raise TopologyError(str(error)) from None
+    if result < MIN_BARE_BANDWIDTH and _bare_number(value):
+        # A bare number is bytes/s, but no link runs below 1 MB/s: "200" meant a unit.
+        raise TopologyError(
+            f"{where} is {shown(value)} with no unit, which reads as {shown(value)} bytes/s; "
+            f"write the unit, e.g. {shown(value)}GB/s (bytes) or {shown(value)}Gbps (bits)"
+        )
+    return result
+
+
 class Spec:
     """One mapping of a topology file; rejects unknown keys with their path."""
 
@@ -147,18 +162,20 @@ class Spec:
     def bandwidth(self, key: str, default: Any = None, *, required: bool = False) -> float:
         """``key`` as bytes/s (strings such as ``400Gbps`` or ``900GB/s``)."""
         value = self.get(key, default, required=required)
-        try:
-            result = parse_bandwidth(value, field=self.field(key))
-        except CcsimError as error:  # the parser's message already names the field
-            raise TopologyError(str(error)) from None
-        if result < MIN_BARE_BANDWIDTH and _bare_number(value):
-            # A bare number is bytes/s, but no link runs below 1 MB/s: "200" meant a unit.
+        return _bandwidth(value, self.field(key))
+
+    def bandwidths(self, key: str, count: int, *, what: str) -> list[float]:
+        """``key`` as ``count`` bytes/s figures: one value for all, or a list of exactly
+        ``count`` values, one per ``what`` (each with its unit, as :meth:`bandwidth`)."""
+        value = self.get(key, required=True)
+        if not isinstance(value, (list, tuple)):
+            return [self.bandwidth(key)] * count
+        if len(value) != count:
             raise TopologyError(
-                f"{self.field(key)} is {shown(value)} with no unit, which reads as "
-                f"{shown(value)} bytes/s; write the unit, e.g. {shown(value)}GB/s (bytes) or "
-                f"{shown(value)}Gbps (bits)"
+                f"{self.field(key)} lists {len(value)} values but there are {count} {what}s; "
+                f"give one value per {what} or a single value for all"
             )
-        return result
+        return [_bandwidth(item, f"{self.field(key)}[{i}]") for i, item in enumerate(value)]
 
     def time(self, key: str, default: Any = 0.0) -> float:
         """``key`` as seconds (strings such as ``8us``), >= 0."""

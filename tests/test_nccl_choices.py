@@ -1,0 +1,96 @@
+"""ccsim's model of NCCL's tuner against the choices NCCL printed on public machines
+(tests/data/nccl_choices.yaml: the algorithm, protocol and channels of one call, and
+NCCL's own predicted time where the log has it). None of these records set a constant.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.library.nccl import (
+    TREE_PATTERN_FACTOR,
+    NcclSystem,
+    launch_size,
+    nccl_choice,
+    nccl_system,
+)
+from simulator.topology import load_topology
+from simulator.topology.builders import fabric_spec
+from simulator.topology.presets import preset, preset_graph
+
+RECORDS = yaml.safe_load((Path(__file__).parent / "data" / "nccl_choices.yaml").read_text())[
+    "records"
+]
+
+
+@cache
+def _system(name: str, nodes: int, nic: str | None) -> NcclSystem:
+    data = copy.deepcopy(preset(name))
+    if nic is not None:
+        data["server"]["nic"]["bandwidth"] = nic
+    data["fabric"] = fabric_spec(data.get("fabric"), None)
+    return nccl_system(preset_graph(data, nodes, name=name, source=f"{name}.yaml"))
+
+
+def _id(record: dict) -> str:
+    return f"{record['source']}-{record['nodes']}x{record['preset']}-{record['bytes']}B"
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=_id)
+def test_ccsim_chooses_what_nccl_printed(record):
+    system = _system(record["preset"], record["nodes"], record.get("nic"))
+    choice = nccl_choice(system, record["op"], float(record["bytes"]))
+    assert (choice.algorithm, choice.protocol) == (record["algorithm"], record["protocol"])
+    if record.get("channels") is not None:
+        assert choice.channels == record["channels"]
+    if record.get("time_us") is not None:
+        # NCCL prints its float32 estimate to 6 decimals.
+        assert choice.time_us == pytest.approx(record["time_us"], rel=1e-6)
+
+
+def test_hopper_trees_across_servers_are_credited_0_85():
+    """NCCL #1453's printed Tree times (3 x 8 H100, 8 x 200 Gb/s) are the balanced-tree
+    model's at 0.85 of the bandwidth: 262144 B on Tree/LL128 is 48.5 us of latency
+    (14 + 2 (7 x 1.25 + 8.5)) plus 262144 B / (1000 x bw) with bw = 8 channels x 24 GB/s
+    x 0.92 x 120/128 x 0.85 x 0.5 x 0.6 (treeCorrectionFactor at 2^12 x 64 B) =
+    42.24 GB/s: 54.7078 us, as printed (54.707825)."""
+    system = _system("dgx-h100", 3, "200Gbps")
+    assert system.simple_tree and (system.tree.channels, system.tree.bw_inter) == (8, 24.0)
+    bw = 8 * 24.0 * 0.92 * 120 / 128 * TREE_PATTERN_FACTOR * 0.5 * 0.6
+    expected = 14 + 2 * (7 * 1.25 + 8.5) + 262144 / (1000 * bw)
+    assert nccl_choice(system, "all_reduce", 262144.0).time_us == pytest.approx(expected)
+    assert expected == pytest.approx(54.707825, rel=1e-6)
+
+
+def test_one_server_and_ampere_keep_the_balanced_tree():
+    """The fallback to the simple tree is Hopper-and-later's (search.cc:1215-1219) and
+    needs a network to balance: one H100 server and two A100 servers keep 1.0."""
+    assert not nccl_system(load_topology("dgx-h100", 1)).simple_tree
+    assert not nccl_system(load_topology("dgx-a100", 2)).simple_tree
+    assert nccl_system(load_topology("hgx-b200", 2)).simple_tree
+
+
+def test_nvls_heads_across_servers_are_one_per_nic():
+    """Across servers an NVLS head is a GPU with its own NIC (search.cc:754-771): a
+    server of 8 H100 with 4 NICs has 4 heads (the "NVLS Head 0-3" lines of the 2 x 8
+    H100, 4-NIC log in NVIDIA/nccl#1357), so NVLSTree's bus bandwidth is 4 channels'."""
+    data = copy.deepcopy(preset("dgx-h100"))
+    data["server"]["nic"]["gpus_per_nic"] = 2
+    data["fabric"] = fabric_spec(data.get("fabric"), None)
+    system = nccl_system(preset_graph(data, 2, name="h100-4nic", source="h100-4nic.yaml"))
+    assert system.nvls is not None and system.nvls.channels == 4
+    assert _system("dgx-h100", 2, None).nvls.channels == 8
+
+
+@pytest.mark.parametrize(("nodes", "channels"), [(2, 32), (4, 24)])
+def test_blackwell_nvls_tree_channels_follow_nccl_s_sm100_tuning(nodes, channels):
+    """ncclNvlsTreeSm100Tuning (transport/nvls.cc:164-200): 400 Gb/s NICs (50 GB/s),
+    8 GPUs per server: 32 CTAs on 2 servers, 24 beyond."""
+    system = nccl_system(load_topology("hgx-b200", nodes))
+    assert system.nvls_channels == channels
+    assert launch_size(system, "all_reduce", 2**30, "NVLSTree", "Simple")[0] == channels
