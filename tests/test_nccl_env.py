@@ -294,3 +294,26 @@ def test_validate_applies_the_settings_a_log_reports(tmp_path):
     assert "ignored: NCCL_SOCKET_IFNAME" in notes[0]
     result = run_case(case)
     assert (result.algorithms, result.protocols, result.channels) == (["Ring"], ["Simple"], [24])
+
+
+def test_nccl_version_picks_that_versions_send_receive_rules(capsys):
+    """2 MiB per rank on 8 H100 is 256 KiB per peer: NCCL 2.28 sends it with LL (up to
+    16 KiB x 32 channels per peer), 2.29 and later with Simple (16 KiB x the channels one
+    such message uses): src/enqueue.cc of each version, see simulator/library/nccl_p2p.py."""
+    rows = {}
+    for version in ("2.28.7", None):
+        extra = ["--nccl-version", version] if version else []
+        code = main(["collective", "all_to_all", "--topology", "dgx-h100", "--sizes", "2M",
+                     "--format", "json", *extra])  # fmt: skip
+        assert code == 0
+        rows[version] = json.loads(capsys.readouterr().out)[0]
+    assert rows["2.28.7"]["protocol"] == "LL" and rows[None]["protocol"] == "Simple"
+    assert rows["2.28.7"]["nccl_env"] == "version 2.28.7" and "nccl_env" not in rows[None]
+
+
+def test_a_malformed_nccl_version_is_one_line_and_exit_2(capsys):
+    code = main(["collective", "all_to_all", "--topology", "dgx-h100", "--sizes", "2M",
+                 "--nccl-version", "two"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert "--nccl-version" in err and "2.28.7" in err

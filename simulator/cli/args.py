@@ -17,6 +17,7 @@ from ..collective.guards import (
 from ..errors import CcsimError
 from ..files import check_writable, write_file
 from ..library.nccl_env import SUPPORTED, NcclEnv, parse_nccl_env
+from ..library.nccl_p2p import DEFAULT_VERSION as P2P_DEFAULT_VERSION
 from ..network.faults import apply_faults, load_faults
 
 
@@ -112,8 +113,9 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
     )
 
 
-def add_nccl_option(cmd: argparse.ArgumentParser) -> None:
-    """``--nccl``: NCCL's environment settings (:mod:`simulator.library.nccl_env`)."""
+def add_nccl_option(cmd: argparse.ArgumentParser, *, version: bool = True) -> None:
+    """``--nccl``: NCCL's environment settings (:mod:`simulator.library.nccl_env`); and
+    ``--nccl-version`` unless ``version`` is False (sweeps take settings as spec text)."""
     cmd.add_argument(
         "--nccl",
         action="append",
@@ -126,21 +128,39 @@ def add_nccl_option(cmd: argparse.ArgumentParser) -> None:
         + ", ".join(SUPPORTED)
         + "; they restrict NCCL's choice (default: NCCL's defaults)",
     )
+    if not version:
+        return
+    cmd.add_argument(
+        "--nccl-version",
+        default=None,
+        metavar="V",
+        help="the NCCL version that runs, e.g. 2.28.7, where its rules differ from the "
+        "modelled one's (all-to-all's send/receive channels and protocol before 2.29) "
+        f"(default: {P2P_DEFAULT_VERSION})",
+    )
 
 
 def nccl_env_of(args: argparse.Namespace) -> NcclEnv:
-    """The parsed ``--nccl`` settings (empty when none were given)."""
-    return parse_nccl_env(getattr(args, "nccl", None))
+    """The parsed ``--nccl`` settings and ``--nccl-version`` (empty when none given)."""
+    env = parse_nccl_env(getattr(args, "nccl", None))
+    return env.with_version(getattr(args, "nccl_version", None))
 
 
 def nccl_title(title: str, env: NcclEnv) -> str:
     """A table title with the NCCL settings on a line of their own (when given)."""
-    return f"{title}\n# nccl: {env.text}" if env else title
+    return f"{title}\n# nccl: {nccl_text(env)}" if env else title
+
+
+def nccl_text(env: NcclEnv) -> str:
+    """The settings as exported, and the version when given (``NCCL_PROTO=Simple,
+    version 2.28.7``)."""
+    version = f"version {env.version}" if env.version else ""
+    return ", ".join(part for part in (env.text, version) if part)
 
 
 def nccl_field(rows: list[dict], env: NcclEnv) -> list[dict]:
     """``rows`` with the NCCL settings as their ``nccl_env`` field (when given)."""
-    return [{**row, "nccl_env": env.text} for row in rows] if env else rows
+    return [{**row, "nccl_env": nccl_text(env)} for row in rows] if env else rows
 
 
 def with_faults(graph, args: argparse.Namespace):

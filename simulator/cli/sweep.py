@@ -53,7 +53,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "--quiet", action="store_true", help="no progress bar and no summary on stderr"
     )
     add_max_flows_option(parser)
-    add_nccl_option(parser)
+    add_nccl_option(parser, version=False)
 
 
 def add_sweep_commands(sub: argparse._SubParsersAction) -> None:

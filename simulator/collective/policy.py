@@ -541,10 +541,12 @@ def library_policy(
             chunks=chunks,
             reduce_bandwidth=reduce_bandwidth,
             env=env,
+            version=env.version,
         )
     if env:
         raise CcsimError(
-            f"NCCL settings ({env.text}) apply to NCCL; HCCL runs here: leave out --nccl"
+            f"NCCL settings ({env.text or f'version {env.version}'}) apply to NCCL; HCCL "
+            "runs here: leave out --nccl and --nccl-version"
         )
     if protocol not in (None, "auto"):
         raise CcsimError(

@@ -45,11 +45,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CcsimError, shown
 from .nccl import ALGORITHMS, MAX_CHANNELS, PROTOCOLS, NcclSystem
+from .nccl_p2p import version_rules
 
 #: The settings ccsim models, in the order it prints them.
 SUPPORTED = (
@@ -96,6 +97,10 @@ class NcclEnv:
         Whether NVLink SHARP may be used (NCCL_NVLS_ENABLE not 0).
     channel_bounds : tuple of four int or None
         NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_MIN_CTAS, NCCL_MAX_CTAS.
+    version : str or None
+        The NCCL version that runs (``--nccl-version``, not an environment variable),
+        whose rules differ where ccsim models both (send/receive, see
+        :func:`simulator.library.nccl_p2p.version_rules`); None: the one modelled.
     """
 
     settings: tuple[tuple[str, str], ...] = ()
@@ -103,15 +108,34 @@ class NcclEnv:
     protocols: Lists | None = None
     nvls: bool = True
     channel_bounds: tuple[int | None, ...] = (None, None, None, None)
+    version: str | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.settings)
+        return bool(self.settings) or self.version is not None
 
     @property
     def text(self) -> str:
         """The settings as one would export them (``NCCL_ALGO=Ring NCCL_PROTO=Simple``);
         empty when none. :func:`parse_nccl_env` reads it back."""
         return " ".join(f"{name}={value}" for name, value in self.settings)
+
+    def with_version(self, version: str | None) -> NcclEnv:
+        """These settings for NCCL ``version`` (checked: it must look like 2.28.7).
+
+        >>> NcclEnv().with_version("2.28.7").version
+        '2.28.7'
+        >>> NcclEnv().with_version("two")
+        Traceback (most recent call last):
+        ...
+        simulator.errors.CcsimError: --nccl-version: NCCL version must look like 2.28.7, got 'two'
+        """
+        if version is None:
+            return self
+        try:
+            version_rules(version)
+        except CcsimError as error:
+            raise CcsimError(f"--nccl-version: {error}") from None
+        return replace(self, version=str(version).strip())
 
     def value(self, name: str) -> str | None:
         """The value given for variable ``name``, or None."""
