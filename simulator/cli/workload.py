@@ -243,6 +243,14 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "fp8 (Megatron's --fp8-param-gather; default: off)",
     )
     gen.add_argument(
+        "--cross-entropy",
+        choices=("unfused", "fused", "te"),
+        default=None,
+        help="megatron: how the loss runs after the logits: unfused (Megatron-Core's "
+        "default), fused (--cross-entropy-loss-fusion, NeMo's recipes) or te (Transformer "
+        "Engine's kernels, Megatron-Bridge's recipes) (default: unfused)",
+    )
+    gen.add_argument(
         "--recompute",
         choices=("full", "selective", "none"),
         default=None,
@@ -495,6 +503,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "precision": args.precision,
         "grad_reduce": args.grad_reduce,
         "fp8_param_gather": args.fp8_param_gather,
+        "cross_entropy": args.cross_entropy,
         "cp": args.cp,
         "ep": args.ep,
         "fsdp": args.fsdp,
