@@ -146,6 +146,35 @@ H100_GEMM_EFFICIENCY = 0.6
 # epilogue and scaling cost the same time per output as bf16's over half the main loop.
 H100_FP8_EFFICIENCY = 0.49
 
+# Maximum achievable matmul FLOP/s (MAMF: the fastest of a sweep of torch.matmul shapes,
+# mean of 100 runs after 50 warm-up) as fractions of the dense peak, from S. Bekman's
+# "Machine Learning Engineering" (github.com/stas00/ml-engineering,
+# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"):
+# bf16 H100 SXM 794.5 of 989 TFLOP/s (torch 2.7.0+cu126), B200 SXM 1745.0 of 2250 (2.7.1
+# +cu128), GB200 1822.0 of 2500; fp8 (e4m3) H100 SXM 1402.6 of 1979, B200 SXM 3432.5 of
+# 4500, GB200 3615.6 of 5000.
+MAMF_FRACTION: dict[str, dict[int, float]] = {
+    "H100": {16: 794.5 / 989, 8: 1402.6 / 1979},
+    "B200": {16: 1745.0 / 2250, 8: 3432.5 / 4500},
+    "GB200": {16: 1822.0 / 2500, 8: 3615.6 / 5000},
+}
+
+
+def hopper_scaled_fraction(name: str, bits: int) -> float:
+    """A Blackwell GPU's sustained training GEMM fraction in ``bits``-bit operands:
+    Hopper's (:data:`H100_GEMM_EFFICIENCY`, :data:`H100_FP8_EFFICIENCY`, fitted on H100
+    runs) times the ratio of the two GPUs' best-shape matmul fractions in that dtype
+    (:data:`MAMF_FRACTION`, measured). It assumes a training step keeps the same share of
+    what the GPU's best matmul reaches on both generations (clock at the power limit,
+    epilogues, shapes, communication beside it); nothing was fitted to a Blackwell run.
+
+    >>> round(hopper_scaled_fraction("B200", 16), 3), round(hopper_scaled_fraction("B200", 8), 3)
+    (0.579, 0.527)
+    """
+    hopper = H100_GEMM_EFFICIENCY if bits == 16 else H100_FP8_EFFICIENCY
+    return hopper * MAMF_FRACTION[name][bits] / MAMF_FRACTION["H100"][bits]
+
+
 DEVICES = {
     device.name: device
     for device in (
@@ -170,8 +199,26 @@ DEVICES = {
             fp8_flops=1979e12,
             fp8_efficiency=H100_FP8_EFFICIENCY,
         ),
-        Device("GB200", 2.5e15, 8e12, 0.7, 186e9, 148, fp8_flops=5e15),
-        Device("B200", 2.25e15, 8e12, 0.7, 180e9, 148, fp8_flops=4.5e15),
+        Device(
+            "GB200",
+            2.5e15,
+            8e12,
+            hopper_scaled_fraction("GB200", 16),
+            186e9,
+            148,
+            fp8_flops=5e15,
+            fp8_efficiency=hopper_scaled_fraction("GB200", 8),
+        ),
+        Device(
+            "B200",
+            2.25e15,
+            8e12,
+            hopper_scaled_fraction("B200", 16),
+            180e9,
+            148,
+            fp8_flops=4.5e15,
+            fp8_efficiency=hopper_scaled_fraction("B200", 8),
+        ),
         Device("910B", 376e12, 1.6e12, 0.7, 64 * 2**30, 24),
     )
 }
