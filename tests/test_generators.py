@@ -303,7 +303,8 @@ def test_distributed_optimizer_shards_the_step():
     parameters all-gathered (bf16, 2 bytes per parameter), and the
     optimizer reads and writes 16 bytes per parameter for 1/4 of them, so the step is
     m (t_f + t_b) + 16 P / (4 x HBM) with m = 2 micro-batches per replica, the one stage
-    also computing the logits (2 s h V FLOPs forward, twice that backward)."""
+    also computing the logits (2 s h V FLOPs forward, twice that backward) and the
+    unfused loss over them (38 + 14 bytes a logit at HBM bandwidth)."""
     dp, m = 4, 2
     workload = megatron(SMALL, tp=1, pp=1, dp=dp, global_batch=dp * m, distributed_optimizer=True)
     params = SMALL.layers * SMALL.layer_params + SMALL.vocab * SMALL.hidden
@@ -317,7 +318,8 @@ def test_distributed_optimizer_shards_the_step():
     out = SMALL.logits_gemm(1)
     logits = gemm_s([out, *out.backward()])
     assert out.flops == 2 * SMALL.seq * SMALL.hidden * SMALL.vocab
-    expected = m * (passes + logits) + 16 * params / dp / A100_HBM
+    loss = (38 + 14) * SMALL.seq * SMALL.vocab / A100_HBM
+    expected = m * (passes + logits + loss) + 16 * params / dp / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
     assert workload.memory.optimizer == pytest.approx(12 * params / dp)
 

@@ -253,6 +253,14 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "with a bf16 copy of the weights, 6: with fp8 parameters) (default: fp32)",
     )
     gen.add_argument(
+        "--cross-entropy",
+        choices=("unfused", "fused", "te"),
+        default=None,
+        help="megatron: how the loss runs after the logits: unfused (Megatron-Core's "
+        "default), fused (--cross-entropy-loss-fusion, NeMo's recipes) or te (Transformer "
+        "Engine's kernels, Megatron-Bridge's recipes) (default: unfused)",
+    )
+    gen.add_argument(
         "--recompute",
         choices=("full", "selective", "none"),
         default=None,
@@ -521,6 +529,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "grad_reduce": args.grad_reduce,
         "fp8_param_gather": args.fp8_param_gather,
         "optimizer_state": args.optimizer_state,
+        "cross_entropy": args.cross_entropy,
         "cp": args.cp,
         "ep": args.ep,
         "fsdp": args.fsdp,

@@ -19,6 +19,7 @@ fine-tuning, FP4) is listed as skipped with the reason.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -201,6 +202,33 @@ BF16_GRADIENTS_FP8 = (
 )
 
 
+def _cross_entropy(entry: Mapping[str, Any]) -> str | None:
+    """How a run's loss ran (:data:`~simulator.workload.model.CROSS_ENTROPY_BYTES`), from
+    its settings, else from its framework's release (its container's YY.MM); None for
+    Megatron-Core's default (unfused), which the Megatron-LM README's runs (r0.8, whose
+    ``--cross-entropy-loss-fusion`` is off unless given), NeMo 24.07's and the others
+    ran.
+
+    NeMo 2.0's GPTConfig fuses it from 24.09 on (cross_entropy_loss_fusion = True, NeMo
+    commit 1d5de59, 2024-09-06, "Turn on mcore performance optimizations": in
+    24.09-beta, not in 24.09-alpha); Megatron-Bridge's GPTModelProvider fuses it too, and
+    its performance scripts run Transformer Engine's kernels from 25.11 on
+    (scripts/performance/utils/overrides.py: cross_entropy_fusion_impl = "te", commit
+    bf75c65, 2025-11-06).
+    """
+    settings = entry.get("settings") or {}
+    if settings.get("cross_entropy") in ("unfused", "fused", "te"):
+        return str(settings["cross_entropy"])
+    match = re.search(r"(\d\d)\.(\d\d)", str(entry.get("container", "")))
+    release = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    kind = entry.get("source_kind")
+    if kind == "megatron-bridge-performance-summary":
+        return "te" if release >= (25, 11) else "fused"
+    if kind in ("nvidia-dgxc-benchmarking", "nemo-long-sequence-performance"):
+        return "fused" if release >= (24, 9) else None
+    return None
+
+
 def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     settings = entry.get("settings") or {}
     options: dict[str, Any] = {}
@@ -223,6 +251,9 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         )
     ):
         options["grad_reduce"] = "bf16"
+    cross_entropy = _cross_entropy(entry)
+    if cross_entropy:
+        options["cross_entropy"] = cross_entropy
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
     return options

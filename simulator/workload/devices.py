@@ -130,21 +130,55 @@ ATTENTION_H100: tuple[tuple[int, float, float], ...] = tuple(
 )
 
 # Hopper's sustained GEMM fraction in training, FITTED (the one compute constant that is):
-# 0.6 of the dense peak minimises the summed |log error| of the step over the Megatron-LM
+# 0.615 of the dense peak minimises the summed |log error| of the step over the Megatron-LM
 # README's H100 table (Megatron-Core r0.8, GPT 1.7B-314B on 48-3,072 GPUs; the rows marked
-# calibration in simulator/data/training/published-runs.yaml). In-sample median |error|
-# 4.4%, leave-one-row-out median 4.4% (largest 26%, the 1.7B row). Physically: about 590
-# TFLOP/s, below the ~960 cuBLAS reaches alone at full clock (a public cublasLt sweep)
-# because a training step's GEMMs run at the power limit's clock, beside communication
-# kernels, with epilogues and tails. H200 is the same die. A100 keeps 0.7 (SC'21).
-H100_GEMM_EFFICIENCY = 0.6
-# Hopper's fp8 GEMMs (Transformer Engine on cuBLASLt), FITTED likewise: 0.49 of the fp8
+# calibration in simulator/data/training/published-runs.yaml), each row's step taken as
+# a + b / fraction through two simulated fractions (0.60, 0.66). Re-derived with the loss
+# kernels counted (model.CROSS_ENTROPY_BYTES; 0.60 before): the optimum is 0.6165 and the
+# summed |log error| is flat within 1% from 0.60 to 0.62. In-sample median |error| 6.0%,
+# leave-one-row-out 7.1% (largest 20%, the 32B and 1.7B rows, of opposite signs).
+# Physically: about 610 TFLOP/s, below the 794.5 the best-shape torch matmul reaches
+# (MAMF_FRACTION) because a training step's GEMMs run at the power limit's clock, beside
+# communication kernels, with epilogues, tails and smaller shapes. H200 is the same die.
+# A100 keeps 0.7 (SC'21).
+H100_GEMM_EFFICIENCY = 0.615
+# Hopper's fp8 GEMMs (Transformer Engine on cuBLASLt), FITTED likewise: 0.50 of the fp8
 # peak makes the one calibration fp8 run (NVIDIA DGX Cloud benchmarking v25.01, Llama 3
-# 8B on 8 H100, 9.67 s a step) come out at 9.67 s, with bf16 everything else and TE's
-# casts as memory traffic (Transformer.fp8_cast_bytes). A lower fraction than bf16's:
-# TE runs the backward GEMMs with split (fp32-promoted) accumulation, and an fp8 GEMM's
-# epilogue and scaling cost the same time per output as bf16's over half the main loop.
-H100_FP8_EFFICIENCY = 0.49
+# 8B on 8 H100, 9.67 s a step) come out at 9.67 s (0.49 before the loss kernels were
+# counted and the bf16 fraction re-derived), with bf16 everything else and TE's casts as
+# memory traffic (Transformer.fp8_cast_bytes). A lower fraction than bf16's: TE runs the
+# backward GEMMs with split (fp32-promoted) accumulation, and an fp8 GEMM's epilogue and
+# scaling cost the same time per output as bf16's over half the main loop.
+H100_FP8_EFFICIENCY = 0.50
+
+# Maximum achievable matmul FLOP/s (MAMF: the fastest of a sweep of torch.matmul shapes,
+# mean of 100 runs after 50 warm-up) as fractions of the dense peak, from S. Bekman's
+# "Machine Learning Engineering" (github.com/stas00/ml-engineering,
+# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"):
+# bf16 H100 SXM 794.5 of 989 TFLOP/s (torch 2.7.0+cu126), B200 SXM 1745.0 of 2250 (2.7.1
+# +cu128), GB200 1822.0 of 2500; fp8 (e4m3) H100 SXM 1402.6 of 1979, B200 SXM 3432.5 of
+# 4500, GB200 3615.6 of 5000.
+MAMF_FRACTION: dict[str, dict[int, float]] = {
+    "H100": {16: 794.5 / 989, 8: 1402.6 / 1979},
+    "B200": {16: 1745.0 / 2250, 8: 3432.5 / 4500},
+    "GB200": {16: 1822.0 / 2500, 8: 3615.6 / 5000},
+}
+
+
+def hopper_scaled_fraction(name: str, bits: int) -> float:
+    """A Blackwell GPU's sustained training GEMM fraction in ``bits``-bit operands:
+    Hopper's (:data:`H100_GEMM_EFFICIENCY`, :data:`H100_FP8_EFFICIENCY`, fitted on H100
+    runs) times the ratio of the two GPUs' best-shape matmul fractions in that dtype
+    (:data:`MAMF_FRACTION`, measured). It assumes a training step keeps the same share of
+    what the GPU's best matmul reaches on both generations (clock at the power limit,
+    epilogues, shapes, communication beside it); nothing was fitted to a Blackwell run.
+
+    >>> round(hopper_scaled_fraction("B200", 16), 3), round(hopper_scaled_fraction("B200", 8), 3)
+    (0.594, 0.538)
+    """
+    hopper = H100_GEMM_EFFICIENCY if bits == 16 else H100_FP8_EFFICIENCY
+    return hopper * MAMF_FRACTION[name][bits] / MAMF_FRACTION["H100"][bits]
+
 
 DEVICES = {
     device.name: device
@@ -170,8 +204,26 @@ DEVICES = {
             fp8_flops=1979e12,
             fp8_efficiency=H100_FP8_EFFICIENCY,
         ),
-        Device("GB200", 2.5e15, 8e12, 0.7, 186e9, 148, fp8_flops=5e15),
-        Device("B200", 2.25e15, 8e12, 0.7, 180e9, 148, fp8_flops=4.5e15),
+        Device(
+            "GB200",
+            2.5e15,
+            8e12,
+            hopper_scaled_fraction("GB200", 16),
+            186e9,
+            148,
+            fp8_flops=5e15,
+            fp8_efficiency=hopper_scaled_fraction("GB200", 8),
+        ),
+        Device(
+            "B200",
+            2.25e15,
+            8e12,
+            hopper_scaled_fraction("B200", 16),
+            180e9,
+            148,
+            fp8_flops=4.5e15,
+            fp8_efficiency=hopper_scaled_fraction("B200", 8),
+        ),
         Device("910B", 376e12, 1.6e12, 0.7, 64 * 2**30, 24),
     )
 }

@@ -397,8 +397,11 @@ def zero3(
 #: parameter all-gather overlapped with the backward and the next forward, and TP
 #: collectives overlapped with the GEMMs (TE userbuffers). "sc21" is Megatron-LM as
 #: Narayanan et al. ran it in 2021 (SC'21): full recomputation, unfused attention, TP
-#: all-reduces, a replicated optimizer, nothing overlapped. A value given explicitly
-#: always wins. ``None`` entries depend on the configuration (:func:`megatron_options`).
+#: all-reduces, a replicated optimizer, nothing overlapped. Both run the loss as
+#: Megatron's unfused fp32 cross-entropy (``cross_entropy``: Megatron-Core's default,
+#: and the only one in 2021; :data:`~simulator.workload.model.CROSS_ENTROPY_BYTES`).
+#: A value given explicitly always wins. ``None`` entries depend on the configuration
+#: (:func:`megatron_options`).
 MEGATRON_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-core": {
         "recompute": "none",
@@ -408,6 +411,7 @@ MEGATRON_DEFAULTS: dict[str, dict[str, Any]] = {
         "overlap_grad_reduce": None,
         "overlap_param_gather": None,
         "tp_comm_overlap": None,
+        "cross_entropy": "unfused",
     },
     "sc21": {
         "recompute": "full",
@@ -417,6 +421,7 @@ MEGATRON_DEFAULTS: dict[str, dict[str, Any]] = {
         "overlap_grad_reduce": False,
         "overlap_param_gather": False,
         "tp_comm_overlap": False,
+        "cross_entropy": "unfused",
     },
 }
 
@@ -565,6 +570,7 @@ def megatron(
     optimizer_state: str | None = None,
     account_for_embedding_in_pipeline_split: bool = False,
     account_for_loss_in_pipeline_split: bool = False,
+    cross_entropy: str | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -679,6 +685,10 @@ def megatron(
     main weights and moments) is the optimizer's state where a recipe sets its dtype
     (NeMo's ``optim.dtype: bf16``): its bytes per parameter set the memory and the
     optimizer step's traffic.
+    ``cross_entropy`` is how the loss runs after the output layer's GEMM, as memory-bound
+    traffic on the last stage (:meth:`~simulator.workload.model.Transformer.cross_entropy_bytes`):
+    "unfused" (Megatron-Core's default), "fused" (``--cross-entropy-loss-fusion``, NeMo's
+    recipes) or "te" (Transformer Engine's kernels, Megatron-Bridge's recipes).
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -699,6 +709,7 @@ def megatron(
         "overlap_grad_reduce": overlap_grad_reduce,
         "tp_comm_overlap": tp_comm_overlap,
         "overlap_param_gather": overlap_param_gather,
+        "cross_entropy": cross_entropy,
     }
     chosen = megatron_options(defaults, given, tp=tp, dp=dp, cp=cp, fsdp=fsdp, moe=m.is_moe)
     recompute = chosen["recompute"]
@@ -708,6 +719,7 @@ def megatron(
     overlap_grad_reduce = chosen["overlap_grad_reduce"]
     tp_comm_overlap = chosen["tp_comm_overlap"]
     overlap_param_gather = chosen["overlap_param_gather"]
+    cross_entropy = chosen["cross_entropy"]
     v = virtual_stages
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise CcsimError(f"virtual_stages must be a positive integer, not {v!r}")
@@ -865,6 +877,12 @@ def megatron(
         fwd_layer_bytes += fp8_fwd
         bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
         bwd_layer_bytes += fp8_fwd if recompute == "full" else 0.0
+    # The loss after the logits (last virtual stage): its kernels' traffic joins that
+    # pass's memory-bound op.
+    loss_bytes = {
+        forward: m.cross_entropy_bytes(tokens, tp=tp, impl=cross_entropy, backward=not forward)
+        for forward in (True, False)
+    }
     activation = tokens * m.hidden * BF16
     tp_fwd_layer = 2 * activation
     tp_bwd_layer = (4 if recompute == "full" else 2) * activation
@@ -1111,7 +1129,8 @@ def megatron(
                             "compute",
                             ready,
                             flops=0.0,
-                            bytes=layers * (fwd_layer_bytes if forward else bwd_layer_bytes),
+                            bytes=layers * (fwd_layer_bytes if forward else bwd_layer_bytes)
+                            + (loss_bytes[forward] if logits else 0.0),
                             label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
                         )
                     ]

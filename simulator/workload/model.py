@@ -28,6 +28,36 @@ from ..files import load_data
 from ..topology.presets import data_dir
 from .kernels import Gemm
 
+#: HBM bytes the language-model loss moves per logit (one token x one vocabulary entry
+#: of a TP rank), (forward, backward), by implementation. The output layer's GEMM writes
+#: the logits in bf16 (counted with the GEMM); what follows is memory bound:
+#:
+#: * "unfused": Megatron-Core's default (``cross_entropy_loss_fusion`` False:
+#:   megatron/core/model_parallel_config.py; Megatron-LM's ``--cross-entropy-loss-fusion``
+#:   is off unless given, megatron/training/arguments.py at core_r0.8.0), its
+#:   ``vocab_parallel_cross_entropy`` (megatron/core/tensor_parallel/cross_entropy.py),
+#:   one PyTorch kernel per line: ``logits.float()`` reads 2 and writes 4 bytes, the max
+#:   reads 4, the in-place subtraction, ``exp`` and division by the sum read and write 4
+#:   each (8 + 8 + 8), the sum reads 4: 38 forward; backward the in-place multiply by
+#:   the loss gradient (8) and the cast of the gradient back to bf16 (reads 4, writes 2):
+#:   14.
+#: * "fused": ``cross_entropy_loss_fusion`` with the native implementation
+#:   (megatron/core/fusions/fused_cross_entropy.py: the same steps in three
+#:   ``jit_fuser`` kernels forward, one backward): the cast and max (2 + 4), the
+#:   subtraction, ``exp`` and sum (4 + 4), the division (4 + 4): 22; backward the
+#:   multiply and cast read 4 and write 2: 6. NeMo 2.0's GPTConfig sets it
+#:   (nemo/collections/llm/gpt/model/base.py: cross_entropy_loss_fusion = True).
+#: * "te": ``cross_entropy_fusion_impl`` "te", Transformer Engine's Triton kernels
+#:   (transformer_engine/pytorch/triton/cross_entropy.py): the online softmax reads the
+#:   bf16 logits once (2) forward; backward reads them again and writes the gradient in
+#:   place (2 + 2). Megatron-Bridge's performance scripts set it
+#:   (scripts/performance/utils/overrides.py, since 2025-11).
+CROSS_ENTROPY_BYTES: dict[str, tuple[int, int]] = {
+    "unfused": (38, 14),
+    "fused": (22, 6),
+    "te": (2, 4),
+}
+
 
 @dataclass(frozen=True)
 class Transformer:
@@ -259,6 +289,31 @@ class Transformer:
             per_token += 9 * self.attention_heads * self.seq / tp
         per_token += (6 if self.gated else 4) * f / tp
         return tokens * per_token
+
+    def cross_entropy_bytes(
+        self, tokens: float, *, tp: int = 1, impl: str = "unfused", backward: bool = False
+    ) -> float:
+        """HBM bytes the loss kernels of one pass over ``tokens`` tokens move on one TP
+        rank (the rank's V / t logits of each token, :data:`CROSS_ENTROPY_BYTES` each).
+
+        1.7B GPT of the Megatron-LM README (vocabulary 131,072, TP 1), one sequence of
+        4,096 tokens, unfused: 4096 x 131072 x (38 + 14) bytes, 27.9 GB, 8.3 ms at
+        H100's 3.35 TB/s.
+
+        >>> m = Transformer(layers=24, hidden=2048, seq=4096, vocab=131072, heads=16)
+        >>> m.cross_entropy_bytes(4096) + m.cross_entropy_bytes(4096, backward=True)
+        27917287424.0
+        >>> m.cross_entropy_bytes(4096, tp=2, impl="te")  # 2 bytes a logit, half of V
+        536870912.0
+        """
+        if impl not in CROSS_ENTROPY_BYTES:
+            raise CcsimError(
+                f"cross_entropy must be one of {', '.join(CROSS_ENTROPY_BYTES)} (the loss "
+                f"kernels: Megatron-Core's unfused default, its native fusion, Transformer "
+                f"Engine's), not {impl!r}"
+            )
+        per_logit = CROSS_ENTROPY_BYTES[impl][1 if backward else 0]
+        return float(tokens * _split(self.vocab, tp) * per_logit)
 
     def fp8_cast_bytes(self, tokens: float, *, tp: int = 1, backward: bool = False) -> float:
         """HBM bytes Transformer Engine's fp8 casts of one layer's pass move on one TP rank,
