@@ -54,17 +54,13 @@ def max_min_rates(
         return rate
     n_links = len(capacity)
     remaining = np.asarray(capacity, dtype=float).copy()
-    frozen = np.zeros(n_flows, dtype=bool)
-    has_link = np.zeros(n_flows, dtype=bool)
-    has_link[inc_flow] = True
-    frozen[~has_link] = True
-    live = np.ones(len(inc_flow), dtype=bool)  # incidence entries of unfrozen flows
-    while live.any():
-        links = inc_link[live]
-        if weight is None:
-            count = np.bincount(links, minlength=n_links)
-        else:
-            count = np.bincount(links, weights=weight[live], minlength=n_links)
+    # The incidence entries of flows not yet frozen, compacted as flows freeze: each
+    # round's work is the live entries, not every entry (rounds are the distinct
+    # bottleneck levels, hundreds on an ECMP fabric).
+    flows, links = inc_flow, inc_link
+    weights = None if weight is None else np.asarray(weight, dtype=float)
+    while len(flows):
+        count = np.bincount(links, weights=weights, minlength=n_links)
         used = count > 0
         share = np.full(n_links, np.inf)
         share[used] = np.maximum(remaining[used], 0.0) / count[used]
@@ -72,17 +68,16 @@ def max_min_rates(
         if not np.isfinite(level):
             break  # every remaining flow crosses only infinite links
         bottleneck = share <= level * (1 + _TIE)
-        hit = live & bottleneck[inc_link]
         newly = np.zeros(n_flows, dtype=bool)
-        newly[inc_flow[hit]] = True
+        newly[flows[bottleneck[links]]] = True
         rate[newly] = level
-        frozen |= newly
-        taken = newly[inc_flow]
-        if weight is None:
-            remaining -= np.bincount(inc_link[taken], minlength=n_links) * level
-        else:
-            remaining -= (
-                np.bincount(inc_link[taken], weights=weight[taken], minlength=n_links) * level
-            )
-        live &= ~taken
+        taken = newly[flows]
+        remaining -= (
+            np.bincount(links[taken], weights=None if weights is None else weights[taken],
+                        minlength=n_links) * level
+        )  # fmt: skip
+        keep = ~taken
+        flows, links = flows[keep], links[keep]
+        if weights is not None:
+            weights = weights[keep]
     return rate
