@@ -16,8 +16,9 @@ MiB = 2**20
 
 
 def both(workload, graph, **options):
-    """The replay with calls timed alone and the one simulating every flow."""
-    fast = WorkloadReplay(workload, graph, **options).run()
+    """The replay with calls timed alone (those that are not alone flow by flow, not as
+    bundles: exact) and the one simulating every flow."""
+    fast = WorkloadReplay(workload, graph, bundles=False, **options).run()
     slow = WorkloadReplay(workload, graph, isolated=False, **options).run()
     return fast, slow
 
@@ -63,6 +64,7 @@ def test_a_ring_all_reduce_repeated_takes_the_closed_form_each_time():
         "replayed": 3,
         "timed": 1,
         "joint": 0,
+        "bundled": 0,
         "attempts": 1,
         "flow_by_flow": [],
         "calls_flow_by_flow": 0,

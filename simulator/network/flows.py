@@ -151,6 +151,8 @@ class FlowNetwork:
         self._generation = 0
         # Links whose capacity changed since the last rate computation (faults).
         self._seed_links = np.zeros(0, dtype=np.int64)
+        # Flows with a rate cap ever added (none: max-min needs no caps).
+        self._capped = 0
 
     # -- pool -----------------------------------------------------------------------------
     def _alloc(self, capacity: int) -> None:
@@ -169,6 +171,7 @@ class FlowNetwork:
         grow("_f_last", float, 0.0)
         grow("_f_finish", float, np.inf)
         grow("_f_weight", float, 1.0)
+        grow("_f_cap", float, np.inf)
         self._cap = capacity
 
     def _take_slots(self, count: int) -> np.ndarray:
@@ -384,9 +387,11 @@ class FlowNetwork:
         routes: np.ndarray,
         nbytes: np.ndarray,
         weight: np.ndarray | None = None,
+        cap: np.ndarray | None = None,
     ) -> None:
         """Start one flow per op now, along ``routes``, carrying ``nbytes`` each; with
-        link classes set, flow i stands for ``weight[i]`` identical flows."""
+        link classes set, flow i stands for ``weight[i]`` identical flows. ``cap``: the
+        most bytes/s each may take (default: no limit but its links)."""
         if len(ops) == 0:
             return
         slots = self._take_slots(len(ops))
@@ -397,6 +402,11 @@ class FlowNetwork:
         self._f_left[slots] = nbytes
         self._f_rate[slots] = 0.0
         self._f_last[slots] = self.env.now
+        if cap is None:
+            self._f_cap[slots] = np.inf
+        else:
+            self._f_cap[slots] = cap
+            self._capped += int(np.isfinite(cap).sum())
         if weight is None:
             self._f_weight[slots] = 1.0
             self.stats.represented_flows += len(ops)
@@ -410,6 +420,27 @@ class FlowNetwork:
             # computation: settle after everything already queued for this instant.
             self._settle_scheduled = True
             self.env.timeout(0).callbacks.append(self._settle_event)
+
+    def add_link_loads(
+        self,
+        owner: int,
+        links: np.ndarray,
+        nbytes: np.ndarray,
+        cap: np.ndarray,
+        represented: float,
+    ) -> None:
+        """Start one flow per link now, each over that link alone, carrying ``nbytes``
+        at no more than ``cap`` bytes/s (ops are positions in ``links``): a call's
+        traffic on each of its links, as a bundle (:mod:`simulator.workload.bundles`).
+        With link classes, ``links`` are representatives and each flow loads its link as
+        the representative's own figures say (every link of the class alike). They
+        stand for ``represented`` flows in the stats."""
+        links = np.asarray(links, dtype=np.int64)
+        routes = np.array([self.router.route_over((link,)) for link in links.tolist()])
+        weight = None if self._link_class is None else self._class_size[links]
+        before = self.stats.represented_flows
+        self.add_flows(owner, np.arange(len(links)), routes, nbytes, weight, cap)
+        self.stats.represented_flows = before + represented
 
     def scale_links(self, links: np.ndarray, factor: float | np.ndarray) -> None:
         """Set ``links``' usable capacity to ``factor`` times their healthy capacity, now
@@ -510,6 +541,8 @@ class FlowNetwork:
             share = share / self._inc_coef[len(self._inc_coef) - len(new_link) :]
         rate = np.minimum.reduceat(share, firsts[crossing])[np.cumsum(crossing)[picked] - 1]
         flows = new[picked]
+        if self._capped:
+            rate = np.minimum(rate, self._f_cap[flows])
         self._f_rate[flows] = rate
         self._f_last[flows] = now
         left = self._f_left[flows]
@@ -607,7 +640,8 @@ class FlowNetwork:
         else:
             links, inc_link = np.unique(used, return_inverse=True)
         coef = None if self._inc_coef is None else self._inc_coef[in_set]
-        rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links], coef)
+        cap = self._f_cap[slots] if self._capped else None
+        rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links], coef, cap)
         self._f_rate[slots] = rate
         left = self._f_left[slots]
         with np.errstate(divide="ignore", invalid="ignore"):

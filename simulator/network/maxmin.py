@@ -22,6 +22,7 @@ def max_min_rates(
     n_flows: int,
     capacity: np.ndarray,
     weight: np.ndarray | None = None,
+    cap: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rate of each flow.
 
@@ -36,6 +37,11 @@ def max_min_rates(
         Load of each incidence entry on its link per unit of the flow's rate (default 1).
         An aggregated flow standing for k identical flows whose copies spread over a class
         of c equivalent links loads the class's representative link k/c times its rate.
+    cap : float array, optional
+        The most each flow may take (``inf``: no limit), whatever its links leave: a
+        flow that stands for a call's traffic on one link at the pace the call keeps
+        alone (see :mod:`simulator.workload.bundles`). A capped flow is a flow over one
+        more link of its own, of that capacity.
 
     Examples
     --------
@@ -48,7 +54,23 @@ def max_min_rates(
 
     >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), 2, np.array([8.0]), np.array([3.0, 1.0]))
     array([2., 2.])
+
+    A flow capped at 1 leaves the rest of the link to the other:
+
+    >>> cap = np.array([1.0, np.inf])
+    >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), 2, np.array([10.0]), cap=cap)
+    array([1., 9.])
     """
+    if cap is not None:
+        capped = np.flatnonzero(np.isfinite(cap))
+        if len(capped):
+            # One private link per capped flow, of the cap's capacity.
+            first = len(capacity)
+            inc_flow = np.concatenate([inc_flow, capped])
+            inc_link = np.concatenate([inc_link, first + np.arange(len(capped))])
+            capacity = np.concatenate([np.asarray(capacity, dtype=float), cap[capped]])
+            if weight is not None:
+                weight = np.concatenate([np.asarray(weight, dtype=float), np.ones(len(capped))])
     rate = np.full(n_flows, np.inf)
     if n_flows == 0 or len(inc_flow) == 0:
         return rate

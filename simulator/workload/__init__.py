@@ -26,6 +26,7 @@ def run_workload(
     reduce_bandwidth: float | None = None,
     protocol: str | None = None,
     nccl: NcclEnv | str | None = None,
+    bundles: bool = True,
 ) -> tuple[WorkloadRun, Breakdown]:
     """Replay a workload on a topology; return the raw run and its breakdown.
 
@@ -38,6 +39,8 @@ def run_workload(
     auto) forces NCCL's protocol, or, with an algorithm run as given, turns on the
     calibrated protocol model for its collectives (None: ideal). ``nccl`` holds NCCL's
     environment settings (:mod:`simulator.library.nccl_env`) for the calls NCCL chooses.
+    ``bundles`` False simulates calls that share links flow by flow (the per-flow
+    reference) instead of as bundles (:mod:`simulator.workload.bundles`).
     """
     if isinstance(workload, dict):
         workload = load_workload(workload)
@@ -52,6 +55,7 @@ def run_workload(
         reduce_bandwidth=reduce_bandwidth,
         protocol=protocol,
         nccl=nccl,
+        bundles=bundles,
     ).run()
     return run, breakdown(run)
 

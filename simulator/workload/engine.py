@@ -221,6 +221,11 @@ class WorkloadReplay:
         flow shares its links (:mod:`simulator.workload.isolated`; exact: a replay in
         which a call was not alone after all runs again with that call's group simulated
         flow by flow). False simulates every call's flows.
+    bundles : bool
+        With ``isolated``: a call that shares links with others runs as a *bundle*, one
+        flow per link at the pace it keeps alone (:mod:`simulator.workload.bundles`; a
+        few tenths of a percent from the reference on training steps, at a fraction of
+        the work). False simulates such calls flow by flow: the per-flow reference.
 
     A workload given by one data-parallel replica (``megatron(replicas=True)``) is
     simulated once for all where the cluster, the routes and every spanning call look
@@ -240,6 +245,7 @@ class WorkloadReplay:
         protocol: str | None = None,
         compute_scale: Callable[[int, int, float], float] | None = None,
         isolated: bool = True,
+        bundles: bool = True,
         nccl: NcclEnv | str | None = None,
         _excluded: frozenset = frozenset(),
     ):
@@ -248,7 +254,7 @@ class WorkloadReplay:
         self._arguments = dict(
             algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
             reduce_bandwidth=reduce_bandwidth, protocol=protocol,
-            compute_scale=compute_scale, isolated=isolated, nccl=nccl,
+            compute_scale=compute_scale, isolated=isolated, bundles=bundles, nccl=nccl,
         )  # fmt: skip
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
@@ -342,6 +348,7 @@ class WorkloadReplay:
         self.reduce_bandwidth = reduce_bandwidths(graph, reduce_bandwidth)
         # Calls timed alone once and replayed from that timing while nothing else uses
         # their links (checked as the replay goes; see simulator.workload.isolated).
+        self.bundles = bundles
         self.isolated = (
             IsolatedCalls(self.network, self.reduce_bandwidth, _excluded, replicas=self.replicas)
             if isolated
@@ -458,6 +465,7 @@ class WorkloadReplay:
                 "replayed": self.isolated.replayed,
                 "timed": self.isolated.timed,
                 "joint": self.isolated.joint,
+                "bundled": self.isolated.bundled,
                 "attempts": self._attempt,
                 "flow_by_flow": sorted(
                     str(key)
@@ -647,8 +655,10 @@ class WorkloadReplay:
             weight = np.full(schedule.n_ops, float(copies))
 
         def start(_event: object = None) -> None:
-            if self.isolated is not None and self.isolated.run(
-                group, schedule, proto, ranks, rank_done, period, index
+            isolated = self.isolated
+            if isolated is not None and (
+                isolated.run(group, schedule, proto, ranks, rank_done, period, index)
+                or (self.bundles and isolated.bundle(schedule, proto, ranks, rank_done, period))
             ):
                 return
             ScheduleReplay(

@@ -52,6 +52,7 @@ from ..collective.replay import ScheduleReplay, route_ops
 from ..library.protocol import Protocol
 from ..network.faults import fault_plan
 from ..network.flows import FlowNetwork, FlowState
+from .bundles import Bundle
 from .replicas import ReplicaSymmetry
 
 #: Calls of fewer transfers are always simulated flow by flow: a single point-to-point
@@ -167,6 +168,8 @@ class IsolatedCalls:
         self.joint = 0
         #: Calls this replay launched (replayed or not).
         self.launched = 0
+        #: Calls run as bundles (see :meth:`bundle`).
+        self.bundled = 0
         if self.enabled:
             network.on_conflict = self._on_conflict
 
@@ -242,6 +245,36 @@ class IsolatedCalls:
             else:
                 event = env.timeout(offset)
                 event.callbacks.append(lambda _event, p=positions: rank_done(p))
+        return True
+
+    def bundle(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        rank_done: Callable[[np.ndarray], None],
+        period: int | None = None,
+    ) -> bool:
+        """Run the call as a bundle (:mod:`simulator.workload.bundles`), starting now:
+        one flow per link it uses alone, sharing its links with whatever else is on
+        them. False if it cannot (timed faults, a single transfer, no timing alone):
+        the caller then simulates its flows."""
+        if not self.enabled or schedule.n_ops < MIN_OPS:
+            return False
+        plan = self._plan(schedule, protocol, ranks, period)
+        timing = plan.timing
+        if timing is None:
+            return False
+        self.bundled += 1
+        Bundle(
+            self.network,
+            plan.footprint,
+            timing.nbytes,
+            timing.release_s,
+            timing.done,
+            rank_done,
+            timing.represented,
+        )
         return True
 
     # -- flows in flight taken over ---------------------------------------------------------
