@@ -63,15 +63,16 @@ def test_a_capped_flow_and_a_plain_one_share_a_link_by_hand():
     assert network.link_bytes[link] == pytest.approx(12e9, rel=1e-12)
 
 
-def ring_and_send(send_at: str, send_bytes: float, n: float, p: int = 4):
-    """A ring all-reduce of ``n`` bytes over ``p`` ranks after 1 ms of compute, and a
-    ``send_bytes`` send from rank 0 to rank 1 on another stream ``send_at`` into the
-    step (over the ring's link 0 -> 1)."""
+def ring_and_send(send_at: str, send_bytes: float, n: float, p: int = 4, channels: int = 1):
+    """A ring all-reduce of ``n`` bytes over ``p`` ranks (on ``channels`` rings) after 1
+    ms of compute, and a ``send_bytes`` send from rank 0 to rank 1 on another stream
+    ``send_at`` into the step (over the ring's link 0 -> 1)."""
     ops = []
     for rank in range(p):
         ops.append({"id": f"c{rank}", "rank": rank, "kind": "compute", "duration": "1ms"})
         ops.append({"id": f"a{rank}", "rank": rank, "kind": "collective", "op": "all_reduce",
-                    "group": "all", "bytes": n, "deps": [f"c{rank}"]})  # fmt: skip
+                    "group": "all", "bytes": n, "channels": channels,
+                    "deps": [f"c{rank}"]})  # fmt: skip
     for rank, kind, peer in ((0, "send", 1), (1, "recv", 0)):
         ops.append({"id": f"w{rank}", "rank": rank, "kind": "compute", "duration": send_at,
                     "stream": "x"})  # fmt: skip
@@ -87,18 +88,21 @@ def ring_and_send(send_at: str, send_bytes: float, n: float, p: int = 4):
     )
 
 
-def test_a_ring_all_reduce_beside_a_send_by_hand():
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_ring_all_reduce_beside_a_send_by_hand(channels):
     """A ring all-reduce of n over 4 ranks on a 1-D ring (B, alpha per hop) from t0 = 1
-    ms, and a send of m on link 0 -> 1 from ts = 1.1 ms. Alone the call takes 2(p-1)
-    steps of n/(pB) + alpha; each link carries b = 2(p-1)n/p, last used R = 2(p-1)s -
-    alpha after the start. The send meets the replayed call (a conflict), so the next
-    attempt runs the call as a bundle: on link 0 -> 1 its flow (cap c = b/R) and the
-    send share B max-min, B/2 each (c > B/2), until the send ends at ts + 2m/B; then the
-    bundle's flow runs at c. The call ends alpha after its last flow; the send arrives
-    alpha after it is sent."""
+    ms, on k channels, and a send of m on link 0 -> 1 from ts = 1.1 ms. Alone the call
+    takes 2(p-1) steps of n/(pB) + alpha (k flows of n/(kp) at B/k each); each link
+    carries b = 2(p-1)n/p, last used R = 2(p-1)s - alpha after the start. The send
+    meets the replayed call (a conflict), so the next attempt runs the call as a bundle:
+    on link 0 -> 1 its flow (cap c = b/R; one flow in the share however many channels
+    the call runs) and the send share B max-min, B/2 each (c > B/2), until the send ends
+    at ts + 2m/B; then the bundle's flow runs at c. The call ends alpha after its last
+    flow; the send arrives alpha after it is sent."""
     p, n, m, bandwidth, alpha = 4, 64 * MiB, 8 * MiB, 100e9, 2e-6
     graph = ring_graph(p, bandwidth, alpha)
-    run = WorkloadReplay(ring_and_send("1.1ms", m, n), graph, algorithm="ring").run()
+    workload = ring_and_send("1.1ms", m, n, channels=channels)
+    run = WorkloadReplay(workload, graph, algorithm="ring").run()
     t0, ts = 1e-3, 1.1e-3
     step = n / p / bandwidth + alpha
     b = 2 * (p - 1) * n / p

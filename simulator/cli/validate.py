@@ -117,6 +117,12 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         "without it: hours), one line on stderr as each ends, then the step-time error "
         "of each, calibration and held-out runs scored apart",
     )
+    cmd.add_argument(
+        "--exact",
+        action="store_true",
+        help="with --training: calls that share links simulated flow by flow (the "
+        "per-flow reference; default: as bundles, see ccsim run --exact)",
+    )
     add_max_flows_option(cmd)
     cmd.set_defaults(handler=_cmd_validate)
 
@@ -241,7 +247,7 @@ def _cmd_training(args: argparse.Namespace) -> None:
         )
     results = []
     for k, run in enumerate(chosen, 1):
-        result = simulate_run(run)
+        result = simulate_run(run, bundles=not args.exact)
         results.append(result)
         shown = f"{result.error:+.1%}" if result.error is not None else result.skipped
         print(f"ccsim: [{k}/{len(chosen)}] {run.id}: {shown} ({result.wall_s:.1f} s)",

@@ -360,8 +360,9 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
     return options
 
 
-def simulate_run(run: TrainingRun) -> TrainingResult:
-    """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives."""
+def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
+    """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives
+    (``bundles`` False: calls that share links flow by flow, the per-flow reference)."""
     import time
 
     from ..workload import run_workload
@@ -372,7 +373,7 @@ def simulate_run(run: TrainingRun) -> TrainingResult:
     try:
         step = megatron(**options)
         nodes = math.ceil(run.gpus / 8)
-        _, result = run_workload(step, PRESETS[run.gpu], nodes=nodes)
+        _, result = run_workload(step, PRESETS[run.gpu], nodes=nodes, bundles=bundles)
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))
     memory = step.memory
