@@ -92,15 +92,17 @@ def test_workload_replay_reports_increasing_simulated_times():
 
 def test_a_replay_run_again_says_so_on_the_bar():
     """A send that intrudes on an all-reduce replayed from its timing alone makes the
-    replay run again from time zero (tests/test_isolated.py): the bar says why beside the
-    simulated time, and the callback keeps the engine's result unchanged."""
+    replay run again from time zero when such calls are simulated flow by flow
+    (``bundles=False``; tests/test_isolated.py): the bar says why beside the simulated
+    time, and the callback keeps the engine's result unchanged."""
     from test_isolated import conflicting
 
     graph = simulator.load_topology("dgx-a100", 1)
     out = Terminal()
+    options = {"algorithm": "ring", "bundles": False}
     with simulated_time("ccsim run", file=out, delay=0) as report:
-        watched_run = WorkloadReplay(conflicting("100us"), graph, algorithm="ring").run(report)
+        watched_run = WorkloadReplay(conflicting("100us"), graph, **options).run(report)
     assert watched_run.isolated["attempts"] == 2
     assert "(again: calls that were not alone after all, run flow by flow)" in out.getvalue()
-    plain = WorkloadReplay(conflicting("100us"), graph, algorithm="ring").run()
+    plain = WorkloadReplay(conflicting("100us"), graph, **options).run()
     assert (plain.records.end_s == watched_run.records.end_s).all()

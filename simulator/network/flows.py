@@ -43,6 +43,8 @@ _PER_LINK = (
     ("link_idle_at", 0.0),
     ("_held_until", -np.inf),
     ("_held_by", -1),
+    ("link_flow_s", 0.0),
+    ("_link_changed", 0.0),
 )
 # Beyond this many rounds of growing the affected component, recompute everything:
 # the component is then most of the network anyway.
@@ -100,6 +102,7 @@ class FlowNetwork:
         graph: nx.Graph,
         *,
         link_efficiency: Mapping[str, float] | None = None,
+        flow_seconds: bool = False,
     ):
         self.env = env
         self.graph = graph
@@ -125,6 +128,11 @@ class FlowNetwork:
         self._link_since = np.zeros(n_links)
         # When each link last became idle (for calls timed in isolation: when they let go).
         self.link_idle_at = np.zeros(n_links)
+        # Flow-seconds per link (the integral of its flow count over time), kept when
+        # asked for: a call's mean flows on a link while busy (workload bundles).
+        self.flow_seconds = flow_seconds
+        self.link_flow_s = np.zeros(n_links)
+        self._link_changed = np.zeros(n_links)
         # Links held by calls replayed from an isolated run (see hold): until when, and
         # by which holder (-1: none). A flow started on a held link is a *conflict*: the
         # replay that holds it was not alone there after all, and on_conflict(holders)
@@ -269,6 +277,14 @@ class FlowNetwork:
         self._held_until[links] = until
         self._held_by[links] = holder
 
+    def unhold(self, links: np.ndarray, holder: int) -> None:
+        """Let go now of those of ``links`` that ``holder`` holds (a replayed call that
+        goes on as flows)."""
+        links = np.asarray(links, dtype=np.int64)
+        mine = links[self._held_by[links] == holder]
+        self._held_until[mine] = -np.inf
+        self._held_by[mine] = -1
+
     def account(
         self,
         links: np.ndarray,
@@ -357,6 +373,8 @@ class FlowNetwork:
         self.link_bytes[:] = 0.0
         self.link_busy[:] = 0.0
         self.link_idle_at[:] = 0.0
+        self.link_flow_s[:] = 0.0
+        self._link_changed[:] = 0.0
         self.stats = NetworkStats()
 
     def network_route_ids(self, src_ranks: np.ndarray, dst_ranks: np.ndarray) -> np.ndarray:
@@ -428,18 +446,29 @@ class FlowNetwork:
         nbytes: np.ndarray,
         cap: np.ndarray,
         represented: float,
+        copies: np.ndarray | None = None,
     ) -> None:
         """Start one flow per link now, each over that link alone, carrying ``nbytes``
         at no more than ``cap`` bytes/s (ops are positions in ``links``): a call's
         traffic on each of its links, as a bundle (:mod:`simulator.workload.bundles`).
-        With link classes, ``links`` are representatives and each flow loads its link as
-        the representative's own figures say (every link of the class alike). They
-        stand for ``represented`` flows in the stats."""
+        ``copies[i]``: the flow stands for that many equal flows on its link (each with
+        its share of the bytes and the cap), as many as the call kept there alone, so
+        that it takes as many shares of the link. With link classes, ``links`` are
+        representatives and each flow loads its link as the representative's own figures
+        say (every link of the class alike). They stand for ``represented`` flows in the
+        stats."""
         links = np.asarray(links, dtype=np.int64)
         routes = np.array([self.router.route_over((link,)) for link in links.tolist()])
-        weight = None if self._link_class is None else self._class_size[links]
+        copies = np.ones(len(links)) if copies is None else np.asarray(copies, dtype=float)
+        if self._link_class is not None:
+            weight = copies * self._class_size[links]
+        else:
+            weight = copies
+            if self._inc_coef is None:
+                # From now on every incidence entry carries its load per unit of rate.
+                self._inc_coef = np.ones(len(self._inc_flow))
         before = self.stats.represented_flows
-        self.add_flows(owner, np.arange(len(links)), routes, nbytes, weight, cap)
+        self.add_flows(owner, np.arange(len(links)), routes, nbytes / copies, weight, cap / copies)
         self.stats.represented_flows = before + represented
 
     def scale_links(self, links: np.ndarray, factor: float | np.ndarray) -> None:
@@ -493,6 +522,9 @@ class FlowNetwork:
                 coef = self._f_weight[new_flow] / self._class_size[new_link]
                 new_link = self._link_class[new_link]
                 self._inc_coef = np.concatenate([self._inc_coef, coef])
+            elif self._inc_coef is not None:
+                # Weighted flows without link classes (bundles): k copies on each link.
+                self._inc_coef = np.concatenate([self._inc_coef, self._f_weight[new_flow]])
             seeds.append(new_link)
             if self.on_conflict is not None:
                 held = self._held_until[new_link] > now
@@ -555,6 +587,11 @@ class FlowNetwork:
         """Update per-link active-flow counts and busy time."""
         if len(links) == 0:
             return
+        if self.flow_seconds:
+            touched = np.unique(links)
+            count = self._link_flows[touched]
+            self.link_flow_s[touched] += count * (now - self._link_changed[touched])
+            self._link_changed[touched] = now
         before = self._link_flows[links]
         np.add.at(self._link_flows, links, sign)
         if sign > 0:

@@ -52,7 +52,9 @@ class Bundle:
     """One call as a bundle: its flows on ``network`` (one per link of ``footprint``
     that it uses alone, from ``nbytes`` and ``release_s``, its bytes and last use per
     link), and its ranks' ``done`` offsets alone, as (offset, positions) in time order.
-    ``rank_done(positions)`` is called as ranks finish. Starts now."""
+    ``rank_done(positions)`` is called as ranks finish; ``copies``: per link, the flows
+    the call kept there at once alone (on average while busy), each link's flow counting
+    as that many in the share. Starts now."""
 
     def __init__(
         self,
@@ -63,6 +65,7 @@ class Bundle:
         done: list[tuple[float, np.ndarray]],
         rank_done: Callable[[np.ndarray], None],
         represented: float,
+        copies: np.ndarray | None = None,
     ):
         self.network = network
         self.rank_done = rank_done
@@ -82,7 +85,12 @@ class Bundle:
             return
         self.owner = network.register(self)
         network.add_link_loads(
-            self.owner, footprint[used], nbytes[used], nbytes[used] / release_s[used], represented
+            self.owner,
+            footprint[used],
+            nbytes[used],
+            nbytes[used] / release_s[used],
+            represented,
+            None if copies is None else copies[used],
         )
 
     def on_sent(self, ops: np.ndarray) -> None:

@@ -350,7 +350,13 @@ class WorkloadReplay:
         # their links (checked as the replay goes; see simulator.workload.isolated).
         self.bundles = bundles
         self.isolated = (
-            IsolatedCalls(self.network, self.reduce_bandwidth, _excluded, replicas=self.replicas)
+            IsolatedCalls(
+                self.network,
+                self.reduce_bandwidth,
+                _excluded,
+                replicas=self.replicas,
+                bundles=bundles,
+            )
             if isolated
             else None
         )
@@ -466,6 +472,7 @@ class WorkloadReplay:
                 "timed": self.isolated.timed,
                 "joint": self.isolated.joint,
                 "bundled": self.isolated.bundled,
+                "met": self.isolated.met,
                 "attempts": self._attempt,
                 "flow_by_flow": sorted(
                     str(key)

@@ -82,9 +82,18 @@ class Timing:
     busy_s: np.ndarray
     flows: int
     represented: float
+    #: Per link, the integral of the call's flow count over time (flow-seconds): over
+    #: its busy time, the flows it keeps there at once on average (bundles).
+    flow_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: Flows in flight taken over with the call (see :meth:`IsolatedCalls.run`): (offset,
     #: their indexes in canonical order) when each is sent.
     sent: list[tuple[float, np.ndarray]] = field(default_factory=list)
+
+    def copies(self) -> np.ndarray:
+        """Per link, the flows the call kept on it at once while it was busy, on
+        average (at least 1): how many shares its bundle's flow takes there."""
+        busy = np.where(self.busy_s > 0, self.busy_s, 1.0)
+        return np.maximum(self.flow_s / busy, 1.0)
 
 
 @dataclass(frozen=True)
@@ -143,8 +152,10 @@ class IsolatedCalls:
         reduce_bandwidth: np.ndarray,
         excluded: set[Hashable] | frozenset[Hashable] = frozenset(),
         replicas: ReplicaSymmetry | None = None,
+        bundles: bool = False,
     ):
         self.network = network
+        self.bundles = bundles
         self.replicas = replicas
         self.copies = 1 if replicas is None else replicas.count
         self.reduce_bandwidth = reduce_bandwidth
@@ -168,8 +179,13 @@ class IsolatedCalls:
         self.joint = 0
         #: Calls this replay launched (replayed or not).
         self.launched = 0
-        #: Calls run as bundles (see :meth:`bundle`).
+        #: Calls run as bundles (see :meth:`bundle`), and of those, calls replayed from
+        #: their timing until something met them (see :class:`_Live`).
         self.bundled = 0
+        self.met = 0
+        # With bundles: calls replayed now, by the holder id of their links.
+        self._live: dict[int, _Live] = {}
+        self._serial = 0
         if self.enabled:
             network.on_conflict = self._on_conflict
 
@@ -216,7 +232,7 @@ class IsolatedCalls:
             # share links with nothing else, the call is timed together with them (what
             # they have left) and takes them over; else it runs flow by flow.
             holder = TakeOver(call)
-            if TakeOver(group) in self.excluded or holder in self.excluded:
+            if self.bundles or TakeOver(group) in self.excluded or holder in self.excluded:
                 return False
             adopted = self._adoptable(plan.footprint)
             if adopted is None:
@@ -234,11 +250,23 @@ class IsolatedCalls:
             for offset, flows in timing.sent:
                 event = env.timeout(offset)
                 event.callbacks.append(lambda _event, f=flows: self._send(adopted, f))
-        network.hold(plan.footprint, now + timing.release_s, self._holder(holder))
+        live = None
+        if self.bundles and adopted is None:
+            # Held under an id of its own: if something meets it, it goes on as a bundle
+            # from then (see _Live), in this replay.
+            self._serial += 1
+            holder_id = self._holder(("live", self._serial))
+            live = self._live[holder_id] = _Live(self, holder_id, plan, now, rank_done)
+        else:
+            holder_id = self._holder(holder)
+        network.hold(plan.footprint, now + timing.release_s, holder_id)
         network.account(
             plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
         )
         self.replayed += 1
+        if live is not None:
+            live.start()
+            return True
         for offset, positions in timing.done:
             if offset <= 0.0:
                 rank_done(positions)  # as a replay does at its start, for idle ranks
@@ -274,6 +302,7 @@ class IsolatedCalls:
             timing.done,
             rank_done,
             timing.represented,
+            timing.copies(),
         )
         return True
 
@@ -371,7 +400,12 @@ class IsolatedCalls:
         return holder
 
     def _on_conflict(self, holders: np.ndarray) -> None:
-        self.conflicts.update(self._holders[h] for h in holders.tolist())
+        for h in holders.tolist():
+            live = self._live.get(h)
+            if live is None:
+                self.conflicts.add(self._holders[h])
+            else:
+                live.met()
 
     # -- timings ---------------------------------------------------------------------------
     def _plan(
@@ -473,7 +507,10 @@ class IsolatedCalls:
         network = self.network
         if self._scratch is None:
             self._scratch = FlowNetwork(
-                simpy.Environment(), network.graph, link_efficiency=network.link_efficiency
+                simpy.Environment(),
+                network.graph,
+                link_efficiency=network.link_efficiency,
+                flow_seconds=True,
             )
             if self.replicas is not None:
                 self._scratch.set_link_classes(self.replicas.link_class, self.replicas.class_size)
@@ -539,9 +576,103 @@ class IsolatedCalls:
             release_s=release,
             nbytes=scratch.link_bytes[ids].copy(),
             busy_s=scratch.link_busy[ids].copy(),
+            flow_s=scratch.link_flow_s[ids].copy(),
             flows=flows,
             represented=represented,
             sent=sent,
+        )
+
+
+class _Live:
+    """A call replayed from its timing alone, with bundles on: until something starts
+    on its links, exactly as :meth:`IsolatedCalls.run` replays it; when something does,
+    it goes on from that instant as a bundle of what it had left (see
+    :mod:`simulator.workload.bundles`) instead of the replay running again. What it had
+    left on each link is taken as its bytes there spread evenly up to its last use (as a
+    bundle spreads them): the bytes and busy time the replay accounted beyond now are
+    taken back and carried by the bundle's flows."""
+
+    def __init__(
+        self,
+        calls: IsolatedCalls,
+        holder: int,
+        plan: _Plan,
+        start: float,
+        rank_done: Callable[[np.ndarray], None],
+    ):
+        self.calls = calls
+        self.holder = holder
+        self.plan = plan
+        self.started = start
+        self.rank_done = rank_done
+        timing = plan.timing
+        assert timing is not None
+        self.fired = [offset <= 0.0 for offset, _ in timing.done]
+        self.pending = len(self.fired) - sum(self.fired)
+        self.demoted = False
+        self.scheduled = False
+
+    def start(self) -> None:
+        """Finish idle ranks now and schedule the others' ends from the timing."""
+        env = self.calls.network.env
+        for i, (offset, positions) in enumerate(self.plan.timing.done):
+            if offset <= 0.0:
+                self.rank_done(positions)
+            else:
+                event = env.timeout(offset)
+                event.callbacks.append(lambda _event, i=i: self._fire(i))
+        if self.pending == 0:
+            self.calls._live.pop(self.holder, None)
+
+    def _fire(self, i: int) -> None:
+        if self.demoted or self.fired[i]:
+            return
+        self.fired[i] = True
+        self.pending -= 1
+        if self.pending == 0:
+            self.calls._live.pop(self.holder, None)
+        self.rank_done(self.plan.timing.done[i][1])
+
+    def met(self) -> None:
+        """Something started on its links now: it becomes a bundle at this instant, once
+        the network has taken the newcomer in (a zero-delay event, so that no call
+        starts or ends inside the network's own bookkeeping)."""
+        if self.demoted or self.scheduled:
+            return
+        self.scheduled = True
+        event = self.calls.network.env.timeout(0)
+        event.callbacks.append(lambda _event: self._demote())
+
+    def _demote(self) -> None:
+        if self.demoted or self.pending == 0:
+            return
+        self.demoted = True
+        calls, network = self.calls, self.calls.network
+        calls._live.pop(self.holder, None)
+        timing, footprint = self.plan.timing, self.plan.footprint
+        elapsed = network.env.now - self.started
+        release = timing.release_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(release > elapsed, 1.0 - elapsed / release, 0.0)
+        left = timing.nbytes * share
+        network.unhold(footprint, self.holder)
+        network.account(footprint, -left, -timing.busy_s * share, 0, 0.0)
+        done = [
+            (offset - elapsed, positions)
+            for (offset, positions), fired in zip(timing.done, self.fired, strict=True)
+            if not fired
+        ]
+        calls.bundled += 1
+        calls.met += 1
+        Bundle(
+            network,
+            footprint,
+            left,
+            np.maximum(release - elapsed, 0.0),
+            done,
+            self.rank_done,
+            0.0,
+            timing.copies(),
         )
 
 
