@@ -26,8 +26,8 @@ def test_quick_scenario_reports_its_figures():
 
 def test_workload_scenario_reports_the_step_it_replays():
     """A workload scenario replays its Megatron step: its simulated time is the step's
-    and its ops the generated trace's (a 2-stage Llama 3 8B on one dgx-a100, built here
-    and replayed directly for comparison)."""
+    with every rank built and its ops those of the TP masters it builds (a 2-stage
+    Llama 3 8B on one dgx-a100, built here and replayed directly for comparison)."""
     from simulator.cli.bench import Scenario, run_workload_scenario
     from simulator.workload import run_workload
     from simulator.workload.generators import megatron
@@ -35,9 +35,11 @@ def test_workload_scenario_reports_the_step_it_replays():
     params = (("model", "llama3-8b"), ("tp", 4), ("pp", 2), ("dp", 1), ("global_batch", 4))
     scenario = Scenario("tiny", "", kind="workload", preset="dgx-a100", workload=params)
     row = run_workload_scenario(scenario)
-    step = megatron(**dict(params))
-    _, result = run_workload(step, "dgx-a100")
-    assert row["ranks"] == 8 and row["ops"] == len(step.ops)
+    # The bench builds one replica and one rank per TP group; the step is every rank's.
+    built = megatron(**dict(params), replicas=True, shadows=True)
+    full = megatron(**dict(params))
+    _, result = run_workload(full, "dgx-a100")
+    assert row["ranks"] == 8 and row["ops"] == len(built.ops) == len(full.ops) // 4
     assert row["sim_time_us"] == pytest.approx(result.step_s * 1e6, rel=1e-12)
     assert row["flows"] > 0 and row["flows_per_s"] == pytest.approx(row["flows"] / row["wall_s"])
 

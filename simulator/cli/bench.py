@@ -375,7 +375,7 @@ def run_workload_scenario(scenario: Scenario) -> dict:
     start = time.perf_counter()
     # One data-parallel replica stands for all where the run is symmetric (else the
     # replay builds every replica: simulator.workload.replicas).
-    step = megatron(**dict(scenario.workload), replicas=True)
+    step = megatron(**dict(scenario.workload), replicas=True, shadows=True)
     run, result = run_workload(step, scenario.preset, nodes=scenario.nodes)
     wall = time.perf_counter() - start
     flows = run.stats.represented_flows

@@ -149,6 +149,7 @@ def _workload(params: Mapping[str, Any], gpus_per_server: int) -> tuple[Any, int
             # replica stands for all where the run is symmetric (same results; the
             # replay builds every replica where not: simulator.workload.replicas).
             spec.setdefault("replicas", True)
+            spec.setdefault("shadows", True)  # one rank per TP group: simulator.workload.shadows
         workload = from_spec(spec, origin=str(spec.get("name", spec["generator"])))
     if nodes is None:
         nodes = max(1, math.ceil(workload.ranks / gpus_per_server))

@@ -447,6 +447,7 @@ class _Parser:
                         options["ranks"] = (p.get("nodes") or 1) * _gpus_per_server(p)
                     if options["generator"] == "megatron":
                         options.setdefault("replicas", True)
+                        options.setdefault("shadows", True)
                     estimate = generator_estimate(options.pop("generator"), options)
                     if estimate is not None:
                         self.check_estimate(estimate, where)

@@ -337,6 +337,7 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
         precision=run.precision,
         virtual_stages=run.vp,
         replicas=True,
+        shadows=True,
     )
     options.update(run.options)
     layers, chunks = run.model.layers, run.pp * run.vp

@@ -54,13 +54,14 @@ from ..library.hccl import HcclSystem
 from ..library.nccl import NcclSystem
 from ..library.nccl_env import FUNCTIONS, NcclEnv, parse_nccl_env
 from ..library.protocol import Protocol, calibration_of
-from ..network.faults import compute_scaler, schedule_link_faults
+from ..network.faults import compute_scaler, fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
 from .isolated import EVERY_CALL, Call, IsolatedCalls, TakeOver
 from .kernels import kernels_time
 from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
+from .shadows import ShadowCheck, shadow_images
 from .trace import Op, Workload, WorkloadError
 
 
@@ -102,6 +103,10 @@ class WorkloadRun:
     #: one stood for all, ``count`` when they were built and simulated each, and then
     #: ``why``); see :mod:`simulator.workload.replicas`. Empty for other workloads.
     replicas: dict = field(repr=False, default_factory=dict)
+    #: For a workload given by TP masters (:class:`~simulator.workload.trace.Shadows`):
+    #: ``count`` ranks per TP group, and ``simulated`` 1 (the master's ops stood for the
+    #: group) or "all" with ``why``; see :mod:`simulator.workload.shadows`.
+    shadows: dict = field(repr=False, default_factory=dict)
 
 
 class _Compute:
@@ -308,6 +313,23 @@ class WorkloadReplay:
             graph,
             link_efficiency=None if self._given_protocol is None else self.calibration.efficiency,
         )
+        # One rank per TP group standing for the group (see simulator.workload.shadows),
+        # or every rank built.
+        self._images: dict[str, tuple[str, ...]] | None = None
+        self._shadows_report: dict = {}
+        if workload.shadows is not None:
+            why = "a compute_scale was given (it may single out ranks)"
+            if compute_scale is None:
+                why = "the topology has faults" if fault_plan(graph) is not None else ""
+                if not why:
+                    self._images, why = shadow_images(workload)
+            if self._images is None:
+                count = workload.shadows.count
+                workload = workload.shadows.build()
+                self._shadows_report = {"count": count, "simulated": "all", "why": why}
+            else:
+                self._shadows_report = {"count": workload.shadows.count, "simulated": 1}
+        self._shadow_check = ShadowCheck()
         # One replica standing for all (symmetric flows aggregated over link classes), or
         # every replica built (see simulator.workload.replicas).
         self.replicas: ReplicaSymmetry | None = None
@@ -387,6 +409,7 @@ class WorkloadReplay:
         self._p2p: dict[float, Schedule] = {}
         self._p2p_routes: dict[tuple[int, int], np.ndarray] = {}
         self._sends: int | None = None  # the network owner id of point-to-point flows
+        self._image_sends: int | None = None  # and of the shadows' (see shadows.py)
         self._attempt = 1
         self._choices: list[dict | None] = [None] * len(workload.instances)
         self._given: dict[tuple, dict] = {}
@@ -455,6 +478,15 @@ class WorkloadReplay:
             _starting_over(progress, "calls that were not alone after all, run flow by flow")
             again._replicas_report = again._replicas_report or self._replicas_report
             return again.run(progress)
+        why = self._shadow_check.settle() if self._images is not None else ""
+        if why and self._done == len(self.workload.ops):
+            # A shadow did not end with its master: build every TP rank and run again.
+            shadows = self.workload.shadows
+            again = WorkloadReplay(shadows.build(), self.graph, **self._arguments)
+            again._attempt = self._attempt + 1
+            _starting_over(progress, "TP ranks not alike, every rank built")
+            again._shadows_report = {"count": shadows.count, "simulated": "all", "why": why}
+            return again.run(progress)
         self.network.close_link_records()
         if self._done < len(self.workload.ops):
             raise self._deadlock()
@@ -491,6 +523,7 @@ class WorkloadReplay:
                 ),
             },
             replicas=dict(self._replicas_report),
+            shadows=dict(self._shadows_report),
         )
 
     def _check_spanning_calls(self) -> None:
@@ -632,14 +665,74 @@ class WorkloadReplay:
             period = self.replicas.period[first.group]
             schedule = self.replicas.quotient(schedule, first.group).schedule
         self._set_comm(ranks[:period], +1)
+        images = None if self._images is None else self._images.get(first.group)
+        if images is None:
+            member_at, owner = members, None
+        else:
+            # Masters' ops are the members; a TP group's shadows have none, and each
+            # ends when its master does (checked).
+            member_at, owner = self._shadow_positions(first.group, ranks, members, period)
+        check = self._shadow_check
 
         def rank_done(positions: np.ndarray) -> None:
-            done_ranks = [ranks[i] for i in positions.tolist()]
-            self._set_comm(done_ranks, -1)
-            for i in positions.tolist():
-                self._finish(members[i])
+            done = positions.tolist()
+            self._set_comm([ranks[i] for i in done], -1)
+            if owner is not None:
+                ours = [i for i in done if member_at[i] >= 0]
+                check.master((k,), ours, self.env.now)
+                if len(ours) < len(done):
+                    theirs = [owner[i] for i in done if member_at[i] < 0]
+                    check.shadow((k,), theirs, self.env.now, f"a TP shadow in call {k}")
+                done = ours
+            for i in done:
+                self._finish(member_at[i])
 
         self._start_call(first.group, schedule, proto, np.asarray(ranks), rank_done, period, k)
+        for image in images or ():
+            self._launch_image(k, first, image)
+
+    def _shadow_positions(
+        self, name: str, ranks: list[int], members: list[int], period: int | None
+    ) -> tuple[list[int], list[int]]:
+        """For a call of group ``name`` with TP masters: the member op at each position
+        (-1 for a shadow's), and each position's master's position."""
+        shadows = self.workload.shadows
+        masters, shift = shadows.masters, shadows.shift
+        size = len(ranks) if period is None else period
+        member_at = [-1] * size
+        slots = [i for i in range(size) if ranks[i] in masters]
+        for i, index in zip(slots, members, strict=True):
+            member_at[i] = index
+        position = {ranks[i]: i for i in range(size)}
+        owner = []
+        for i in range(size):
+            rank = ranks[i]
+            for _ in range(shadows.count):
+                if rank in masters:
+                    break
+                rank = shift[rank]
+            owner.append(position.get(rank, i))
+        return member_at, owner
+
+    def _launch_image(self, k: int, first: Op, name: str) -> None:
+        """Run the image of call ``k`` (its first member ``first``) on the shadows' group
+        ``name`` beside it: what the master's call does there, which nothing waits for
+        but the check that it ends with the master's."""
+        ranks = self.workload.groups[name].ranks
+        if self.policy is None or first.algorithm:
+            schedule, proto, _ = self._as_given(first, ranks)
+        else:
+            schedule, proto, _ = self._as_library(first, ranks)
+        period = None
+        if self.replicas is not None and name in self.replicas.period:
+            period = self.replicas.period[name]
+            schedule = self.replicas.quotient(schedule, name).schedule
+        check = self._shadow_check
+
+        def image_done(positions: np.ndarray) -> None:
+            check.shadow((k,), positions.tolist(), self.env.now, f"call {k}'s image on {name!r}")
+
+        self._start_call(name, schedule, proto, np.asarray(ranks), image_done, period)
 
     def _start_call(
         self,
@@ -873,9 +966,32 @@ class WorkloadReplay:
                 # together with it and take it over (simulator.workload.isolated).
                 self.isolated.adoptable.add(self._sends)
         self.network.add_flows(self._sends, np.array([k]), route, np.array([float(nbytes)]), weight)
+        if self._images is not None:
+            # The shadows' sends beside the master's (see simulator.workload.shadows).
+            shift = self.workload.shadows.shift
+            for _ in range(1, self.workload.shadows.count):
+                src, dst = shift[src], shift[dst]
+                if self.replicas is not None:
+                    self.replicas.check_routes(self.network, schedule, np.array([src, dst]))
+                route = self._p2p_routes.get((src, dst))
+                if route is None:
+                    route = self._p2p_routes[(src, dst)] = self.network.route_ids(
+                        np.array([src]), np.array([dst]), np.zeros(1, dtype=np.int64)
+                    )
+                if self._image_sends is None:
+                    self._image_sends = self.network.register(_Sends(self._image_send_done))
+                self.network.add_flows(
+                    self._image_sends, np.array([k]), route, np.array([float(nbytes)]), weight
+                )
+
+    def _image_send_done(self, k: int) -> None:
+        """A shadow's send arrived: it must be when its master's does."""
+        self._shadow_check.shadow(("send", k), [0], self.env.now, f"a shadow of send {k}")
 
     def _pair_done(self, k: int) -> None:
         """A send's data arrived: both sides are done (sender first)."""
+        if self._images is not None:
+            self._shadow_check.master(("send", k), [0], self.env.now)
         send, recv = self.workload.pairs[k]
         for index in (send, recv):
             self._set_comm([self.workload.ops[index].rank], -1)

@@ -32,7 +32,7 @@ from .memory import (
 )
 from .model import MODELS, Transformer
 from .pipeline import pipeline_order
-from .trace import FORMAT, Replicas, Workload, parse_workload
+from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
 
 BF16 = 2  # bytes per parameter, gradient and activation element
 
@@ -66,8 +66,10 @@ class _Builder:
         self.data["ops"].append(entry)
         return op_id
 
-    def build(self, replicas: Replicas | None = None) -> Workload:
-        return parse_workload(self.data, origin=self.data["name"], replicas=replicas)
+    def build(self, replicas: Replicas | None = None, shadows: Shadows | None = None) -> Workload:
+        return parse_workload(
+            self.data, origin=self.data["name"], replicas=replicas, shadows=shadows
+        )
 
 
 def flash_core_kernels(
@@ -563,6 +565,7 @@ def megatron(
     ep: int = 1,
     fsdp: bool = False,
     replicas: bool | int = False,
+    shadows: bool = False,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
@@ -656,6 +659,10 @@ def megatron(
     (:mod:`simulator.workload.replicas`; every replica is built and replayed where
     they are not alike). Mixture-of-experts models, whose expert-parallel groups cross
     the replicas, are built whole.
+    ``shadows`` (with ``tp`` > 1) builds the ops of TP rank 0 of each TP group only,
+    standing for the group's others (:class:`~simulator.workload.trace.Shadows`): the
+    replay runs each call of theirs beside their master's and checks that they end
+    together (it builds every rank where they do not).
     ``first_stage_layers`` and ``last_stage_layers`` (Megatron-LM's
     ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-pipeline-num-layers``)
     give the first and last pipeline stages that many layers and split the rest evenly
@@ -810,6 +817,9 @@ def megatron(
         )
     if m.is_moe:
         replicas_built = dp
+    # TP ranks whose ops are built: one per TP group with shadows (MoE: every one, its
+    # expert layers are not checked for it).
+    tp_built = 1 if shadows and tp > 1 and not m.is_moe else tp
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
@@ -985,7 +995,7 @@ def megatron(
         order = pipeline_order(stage, pp, micro, v)
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
-        for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp)):
+        for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp_built)):
             r = rank_of(stage, d, t, q)
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
@@ -1283,6 +1293,20 @@ def megatron(
                     stream="dp",
                     label="DP parameters",
                 )
+    shadowed = None
+    if tp_built < tp:
+        shift = list(range(ranks))
+        for stage, d, q, t in itertools.product(range(pp), range(dp), range(cp), range(tp)):
+            shift[rank_of(stage, d, t, q)] = rank_of(stage, d, (t + 1) % tp, q)
+        shadowed = Shadows(
+            tp,
+            tuple(shift),
+            frozenset(
+                rank_of(stage, d, 0, q)
+                for stage, d, q in itertools.product(range(pp), range(dp), range(cp))
+            ),
+            build=lambda: megatron(**{**arguments, "shadows": False}),
+        )
     replicated = None
     if replicas_built < dp:
         unit = replicas_built
@@ -1300,7 +1324,7 @@ def megatron(
             unit=unit,
             build=lambda replicas: megatron(**{**arguments, "replicas": replicas}),
         )
-    workload = b.build(replicated)
+    workload = b.build(replicated, shadowed)
     workload.memory = megatron_memory(
         m,
         tp=tp,

@@ -160,6 +160,28 @@ class Replicas:
         return self.shift[ranks[0]] in set(ranks)
 
 
+@dataclass(frozen=True)
+class Shadows:
+    """A workload whose tensor-parallel ranks are given by one: the ``count`` ranks of a
+    TP group do the same work on the same data shapes, so the workload holds the ops of
+    one of them, its *master* (``masters``), and the others are its *shadows*.
+
+    ``shift[r]`` is the rank that does what rank ``r`` does, one TP rank on (a
+    permutation of order ``count``). A group is either mapped onto itself by the shift
+    (the TP group: its call runs over all its ranks, the master issuing for the others)
+    or onto ``count - 1`` other groups, its *images* (a data-parallel group of TP rank 0
+    onto those of TP ranks 1, 2, ...), whose calls the replay runs beside the master's,
+    as it does the images of the master's point-to-point sends, so that the network
+    carries every rank's traffic (see :class:`~simulator.workload.engine.WorkloadReplay`,
+    which checks that the shadows end when their masters do). ``build()`` builds every
+    rank's ops."""
+
+    count: int
+    shift: tuple[int, ...]
+    masters: frozenset[int]
+    build: Callable[[], Workload] | None = field(default=None, compare=False, repr=False)
+
+
 @dataclass
 class Workload:
     """A validated workload: ops in file order, groups, and the matching of comm ops.
@@ -187,6 +209,8 @@ class Workload:
     precision: str = "bf16"
     #: Set when the ops are those of one replica standing for ``replicas.count``.
     replicas: Replicas | None = None
+    #: Set when the ops are those of one rank per tensor-parallel group (its master).
+    shadows: Shadows | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form in the trace format (times in seconds, sizes in bytes)."""
@@ -252,10 +276,15 @@ def load_workload(source: str | Path | dict[str, Any]) -> Workload:
 
 
 def parse_workload(
-    data: Any, *, origin: str = "workload", replicas: Replicas | None = None
+    data: Any,
+    *,
+    origin: str = "workload",
+    replicas: Replicas | None = None,
+    shadows: Shadows | None = None,
 ) -> Workload:
     """Validate plain data in the trace format and build a :class:`Workload`; with
-    ``replicas``, the ops are those of the first replica (see :class:`Replicas`)."""
+    ``replicas``, the ops are those of the first replica (see :class:`Replicas`); with
+    ``shadows``, those of one rank per TP group (see :class:`Shadows`)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise WorkloadError(f'{origin}: not a ccsim workload (expected "format": "{FORMAT}")')
     unknown = sorted(set(data) - {"format", "name", "description", "ranks", "groups", "ops"})
@@ -298,6 +327,7 @@ def parse_workload(
         groups=groups,
         description=str(data.get("description", "")),
         replicas=replicas,
+        shadows=shadows,
     )
     _match(workload, origin)
     _check_acyclic(workload, origin)
@@ -508,6 +538,11 @@ def _match(workload: Workload, origin: str) -> None:
         if replicas is not None:
             # The first replica's members issue for all (see Replicas).
             ranks = [rank for rank in ranks if rank in replicas.first]
+            if not ranks:
+                continue
+        if workload.shadows is not None:
+            # Masters issue for their shadows (see Shadows).
+            ranks = [rank for rank in ranks if rank in workload.shadows.masters]
             if not ranks:
                 continue
         counts = {rank: len(calls.get((group.name, rank), [])) for rank in ranks}

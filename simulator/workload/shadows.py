@@ -1,0 +1,112 @@
+"""Tensor-parallel ranks simulated once: a TP group's master stands for its shadows.
+
+The ``tp`` ranks of a Megatron TP group run the same kernels on the same shapes, issue
+the same calls in the same order, and (on a cluster that looks the same from each) end
+them at the same times. A workload built with ``shadows`` holds the ops of one of them,
+the master (:class:`~simulator.workload.trace.Shadows`); the replay processes its ops
+only, which is most of a step's cost (a Llama 3 405B replica is a million ops, an eighth
+of them a master's). The network still carries every rank's traffic: a call on the TP
+group runs over all its ranks (the master issues it for the others), and a call on a
+group the shift moves elsewhere (a data-parallel or context-parallel group, a pipeline
+send) runs beside its images on the shadows' groups, which nothing waits for.
+
+Checked, not assumed: every image call must end at each of its positions when the
+master's call ends at the same position, every image send when the master's send
+arrives, and every rank of a TP group's call when its master does (the shadows' next ops
+would otherwise start at other times than the master's). Where one does not (a slower
+NIC on one rail, ECMP hashing the images elsewhere), the replay is run again with every
+rank's ops built (:meth:`~simulator.workload.engine.WorkloadReplay.run`). Faulted
+clusters and per-rank compute scaling build every rank from the start.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from .trace import Workload
+
+#: Relative difference under which a shadow's end counts as its master's (times are
+#: the same sums in the same order where the images really are alike; this absorbs only
+#: the last bits of rounding).
+SAME = 1e-12
+
+
+def shadow_images(workload: Workload) -> tuple[dict[str, tuple[str, ...]] | None, str]:
+    """For each group with a master among its ranks, the names of its images on the
+    shadows (empty for a group the shift maps onto itself, the TP group); or None and
+    why the shadows cannot stand in."""
+    shadows = workload.shadows
+    if shadows is None:
+        return None, "the workload is not given by TP masters"
+    shift = np.asarray(shadows.shift, dtype=np.int64)
+    by_ranks = {tuple(group.ranks): name for name, group in workload.groups.items()}
+    images: dict[str, tuple[str, ...]] = {}
+    for name, group in workload.groups.items():
+        ranks = np.asarray(group.ranks, dtype=np.int64)
+        if not any(rank in shadows.masters for rank in group.ranks):
+            continue
+        moved = shift[ranks]
+        if set(moved.tolist()) == set(group.ranks):
+            images[name] = ()  # the TP group: one call over all of it
+            continue
+        found = []
+        for _ in range(1, shadows.count):
+            image = by_ranks.get(tuple(moved.tolist()))
+            if image is None:
+                return None, f"group {name!r} has no image on the other TP ranks"
+            found.append(image)
+            moved = shift[moved]
+        images[name] = tuple(found)
+    return images, ""
+
+
+class ShadowCheck:
+    """Ends of masters' calls and sends against their shadows', as the replay goes."""
+
+    def __init__(self) -> None:
+        # (call or send key) -> {position: master's end}, and the shadows' ends.
+        self._master: dict[tuple, dict[int, float]] = defaultdict(dict)
+        self._shadow: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+        #: The first disagreement found, if any (the replay then builds every rank).
+        self.why = ""
+
+    def master(self, key: tuple, positions: list[int], now: float) -> None:
+        """The master's call (or send) ``key`` ended at ``positions`` now."""
+        ends = self._master[key]
+        for position in positions:
+            ends[position] = now
+
+    def shadow(self, key: tuple, positions: list[int], now: float, what: str) -> None:
+        """An image of ``key`` (or a TP group's shadow rank) ended at ``positions`` now;
+        ``what`` names it in the message if it disagrees."""
+        self._shadow[key].extend((position, now) for position in positions)
+        if self.why:
+            return
+        ends = self._master.get(key, {})
+        for position in positions:
+            if position in ends and not _same(ends[position], now):
+                self.why = f"{what} ended at {now:.9g} s, its master at {ends[position]:.9g} s"
+                return
+
+    def settle(self) -> str:
+        """After the run: the first disagreement between masters and shadows ('' if
+        none), including shadows that ended before their master did."""
+        if self.why:
+            return self.why
+        for key, seen in self._shadow.items():
+            ends = self._master.get(key, {})
+            for position, when in seen:
+                if position not in ends:
+                    return f"a shadow of {key} ended where its master never did"
+                if not _same(ends[position], when):
+                    return (
+                        f"a shadow of {key} ended at {when:.9g} s, its master at "
+                        f"{ends[position]:.9g} s"
+                    )
+        return ""
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= SAME * max(1.0, abs(a), abs(b))

@@ -1,0 +1,75 @@
+"""Tensor-parallel ranks simulated once (simulator.workload.shadows): one rank per TP
+group stands for the group. On a symmetric cluster the step is the one with every rank
+built, to the last digit (every master op at the same times, the same bytes on every
+link); where the TP ranks are not alike the replay says so and builds every rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.topology import load_topology
+from simulator.workload import WorkloadReplay
+from simulator.workload.generators import megatron
+from simulator.workload.metrics import breakdown
+
+
+def steps(options: dict, graph, **replay):
+    """The step with TP masters standing for their groups and with every rank built."""
+    common = dict(model="llama3-8b", micro_batch=1, global_batch=4 * options["dp"], **options)
+    shadowed = WorkloadReplay(megatron(**common, shadows=True), graph, **replay).run()
+    full = WorkloadReplay(megatron(**common), graph, **replay).run()
+    return shadowed, full
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tp": 4, "pp": 2, "dp": 2},
+        {"tp": 2, "pp": 1, "dp": 8},
+        {"tp": 8, "pp": 2, "dp": 2, "virtual_stages": 2},
+        {"tp": 4, "pp": 2, "dp": 4, "replicas": True},
+        {"tp": 2, "pp": 2, "dp": 2, "cp": 2},
+    ],
+)
+def test_masters_stand_for_their_tp_groups_exactly(options):
+    """Megatron-Core's defaults (overlapped DP reduce-scatters and gathers, TP
+    collectives beside the GEMMs, pipeline sends, context parallelism): the same step,
+    every master op at the same times as in the full build, the same bytes on every
+    link (the shadows' calls and sends carried beside the masters'), and 1/tp of the
+    ops processed."""
+    ranks = options["tp"] * options["pp"] * options["dp"] * options.get("cp", 1)
+    graph = load_topology("dgx-h100", max(1, ranks // 8))
+    shadowed, full = steps(options, graph)
+    assert shadowed.shadows == {"count": options["tp"], "simulated": 1}
+    assert breakdown(shadowed).step_s == breakdown(full).step_s
+    ids = {op.id: op.index for op in full.workload.ops}
+    for op in shadowed.workload.ops:
+        j = ids[op.id]
+        assert shadowed.records.start_s[op.index] == full.records.start_s[j]
+        assert shadowed.records.end_s[op.index] == full.records.end_s[j]
+    assert np.allclose(shadowed.links["bytes"], full.links["bytes"], rtol=1e-12, atol=1.0)
+    assert len(shadowed.workload.ops) * options["tp"] == len(full.workload.ops)
+
+
+def test_a_slower_nic_on_one_rail_builds_every_rank():
+    """Two DGX H100 with rail 1's NIC link at half speed on the first server: the
+    data-parallel calls of TP rank 1 (images of TP rank 0's) end later than their
+    masters', so the replay builds every rank and runs again; the step is the full
+    build's."""
+    graph = load_topology("dgx-h100", 2)
+    graph.edges["s0/nic1", "leaf1"]["bandwidth"] /= 2
+    shadowed, full = steps({"tp": 4, "pp": 1, "dp": 4}, graph)
+    assert shadowed.shadows["simulated"] == "all"
+    assert "ended at" in shadowed.shadows["why"]
+    assert breakdown(shadowed).step_s == breakdown(full).step_s
+
+
+def test_faults_build_every_rank_from_the_start():
+    """A faulted cluster singles out ranks: every rank is built before the run."""
+    from simulator.network.faults import apply_faults
+
+    graph = apply_faults(load_topology("dgx-h100", 2), "link=s0/nic1-leaf1:0.5")
+    shadowed, full = steps({"tp": 4, "pp": 1, "dp": 4}, graph)
+    assert shadowed.shadows == {"count": 4, "simulated": "all", "why": "the topology has faults"}
+    assert breakdown(shadowed).step_s == breakdown(full).step_s
