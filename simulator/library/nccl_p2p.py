@@ -53,6 +53,10 @@ LL_STEP = 8 * 512 * 16
 MAX_CHANNELS = 64
 #: NCCL_P2P_PER_CHANNEL_NET_BW (GB/s, paths.cc:920 at v2.30.7-1).
 PER_CHANNEL_NET_GBPS = 14
+#: Receives one irecv may post at once: NCCL_NET_IB_MAX_RECVS (net_ib.cc:924 at
+#: v2.28.9-1, net_ib/common.h:161 at v2.30.7-1), used where connections share one
+#: network communicator (NCCL_NET_SHARED_COMMS=1 by default, transport/net.cc:164).
+MAX_RECVS = 8
 #: The version whose rules apply when none is given: ccsim's NCCL model (v2.30.7).
 DEFAULT_VERSION = "2.30.7"
 
@@ -111,6 +115,7 @@ def p2p_call(
     C = min(pow2_up(min(channels, MAX_CHANNELS)), MAX_CHANNELS)
     local = 2 * max(1, nvlinks) if nvlinks > 0 else 2
     per_peer = local
+    net = 0
     if nodes > 1:
         if rules == "2.28":
             most = 2
@@ -154,10 +159,17 @@ def p2p_call(
     data = step / 2 if ll else step
     group = 8 if nodes > 1 or rules == "2.28" else ranks // nodes
     # NCCL sizes a peer's channels to carry its path: two per NVLink (paths.cc:827-831),
-    # so one channel carries half a link, NCCL's per-link figure / 2; one per 14 GB/s of
-    # NIC (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc:920-950 at v2.30.7-1). LL's lines carry
-    # half data.
-    rate = PER_CHANNEL_NET_GBPS if nodes > 1 else nvlink_gbps / 2 if nvlinks else math.inf
+    # so one channel carries half a link, NCCL's per-link figure / 2. Across nodes each
+    # version sizes them by the GPU's NICs: v2.29 and later one per 14 GB/s of NIC
+    # (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc:920-950 at v2.30.7-1); v2.28 "2 channels
+    # per NIC" at most (nNetChannels = max(NICs, 2 halved at scale), paths.cc:838-849 at
+    # v2.28.9-1), so one of them carries the NICs' GB/s over that count (50 GB/s of an
+    # 800 Gb/s NIC), not 2.29's 14. LL's lines carry half data.
+    if nodes > 1:
+        rate = PER_CHANNEL_NET_GBPS if rules == "2.29" else net_gbps / net
+        rate = rate if rate > 0 else PER_CHANNEL_NET_GBPS  # no NIC figure: 2.29's sizing
+    else:
+        rate = nvlink_gbps / 2 if nvlinks else math.inf
     rate *= 0.5 if ll else 1.0
     return P2pCall("LL" if ll else "Simple", n, C, per_peer, float(data), group, rate)
 
@@ -186,3 +198,23 @@ def channel_share(busy: float, channel_gbps: float, link_gbps: float) -> float:
     if not (busy > 0 and channel_gbps > 0 and link_gbps > 0) or math.isinf(channel_gbps):
         return 1.0
     return min(1.0, busy * channel_gbps / link_gbps)
+
+
+def proxy_share(grouped: float, max_recvs: int = MAX_RECVS) -> float:
+    """The proxy's time per network message of an all-to-all across nodes, as a share
+    of a message posted on its own, when receives are posted ``grouped`` at a time.
+
+    With PXN every sender of a node reaches a receiver through the NIC on the
+    receiver's rail, so their connections share one network communicator per channel
+    (NCCL_NET_SHARED_COMMS, transport/net.cc:830-845 at v2.28.9-1), and the receiver's
+    proxy posts the receives of one channel's works that share it with one irecv of
+    up to ``max_recvs`` buffers ("group them by same recvComm", recvProxyProgress,
+    net.cc:1375-1410 and the irecv at :1482). Sends are posted one message at a time.
+    A GPU's proxy posts as many sends as it receives in a uniform all-to-all, so a
+    message costs it (1 + 1/g) / 2 of a lone one, g = min(grouped, max_recvs).
+
+    >>> proxy_share(8), proxy_share(1), proxy_share(20)
+    (0.5625, 1.0, 0.5625)
+    """
+    g = min(float(max_recvs), max(1.0, float(grouped)))
+    return (1.0 + 1.0 / g) / 2.0
