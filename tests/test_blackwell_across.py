@@ -106,3 +106,25 @@ def test_all_gather_across_servers_runs_nccl_ring(across_results):
     so two 8-GPU B200 servers run a Ring at every size."""
     result = across_results["B200-2N-AG-gke-a4"]
     assert not result.error and set(result.algorithms) == {"Ring"}
+
+
+def test_an_all_to_all_in_one_nvlink_domain_pays_its_last_chunks_copy_out():
+    """The FITTED terms of an all-to-all inside one NVLink domain, from their constants
+    by hand (simulator.library.nccl_p2p): 4 GB300 GPUs, 16 MiB per rank under NCCL
+    2.28.7: 4 MiB per peer in 8 parts of 512 KiB, each one 512 KiB chunk, so a call adds
+    P2P_CALL_US + 512 KiB / P2P_COPY_GBPS = 2 + 524288 / 50e3 = 12.49 us. At 64 MiB a
+    part is 2 MiB, still one 512 KiB chunk copied out last: the same. An LL call (2 MiB:
+    64 KiB per part) adds the call's 2 us only, and its channels move
+    LL_COPY_SHARE x 0.5 x 20.05 GB/s (half of NCCL's 40.1 GB/s NVLink5 link, half of
+    that data in LL's lines) = 3.0075 GB/s, shared by the works of a batch."""
+    graph = load_topology(BUNDLED / "gb300-nvl72-4.yaml")
+    policy = NcclPolicy(version="2.28.7")
+    system = policy.system(graph)
+    for size in (2**24, 2**26):
+        plan = policy.plan(system, "all_to_all", size)
+        assert plan.protocol == "Simple" and plan.channels == 8
+        assert plan.params["step_latency_s"] == pytest.approx((2 + 524288 / 50e3) * 1e-6)
+    ll = policy.plan(system, "all_to_all", 2**21)
+    assert ll.protocol == "LL"
+    assert ll.params["step_latency_s"] == pytest.approx(2e-6)
+    assert ll.params["channel_rate"] == pytest.approx(0.3 * 0.5 * 20.05e9, rel=1e-12)

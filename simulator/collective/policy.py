@@ -46,7 +46,14 @@ from ..library.nccl import (
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import DEFAULT_VERSION as P2P_DEFAULT_VERSION
-from ..library.nccl_p2p import channel_share, p2p_call, pow2_up, proxy_share, version_rules
+from ..library.nccl_p2p import (
+    channel_share,
+    copy_out_us,
+    p2p_call,
+    pow2_up,
+    proxy_share,
+    version_rules,
+)
 from ..library.protocol import STEP_BYTES, Protocol, calibration_of
 from .run import CollectiveResult, build_and_run, rank_layout, run_schedule
 from .tuner import topology_key
@@ -300,6 +307,10 @@ class NcclPolicy:
                 )
                 link = system.nvlinks * NVLINK_GBPS[system.arch]
                 params["bandwidth_factor"] = channel_share(busy, call.channel_gbps, link)
+            if system.nodes == 1 and system.nvlinks:
+                # The receivers copy a part's last chunk out after it is written, and a
+                # call has its own cost (FITTED, simulator.library.nccl_p2p.P2P_COPY_GBPS).
+                params["step_latency_s"] = copy_out_us(call, per_part) * 1e-6
         return Plan("nccl-p2p", call.protocol, parts, chunks, parts, params, options)
 
     def schedule(

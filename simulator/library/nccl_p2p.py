@@ -57,6 +57,28 @@ PER_CHANNEL_NET_GBPS = 14
 #: v2.28.9-1, net_ib/common.h:161 at v2.30.7-1), used where connections share one
 #: network communicator (NCCL_NET_SHARED_COMMS=1 by default, transport/net.cc:164).
 MAX_RECVS = 8
+#: Inside one NVLink domain a channel's works run on one thread block whose warps split
+#: between the sends and the receives (sendrecv.h:103-112 at v2.28.7-1). On Blackwell
+#: NCCL's P2P transport writes (P2P read only between SM80 GPUs, paths.cc:371 at
+#: v2.28.9-1): the sender's warps write a chunk into the receiver's buffer over NVLink,
+#: the receiver's warps then copy it out into the user buffer (prims_simple.h), so a
+#: part's last chunk is copied out after its write ends; earlier chunks' copies overlap
+#: later writes (8 slots). FITTED on the bundled GB300 all-to-all runs (4, 8 and 64 GPUs
+#: in one NVL72 rack, sizes >= 512 KiB; README gives the leave-one-case-out errors):
+#: the copy-out rate of one thread block, P2P_COPY_GBPS, and a call's further cost
+#: P2P_CALL_US (the receives' flag checks and a work batch's setup, not in NCCL's
+#: model); with LL every 8-byte line is 4 bytes of data and a flag the receiver polls
+#: line by line, and the measured LL slopes show one channel moving LL_COPY_SHARE of
+#: the half-link rate NCCL sizes it at. NCCL's model has none of the three.
+P2P_COPY_GBPS = 50.0
+P2P_CALL_US = 2.0
+LL_COPY_SHARE = 0.3
+#: The ``ccsim validate`` runs these constants were chosen on.
+P2P_FITTED_TO = (
+    "GB300-1N-A2A-oci-quickstart",
+    "GB300-2N-A2A-oci-quickstart",
+    "GB300-16N-A2A-oci-quickstart",
+)
 #: The version whose rules apply when none is given: ccsim's NCCL model (v2.30.7).
 DEFAULT_VERSION = "2.30.7"
 
@@ -171,6 +193,8 @@ def p2p_call(
     else:
         rate = nvlink_gbps / 2 if nvlinks else math.inf
     rate *= 0.5 if ll else 1.0
+    if ll and nodes == 1 and nvlinks:
+        rate *= LL_COPY_SHARE  # FITTED, see LL_COPY_SHARE
     return P2pCall("LL" if ll else "Simple", n, C, per_peer, float(data), group, rate)
 
 
@@ -218,3 +242,28 @@ def proxy_share(grouped: float, max_recvs: int = MAX_RECVS) -> float:
     """
     g = min(float(max_recvs), max(1.0, float(grouped)))
     return (1.0 + 1.0 / g) / 2.0
+
+
+def copy_out_us(
+    call: P2pCall,
+    part_bytes: float,
+    copy_gbps: float | None = None,
+    call_us: float | None = None,
+) -> float:
+    """What an all-to-all inside one NVLink domain adds to the links' time (us): with
+    Simple the last chunk of a part (``part_bytes``, at most ``call.chunk_bytes``)
+    copied out by the receiver's thread block at ``copy_gbps`` (default
+    :data:`P2P_COPY_GBPS`) after it was written; and ``call_us`` per call (default
+    :data:`P2P_CALL_US`). LL's lines are copied out as they arrive: the call's cost only.
+
+    >>> call = P2pCall("Simple", 8, 32, 32, 524288.0, 8, 20.05)
+    >>> copy_out_us(call, 2**20, copy_gbps=52.4288, call_us=1.0)
+    11.0
+    >>> copy_out_us(call, 131072, copy_gbps=52.4288, call_us=1.0)
+    3.5
+    """
+    copy_gbps = P2P_COPY_GBPS if copy_gbps is None else copy_gbps
+    call_us = P2P_CALL_US if call_us is None else call_us
+    if call.protocol != "Simple" or not math.isfinite(copy_gbps):
+        return call_us
+    return call_us + min(part_bytes, call.chunk_bytes) / (copy_gbps * 1e3)

@@ -60,6 +60,7 @@ from ..errors import CcsimError, shown
 from ..files import load_data, read_text
 from ..library.nccl import NVLS_FITTED_TO
 from ..library.nccl_env import NcclEnv, parse_nccl_env
+from ..library.nccl_p2p import P2P_FITTED_TO
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
 from ..units import MAX_SIZE
@@ -272,6 +273,7 @@ def run_case(
         case.name in calibration_of(graph).fitted_to
         or case.name in PROXY_FITTED_TO
         or case.name in NVLS_FITTED_TO
+        or case.name in P2P_FITTED_TO
     )
     if calibration is None:
         calibration = calibration_of(graph)
