@@ -198,8 +198,9 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
 
 #: Bundled Blackwell runs (B200 server, parts of a GB300 NVL72 rack): never fitted to.
 BLACKWELL = ("B200-1N", "GB300-")
-#: Bundled Blackwell runs across servers and on B300 (never fitted to; tested below).
-ACROSS = ("B200-2N", "B300-")
+#: Bundled Blackwell runs across servers, on B300 and on GB200 (never fitted to; tested
+#: in tests/test_blackwell_across.py).
+ACROSS = ("B200-2N", "B300-", "GB200-")
 
 
 def test_blackwell_cases_are_predicted_at_their_plateau(bundled_results):
