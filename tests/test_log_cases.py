@@ -44,6 +44,7 @@ def test_a_log_is_the_case_its_sidecar_describes(path):
         ("NVIDIA B200", "hgx-b200"),
         ("NVIDIA H200", "hgx-h200"),
         ("NVIDIA GB200", "gb200-nvl72"),
+        ("NVIDIA B300", "hgx-b300"),
     ],
 )
 def test_the_gpu_names_the_preset_when_one_fits(gpu, preset):
@@ -55,7 +56,7 @@ def test_the_gpu_names_the_preset_when_one_fits(gpu, preset):
     [
         (["NVIDIA A100-SXM4-40GB"], "fits presets alibaba-ebmgn7ex, dgx-a100"),
         (["NVIDIA H100 PCIe"], "fits no bundled preset"),
-        (["NVIDIA B300"], "fits no bundled preset"),
+        (["NVIDIA GB300"], "fits no bundled preset"),
         (["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"], "GPUs differ"),
         ([], "names no GPU"),
     ],

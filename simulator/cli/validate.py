@@ -63,7 +63,7 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         "--data",
         default=None,
         metavar="DIR",
-        help=f"folder of cases (default: the eleven bundled public runs, {BUNDLED})",
+        help=f"folder of cases (default: the bundled public runs, {BUNDLED})",
     )
     cmd.add_argument(
         "--plot",

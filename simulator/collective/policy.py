@@ -46,7 +46,14 @@ from ..library.nccl import (
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import DEFAULT_VERSION as P2P_DEFAULT_VERSION
-from ..library.nccl_p2p import channel_share, p2p_call, pow2_up, version_rules
+from ..library.nccl_p2p import (
+    channel_share,
+    copy_out_us,
+    p2p_call,
+    pow2_up,
+    proxy_share,
+    version_rules,
+)
 from ..library.protocol import STEP_BYTES, Protocol, calibration_of
 from .run import CollectiveResult, build_and_run, rank_layout, run_schedule
 from .tuner import topology_key
@@ -286,6 +293,11 @@ class NcclPolicy:
             layout = RankLayout(system.ranks, tuple(np.arange(system.ranks) // int(system.ppn)))
             share = works_per_batch(layout, parts, options["p2p_channels"], call.group_size)
             params["channel_rate"] = call.channel_gbps * 1e9 / share
+            if system.nodes > 1:
+                # Through PXN a receiver's proxy posts the receives of a channel's
+                # works with one irecv each group (up to 8): the proxy's cost per
+                # message falls (simulator.library.nccl_p2p.proxy_share).
+                params["proxy_scale"] = proxy_share(share)
             if system.nodes == 1 and call.protocol == "Simple" and system.nvlinks:
                 # Within one NVLink domain a rank's busy channels, one thread block
                 # each at NCCL's channel sizing, bound its sends below the links'
@@ -295,6 +307,10 @@ class NcclPolicy:
                 )
                 link = system.nvlinks * NVLINK_GBPS[system.arch]
                 params["bandwidth_factor"] = channel_share(busy, call.channel_gbps, link)
+            if system.nodes == 1 and system.nvlinks:
+                # The receivers copy a part's last chunk out after it is written, and a
+                # call has its own cost (FITTED, simulator.library.nccl_p2p.P2P_COPY_GBPS).
+                params["step_latency_s"] = copy_out_us(call, per_part) * 1e-6
         return Plan("nccl-p2p", call.protocol, parts, chunks, parts, params, options)
 
     def schedule(
@@ -570,6 +586,7 @@ def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> st
     hops = {cls: value * scale.get(cls, 1.0) for cls, value in proto.hop_s.items()}
     return dataclasses.replace(
         proto,
+        proxy_s=proto.proxy_s * float(params.get("proxy_scale", 1.0)),
         base_s=proto.base_s + float(params.get("step_latency_s", 0.0)),
         bandwidth=proto.bandwidth * factor,
         hop_s=hops,

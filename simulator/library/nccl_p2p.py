@@ -53,6 +53,32 @@ LL_STEP = 8 * 512 * 16
 MAX_CHANNELS = 64
 #: NCCL_P2P_PER_CHANNEL_NET_BW (GB/s, paths.cc:920 at v2.30.7-1).
 PER_CHANNEL_NET_GBPS = 14
+#: Receives one irecv may post at once: NCCL_NET_IB_MAX_RECVS (net_ib.cc:924 at
+#: v2.28.9-1, net_ib/common.h:161 at v2.30.7-1), used where connections share one
+#: network communicator (NCCL_NET_SHARED_COMMS=1 by default, transport/net.cc:164).
+MAX_RECVS = 8
+#: Inside one NVLink domain a channel's works run on one thread block whose warps split
+#: between the sends and the receives (sendrecv.h:103-112 at v2.28.7-1). On Blackwell
+#: NCCL's P2P transport writes (P2P read only between SM80 GPUs, paths.cc:371 at
+#: v2.28.9-1): the sender's warps write a chunk into the receiver's buffer over NVLink,
+#: the receiver's warps then copy it out into the user buffer (prims_simple.h), so a
+#: part's last chunk is copied out after its write ends; earlier chunks' copies overlap
+#: later writes (8 slots). FITTED on the bundled GB300 all-to-all runs (4, 8 and 64 GPUs
+#: in one NVL72 rack, sizes >= 512 KiB; README gives the leave-one-case-out errors):
+#: the copy-out rate of one thread block, P2P_COPY_GBPS, and a call's further cost
+#: P2P_CALL_US (the receives' flag checks and a work batch's setup, not in NCCL's
+#: model); with LL every 8-byte line is 4 bytes of data and a flag the receiver polls
+#: line by line, and the measured LL slopes show one channel moving LL_COPY_SHARE of
+#: the half-link rate NCCL sizes it at. NCCL's model has none of the three.
+P2P_COPY_GBPS = 50.0
+P2P_CALL_US = 2.0
+LL_COPY_SHARE = 0.3
+#: The ``ccsim validate`` runs these constants were chosen on.
+P2P_FITTED_TO = (
+    "GB300-1N-A2A-oci-quickstart",
+    "GB300-2N-A2A-oci-quickstart",
+    "GB300-16N-A2A-oci-quickstart",
+)
 #: The version whose rules apply when none is given: ccsim's NCCL model (v2.30.7).
 DEFAULT_VERSION = "2.30.7"
 
@@ -111,6 +137,7 @@ def p2p_call(
     C = min(pow2_up(min(channels, MAX_CHANNELS)), MAX_CHANNELS)
     local = 2 * max(1, nvlinks) if nvlinks > 0 else 2
     per_peer = local
+    net = 0
     if nodes > 1:
         if rules == "2.28":
             most = 2
@@ -154,11 +181,20 @@ def p2p_call(
     data = step / 2 if ll else step
     group = 8 if nodes > 1 or rules == "2.28" else ranks // nodes
     # NCCL sizes a peer's channels to carry its path: two per NVLink (paths.cc:827-831),
-    # so one channel carries half a link, NCCL's per-link figure / 2; one per 14 GB/s of
-    # NIC (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc:920-950 at v2.30.7-1). LL's lines carry
-    # half data.
-    rate = PER_CHANNEL_NET_GBPS if nodes > 1 else nvlink_gbps / 2 if nvlinks else math.inf
+    # so one channel carries half a link, NCCL's per-link figure / 2. Across nodes each
+    # version sizes them by the GPU's NICs: v2.29 and later one per 14 GB/s of NIC
+    # (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc:920-950 at v2.30.7-1); v2.28 "2 channels
+    # per NIC" at most (nNetChannels = max(NICs, 2 halved at scale), paths.cc:838-849 at
+    # v2.28.9-1), so one of them carries the NICs' GB/s over that count (50 GB/s of an
+    # 800 Gb/s NIC), not 2.29's 14. LL's lines carry half data.
+    if nodes > 1:
+        rate = PER_CHANNEL_NET_GBPS if rules == "2.29" else net_gbps / net
+        rate = rate if rate > 0 else PER_CHANNEL_NET_GBPS  # no NIC figure: 2.29's sizing
+    else:
+        rate = nvlink_gbps / 2 if nvlinks else math.inf
     rate *= 0.5 if ll else 1.0
+    if ll and nodes == 1 and nvlinks:
+        rate *= LL_COPY_SHARE  # FITTED, see LL_COPY_SHARE
     return P2pCall("LL" if ll else "Simple", n, C, per_peer, float(data), group, rate)
 
 
@@ -186,3 +222,48 @@ def channel_share(busy: float, channel_gbps: float, link_gbps: float) -> float:
     if not (busy > 0 and channel_gbps > 0 and link_gbps > 0) or math.isinf(channel_gbps):
         return 1.0
     return min(1.0, busy * channel_gbps / link_gbps)
+
+
+def proxy_share(grouped: float, max_recvs: int = MAX_RECVS) -> float:
+    """The proxy's time per network message of an all-to-all across nodes, as a share
+    of a message posted on its own, when receives are posted ``grouped`` at a time.
+
+    With PXN every sender of a node reaches a receiver through the NIC on the
+    receiver's rail, so their connections share one network communicator per channel
+    (NCCL_NET_SHARED_COMMS, transport/net.cc:830-845 at v2.28.9-1), and the receiver's
+    proxy posts the receives of one channel's works that share it with one irecv of
+    up to ``max_recvs`` buffers ("group them by same recvComm", recvProxyProgress,
+    net.cc:1375-1410 and the irecv at :1482). Sends are posted one message at a time.
+    A GPU's proxy posts as many sends as it receives in a uniform all-to-all, so a
+    message costs it (1 + 1/g) / 2 of a lone one, g = min(grouped, max_recvs).
+
+    >>> proxy_share(8), proxy_share(1), proxy_share(20)
+    (0.5625, 1.0, 0.5625)
+    """
+    g = min(float(max_recvs), max(1.0, float(grouped)))
+    return (1.0 + 1.0 / g) / 2.0
+
+
+def copy_out_us(
+    call: P2pCall,
+    part_bytes: float,
+    copy_gbps: float | None = None,
+    call_us: float | None = None,
+) -> float:
+    """What an all-to-all inside one NVLink domain adds to the links' time (us): with
+    Simple the last chunk of a part (``part_bytes``, at most ``call.chunk_bytes``)
+    copied out by the receiver's thread block at ``copy_gbps`` (default
+    :data:`P2P_COPY_GBPS`) after it was written; and ``call_us`` per call (default
+    :data:`P2P_CALL_US`). LL's lines are copied out as they arrive: the call's cost only.
+
+    >>> call = P2pCall("Simple", 8, 32, 32, 524288.0, 8, 20.05)
+    >>> copy_out_us(call, 2**20, copy_gbps=52.4288, call_us=1.0)
+    11.0
+    >>> copy_out_us(call, 131072, copy_gbps=52.4288, call_us=1.0)
+    3.5
+    """
+    copy_gbps = P2P_COPY_GBPS if copy_gbps is None else copy_gbps
+    call_us = P2P_CALL_US if call_us is None else call_us
+    if call.protocol != "Simple" or not math.isfinite(copy_gbps):
+        return call_us
+    return call_us + min(part_bytes, call.chunk_bytes) / (copy_gbps * 1e3)

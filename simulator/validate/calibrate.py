@@ -36,6 +36,7 @@ from ..collective.policy import NcclPolicy, protocol_model
 from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..errors import CcsimError
 from ..library.nccl import NVLS_FITTED_TO
+from ..library.nccl_p2p import P2P_FITTED_TO
 from ..library.protocol import (
     PROTOCOLS,
     PROXY_FITTED_TO,
@@ -329,6 +330,11 @@ def leave_one_case_out(
             # rather than call the in-sample result a prediction.
             result.loco_source = (
                 "Blackwell's NVLS thread-block constants were chosen on it; their "
+                "leave-one-out errors are in README (not recomputed here)"
+            )
+        if case is not None and case.name in P2P_FITTED_TO and result.loco is None:
+            result.loco_source = (
+                "the all-to-all copy-out, call and LL constants were chosen on it; their "
                 "leave-one-out errors are in README (not recomputed here)"
             )
 

@@ -29,9 +29,11 @@ the preset's ``launch``) and the GPUs' time.
 
 Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
 time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
-eighteen public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
+twenty-nine public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
 more (H100 on 1 to 8 servers, A100 on 2 over RoCE) and six GB300 runs on parts of an
-NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs), each sidecar citing its
+NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs), five across servers or on
+B300 (all-gather on 2 B200 servers; all-reduce and all-to-all on 1 and 2 B300 servers)
+and six on GB200 (4, 8, 64 and 72 GPUs of an NVL72 rack), each sidecar citing its
 source. A sidecar's ``algorithm`` defaults to ``nccl``: what NCCL runs with no
 environment set.
 
@@ -60,6 +62,7 @@ from ..errors import CcsimError, shown
 from ..files import load_data, read_text
 from ..library.nccl import NVLS_FITTED_TO
 from ..library.nccl_env import NcclEnv, parse_nccl_env
+from ..library.nccl_p2p import P2P_FITTED_TO
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
 from ..units import MAX_SIZE
@@ -272,6 +275,7 @@ def run_case(
         case.name in calibration_of(graph).fitted_to
         or case.name in PROXY_FITTED_TO
         or case.name in NVLS_FITTED_TO
+        or case.name in P2P_FITTED_TO
     )
     if calibration is None:
         calibration = calibration_of(graph)
