@@ -19,6 +19,7 @@ import networkx as nx
 
 from ..errors import CcsimError, unknown_choice
 from ..topology.graph import gpu_nodes
+from .kernels import Gemm, gemm_time
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ H100_STREAM_FRACTION = 2.90 / 3.35
 # through two simulated fractions (0.60, 0.68). Re-derived when the per-shape terms and
 # the measured stream bandwidth came in (0.615 before, a fraction of every shape alike):
 # the optimum is 0.6425 and the summed |log error| is within 1% of it from 0.635 to
-# 0.65. In-sample median |error| 4.9% over the eight rows (5.8% before), largest 18.8%
+# 0.65. In-sample median |error| 5.0% over the eight rows (5.8% before), largest 18.8%
 # (the 32B row); leaving each row out of the fit in turn, 5.4% and 19.2% (7.1%, 20%).
 # Physically: about 630 TFLOP/s on long-K GEMMs, below the 875 the table gives one such
 # kernel alone at boost clock, because a training step's GEMMs run at the power limit's
@@ -248,8 +249,6 @@ def hopper_at_best_shape(bits: int) -> float:
     >>> round(hopper_at_best_shape(16), 3), round(hopper_at_best_shape(8), 3)
     (0.613, 0.527)
     """
-    from .kernels import Gemm, gemm_time
-
     h100 = _h100(H100_GEMM_EFFICIENCY, H100_FP8_EFFICIENCY)
     bare = replace(h100, tile_k_overhead=0, gemm_kernel_s=0.0)
     gemm = Gemm(*MAMF_SHAPE_H100[bits], bits=bits)

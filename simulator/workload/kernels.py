@@ -30,12 +30,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import CcsimError
 
-if TYPE_CHECKING:
-    from .devices import Device
+
+class Device(Protocol):
+    """What the kernel model reads of an accelerator (:class:`~.devices.Device` has it;
+    a protocol here so that ``devices`` can time GEMMs without an import circle)."""
+
+    name: str
+    peak_flops: float
+    efficiency: float
+    fp8_flops: float
+    fp8_efficiency: float
+    units: int
+    tile: tuple[int, int]
+    tile_k_overhead: int
+    gemm_kernel_s: float
+
+    @property
+    def stream_bandwidth(self) -> float:
+        """Bytes/s a memory-bound kernel moves."""
+        ...
+
+    def attention_rate(self, tokens: int, backward: bool = False) -> float:
+        """FLOP/s of fused causal attention over sequences of ``tokens``."""
+        ...
+
 
 #: Bytes per element of GEMM operands and results (bf16 / fp16).
 ELEMENT_BYTES = 2
