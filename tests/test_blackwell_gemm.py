@@ -9,6 +9,7 @@ from simulator.workload.devices import (
     H100_FP8_EFFICIENCY,
     H100_GEMM_EFFICIENCY,
     MAMF_FRACTION,
+    hopper_at_best_shape,
 )
 from simulator.workload.kernels import Gemm, gemm_time
 
@@ -24,17 +25,27 @@ def test_mamf_fractions_are_the_published_rates_over_the_peaks():
 
 
 def test_b200_keeps_hoppers_share_of_its_best_matmul():
-    """B200's training fraction over its MAMF fraction equals H100's, per dtype: bf16
-    0.776 x (H100's / 0.803), fp8 0.763 x (H100's / 0.709)."""
+    """B200's training fraction over its MAMF fraction equals H100's at its own best
+    shape, per dtype: bf16 0.776 x (H100's / 0.803), fp8 0.763 x (H100's / 0.709)."""
     b200 = DEVICES["B200"]
     assert b200.efficiency / MAMF_FRACTION["B200"][16] == pytest.approx(
-        H100_GEMM_EFFICIENCY / MAMF_FRACTION["H100"][16]
+        hopper_at_best_shape(16) / MAMF_FRACTION["H100"][16]
     )
     assert b200.fp8_efficiency / MAMF_FRACTION["B200"][8] == pytest.approx(
-        H100_FP8_EFFICIENCY / MAMF_FRACTION["H100"][8]
+        hopper_at_best_shape(8) / MAMF_FRACTION["H100"][8]
     )
     # fp8 holds more of its best matmul on Blackwell than on Hopper (76.3% vs 70.9%).
     assert b200.fp8_efficiency / b200.efficiency > H100_FP8_EFFICIENCY / H100_GEMM_EFFICIENCY
+
+
+def test_hoppers_share_at_its_best_shape_is_its_gemm_model_there():
+    """H100's fraction at the MAMF shape (2048 x 2048 x 13312 in bf16: 8 x 16 = 128 tiles,
+    one wave of 132 SMs) is the fitted fraction times the shape terms' cost there: each
+    tile pays 136 more K elements and the kernel 6 us (devices.H100_TILE_K_OVERHEAD,
+    H100_GEMM_KERNEL_S), worked out by hand."""
+    bare = 132 * 2 * 256 * 128 * 13312 / (989e12 * H100_GEMM_EFFICIENCY)
+    with_terms = 132 * 2 * 256 * 128 * (13312 + 136) / (989e12 * H100_GEMM_EFFICIENCY) + 6e-6
+    assert hopper_at_best_shape(16) == pytest.approx(H100_GEMM_EFFICIENCY * bare / with_terms)
 
 
 def test_a_large_b200_gemm_runs_at_that_fraction_of_its_peak():

@@ -440,5 +440,5 @@ def estimate(
         tp_s=tp_s,
         pp_s=pp_s,
         dp_s=dp_s,
-        optimizer_s=optimizer / device.memory_bandwidth,
+        optimizer_s=optimizer / device.stream_bandwidth,
     )

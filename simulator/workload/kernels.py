@@ -10,26 +10,54 @@ Performance documentation: tile and wave quantization). Its time is the larger o
   1.05 waves costs 2 and a dimension that is not a multiple of the tile pays for the
   padding; and
 * memory: its operands read once (2 bytes an element in bf16, 1 in fp8) and its output
-  written once (bf16) at HBM bandwidth: the attention scores' GEMMs (``Q K^T`` writes an
-  s x s block per head, the weighted sum of ``V`` reads it) are memory bound with heads
-  of 128 or less on A100 and H100.
+  written once (bf16) at the bandwidth streaming kernels sustain
+  (:attr:`~.devices.Device.stream_bandwidth`): the attention scores' GEMMs (``Q K^T``
+  writes an s x s block per head, the weighted sum of ``V`` reads it) are memory bound
+  with heads of 128 or less on A100 and H100.
 
 The library is assumed to pick whichever of the tile's two orientations is faster, and
 a tile side is cut to the matrix side (rounded up to 64) where the matrix is smaller, as
-cuBLAS has smaller tiles for those. What is left out: split-K and stream-K kernels that
-soften the last wave, L2 reuse across tiles, and launch gaps between kernels.
+cuBLAS has smaller tiles for those. On devices whose GEMMs were measured by shape
+(Hopper: :data:`~.devices.H100_TILE_K_OVERHEAD`), each tile also pays a fixed cost
+(``tile_k_overhead``: the pipeline's fill and the epilogue, as that many more K
+elements) and each kernel a fixed time (``gemm_kernel_s``), which is why GEMMs with a
+short K (small hidden sizes) run further below peak than long ones. What is left out:
+split-K and stream-K kernels that soften the last wave, L2 reuse across tiles, and the
+host's launch gaps between kernels.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import CcsimError
 
-if TYPE_CHECKING:
-    from .devices import Device
+
+class Device(Protocol):
+    """What the kernel model reads of an accelerator (:class:`~.devices.Device` has it;
+    a protocol here so that ``devices`` can time GEMMs without an import circle)."""
+
+    name: str
+    peak_flops: float
+    efficiency: float
+    fp8_flops: float
+    fp8_efficiency: float
+    units: int
+    tile: tuple[int, int]
+    tile_k_overhead: int
+    gemm_kernel_s: float
+
+    @property
+    def stream_bandwidth(self) -> float:
+        """Bytes/s a memory-bound kernel moves."""
+        ...
+
+    def attention_rate(self, tokens: int, backward: bool = False) -> float:
+        """FLOP/s of fused causal attention over sequences of ``tokens``."""
+        ...
+
 
 #: Bytes per element of GEMM operands and results (bf16 / fp16).
 ELEMENT_BYTES = 2
@@ -170,15 +198,18 @@ def gemm_time(device: Device, gemm: Gemm) -> float:
         peak = device.fp8_flops
     elif gemm.bits != 16:
         raise CcsimError(f"GEMM operands of {gemm.bits} bits: ccsim times 16 and 8")
+    # A tile's fixed cost (pipeline fill, epilogue) as K elements at the 16-bit rate, so
+    # that an fp8 tile pays the same time for it as a bf16 one.
+    overhead = device.tile_k_overhead / (device.peak_flops * device.efficiency)
     tile_m, tile_n = device.tile
     best = math.inf
     for tile in ((tile_m, tile_n), (tile_n, tile_m)):
         cut = (min(tile[0], _round_up(gemm.m, MIN_TILE)), min(tile[1], _round_up(gemm.n, MIN_TILE)))
-        per_wave = device.units * 2.0 * cut[0] * cut[1] * gemm.k
-        compute = waves(gemm, tile, device.units) * per_wave
-        best = min(best, compute / (peak * efficiency))
-    memory = gemm.hbm_bytes / gemm.count / device.memory_bandwidth
-    return gemm.count * max(best, memory)
+        per_wave = device.units * 2.0 * cut[0] * cut[1]
+        per_wave_s = per_wave * (gemm.k / (peak * efficiency) + overhead)
+        best = min(best, waves(gemm, tile, device.units) * per_wave_s)
+    memory = gemm.hbm_bytes / gemm.count / device.stream_bandwidth
+    return gemm.count * (max(best, memory) + device.gemm_kernel_s)
 
 
 def gemms_time(device: Device, gemms: tuple[Gemm, ...]) -> float:
