@@ -420,6 +420,7 @@ class WorkloadReplay:
         # view of it, and its rank layout with servers numbered from 0); per shape,
         # operation, size and forced counts, the schedule, protocol and record.
         self._shapes: dict[tuple, tuple[RankLayout, NcclSystem | HcclSystem]] = {}
+        self._server_index: ServerIndex | None = None
         self._calls: dict[tuple, tuple[Schedule, Protocol | None, dict]] = {}
         self._policies: dict[tuple, NcclPolicy | HcclPolicy] = {}
         self._done = 0
@@ -874,7 +875,10 @@ class WorkloadReplay:
         if shape is None:
             assert self.policy is not None
             try:
-                system = self.policy.system(communicator_view(self.graph, ranks))
+                if self._server_index is None:
+                    self._server_index = ServerIndex(self.graph)
+                view = communicator_view(self.graph, ranks, self._server_index)
+                system = self.policy.system(view)
             except CcsimError as error:
                 raise CcsimError(
                     f"{error} (group of ranks {_ranges(ranks)}); {self.policy.name} cannot "
@@ -1065,7 +1069,9 @@ def _shape_of(layout: RankLayout) -> RankLayout:
     return RankLayout(layout.ranks, tuple(number[server] for server in layout.servers))
 
 
-def communicator_view(graph: nx.Graph, ranks: list[int]) -> nx.Graph:
+def communicator_view(
+    graph: nx.Graph, ranks: list[int], index: ServerIndex | None = None
+) -> nx.Graph:
     """The topology as a communicator over ``ranks`` sees it, on which a library decides
     (NCCL's topology search, HCCL's level0 shape): the group's GPUs, renumbered
     0..len(ranks)-1 in group order, and of the servers they sit in every switch, CPU and
@@ -1077,13 +1083,17 @@ def communicator_view(graph: nx.Graph, ranks: list[int]) -> nx.Graph:
     >>> view = communicator_view(load_topology("dgx-h100", 2), [0, 8])
     >>> sorted(node for node, data in view.nodes(data=True) if data["kind"] == "nic")
     ['s0/nic0', 's1/nic0']
+
+    ``index`` (:class:`ServerIndex`, built once per graph) saves scanning the whole graph
+    for each group.
     """
-    nodes = gpu_nodes(graph)
+    index = index or ServerIndex(graph)
+    nodes = index.gpus
     members = {nodes[r]: i for i, r in enumerate(ranks)}
     servers = {graph.nodes[node].get("server") for node in members}
     keep = list(members)
-    for node, data in graph.nodes(data=True):
-        if data.get("kind") == "gpu" or data.get("server") not in servers:
+    for node, data in (pair for server in servers for pair in index.nodes.get(server, ())):
+        if data.get("kind") == "gpu":
             continue  # members are in; other servers and the fabric between them out
         gpus = [v for v in nx.all_neighbors(graph, node) if graph.nodes[v].get("kind") == "gpu"]
         if gpus and not any(v in members for v in gpus):
@@ -1093,6 +1103,19 @@ def communicator_view(graph: nx.Graph, ranks: list[int]) -> nx.Graph:
     for node, i in members.items():
         view.nodes[node]["rank"] = i
     return view
+
+
+class ServerIndex:
+    """A graph's GPUs by rank and its nodes (with their data) by server, for
+    :func:`communicator_view` over many groups of one graph."""
+
+    def __init__(self, graph: nx.Graph):
+        self.gpus = gpu_nodes(graph)
+        self.nodes: dict[object, list[tuple[object, dict]]] = defaultdict(list)
+        for node, data in graph.nodes(data=True):
+            server = data.get("server")
+            if server is not None:
+                self.nodes[server].append((node, data))
 
 
 def _ranges(ranks: list[int]) -> str:
