@@ -47,6 +47,7 @@ import networkx as nx
 from ..errors import CcsimError
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
+from ..topology.stacks import stack_of
 
 #: NCCL's algorithms, in its own index order (include/nccl_common.h:72-90): ties in the
 #: predicted time go to the lower index (enqueue.cc:2035-2044). CollNet is not modelled.
@@ -263,6 +264,9 @@ class NcclSystem:
     #: Whether NCCL's tree search ends on NCCL_TOPO_PATTERN_TREE (see
     #: :data:`TREE_PATTERN_FACTOR`): across servers on Hopper and later, or one GPU a node.
     simple_tree: bool = False
+    #: NCCL settings the network stack's vendor setup exports (NCCL's syntax; "" for
+    #: none): the defaults a job runs with there (:mod:`simulator.topology.stacks`).
+    stack_nccl: str = ""
 
     @property
     def ppn(self) -> float:
@@ -409,8 +413,12 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
     # The tree search's pattern (search.cc:1133, 1215-1219): the balanced tree is kept
     # within one server (no network to balance) and before Hopper.
     simple_tree = nodes > 1 and (arch in ("hopper", "blackwell") or per_server == 1)
+    # The vendor's profile of the network stack is what jobs across servers export
+    # (Google's TCPXO scripts source it for multi-VM runs); one server runs NCCL's own.
+    stack = stack_of(graph) if nodes > 1 else None
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
-                      nvls_channels, nvlinks, net_count, net_gbps, simple_tree)  # fmt: skip
+                      nvls_channels, nvlinks, net_count, net_gbps, simple_tree,
+                      stack.nccl if stack is not None else "")  # fmt: skip
 
 
 def _server_nics(graph: nx.Graph, server) -> list[float]:

@@ -202,6 +202,27 @@ class NcclEnv:
         highs = [b for b in (high_n, high_c) if b is not None]
         return all(channels >= b for b in lows) and all(channels <= b for b in highs)
 
+    def over(self, defaults: NcclEnv | str | None) -> NcclEnv:
+        """These settings on top of ``defaults`` (e.g. a network stack's profile,
+        :mod:`simulator.topology.stacks`): each variable given here replaces the
+        default's, the defaults' others stay.
+
+        >>> parse_nccl_env("NCCL_PROTO=Simple").over("NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=4").text
+        'NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=4'
+        """
+        base = parse_nccl_env(defaults)
+        if not base:
+            return self
+        mine = dict(self.settings)
+        merged = {k: v for k, v in base.settings if k not in mine} | mine
+        try:
+            return parse_nccl_env(merged).with_version(self.version)
+        except CcsimError as error:
+            raise CcsimError(
+                f"{error} (with the network stack's own settings {base.text}: give the "
+                "variable that clashes yourself)"
+            ) from None
+
     def without(self, *names: str) -> NcclEnv:
         """These settings without the variables ``names`` (re-parsed)."""
         return parse_nccl_env({k: v for k, v in self.settings if k not in names})

@@ -29,6 +29,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from ..algorithms import build_schedule
@@ -44,7 +45,19 @@ from ..library.protocol import (
     calibration_of,
 )
 from ..network.routing import path_class
-from .nccl_tests import MIB, SMALL, Case, CaseResult, case_graph, count_setting, run_case
+from ..topology.builders import fabric_spec
+from ..topology.presets import preset_files, preset_graph, read_preset
+from ..topology.stacks import TCPXO_FITTED_TO, TCPXO_LATENCY_GRID_S, TCPXO_LATENCY_S
+from .nccl_tests import (
+    MIB,
+    SMALL,
+    Case,
+    CaseResult,
+    case_graph,
+    case_topology,
+    count_setting,
+    run_case,
+)
 
 #: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
 #: most 4 data bytes per 8-byte line, LL128 at most 120 of 128 bytes.
@@ -323,6 +336,7 @@ def leave_one_case_out(
             else "the preset's unfitted constants (no other run of this preset)"
         )
     _proxy_left_out(cases, results, bases, proxy_grid)
+    _stack_left_out(cases, results)
     for case, result in zip(cases, results, strict=True):
         if case is not None and case.name in NVLS_FITTED_TO and result.loco is None:
             # Module constants of the library, chosen on a grid outside ccsim: say so
@@ -372,4 +386,69 @@ def _proxy_left_out(
             f"network proxy {value * 1e6:g} us, chosen on " + ", ".join(names)
             if names
             else f"network proxy {value * 1e6:g} us (no other run to choose it on)"
+        )
+
+
+def stack_graph(case: Case, latency_s: float) -> nx.Graph:
+    """The topology of ``case`` with its NICs' network-stack latency set to
+    ``latency_s`` (what a grid fit of :data:`~simulator.topology.stacks.TCPXO_LATENCY_S`
+    tries)."""
+    topology, nodes = case_topology(case)
+    data = read_preset(_preset_file(topology))
+    data["server"]["nic"]["latency"] = latency_s
+    return preset_graph(
+        {**data, "fabric": fabric_spec(data.get("fabric"))},
+        nodes,
+        name=str(data.get("name", case.settings["preset"])),
+        source=str(case.settings["preset"]),
+    )
+
+
+def _preset_file(topology):
+    """A case's preset file (a bundled name or a file beside its sidecar)."""
+    return preset_files().get(str(topology), topology)
+
+
+def stack_latency_losses(
+    cases: list[Case], grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S
+) -> tuple[np.ndarray, dict[tuple[int, float], CaseResult]]:
+    """Each case simulated at each stack latency of ``grid``: the mean squared log time
+    error over its sizes <= 1 MiB (rows: cases, columns: grid values), and the runs."""
+    loss = np.zeros((len(cases), len(grid)))
+    runs: dict[tuple[int, float], CaseResult] = {}
+    for row, case in enumerate(cases):
+        for column, value in enumerate(grid):
+            run = run_case(case, graph=stack_graph(case, value))
+            runs[row, value] = run
+            keep = np.array(run.sizes) <= MIB
+            ratio = np.array(run.simulated_us)[keep] / np.array(run.measured_us)[keep]
+            loss[row, column] = np.mean(np.log(ratio) ** 2)
+    return loss, runs
+
+
+def _stack_left_out(
+    cases: list[Case | None],
+    results: list[CaseResult],
+    grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S,
+) -> None:
+    """TCPXO's stack latency was chosen among ``grid`` on the TCPXO_FITTED_TO runs (the
+    least summed loss of :func:`stack_latency_losses`). For each of them, choose again
+    on the others only and predict the run with that value."""
+    fitted = [
+        index
+        for index, (case, result) in enumerate(zip(cases, results, strict=True))
+        if case is not None and not result.error and case.name in TCPXO_FITTED_TO
+    ]
+    chosen = [cases[i] for i in fitted]
+    loss, runs = stack_latency_losses(chosen, grid)  # type: ignore[arg-type]
+    for row, index in enumerate(fitted):
+        others = np.delete(loss, row, axis=0)
+        names = [case.name for i, case in enumerate(chosen) if i != row]  # type: ignore[union-attr]
+        value = grid[int(np.argmin(others.sum(axis=0)))] if names else TCPXO_LATENCY_S
+        result = results[index]
+        result.loco = runs[row, value]
+        result.loco_source = (
+            f"TCPXO stack latency {value * 1e6:g} us, chosen on " + ", ".join(names)
+            if names
+            else f"TCPXO stack latency {value * 1e6:g} us (no other run to choose it on)"
         )

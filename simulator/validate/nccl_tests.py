@@ -49,6 +49,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from ..algorithms import build_schedule
@@ -62,6 +63,7 @@ from ..library.nccl import NVLS_FITTED_TO
 from ..library.nccl_env import NcclEnv, parse_nccl_env
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
+from ..topology.stacks import TCPXO_FITTED_TO
 from ..units import MAX_SIZE
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
@@ -260,18 +262,21 @@ def run_case(
     *,
     max_flows: int | None = None,
     progress: Callable[[int], None] | None = None,
+    graph: nx.Graph | None = None,
 ) -> CaseResult:
     """Simulate every size of a case with the preset's calibrated model (or with
     ``calibration`` instead of the preset's constants); ``max_flows`` is the resource
     guard's limit (:func:`check_case`); ``progress``, if given, is called with each size
-    (bytes) once it has run."""
+    (bytes) once it has run; ``graph``, if given, replaces the case's topology (built
+    with one figure changed, as a leave-one-out fit does; it is copied, not changed)."""
     s = case.settings
     check_case(case, max_flows)
-    graph = case_graph(case)
+    graph = case_graph(case) if graph is None else graph.copy()
     fitted = (
         case.name in calibration_of(graph).fitted_to
         or case.name in PROXY_FITTED_TO
         or case.name in NVLS_FITTED_TO
+        or case.name in TCPXO_FITTED_TO
     )
     if calibration is None:
         calibration = calibration_of(graph)
