@@ -63,7 +63,7 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         "--data",
         default=None,
         metavar="DIR",
-        help=f"folder of cases (default: the eleven bundled public runs, {BUNDLED})",
+        help=f"folder of cases (default: the bundled public runs, {BUNDLED})",
     )
     cmd.add_argument(
         "--plot",
@@ -89,9 +89,17 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also predict each run a constant was fitted to without its own measurements "
         "(leave one case out): refit its preset's unfitted constants on the preset's other "
-        "runs, choose the network proxy's cost again on the other runs that cross the "
-        "network, and simulate it (minutes per fitted run). Runs nothing was fitted to "
-        "are already predictions",
+        "runs, choose the network proxy's cost (and TCPXO's stack latency) again on the "
+        "other runs it was chosen on, and simulate it; a progress bar in a terminal. Runs "
+        "nothing was fitted to are already predictions",
+    )
+    cmd.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="with --loco: run its independent simulations in N processes (count; default "
+        "%(default)s)",
     )
     cmd.add_argument(
         "--detail",
@@ -131,6 +139,8 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         return
     if args.no_holdout:
         raise CcsimError("--no-holdout goes with --fit")
+    if args.jobs != 1 and not args.loco:
+        raise CcsimError("--jobs goes with --loco (the runs it fits and simulates again)")
     loaders = _loaders(args)
     # A bar on stderr, drawn only in a terminal (the one progress helper): cases done,
     # and the case and the size that last finished.
@@ -154,7 +164,15 @@ def _cmd_validate(args: argparse.Namespace) -> None:
 
         pairs = zip(loaders, results, strict=True)
         cases = [None if result.error else load() for (_, load), result in pairs]
-        leave_one_case_out(cases, results)
+        # Its own bar (the one progress helper): simulations and fits done, and the last.
+        with progress_bar(None, desc="ccsim validate --loco", unit="run") as bar:
+
+            def step(done: int, total: int, label: str) -> None:
+                bar.total = total
+                bar.set_postfix_str(label, refresh=False)
+                bar.update(done - bar.n)
+
+            leave_one_case_out(cases, results, jobs=args.jobs, progress=step)
     if args.format == "json":
         rows = [r.summary() for r in results]
         if args.detail:

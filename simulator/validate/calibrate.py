@@ -25,7 +25,10 @@ and reports the error on the sizes it did not see.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
+import multiprocessing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,22 +295,105 @@ def fit_case(
     )
 
 
+#: ``progress(done, total, label)``: how far ``--loco`` has got (the command line draws a
+#: bar from it).
+LocoProgress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One simulation of a leave-one-out fold: ``case`` with ``calibration`` (None: the
+    preset's) and, if given, its NICs' network-stack latency set to ``stack_latency_s``."""
+
+    case: Case
+    calibration: Calibration | None = None
+    stack_latency_s: float | None = None
+
+
+def _simulate(run: _Run) -> CaseResult:
+    graph = None if run.stack_latency_s is None else stack_graph(run.case, run.stack_latency_s)
+    return run_case(run.case, calibration=run.calibration, graph=graph)
+
+
+def _preset_fold(
+    case: Case, others: list[Case], base: Calibration
+) -> tuple[Calibration, CaseResult]:
+    """A preset fitted to ``case``: its constants fitted on each of ``others`` in turn from
+    ``base`` (the preset's unfitted constants), and ``case`` simulated with them."""
+    for other in others:
+        # Every other size of the other run (as ``--fit`` does): half the cost of
+        # fitting on all of them, and the fit sees the whole range of sizes.
+        base = fit_case(other, holdout=True, rounds=2, base=base).calibration
+    return base, run_case(case, calibration=base)
+
+
+class _Pool:
+    """Runs a fold's independent tasks: in this process, or in ``jobs`` worker processes
+    (``spawn``: clean interpreters), reporting each finished task to ``progress``."""
+
+    def __init__(self, jobs: int, total: int, progress: LocoProgress | None):
+        self.jobs, self.total, self.progress, self.done = jobs, total, progress, 0
+        self.executor = None
+        if jobs > 1:
+            self.executor = cf.ProcessPoolExecutor(
+                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+            )
+
+    def map(self, function: Callable, tasks: list[tuple], labels: list[str]) -> list:
+        """``function(*task)`` for every task, in order."""
+        if self.executor is None:
+            out = []
+            for task, label in zip(tasks, labels, strict=True):
+                out.append(function(*task))
+                self._tick(label)
+            return out
+        try:
+            futures = {self.executor.submit(function, *task): i for i, task in enumerate(tasks)}
+            for future in cf.as_completed(futures):
+                self._tick(labels[futures[future]])
+            return [future.result() for future in futures]
+        except cf.BrokenExecutor:
+            raise CcsimError(
+                f"--jobs {self.jobs}: a worker process stopped (out of memory, or a script "
+                "that starts the pool outside `if __name__ == '__main__':`); run with "
+                "--jobs 1"
+            ) from None
+
+    def _tick(self, label: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, label)
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+
+
 def leave_one_case_out(
     cases: list[Case | None],
     results: list[CaseResult],
     *,
     proxy_grid: tuple[float, ...] = PROXY_GRID_S,
+    stack_grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S,
+    jobs: int = 1,
+    progress: LocoProgress | None = None,
 ) -> None:
     """Predict every run a constant was fitted to without its own measurements; sets
     ``loco`` and ``loco_source`` of the matching results (a run nothing was fitted to
-    keeps ``loco`` None: its result is already a prediction).
+    keeps ``loco`` None: its result is already a prediction). ``results`` are the cases'
+    own runs (:func:`~simulator.validate.nccl_tests.run_case` with the preset's
+    constants): a fold whose left-out constant takes the value those ran with reuses
+    them rather than simulate the same thing again.
 
     A preset's constants: start from the preset's ``unfitted`` constants (NCCL's own and
     physical figures), fit them on each other run of the same preset in turn, and
     simulate the run with the result. The network proxy's cost (one figure for every
     machine): choose it again among ``proxy_grid`` on the other runs it was fitted to
-    (:func:`_proxy_left_out`)."""
-    bases: dict[int, Calibration] = {}
+    (:func:`_proxy_left_out`); TCPXO's stack latency among ``stack_grid`` likewise
+    (:func:`_stack_left_out`). Every simulation runs once; with ``jobs`` > 1 the
+    independent ones run in that many processes. ``progress(done, total, label)`` is
+    called as each finishes."""
+    folds = []
     for index, (case, result) in enumerate(zip(cases, results, strict=True)):
         if result.error or case is None:
             continue
@@ -324,19 +410,30 @@ def leave_one_case_out(
             and other.settings.get("preset") == preset
             and not done.error
         ]
-        for other in others:
-            # Every other size of the other run (as ``--fit`` does): half the cost of
-            # fitting on all of them, and the fit sees the whole range of sizes.
-            base = fit_case(other, holdout=True, rounds=2, base=base).calibration
-        bases[index] = base
-        result.loco = run_case(case, calibration=base)
-        result.loco_source = (
-            "fitted on " + ", ".join(other.name for other in others)
-            if others
-            else "the preset's unfitted constants (no other run of this preset)"
+        folds.append((index, case, others, base))
+    proxied = _fitted(cases, results, PROXY_FITTED_TO)
+    stacked = _fitted(cases, results, TCPXO_FITTED_TO)
+    total = len(folds) + len(proxied) * len(proxy_grid) + len(stacked) * len(stack_grid)
+    pool = _Pool(jobs, total, progress)
+    try:
+        bases: dict[int, Calibration] = {}
+        done = pool.map(
+            _preset_fold,
+            [(case, others, base) for _, case, others, base in folds],
+            [f"fit {case.settings.get('preset')} without {case.name}" for _, case, _, _ in folds],
         )
-    _proxy_left_out(cases, results, bases, proxy_grid)
-    _stack_left_out(cases, results)
+        for (index, _, others, _), (base, run) in zip(folds, done, strict=True):
+            bases[index] = base
+            results[index].loco = run
+            results[index].loco_source = (
+                "fitted on " + ", ".join(other.name for other in others)
+                if others
+                else "the preset's unfitted constants (no other run of this preset)"
+            )
+        _proxy_left_out(cases, results, bases, proxy_grid, pool)
+        _stack_left_out(cases, results, stack_grid, pool)
+    finally:
+        pool.close()
     for case, result in zip(cases, results, strict=True):
         if case is not None and case.name in NVLS_FITTED_TO and result.loco is None:
             # Module constants of the library, chosen on a grid outside ccsim: say so
@@ -347,34 +444,75 @@ def leave_one_case_out(
             )
 
 
+def _fitted(
+    cases: list[Case | None], results: list[CaseResult], names: tuple[str, ...]
+) -> list[int]:
+    """Indices of the runs of ``names`` that loaded and ran."""
+    return [
+        index
+        for index, (case, result) in enumerate(zip(cases, results, strict=True))
+        if case is not None and not result.error and case.name in names
+    ]
+
+
+def _grid_runs(
+    pool: _Pool,
+    cases: list[Case | None],
+    results: list[CaseResult],
+    fitted: list[int],
+    grid: tuple[float, ...],
+    make: Callable[[int, float], _Run | None],
+    what: str,
+) -> dict[tuple[int, float], CaseResult]:
+    """Every run of ``fitted`` at every grid value, by (index, value): ``make`` gives the
+    simulation, or None where the run's own result already is it (counted as done)."""
+    runs: dict[tuple[int, float], CaseResult] = {}
+    todo, keys = [], []
+    for index in fitted:
+        for value in grid:
+            run = make(index, value)
+            if run is None:
+                runs[index, value] = results[index]
+            else:
+                todo.append((run,))
+                keys.append((index, value))
+    labels = [f"{cases[i].name}, {what} {v * 1e6:g} us" for i, v in keys]  # type: ignore[union-attr]
+    for key, result in zip(keys, pool.map(_simulate, todo, labels), strict=True):
+        runs[key] = result
+    pool.done += len(fitted) * len(grid) - len(todo) - 1  # the reused ones count as done
+    pool._tick(f"{what} folds")
+    return runs
+
+
 def _proxy_left_out(
     cases: list[Case | None],
     results: list[CaseResult],
     bases: dict[int, Calibration],
     grid: tuple[float, ...],
+    pool: _Pool | None = None,
 ) -> None:
     """PROXY_S was chosen among ``grid`` on the PROXY_FITTED_TO runs. For each of them,
     choose again on the others only (the least summed squared log time error; with no
     other, the grid's first value, no proxy cost) and predict the run with that value.
-    Every run is simulated once per grid value; a run whose preset was also fitted to
-    it keeps its left-out constants (``bases``)."""
-    fitted = [
-        index
-        for index, (case, result) in enumerate(zip(cases, results, strict=True))
-        if case is not None and not result.error and case.name in PROXY_FITTED_TO
-    ]
-    runs: dict[tuple[int, float], CaseResult] = {}
-    loss = np.zeros((len(fitted), len(grid)))
-    for row, index in enumerate(fitted):
+    Every run is simulated once per grid value (its own result where the value is its
+    preset's); a run whose preset was also fitted to it keeps its left-out constants
+    (``bases``)."""
+    pool = pool or _Pool(1, 0, None)
+    fitted = _fitted(cases, results, PROXY_FITTED_TO)
+    own = {}
+
+    def make(index: int, value: float) -> _Run | None:
         case = cases[index]
         assert case is not None  # filtered above
-        base = bases.get(index) or calibration_of(case_graph(case))
-        for column, value in enumerate(grid):
-            run = run_case(case, calibration=dataclasses.replace(base, proxy_s=value))
-            runs[index, value] = run
-            loss[row, column] = np.mean(
-                np.log(np.array(run.simulated_us) / np.array(run.measured_us)) ** 2
-            )
+        if index not in own:
+            own[index] = calibration_of(case_graph(case))
+        base = bases.get(index) or own[index]
+        if index not in bases and value == own[index].proxy_s:
+            return None  # exactly the run's own simulation
+        return _Run(case, dataclasses.replace(base, proxy_s=value))
+
+    runs = _grid_runs(pool, cases, results, fitted, grid, make, "network proxy")
+    loss = _losses(runs, fitted, grid, lambda run: np.ones(len(run.sizes), dtype=bool))
     for row, index in enumerate(fitted):
         others = np.delete(loss, row, axis=0).sum(axis=0)
         value = grid[int(np.argmin(others))]
@@ -387,6 +525,24 @@ def _proxy_left_out(
             if names
             else f"network proxy {value * 1e6:g} us (no other run to choose it on)"
         )
+
+
+def _losses(
+    runs: dict[tuple[int, float], CaseResult],
+    fitted: list[int],
+    grid: tuple[float, ...],
+    sizes: Callable[[CaseResult], np.ndarray],
+) -> np.ndarray:
+    """Mean squared log time error of each run (rows) at each grid value (columns), over
+    the sizes ``sizes(run)`` keeps."""
+    loss = np.zeros((len(fitted), len(grid)))
+    for row, index in enumerate(fitted):
+        for column, value in enumerate(grid):
+            run = runs[index, value]
+            keep = sizes(run)
+            ratio = np.array(run.simulated_us)[keep] / np.array(run.measured_us)[keep]
+            loss[row, column] = np.mean(np.log(ratio) ** 2)
+    return loss
 
 
 def stack_graph(case: Case, latency_s: float) -> nx.Graph:
@@ -409,44 +565,32 @@ def _preset_file(topology):
     return preset_files().get(str(topology), topology)
 
 
-def stack_latency_losses(
-    cases: list[Case], grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S
-) -> tuple[np.ndarray, dict[tuple[int, float], CaseResult]]:
-    """Each case simulated at each stack latency of ``grid``: the mean squared log time
-    error over its sizes <= 1 MiB (rows: cases, columns: grid values), and the runs."""
-    loss = np.zeros((len(cases), len(grid)))
-    runs: dict[tuple[int, float], CaseResult] = {}
-    for row, case in enumerate(cases):
-        for column, value in enumerate(grid):
-            run = run_case(case, graph=stack_graph(case, value))
-            runs[row, value] = run
-            keep = np.array(run.sizes) <= MIB
-            ratio = np.array(run.simulated_us)[keep] / np.array(run.measured_us)[keep]
-            loss[row, column] = np.mean(np.log(ratio) ** 2)
-    return loss, runs
-
-
 def _stack_left_out(
     cases: list[Case | None],
     results: list[CaseResult],
     grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S,
+    pool: _Pool | None = None,
 ) -> None:
-    """TCPXO's stack latency was chosen among ``grid`` on the TCPXO_FITTED_TO runs (the
-    least summed loss of :func:`stack_latency_losses`). For each of them, choose again
-    on the others only and predict the run with that value."""
-    fitted = [
-        index
-        for index, (case, result) in enumerate(zip(cases, results, strict=True))
-        if case is not None and not result.error and case.name in TCPXO_FITTED_TO
-    ]
-    chosen = [cases[i] for i in fitted]
-    loss, runs = stack_latency_losses(chosen, grid)  # type: ignore[arg-type]
+    """TCPXO's stack latency was chosen among ``grid`` on the TCPXO_FITTED_TO runs: the
+    least summed mean squared log time error over their sizes <= 1 MiB (where latency,
+    not rate, sets the time). For each of them, choose again on the others only and
+    predict the run with that value (with no other, the preset's)."""
+    pool = pool or _Pool(1, 0, None)
+    fitted = _fitted(cases, results, TCPXO_FITTED_TO)
+
+    def make(index: int, value: float) -> _Run | None:
+        case = cases[index]
+        assert case is not None  # filtered above
+        return None if value == TCPXO_LATENCY_S else _Run(case, stack_latency_s=value)
+
+    runs = _grid_runs(pool, cases, results, fitted, grid, make, "TCPXO latency")
+    loss = _losses(runs, fitted, grid, lambda run: np.array(run.sizes) <= MIB)
     for row, index in enumerate(fitted):
         others = np.delete(loss, row, axis=0)
-        names = [case.name for i, case in enumerate(chosen) if i != row]  # type: ignore[union-attr]
+        names = [cases[i].name for i in fitted if i != index]  # type: ignore[union-attr]
         value = grid[int(np.argmin(others.sum(axis=0)))] if names else TCPXO_LATENCY_S
         result = results[index]
-        result.loco = runs[row, value]
+        result.loco = runs[index, value]
         result.loco_source = (
             f"TCPXO stack latency {value * 1e6:g} us, chosen on " + ", ".join(names)
             if names

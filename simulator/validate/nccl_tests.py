@@ -29,11 +29,11 @@ the preset's ``launch``) and the GPUs' time.
 
 Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
 time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
-eighteen public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
-more (H100 on 1 to 8 servers, A100 on 2 over RoCE) and six GB300 runs on parts of an
-NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs), each sidecar citing its
-source. A sidecar's ``algorithm`` defaults to ``nccl``: what NCCL runs with no
-environment set.
+twenty public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
+more (H100 on 1 to 8 servers, A100 on 2 over RoCE), six GB300 runs on parts of an
+NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs) and two on Google A3 Mega
+(H100, GPUDirect-TCPXO), each sidecar citing its source. A sidecar's ``algorithm``
+defaults to ``nccl``: what NCCL runs with no environment set.
 
 Raw nccl-tests output (stdout or ``-J`` JSON) needs no sidecar: see :mod:`~.log_cases`.
 """
