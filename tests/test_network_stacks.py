@@ -103,3 +103,23 @@ def test_a3_mega_all_reduce_floor_and_all_gather_plateau():
     ag = run_case(load_case(BUNDLED / "H100-2N-AG-a3mega-tcpxo.yaml"))
     assert ag.sizes[-1] == 8 * 2**30
     assert ag.simulated_busbw[-1] == pytest.approx(188.82, rel=0.10)
+
+
+def test_topology_show_names_the_stack():
+    from simulator.topology import summarize
+
+    assert (
+        "NICs                  16 (network stack tcpxo)"
+        in summarize(load_topology("a3-mega", 2)).text()
+    )
+    assert "network stack" not in summarize(load_topology("dgx-h100", 2)).text()
+
+
+def test_a_setting_that_clashes_with_the_stacks_is_one_line(capsys):
+    """Google's profile sets NCCL_MIN_NCHANNELS=4: a user's NCCL_MAX_NCHANNELS=2 alone
+    contradicts it, and the message says where the 4 comes from."""
+    argv = ["collective", "all_reduce", "--topology", "a3-mega", "--nodes", "2", "--sizes", "1M"]
+    assert main([*argv, "--nccl", "NCCL_MAX_NCHANNELS=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "network stack's own settings" in err
+    assert main([*argv, "--nccl", "NCCL_MAX_NCHANNELS=2,NCCL_MIN_NCHANNELS=1"]) == 0
