@@ -328,30 +328,38 @@ def _preset_fold(
 
 
 class _Pool:
-    """Runs a fold's independent tasks: in this process, or in ``jobs`` worker processes
-    (``spawn``: clean interpreters), reporting each finished task to ``progress``."""
+    """Runs the independent tasks of ``--loco``: at once in this process, or in ``jobs``
+    worker processes (``spawn``: clean interpreters); each finished task is reported to
+    ``progress`` as ``(done, total, label)``."""
 
     def __init__(self, jobs: int, total: int, progress: LocoProgress | None):
         self.jobs, self.total, self.progress, self.done = jobs, total, progress, 0
+        self.pending: dict[cf.Future, str] = {}
         self.executor = None
         if jobs > 1:
             self.executor = cf.ProcessPoolExecutor(
                 max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
             )
 
-    def map(self, function: Callable, tasks: list[tuple], labels: list[str]) -> list:
-        """``function(*task)`` for every task, in order."""
+    def submit(self, function: Callable, args: tuple, label: str) -> cf.Future:
+        """``function(*args)``, run now (one job) or queued to the workers."""
         if self.executor is None:
-            out = []
-            for task, label in zip(tasks, labels, strict=True):
-                out.append(function(*task))
-                self._tick(label)
-            return out
+            future: cf.Future = cf.Future()
+            future.set_result(function(*args))
+            self.tick(label)
+            return future
+        future = self.executor.submit(function, *args)
+        self.pending[future] = label
+        return future
+
+    def get(self, future: cf.Future) -> Any:
+        """The result of a submitted task, reporting the tasks that finish meanwhile."""
         try:
-            futures = {self.executor.submit(function, *task): i for i, task in enumerate(tasks)}
-            for future in cf.as_completed(futures):
-                self._tick(labels[futures[future]])
-            return [future.result() for future in futures]
+            while future in self.pending:
+                done, _ = cf.wait(self.pending, return_when=cf.FIRST_COMPLETED)
+                for finished in done:
+                    self.tick(self.pending.pop(finished))
+            return future.result()
         except cf.BrokenExecutor:
             raise CcsimError(
                 f"--jobs {self.jobs}: a worker process stopped (out of memory, or a script "
@@ -359,7 +367,8 @@ class _Pool:
                 "--jobs 1"
             ) from None
 
-    def _tick(self, label: str) -> None:
+    def tick(self, label: str) -> None:
+        """One more task done."""
         self.done += 1
         if self.progress is not None:
             self.progress(self.done, self.total, label)
@@ -389,10 +398,10 @@ def leave_one_case_out(
     physical figures), fit them on each other run of the same preset in turn, and
     simulate the run with the result. The network proxy's cost (one figure for every
     machine): choose it again among ``proxy_grid`` on the other runs it was fitted to
-    (:func:`_proxy_left_out`); TCPXO's stack latency among ``stack_grid`` likewise
-    (:func:`_stack_left_out`). Every simulation runs once; with ``jobs`` > 1 the
-    independent ones run in that many processes. ``progress(done, total, label)`` is
-    called as each finishes."""
+    (:func:`_choose_proxy`); TCPXO's stack latency among ``stack_grid`` likewise
+    (:func:`_choose_stack`). Every simulation runs once; with ``jobs`` > 1 they run in
+    that many processes, the preset fits (the longest) first and the grid runs beside
+    them. ``progress(done, total, label)`` is called as each finishes."""
     folds = []
     for index, (case, result) in enumerate(zip(cases, results, strict=True)):
         if result.error or case is None:
@@ -416,22 +425,53 @@ def leave_one_case_out(
     total = len(folds) + len(proxied) * len(proxy_grid) + len(stacked) * len(stack_grid)
     pool = _Pool(jobs, total, progress)
     try:
+        fitting = {
+            index: pool.submit(
+                _preset_fold, (case, others, base), f"fit {case.settings.get('preset')} "
+                f"without {case.name}",
+            )
+            for index, case, others, base in folds
+        }  # fmt: skip
+        own: dict[int, Calibration] = {}
         bases: dict[int, Calibration] = {}
-        done = pool.map(
-            _preset_fold,
-            [(case, others, base) for _, case, others, base in folds],
-            [f"fit {case.settings.get('preset')} without {case.name}" for _, case, _, _ in folds],
-        )
-        for (index, _, others, _), (base, run) in zip(folds, done, strict=True):
+
+        def proxy_run(index: int, value: float) -> _Run | None:
+            case = cases[index]
+            assert case is not None  # filtered by _fitted
+            if index not in own:
+                own[index] = calibration_of(case_graph(case))
+            base = bases.get(index) or own[index]
+            if index not in bases and value == own[index].proxy_s:
+                return None  # exactly the run's own simulation
+            return _Run(case, dataclasses.replace(base, proxy_s=value))
+
+        def stack_run(index: int, value: float) -> _Run | None:
+            case = cases[index]
+            assert case is not None  # filtered by _fitted
+            return None if value == TCPXO_LATENCY_S else _Run(case, stack_latency_s=value)
+
+        # Grid runs that need no fit's result go to the workers beside the fits.
+        stack = _grid_submit(pool, cases, results, stacked, stack_grid, stack_run, "TCPXO")
+        proxy = _grid_submit(
+            pool, cases, results, [i for i in proxied if i not in fitting], proxy_grid,
+            proxy_run, "proxy",
+        )  # fmt: skip
+        for index, future in fitting.items():
+            base, run = pool.get(future)
             bases[index] = base
+            others = next(others for i, _, others, _ in folds if i == index)
             results[index].loco = run
             results[index].loco_source = (
                 "fitted on " + ", ".join(other.name for other in others)
                 if others
                 else "the preset's unfitted constants (no other run of this preset)"
             )
-        _proxy_left_out(cases, results, bases, proxy_grid, pool)
-        _stack_left_out(cases, results, stack_grid, pool)
+        proxy |= _grid_submit(
+            pool, cases, results, [i for i in proxied if i in fitting], proxy_grid,
+            proxy_run, "proxy",
+        )  # fmt: skip
+        _choose_proxy(cases, results, proxied, proxy_grid, _resolve(pool, proxy))
+        _choose_stack(cases, results, stacked, stack_grid, _resolve(pool, stack))
     finally:
         pool.close()
     for case, result in zip(cases, results, strict=True):
@@ -455,7 +495,10 @@ def _fitted(
     ]
 
 
-def _grid_runs(
+GridRuns = dict[tuple[int, float], "cf.Future | CaseResult"]
+
+
+def _grid_submit(
     pool: _Pool,
     cases: list[Case | None],
     results: list[CaseResult],
@@ -463,55 +506,41 @@ def _grid_runs(
     grid: tuple[float, ...],
     make: Callable[[int, float], _Run | None],
     what: str,
-) -> dict[tuple[int, float], CaseResult]:
-    """Every run of ``fitted`` at every grid value, by (index, value): ``make`` gives the
-    simulation, or None where the run's own result already is it (counted as done)."""
-    runs: dict[tuple[int, float], CaseResult] = {}
-    todo, keys = [], []
+) -> GridRuns:
+    """Every run of ``fitted`` at every grid value, by (index, value): submitted where
+    ``make`` gives a simulation; the run's own result where it gives None (that result
+    already is the simulation; counted as done)."""
+    runs: GridRuns = {}
     for index in fitted:
+        case = cases[index]
+        assert case is not None  # filtered by _fitted
         for value in grid:
             run = make(index, value)
+            label = f"{case.name}, {what} {value * 1e6:g} us"
             if run is None:
                 runs[index, value] = results[index]
+                pool.tick(label)
             else:
-                todo.append((run,))
-                keys.append((index, value))
-    labels = [f"{cases[i].name}, {what} {v * 1e6:g} us" for i, v in keys]  # type: ignore[union-attr]
-    for key, result in zip(keys, pool.map(_simulate, todo, labels), strict=True):
-        runs[key] = result
-    pool.done += len(fitted) * len(grid) - len(todo) - 1  # the reused ones count as done
-    pool._tick(f"{what} folds")
+                runs[index, value] = pool.submit(_simulate, (run,), label)
     return runs
 
 
-def _proxy_left_out(
+def _resolve(pool: _Pool, runs: GridRuns) -> dict[tuple[int, float], CaseResult]:
+    return {key: pool.get(v) if isinstance(v, cf.Future) else v for key, v in runs.items()}
+
+
+def _choose_proxy(
     cases: list[Case | None],
     results: list[CaseResult],
-    bases: dict[int, Calibration],
+    fitted: list[int],
     grid: tuple[float, ...],
-    pool: _Pool | None = None,
+    runs: dict[tuple[int, float], CaseResult],
 ) -> None:
     """PROXY_S was chosen among ``grid`` on the PROXY_FITTED_TO runs. For each of them,
-    choose again on the others only (the least summed squared log time error; with no
-    other, the grid's first value, no proxy cost) and predict the run with that value.
-    Every run is simulated once per grid value (its own result where the value is its
-    preset's); a run whose preset was also fitted to it keeps its left-out constants
-    (``bases``)."""
-    pool = pool or _Pool(1, 0, None)
-    fitted = _fitted(cases, results, PROXY_FITTED_TO)
-    own = {}
-
-    def make(index: int, value: float) -> _Run | None:
-        case = cases[index]
-        assert case is not None  # filtered above
-        if index not in own:
-            own[index] = calibration_of(case_graph(case))
-        base = bases.get(index) or own[index]
-        if index not in bases and value == own[index].proxy_s:
-            return None  # exactly the run's own simulation
-        return _Run(case, dataclasses.replace(base, proxy_s=value))
-
-    runs = _grid_runs(pool, cases, results, fitted, grid, make, "network proxy")
+    choose again on the others only (the least summed squared log time error over every
+    size; with no other, the grid's first value, no proxy cost) and predict the run with
+    that value. ``runs`` has every run at every grid value (a run whose preset was also
+    fitted to it at its left-out constants)."""
     loss = _losses(runs, fitted, grid, lambda run: np.ones(len(run.sizes), dtype=bool))
     for row, index in enumerate(fitted):
         others = np.delete(loss, row, axis=0).sum(axis=0)
@@ -565,25 +594,17 @@ def _preset_file(topology):
     return preset_files().get(str(topology), topology)
 
 
-def _stack_left_out(
+def _choose_stack(
     cases: list[Case | None],
     results: list[CaseResult],
-    grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S,
-    pool: _Pool | None = None,
+    fitted: list[int],
+    grid: tuple[float, ...],
+    runs: dict[tuple[int, float], CaseResult],
 ) -> None:
     """TCPXO's stack latency was chosen among ``grid`` on the TCPXO_FITTED_TO runs: the
     least summed mean squared log time error over their sizes <= 1 MiB (where latency,
     not rate, sets the time). For each of them, choose again on the others only and
     predict the run with that value (with no other, the preset's)."""
-    pool = pool or _Pool(1, 0, None)
-    fitted = _fitted(cases, results, TCPXO_FITTED_TO)
-
-    def make(index: int, value: float) -> _Run | None:
-        case = cases[index]
-        assert case is not None  # filtered above
-        return None if value == TCPXO_LATENCY_S else _Run(case, stack_latency_s=value)
-
-    runs = _grid_runs(pool, cases, results, fitted, grid, make, "TCPXO latency")
     loss = _losses(runs, fitted, grid, lambda run: np.array(run.sizes) <= MIB)
     for row, index in enumerate(fitted):
         others = np.delete(loss, row, axis=0)
