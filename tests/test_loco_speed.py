@@ -56,7 +56,20 @@ def test_jobs_give_the_same_predictions():
         assert a.loco_source == b.loco_source
 
 
-def test_jobs_without_loco_is_one_line(capsys):
-    assert main(["validate", "--jobs", "2"]) == 2
+def test_jobs_run_the_cases_alike(tmp_path):
+    """The cases themselves in 2 processes: the same results, in the same order."""
+    from simulator.validate.nccl_tests import run_cases
+
+    cases = _cases()
+    loaders = [(case.name, lambda case=case: case) for case in cases]
+    serial = run_cases(loaders)
+    pooled = run_cases(loaders, jobs=2)
+    assert [r.name for r in pooled] == list(TCPXO)
+    for a, b in zip(serial, pooled, strict=True):
+        assert a.simulated_us == pytest.approx(b.simulated_us, rel=1e-12)
+
+
+def test_jobs_with_fit_is_one_line(capsys):
+    assert main(["validate", "--fit", "--jobs", "2"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--jobs goes with --loco" in err
+    assert len(err.splitlines()) == 1 and "--jobs" in err and "--fit" in err

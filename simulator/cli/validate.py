@@ -98,8 +98,8 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         type=positive_int,
         default=1,
         metavar="N",
-        help="with --loco: run its independent simulations in N processes (count; default "
-        "%(default)s)",
+        help="run the cases, and with --loco its fits and runs, in N processes (count; "
+        "default %(default)s)",
     )
     cmd.add_argument(
         "--detail",
@@ -131,6 +131,10 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> None:
     check_outputs(args, "plot")
+    if args.jobs != 1 and (args.fit or args.training is not None):
+        raise CcsimError(
+            "--jobs runs the cases and --loco in processes; not with --fit or --training"
+        )
     if args.training is not None:
         _cmd_training(args)
         return
@@ -139,8 +143,6 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         return
     if args.no_holdout:
         raise CcsimError("--no-holdout goes with --fit")
-    if args.jobs != 1 and not args.loco:
-        raise CcsimError("--jobs goes with --loco (the runs it fits and simulates again)")
     loaders = _loaders(args)
     # A bar on stderr, drawn only in a terminal (the one progress helper): cases done,
     # and the case and the size that last finished.
@@ -157,7 +159,7 @@ def _cmd_validate(args: argparse.Namespace) -> None:
                 bar.set_postfix_str(f"{size:,} B", refresh=False)
             bar.update(0)
 
-        results = run_cases(loaders, max_flows=args.max_flows, progress=report)
+        results = run_cases(loaders, max_flows=args.max_flows, progress=report, jobs=args.jobs)
         bar.update(len(started) - bar.n)
     if args.loco:
         from ..validate.calibrate import leave_one_case_out

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +60,7 @@ from .nccl_tests import (
     count_setting,
     run_case,
 )
+from .pool import Progress, TaskPool
 
 #: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
 #: most 4 data bytes per 8-byte line, LL128 at most 120 of 128 bytes.
@@ -295,11 +295,6 @@ def fit_case(
     )
 
 
-#: ``progress(done, total, label)``: how far ``--loco`` has got (the command line draws a
-#: bar from it).
-LocoProgress = Callable[[int, int, str], None]
-
-
 @dataclass(frozen=True)
 class _Run:
     """One simulation of a leave-one-out fold: ``case`` with ``calibration`` (None: the
@@ -327,57 +322,6 @@ def _preset_fold(
     return base, run_case(case, calibration=base)
 
 
-class _Pool:
-    """Runs the independent tasks of ``--loco``: at once in this process, or in ``jobs``
-    worker processes (``spawn``: clean interpreters); each finished task is reported to
-    ``progress`` as ``(done, total, label)``."""
-
-    def __init__(self, jobs: int, total: int, progress: LocoProgress | None):
-        self.jobs, self.total, self.progress, self.done = jobs, total, progress, 0
-        self.pending: dict[cf.Future, str] = {}
-        self.executor = None
-        if jobs > 1:
-            self.executor = cf.ProcessPoolExecutor(
-                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
-            )
-
-    def submit(self, function: Callable, args: tuple, label: str) -> cf.Future:
-        """``function(*args)``, run now (one job) or queued to the workers."""
-        if self.executor is None:
-            future: cf.Future = cf.Future()
-            future.set_result(function(*args))
-            self.tick(label)
-            return future
-        future = self.executor.submit(function, *args)
-        self.pending[future] = label
-        return future
-
-    def get(self, future: cf.Future) -> Any:
-        """The result of a submitted task, reporting the tasks that finish meanwhile."""
-        try:
-            while future in self.pending:
-                done, _ = cf.wait(self.pending, return_when=cf.FIRST_COMPLETED)
-                for finished in done:
-                    self.tick(self.pending.pop(finished))
-            return future.result()
-        except cf.BrokenExecutor:
-            raise CcsimError(
-                f"--jobs {self.jobs}: a worker process stopped (out of memory, or a script "
-                "that starts the pool outside `if __name__ == '__main__':`); run with "
-                "--jobs 1"
-            ) from None
-
-    def tick(self, label: str) -> None:
-        """One more task done."""
-        self.done += 1
-        if self.progress is not None:
-            self.progress(self.done, self.total, label)
-
-    def close(self) -> None:
-        if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
-
-
 def leave_one_case_out(
     cases: list[Case | None],
     results: list[CaseResult],
@@ -385,7 +329,7 @@ def leave_one_case_out(
     proxy_grid: tuple[float, ...] = PROXY_GRID_S,
     stack_grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S,
     jobs: int = 1,
-    progress: LocoProgress | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Predict every run a constant was fitted to without its own measurements; sets
     ``loco`` and ``loco_source`` of the matching results (a run nothing was fitted to
@@ -423,7 +367,7 @@ def leave_one_case_out(
     proxied = _fitted(cases, results, PROXY_FITTED_TO)
     stacked = _fitted(cases, results, TCPXO_FITTED_TO)
     total = len(folds) + len(proxied) * len(proxy_grid) + len(stacked) * len(stack_grid)
-    pool = _Pool(jobs, total, progress)
+    pool = TaskPool(jobs, total, progress)
     try:
         fitting = {
             index: pool.submit(
@@ -499,7 +443,7 @@ GridRuns = dict[tuple[int, float], "cf.Future | CaseResult"]
 
 
 def _grid_submit(
-    pool: _Pool,
+    pool: TaskPool,
     cases: list[Case | None],
     results: list[CaseResult],
     fitted: list[int],
@@ -525,7 +469,7 @@ def _grid_submit(
     return runs
 
 
-def _resolve(pool: _Pool, runs: GridRuns) -> dict[tuple[int, float], CaseResult]:
+def _resolve(pool: TaskPool, runs: GridRuns) -> dict[tuple[int, float], CaseResult]:
     return {key: pool.get(v) if isinstance(v, cf.Future) else v for key, v in runs.items()}
 
 

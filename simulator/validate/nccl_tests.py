@@ -65,6 +65,7 @@ from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
 from ..topology.stacks import TCPXO_FITTED_TO
 from ..units import MAX_SIZE
+from .pool import TaskPool
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 _KEYS = {
@@ -412,11 +413,15 @@ def run_cases(
     *,
     max_flows: int | None = None,
     progress: Callable[[str, int | None], None] | None = None,
+    jobs: int = 1,
 ) -> list[CaseResult]:
     """Load and simulate each (name, loader) case; one that cannot load or run gives a
     result with ``error`` set, and the others still run. ``progress``, if given, is
     called with (name, None) as a case starts and (name, bytes) after each of its sizes
-    (the command line draws a bar from it)."""
+    (the command line draws a bar from it); with ``jobs`` > 1 the cases run in that many
+    processes and ``progress`` hears (name, None) as each ends."""
+    if jobs > 1:
+        return _run_cases_pooled(list(loaders), max_flows, progress, jobs)
     results = []
     for name, load in loaders:
         if progress is not None:
@@ -427,3 +432,35 @@ def run_cases(
         except CcsimError as error:
             results.append(CaseResult(name, error=str(error)))
     return results
+
+
+def _run_case_or_error(case: Case, max_flows: int | None) -> CaseResult:
+    try:
+        return run_case(case, max_flows=max_flows)
+    except CcsimError as error:
+        return CaseResult(case.name, error=str(error))
+
+
+def _run_cases_pooled(
+    loaders: list[tuple[str, Callable[[], Case]]],
+    max_flows: int | None,
+    progress: Callable[[str, int | None], None] | None,
+    jobs: int,
+) -> list[CaseResult]:
+    """:func:`run_cases` in ``jobs`` processes: cases load here (their loaders may not
+    travel to another process), run there, and come back in order."""
+    pool = TaskPool(jobs, len(loaders), None if progress is None else _ends(progress))
+    try:
+        work: list[Any] = []
+        for name, load in loaders:
+            try:
+                work.append(pool.submit(_run_case_or_error, (load(), max_flows), name))
+            except CcsimError as error:
+                work.append(CaseResult(name, error=str(error)))
+        return [item if isinstance(item, CaseResult) else pool.get(item) for item in work]
+    finally:
+        pool.close()
+
+
+def _ends(progress: Callable[[str, int | None], None]) -> Callable[[int, int, str], None]:
+    return lambda done, total, name: progress(name, None)
