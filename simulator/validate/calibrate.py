@@ -342,10 +342,10 @@ def leave_one_case_out(
     physical figures), fit them on each other run of the same preset in turn, and
     simulate the run with the result. The network proxy's cost (one figure for every
     machine): choose it again among ``proxy_grid`` on the other runs it was fitted to
-    (:func:`_choose_proxy`); TCPXO's stack latency among ``stack_grid`` likewise
-    (:func:`_choose_stack`). Every simulation runs once; with ``jobs`` > 1 they run in
-    that many processes, the preset fits (the longest) first and the grid runs beside
-    them. ``progress(done, total, label)`` is called as each finishes."""
+    (:func:`_choose`); TCPXO's stack latency among ``stack_grid`` likewise. Every
+    simulation runs once; with ``jobs`` > 1 they run in that many processes, the preset
+    fits (the longest) first and the grid runs beside them. ``progress(done, total,
+    label)`` is called as each finishes."""
     folds = []
     for index, (case, result) in enumerate(zip(cases, results, strict=True)):
         if result.error or case is None:
@@ -414,8 +414,19 @@ def leave_one_case_out(
             pool, cases, results, [i for i in proxied if i in fitting], proxy_grid,
             proxy_run, "proxy",
         )  # fmt: skip
-        _choose_proxy(cases, results, proxied, proxy_grid, _resolve(pool, proxy))
-        _choose_stack(cases, results, stacked, stack_grid, _resolve(pool, stack))
+        # The proxy cost over every size (with no other run, the grid's first value: no
+        # cost); TCPXO's latency over sizes <= 1 MiB, where latency, not rate, sets the
+        # time (with no other run, the preset's).
+        every = lambda run: np.ones(len(run.sizes), dtype=bool)  # noqa: E731
+        _choose(
+            cases, results, proxied, proxy_grid, _resolve(pool, proxy), sizes=every,
+            what="network proxy", alone=proxy_grid[0],
+        )  # fmt: skip
+        _choose(
+            cases, results, stacked, stack_grid, _resolve(pool, stack),
+            sizes=lambda run: np.array(run.sizes) <= MIB, what="TCPXO stack latency",
+            alone=TCPXO_LATENCY_S,
+        )  # fmt: skip
     finally:
         pool.close()
     for case, result in zip(cases, results, strict=True):
@@ -473,30 +484,33 @@ def _resolve(pool: TaskPool, runs: GridRuns) -> dict[tuple[int, float], CaseResu
     return {key: pool.get(v) if isinstance(v, cf.Future) else v for key, v in runs.items()}
 
 
-def _choose_proxy(
+def _choose(
     cases: list[Case | None],
     results: list[CaseResult],
     fitted: list[int],
     grid: tuple[float, ...],
     runs: dict[tuple[int, float], CaseResult],
+    *,
+    sizes: Callable[[CaseResult], np.ndarray],
+    what: str,
+    alone: float,
 ) -> None:
-    """PROXY_S was chosen among ``grid`` on the PROXY_FITTED_TO runs. For each of them,
-    choose again on the others only (the least summed squared log time error over every
-    size; with no other, the grid's first value, no proxy cost) and predict the run with
-    that value. ``runs`` has every run at every grid value (a run whose preset was also
-    fitted to it at its left-out constants)."""
-    loss = _losses(runs, fitted, grid, lambda run: np.ones(len(run.sizes), dtype=bool))
+    """A constant was chosen among ``grid`` on the ``fitted`` runs: the least summed mean
+    squared log time error over the sizes ``sizes(run)`` keeps. For each of them, choose
+    again on the others only and predict the run with that value (``alone`` with no
+    other). ``runs`` has every run at every grid value."""
+    loss = _losses(runs, fitted, grid, sizes)
     for row, index in enumerate(fitted):
+        names = [cases[i].name for i in fitted if i != index]  # type: ignore[union-attr]
         others = np.delete(loss, row, axis=0).sum(axis=0)
-        value = grid[int(np.argmin(others))]
+        value = grid[int(np.argmin(others))] if names else alone
         result = results[index]
         result.loco = runs[index, value]
-        names = [cases[i].name for i in fitted if i != index]  # type: ignore[union-attr]
         source = result.loco_source + "; " if result.loco_source else ""
         result.loco_source = source + (
-            f"network proxy {value * 1e6:g} us, chosen on " + ", ".join(names)
+            f"{what} {value * 1e6:g} us, chosen on " + ", ".join(names)
             if names
-            else f"network proxy {value * 1e6:g} us (no other run to choose it on)"
+            else f"{what} {value * 1e6:g} us (no other run to choose it on)"
         )
 
 
@@ -536,28 +550,3 @@ def stack_graph(case: Case, latency_s: float) -> nx.Graph:
 def _preset_file(topology):
     """A case's preset file (a bundled name or a file beside its sidecar)."""
     return preset_files().get(str(topology), topology)
-
-
-def _choose_stack(
-    cases: list[Case | None],
-    results: list[CaseResult],
-    fitted: list[int],
-    grid: tuple[float, ...],
-    runs: dict[tuple[int, float], CaseResult],
-) -> None:
-    """TCPXO's stack latency was chosen among ``grid`` on the TCPXO_FITTED_TO runs: the
-    least summed mean squared log time error over their sizes <= 1 MiB (where latency,
-    not rate, sets the time). For each of them, choose again on the others only and
-    predict the run with that value (with no other, the preset's)."""
-    loss = _losses(runs, fitted, grid, lambda run: np.array(run.sizes) <= MIB)
-    for row, index in enumerate(fitted):
-        others = np.delete(loss, row, axis=0)
-        names = [cases[i].name for i in fitted if i != index]  # type: ignore[union-attr]
-        value = grid[int(np.argmin(others.sum(axis=0)))] if names else TCPXO_LATENCY_S
-        result = results[index]
-        result.loco = runs[index, value]
-        result.loco_source = (
-            f"TCPXO stack latency {value * 1e6:g} us, chosen on " + ", ".join(names)
-            if names
-            else f"TCPXO stack latency {value * 1e6:g} us (no other run to choose it on)"
-        )
