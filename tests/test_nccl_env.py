@@ -94,7 +94,7 @@ def test_per_function_entries_override_the_first_list():
         ("NCCL_MIN_NCHANNELS=two", ["NCCL_MIN_NCHANNELS", "1 to 64"]),
         ("NCCL_MIN_NCHANNELS=16,NCCL_MAX_NCHANNELS=8", ["NCCL_MIN_NCHANNELS=16", "MAX"]),
         ("NCCL_MIN_CTAS=16,NCCL_MAX_NCHANNELS=8", ["NCCL_MIN_CTAS=16", "NCCL_MAX_NCHANNELS"]),
-        ("NCCL_COLLNET_ENABLE=1", ["NCCL_COLLNET_ENABLE", "not modelled", "collnet-direct"]),
+        ("NCCL_COLLNET_ENABLE=2", ["NCCL_COLLNET_ENABLE", "0, 1"]),
         ("NCCL_PXN_DISABLE=1", ["NCCL_PXN_DISABLE", "not modelled", "valid: 0"]),
     ],
 )
@@ -228,7 +228,7 @@ def test_the_table_header_names_the_settings_and_repeated_flags_merge(capsys):
         (["collective", "all_reduce", "--algo", "ring", "--nccl", "NCCL_ALGO=Ring"], "--algo"),
         (["collective", "all_reduce", "--proto", "LL", "--nccl", "NCCL_PROTO=Simple"], "--proto"),
         (["collective", "all_reduce", "--channels", "8", "--nccl", "NCCL_MAX_CTAS=4"], "8"),
-        (["collective", "all_reduce", "--nccl", "NCCL_COLLNET_ENABLE=1"], "collnet-chain"),
+        (["collective", "all_reduce", "--nccl", "NCCL_COLLNET_ENABLE=on"], "NCCL_COLLNET_ENABLE"),
         (["compare", "all_reduce", "--ideal", "--nccl", "NCCL_ALGO=Ring"], "--ideal"),
         (["run", "ddp-gpt1.5b-16", "--algo", "ring", "--nccl", "NCCL_ALGO=Ring"], "--algo"),
     ],

@@ -21,6 +21,7 @@ from simulator.library.protocol import (
     parse_calibration,
 )
 from simulator.topology import list_presets, load_topology, ring_graph
+from simulator.topology.stacks import TCPXO_FITTED_TO
 from simulator.validate import BUNDLED, load_case, validate_folder
 from simulator.validate.calibrate import fit_case, leave_one_case_out
 from simulator.validate.nccl_tests import case_graph, run_case
@@ -183,7 +184,11 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
     nine others are predictions. Over the cases, the median of the per-case median busbw
     error (sizes >= 1 MiB) is <= 10% and of the time error (<= 64 KiB) <= 20%; NVLS on
     one H100 server is within 6%; no case is off by more than 25% at the median."""
-    results = [r for r in bundled_results if not r.name.startswith(BLACKWELL + ACROSS)]
+    results = [
+        r
+        for r in bundled_results
+        if not r.name.startswith(BLACKWELL + ACROSS) and r.name not in TCPXO_FITTED_TO
+    ]
     assert len(results) == 11 and all(not r.error for r in results)
     rows = {r.name: r.summary() for r in results}
     busbw = [row["busbw_median_pct"] for row in rows.values()]

@@ -19,6 +19,8 @@ from ..files import check_writable, write_file
 from ..library.nccl_env import SUPPORTED, NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import DEFAULT_VERSION as P2P_DEFAULT_VERSION
 from ..network.faults import apply_faults, load_faults
+from ..topology import servers_of_ranks
+from ..topology.stacks import stack_of
 
 
 class Once(argparse.Action):
@@ -156,6 +158,17 @@ def nccl_text(env: NcclEnv) -> str:
     version 2.28.7``)."""
     version = f"version {env.version}" if env.version else ""
     return ", ".join(part for part in (env.text, version) if part)
+
+
+def stack_env(graph, env: NcclEnv) -> NcclEnv:
+    """``env`` over the settings the topology's network stack exports when a call spans
+    servers (:mod:`simulator.topology.stacks`): what NCCL's choice runs with there, for
+    the table's ``# nccl:`` line and the rows' ``nccl_env``."""
+    servers = servers_of_ranks(graph)
+    stack = stack_of(graph)
+    if stack is None or not stack.nccl or servers is None or len(set(servers)) < 2:
+        return env
+    return env.over(stack.nccl)
 
 
 def nccl_field(rows: list[dict], env: NcclEnv) -> list[dict]:

@@ -41,6 +41,7 @@ from .args import (
     parse_fraction,
     positive_int,
     root_of,
+    stack_env,
     with_faults,
 )
 
@@ -337,6 +338,8 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
                 "chunks": params.get("chunks", 1),
             }
         )
+    if args.algo in (None, "nccl"):
+        env = stack_env(graph, env)  # the network stack's own settings apply too
     title = nccl_title(
         f"ccsim {args.op} | topology {args.topology} x{args.nodes} | "
         f"{layout.ranks} ranks | algorithm {args.algo} | chunks {args.chunks or args.algo} | "

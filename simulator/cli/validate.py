@@ -89,9 +89,17 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also predict each run a constant was fitted to without its own measurements "
         "(leave one case out): refit its preset's unfitted constants on the preset's other "
-        "runs, choose the network proxy's cost again on the other runs that cross the "
-        "network, and simulate it (minutes per fitted run). Runs nothing was fitted to "
-        "are already predictions",
+        "runs, choose the network proxy's cost (and TCPXO's stack latency) again on the "
+        "other runs it was chosen on, and simulate it; a progress bar in a terminal. Runs "
+        "nothing was fitted to are already predictions",
+    )
+    cmd.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="run the cases, and with --loco its fits and runs, in N processes (count; "
+        "default %(default)s)",
     )
     cmd.add_argument(
         "--detail",
@@ -129,6 +137,10 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> None:
     check_outputs(args, "plot")
+    if args.jobs != 1 and (args.fit or args.training is not None):
+        raise CcsimError(
+            "--jobs runs the cases and --loco in processes; not with --fit or --training"
+        )
     if args.training is not None:
         _cmd_training(args)
         return
@@ -153,14 +165,22 @@ def _cmd_validate(args: argparse.Namespace) -> None:
                 bar.set_postfix_str(f"{size:,} B", refresh=False)
             bar.update(0)
 
-        results = run_cases(loaders, max_flows=args.max_flows, progress=report)
+        results = run_cases(loaders, max_flows=args.max_flows, progress=report, jobs=args.jobs)
         bar.update(len(started) - bar.n)
     if args.loco:
         from ..validate.calibrate import leave_one_case_out
 
         pairs = zip(loaders, results, strict=True)
         cases = [None if result.error else load() for (_, load), result in pairs]
-        leave_one_case_out(cases, results)
+        # Its own bar (the one progress helper): simulations and fits done, and the last.
+        with progress_bar(None, desc="ccsim validate --loco", unit="run") as bar:
+
+            def step(done: int, total: int, label: str) -> None:
+                bar.total = total
+                bar.set_postfix_str(label, refresh=False)
+                bar.update(done - bar.n)
+
+            leave_one_case_out(cases, results, jobs=args.jobs, progress=step)
     if args.format == "json":
         rows = [r.summary() for r in results]
         if args.detail:

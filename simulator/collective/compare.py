@@ -175,11 +175,10 @@ def nccl_runs(policy: NcclPolicy, graph: nx.Graph, op: str, size: float) -> bool
     """Whether NCCL, restricted as ``policy`` is, has an algorithm for this call."""
     if op == "all_to_all":
         return False  # not through NCCL's tuner: no algorithm to force
-    algorithms, protocols = policy.allowed(op)
+    system = policy.system(graph)
+    algorithms, protocols = policy.allowed(op, system)
     try:
-        nccl_choice(
-            policy.system(graph), op, float(size), algorithms=algorithms, protocols=protocols
-        )
+        nccl_choice(system, op, float(size), algorithms=algorithms, protocols=protocols)
     except CcsimError:
         return False
     return True

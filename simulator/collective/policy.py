@@ -173,15 +173,26 @@ class NcclPolicy:
         self.reduce_bandwidth = reduce_bandwidth
         self._systems: dict[str, NcclSystem] = {}
 
-    def allowed(self, op: str) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    def env_for(self, system: NcclSystem | None) -> NcclEnv:
+        """The settings in effect on ``system``: the user's over the defaults its network
+        stack's vendor setup exports (:attr:`NcclSystem.stack_nccl`)."""
+        if system is None or not system.stack_nccl:
+            return self.env
+        return self.env.over(system.stack_nccl)
+
+    def allowed(
+        self, op: str, system: NcclSystem | None = None
+    ) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
         """The algorithms and protocols NCCL may choose from for ``op`` (None: all):
         ``algorithms`` (else the env's NCCL_ALGO), NVLS removed where NCCL_NVLS_ENABLE=0
-        (also done by :meth:`system`), and the forced protocols within NCCL_PROTO's."""
+        (also done by :meth:`system`), and the forced protocols within NCCL_PROTO's; the
+        env is :meth:`env_for` ``system``."""
+        env = self.env_for(system)
         if self.algorithms is not None:
             algorithms: tuple[str, ...] | None = self.algorithms
         else:
-            algorithms = self.env.algorithms_for(op)
-        protocols = self.env.protocols_for(op)
+            algorithms = env.algorithms_for(op)
+        protocols = env.protocols_for(op)
         if self.protocols is not None:
             protocols = tuple(p for p in self.protocols if protocols is None or p in protocols)
         return algorithms, protocols
@@ -191,19 +202,21 @@ class NcclPolicy:
         key = topology_key(graph)
         if key not in self._systems:
             # NCCL_NVLS_ENABLE and the channel bounds act on the communicator itself.
-            self._systems[key] = self.env.apply(nccl_system(graph))
+            base = nccl_system(graph)
+            self._systems[key] = self.env_for(base).apply(base)
         return self._systems[key]
 
     def choose(self, graph: nx.Graph, op: str, size_bytes: float) -> NcclChoice:
         """NCCL's algorithm, protocol and channels for this call."""
-        algorithms, protocols = self.allowed(op)
+        system = self.system(graph)
+        algorithms, protocols = self.allowed(op, system)
         return nccl_choice(
-            self.system(graph),
+            system,
             op,
             float(size_bytes),
             algorithms=algorithms,
             protocols=protocols,
-            settings=self.env.text,
+            settings=self.env_for(system).text,
         )
 
     def plan(self, system: NcclSystem | None, op: str, size_bytes: float) -> Plan:
@@ -213,14 +226,14 @@ class NcclPolicy:
         if op == "all_to_all":
             return self._p2p_plan(system, float(size_bytes))
         assert system is not None
-        algorithms, protocols = self.allowed(op)
+        algorithms, protocols = self.allowed(op, system)
         choice = nccl_choice(
             system,
             op,
             float(size_bytes),
             algorithms=algorithms,
             protocols=protocols,
-            settings=self.env.text,
+            settings=self.env_for(system).text,
         )
         name = choice.schedule
         if name not in algorithm_names():  # the NCCL tree schedule, where missing

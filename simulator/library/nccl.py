@@ -47,10 +47,11 @@ import networkx as nx
 from ..errors import CcsimError
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
+from ..topology.stacks import stack_of
 
 #: NCCL's algorithms, in its own index order (include/nccl_common.h:72-90): ties in the
 #: predicted time go to the lower index (enqueue.cc:2035-2044). CollNet is not modelled.
-ALGORITHMS = ("Tree", "Ring", "NVLS", "NVLSTree", "PAT")
+ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
 ARCHS = ("volta", "ampere", "hopper", "blackwell")
 
@@ -58,6 +59,8 @@ ARCHS = ("volta", "ampere", "hopper", "blackwell")
 BASE_LATENCY = {
     "Tree": (6.8, 14.0, 8.4),
     "Ring": (6.6, 14.0, 8.4),
+    "CollNetDirect": (0.0, 0.0, 0.0),
+    "CollNetChain": (0.0, 0.0, 0.0),
     "NVLS": (0.0, 0.0, 0.0),
     "NVLSTree": (0.0, 0.0, 0.0),
     "PAT": (8.0, 8.0, 8.0),
@@ -67,6 +70,8 @@ HW_LATENCY = {
     "nvlink": {
         "Tree": (0.6, 1.25, 4.0),
         "Ring": (0.6, 1.9, 3.4),
+        "CollNetDirect": (0.0, 0.0, 3.7),
+        "CollNetChain": (0.0, 0.0, 2.8),
         "NVLS": (0.0, 0.0, 25.0),
         "NVLSTree": (0.0, 0.0, 25.0),
         "PAT": (0.0, 0.0, 4.0),
@@ -74,6 +79,8 @@ HW_LATENCY = {
     "pcie": {
         "Tree": (1.0, 1.9, 4.0),
         "Ring": (1.0, 2.5, 5.7),
+        "CollNetDirect": (0.0, 0.0, 3.7),
+        "CollNetChain": (0.0, 0.0, 2.8),
         "NVLS": (0.0, 0.0, 0.0),
         "NVLSTree": (0.0, 0.0, 0.0),
         "PAT": (0.0, 0.0, 4.0),
@@ -81,6 +88,8 @@ HW_LATENCY = {
     "network": {
         "Tree": (5.0, 8.5, 14.0),
         "Ring": (2.7, 4.0, 14.0),
+        "CollNetDirect": (0.0, 0.0, 31.0),
+        "CollNetChain": (0.0, 0.0, 30.0),
         "NVLS": (0.0, 0.0, 18.0),
         "NVLSTree": (0.0, 0.0, 20.9),
         "PAT": (0.0, 0.0, 14.0),
@@ -145,6 +154,13 @@ MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
 MAX_CHANNELS = 64
 # include/device.h:213: NVLS heads (channels of the NVLS search graph) at most.
 NVLS_MAX_ARITY = 32
+# include/device.h:199: CollNet Direct's arity; a server runs it with at most
+# NCCL_MAX_DIRECT_ARITY + 1 = 8 GPUs, and CollNet Chain too (enqueue.cc:2000-2003).
+NCCL_MAX_DIRECT_ARITY = 7
+# tuning.cc:250-251 and 594-595: CollNet runs NCCL_MAX_NTHREADS threads a channel, and
+# trims channels below 512 bytes a thread.
+COLLNET_THREADS = 640
+COLLNET_THREAD_THRESHOLD = 512
 # transport/nvls.cc:210-214: NVLS channels (CTAs); across Blackwell servers
 # :func:`blackwell_nvls_channels`. Not followed: NVLSTree's largest chunk,
 # nvlsTreeMaxChunkSize (64 KiB from 4 servers on, transport/nvls.cc:226-232): with it
@@ -227,6 +243,8 @@ _ARCH_PATTERNS = (
 SCHEDULES = {
     "Ring": "ring",
     "Tree": "chain-tree",
+    "CollNetDirect": "collnet-direct",
+    "CollNetChain": "collnet-chain",
     "NVLS": "nvls",
     "NVLSTree": "nvls-tree",
     "PAT": "ring",
@@ -263,6 +281,15 @@ class NcclSystem:
     #: Whether NCCL's tree search ends on NCCL_TOPO_PATTERN_TREE (see
     #: :data:`TREE_PATTERN_FACTOR`): across servers on Hopper and later, or one GPU a node.
     simple_tree: bool = False
+    #: NCCL settings the network stack's vendor setup exports (NCCL's syntax; "" for
+    #: none): the defaults a job runs with there (:mod:`simulator.topology.stacks`).
+    stack_nccl: str = ""
+    #: CollNet's search graphs where the fabric reduces in the network (SHARP) across
+    #: servers (None elsewhere), and whether NCCL_COLLNET_ENABLE=1 turns CollNet on
+    #: (:meth:`~simulator.library.nccl_env.NcclEnv.apply`; NCCL's default is off).
+    collnet_direct: SearchGraph | None = None
+    collnet_chain: SearchGraph | None = None
+    collnet: bool = False
 
     @property
     def ppn(self) -> float:
@@ -409,8 +436,57 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
     # The tree search's pattern (search.cc:1133, 1215-1219): the balanced tree is kept
     # within one server (no network to balance) and before Hopper.
     simple_tree = nodes > 1 and (arch in ("hopper", "blackwell") or per_server == 1)
+    # The vendor's profile of the network stack is what jobs across servers export
+    # (Google's TCPXO scripts source it for multi-VM runs); one server runs NCCL's own.
+    stack = stack_of(graph) if nodes > 1 else None
+    direct = chain = None
+    sharp = any(data.get("sharp") for _, data in graph.nodes(data=True))
+    if nodes > 1 and sharp:
+        nvswitch = any(data.get("kind") == "nvswitch" for _, data in graph.nodes(data=True))
+        direct, chain = collnet_graphs(arch, ring, total, per_server, len(nics), nvswitch)
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
-                      nvls_channels, nvlinks, net_count, net_gbps, simple_tree)  # fmt: skip
+                      nvls_channels, nvlinks, net_count, net_gbps, simple_tree,
+                      stack.nccl if stack is not None else "", direct, chain)  # fmt: skip
+
+
+def collnet_graphs(
+    arch: str, ring: SearchGraph, nvlink_gbps: float, per_server: int, nics: int, nvswitch: bool
+) -> tuple[SearchGraph | None, SearchGraph | None]:
+    """CollNet's search graphs across servers whose fabric reduces in the network
+    (init.cc:1189-1206 at v2.30.7), simplified as :func:`_search` is: (CollNet Direct,
+    CollNet Chain).
+
+    Both search at the inter-node speeds (search.cc:1051-1067) with the ring's network
+    speed, and raise their NVLink speed while it stays below twice that and the links
+    allow it ("increase bwIntra for trees (2 nodes or collnet)", search.cc:1280-1284).
+    Chain: the tree pattern on the ring's channels (minChannels = maxChannels = the
+    ring's), each channel's chain entering and leaving every GPU once. Direct: one
+    channel (head) per NIC with a local GPU, at most NCCL_MAX_DIRECT_ARITY + 1 = 8 and one
+    per GPU (search.cc:754-771, 1129-1131); a head sends its channel's data to, and
+    receives it from, every other GPU of its server at 1/(n - 1) of the speed each
+    (ncclTopoSearchTryCollnetDirect, search.cc:373-407), so a GPU's NVLinks carry
+    (1 + (heads - 1)/(n - 1)) x the speed. Direct needs an NVSwitch (tuning.cc:508-509)
+    and more than one GPU a server.
+
+    >>> direct, chain = collnet_graphs("hopper", SearchGraph(16, 24.0, 24.0), 370.8, 8, 8, True)
+    >>> (direct.channels, direct.bw_intra), (chain.channels, chain.bw_intra)
+    ((8, 48), (16, 22))
+    """
+    speeds = _speeds(arch, True)
+    inter = ring.bw_inter
+
+    def raised(load: float) -> float:
+        # The largest speed up to twice the network's that the NVLinks carry at ``load``
+        # times the speed (the slowest speed where none does).
+        fits = [s for s in speeds if s <= 2 * inter + 1e-6 and s * load <= nvlink_gbps + 1e-6]
+        return max(fits) if fits else min(speeds)
+
+    chain = SearchGraph(ring.channels, raised(ring.channels), inter)
+    direct = None
+    heads = min(nics, per_server, NCCL_MAX_DIRECT_ARITY + 1)
+    if nvswitch and per_server > 1 and heads >= 1:
+        direct = SearchGraph(heads, raised(1 + (heads - 1) / (per_server - 1)), inter)
+    return direct, chain
 
 
 def _server_nics(graph: nx.Graph, server) -> list[float]:
@@ -448,6 +524,20 @@ def _index2(nodes: int) -> int:
 
 def _enabled(system: NcclSystem, op: str, algorithm: str, protocol: str) -> bool:
     """tuning.cc:288-304 and 498-536, enqueue.cc:1989-2026."""
+    if algorithm in ("CollNetDirect", "CollNetChain"):
+        # Only with NCCL_COLLNET_ENABLE=1 on a SHARP fabric (tuning.cc:503-509), Simple
+        # only (tuning.cc:338-339), at most 8 GPUs a server (enqueue.cc:2000-2003), and
+        # for all-reduce: broadcast and reduce run rings only (tuning.cc:293), and
+        # all-gather / reduce-scatter need the CollNet plugin's iallgather /
+        # ireducescatter and a NIC per GPU (tuning.cc:351-373), not modelled.
+        graph = system.collnet_direct if algorithm == "CollNetDirect" else system.collnet_chain
+        return (
+            system.collnet
+            and graph is not None
+            and protocol == "Simple"
+            and op == "all_reduce"
+            and system.ppn <= NCCL_MAX_DIRECT_ARITY + 1
+        )
     if op in ("broadcast", "reduce") and algorithm != "Ring":
         return False
     if op in ("all_gather", "reduce_scatter") and algorithm not in ("PAT", "Ring", "NVLS"):
@@ -470,13 +560,18 @@ def _enabled(system: NcclSystem, op: str, algorithm: str, protocol: str) -> bool
 
 def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> float:
     """Algorithm bandwidth (GB/s) NCCL assigns, tuning.cc:305-383."""
-    graph = {"Ring": system.ring, "Tree": system.tree, "PAT": system.ring}.get(
-        algorithm, system.nvls
-    )
+    graph = {
+        "Ring": system.ring,
+        "Tree": system.tree,
+        "PAT": system.ring,
+        "CollNetDirect": system.collnet_direct,
+        "CollNetChain": system.collnet_chain,
+    }.get(algorithm, system.nvls)
     assert graph is not None
     i2 = _index2(system.nodes)
     arch = system.arch
-    bw = graph.bw_intra if system.nodes <= 2 else graph.bw_inter
+    collnet = algorithm in ("CollNetDirect", "CollNetChain")
+    bw = graph.bw_intra if system.nodes <= 2 or collnet else graph.bw_inter
     channels = graph.channels
     if algorithm in ("NVLS", "NVLSTree"):
         if channels < 2:
@@ -504,6 +599,15 @@ def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> fl
         bus *= TREE_PATTERN_FACTOR
     if algorithm == "PAT":
         bus *= 0.75
+    if algorithm == "CollNetDirect":
+        # "Collnet+Direct requires all GPUs to have a local NIC to work at full speed"
+        # (tuning.cc:340-349): GPUs per head f, counted as (f + 1) / 2; x 0.85 on Hopper
+        # and later.
+        factor = system.ppn / channels
+        factor -= (factor - 1) / 2
+        bus /= factor
+        if arch in ("hopper", "blackwell"):
+            bus *= 0.85
     if algorithm == "Ring" or op == "all_reduce" or op in ("broadcast", "reduce"):
         steps = _steps(op, system.ranks)
         bus *= system.ranks / steps if algorithm in ("Ring", "NVLS", "NVLSTree") else 0.5
@@ -624,6 +728,11 @@ def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> floa
         return intra + (inter if system.nodes > 1 else 0.0)
     if algorithm == "NVLSTree":
         return lat + intra + 2 * log_nodes * inter
+    per_node = system.ranks // system.nodes
+    if algorithm == "CollNetDirect":  # 0.4 us arity serialization a GPU (tuning.cc:418-421)
+        return lat + 2 * (min(1, per_node - 1) * intra + (per_node - 1) * 0.4) + inter
+    if algorithm == "CollNetChain":
+        return lat + 2 * (per_node - 1) * intra + inter
     return lat + log_nodes * (inter / 3.5) + system.ranks * 2.8  # PAT
 
 
@@ -753,6 +862,34 @@ def nccl_choice(
     return NcclChoice(algorithm, protocol, channels, threads, time, table)
 
 
+def _collnet_launch(
+    system: NcclSystem, op: str, size_bytes: float, algorithm: str
+) -> tuple[int, int]:
+    """CollNet's channels and threads (enqueue.cc:2068-2113 at v2.30.7): Direct trims
+    channels by ``bytes < nc x nt x nHeads x threshold`` in halving bands (from 16 down,
+    halving the threshold at 1.5 x each band's floor) and keeps its 640 threads; Chain
+    trims channels, then threads, as a ring does, at a threshold of 512 bytes a thread.
+    Then the channels that get work, as :func:`launch_size`."""
+    nc, nt, threshold = system.channels, COLLNET_THREADS, COLLNET_THREAD_THRESHOLD
+    if algorithm == "CollNetDirect":
+        heads = system.collnet_direct.channels if system.collnet_direct else 1
+        switch, trimming = 16, True
+        while switch >= 1 and trimming:
+            while (trimming := size_bytes < nc * nt * heads * threshold) and nc > switch:
+                if nc == switch + switch // 2:
+                    threshold //= 2
+                nc -= 1
+            switch //= 2
+    else:
+        while size_bytes < nc * nt * threshold and nc >= 2:
+            nc -= 1
+        while size_bytes < nc * nt * threshold and nt % 128 == 0:
+            nt //= 2
+    nt = max(nt, 96)
+    traffic = size_bytes * (2 if op == "all_reduce" else 1)
+    return max(1, min(nc, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL))), nt
+
+
 def launch_size(
     system: NcclSystem, op: str, size_bytes: float, algorithm: str, protocol: str
 ) -> tuple[int, int]:
@@ -760,6 +897,8 @@ def launch_size(
     channels that actually get work: at least 32 KiB of traffic each (enqueue.cc:585-700)."""
     if algorithm in ("NVLS", "NVLSTree"):
         return system.nvls_channels, NVLS_THREADS
+    if algorithm in ("CollNetDirect", "CollNetChain"):
+        return _collnet_launch(system, op, size_bytes, algorithm)
     nc = system.channels
     if protocol == "Simple" and algorithm == "Ring":
         max_threads = 256 if system.ring.bw_intra * system.ring.channels <= 12 else 512

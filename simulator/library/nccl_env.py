@@ -11,8 +11,8 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   only the first entry may go without one (``parseList``, graph/tuning.cc:35-135).
   Functions: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (``ncclFuncStr``,
   init.cc:52); algorithms and protocols as ``ncclAlgoStr`` / ``ncclProtoStr``
-  (init.cc:53-55). CollNet algorithms are accepted in a list but never run: CollNet is
-  off (below), as NCCL disables them without it (tuning.cc:504-506).
+  (init.cc:53-55). CollNet algorithms run only with NCCL_COLLNET_ENABLE=1 (below), as NCCL
+  disables them without it (tuning.cc:504-506).
 * ``NCCL_NVLS_ENABLE``: 0 turns NVLink SHARP off, so NVLS and NVLSTree are never chosen
   (transport/nvls.cc:262); 1 and 2 (the default: where supported) leave it to the machine.
 * ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS`` and ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS``:
@@ -25,8 +25,13 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   MAXCHANNELS = 64 and ignores values below 1 or a minimum above the maximum
   (init.cc:2013-2194, connect.cc:334-360); ccsim refuses them instead, since a user who
   writes them expects something else.
-* ``NCCL_COLLNET_ENABLE``: 0 only; CollNet (SHARP) is not modelled in NCCL's choice
-  (the collnet-direct and collnet-chain schedules run with ``--algo``).
+* ``NCCL_COLLNET_ENABLE``: 1 puts CollNet Direct and CollNet Chain into NCCL's choice for
+  all-reduce where the fabric reduces in the network (``sharp: true``) across servers,
+  with NCCL's tuning model for them (tuning.cc:305-435, enqueue.cc:2068-2113;
+  :func:`~simulator.library.nccl.collnet_graphs`); elsewhere NCCL turns CollNet off
+  itself (init.cc:1164-1166), and so does ccsim. Not modelled: CollNet for all-gather and
+  reduce-scatter (it needs the plugin's iallgather / ireducescatter) and NVLS across
+  servers, which NCCL enables with CollNet (tuning.cc:503-506).
 * ``NCCL_PXN_DISABLE``: 0 only; ccsim's rings always leave a server as PXN sends.
 
 Examples
@@ -109,6 +114,9 @@ class NcclEnv:
     nvls: bool = True
     channel_bounds: tuple[int | None, ...] = (None, None, None, None)
     version: str | None = None
+    #: NCCL_COLLNET_ENABLE=1: CollNet (SHARP) joins NCCL's choice where the fabric
+    #: reduces in the network.
+    collnet: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.settings) or self.version is not None
@@ -149,7 +157,11 @@ class NcclEnv:
             return None
         allowed = ALGORITHMS if names is None else names
         return tuple(
-            a for a in ALGORITHMS if a in allowed and (self.nvls or a not in ("NVLS", "NVLSTree"))
+            a
+            for a in ALGORITHMS
+            if a in allowed
+            and (self.nvls or a not in ("NVLS", "NVLSTree"))
+            and (self.collnet or not a.startswith("CollNet"))  # off unless enabled
         )
 
     def protocols_for(self, op: str) -> tuple[str, ...] | None:
@@ -192,7 +204,11 @@ class NcclEnv:
         nvls = system.nvls if self.nvls else None
         nvls_channels = self.nvls_channels(system.nvls_channels) if nvls is not None else 0
         return dataclasses.replace(
-            system, nvls=nvls, nvls_channels=nvls_channels, channels=self.channels(system.channels)
+            system,
+            nvls=nvls,
+            nvls_channels=nvls_channels,
+            channels=self.channels(system.channels),
+            collnet=self.collnet,
         )
 
     def allows_channels(self, channels: int) -> bool:
@@ -201,6 +217,27 @@ class NcclEnv:
         lows = [b for b in (low_n, low_c) if b is not None]
         highs = [b for b in (high_n, high_c) if b is not None]
         return all(channels >= b for b in lows) and all(channels <= b for b in highs)
+
+    def over(self, defaults: NcclEnv | str | None) -> NcclEnv:
+        """These settings on top of ``defaults`` (e.g. a network stack's profile,
+        :mod:`simulator.topology.stacks`): each variable given here replaces the
+        default's, the defaults' others stay.
+
+        >>> parse_nccl_env("NCCL_PROTO=Simple").over("NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=4").text
+        'NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=4'
+        """
+        base = parse_nccl_env(defaults)
+        if not base:
+            return self
+        mine = dict(self.settings)
+        merged = {k: v for k, v in base.settings if k not in mine} | mine
+        try:
+            return parse_nccl_env(merged).with_version(self.version)
+        except CcsimError as error:
+            raise CcsimError(
+                f"{error} (with the network stack's own settings {base.text}: give the "
+                "variable that clashes yourself)"
+            ) from None
 
     def without(self, *names: str) -> NcclEnv:
         """These settings without the variables ``names`` (re-parsed)."""
@@ -253,11 +290,13 @@ def parse_nccl_env(
     algorithms = protocols = None
     if "NCCL_ALGO" in given:
         algorithms = _parse_list("NCCL_ALGO", given["NCCL_ALGO"], ENV_ALGORITHMS, "algorithm")
+        collnet_off = "NCCL_COLLNET_ENABLE" not in given or given["NCCL_COLLNET_ENABLE"] == "0"
         for function, names in algorithms:
-            if not names or set(names) <= {"CollNetDirect", "CollNetChain"}:
+            if not names or (collnet_off and set(names) <= {"CollNetDirect", "CollNetChain"}):
                 raise CcsimError(
                     f"NCCL_ALGO={given['NCCL_ALGO']} leaves no algorithm for {function} (NCCL "
-                    f"fails such a call; CollNet is off): enable one of {', '.join(ALGORITHMS)}"
+                    "fails such a call; CollNet is off without NCCL_COLLNET_ENABLE=1): "
+                    f"enable one of {', '.join(a for a in ALGORITHMS if 'CollNet' not in a)}"
                 )
     if "NCCL_PROTO" in given:
         protocols = _parse_list("NCCL_PROTO", given["NCCL_PROTO"], PROTOCOLS, "protocol")
@@ -268,11 +307,7 @@ def parse_nccl_env(
                     f"enable one of {', '.join(PROTOCOLS)}"
                 )
     nvls = _flag(given, "NCCL_NVLS_ENABLE", (0, 1, 2)) != 0
-    if _flag(given, "NCCL_COLLNET_ENABLE", (0, 1)) == 1:
-        raise CcsimError(
-            "NCCL_COLLNET_ENABLE=1: CollNet (SHARP) is not modelled in NCCL's choice; valid: "
-            "0. Run the collnet-direct or collnet-chain schedules with --algo instead"
-        )
+    collnet = _flag(given, "NCCL_COLLNET_ENABLE", (0, 1)) == 1
     if _flag(given, "NCCL_PXN_DISABLE", (0, 1)) == 1:
         raise CcsimError(
             "NCCL_PXN_DISABLE=1 is not modelled (ccsim's rings always leave a server as "
@@ -291,6 +326,7 @@ def parse_nccl_env(
         protocols=protocols,
         nvls=nvls,
         channel_bounds=bounds,
+        collnet=collnet,
     )
 
 

@@ -18,7 +18,9 @@ The section is documented with a worked example in ``topologies/README.md``. In 
     A to every node of B), ``pairs: [A, B]`` (A[i] to B[i]) or ``mesh: A`` (all pairs).
 ``nic``
     NICs: ``bandwidth`` (one figure, or a list with one per NIC), ``latency`` (added
-    each time a message crosses the NIC), ``message_rate`` (messages/s), ``link``;
+    each time a message crosses the NIC; default: its ``stack``'s), ``message_rate``
+    (messages/s), ``link``, ``stack`` (the network stack: infiniband, roce, erdma, tcpx,
+    tcpxo; :mod:`simulator.topology.stacks`);
     attached to ``gpus_per_nic`` consecutive GPUs each, or to the nodes listed in
     ``attach``; ``pcie`` gives the bandwidth and latency of the attaching links when they
     are PCIe.
@@ -35,6 +37,7 @@ import networkx as nx
 from ..errors import TopologyError
 from .graph import NODE_KINDS
 from .spec import Spec, expand_names
+from .stacks import DEFAULT_STACK, get_stack
 
 # Kinds a `devices` entry may have: GPUs come from `gpus` and NICs from `nic`, so that
 # ranks and NIC attributes are always set.
@@ -264,7 +267,9 @@ def _add_links(graph: nx.Graph, entry: Spec, local: dict) -> None:
 def _add_nics(
     graph: nx.Graph, nic: Spec, count: int, prefix: str, server: int, local: dict
 ) -> list[str]:
-    latency = nic.time("latency")
+    stack = get_stack(nic.get("stack", DEFAULT_STACK), field=nic.field("stack"))
+    # A NIC's own latency wins; without one, the time its network stack adds per message.
+    latency = nic.time("latency") if nic.has("latency") else stack.latency_s
     rate = nic.rate("message_rate")
     link = nic.text("link", "rdma")
     pcie = nic.sub("pcie")
@@ -302,7 +307,13 @@ def _add_nics(
                 f"{nic.source}: a device is named 'nic{j}', the name of NIC {j}; rename the device"
             )
         name = f"{prefix}nic{j}"
-        attrs = {"kind": "nic", "server": server, "bandwidth": bandwidth, "latency": latency}
+        attrs = {
+            "kind": "nic",
+            "server": server,
+            "bandwidth": bandwidth,
+            "latency": latency,
+            "stack": stack.name,
+        }
         if rate is not None:
             attrs["message_rate"] = rate
         graph.add_node(name, **attrs)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from .graph import gpu_nodes, nodes_of_kind
+from .stacks import DEFAULT_STACK, stack_of
 
 _SOURCE, _SINK = ("__source__",), ("__sink__",)  # tuples never collide with node names
 
@@ -131,15 +132,18 @@ class TopologySummary:
     intra_bandwidth: float
     inter_bandwidth: float
     bisection_bandwidth: float
+    #: The NICs' network stack (:mod:`simulator.topology.stacks`), None without NICs.
+    stack: str | None = None
 
     def text(self) -> str:
         """Aligned ``label  value`` lines (GB = 1e9 bytes)."""
         devices = ", ".join(f"{kind} {count}" for kind, count in self.devices.items()) or "none"
         fabric = f" on a {self.fabric} fabric" if self.fabric else ""
+        stack = f" (network stack {self.stack})" if self.stack not in (None, DEFAULT_STACK) else ""
         rows = [
             ("topology", f"{self.name}: {self.servers} server(s){fabric}"),
             ("GPUs", f"{self.gpus}"),
-            ("NICs", f"{self.nics}"),
+            ("NICs", f"{self.nics}{stack}"),
             ("switches and devices", devices),
             ("links", f"{self.links} (full duplex)"),
             ("per-GPU intra-node", f"{_gbps(self.intra_bandwidth)} per direction"),
@@ -180,4 +184,5 @@ def summarize(graph: nx.Graph, name: str | None = None) -> TopologySummary:
         intra_bandwidth=intra_bandwidth(graph),
         inter_bandwidth=inter_bandwidth(graph),
         bisection_bandwidth=bisection_bandwidth(graph),
+        stack=stack.name if (stack := stack_of(graph)) is not None else None,
     )

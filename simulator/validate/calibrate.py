@@ -25,10 +25,13 @@ and reports the error on the sizes it did not see.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from ..algorithms import build_schedule
@@ -45,7 +48,20 @@ from ..library.protocol import (
     calibration_of,
 )
 from ..network.routing import path_class
-from .nccl_tests import MIB, SMALL, Case, CaseResult, case_graph, count_setting, run_case
+from ..topology.builders import fabric_spec
+from ..topology.presets import preset_files, preset_graph, read_preset
+from ..topology.stacks import TCPXO_FITTED_TO, TCPXO_LATENCY_GRID_S, TCPXO_LATENCY_S
+from .nccl_tests import (
+    MIB,
+    SMALL,
+    Case,
+    CaseResult,
+    case_graph,
+    case_topology,
+    count_setting,
+    run_case,
+)
+from .pool import Progress, TaskPool
 
 #: Bounds on the fitted protocol bandwidth shares, to keep them physical: LL carries at
 #: most 4 data bytes per 8-byte line, LL128 at most 120 of 128 bytes.
@@ -280,22 +296,58 @@ def fit_case(
     )
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One simulation of a leave-one-out fold: ``case`` with ``calibration`` (None: the
+    preset's) and, if given, its NICs' network-stack latency set to ``stack_latency_s``."""
+
+    case: Case
+    calibration: Calibration | None = None
+    stack_latency_s: float | None = None
+
+
+def _simulate(run: _Run) -> CaseResult:
+    graph = None if run.stack_latency_s is None else stack_graph(run.case, run.stack_latency_s)
+    return run_case(run.case, calibration=run.calibration, graph=graph)
+
+
+def _preset_fold(
+    case: Case, others: list[Case], base: Calibration
+) -> tuple[Calibration, CaseResult]:
+    """A preset fitted to ``case``: its constants fitted on each of ``others`` in turn from
+    ``base`` (the preset's unfitted constants), and ``case`` simulated with them."""
+    for other in others:
+        # Every other size of the other run (as ``--fit`` does): half the cost of
+        # fitting on all of them, and the fit sees the whole range of sizes.
+        base = fit_case(other, holdout=True, rounds=2, base=base).calibration
+    return base, run_case(case, calibration=base)
+
+
 def leave_one_case_out(
     cases: list[Case | None],
     results: list[CaseResult],
     *,
     proxy_grid: tuple[float, ...] = PROXY_GRID_S,
+    stack_grid: tuple[float, ...] = TCPXO_LATENCY_GRID_S,
+    jobs: int = 1,
+    progress: Progress | None = None,
 ) -> None:
     """Predict every run a constant was fitted to without its own measurements; sets
     ``loco`` and ``loco_source`` of the matching results (a run nothing was fitted to
-    keeps ``loco`` None: its result is already a prediction).
+    keeps ``loco`` None: its result is already a prediction). ``results`` are the cases'
+    own runs (:func:`~simulator.validate.nccl_tests.run_case` with the preset's
+    constants): a fold whose left-out constant takes the value those ran with reuses
+    them rather than simulate the same thing again.
 
     A preset's constants: start from the preset's ``unfitted`` constants (NCCL's own and
     physical figures), fit them on each other run of the same preset in turn, and
     simulate the run with the result. The network proxy's cost (one figure for every
     machine): choose it again among ``proxy_grid`` on the other runs it was fitted to
-    (:func:`_proxy_left_out`)."""
-    bases: dict[int, Calibration] = {}
+    (:func:`_choose`); TCPXO's stack latency among ``stack_grid`` likewise. Every
+    simulation runs once; with ``jobs`` > 1 they run in that many processes, the preset
+    fits (the longest) first and the grid runs beside them. ``progress(done, total,
+    label)`` is called as each finishes."""
+    folds = []
     for index, (case, result) in enumerate(zip(cases, results, strict=True)):
         if result.error or case is None:
             continue
@@ -312,18 +364,72 @@ def leave_one_case_out(
             and other.settings.get("preset") == preset
             and not done.error
         ]
-        for other in others:
-            # Every other size of the other run (as ``--fit`` does): half the cost of
-            # fitting on all of them, and the fit sees the whole range of sizes.
-            base = fit_case(other, holdout=True, rounds=2, base=base).calibration
-        bases[index] = base
-        result.loco = run_case(case, calibration=base)
-        result.loco_source = (
-            "fitted on " + ", ".join(other.name for other in others)
-            if others
-            else "the preset's unfitted constants (no other run of this preset)"
-        )
-    _proxy_left_out(cases, results, bases, proxy_grid)
+        folds.append((index, case, others, base))
+    proxied = _fitted(cases, results, PROXY_FITTED_TO)
+    stacked = _fitted(cases, results, TCPXO_FITTED_TO)
+    total = len(folds) + len(proxied) * len(proxy_grid) + len(stacked) * len(stack_grid)
+    pool = TaskPool(jobs, total, progress)
+    try:
+        fitting = {
+            index: pool.submit(
+                _preset_fold, (case, others, base), f"fit {case.settings.get('preset')} "
+                f"without {case.name}",
+            )
+            for index, case, others, base in folds
+        }  # fmt: skip
+        own: dict[int, Calibration] = {}
+        bases: dict[int, Calibration] = {}
+
+        def proxy_run(index: int, value: float) -> _Run | None:
+            case = cases[index]
+            assert case is not None  # filtered by _fitted
+            if index not in own:
+                own[index] = calibration_of(case_graph(case))
+            base = bases.get(index) or own[index]
+            if index not in bases and value == own[index].proxy_s:
+                return None  # exactly the run's own simulation
+            return _Run(case, dataclasses.replace(base, proxy_s=value))
+
+        def stack_run(index: int, value: float) -> _Run | None:
+            case = cases[index]
+            assert case is not None  # filtered by _fitted
+            return None if value == TCPXO_LATENCY_S else _Run(case, stack_latency_s=value)
+
+        # Grid runs that need no fit's result go to the workers beside the fits.
+        stack = _grid_submit(pool, cases, results, stacked, stack_grid, stack_run, "TCPXO")
+        proxy = _grid_submit(
+            pool, cases, results, [i for i in proxied if i not in fitting], proxy_grid,
+            proxy_run, "proxy",
+        )  # fmt: skip
+        for index, future in fitting.items():
+            base, run = pool.get(future)
+            bases[index] = base
+            others = next(others for i, _, others, _ in folds if i == index)
+            results[index].loco = run
+            results[index].loco_source = (
+                "fitted on " + ", ".join(other.name for other in others)
+                if others
+                else "the preset's unfitted constants (no other run of this preset)"
+            )
+        proxy |= _grid_submit(
+            pool, cases, results, [i for i in proxied if i in fitting], proxy_grid,
+            proxy_run, "proxy",
+        )  # fmt: skip
+        # The proxy cost over every size (with no other run, the grid's first value: no
+        # cost); TCPXO's latency over sizes <= 1 MiB, where latency, not rate, sets the
+        # time (with no other run, the preset's).
+        every = lambda run: np.ones(len(run.sizes), dtype=bool)  # noqa: E731
+        _choose(
+            cases, results, proxied, proxy_grid, _resolve(pool, proxy), sizes=every,
+            what="network proxy", alone=proxy_grid[0],
+        )  # fmt: skip
+        _choose(
+            cases, results, stacked, stack_grid, _resolve(pool, stack),
+            sizes=lambda run: np.array(run.sizes) <= MIB, what="TCPXO stack latency",
+            alone=TCPXO_LATENCY_S,
+        )  # fmt: skip
+    finally:
+        pool.close()
     for case, result in zip(cases, results, strict=True):
         if case is not None and case.name in NVLS_FITTED_TO and result.loco is None:
             # Module constants of the library, chosen on a grid outside ccsim: say so
@@ -339,43 +445,114 @@ def leave_one_case_out(
             )
 
 
-def _proxy_left_out(
-    cases: list[Case | None],
-    results: list[CaseResult],
-    bases: dict[int, Calibration],
-    grid: tuple[float, ...],
-) -> None:
-    """PROXY_S was chosen among ``grid`` on the PROXY_FITTED_TO runs. For each of them,
-    choose again on the others only (the least summed squared log time error; with no
-    other, the grid's first value, no proxy cost) and predict the run with that value.
-    Every run is simulated once per grid value; a run whose preset was also fitted to
-    it keeps its left-out constants (``bases``)."""
-    fitted = [
+def _fitted(
+    cases: list[Case | None], results: list[CaseResult], names: tuple[str, ...]
+) -> list[int]:
+    """Indices of the runs of ``names`` that loaded and ran."""
+    return [
         index
         for index, (case, result) in enumerate(zip(cases, results, strict=True))
-        if case is not None and not result.error and case.name in PROXY_FITTED_TO
+        if case is not None and not result.error and case.name in names
     ]
-    runs: dict[tuple[int, float], CaseResult] = {}
-    loss = np.zeros((len(fitted), len(grid)))
-    for row, index in enumerate(fitted):
+
+
+GridRuns = dict[tuple[int, float], "cf.Future | CaseResult"]
+
+
+def _grid_submit(
+    pool: TaskPool,
+    cases: list[Case | None],
+    results: list[CaseResult],
+    fitted: list[int],
+    grid: tuple[float, ...],
+    make: Callable[[int, float], _Run | None],
+    what: str,
+) -> GridRuns:
+    """Every run of ``fitted`` at every grid value, by (index, value): submitted where
+    ``make`` gives a simulation; the run's own result where it gives None (that result
+    already is the simulation; counted as done)."""
+    runs: GridRuns = {}
+    for index in fitted:
         case = cases[index]
-        assert case is not None  # filtered above
-        base = bases.get(index) or calibration_of(case_graph(case))
-        for column, value in enumerate(grid):
-            run = run_case(case, calibration=dataclasses.replace(base, proxy_s=value))
-            runs[index, value] = run
-            loss[row, column] = np.mean(
-                np.log(np.array(run.simulated_us) / np.array(run.measured_us)) ** 2
-            )
+        assert case is not None  # filtered by _fitted
+        for value in grid:
+            run = make(index, value)
+            label = f"{case.name}, {what} {value * 1e6:g} us"
+            if run is None:
+                runs[index, value] = results[index]
+                pool.tick(label)
+            else:
+                runs[index, value] = pool.submit(_simulate, (run,), label)
+    return runs
+
+
+def _resolve(pool: TaskPool, runs: GridRuns) -> dict[tuple[int, float], CaseResult]:
+    return {key: pool.get(v) if isinstance(v, cf.Future) else v for key, v in runs.items()}
+
+
+def _choose(
+    cases: list[Case | None],
+    results: list[CaseResult],
+    fitted: list[int],
+    grid: tuple[float, ...],
+    runs: dict[tuple[int, float], CaseResult],
+    *,
+    sizes: Callable[[CaseResult], np.ndarray],
+    what: str,
+    alone: float,
+) -> None:
+    """A constant was chosen among ``grid`` on the ``fitted`` runs: the least summed mean
+    squared log time error over the sizes ``sizes(run)`` keeps. For each of them, choose
+    again on the others only and predict the run with that value (``alone`` with no
+    other). ``runs`` has every run at every grid value."""
+    loss = _losses(runs, fitted, grid, sizes)
     for row, index in enumerate(fitted):
+        names = [cases[i].name for i in fitted if i != index]  # type: ignore[union-attr]
         others = np.delete(loss, row, axis=0).sum(axis=0)
-        value = grid[int(np.argmin(others))]
+        value = grid[int(np.argmin(others))] if names else alone
         result = results[index]
         result.loco = runs[index, value]
-        names = [cases[i].name for i in fitted if i != index]  # type: ignore[union-attr]
         source = result.loco_source + "; " if result.loco_source else ""
         result.loco_source = source + (
-            f"network proxy {value * 1e6:g} us, chosen on " + ", ".join(names)
+            f"{what} {value * 1e6:g} us, chosen on " + ", ".join(names)
             if names
-            else f"network proxy {value * 1e6:g} us (no other run to choose it on)"
+            else f"{what} {value * 1e6:g} us (no other run to choose it on)"
         )
+
+
+def _losses(
+    runs: dict[tuple[int, float], CaseResult],
+    fitted: list[int],
+    grid: tuple[float, ...],
+    sizes: Callable[[CaseResult], np.ndarray],
+) -> np.ndarray:
+    """Mean squared log time error of each run (rows) at each grid value (columns), over
+    the sizes ``sizes(run)`` keeps."""
+    loss = np.zeros((len(fitted), len(grid)))
+    for row, index in enumerate(fitted):
+        for column, value in enumerate(grid):
+            run = runs[index, value]
+            keep = sizes(run)
+            ratio = np.array(run.simulated_us)[keep] / np.array(run.measured_us)[keep]
+            loss[row, column] = np.mean(np.log(ratio) ** 2)
+    return loss
+
+
+def stack_graph(case: Case, latency_s: float) -> nx.Graph:
+    """The topology of ``case`` with its NICs' network-stack latency set to
+    ``latency_s`` (what a grid fit of :data:`~simulator.topology.stacks.TCPXO_LATENCY_S`
+    tries)."""
+    topology, nodes = case_topology(case)
+    data = read_preset(_preset_file(topology))
+    data["server"]["nic"]["latency"] = latency_s
+    return preset_graph(
+        {**data, "fabric": fabric_spec(data.get("fabric"))},
+        nodes,
+        name=str(data.get("name", case.settings["preset"])),
+        source=str(case.settings["preset"]),
+    )
+
+
+def _preset_file(topology):
+    """A case's preset file (a bundled name or a file beside its sidecar)."""
+    return preset_files().get(str(topology), topology)

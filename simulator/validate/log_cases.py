@@ -27,6 +27,7 @@ from ..library.nccl_env import SUPPORTED, parse_nccl_env
 from ..topology import gpu_nodes
 from ..topology.importers import GRAPH_SUFFIXES
 from ..topology.presets import preset_files, preset_size, read_preset
+from ..topology.stacks import DEFAULT_STACK
 from .nccl_output import read_nccl_output
 from .nccl_tests import Case, case_graph, case_topology, load_case, sidecars
 
@@ -144,14 +145,21 @@ def guess_preset(gpus: Sequence[str], where: str = "log") -> str:
     if len(gpus) > 1:
         raise CcsimError(f"{where}: GPUs differ ({', '.join(gpus)}); {option}")
     chip, form = _model(gpus[0])
-    found = []
+    found, cloud = [], []
     for name, path in preset_files().items():
-        model = read_preset(path)["server"].get("gpu", {}).get("model")
+        server = read_preset(path)["server"]
+        model = server.get("gpu", {}).get("model")
         if model is None:
             continue
         preset_chip, preset_form = _model(str(model))
         if preset_chip == chip and (form == preset_form or (form is None and preset_form)):
-            found.append(name)
+            # A cloud machine with its own network stack (Google's A3: TCPX/TCPXO) has
+            # the same GPU as the servers it is built like; a log names no stack, so the
+            # guess is the InfiniBand server and the cloud preset is asked for by name.
+            nic = server.get("nic") or {}
+            stack = nic.get("stack", DEFAULT_STACK) if isinstance(nic, dict) else DEFAULT_STACK
+            (found if stack == DEFAULT_STACK else cloud).append(name)
+    found = found or cloud
     if len(found) != 1:
         which = f"fits presets {', '.join(found)}" if found else "fits no bundled preset"
         raise CcsimError(f"{where}: GPU {gpus[0]!r} {which}; {option}")

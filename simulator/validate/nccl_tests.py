@@ -29,13 +29,13 @@ the preset's ``launch``) and the GPUs' time.
 
 Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
 time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
-twenty-nine public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
-more (H100 on 1 to 8 servers, A100 on 2 over RoCE) and six GB300 runs on parts of an
+thirty-one public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
+more (H100 on 1 to 8 servers, A100 on 2 over RoCE), six GB300 runs on parts of an
 NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs), five across servers or on
-B300 (all-gather on 2 B200 servers; all-reduce and all-to-all on 1 and 2 B300 servers)
-and six on GB200 (4, 8, 64 and 72 GPUs of an NVL72 rack), each sidecar citing its
-source. A sidecar's ``algorithm`` defaults to ``nccl``: what NCCL runs with no
-environment set.
+B300 (all-gather on 2 B200 servers; all-reduce and all-to-all on 1 and 2 B300 servers),
+six on GB200 (4, 8, 64 and 72 GPUs of an NVL72 rack) and two on Google A3 Mega (H100,
+GPUDirect-TCPXO), each sidecar citing its source. A sidecar's ``algorithm`` defaults to
+``nccl``: what NCCL runs with no environment set.
 
 Raw nccl-tests output (stdout or ``-J`` JSON) needs no sidecar: see :mod:`~.log_cases`.
 """
@@ -51,6 +51,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from ..algorithms import build_schedule
@@ -65,7 +66,9 @@ from ..library.nccl_env import NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import P2P_FITTED_TO
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
 from ..topology import load_topology
+from ..topology.stacks import TCPXO_FITTED_TO
 from ..units import MAX_SIZE
+from .pool import TaskPool
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 _KEYS = {
@@ -263,19 +266,22 @@ def run_case(
     *,
     max_flows: int | None = None,
     progress: Callable[[int], None] | None = None,
+    graph: nx.Graph | None = None,
 ) -> CaseResult:
     """Simulate every size of a case with the preset's calibrated model (or with
     ``calibration`` instead of the preset's constants); ``max_flows`` is the resource
     guard's limit (:func:`check_case`); ``progress``, if given, is called with each size
-    (bytes) once it has run."""
+    (bytes) once it has run; ``graph``, if given, replaces the case's topology (built
+    with one figure changed, as a leave-one-out fit does; it is copied, not changed)."""
     s = case.settings
     check_case(case, max_flows)
-    graph = case_graph(case)
+    graph = case_graph(case) if graph is None else graph.copy()
     fitted = (
         case.name in calibration_of(graph).fitted_to
         or case.name in PROXY_FITTED_TO
         or case.name in NVLS_FITTED_TO
         or case.name in P2P_FITTED_TO
+        or case.name in TCPXO_FITTED_TO
     )
     if calibration is None:
         calibration = calibration_of(graph)
@@ -411,11 +417,15 @@ def run_cases(
     *,
     max_flows: int | None = None,
     progress: Callable[[str, int | None], None] | None = None,
+    jobs: int = 1,
 ) -> list[CaseResult]:
     """Load and simulate each (name, loader) case; one that cannot load or run gives a
     result with ``error`` set, and the others still run. ``progress``, if given, is
     called with (name, None) as a case starts and (name, bytes) after each of its sizes
-    (the command line draws a bar from it)."""
+    (the command line draws a bar from it); with ``jobs`` > 1 the cases run in that many
+    processes and ``progress`` hears (name, None) as each ends."""
+    if jobs > 1:
+        return _run_cases_pooled(list(loaders), max_flows, progress, jobs)
     results = []
     for name, load in loaders:
         if progress is not None:
@@ -426,3 +436,35 @@ def run_cases(
         except CcsimError as error:
             results.append(CaseResult(name, error=str(error)))
     return results
+
+
+def _run_case_or_error(case: Case, max_flows: int | None) -> CaseResult:
+    try:
+        return run_case(case, max_flows=max_flows)
+    except CcsimError as error:
+        return CaseResult(case.name, error=str(error))
+
+
+def _run_cases_pooled(
+    loaders: list[tuple[str, Callable[[], Case]]],
+    max_flows: int | None,
+    progress: Callable[[str, int | None], None] | None,
+    jobs: int,
+) -> list[CaseResult]:
+    """:func:`run_cases` in ``jobs`` processes: cases load here (their loaders may not
+    travel to another process), run there, and come back in order."""
+    pool = TaskPool(jobs, len(loaders), None if progress is None else _ends(progress))
+    try:
+        work: list[Any] = []
+        for name, load in loaders:
+            try:
+                work.append(pool.submit(_run_case_or_error, (load(), max_flows), name))
+            except CcsimError as error:
+                work.append(CaseResult(name, error=str(error)))
+        return [item if isinstance(item, CaseResult) else pool.get(item) for item in work]
+    finally:
+        pool.close()
+
+
+def _ends(progress: Callable[[str, int | None], None]) -> Callable[[int, int, str], None]:
+    return lambda done, total, name: progress(name, None)
