@@ -57,7 +57,7 @@ from ..topology.graph import gpu_nodes, servers_of_ranks
 from .engine import OpRecord, WorkloadReplay, WorkloadRun
 from .metrics import Breakdown, breakdown
 from .placement import PlacementError, place_jobs
-from .trace import Group, Op, Replicas, Workload
+from .trace import Group, Op, Replicas, Shadows, Workload
 
 
 @dataclass
@@ -162,7 +162,10 @@ def merge_jobs(
     """One workload of several jobs on a cluster of ``gpu_count`` GPUs: job ``j``'s rank
     ``r`` on GPU ``gpus[j][r]`` (see the module docstring). Jobs given by one replica
     stay so when all of them are, with the same count and unit; otherwise their every
-    replica is built."""
+    replica is built. Likewise jobs given by tensor-parallel masters
+    (:class:`~simulator.workload.trace.Shadows`) stay so when all of them are, with the
+    same TP size; otherwise their every TP rank is built."""
+    workloads = _with_shadows_alike(workloads, names)
     given = [w.replicas for w in workloads]
     shared = (
         all(r is not None for r in given)
@@ -217,6 +220,30 @@ def merge_jobs(
             unit=first.unit,  # type: ignore[union-attr]
             build=build,
         )
+    shadows = None
+    if all(w.shadows is not None for w in workloads) and workloads:
+        # Each job's TP shift moved onto its GPUs; GPUs of no job stay put (a shift of
+        # order ``count`` still). The replay checks the merged shadows as one job's.
+        shift = np.arange(gpu_count, dtype=np.int64)
+        masters: set[int] = set()
+        for workload, placed in zip(workloads, gpus, strict=True):
+            own = workload.shadows
+            assert own is not None
+            placed = np.asarray(placed, dtype=np.int64)
+            shift[placed] = placed[np.asarray(own.shift, dtype=np.int64)]
+            masters.update(placed[sorted(own.masters)].tolist())
+        shadowed = list(workloads)
+
+        def build_ranks() -> JobsWorkload:
+            built = [w.shadows.build() for w in shadowed]  # type: ignore[union-attr]
+            return merge_jobs(built, gpus, names, gpu_count)
+
+        shadows = Shadows(
+            workloads[0].shadows.count,  # type: ignore[union-attr]
+            tuple(shift.tolist()),
+            frozenset(masters),
+            build=build_ranks,
+        )
     return JobsWorkload(
         name=" + ".join(f"{n}: {w.name}" for n, w in zip(names, workloads, strict=True)),
         ranks=gpu_count,
@@ -228,8 +255,29 @@ def merge_jobs(
         model_flops=sum(w.model_flops for w in workloads),
         precision=workloads[0].precision if workloads else "bf16",
         replicas=replicas,
+        shadows=shadows,
         parts=parts,
     )
+
+
+def _with_shadows_alike(workloads: Sequence[Workload], names: Sequence[str]) -> list[Workload]:
+    """``workloads`` as given when every one is by TP masters of one TP size (or none
+    is); otherwise each given so with its every TP rank built."""
+    given = [w.shadows for w in workloads]
+    if all(s is None for s in given) or (
+        all(s is not None and s.build is not None for s in given)
+        and len({s.count for s in given}) == 1  # type: ignore[union-attr]
+    ):
+        return list(workloads)
+    out = []
+    for w, name in zip(workloads, names, strict=True):
+        if w.shadows is not None and w.shadows.build is None:
+            raise CcsimError(
+                f"job {name} ({w.name!r}) gives one rank of each TP group and cannot build "
+                "the others, which its neighbours need; generate it with every TP rank"
+            )
+        out.append(w if w.shadows is None else w.shadows.build())
+    return out
 
 
 def job_runs(run: WorkloadRun) -> dict[str, WorkloadRun]:
