@@ -397,3 +397,31 @@ def test_cli_bad_placement_one_line_exit_2(tmp_path, capsys, placements, words):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_cli_jobs_megatron_spec_stand_ins_give_the_full_steps(tmp_path, capsys):
+    # A megatron spec given to ccsim jobs is built with one replica and one rank per TP
+    # group standing for the rest (as sweeps do); its steps are every rank's.
+    from simulator.workload.presets import resolve_workload
+
+    spec = tmp_path / "tp4.yaml"
+    spec.write_text(
+        "format: ccsim-workload-spec/1\ngenerator: megatron\nmodel: llama3-8b\n"
+        "tp: 4\npp: 1\ndp: 2\nmicro_batch: 1\nglobal_batch: 4\n"
+    )
+    given = resolve_workload(spec, stand_ins=True)
+    assert given.shadows is not None and given.replicas is not None
+    assert resolve_workload(spec).shadows is None  # ccsim run's build is unchanged
+    code = main(
+        ["jobs", "--job", str(spec), "--job", str(spec), "--topology", "dgx-h100",
+         "--nodes", "2", "--placement", "scattered", "--format", "json"]
+    )  # fmt: skip
+    assert code == 0
+    rows = [row for row in json.loads(capsys.readouterr().out) if "step_alone_s" in row]
+    whole = resolve_workload(spec)
+    expected = run_jobs(
+        [Job("A", whole, "scattered"), Job("B", whole, "scattered")],
+        load_topology("dgx-h100", 2),
+    )
+    assert [row["step_alone_s"] for row in rows] == [j.step_alone_s for j in expected.jobs]
+    assert [row["step_together_s"] for row in rows] == [j.step_together_s for j in expected.jobs]
