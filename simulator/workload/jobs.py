@@ -13,17 +13,22 @@ Each job is also run *alone*: the same merged form with only that job, on the sa
 of the same topology and seed, so that its slowdown (step together / step alone) is
 the neighbour's doing only.
 
-The replay's shortcuts stay on, because both are checked rather than assumed:
+The replay's shortcuts stay on, because each is checked rather than assumed:
 
 * calls timed alone (:mod:`simulator.workload.isolated`) are replayed from that timing
-  only while no other flow, of any job, touches their links; a call that met another
-  job's flow makes the replay run again with it simulated flow by flow;
+  only while no other flow, of any job, touches their links; a call that meets another
+  job's flows goes on as a bundle (:mod:`simulator.workload.bundles`; ``bundles=False``
+  among the options runs it flow by flow);
 * one data-parallel replica standing for all (:mod:`simulator.workload.replicas`)
   applies to the jobs together only when every job is given by one replica with the
   same count: the merged shift moves each job's replicas among that job's GPUs, and
   :func:`~simulator.workload.replicas.replica_symmetry` then checks that it is a
   symmetry of the whole cluster and of every route, as for one job; otherwise every
-  replica is built.
+  replica is built;
+* one rank per TP group standing for the group (:mod:`simulator.workload.shadows`)
+  applies when every job is given so with the same TP size: the merged shift moves
+  each job's TP ranks among its own GPUs, and the replay checks the shadows as for one
+  job (building every rank where they are not alike); otherwise every rank is built.
 
 Per job and link, the bytes a job puts on a link depend on its routes and schedules
 only (routes are hashed, not load-dependent; the library decides per group, operation
