@@ -188,6 +188,30 @@ def test_tp_masters_standing_for_each_jobs_tp_groups_change_nothing():
     assert len(one.together.workload.ops) * 4 == len(every.together.workload.ops)
 
 
+def test_stand_ins_found_unlike_alone_are_given_whole_together():
+    # Under a 2:1 leaf-spine with one server a leaf, ECMP hashes the TP ranks' pipeline
+    # sends onto different spines: alone, the replay finds the masters unlike their
+    # shadows and builds every rank; the run together is then given every rank from the
+    # start, with the steps of jobs built whole.
+    def step(shadows):
+        return megatron(
+            "llama3-8b", tp=4, pp=2, dp=2, micro_batch=1, global_batch=8, shadows=shadows
+        )
+
+    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 1}
+    graph = load_topology("dgx-h100", 4, fabric=fabric)
+    given = step(True)
+    one = run_jobs([Job("A", given, "scattered"), Job("B", given, "scattered")], graph)
+    whole = run_jobs(
+        [Job("A", step(False), "scattered"), Job("B", step(False), "scattered")], graph
+    )
+    assert one.alone[0].shadows["simulated"] == "all"
+    assert one.alone[1].shadows == {} and one.together.shadows == {}
+    for a, b in zip(one.jobs, whole.jobs, strict=True):
+        assert a.step_alone_s == b.step_alone_s
+        assert a.step_together_s == b.step_together_s
+
+
 def test_jobs_of_different_tp_sizes_build_every_tp_rank():
     # Shadows of TP 4 and TP 2 cannot share one shift: both are built whole, and the
     # steps are those of jobs built whole from the start.

@@ -364,8 +364,18 @@ def run_jobs(
         callback = progress(" + ".join(who)) if progress is not None else None
         return WorkloadReplay(merged, graph, **options).run(callback)
 
-    alone = [replay([job.workload], [g], [job.name]) for job, g in zip(jobs, gpus, strict=True)]
-    together = replay([job.workload for job in jobs], gpus, names)
+    # A job whose stand-ins (TP masters, one replica) were found unlike alone is given
+    # whole to the later runs: the replay would find them unlike again (the routes are
+    # the same hashed ones) and build every rank after a wasted attempt. The steps are
+    # the same either way; only the CPU time differs.
+    given: dict[int, Workload] = {}
+    alone = []
+    for job, g in zip(jobs, gpus, strict=True):
+        workload = given.get(id(job.workload), job.workload)
+        run = replay([workload], [g], [job.name])
+        given[id(job.workload)] = _whole_where_unlike(workload, run)
+        alone.append(run)
+    together = replay([given[id(job.workload)] for job in jobs], gpus, names)
     parts = job_runs(together)
     results = []
     for job, g, single in zip(jobs, gpus, alone, strict=True):
@@ -412,6 +422,18 @@ def run_jobs(
         int(graph.graph.get("ecmp_seed", 0)),
         worst / most if most else 0.0,
     )
+
+
+def _whole_where_unlike(workload: Workload, run: WorkloadRun) -> Workload:
+    """``workload`` with every TP rank (every replica) built where ``run`` found its TP
+    masters (its first replica) unlike the rest; as given otherwise."""
+    shadows = workload.shadows
+    if run.shadows.get("simulated") == "all" and shadows is not None and shadows.build:
+        workload = shadows.build()
+    replicas = workload.replicas
+    if run.replicas.get("simulated") == "all" and replicas is not None and replicas.build:
+        workload = replicas.build(False)
+    return workload
 
 
 #: Statistics of a job's slowdown over seeds, in column order.
