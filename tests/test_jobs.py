@@ -154,6 +154,80 @@ def test_one_replica_standing_for_each_jobs_replicas_changes_nothing():
         assert a.step_together_s == pytest.approx(b.step_together_s, rel=1e-12)
 
 
+def test_tp_masters_standing_for_each_jobs_tp_groups_change_nothing():
+    # Jobs given by one rank per TP group (megatron(shadows=True)) are merged with one
+    # shift moving each job's TP ranks among its own GPUs. Placed scattered under a 2:1
+    # leaf-spine with one spine (no ECMP choice), both jobs' pipeline sends and
+    # data-parallel calls cross the same leaf uplinks, so they do meet; the steps alone
+    # and together, every master op's times and every link's bytes are those of every
+    # rank built.
+    def step(shadows):
+        return megatron(
+            "llama3-8b", tp=4, pp=2, dp=2, micro_batch=1, global_batch=8, shadows=shadows
+        )
+
+    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 2, "spines": 1}
+    graph = load_topology("dgx-h100", 4, fabric=fabric)
+    one = run_jobs([Job("A", step(True), "scattered"), Job("B", step(True), "scattered")], graph)
+    every = run_jobs(
+        [Job("A", step(False), "scattered"), Job("B", step(False), "scattered")], graph
+    )
+    assert one.together.shadows == {"count": 4, "simulated": 1}
+    assert all(run.shadows == {"count": 4, "simulated": 1} for run in one.alone)
+    assert one.shared and len(one.shared) == len(every.shared)  # they meet
+    for a, b in zip(one.jobs, every.jobs, strict=True):
+        assert a.step_alone_s == b.step_alone_s
+        assert a.step_together_s == b.step_together_s
+    assert max(job.slowdown for job in every.jobs) > 1.0
+    ids = {op.id: op.index for op in every.together.workload.ops}
+    for op in one.together.workload.ops:
+        j = ids[op.id]
+        assert one.together.records.start_s[op.index] == every.together.records.start_s[j]
+        assert one.together.records.end_s[op.index] == every.together.records.end_s[j]
+    assert np.allclose(one.together.links["bytes"], every.together.links["bytes"], atol=1.0)
+    assert len(one.together.workload.ops) * 4 == len(every.together.workload.ops)
+
+
+def test_stand_ins_found_unlike_alone_are_given_whole_together():
+    # Under a 2:1 leaf-spine with one server a leaf, ECMP hashes the TP ranks' pipeline
+    # sends onto different spines: alone, the replay finds the masters unlike their
+    # shadows and builds every rank; the run together is then given every rank from the
+    # start, with the steps of jobs built whole.
+    def step(shadows):
+        return megatron(
+            "llama3-8b", tp=4, pp=2, dp=2, micro_batch=1, global_batch=8, shadows=shadows
+        )
+
+    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 1}
+    graph = load_topology("dgx-h100", 4, fabric=fabric)
+    given = step(True)
+    one = run_jobs([Job("A", given, "scattered"), Job("B", given, "scattered")], graph)
+    whole = run_jobs(
+        [Job("A", step(False), "scattered"), Job("B", step(False), "scattered")], graph
+    )
+    assert one.alone[0].shadows["simulated"] == "all"
+    assert one.alone[1].shadows == {} and one.together.shadows == {}
+    for a, b in zip(one.jobs, whole.jobs, strict=True):
+        assert a.step_alone_s == b.step_alone_s
+        assert a.step_together_s == b.step_together_s
+
+
+def test_jobs_of_different_tp_sizes_build_every_tp_rank():
+    # Shadows of TP 4 and TP 2 cannot share one shift: both are built whole, and the
+    # steps are those of jobs built whole from the start.
+    def step(tp, shadows):
+        return megatron(
+            "llama3-8b", tp=tp, pp=1, dp=8 // tp, micro_batch=1, global_batch=8 // tp,
+            shadows=shadows,
+        )  # fmt: skip
+
+    graph = load_topology("dgx-h100", 2)
+    mixed = run_jobs([Job("A", step(4, True), "rail"), Job("B", step(2, True), "rail")], graph)
+    whole = run_jobs([Job("A", step(4, False), "rail"), Job("B", step(2, False), "rail")], graph)
+    assert mixed.together.shadows == {}
+    assert [j.step_together_s for j in mixed.jobs] == [j.step_together_s for j in whole.jobs]
+
+
 def test_two_jobs_share_an_oversubscribed_uplink_max_min():
     # A on servers 0 and 2, B on 1 and 3: each ring step sends S/2 from leaf 0's side to
     # leaf 1's and back. Alone a flow gets the whole 12.5 GB/s path; together the two
@@ -347,3 +421,31 @@ def test_cli_bad_placement_one_line_exit_2(tmp_path, capsys, placements, words):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_cli_jobs_megatron_spec_stand_ins_give_the_full_steps(tmp_path, capsys):
+    # A megatron spec given to ccsim jobs is built with one replica and one rank per TP
+    # group standing for the rest (as sweeps do); its steps are every rank's.
+    from simulator.workload.presets import resolve_workload
+
+    spec = tmp_path / "tp4.yaml"
+    spec.write_text(
+        "format: ccsim-workload-spec/1\ngenerator: megatron\nmodel: llama3-8b\n"
+        "tp: 4\npp: 1\ndp: 2\nmicro_batch: 1\nglobal_batch: 4\n"
+    )
+    given = resolve_workload(spec, stand_ins=True)
+    assert given.shadows is not None and given.replicas is not None
+    assert resolve_workload(spec).shadows is None  # ccsim run's build is unchanged
+    code = main(
+        ["jobs", "--job", str(spec), "--job", str(spec), "--topology", "dgx-h100",
+         "--nodes", "2", "--placement", "scattered", "--format", "json"]
+    )  # fmt: skip
+    assert code == 0
+    rows = [row for row in json.loads(capsys.readouterr().out) if "step_alone_s" in row]
+    whole = resolve_workload(spec)
+    expected = run_jobs(
+        [Job("A", whole, "scattered"), Job("B", whole, "scattered")],
+        load_topology("dgx-h100", 2),
+    )
+    assert [row["step_alone_s"] for row in rows] == [j.step_alone_s for j in expected.jobs]
+    assert [row["step_together_s"] for row in rows] == [j.step_together_s for j in expected.jobs]

@@ -133,7 +133,9 @@ def _cmd_jobs(args: argparse.Namespace) -> None:
     workloads = {}
     for source, _ in specs:  # a workload named twice is read once (jobs never modify it)
         if source not in workloads:
-            workloads[source] = resolve_workload(source, max_flows=args.max_flows)
+            # One replica and one rank per TP group stand for the rest where the replay
+            # checks that they may (the same steps; every rank is built where not).
+            workloads[source] = resolve_workload(source, max_flows=args.max_flows, stand_ins=True)
     jobs = [Job(n, workloads[w], p) for n, (w, p) in zip(names, specs, strict=True)]
     nodes = args.nodes
     if nodes is None:

@@ -13,17 +13,22 @@ Each job is also run *alone*: the same merged form with only that job, on the sa
 of the same topology and seed, so that its slowdown (step together / step alone) is
 the neighbour's doing only.
 
-The replay's shortcuts stay on, because both are checked rather than assumed:
+The replay's shortcuts stay on, because each is checked rather than assumed:
 
 * calls timed alone (:mod:`simulator.workload.isolated`) are replayed from that timing
-  only while no other flow, of any job, touches their links; a call that met another
-  job's flow makes the replay run again with it simulated flow by flow;
+  only while no other flow, of any job, touches their links; a call that meets another
+  job's flows goes on as a bundle (:mod:`simulator.workload.bundles`; ``bundles=False``
+  among the options runs it flow by flow);
 * one data-parallel replica standing for all (:mod:`simulator.workload.replicas`)
   applies to the jobs together only when every job is given by one replica with the
   same count: the merged shift moves each job's replicas among that job's GPUs, and
   :func:`~simulator.workload.replicas.replica_symmetry` then checks that it is a
   symmetry of the whole cluster and of every route, as for one job; otherwise every
-  replica is built.
+  replica is built;
+* one rank per TP group standing for the group (:mod:`simulator.workload.shadows`)
+  applies when every job is given so with the same TP size: the merged shift moves
+  each job's TP ranks among its own GPUs, and the replay checks the shadows as for one
+  job (building every rank where they are not alike); otherwise every rank is built.
 
 Per job and link, the bytes a job puts on a link depend on its routes and schedules
 only (routes are hashed, not load-dependent; the library decides per group, operation
@@ -57,7 +62,7 @@ from ..topology.graph import gpu_nodes, servers_of_ranks
 from .engine import OpRecord, WorkloadReplay, WorkloadRun
 from .metrics import Breakdown, breakdown
 from .placement import PlacementError, place_jobs
-from .trace import Group, Op, Replicas, Workload
+from .trace import Group, Op, Replicas, Shadows, Workload
 
 
 @dataclass
@@ -162,7 +167,10 @@ def merge_jobs(
     """One workload of several jobs on a cluster of ``gpu_count`` GPUs: job ``j``'s rank
     ``r`` on GPU ``gpus[j][r]`` (see the module docstring). Jobs given by one replica
     stay so when all of them are, with the same count and unit; otherwise their every
-    replica is built."""
+    replica is built. Likewise jobs given by tensor-parallel masters
+    (:class:`~simulator.workload.trace.Shadows`) stay so when all of them are, with the
+    same TP size; otherwise their every TP rank is built."""
+    workloads = _with_shadows_alike(workloads, names)
     given = [w.replicas for w in workloads]
     shared = (
         all(r is not None for r in given)
@@ -217,6 +225,30 @@ def merge_jobs(
             unit=first.unit,  # type: ignore[union-attr]
             build=build,
         )
+    shadows = None
+    if all(w.shadows is not None for w in workloads) and workloads:
+        # Each job's TP shift moved onto its GPUs; GPUs of no job stay put (a shift of
+        # order ``count`` still). The replay checks the merged shadows as one job's.
+        shift = np.arange(gpu_count, dtype=np.int64)
+        masters: set[int] = set()
+        for workload, placed in zip(workloads, gpus, strict=True):
+            own = workload.shadows
+            assert own is not None
+            placed = np.asarray(placed, dtype=np.int64)
+            shift[placed] = placed[np.asarray(own.shift, dtype=np.int64)]
+            masters.update(placed[sorted(own.masters)].tolist())
+        shadowed = list(workloads)
+
+        def build_ranks() -> JobsWorkload:
+            built = [w.shadows.build() for w in shadowed]  # type: ignore[union-attr]
+            return merge_jobs(built, gpus, names, gpu_count)
+
+        shadows = Shadows(
+            workloads[0].shadows.count,  # type: ignore[union-attr]
+            tuple(shift.tolist()),
+            frozenset(masters),
+            build=build_ranks,
+        )
     return JobsWorkload(
         name=" + ".join(f"{n}: {w.name}" for n, w in zip(names, workloads, strict=True)),
         ranks=gpu_count,
@@ -228,8 +260,29 @@ def merge_jobs(
         model_flops=sum(w.model_flops for w in workloads),
         precision=workloads[0].precision if workloads else "bf16",
         replicas=replicas,
+        shadows=shadows,
         parts=parts,
     )
+
+
+def _with_shadows_alike(workloads: Sequence[Workload], names: Sequence[str]) -> list[Workload]:
+    """``workloads`` as given when every one is by TP masters of one TP size (or none
+    is); otherwise each given so with its every TP rank built."""
+    given = [w.shadows for w in workloads]
+    if all(s is None for s in given) or (
+        all(s is not None and s.build is not None for s in given)
+        and len({s.count for s in given}) == 1  # type: ignore[union-attr]
+    ):
+        return list(workloads)
+    out = []
+    for w, name in zip(workloads, names, strict=True):
+        if w.shadows is not None and w.shadows.build is None:
+            raise CcsimError(
+                f"job {name} ({w.name!r}) gives one rank of each TP group and cannot build "
+                "the others, which its neighbours need; generate it with every TP rank"
+            )
+        out.append(w if w.shadows is None else w.shadows.build())
+    return out
 
 
 def job_runs(run: WorkloadRun) -> dict[str, WorkloadRun]:
@@ -311,8 +364,18 @@ def run_jobs(
         callback = progress(" + ".join(who)) if progress is not None else None
         return WorkloadReplay(merged, graph, **options).run(callback)
 
-    alone = [replay([job.workload], [g], [job.name]) for job, g in zip(jobs, gpus, strict=True)]
-    together = replay([job.workload for job in jobs], gpus, names)
+    # A job whose stand-ins (TP masters, one replica) were found unlike alone is given
+    # whole to the later runs: the replay would find them unlike again (the routes are
+    # the same hashed ones) and build every rank after a wasted attempt. The steps are
+    # the same either way; only the CPU time differs.
+    given: dict[int, Workload] = {}
+    alone = []
+    for job, g in zip(jobs, gpus, strict=True):
+        workload = given.get(id(job.workload), job.workload)
+        run = replay([workload], [g], [job.name])
+        given[id(job.workload)] = _whole_where_unlike(workload, run)
+        alone.append(run)
+    together = replay([given[id(job.workload)] for job in jobs], gpus, names)
     parts = job_runs(together)
     results = []
     for job, g, single in zip(jobs, gpus, alone, strict=True):
@@ -359,6 +422,18 @@ def run_jobs(
         int(graph.graph.get("ecmp_seed", 0)),
         worst / most if most else 0.0,
     )
+
+
+def _whole_where_unlike(workload: Workload, run: WorkloadRun) -> Workload:
+    """``workload`` with every TP rank (every replica) built where ``run`` found its TP
+    masters (its first replica) unlike the rest; as given otherwise."""
+    shadows = workload.shadows
+    if run.shadows.get("simulated") == "all" and shadows is not None and shadows.build:
+        workload = shadows.build()
+    replicas = workload.replicas
+    if run.replicas.get("simulated") == "all" and replicas is not None and replicas.build:
+        workload = replicas.build(False)
+    return workload
 
 
 #: Statistics of a job's slowdown over seeds, in column order.

@@ -71,10 +71,16 @@ def from_spec(
     return workload
 
 
-def resolve_workload(source: str | Path, *, max_flows: int | None = None) -> Workload:
+def resolve_workload(
+    source: str | Path, *, max_flows: int | None = None, stand_ins: bool = False
+) -> Workload:
     """A preset name, a trace file (.json/.yaml), a spec file, an AICB file (.txt) or a
     Chakra trace (a ``.et`` file, a folder or a prefix of ``<prefix>.<rank>.et`` files);
-    ``max_flows`` is the resource guard's limit for a spec's generator or an AICB file."""
+    ``max_flows`` is the resource guard's limit for a spec's generator or an AICB file.
+    ``stand_ins``: a ``megatron`` spec that does not say otherwise builds one
+    data-parallel replica and one rank per TP group (``replicas`` and ``shadows``), which
+    the replay lets stand for the rest where it checks that they may (else it builds
+    every rank: :mod:`simulator.workload.replicas`, :mod:`simulator.workload.shadows`)."""
     presets = preset_files()
     if str(source) not in presets and is_chakra_source(source):
         return load_chakra(source)
@@ -85,7 +91,11 @@ def resolve_workload(source: str | Path, *, max_flows: int | None = None) -> Wor
         return load_aicb(path, max_flows=max_flows)
     data = _read(path)
     if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
-        return from_spec({"name": path.stem, **data}, origin=str(path), max_flows=max_flows)
+        data = {"name": path.stem, **data}
+        if stand_ins and data.get("generator") == "megatron":
+            data.setdefault("replicas", True)
+            data.setdefault("shadows", True)
+        return from_spec(data, origin=str(path), max_flows=max_flows)
     if isinstance(data, dict) and data.get("format") == FORMAT:
         return parse_workload(data, origin=str(path))
     raise WorkloadError(
