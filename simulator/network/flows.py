@@ -45,6 +45,7 @@ _PER_LINK = (
     ("_held_by", -1),
     ("link_flow_s", 0.0),
     ("_link_changed", 0.0),
+    ("_link_mark", False),
 )
 # Beyond this many rounds of growing the affected component, recompute everything:
 # the component is then most of the network anyway.
@@ -128,6 +129,8 @@ class FlowNetwork:
         self._link_since = np.zeros(n_links)
         # When each link last became idle (for calls timed in isolation: when they let go).
         self.link_idle_at = np.zeros(n_links)
+        # Scratch marks per link for component searches (all False between searches).
+        self._link_mark = np.zeros(n_links, dtype=bool)
         # Flow-seconds per link (the integral of its flow count over time), kept when
         # asked for: a call's mean flows on a link while busy (workload bundles).
         self.flow_seconds = flow_seconds
@@ -638,15 +641,23 @@ class FlowNetwork:
             flows[list(found)] = True
             return flows
         else:
-            # Few flows in a large network: sets of link ids.
+            # Few flows in a large network: the links reached, marked in a scratch array
+            # cleared again before returning (no sort per round, as set operations take).
+            mark = self._link_mark
             links = np.unique(seeds)
-            for _ in range(_MAX_COMPONENT_ROUNDS):
-                hit = np.isin(self._inc_link, links)
-                flows[self._inc_flow[hit]] = True
-                grown = np.unique(self._inc_link[flows[self._inc_flow]])
-                if np.isin(grown, links).all():
-                    return flows
-                links = np.union1d(links, grown)
+            mark[links] = True
+            try:
+                for _ in range(_MAX_COMPONENT_ROUNDS):
+                    flows[self._inc_flow[mark[self._inc_link]]] = True
+                    grown = self._inc_link[flows[self._inc_flow]]
+                    new = grown[~mark[grown]]
+                    if len(new) == 0:
+                        return flows
+                    new = np.unique(new)
+                    mark[new] = True
+                    links = np.concatenate([links, new])
+            finally:
+                mark[links] = False
         flows[self._inc_flow] = True  # the change reaches most of the network
         return flows
 
