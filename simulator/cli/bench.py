@@ -394,6 +394,9 @@ def run_workload_scenario(scenario: Scenario) -> dict:
         # Replicas the step has, and how many were simulated (1: one stood for all).
         "replicas": run.replicas.get("count", 1),
         "replicas_simulated": run.replicas.get("simulated", "all"),
+        # TP ranks per group, and those simulated (1: its master stood for the group).
+        "tp_ranks": run.shadows.get("count", 1),
+        "tp_simulated": run.shadows.get("simulated", "all"),
         # Calls replayed from their timing alone, distinct calls timed, replays run
         # (simulator.workload.isolated).
         **{
