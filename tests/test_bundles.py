@@ -180,3 +180,32 @@ def test_no_overlap_no_bundle_and_the_same_step():
     reference = WorkloadReplay(workload, graph, bundles=False).run()
     assert fast.isolated["bundled"] == 0
     assert np.array_equal(fast.records.end_s, reference.records.end_s)
+
+
+def test_ccsim_run_exact_is_the_per_flow_reference(tmp_path, capsys):
+    """`ccsim run` of a TP 2 x DP 8 step (its data-parallel rings share NVLink with the
+    tensor-parallel calls): by default its title says how many calls ran as bundles;
+    with --exact none does, and the step is the per-flow replay's (WorkloadReplay with
+    bundles=False), within 1% of the default's."""
+    import json
+
+    from simulator.cli import main
+
+    spec = (
+        "format: ccsim-workload-spec/1\ngenerator: megatron\nmodel: llama3-8b\n"
+        "tp: 2\npp: 1\ndp: 8\nmicro_batch: 1\nglobal_batch: 32\n"
+    )
+    path = tmp_path / "step.yaml"
+    path.write_text(spec)
+    assert main(["run", str(path), "--topology", "dgx-h100"]) == 0
+    assert "calls sharing links run as bundles (--exact: flow by flow)" in capsys.readouterr().out
+    assert main(["run", str(path), "--topology", "dgx-h100", "--exact"]) == 0
+    assert "as bundles" not in capsys.readouterr().out
+    steps = {}
+    for flag in ([], ["--exact"]):
+        assert main(["run", str(path), "--topology", "dgx-h100", "--format", "json", *flag]) == 0
+        steps[bool(flag)] = json.loads(capsys.readouterr().out)[0]["step_s"]
+    workload = megatron(model="llama3-8b", tp=2, pp=1, dp=8, micro_batch=1, global_batch=32)
+    reference = WorkloadReplay(workload, load_topology("dgx-h100", 2), bundles=False).run()
+    assert steps[True] == pytest.approx(breakdown(reference).step_s, rel=1e-12)
+    assert steps[False] == pytest.approx(steps[True], rel=0.01)

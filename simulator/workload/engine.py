@@ -61,7 +61,7 @@ from .devices import Device, graph_device
 from .isolated import EVERY_CALL, Call, IsolatedCalls, TakeOver
 from .kernels import kernels_time
 from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
-from .shadows import ShadowCheck, shadow_images
+from .shadows import ShadowCheck, ShadowsUnlike, shadow_images
 from .trace import Op, Workload, WorkloadError
 
 
@@ -437,6 +437,8 @@ class WorkloadReplay:
             for queue in self._streams.values():
                 self._try_issue(queue[0])
             run_env(self.env, progress=progress)
+        except ShadowsUnlike as error:
+            return self._every_tp_rank(str(error), progress)
         except Asymmetric as error:
             # A call showed that single replicas are not alike: as many together as it
             # repeats over (a ring that alternates its direction from server to server
@@ -481,13 +483,7 @@ class WorkloadReplay:
             return again.run(progress)
         why = self._shadow_check.settle() if self._images is not None else ""
         if why and self._done == len(self.workload.ops):
-            # A shadow did not end with its master: build every TP rank and run again.
-            shadows = self.workload.shadows
-            again = WorkloadReplay(shadows.build(), self.graph, **self._arguments)
-            again._attempt = self._attempt + 1
-            _starting_over(progress, "TP ranks not alike, every rank built")
-            again._shadows_report = {"count": shadows.count, "simulated": "all", "why": why}
-            return again.run(progress)
+            return self._every_tp_rank(why, progress)
         self.network.close_link_records()
         if self._done < len(self.workload.ops):
             raise self._deadlock()
@@ -526,6 +522,16 @@ class WorkloadReplay:
             replicas=dict(self._replicas_report),
             shadows=dict(self._shadows_report),
         )
+
+    def _every_tp_rank(self, why: str, progress: Callable[[float], None] | None) -> WorkloadRun:
+        """A shadow did not end with its master (``why``): build every TP rank and run
+        again (see simulator.workload.shadows)."""
+        shadows = self.workload.shadows
+        again = WorkloadReplay(shadows.build(), self.graph, **self._arguments)
+        again._attempt = self._attempt + 1
+        _starting_over(progress, "TP ranks not alike, every rank built")
+        again._shadows_report = {"count": shadows.count, "simulated": "all", "why": why}
+        return again.run(progress)
 
     def _check_spanning_calls(self) -> None:
         """With one replica standing for all, check before the run that every distinct

@@ -15,7 +15,8 @@ master's call ends at the same position, every image send when the master's send
 arrives, and every rank of a TP group's call when its master does (the shadows' next ops
 would otherwise start at other times than the master's). Where one does not (a slower
 NIC on one rail, ECMP hashing the images elsewhere), the replay is run again with every
-rank's ops built (:meth:`~simulator.workload.engine.WorkloadReplay.run`). Faulted
+rank's ops built (:meth:`~simulator.workload.engine.WorkloadReplay.run`), at once
+where a shadow ends after its master (:class:`ShadowsUnlike`), else at the end. Faulted
 clusters and per-rank compute scaling build every rank from the start.
 """
 
@@ -31,6 +32,11 @@ from .trace import Workload
 #: the same sums in the same order where the images really are alike; this absorbs only
 #: the last bits of rounding).
 SAME = 1e-12
+
+
+class ShadowsUnlike(Exception):
+    """A shadow did not end with its master (the message says which and when): the
+    replay stops at once and builds every rank."""
 
 
 def shadow_images(workload: Workload) -> tuple[dict[str, tuple[str, ...]] | None, str]:
@@ -88,7 +94,7 @@ class ShadowCheck:
         for position in positions:
             if position in ends and not _same(ends[position], now):
                 self.why = f"{what} ended at {now:.9g} s, its master at {ends[position]:.9g} s"
-                return
+                raise ShadowsUnlike(self.why)
 
     def settle(self) -> str:
         """After the run: the first disagreement between masters and shadows ('' if
