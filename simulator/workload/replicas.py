@@ -149,8 +149,10 @@ def _unique_rows(rows: np.ndarray) -> np.ndarray:
     [[0, 2, 1, 1], [3, 1, 0, 0]]
     """
     bits = (20, 20, 12, 8)  # 60 bits in all
-    if len(rows) == 0 or rows.min() < 0 or any(
-        int(rows[:, i].max()) >= 1 << b for i, b in enumerate(bits)
+    if (
+        len(rows) == 0
+        or rows.min() < 0
+        or any(int(rows[:, i].max()) >= 1 << b for i, b in enumerate(bits))
     ):
         return np.unique(rows, axis=0)
     key = rows[:, 0]
