@@ -148,6 +148,16 @@ class _Multipath:
     routes: dict[int, int] = field(default_factory=dict)  # label -> route id
 
 
+def _grown(buffer: np.ndarray, size: int) -> np.ndarray:
+    """``buffer`` itself if it holds ``size`` entries, else a copy of it with room for at
+    least twice as many (amortized appends)."""
+    if len(buffer) >= size:
+        return buffer
+    grown = np.zeros(max(size, 2 * len(buffer)), dtype=buffer.dtype)
+    grown[: len(buffer)] = buffer
+    return grown
+
+
 class Router:
     """Routes between ranks, computed on first use and cached.
 
@@ -199,6 +209,12 @@ class Router:
         self._latency: list[float] = []
         self._message: list[float] = []
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Flat route arrays grown in place (capacity doubling): routes added one at a
+        # time between lookups (replica route checks add thousands) cost what they add.
+        self._built = 0
+        self._ptr_buf = np.zeros(1, dtype=np.int64)
+        self._flat_buf = np.zeros(0, dtype=np.int64)
+        self._lat_buf = np.zeros(0)
 
     def _predecessors(self, first, last) -> dict:
         """Dijkstra from ``first`` until ``last`` is settled; all equal-cost predecessors
@@ -617,17 +633,23 @@ class Router:
         ``latency[r]`` is route r's link latencies plus its per-message cost (a flow is
         one message; see :meth:`message_costs`), in seconds.
         """
-        if self._arrays is None:
-            lengths = [len(links) for links in self._route_links]
-            ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=ptr[1:])
-            flat = (
-                np.concatenate(self._route_links)
-                if self._route_links
-                else np.zeros(0, dtype=np.int64)
+        n = len(self._route_links)
+        if self._arrays is None or self._built < n:
+            new = self._route_links[self._built :]
+            lengths = np.fromiter((len(links) for links in new), dtype=np.int64, count=len(new))
+            start = int(self._ptr_buf[self._built])
+            end = start + int(lengths.sum())
+            self._ptr_buf = _grown(self._ptr_buf, n + 1)
+            self._flat_buf = _grown(self._flat_buf, end)
+            self._lat_buf = _grown(self._lat_buf, n)
+            self._ptr_buf[self._built + 1 : n + 1] = start + np.cumsum(lengths)
+            if len(new):
+                self._flat_buf[start:end] = np.concatenate(new)
+            self._lat_buf[self._built : n] = np.add(
+                self._latency[self._built :], self._message[self._built :]
             )
-            latency = np.array(self._latency, dtype=float) + np.array(self._message, dtype=float)
-            self._arrays = (ptr, flat, latency)
+            self._built = n
+            self._arrays = (self._ptr_buf[: n + 1], self._flat_buf[:end], self._lat_buf[:n])
         return self._arrays
 
     def message_costs(self) -> np.ndarray:
