@@ -234,3 +234,37 @@ def test_routes_through_the_nics_are_checked_against_their_images():
     symmetry.psi = np.arange(len(symmetry.psi))
     with pytest.raises(Asymmetric, match="not the same in every replica"):
         symmetry.check_routes(network, send, np.array([0, 8]))
+
+
+def test_pxn_routes_between_rails_follow_their_images_without_a_search():
+    import simpy
+
+    from simulator.algorithms.schedule import PATH_PXN
+    from simulator.network.flows import FlowNetwork
+    from simulator.workload.replicas import replica_symmetry
+
+    # TP 4 on 8-GPU servers, two replicas to a server: the data-parallel ring goes from
+    # local GPU 4 of one server to local GPU 0 of the next, through server 0's GPU 0
+    # (PXN) and rail 0. Both legs are single paths on a rail-optimized fabric, so the
+    # route's images need no search; the router's own routes of the images agree.
+    step = megatron("gpt3-175b", tp=4, pp=1, dp=8, global_batch=8, replicas=True)
+    step = step.replicas.build(2 * step.replicas.unit)
+    for fabric in ("rail-optimized", "leaf-spine"):
+        graph = load_topology("dgx-h100", 4, fabric=fabric)
+        network = FlowNetwork(simpy.Environment(), graph)
+        symmetry, why = replica_symmetry(step, network)
+        assert symmetry is not None, why
+        router = network.router
+        pairs = np.array([[4, 8, 0, PATH_PXN], [4, 8, 0, 0]])
+        # Only the PXN row is taken as following; a plain row is not this shortcut's.
+        assert symmetry._images_follow(router, pairs).tolist() == [True, False]
+        assert router.pxn_via(4, 8) == 0
+        route = int(router.pxn_route_ids(np.array([4]), np.array([8]))[0])
+        ptr, flat, _ = router.arrays()
+        links = flat[ptr[route] : ptr[route + 1]]
+        a, b = 4, 8
+        for _ in range(1, symmetry.count):
+            a, b, links = int(symmetry.shift[a]), int(symmetry.shift[b]), symmetry.psi[links]
+            image = int(router.pxn_route_ids(np.array([a]), np.array([b]))[0])
+            ptr, flat, _ = router.arrays()
+            assert flat[ptr[image] : ptr[image + 1]].tolist() == links.tolist()

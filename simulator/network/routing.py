@@ -482,16 +482,7 @@ class Router:
         ``labels`` pick among equal-cost paths as :meth:`route_ids`'s do."""
         src, dst = np.asarray(src), np.asarray(dst)
         labels = np.zeros(len(src), dtype=np.int64) if labels is None else np.asarray(labels)
-        if self._local is None:
-            by_server: dict[object, list[int]] = {}
-            for rank, node in enumerate(self.nodes):
-                by_server.setdefault(self._server.get(node), []).append(rank)
-            self._local = {
-                rank: (server, position)
-                for server, ranks in by_server.items()
-                for position, rank in enumerate(ranks)
-            }
-            self._by_server = by_server
+        self._index_servers()
         out = np.empty(len(src), dtype=np.int64)
         for n, (s, d, label) in enumerate(
             zip(src.tolist(), dst.tolist(), labels.tolist(), strict=True)
@@ -504,19 +495,49 @@ class Router:
             out[n] = route
         return out
 
-    def _pxn_route(self, s: int, d: int, label: int) -> int:
-        one = np.array([s]), np.array([d]), np.array([label])
-        direct = int(self.route_ids(*one)[0])
+    def _index_servers(self) -> None:
+        # Each rank's server and position in it (ranks in order), built on first use.
+        if self._local is None:
+            by_server: dict[object, list[int]] = {}
+            for rank, node in enumerate(self.nodes):
+                by_server.setdefault(self._server.get(node), []).append(rank)
+            self._local = {
+                rank: (server, position)
+                for server, ranks in by_server.items()
+                for position, rank in enumerate(ranks)
+            }
+            self._by_server = by_server
+
+    def local_positions(self) -> np.ndarray:
+        """Each rank's position among its server's ranks (in rank order): the local
+        index PXN matches rails by."""
+        self._index_servers()
+        assert self._local is not None
+        return np.array([self._local[r][1] for r in range(len(self.nodes))], dtype=np.int64)
+
+    def pxn_via(self, s: int, d: int, label: int = 0) -> int | None:
+        """The GPU rank a PXN transfer from ``s`` to ``d`` goes through (the sender's
+        server's GPU at the receiver's local position, reached over NVLink), or None
+        where :meth:`pxn_route_ids` takes the shortest route instead."""
+        self._index_servers()
+        assert self._local is not None
         server, _ = self._local[s]
         other, position = self._local[d]
         peers = self._by_server[server]
         if server == other or position >= len(peers) or peers[position] == s:
-            return direct
+            return None
         via = peers[position]
         first = int(self.route_ids(np.array([s]), np.array([via]), np.array([label]))[0])
         kinds = {self.links.kind[i] for i in self._route_links[first].tolist()}
-        if kinds != {"nvlink"}:
-            return direct
+        return via if kinds == {"nvlink"} else None
+
+    def _pxn_route(self, s: int, d: int, label: int) -> int:
+        via = self.pxn_via(s, d, label)
+        if via is None:
+            return int(self.route_ids(np.array([s]), np.array([d]), np.array([label]))[0])
+        # The direct route is not searched when PXN applies: between rails of a large
+        # fabric it is an ECMP search over the spines, the costliest route to find.
+        first = int(self.route_ids(np.array([s]), np.array([via]), np.array([label]))[0])
         second = int(self.route_ids(np.array([via]), np.array([d]), np.array([label]))[0])
         links = np.concatenate([self._route_links[first], self._route_links[second]])
         return self.route_over(tuple(links.tolist()))

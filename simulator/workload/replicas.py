@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from ..algorithms.schedule import Schedule
+from ..algorithms.schedule import PATH_PXN, Schedule
 from ..collective.replay import route_pairs
 from ..collective.symmetry import Quotient, schedule_quotient
 from ..network.faults import fault_plan
 from ..network.flows import FlowNetwork
+from ..network.routing import Router
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from ..topology.symmetry import server_permutation
 from .trace import Workload
@@ -73,6 +74,8 @@ class ReplicaSymmetry:
     period: dict[str, int]
     _checked: dict = field(default_factory=dict, repr=False)
     _quotients: dict = field(default_factory=dict, repr=False)
+    #: Whether the shift keeps every rank's position in its server (found on first use).
+    _positions_kept: bool | None = field(default=None, repr=False)
 
     def quotient(self, schedule: Schedule, group: str) -> Quotient:
         """The quotient a spanning group's call runs (cached per schedule); raises
@@ -113,7 +116,12 @@ class ReplicaSymmetry:
         path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
         fields = np.stack([src, dst, schedule.channel, path.astype(np.int64)], axis=1)
         pairs = _unique_rows(fields.astype(np.int64))
-        special = (pairs[:, 3] != 0) | ~router.single_path(pairs[:, 0], pairs[:, 1])
+        # Pairs with a special path code are never asked for their shortest route here:
+        # a PXN pair's direct route between rails is an ECMP search over the spines.
+        special = pairs[:, 3] != 0
+        plain = np.flatnonzero(~special)
+        special[plain] = ~router.single_path(pairs[plain, 0], pairs[plain, 1])
+        special &= ~self._images_follow(router, pairs)
         if special.any():
             these = pairs[special]
             labels = these[:, 2]
@@ -133,6 +141,34 @@ class ReplicaSymmetry:
                             "not the same in every replica"
                         )
         self._checked[key] = schedule  # keeps the id in the key valid
+
+    def _images_follow(self, router: Router, pairs: np.ndarray) -> np.ndarray:
+        """Which (src, dst, channel, path) rows' routes are the images of each other in
+        every replica by construction, so need no search image by image: PXN routes
+        whose legs (sender to the GPU on the receiver's rail, over NVLink; that GPU to
+        the receiver) are each the only shortest path, when the shift keeps every
+        rank's position in its server. The shift's server map is a graph automorphism
+        (every attribute; :func:`replica_symmetry`), which maps the only shortest path
+        between two nodes onto the only one between their images, and PXN's choice of
+        the GPU in between goes by server and position, which the shift keeps. ECMP
+        hashes ranks, so multipath legs are still checked image by image."""
+        follow = np.zeros(len(pairs), dtype=bool)
+        pxn = np.flatnonzero(pairs[:, 3] == PATH_PXN)
+        if len(pxn) == 0:
+            return follow
+        if self._positions_kept is None:
+            positions = router.local_positions()
+            self._positions_kept = bool(np.array_equal(positions[self.shift], positions))
+        if not self._positions_kept:
+            return follow
+        for i in pxn.tolist():
+            s, d, label = int(pairs[i, 0]), int(pairs[i, 1]), int(pairs[i, 2])
+            via = router.pxn_via(s, d, label)
+            legs = [(s, d)] if via is None else [(s, via), (via, d)]
+            a = np.array([leg[0] for leg in legs])
+            b = np.array([leg[1] for leg in legs])
+            follow[i] = bool(router.single_path(a, b).all())
+        return follow
 
     @staticmethod
     def _links(network: FlowNetwork, route: int) -> np.ndarray:
