@@ -243,3 +243,29 @@ def test_routes_are_the_shortest_paths_networkx_finds(graph, pairs):
         assert len(expected) <= 16
         seen = {tuple(path(router, src, dst, label)) for label in range(256)}
         assert seen == expected, (src, dst)
+
+
+def test_wide_switches_are_searched_only_toward_the_target(monkeypatch):
+    # A rail's leaf has a port per server: the search skips the neighbours that cannot
+    # be on a shortest path. Every route (ECMP picks included) must be the full search's.
+    import simpy
+
+    from simulator.network import routing
+    from simulator.network.flows import FlowNetwork
+    from simulator.topology import load_topology
+
+    graph = load_topology("dgx-h100", 48, fabric="rail-optimized")
+    # A rail's leaf has 48 ports down and 48 up: the shortcut is exercised.
+    assert max(d for _, d in graph.degree()) > routing._WIDE
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, 384, 600), rng.integers(0, 384, 600)
+    src, dst = src[src != dst], dst[src != dst]
+    labels = rng.integers(0, 4, len(src))
+    links = []
+    for wide in (routing._WIDE, 10**9):
+        monkeypatch.setattr(routing, "_WIDE", wide)
+        router = FlowNetwork(simpy.Environment(), graph).router
+        ids = router.route_ids(src, dst, labels)
+        ptr, flat, _ = router.arrays()
+        links.append([flat[ptr[i] : ptr[i + 1]].tolist() for i in ids.tolist()])
+    assert links[0] == links[1]

@@ -82,6 +82,10 @@ _DETOUR = 10**12
 # Up to this many ranks the (src, dst) -> route cache is a dense p x p table.
 _DENSE_LIMIT = 4096
 
+# Nodes with more neighbours than this (switches) are expanded by the shortest-path search
+# only toward the neighbours that can still be on a shortest path (Router._predecessors).
+_WIDE = 64
+
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
@@ -185,6 +189,8 @@ class Router:
         self._adj: dict = {node: [] for node in graph.nodes}
         # In-neighbours, for searches backward from a destination.
         self._radj: dict = {node: [] for node in graph.nodes}
+        self._cheapest: dict = {}
+        self._wide_costs: dict = {}
         for u, v, data in graph.edges(data=True):
             cost = round(float(data.get("latency", 0.0)) * _PS_PER_S) + _HOP
             self._adj[u].append((v, cost))
@@ -233,7 +239,7 @@ class Router:
         """
         order, gpus, adj, server = self._order, self._gpus, self._adj, self._server
         home = server[first] if server[first] == server[last] else None
-        shortest, bound = self._bounds(first, last, home)
+        shortest, bound, settled, floor = self._bounds(first, last, home)
         dist = {first: 0}
         pred: dict = {first: []}
         heap = [(0, order[first], first)]
@@ -243,7 +249,20 @@ class Router:
                 continue  # a stale entry: u was reached more cheaply since
             if u == last:
                 break
-            for v, cost in adj[u]:
+            neighbours = adj[u]
+            if (
+                len(neighbours) > _WIDE
+                and shortest is not None
+                and du + self._cheapest_hop(u) + floor > shortest
+            ):
+                # A switch with thousands of ports (a rail's leaf): every neighbour the
+                # backward search did not settle has the bound ``floor``, and even its
+                # cheapest hop from here exceeds the shortest cost with it, so only the
+                # settled ones can pass the test below. Skipping the others visits the
+                # same nodes with the same costs, so the result does not change.
+                costs = self._hop_costs(u)
+                neighbours = [(v, costs[v]) for v in settled if v in costs]
+            for v, cost in neighbours:
                 dv = du + cost
                 if v in gpus and v != last:
                     dv += _DETOUR
@@ -260,11 +279,14 @@ class Router:
                     pred[v].append(u)
         return pred
 
-    def _bounds(self, first, last, home) -> tuple[int | None, Callable[[object], float]]:
+    def _bounds(
+        self, first, last, home
+    ) -> tuple[int | None, Callable[[object], float], set, float]:
         """Bidirectional Dijkstra between ``first`` and ``last`` (costs as in
         :meth:`_predecessors`): the shortest cost, and a lower bound on each node's cost
         to ``last`` (exact where the backward search settled it, else the smallest cost
         it had not settled). The shortest cost is None if ``last`` cannot be reached.
+        Also the nodes the backward search settled and that smallest unsettled cost.
 
         It stops once the two frontiers' smallest costs add up to the best path met or
         more (no path through an unsettled node can be shorter). Where it stops changes
@@ -312,13 +334,27 @@ class Router:
                     if u in forward:
                         best = min(best, forward[u] + du)
         if best == inf:
-            return None, lambda node: 0
+            return None, lambda node: 0, done_b, 0
         floor = heap_b[0][0] if heap_b else inf
 
         def bound(node) -> float:
             return backward[node] if node in done_b else floor
 
-        return int(best), bound
+        return int(best), bound, done_b, floor
+
+    def _cheapest_hop(self, node) -> int:
+        """The least cost of a hop out of ``node`` (cached)."""
+        found = self._cheapest.get(node)
+        if found is None:
+            found = self._cheapest[node] = min((cost for _, cost in self._adj[node]), default=0)
+        return found
+
+    def _hop_costs(self, node) -> dict:
+        """The cost of the hop to each neighbour of ``node`` (cached; wide nodes only)."""
+        found = self._wide_costs.get(node)
+        if found is None:
+            found = self._wide_costs[node] = dict(self._adj[node])
+        return found
 
     def add_link_route(self, links: list[int]) -> int:
         """A route over explicit link ids (virtual links such as a GPU's reducer)."""
