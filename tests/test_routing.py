@@ -269,3 +269,28 @@ def test_wide_switches_are_searched_only_toward_the_target(monkeypatch):
         ptr, flat, _ = router.arrays()
         links.append([flat[ptr[i] : ptr[i + 1]].tolist() for i in ids.tolist()])
     assert links[0] == links[1]
+
+
+def test_large_clusters_cache_routes_by_pair_as_small_ones_do(monkeypatch):
+    # Above _DENSE_LIMIT ranks the pair -> route cache is a dict looked up once per
+    # distinct pair; its routes (repeated pairs, ECMP picks) equal the dense table's.
+    import simpy
+
+    from simulator.network import routing
+    from simulator.network.flows import FlowNetwork
+
+    graph = load_topology("dgx-h100", 8, fabric="fat-tree")
+    rng = np.random.default_rng(2)
+    src, dst = rng.integers(0, 64, 500), rng.integers(0, 64, 500)
+    src, dst = np.r_[src, src[:50]], np.r_[dst, dst[:50]]  # repeated pairs
+    labels = rng.integers(0, 4, len(src))
+    found = []
+    for limit in (routing._DENSE_LIMIT, 0):
+        monkeypatch.setattr(routing, "_DENSE_LIMIT", limit)
+        router = FlowNetwork(simpy.Environment(), graph).router
+        assert (router._dense is None) == (limit == 0)
+        ids = np.r_[router.route_ids(src[:300], dst[:300], labels[:300]),
+                    router.route_ids(src[300:], dst[300:], labels[300:])]  # fmt: skip
+        ptr, flat, _ = router.arrays()
+        found.append([flat[ptr[i] : ptr[i + 1]].tolist() for i in ids.tolist()])
+    assert found[0] == found[1]

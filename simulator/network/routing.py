@@ -201,7 +201,7 @@ class Router:
         p = len(self.nodes)
         # Codes: route id >= 0 (one path), -1 unknown, -2 - g multipath group g.
         self._dense = np.full((p, p), -1, dtype=np.int32) if p <= _DENSE_LIMIT else None
-        self._sparse: dict[tuple[int, int], int] = {}
+        self._sparse: dict[int, int] = {}  # src * ranks + dst -> code
         self._groups: list[_Multipath] = []
         self._network_routes: dict[tuple[int, int], int] = {}
         self._switch_routes: dict[tuple, int] = {}
@@ -436,13 +436,21 @@ class Router:
                     self._dense[s, d] = self._code(s, d)
                 codes = self._dense[src, dst]
             return codes
-        codes = np.empty(len(src), dtype=np.int32)
-        for n, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
-            key = (s, d)
-            if key not in self._sparse:
-                self._sparse[key] = self._code(s, d)
-            codes[n] = self._sparse[key]
-        return codes
+        # One int64 key per pair, looked up once per distinct pair (a call's schedule
+        # repeats its pairs over channels, chunks and steps).
+        p = len(self.nodes)
+        keys, inverse = np.unique(
+            np.asarray(src, dtype=np.int64) * p + np.asarray(dst, dtype=np.int64),
+            return_inverse=True,
+        )
+        sparse = self._sparse
+        found = np.empty(len(keys), dtype=np.int32)
+        for n, key in enumerate(keys.tolist()):
+            code = sparse.get(key)
+            if code is None:
+                code = sparse[key] = self._code(key // p, key % p)
+            found[n] = code
+        return found[inverse.reshape(-1)]
 
     def single_path(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Whether each (src, dst) rank pair has one shortest path (no ECMP choice)."""
