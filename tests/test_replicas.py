@@ -268,3 +268,17 @@ def test_pxn_routes_between_rails_follow_their_images_without_a_search():
             image = int(router.pxn_route_ids(np.array([a]), np.array([b]))[0])
             ptr, flat, _ = router.arrays()
             assert flat[ptr[image] : ptr[image + 1]].tolist() == links.tolist()
+
+
+def test_data_parallel_rings_over_the_replicas_are_built_as_representatives_only():
+    # NCCL's rings over the 8 replicas: their representatives are built directly (a
+    # ring over hundreds of replicas is never built whole), and the step is still the
+    # one every replica built gives.
+    full, one, run_full, run_one = _both(
+        "dgx-a100", 8, tp=8, pp=1, dp=8, global_batch=8, defaults="megatron-core"
+    )
+    _assert_same(full, run_one.workload, run_full, run_one)
+    replay = WorkloadReplay(one, load_topology("dgx-a100", 8))
+    replay.run()
+    spanning = [call for key, call in replay._calls.items() if key[-1] is not None]
+    assert spanning and all(built for *_, built in spanning)

@@ -35,7 +35,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from ..algorithms import algorithm_names, build_schedule, get_algorithm
+from ..algorithms import algorithm_names, build_quotient, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..algorithms.schedule import Schedule
 from ..collective.policy import (
@@ -421,7 +421,7 @@ class WorkloadReplay:
         # operation, size and forced counts, the schedule, protocol and record.
         self._shapes: dict[tuple, tuple[RankLayout, NcclSystem | HcclSystem]] = {}
         self._server_index: ServerIndex | None = None
-        self._calls: dict[tuple, tuple[Schedule, Protocol | None, dict]] = {}
+        self._calls: dict[tuple, tuple[Schedule, Protocol | None, dict, bool]] = {}
         self._policies: dict[tuple, NcclPolicy | HcclPolicy] = {}
         self._done = 0
 
@@ -545,12 +545,7 @@ class WorkloadReplay:
             first = ops[members[0]]
             if first.group not in self.replicas.period or first.nbytes == 0:
                 continue
-            ranks = groups[first.group].ranks
-            if self.policy is None or first.algorithm:
-                schedule = self._as_given(first, ranks)[0]
-            else:
-                schedule = self._as_library(first, ranks)[0]
-            self.replicas.quotient(schedule, first.group)
+            self._call_schedule(first, groups[first.group].ranks, first.group)
 
     def _try_issue(self, index: int) -> None:
         op = self.workload.ops[index]
@@ -661,16 +656,9 @@ class WorkloadReplay:
             for index in members:
                 self._finish(index)
             return
-        if self.policy is None or first.algorithm:
-            schedule, proto, self._choices[k] = self._as_given(first, ranks)
-        else:
-            schedule, proto, self._choices[k] = self._as_library(first, ranks)
-        period = None
-        if self.replicas is not None and first.group in self.replicas.period:
-            # A group spanning the replicas: its first replica's ranks (the first
-            # ``period``) run the representatives of the schedule's transfers.
-            period = self.replicas.period[first.group]
-            schedule = self.replicas.quotient(schedule, first.group).schedule
+        # A group spanning the replicas: its first replica's ranks (the first ``period``)
+        # run the representatives of the schedule's transfers.
+        schedule, proto, self._choices[k], period = self._call_schedule(first, ranks, first.group)
         self._set_comm(ranks[:period], +1)
         images = None if self._images is None else self._images.get(first.group)
         if images is None:
@@ -726,14 +714,7 @@ class WorkloadReplay:
         ``name`` beside it: what the master's call does there, which nothing waits for
         but the check that it ends with the master's."""
         ranks = self.workload.groups[name].ranks
-        if self.policy is None or first.algorithm:
-            schedule, proto, _ = self._as_given(first, ranks)
-        else:
-            schedule, proto, _ = self._as_library(first, ranks)
-        period = None
-        if self.replicas is not None and name in self.replicas.period:
-            period = self.replicas.period[name]
-            schedule = self.replicas.quotient(schedule, name).schedule
+        schedule, proto, _, period = self._call_schedule(first, ranks, name)
         check = self._shadow_check
 
         def image_done(positions: np.ndarray) -> None:
@@ -819,34 +800,73 @@ class WorkloadReplay:
             }
         return schedule, proto, self._given[record_key]
 
-    def _as_library(self, first: Op, ranks: list[int]) -> tuple[Schedule, Protocol | None, dict]:
+    def _call_schedule(
+        self, first: Op, ranks: list[int], group: str
+    ) -> tuple[Schedule, Protocol | None, dict, int | None]:
+        """A call's schedule, protocol and record, and the period of its group when the
+        group spans the replicas: the schedule is then the representatives of the first
+        ``period`` ranks' transfers (raises
+        :class:`~simulator.workload.replicas.Asymmetric` where it does not repeat)."""
+        period = None
+        if self.replicas is not None and group in self.replicas.period:
+            period = self.replicas.period[group]
+        built = False  # whether the schedule is already the representatives
+        if self.policy is None or first.algorithm:
+            schedule, proto, record = self._as_given(first, ranks)
+        else:
+            schedule, proto, record, built = self._as_library(first, ranks, period)
+        if period is not None and not built:
+            assert self.replicas is not None
+            schedule = self.replicas.quotient(schedule, group).schedule
+        return schedule, proto, record, period
+
+    def _as_library(
+        self, first: Op, ranks: list[int], period: int | None = None
+    ) -> tuple[Schedule, Protocol | None, dict, bool]:
         """The schedule, protocol and record of the library's choice for a call, decided
-        once per group shape, operation, size and forced counts."""
+        once per group shape, operation, size and forced counts. With a ``period`` the
+        schedule is the representatives of its first ``period`` ranks where the algorithm
+        builds them directly (a ring over 512 replicas is not built whole: the last item
+        says so), else the full schedule."""
         layout, system = self._shape(ranks)
-        key = (layout, system, first.op, first.nbytes, first.chunks, first.channels)
+        key = (layout, system, first.op, first.nbytes, first.chunks, first.channels, period)
         call = self._calls.get(key)
         if call is None:
-            call = self._calls[key] = self._library_call(system, layout, first)
+            call = self._calls[key] = self._library_call(system, layout, first, period)
         return call
 
     def _library_call(
-        self, system: NcclSystem | HcclSystem, layout: RankLayout, first: Op
-    ) -> tuple[Schedule, Protocol | None, dict]:
+        self,
+        system: NcclSystem | HcclSystem,
+        layout: RankLayout,
+        first: Op,
+        period: int | None = None,
+    ) -> tuple[Schedule, Protocol | None, dict, bool]:
         policy = self._policy(first.chunks, first.channels)
         if isinstance(policy, HcclPolicy) and first.op not in HCCL_OPS:
             algorithm = self._default_algorithm(first.op, layout)
             schedule = build_schedule(algorithm, first.op, layout, first.nbytes)
             record = {"policy": policy.name, "algorithm": algorithm, "protocol": None,
                       "channels": 1, "chunks": 1}  # fmt: skip
-            return schedule, None, record
+            return schedule, None, record, False
         if isinstance(policy, NcclPolicy):
             plan = policy.plan(system, first.op, first.nbytes)
         else:
             plan = policy.plan(system, first.op, first.nbytes)
-        schedule = build_schedule(
-            plan.schedule, first.op, layout, first.nbytes, chunks=plan.chunks,
-            channels=plan.built, **plan.options,
-        )  # fmt: skip
+        schedule, built = None, False
+        if period is not None:
+            # Equal to the full schedule's quotient (tests/test_symmetry.py holds the
+            # algorithms to it); None where the algorithm does not build it directly.
+            schedule = build_quotient(
+                plan.schedule, first.op, layout, first.nbytes, period, chunks=plan.chunks,
+                channels=plan.built, **plan.options,
+            )  # fmt: skip
+            built = schedule is not None
+        if schedule is None:
+            schedule = build_schedule(
+                plan.schedule, first.op, layout, first.nbytes, chunks=plan.chunks,
+                channels=plan.built, **plan.options,
+            )  # fmt: skip
         record = {
             "policy": policy.name, "algorithm": plan.schedule, "protocol": plan.protocol,
             "channels": plan.channels, "chunks": plan.chunks, **plan.params, **plan.options,
@@ -855,7 +875,7 @@ class WorkloadReplay:
         if plan.protocol is not None:
             model = protocol_model(self.graph, plan.protocol, plan.params)
             proto = self.calibration.protocol(model) if isinstance(model, str) else model
-        return schedule, proto, record
+        return schedule, proto, record, built
 
     def _policy(self, chunks: int, channels: int) -> NcclPolicy | HcclPolicy:
         """The run's library policy, with a call's chunks or channels other than 1 forced."""
