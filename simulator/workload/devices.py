@@ -264,7 +264,8 @@ def hopper_at_best_shape(bits: int) -> float:
 # Over its 76 shapes of at least one wave of 256 x 128 tiles on B200's 148 SMs with
 # k >= 512, the same kernel model fits with main-loop fraction 0.83, tile_k_overhead 352
 # and gemm_kernel_s 5 us (summed |log error| on a grid): median |error| 1.5%, largest
-# 13.3% in sample (one fraction with tiles and waves alone: 20.6% and 123%). A tile's fixed cost is 2.6
+# 13.3% in sample, and the same (1.5%, 13.3%) leaving each shape out of the fit in turn
+# (one fraction with tiles and waves alone: 20.6% and 123%). A tile's fixed cost is 2.6
 # times Hopper's 136 K elements: Blackwell's tensor cores do twice Hopper's work per SM
 # and clock (2.25 vs 0.99 PFLOP/s over 148 vs 132 SMs at similar clocks), so the same
 # fill and epilogue latency costs about twice the K. The same fit on that file's
