@@ -7,7 +7,8 @@ what it measured (seconds per step, tokens per second per GPU or model TFLOP/s p
 read into seconds per step as :func:`measured_step` says). :func:`load_runs` reads them
 into :class:`TrainingRun`; :func:`simulate_run` builds the step with the ``megatron``
 generator (Megatron-Core's defaults for whatever the source does not state) and replays
-it on the GPU's preset as NCCL runs its collectives.
+it on the GPU's preset as NCCL runs its collectives (GB200: on NVL72 racks holding the
+GPUs NVIDIA's launcher places there, :func:`nvl72_racks`).
 
 Every run has a ``use``: ``calibration`` where it set a constant of ccsim's compute model
 (:data:`CALIBRATION_SOURCES`; the constant cites it), ``held-out`` where nothing was set
@@ -24,11 +25,14 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CcsimError
 from ..files import load_data
 from ..workload.model import Transformer
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 #: The bundled published runs.
 PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "training" / "published-runs.yaml"
@@ -396,7 +400,7 @@ def nvl72_racks(gpus: int) -> tuple[int, int]:
     return trays // segment, segment * TRAY_GPUS
 
 
-def run_topology(run: TrainingRun) -> tuple[str | Any, int | None]:
+def run_topology(run: TrainingRun) -> tuple[str | nx.Graph, int | None]:
     """The topology ``run`` is replayed on and its server count for
     :func:`~simulator.workload.run_workload`: its GPU's preset on ``ceil(gpus / 8)``
     servers, or, for GB200, the NVL72 preset's graph with each rack holding the GPUs
