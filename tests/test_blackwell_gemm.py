@@ -1,12 +1,13 @@
-"""Blackwell's sustained GEMM fractions (issue 31): Hopper's fitted fractions carried over
-by the ratio of the two GPUs' measured best-shape matmul rates, nothing fitted to a
-Blackwell run."""
+"""Blackwell's compute model (issue 31): its GEMM shape terms fitted to OpenXLA's B200 table,
+Hopper's fitted training fractions carried over by measured ratios (bf16: the XLA tables'
+main loops; fp8: sustained cuBLASLt rates), nothing fitted to a Blackwell run."""
+
+from dataclasses import replace
 
 import pytest
 
 from simulator.workload.devices import (
     DEVICES,
-    H100_FP8_EFFICIENCY,
     H100_GEMM_EFFICIENCY,
     MAMF_FRACTION,
     hopper_at_best_shape,
@@ -24,18 +25,59 @@ def test_mamf_fractions_are_the_published_rates_over_the_peaks():
     assert MAMF_FRACTION["B200"][8] == pytest.approx(0.763, abs=5e-4)
 
 
-def test_b200_keeps_hoppers_share_of_its_best_matmul():
-    """B200's training fraction over its MAMF fraction equals H100's at its own best
-    shape, per dtype: bf16 0.776 x (H100's / 0.803), fp8 0.763 x (H100's / 0.709)."""
-    b200 = DEVICES["B200"]
-    assert b200.efficiency / MAMF_FRACTION["B200"][16] == pytest.approx(
-        hopper_at_best_shape(16) / MAMF_FRACTION["H100"][16]
+def test_blackwell_bf16_keeps_hoppers_share_of_the_xla_tables_main_loop():
+    """B200's bf16 training fraction is H100's fitted 0.64 times B200's main-loop fraction
+    over H100's in OpenXLA's per-shape tables (0.83 and 0.87, each fitted with its own
+    shape terms); GB200's is B200's times their MAMF fractions' ratio (1822/2500 over
+    1745/2250)."""
+    b200, gb200 = DEVICES["B200"], DEVICES["GB200"]
+    assert b200.efficiency == pytest.approx(0.64 * 0.83 / 0.87)
+    assert gb200.efficiency == pytest.approx(0.64 * 0.83 / 0.87 * (1822 / 2500) / (1745 / 2250))
+
+
+def test_blackwell_fp8_keeps_the_sustained_cublaslt_ratio_at_16k():
+    """Azure's harness (cuBLASLt, random inputs, 10,000 warm-ups) runs 16384^3 in fp8 at
+    1377.3 TFLOP/s on H100 and 2906.9 on GB200: GB200's modelled share of its fp8 peak at
+    that shape is H100's times (2906.9 / 5000) / (1377.3 / 1979); B200's fraction is
+    GB200's times their MAMF fp8 ratio (3432.5/4500 over 3615.6/5000)."""
+    g = Gemm(16384, 16384, 16384, bits=8)
+    h100, gb200, b200 = DEVICES["H100"], DEVICES["GB200"], DEVICES["B200"]
+    share_h100 = g.flops / gemm_time(h100, g) / 1979e12
+    share_gb200 = g.flops / gemm_time(gb200, g) / 5000e12
+    assert share_gb200 / share_h100 == pytest.approx((2906.9 / 5000) / (1377.3 / 1979), rel=1e-6)
+    assert b200.fp8_efficiency / gb200.fp8_efficiency == pytest.approx(
+        (3432.5 / 4500) / (3615.6 / 5000)
     )
-    assert b200.fp8_efficiency / MAMF_FRACTION["B200"][8] == pytest.approx(
-        hopper_at_best_shape(8) / MAMF_FRACTION["H100"][8]
-    )
-    # fp8 holds more of its best matmul on Blackwell than on Hopper (76.3% vs 70.9%).
-    assert b200.fp8_efficiency / b200.efficiency > H100_FP8_EFFICIENCY / H100_GEMM_EFFICIENCY
+    # Sustained fp8 on Blackwell holds less of its peak than bf16 does (power limit).
+    assert gb200.fp8_efficiency < gb200.efficiency
+
+
+def test_blackwell_shape_terms_reproduce_the_xla_sm100_table():
+    """With its fitted terms (352 K elements a tile, 5 us a kernel) and the table's own
+    main-loop fraction 0.83, B200's kernel model gives OpenXLA's sm_100 bf16 rates
+    (blob 3873df5) within the fit's spread: 4 x 4096^3 at 1690.7 TFLOP/s, 4096^2 x 4096
+    at 1416.5 and, with a short K, 4096^2 x 512 at 780.2 (tiles and waves alone would
+    give the same rate at every K)."""
+    b200 = replace(DEVICES["B200"], efficiency=0.83, memory_efficiency=1.0)
+    for (batch, m, n, k), measured in (
+        ((4, 4096, 4096, 4096), 1690.7e12),
+        ((1, 4096, 4096, 4096), 1416.5e12),
+        ((1, 4096, 4096, 512), 780.2e12),
+    ):
+        g = Gemm(m, n, k, batch=batch)
+        assert g.flops / gemm_time(b200, g) == pytest.approx(measured, rel=0.05)
+
+
+def test_blackwell_device_figures_are_the_datasheets():
+    """GB200 (NVL72 datasheet, per GPU): 2.5 PFLOP/s bf16 and 5 fp8 dense, 186 GB HBM3e at
+    8 TB/s; B200 (HGX B200 datasheet): 2.25 and 4.5, 180 GB at 8 TB/s; 148 SMs; memory-
+    bound kernels at H200's measured HBM3e share (BabelStream Copy 4.01 of 4.8 TB/s)."""
+    for name, peak, memory in (("GB200", 2.5e15, 186e9), ("B200", 2.25e15, 180e9)):
+        d = DEVICES[name]
+        assert (d.peak_flops, d.fp8_flops, d.memory_bytes) == (peak, 2 * peak, memory)
+        assert (d.memory_bandwidth, d.units) == (8e12, 148)
+        assert d.stream_bandwidth == pytest.approx(8e12 * 4.01 / 4.8)
+        assert (d.tile_k_overhead, d.gemm_kernel_s) == (352, 5e-6)
 
 
 def test_hoppers_share_at_its_best_shape_is_its_gemm_model_there():
@@ -48,12 +90,15 @@ def test_hoppers_share_at_its_best_shape_is_its_gemm_model_there():
     assert hopper_at_best_shape(16) == pytest.approx(H100_GEMM_EFFICIENCY * bare / with_terms)
 
 
-def test_a_large_b200_gemm_runs_at_that_fraction_of_its_peak():
+def test_a_large_b200_gemm_runs_at_that_fraction_of_its_peak_plus_the_shape_terms():
     """An 8192 x 9472 x 8192 GEMM fills 32 x 74 = 2368 tiles of 256 x 128, exactly 16
-    waves over 148 SMs: its time is its FLOPs at the peak times the fraction (bf16 2.25,
-    fp8 4.5 PFLOP/s dense)."""
+    waves over 148 SMs, each tile's K of 8192 paying 352 more at the 16-bit rate, and the
+    kernel 5 us (bf16 2.25, fp8 4.5 PFLOP/s dense), worked out by hand."""
     b200 = DEVICES["B200"]
+    tile = 148 * 2 * 256 * 128  # FLOPs a wave does per unit of K
+    bf16 = b200.efficiency * 2.25e15
     g = Gemm(8192, 9472, 8192)
-    assert gemm_time(b200, g) == pytest.approx(g.flops / (2.25e15 * b200.efficiency))
+    assert gemm_time(b200, g) == pytest.approx(16 * tile * (8192 + 352) / bf16 + 5e-6)
+    fp8 = b200.fp8_efficiency * 4.5e15
     g8 = g.in_bits(8)
-    assert gemm_time(b200, g8) == pytest.approx(g8.flops / (4.5e15 * b200.fp8_efficiency))
+    assert gemm_time(b200, g8) == pytest.approx(16 * tile * (8192 / fp8 + 352 / bf16) + 5e-6)

@@ -7,7 +7,8 @@ what it measured (seconds per step, tokens per second per GPU or model TFLOP/s p
 read into seconds per step as :func:`measured_step` says). :func:`load_runs` reads them
 into :class:`TrainingRun`; :func:`simulate_run` builds the step with the ``megatron``
 generator (Megatron-Core's defaults for whatever the source does not state) and replays
-it on the GPU's preset as NCCL runs its collectives.
+it on the GPU's preset as NCCL runs its collectives (GB200: on NVL72 racks holding the
+GPUs NVIDIA's launcher places there, :func:`nvl72_racks`).
 
 Every run has a ``use``: ``calibration`` where it set a constant of ccsim's compute model
 (:data:`CALIBRATION_SOURCES`; the constant cites it), ``held-out`` where nothing was set
@@ -24,11 +25,14 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CcsimError
 from ..files import load_data
 from ..workload.model import Transformer
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 #: The bundled published runs.
 PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "training" / "published-runs.yaml"
@@ -38,8 +42,15 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "training" / "publish
 #: of another source that set one says so itself (``use: calibration``).
 CALIBRATION_SOURCES = ("megatron-lm-readme",)
 
-#: The preset each GPU of the runs trains on (8 GPUs a server, one 400G NIC each).
-PRESETS = {"H100": "dgx-h100", "B200": "hgx-b200"}
+#: The preset each GPU of the runs trains on: 8 GPUs a server (H100, B200) or an NVL72
+#: rack, 72 GPUs in one NVLink domain (GB200; :func:`nvl72_racks` says how many of them a
+#: run is given), one 400G NIC per GPU.
+PRESETS = {"H100": "dgx-h100", "B200": "hgx-b200", "GB200": "gb200-nvl72"}
+
+#: GPUs per GB200 compute tray (NVIDIA DGX GB200 user guide: two Grace CPUs and four
+#: Blackwell GPUs a tray) and trays per NVL72 rack (18: 72 GPUs).
+TRAY_GPUS = 4
+RACK_TRAYS = 18
 
 #: Vocabulary where a source leaves it out: NeMo's GPT-3 runs pad GPT-2's 50,257 to
 #: 51,200 (their printed TFLOP/s imply it); Nemotron-4 has 256,000 (Nemotron-4 340B
@@ -242,6 +253,9 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
                 options[name] = word
         elif key == "optimizer_state" and isinstance(value, str):
             options[name] = value  # checked by the generator (OPTIMIZER_STATE)
+    offload = settings.get("activation_cpu_offload_layers")
+    if isinstance(offload, int) and not isinstance(offload, bool) and offload > 0:
+        options["activation_offload_layers"] = offload
     kind = entry.get("source_kind")
     if settings.get("grad_reduce_in_fp32") is False or (
         "grad_reduce_in_fp32" not in settings
@@ -256,6 +270,11 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options["cross_entropy"] = cross_entropy
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
+        # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces
+        # (the generator's fsdp models them); the recipes' DDP flags, which later rows
+        # print beside it, do not apply.
+        for name in ("distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"):
+            options.pop(name, None)
     return options
 
 
@@ -361,6 +380,49 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
     return options
 
 
+def nvl72_racks(gpus: int) -> tuple[int, int]:
+    """(racks, GPUs per rack) a GB200 NVL72 job of ``gpus`` GPUs is placed on: its trays
+    (:data:`TRAY_GPUS` GPUs each) in equal segments of the largest size that divides
+    their number and fits one rack's :data:`RACK_TRAYS`, as NVIDIA's benchmark launcher
+    asks Slurm for them (dgxc-benchmarking, cli/llmb-run/src/llmb_run/job_launcher.py,
+    ``_compute_segment_size``: "for powers of 2 this is min(num_nodes, 16); for multiples
+    of 18 it is 18", since v26.02; the earlier releases' and Megatron-Bridge's tables do
+    not say, and the same rule is assumed). A job of a power-of-two GPU count over 64 thus
+    takes 16 trays (64 GPUs) of each rack, and consecutive ranks fill a rack's NVLink
+    domain before the next: Megatron's TP, CP and DP groups of 64 ranks or less stay in
+    one.
+
+    >>> nvl72_racks(8), nvl72_racks(64), nvl72_racks(256), nvl72_racks(144)
+    ((1, 8), (1, 64), (4, 64), (2, 72))
+    """
+    trays = math.ceil(gpus / TRAY_GPUS)
+    segment = next(d for d in range(min(trays, RACK_TRAYS), 0, -1) if trays % d == 0)
+    return trays // segment, segment * TRAY_GPUS
+
+
+def run_topology(run: TrainingRun) -> tuple[str | nx.Graph, int | None]:
+    """The topology ``run`` is replayed on and its server count for
+    :func:`~simulator.workload.run_workload`: its GPU's preset on ``ceil(gpus / 8)``
+    servers, or, for GB200, the NVL72 preset's graph with each rack holding the GPUs
+    :func:`nvl72_racks` places there (the rest of a rack's 72 idle: not built), racks
+    joined by the preset's fabric of one 400G NIC per GPU."""
+    if run.gpu != "GB200":
+        return PRESETS[run.gpu], math.ceil(run.gpus / 8)
+    from ..topology.builders import fabric_spec
+    from ..topology.presets import preset, preset_graph
+
+    racks, per_rack = nvl72_racks(run.gpus)
+    data = preset(PRESETS[run.gpu])
+    data = {**data, "server": {**data["server"], "gpus": per_rack}}
+    graph = preset_graph(
+        {**data, "fabric": fabric_spec(data.get("fabric"), None)},
+        racks,
+        name=str(data["name"]),
+        source=f"{data['name']} ({per_rack} GPUs a rack)",
+    )
+    return graph, None
+
+
 def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
     """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives
     (``bundles`` False: calls that share links flow by flow, the per-flow reference)."""
@@ -373,8 +435,8 @@ def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
     options = generator_options(run)
     try:
         step = megatron(**options)
-        nodes = math.ceil(run.gpus / 8)
-        _, result = run_workload(step, PRESETS[run.gpu], nodes=nodes, bundles=bundles)
+        topology, nodes = run_topology(run)
+        _, result = run_workload(step, topology, nodes=nodes, bundles=bundles)
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))
     memory = step.memory

@@ -256,20 +256,108 @@ def hopper_at_best_shape(bits: int) -> float:
     return fitted * gemm_time(bare, gemm) / gemm_time(h100, gemm)
 
 
-def hopper_scaled_fraction(name: str, bits: int) -> float:
-    """A Blackwell GPU's sustained training GEMM fraction in ``bits``-bit operands: what
-    Hopper's training GEMM model gives its best-shape matmul (:func:`hopper_at_best_shape`:
-    the fractions fitted on H100 runs, with H100's measured shape terms) times the ratio of
-    the two GPUs' best-shape matmul fractions in that dtype (:data:`MAMF_FRACTION`,
-    measured). It assumes a training step keeps the same share of what the GPU's best
-    matmul reaches on both generations (clock at the power limit, epilogues, shapes,
-    communication beside it); Blackwell has no per-shape terms of its own (none measured
-    here), and nothing was fitted to a Blackwell run.
+# Blackwell's GEMM time by shape beyond tiles and waves, FITTED to a public per-shape
+# measurement (not to any training run), as Hopper's above: OpenXLA's B200 matmul table
+# (xla/service/gpu/model/matmul_interpolator_data.h, "sm_100", bf16 x bf16 -> bf16, the
+# version mirrored in github.com/ROCm/xla, blob 3873df5, branches of 2025-12 to 2026-01,
+# which holds "sm_90" and "sm_100" side by side: 375 shapes each, b 1-4, m n k 256-4096).
+# Over its 76 shapes of at least one wave of 256 x 128 tiles on B200's 148 SMs with
+# k >= 512, the same kernel model fits with main-loop fraction 0.83, tile_k_overhead 352
+# and gemm_kernel_s 5 us (summed |log error| on a grid): median |error| 1.5%, largest
+# 13.3% in sample, and the same (1.5%, 13.3%) leaving each shape out of the fit in turn
+# (one fraction with tiles and waves alone: 20.6% and 123%). A tile's fixed cost is 2.6
+# times Hopper's 136 K elements: Blackwell's tensor cores do twice Hopper's work per SM
+# and clock (2.25 vs 0.99 PFLOP/s over 148 vs 132 SMs at similar clocks), so the same
+# fill and epilogue latency costs about twice the K. The same fit on that file's
+# "sm_90" table gives 0.87, 128 and 6 us (the constants above are from an earlier
+# version of it: 0.885, 136, 6 us). GB200 is the same die: it takes B200's terms.
+BLACKWELL_TILE_K_OVERHEAD = 352
+BLACKWELL_GEMM_KERNEL_S = 5e-6
+#: The main-loop fractions that table gives one kernel alone (boost clock) on each GPU,
+#: fitted with the shape terms as above: the ratio carries H100's training fraction over.
+XLA_TABLE_FRACTION = {"H100": 0.87, "B200": 0.83}
 
-    >>> round(hopper_scaled_fraction("B200", 16), 3), round(hopper_scaled_fraction("B200", 8), 3)
-    (0.592, 0.568)
+# fp8 matmuls at the power limit, MEASURED with one harness on both generations: Azure's
+# AI-benchmarking-guide (github.com/Azure/AI-benchmarking-guide, Azure_Results/
+# ND_H100_v5_results.md and ND_GB200_v6_results.md, "GEMM CuBLASLt (FP8)": cuBLASLt, random
+# inputs, 10,000 warm-up iterations, i.e. at the clock the GPU holds under sustained
+# load): 16384 x 16384 x 16384 at 1377.3 TFLOP/s on H100 SXM (69.6% of 1979) and 2906.9
+# on GB200 (58.1% of 5000; 2876.6 at 8192^3, 2895.6 at 6144 x 12288 x 12288). The MAMF
+# table above (torch, 50 warm-ups) has H100 at 70.9% and GB200 at 72.3%: the two harnesses
+# agree on Hopper and part on Blackwell, whose fp8 tensor cores at twice the bf16 rate
+# draw more power than its limit sustains for long. A training step runs at the
+# sustained clock, as H100's fitted fraction says of Hopper, so the sustained ratio is
+# taken (MAMF's was before: B200 fp8 0.568 of its peak).
+AZURE_FP8_16K = {"H100": (1377.3e12, 1979e12), "GB200": (2906.9e12, 5000e12)}
+
+# HBM3e stream bandwidth: not measured on Blackwell in any source found; Azure's harness
+# (BabelStream, as H100's above) measures H200's HBM3e at Copy 4.01, Mul 4.00, Add and
+# Triad 4.15 TB/s of 4.8 (Azure_Results/ND_H200_v5_results.md): Copy's 0.835 of the
+# datasheet is taken for B200's and GB200's HBM3e too (an assumption: the same memory
+# generation, not the same part).
+HBM3E_STREAM_FRACTION = 4.01 / 4.8
+
+
+def _blackwell(
+    name: str, peak: float, memory_bytes: float, efficiency: float, fp8: float
+) -> Device:
+    return Device(
+        name,
+        peak,
+        8e12,
+        efficiency,
+        memory_bytes,
+        148,
+        fp8_flops=2 * peak,
+        fp8_efficiency=fp8,
+        tile_k_overhead=BLACKWELL_TILE_K_OVERHEAD,
+        gemm_kernel_s=BLACKWELL_GEMM_KERNEL_S,
+        memory_efficiency=HBM3E_STREAM_FRACTION,
+    )
+
+
+def blackwell_fraction(name: str, bits: int) -> float:
+    """A Blackwell GPU's sustained training GEMM fraction (of its dense ``bits``-bit peak,
+    the main loop's rate; Blackwell's shape terms come on top), carried over from H100's
+    fitted one by measured ratios; nothing fitted to a Blackwell run.
+
+    bf16: H100's training fraction times B200's main-loop fraction over H100's in
+    OpenXLA's per-shape tables (:data:`XLA_TABLE_FRACTION`, each fitted with its own
+    shape terms); GB200 at B200's share of its higher peak by the MAMF table (1822 of
+    2500 vs 1745 of 2250). fp8: GB200 such that its training GEMM model at 16384^3 keeps
+    the share of H100's that Azure's sustained cuBLASLt rates measure
+    (:data:`AZURE_FP8_16K`); B200 at GB200's times their MAMF fp8 fractions' ratio
+    (76.3% vs 72.3%).
+
+    >>> round(blackwell_fraction("B200", 16), 3), round(blackwell_fraction("GB200", 16), 3)
+    (0.611, 0.574)
+    >>> round(blackwell_fraction("GB200", 8), 3), round(blackwell_fraction("B200", 8), 3)
+    (0.463, 0.489)
     """
-    return hopper_at_best_shape(bits) * MAMF_FRACTION[name][bits] / MAMF_FRACTION["H100"][bits]
+    if bits == 16:
+        b200 = H100_GEMM_EFFICIENCY * XLA_TABLE_FRACTION["B200"] / XLA_TABLE_FRACTION["H100"]
+        if name == "B200":
+            return b200
+        return b200 * MAMF_FRACTION[name][16] / MAMF_FRACTION["B200"][16]
+    # fp8: H100's modelled share of its peak at 16384^3, times the measured ratio.
+    gemm = Gemm(16384, 16384, 16384, bits=8)
+    h100 = _h100(H100_GEMM_EFFICIENCY, H100_FP8_EFFICIENCY)
+    share = gemm.flops / gemm_time(h100, gemm) / h100.fp8_flops
+    (h_rate, h_peak), (g_rate, g_peak) = AZURE_FP8_16K["H100"], AZURE_FP8_16K["GB200"]
+    target = share * (g_rate / g_peak) / (h_rate / h_peak)
+    bf16 = blackwell_fraction("GB200", 16)
+    low, high = 0.05, 1.0  # the modelled share rises with the fraction: bisect
+    for _ in range(60):
+        mid = (low + high) / 2
+        gb200 = _blackwell("GB200", 2.5e15, 186e9, bf16, mid)
+        if gemm.flops / gemm_time(gb200, gemm) / gb200.fp8_flops < target:
+            low = mid
+        else:
+            high = mid
+    gb200_fp8 = (low + high) / 2
+    if name == "GB200":
+        return gb200_fp8
+    return gb200_fp8 * MAMF_FRACTION[name][8] / MAMF_FRACTION["GB200"][8]
 
 
 DEVICES = {
@@ -289,25 +377,12 @@ DEVICES = {
             gemm_kernel_s=H100_GEMM_KERNEL_S,
         ),
         _h100(H100_GEMM_EFFICIENCY, H100_FP8_EFFICIENCY),
-        Device(
-            "GB200",
-            2.5e15,
-            8e12,
-            hopper_scaled_fraction("GB200", 16),
-            186e9,
-            148,
-            fp8_flops=5e15,
-            fp8_efficiency=hopper_scaled_fraction("GB200", 8),
+        # GB200 in an NVL72 rack and B200 (HGX): see the sources above.
+        _blackwell(
+            "GB200", 2.5e15, 186e9, blackwell_fraction("GB200", 16), blackwell_fraction("GB200", 8)
         ),
-        Device(
-            "B200",
-            2.25e15,
-            8e12,
-            hopper_scaled_fraction("B200", 16),
-            180e9,
-            148,
-            fp8_flops=4.5e15,
-            fp8_efficiency=hopper_scaled_fraction("B200", 8),
+        _blackwell(
+            "B200", 2.25e15, 180e9, blackwell_fraction("B200", 16), blackwell_fraction("B200", 8)
         ),
         Device("910B", 376e12, 1.6e12, 0.7, 64 * 2**30, 24),
     )

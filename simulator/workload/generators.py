@@ -498,6 +498,7 @@ def megatron_step_memory(
     optimizer_state: str | None = None,
     account_for_embedding_in_pipeline_split: bool = False,
     account_for_loss_in_pipeline_split: bool = False,
+    activation_offload_layers: int = 0,
     **given: Any,
 ) -> MemoryEstimate:
     """The memory :func:`megatron` would report for these arguments, without building the
@@ -539,6 +540,7 @@ def megatron_step_memory(
         optimizer_state=optimizer_state,
         account_for_embedding=account_for_embedding_in_pipeline_split,
         account_for_loss=account_for_loss_in_pipeline_split,
+        activation_offload_layers=activation_offload_layers,
         **{name: chosen[name] for name in names},
     )
 
@@ -574,6 +576,7 @@ def megatron(
     account_for_embedding_in_pipeline_split: bool = False,
     account_for_loss_in_pipeline_split: bool = False,
     cross_entropy: str | None = None,
+    activation_offload_layers: int = 0,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -696,6 +699,10 @@ def megatron(
     traffic on the last stage (:meth:`~simulator.workload.model.Transformer.cross_entropy_bytes`):
     "unfused" (Megatron-Core's default), "fused" (``--cross-entropy-loss-fusion``, NeMo's
     recipes) or "te" (Transformer Engine's kernels, Megatron-Bridge's recipes).
+    ``activation_offload_layers`` keeps that many layers' activations in host memory
+    (Megatron-Core's ``cpu_offloading_num_layers``): it lowers the memory only; the
+    copies are taken as hidden behind the passes (Transformer Engine overlaps them on
+    their own stream; on GB200 over NVLink-C2C).
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -1348,6 +1355,7 @@ def megatron(
         optimizer_state=optimizer_state,
         account_for_embedding=account_for_embedding_in_pipeline_split,
         account_for_loss=account_for_loss_in_pipeline_split,
+        activation_offload_layers=activation_offload_layers,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.

@@ -425,6 +425,7 @@ def megatron_memory(
     optimizer_state: str | None = None,
     account_for_embedding: bool = False,
     account_for_loss: bool = False,
+    activation_offload_layers: int = 0,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -442,6 +443,11 @@ def megatron_memory(
     with their fp8 transposes, 2 bytes per parameter in place of bf16's 2 and the fp8
     copies' 2. ``optimizer_state`` (:data:`OPTIMIZER_STATE`), where a recipe sets the
     optimizer's dtype, replaces the optimizer bytes per parameter ``grad_reduce`` implies.
+    ``activation_offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``, which
+    Megatron-Bridge's GB200 recipes set as ``activation_cpu_offload_layers``): the
+    activations of that many of a stage's layers go to host memory after their forward
+    and come back for their backward (Transformer Engine's ``get_cpu_offload_context``);
+    each micro-batch in flight keeps the rest on the GPU, at least one layer.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -515,6 +521,10 @@ def megatron_memory(
             # The fp8 weight (1 byte) and its fp8 transpose (1) replace the bf16 weight
             # counted in ``weights`` and the copies.
             fp8_copies = (1 + 1 - WEIGHT_BYTES) * linear
+        if activation_offload_layers > 0:
+            # Offloaded layers' activations live in host memory between their passes.
+            offloaded = min(activation_offload_layers, max(layers - 1, 0))
+            activations -= in_flight * offloaded * per_layer
         # Context parallelism: each rank keeps the activations of its s / cp tokens.
         activations /= cp
         if fsdp:
