@@ -138,3 +138,20 @@ def test_runs_the_nvls_constants_were_chosen_on_are_not_called_predictions():
     assert result.summary()["loco_time_median_pct"] is None
     leave_one_case_out([case], [result])
     assert result.loco is None and "README" in result.loco_source
+
+
+def test_large_nvls_all_reduce_reaches_the_links_closed_form():
+    # 16 GiB on one DGX H100: NCCL runs 16 GiB / (16 channels x 8 heads x 128 KiB) =
+    # 1024 loops a channel, so its pipeline fill is negligible and the call runs at the
+    # links' NVLS bound: each GPU moves n (p + 1) / p per direction at the preset's NVLS
+    # share of 450 GB/s (0.686), i.e. busbw 2 (p - 1) / (p + 1) x 450 x 0.686 = 480.2
+    # GB/s, NVIDIA's ~480 GB/s (shared/reference/README.md). ccsim's schedule is at most
+    # 32 chunks deep; before its fill was given back it reached 452.8 (5.7% low).
+    from simulator.library.nccl import nvls_fill_factor
+
+    result = NcclPolicy().simulate(load_topology("dgx-h100", 1), "all_reduce", 2**34)
+    assert result.params["nccl_algorithm"] == "NVLS"
+    assert result.busbw_GBps == pytest.approx(2 * 7 / 9 * 450 * 0.686, rel=0.01)
+    # Where ccsim's pipeline is as deep as NCCL's, nothing changes.
+    assert nvls_fill_factor(2, 2.0) == 1.0
+    assert nvls_fill_factor(32, 1024) == pytest.approx((1 + 2 / 32) / (1 + 2 / 1024))

@@ -41,6 +41,7 @@ from ..library.nccl import (
     ll_channel_rate,
     nccl_choice,
     nccl_system,
+    nvls_fill_factor,
     nvls_loops,
     tree_correction,
 )
@@ -261,6 +262,11 @@ class NcclPolicy:
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
         if choice.algorithm == "NVLS":
             heads = nvls_heads(system.ranks, system.nodes)
+            if system.nodes == 1 and op == "all_reduce":
+                # ccsim's pipeline is at most MAX_CHUNKS deep where NCCL's runs one loop
+                # per channels x heads x chunk: give back the extra fill of the shorter one.
+                deep = float(size_bytes) / (channels * heads * extra["message_bytes"])
+                extra["bandwidth_factor"] *= nvls_fill_factor(chunks, deep)
             loops = nvls_loops(
                 system, op, float(size_bytes), channels, heads, extra["message_bytes"]
             )
