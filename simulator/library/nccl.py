@@ -693,6 +693,28 @@ def nvls_loops(
     return NvlsLoops(loops, step_us, link_us, factor, latency_us)
 
 
+# An LL step over NVLink and LL's share of the links' rate, per GPU generation, where
+# NCCL's model has one figure for every generation (hwLatencies NVLink LL 0.6 us,
+# tuning.cc:157-175 at v2.30.7, no Blackwell entry; ccsim's LL share 0.25,
+# simulator.library.protocol). FITTED on Blackwell: of the grid step 1.0-1.3 us (0.1 us)
+# x share 0.25/0.3/0.35/0.4/0.5, (1.2 us, 0.35) gives the least summed squared log time
+# error over the sizes LL_FITTED_TO run with LL (8 B-4 MiB: B200-1N-AR-Vultr's 19-26 us
+# floor against NCCL's 15 us, and the GB300 runs' 0.5-4 MiB). Left out, each run's
+# choice from the other two: (1.2, 0.35) without B200-1N-AR-Vultr (the GB300 runs' LL
+# sizes alone pick the same step) and without GB300-2N-AR-oci-quickstart, (1.2, 0.4)
+# without GB300-1N-AR-oci-quickstart (README gives the errors). For comparison,
+# dgx-a100's own fit put A100's LL NVLink step at 1.21 us. Presets that set their own
+# LL NVLink hop or share keep them.
+LL_NVLINK_HOP_US = {"blackwell": 1.2}
+LL_BANDWIDTH = {"blackwell": 0.35}
+#: The ``ccsim validate`` runs LL_NVLINK_HOP_US and LL_BANDWIDTH were chosen on.
+LL_FITTED_TO = (
+    "B200-1N-AR-Vultr",
+    "GB300-1N-AR-oci-quickstart",
+    "GB300-2N-AR-oci-quickstart",
+)
+
+
 #: Chunk-times of pipeline fill in ccsim's one-server NVLS all-reduce schedule
 #: (simulator.algorithms.nvls): a call with K chunks takes (1 + NVLS_FILL / K) of its
 #: link-bound time, the first chunk's reduce-scatter having nothing to overlap on the

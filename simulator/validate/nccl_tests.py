@@ -61,7 +61,7 @@ from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
 from ..errors import CcsimError, shown
 from ..files import load_data, read_text
-from ..library.nccl import NVLS_FITTED_TO
+from ..library.nccl import LL_FITTED_TO, NVLS_FITTED_TO
 from ..library.nccl_env import NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import P2P_FITTED_TO
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
@@ -280,6 +280,7 @@ def run_case(
         case.name in calibration_of(graph).fitted_to
         or case.name in PROXY_FITTED_TO
         or case.name in NVLS_FITTED_TO
+        or case.name in LL_FITTED_TO
         or case.name in P2P_FITTED_TO
         or case.name in TCPXO_FITTED_TO
     )
