@@ -187,7 +187,7 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
     results = [
         r
         for r in bundled_results
-        if not r.name.startswith(BLACKWELL + ACROSS) and r.name not in TCPXO_FITTED_TO
+        if not r.name.startswith(BLACKWELL + ACROSS + HELD_OUT) and r.name not in TCPXO_FITTED_TO
     ]
     assert len(results) == 11 and all(not r.error for r in results)
     rows = {r.name: r.summary() for r in results}
@@ -201,6 +201,9 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
     assert set(nvls.algorithms) == {"NVLS"}
 
 
+#: Single-server Hopper runs bundled after every constant was set (never used): tested
+#: in test_hopper_nvls_runs_never_used_reach_their_plateau.
+HELD_OUT = ("H100-1N-AR-dgxc", "H200-1N-AR-azure")
 #: Bundled Blackwell runs (B200 server, parts of a GB300 NVL72 rack): never fitted to.
 BLACKWELL = ("B200-1N", "GB300-")
 #: Bundled Blackwell runs across servers, on B300 and on GB200 (never fitted to; tested
@@ -379,3 +382,24 @@ def test_leave_one_case_out_chooses_the_proxy_cost_on_the_other_runs():
     )
     assert with_proxy.simulated_us != [us for _, us, _ in a100.measured]  # it matters
     assert "network proxy 1 us, chosen on H100-2N-AR-default-XE9680" in results[0].loco_source
+
+
+def test_hopper_nvls_runs_never_used_reach_their_plateau(bundled_results):
+    """Two public single-server runs bundled after every constant was set (NVIDIA's
+    dgxc-benchmarking sample on a DGX H100, Azure's ND H200 v5 with NCCL_ALGO=NVLS and
+    one process driving the 8 GPUs): at 4-16 GiB NVLS is bound by the links, 2 (p - 1)
+    / (p + 1) x 450 GB/s x 0.686 = 480.2 GB/s busbw (dgx-h100's NVLS share, from
+    NVIDIA's ~480 GB/s), and both runs measure 477-480: within 2% at every such size.
+    Both run NVLS there, as NCCL does (forced on H200)."""
+    results = {r.name: r for r in bundled_results if r.name.startswith(HELD_OUT)}
+    assert sorted(results) == ["H100-1N-AR-dgxc", "H200-1N-AR-azure-nvls"]
+    for name, result in results.items():
+        assert not result.error, result.error
+        sizes = np.array(result.sizes)
+        big = sizes >= 4 * 2**30
+        assert big.sum() >= 2
+        measured = np.array(result.measured_busbw)[big]
+        simulated = np.array(result.simulated_busbw)[big]
+        assert np.all(np.abs(simulated - measured) / measured <= 0.02), name
+        assert simulated == pytest.approx(2 * 7 / 9 * 450 * 0.686, rel=0.02)
+        assert {result.algorithms[i] for i in np.flatnonzero(big)} == {"NVLS"}
