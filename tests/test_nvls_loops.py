@@ -70,7 +70,7 @@ def test_64_mib_on_eight_gpus_is_thread_block_bound_and_16_gib_link_bound():
 
 
 def test_no_bound_where_nothing_was_measured():
-    assert nvls_loops(b200(arch="hopper"), "all_reduce", 2**26, 16, 8, 65536) is None
+    assert nvls_loops(b200(arch="ampere"), "all_reduce", 2**26, 16, 8, 65536) is None
     assert nvls_loops(b200(16, 2), "all_reduce", 2**26, 32, 8, 65536) is None
     assert nvls_loops(b200(), "all_gather", 2**26, 24, 8, 65536) is None
 
@@ -88,10 +88,17 @@ def test_policy_hands_the_bound_to_the_protocol():
     simple = calibration_of(graph).protocol("Simple")
     assert proto.base_s == pytest.approx(simple.base_s + loops.latency_us * 1e-6)
     assert proto.bandwidth == pytest.approx(simple.bandwidth * loops.factor)
-    # Hopper: no bound, NCCL's NVLS as before.
+    # Hopper: its own step (a + b x 8 heads = 3 + 0.3 x 8 = 5.4 us) at the same block
+    # rate; 256 MiB with 64 KiB chunks on 16 channels x 8 heads: 32 loops of 8 MiB, each
+    # 5.4 + 8 x 64 KiB / 28.5 GB/s = 23.8 us of one block against 8 MiB at the links'
+    # 18 x 20.6 x 0.85 x 8/9 = 280 GB/s = 30.0 us: link-bound, no factor.
     h100 = policy.plan(policy.system(load_topology("dgx-h100")), "all_reduce", 2**28)
     assert h100.params["nccl_algorithm"] == "NVLS"
-    assert h100.params["bandwidth_factor"] == 1.0 and "step_latency_s" not in h100.params
+    assert h100.params["bandwidth_factor"] == 1.0
+    hopper = nvls_loops(policy.system(load_topology("dgx-h100")), "all_reduce", 2**28, 16, 8, 65536)
+    assert hopper.step_us == pytest.approx(3 + 0.3 * 8 + 8 * 65536 / 28.5e3, rel=1e-12)
+    assert hopper.link_us == pytest.approx(16 * 8 * 65536 / (18 * 20.6 * 0.85 * 8 / 9 * 1e3))
+    assert hopper.factor == 1.0
 
 
 def test_a_64_gpu_rack_pays_a_32_head_synchronisation_even_for_a_short_call():

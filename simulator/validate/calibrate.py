@@ -435,7 +435,7 @@ def leave_one_case_out(
             # Module constants of the library, chosen on a grid outside ccsim: say so
             # rather than call the in-sample result a prediction.
             result.loco_source = (
-                "Blackwell's NVLS thread-block constants were chosen on it; their "
+                "the NVLS thread-block constants were chosen on it; their "
                 "leave-one-out errors are in README (not recomputed here)"
             )
         if case is not None and case.name in LL_FITTED_TO and result.loco is None:

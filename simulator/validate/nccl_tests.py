@@ -34,9 +34,9 @@ more (H100 on 1 to 8 servers, A100 on 2 over RoCE), six GB300 runs on parts of a
 NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs), five across servers or on
 B300 (all-gather on 2 B200 servers; all-reduce and all-to-all on 1 and 2 B300 servers),
 six on GB200 (4, 8, 64 and 72 GPUs of an NVL72 rack), two on Google A3 Mega (H100,
-GPUDirect-TCPXO) and three bundled after every constant was set (a DGX H100, an Azure
-H200 server, 4 Azure GB200 GPUs), each sidecar citing its source. A sidecar's ``algorithm`` defaults to
-``nccl``: what NCCL runs with no environment set.
+GPUDirect-TCPXO) and three bundled for issue 32 (a DGX H100, an Azure H200 server, 4
+Azure GB200 GPUs), each sidecar citing its source. A sidecar's ``algorithm`` defaults
+to ``nccl``: what NCCL runs with no environment set.
 
 Raw nccl-tests output (stdout or ``-J`` JSON) needs no sidecar: see :mod:`~.log_cases`.
 """
