@@ -742,7 +742,7 @@ def nvls_fill_factor(chunks: int, loops: float) -> float:
     loops. 1 where the two pipelines are as deep.
 
     >>> round(nvls_fill_factor(32, 1024), 4), nvls_fill_factor(2, 2.0)
-    (1.0579, 1.0)
+    (1.0604, 1.0)
     """
     if chunks <= 0 or loops <= chunks:
         return 1.0
