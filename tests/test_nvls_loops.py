@@ -70,7 +70,7 @@ def test_64_mib_on_eight_gpus_is_thread_block_bound_and_16_gib_link_bound():
 
 
 def test_no_bound_where_nothing_was_measured():
-    assert nvls_loops(b200(arch="hopper"), "all_reduce", 2**26, 16, 8, 65536) is None
+    assert nvls_loops(b200(arch="ampere"), "all_reduce", 2**26, 16, 8, 65536) is None
     assert nvls_loops(b200(16, 2), "all_reduce", 2**26, 32, 8, 65536) is None
     assert nvls_loops(b200(), "all_gather", 2**26, 24, 8, 65536) is None
 
@@ -88,10 +88,17 @@ def test_policy_hands_the_bound_to_the_protocol():
     simple = calibration_of(graph).protocol("Simple")
     assert proto.base_s == pytest.approx(simple.base_s + loops.latency_us * 1e-6)
     assert proto.bandwidth == pytest.approx(simple.bandwidth * loops.factor)
-    # Hopper: no bound, NCCL's NVLS as before.
+    # Hopper: its own step (a + b x 8 heads = 3 + 0.3 x 8 = 5.4 us) at the same block
+    # rate; 256 MiB with 64 KiB chunks on 16 channels x 8 heads: 32 loops of 8 MiB, each
+    # 5.4 + 8 x 64 KiB / 28.5 GB/s = 23.8 us of one block against 8 MiB at the links'
+    # 18 x 20.6 x 0.85 x 8/9 = 280 GB/s = 30.0 us: link-bound, no factor.
     h100 = policy.plan(policy.system(load_topology("dgx-h100")), "all_reduce", 2**28)
     assert h100.params["nccl_algorithm"] == "NVLS"
-    assert h100.params["bandwidth_factor"] == 1.0 and "step_latency_s" not in h100.params
+    assert h100.params["bandwidth_factor"] == 1.0
+    hopper = nvls_loops(policy.system(load_topology("dgx-h100")), "all_reduce", 2**28, 16, 8, 65536)
+    assert hopper.step_us == pytest.approx(3 + 0.3 * 8 + 8 * 65536 / 28.5e3, rel=1e-12)
+    assert hopper.link_us == pytest.approx(16 * 8 * 65536 / (18 * 20.6 * 0.85 * 8 / 9 * 1e3))
+    assert hopper.factor == 1.0
 
 
 def test_a_64_gpu_rack_pays_a_32_head_synchronisation_even_for_a_short_call():
@@ -138,3 +145,20 @@ def test_runs_the_nvls_constants_were_chosen_on_are_not_called_predictions():
     assert result.summary()["loco_time_median_pct"] is None
     leave_one_case_out([case], [result])
     assert result.loco is None and "README" in result.loco_source
+
+
+def test_large_nvls_all_reduce_reaches_the_links_closed_form():
+    # 16 GiB on one DGX H100: NCCL runs 16 GiB / (16 channels x 8 heads x 128 KiB) =
+    # 1024 loops a channel, so its pipeline fill is negligible and the call runs at the
+    # links' NVLS bound: each GPU moves n (p + 1) / p per direction at the preset's NVLS
+    # share of 450 GB/s (0.686), i.e. busbw 2 (p - 1) / (p + 1) x 450 x 0.686 = 480.2
+    # GB/s, NVIDIA's ~480 GB/s (shared/reference/README.md). ccsim's schedule is at most
+    # 32 chunks deep; before its fill was given back it reached 452.8 (5.7% low).
+    from simulator.library.nccl import nvls_fill_factor
+
+    result = NcclPolicy().simulate(load_topology("dgx-h100", 1), "all_reduce", 2**34)
+    assert result.params["nccl_algorithm"] == "NVLS"
+    assert result.busbw_GBps == pytest.approx(2 * 7 / 9 * 450 * 0.686, rel=0.01)
+    # Where ccsim's pipeline is as deep as NCCL's, nothing changes.
+    assert nvls_fill_factor(2, 2.0) == 1.0
+    assert nvls_fill_factor(32, 1024) == pytest.approx((1 + 2 / 32) / (1 + 2 / 1024))

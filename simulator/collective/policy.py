@@ -32,6 +32,8 @@ from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclChoice, HcclSystem, hccl_choice, hccl_system, parse_hccl_algo
 from ..library.nccl import (
     ALGORITHMS,
+    LL_BANDWIDTH,
+    LL_NVLINK_HOP_US,
     NVLINK_GBPS,
     NVLS_MAX_ARITY,
     PROTOCOLS,
@@ -41,6 +43,7 @@ from ..library.nccl import (
     ll_channel_rate,
     nccl_choice,
     nccl_system,
+    nvls_fill_factor,
     nvls_loops,
     tree_correction,
 )
@@ -54,7 +57,7 @@ from ..library.nccl_p2p import (
     proxy_share,
     version_rules,
 )
-from ..library.protocol import STEP_BYTES, Protocol, calibration_of
+from ..library.protocol import DEFAULT_PROTOCOLS, STEP_BYTES, Protocol, calibration_of
 from .run import CollectiveResult, build_and_run, rank_layout, run_schedule
 from .tuner import topology_key
 
@@ -259,8 +262,18 @@ class NcclPolicy:
         }
         if choice.protocol == "LL":
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
+            if system.arch in LL_NVLINK_HOP_US:
+                # A generation whose LL step over NVLink NCCL's one figure misses.
+                extra["ll_nvlink_hop_s"] = LL_NVLINK_HOP_US[system.arch] * 1e-6
+            if system.arch in LL_BANDWIDTH:
+                extra["ll_bandwidth"] = LL_BANDWIDTH[system.arch]
         if choice.algorithm == "NVLS":
             heads = nvls_heads(system.ranks, system.nodes)
+            if system.nodes == 1 and op == "all_reduce":
+                # ccsim's pipeline is at most MAX_CHUNKS deep where NCCL's runs one loop
+                # per channels x heads x chunk: give back the extra fill of the shorter one.
+                deep = float(size_bytes) / (channels * heads * extra["message_bytes"])
+                extra["bandwidth_factor"] *= nvls_fill_factor(chunks, deep)
             loops = nvls_loops(
                 system, op, float(size_bytes), channels, heads, extra["message_bytes"]
             )
@@ -596,12 +609,19 @@ def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> st
     scale = hop_scale(algorithm, protocol) if algorithm in ALGORITHMS else {}
     proto = calibration_of(graph).protocol(protocol)
     message = float(params.get("message_bytes", proto.message_bytes))
-    hops = {cls: value * scale.get(cls, 1.0) for cls, value in proto.hop_s.items()}
+    hop_s = dict(proto.hop_s)
+    if "ll_nvlink_hop_s" in params and hop_s["nvlink"] == DEFAULT_PROTOCOLS["LL"].hop_s["nvlink"]:
+        # The generation's LL step over NVLink, unless the preset sets its own.
+        hop_s["nvlink"] = float(params["ll_nvlink_hop_s"])
+    share = proto.bandwidth
+    if "ll_bandwidth" in params and share == DEFAULT_PROTOCOLS["LL"].bandwidth:
+        share = float(params["ll_bandwidth"])
+    hops = {cls: value * scale.get(cls, 1.0) for cls, value in hop_s.items()}
     return dataclasses.replace(
         proto,
         proxy_s=proto.proxy_s * float(params.get("proxy_scale", 1.0)),
         base_s=proto.base_s + float(params.get("step_latency_s", 0.0)),
-        bandwidth=proto.bandwidth * factor,
+        bandwidth=share * factor,
         hop_s=hops,
         message_bytes=message,
         net_floor=algorithm not in ALGORITHMS or algorithm == "Ring",

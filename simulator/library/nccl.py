@@ -189,12 +189,22 @@ NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, severa
 # values are the grid point (GB/s 24/28.5/33, a 3/5/7, b 0.6/0.85/1.1) with the least
 # summed squared log time error over the sizes >= 1 MiB of B200-1N-AR-Vultr and
 # GB300-16N-AR-oci-quickstart (ccsim validate); README gives the leave-one-case-out
-# errors. Hopper has no measurement at the sizes where it would show (the bundled H100
-# run starts at 128 MiB) and keeps none.
-NVLS_CTA_GBPS = {"blackwell": 28.5}
-NVLS_STEP_US = {"blackwell": (3.0, 0.85)}
+# errors. FITTED on Hopper likewise, on the sizes the two single-server Hopper runs with
+# middle sizes run as NVLS (H100-1N-AR-dgxc, H200-1N-AR-azure-nvls: 1 MiB-1 GiB) over
+# GB/s 28.5/33/40/50 x a 1/3/5 x b 0.3/0.6/0.85: the same 28.5 GB/s a block, a shorter
+# step (3 + 0.3 us per head: 5.4 us with 8 heads against Blackwell's 9.8); left out, each
+# run's choice from the other is 33 GB/s with 1 + 0.6 us (without the H100 run) and 28.5
+# GB/s with 5 + 0.3 us (without the H200 run). The surface is flat: eight grid points lie
+# within 35% of the least error, which is a third of the error without a bound.
+NVLS_CTA_GBPS = {"blackwell": 28.5, "hopper": 28.5}
+NVLS_STEP_US = {"blackwell": (3.0, 0.85), "hopper": (3.0, 0.3)}
 #: The ``ccsim validate`` runs these constants were chosen on.
-NVLS_FITTED_TO = ("B200-1N-AR-Vultr", "GB300-16N-AR-oci-quickstart")
+NVLS_FITTED_TO = (
+    "B200-1N-AR-Vultr",
+    "GB300-16N-AR-oci-quickstart",
+    "H100-1N-AR-dgxc",
+    "H200-1N-AR-azure-nvls",
+)
 
 # tuning.cc:331 (v2.30.7; the same line at v2.22.3): a Tree whose search settled on
 # NCCL_TOPO_PATTERN_TREE (all of a node's network traffic through one GPU) is credited
@@ -691,6 +701,52 @@ def nvls_loops(
     blocks_us = math.ceil(loops) * sync_us + loops * (step_us - sync_us)
     latency_us = max(0.0, blocks_us - loops * max(step_us, link_us))
     return NvlsLoops(loops, step_us, link_us, factor, latency_us)
+
+
+# An LL step over NVLink and LL's share of the links' rate, per GPU generation, where
+# NCCL's model has one figure for every generation (hwLatencies NVLink LL 0.6 us,
+# tuning.cc:157-175 at v2.30.7, no Blackwell entry; ccsim's LL share 0.25,
+# simulator.library.protocol). FITTED on Blackwell: of the grid step 1.0-1.3 us (0.1 us)
+# x share 0.25/0.3/0.35/0.4/0.5, (1.2 us, 0.35) gives the least summed squared log time
+# error over the sizes LL_FITTED_TO run with LL (8 B-4 MiB: B200-1N-AR-Vultr's 19-26 us
+# floor against NCCL's 15 us, and the GB300 runs' 0.5-4 MiB). Left out, each run's
+# choice from the other two: (1.2, 0.35) without B200-1N-AR-Vultr (the GB300 runs' LL
+# sizes alone pick the same step) and without GB300-2N-AR-oci-quickstart, (1.2, 0.4)
+# without GB300-1N-AR-oci-quickstart (README gives the errors). For comparison,
+# dgx-a100's own fit put A100's LL NVLink step at 1.21 us. Presets that set their own
+# LL NVLink hop or share keep them.
+LL_NVLINK_HOP_US = {"blackwell": 1.2}
+LL_BANDWIDTH = {"blackwell": 0.35}
+#: The ``ccsim validate`` runs LL_NVLINK_HOP_US and LL_BANDWIDTH were chosen on.
+LL_FITTED_TO = (
+    "B200-1N-AR-Vultr",
+    "GB300-1N-AR-oci-quickstart",
+    "GB300-2N-AR-oci-quickstart",
+)
+
+
+#: Chunk-times of pipeline fill in ccsim's one-server NVLS all-reduce schedule
+#: (simulator.algorithms.nvls): a call with K chunks takes (1 + NVLS_FILL / K) of its
+#: link-bound time, the first chunk's reduce-scatter having nothing to overlap on the
+#: links out of the switch and the last chunk's multicast nothing on the links into it.
+#: A property of ccsim's schedule, not of a measurement: its simulated 16 GiB call on 8
+#: and on 64 GPUs gives 1.92-1.97 between K = 8, 16 and 32.
+NVLS_FILL = 2.0
+
+
+def nvls_fill_factor(chunks: int, loops: float) -> float:
+    """How much faster NCCL's NVLS all-reduce runs than ccsim's schedule of ``chunks``
+    pipeline chunks where NCCL runs ``loops`` loops a channel: ccsim caps its chunks
+    (:data:`simulator.collective.policy.MAX_CHUNKS`, for simulation cost) and so pays
+    NVLS_FILL / chunks of fill where NCCL's pipeline, ``loops`` deep, pays NVLS_FILL /
+    loops. 1 where the two pipelines are as deep.
+
+    >>> round(nvls_fill_factor(32, 1024), 4), nvls_fill_factor(2, 2.0)
+    (1.0604, 1.0)
+    """
+    if chunks <= 0 or loops <= chunks:
+        return 1.0
+    return (1.0 + NVLS_FILL / chunks) / (1.0 + NVLS_FILL / loops)
 
 
 def _steps(op: str, ranks: int) -> int:

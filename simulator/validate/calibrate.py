@@ -38,7 +38,7 @@ from ..algorithms import build_schedule
 from ..collective.policy import NcclPolicy, protocol_model
 from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..errors import CcsimError
-from ..library.nccl import NVLS_FITTED_TO
+from ..library.nccl import LL_FITTED_TO, NVLS_FITTED_TO
 from ..library.nccl_p2p import P2P_FITTED_TO
 from ..library.protocol import (
     PROTOCOLS,
@@ -435,9 +435,15 @@ def leave_one_case_out(
             # Module constants of the library, chosen on a grid outside ccsim: say so
             # rather than call the in-sample result a prediction.
             result.loco_source = (
-                "Blackwell's NVLS thread-block constants were chosen on it; their "
+                "the NVLS thread-block constants were chosen on it; their "
                 "leave-one-out errors are in README (not recomputed here)"
             )
+        if case is not None and case.name in LL_FITTED_TO and result.loco is None:
+            ll = (
+                "Blackwell's LL NVLink step and share were chosen on it; their "
+                "leave-one-out errors are in README (not recomputed here)"
+            )
+            result.loco_source = f"{result.loco_source}; {ll}" if result.loco_source else ll
         if case is not None and case.name in P2P_FITTED_TO and result.loco is None:
             result.loco_source = (
                 "the all-to-all copy-out, call and LL constants were chosen on it; their "

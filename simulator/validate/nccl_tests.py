@@ -29,13 +29,14 @@ the preset's ``launch``) and the GPUs' time.
 
 Reported per case: median and max absolute error of busbw for sizes >= 1 MiB and of
 time for sizes <= 64 KiB, as percentages of the measured value. The bundled cases are
-thirty-one public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
+thirty-four public nccl-tests runs: the four runs of shared/reference/nccl-tests, eight
 more (H100 on 1 to 8 servers, A100 on 2 over RoCE), six GB300 runs on parts of an
 NVL72 rack (all-reduce and all-to-all on 4, 8 and 64 GPUs), five across servers or on
 B300 (all-gather on 2 B200 servers; all-reduce and all-to-all on 1 and 2 B300 servers),
-six on GB200 (4, 8, 64 and 72 GPUs of an NVL72 rack) and two on Google A3 Mega (H100,
-GPUDirect-TCPXO), each sidecar citing its source. A sidecar's ``algorithm`` defaults to
-``nccl``: what NCCL runs with no environment set.
+six on GB200 (4, 8, 64 and 72 GPUs of an NVL72 rack), two on Google A3 Mega (H100,
+GPUDirect-TCPXO) and three bundled for issue 32 (a DGX H100, an Azure H200 server, 4
+Azure GB200 GPUs), each sidecar citing its source. A sidecar's ``algorithm`` defaults
+to ``nccl``: what NCCL runs with no environment set.
 
 Raw nccl-tests output (stdout or ``-J`` JSON) needs no sidecar: see :mod:`~.log_cases`.
 """
@@ -61,7 +62,7 @@ from ..collective.run import bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
 from ..errors import CcsimError, shown
 from ..files import load_data, read_text
-from ..library.nccl import NVLS_FITTED_TO
+from ..library.nccl import LL_FITTED_TO, NVLS_FITTED_TO
 from ..library.nccl_env import NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import P2P_FITTED_TO
 from ..library.protocol import PROXY_FITTED_TO, Calibration, calibration_of
@@ -280,6 +281,7 @@ def run_case(
         case.name in calibration_of(graph).fitted_to
         or case.name in PROXY_FITTED_TO
         or case.name in NVLS_FITTED_TO
+        or case.name in LL_FITTED_TO
         or case.name in P2P_FITTED_TO
         or case.name in TCPXO_FITTED_TO
     )
