@@ -27,6 +27,7 @@ does not slow compute: pass ``comm_slowdown=0`` or mark the topology graph with
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -895,14 +896,19 @@ class WorkloadReplay:
 
     def _shape(self, ranks: list[int]) -> tuple[RankLayout, NcclSystem | HcclSystem]:
         """A group's rank layout, servers numbered from 0, and its communicator as the
-        library sees it (cached)."""
+        library sees it (cached per group, and per group shape: groups whose ranks sit
+        at the same positions of servers that are alike see the same communicator)."""
         key = tuple(ranks)
         shape = self._shapes.get(key)
+        if shape is not None:
+            return shape
+        if self._server_index is None:
+            self._server_index = ServerIndex(self.graph)
+        alike = self._server_index.group_shape(ranks)
+        shape = None if alike is None else self._shapes.get(alike)
         if shape is None:
             assert self.policy is not None
             try:
-                if self._server_index is None:
-                    self._server_index = ServerIndex(self.graph)
                 view = communicator_view(self.graph, ranks, self._server_index)
                 system = self.policy.system(view)
             except CcsimError as error:
@@ -911,7 +917,10 @@ class WorkloadReplay:
                     "decide its collectives here: to run an algorithm as given instead, "
                     "name one (--algo ring)"
                 ) from None
-            shape = self._shapes[key] = (_shape_of(self._layout(ranks)), system)
+            shape = (_shape_of(self._layout(ranks)), system)
+            if alike is not None:
+                self._shapes[alike] = shape
+        self._shapes[key] = shape
         return shape
 
     def _protocol_for(self, key: tuple, schedule: Schedule, ranks: list[int]) -> Protocol | None:
@@ -1142,6 +1151,67 @@ class ServerIndex:
             server = data.get("server")
             if server is not None:
                 self.nodes[server].append((node, data))
+        self.graph = graph
+        self._signatures: dict[object, bytes | None] = {}
+        self._position: dict[int, int] | None = None
+
+    def group_shape(self, ranks: list[int]) -> tuple | None:
+        """A key equal for groups whose communicator views are the same up to the names
+        of their servers: each rank's server (numbered in order of first appearance) and
+        position in it, and each server's signature (its nodes and the links among them,
+        every attribute but the server's name and its GPUs' ranks, which the view
+        renumbers; nodes named by their place in it). None
+        where a server's links reach outside it (then only the group itself is a key)."""
+        if self._position is None:
+            seen: dict[object, int] = defaultdict(int)
+            self._position = {}
+            for rank, node in enumerate(self.gpus):
+                server = self.graph.nodes[node].get("server")
+                self._position[rank] = seen[server]
+                seen[server] += 1
+        numbers: dict[object, int] = {}
+        pattern = []
+        for rank in ranks:
+            server = self.graph.nodes[self.gpus[rank]].get("server")
+            pattern.append((numbers.setdefault(server, len(numbers)), self._position[rank]))
+        signatures = tuple(self._signature(server) for server in numbers)
+        if any(sig is None for sig in signatures):
+            return None
+        return ("shape", tuple(pattern), signatures)
+
+    def _signature(self, server: object) -> bytes | None:
+        found = self._signatures.get(server, b"")
+        if found != b"":
+            return found
+        members = self.nodes.get(server, [])
+        place = {node: i for i, (node, _) in enumerate(members)}
+        digest = hashlib.blake2b(digest_size=16)
+        for node, data in members:
+            # A GPU's rank is the group's position in the view (the pattern says it).
+            attributes = sorted((k, repr(v)) for k, v in data.items() if k not in _RENAMED)
+            digest.update(repr((place[node], attributes)).encode())
+        signature: bytes | None = None
+        inside = True
+        for node, _ in members:
+            for other in nx.all_neighbors(self.graph, node):
+                if other not in place and self.graph.nodes[other].get("server") is not None:
+                    inside = False  # a link to another server's node: no shape key
+        if inside:
+            for u, v, data in self.graph.edges([node for node, _ in members], data=True):
+                if v in place:
+                    ends = (place[u], place[v])
+                    ends = ends if self.graph.is_directed() else tuple(sorted(ends))
+                    digest.update(
+                        repr((ends, sorted((k, repr(x)) for k, x in data.items()))).encode()
+                    )
+            signature = digest.digest()
+        self._signatures[server] = signature
+        return signature
+
+
+#: Node attributes a communicator view does not keep as they are (the server's name; the
+#: GPUs' ranks, renumbered in group order): left out of a server's signature.
+_RENAMED = frozenset({"server", "rank"})
 
 
 def _ranges(ranks: list[int]) -> str:
