@@ -98,23 +98,9 @@ def time_contention_free(
     wire = schedule.nbytes
     latency = route_latency[routes]
 
-    # Reductions: on the receiver's reducer link, where its GPU has a finite bandwidth.
-    reducer = np.full(n, -1, dtype=np.int64)
-    reduce_time = np.zeros(n)
-    if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
-        by_rank = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
-        for rank in np.unique(schedule.dst[schedule.reduce]).tolist():
-            if np.isfinite(reduce_bandwidth[rank]):
-                by_rank[rank] = network.reducer_route(rank, reduce_bandwidth[rank])
-        ptr, route_links, route_latency = router.arrays()  # with the reducers' routes
-        reducer = np.where(schedule.reduce, by_rank[schedule.dst], -1)
-        reducer[reducer >= 0] = route_links[ptr[reducer[reducer >= 0]]]  # route -> link
-        reducing = reducer >= 0
-        bandwidth = reduce_bandwidth[schedule.dst[reducing]]
-        reduce_time[reducing] = np.where(
-            wire[reducing] > 0, schedule.nbytes[reducing] / bandwidth, 0.0
-        )
-        capacity = network.capacity  # reducer links were appended
+    reducer, _ = op_reducers(network, schedule, reduce_bandwidth)
+    ptr, route_links, route_latency = router.arrays()  # with the reducers' routes
+    capacity = network.capacity  # reducer links were appended
 
     n_links = len(capacity)
     books = _Books(
@@ -171,6 +157,31 @@ def time_contention_free(
     network.stats.flows += flows
     network.stats.represented_flows += flows
     return Timeline(start, sent, done, flows)
+
+
+def op_reducers(
+    network: FlowNetwork, schedule: Schedule, reduce_bandwidth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's reducer link (-1: none) and its reduction's time alone on it: reducing
+    ops reduce on the receiver's reducer link where its GPU has a finite bandwidth (the
+    network's reducer routes, created here as the replay creates them)."""
+    n = schedule.n_ops
+    reducer = np.full(n, -1, dtype=np.int64)
+    reduce_time = np.zeros(n)
+    if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
+        by_rank = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
+        for rank in np.unique(schedule.dst[schedule.reduce]).tolist():
+            if np.isfinite(reduce_bandwidth[rank]):
+                by_rank[rank] = network.reducer_route(rank, reduce_bandwidth[rank])
+        ptr, route_links, _ = network.router.arrays()
+        reducer = np.where(schedule.reduce, by_rank[schedule.dst], -1)
+        reducer[reducer >= 0] = route_links[ptr[reducer[reducer >= 0]]]  # route -> link
+        reducing = reducer >= 0
+        bandwidth = reduce_bandwidth[schedule.dst[reducing]]
+        reduce_time[reducing] = np.where(
+            schedule.nbytes[reducing] > 0, schedule.nbytes[reducing] / bandwidth, 0.0
+        )
+    return reducer, reduce_time
 
 
 @dataclass

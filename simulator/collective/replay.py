@@ -393,6 +393,10 @@ class ScheduleReplay:
             if len(finished):
                 self._on_rank_done(finished)
         self._release(ops, self._done_ptr, self._done_idx)
+        self._check_finished()
+
+    def _check_finished(self) -> None:
+        """Fire ``finished`` once every op is done."""
         if self._done_count == self.schedule.n_ops:
             self.network.release(self._owner)
             self.finished.succeed()
