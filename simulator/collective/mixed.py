@@ -52,8 +52,11 @@ from .replay import ScheduleReplay, route_ops
 #: Intervals overlapping by less than this (relative to the time, at least 1 s) touch,
 #: as in the contention-free pass: the same instant computed by different sums.
 _TOUCH = 1e-12
-#: Give up (return None: the caller simulates every flow) after this many rounds.
-MAX_ROUNDS = 12
+#: Give up (return None: the caller simulates every flow) after this many rounds, or
+#: when more than this share of the ops would be simulated: each round costs a replay of
+#: its simulated ops, and the reference replays all of them once.
+MAX_ROUNDS = 3
+MAX_SIMULATED = 0.3
 
 
 class _MixedReplay(ScheduleReplay):
@@ -250,6 +253,8 @@ def time_mixed(
     for _ in range(max_rounds):
         crossing = np.zeros(n, dtype=bool)
         np.logical_or.at(crossing, inc_op, contended[inc_link])
+        if crossing.sum() > MAX_SIMULATED * n:
+            return None
         replay = _MixedReplay(
             network,
             schedule,
