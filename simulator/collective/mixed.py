@@ -88,6 +88,11 @@ class _MixedReplay(ScheduleReplay):
         #: its identical twins, see :meth:`_twins`).
         self.twin_of = np.arange(schedule.n_ops)
         self._finish_scheduled = False
+        # Simulated ops whose flow is their last event (no reduction flow follows): done
+        # one route latency after they are sent, which is known when they are sent.
+        self._reduces = np.zeros(schedule.n_ops, dtype=bool)
+        if self._reducer is not None:
+            self._reduces = schedule.reduce & (self._reducer[self._local[0]] >= 0)
 
     def start(self) -> simpy.Event:
         """Start (or time) the ops without dependencies now."""
@@ -109,8 +114,82 @@ class _MixedReplay(ScheduleReplay):
             self._time(ready[~simulated])
         self._check_finished()
 
+    def wants_delivery(self, ops: np.ndarray) -> np.ndarray:
+        """The network tells of deliveries only for ops that reduce after them."""
+        return self._reduces[ops]
+
+    def on_sent(self, ops: np.ndarray) -> None:
+        """Network callback (see :meth:`ScheduleReplay.on_sent`); ops with no reduction
+        are done one route latency from now, and their successors released then."""
+        n = self.schedule.n_ops
+        reductions = ops >= n
+        if reductions.any():
+            self._complete(ops[reductions] - n)
+            ops = ops[~reductions]
+            if len(ops) == 0:
+                return
+        now = self.env.now
+        if len(ops) == 1:  # one flow (a drifting ring's hop): scalar bookkeeping
+            self._sent_one(int(ops[0]), now)
+            return
+        self.sent_s[ops] = now
+        ready = [self._release_at(ops, np.full(len(ops), now), self._sent_ptr, self._sent_idx)]
+        plain = ops[~self._reduces[ops]]
+        if len(plain):
+            end = now + self._latency_s[plain]
+            self.end_s[plain] = end
+            self._done_count += len(plain)
+            ready.append(self._release_at(plain, end, self._done_ptr, self._done_idx))
+        ready = np.concatenate(ready)
+        if len(ready) > 1:
+            ready = np.unique(ready)
+        if len(ready):
+            self._dispatch(ready)
+        else:
+            self._check_finished()
+
+    def _sent_one(self, op: int, now: float) -> None:
+        """:meth:`on_sent` for one op, in Python scalars (the same arithmetic)."""
+        self.sent_s[op] = now
+        ready: list[int] = []
+        self._release_one(op, now, self._sent_ptr, self._sent_idx, ready)
+        if not self._reduces[op]:
+            end = now + float(self._latency_s[op])
+            self.end_s[op] = end
+            self._done_count += 1
+            self._release_one(op, end, self._done_ptr, self._done_idx, ready)
+        if ready:
+            self._dispatch(np.array(sorted(set(ready)), dtype=np.int64))
+        else:
+            self._check_finished()
+
+    def _release_one(
+        self, op: int, time: float, ptr: np.ndarray, idx: np.ndarray, ready: list[int]
+    ) -> None:
+        """:meth:`_release_at` for one op, in Python scalars: appends to ``ready`` the
+        successors it makes ready."""
+        first, last = int(ptr[op]), int(ptr[op + 1])
+        if first == last:
+            return
+        ready_at, pending = self._ready_at, self._pending
+        for succ in idx[first:last].tolist():
+            if ready_at[succ] < time:
+                ready_at[succ] = time
+            left = pending[succ] - 1
+            pending[succ] = left
+            if left == 0:
+                ready.append(succ)
+
     def _launch_at(self, ops: np.ndarray) -> None:
         now = self.env.now
+        if len(ops) == 1:
+            at = float(self._ready_at[ops[0]])
+            if at > now:
+                event = self.env.timeout(at - now)
+                event.callbacks.append(lambda _event: self._launch(ops))
+            else:
+                self._launch(ops)
+            return
         at = self._ready_at[ops]
         later = at > now
         if not later.all():
@@ -149,6 +228,26 @@ class _MixedReplay(ScheduleReplay):
         """Time ``ops`` (not simulated, dependencies known) and every op they make ready
         that is not simulated either, level by level; launch the simulated ones."""
         while len(ops):
+            if len(ops) == 1:  # a chain of single ops: scalar arithmetic, no array pass
+                op = int(ops[0])
+                begin = float(self._ready_at[op])
+                sent = begin + float(self._transfer_s[op])
+                end = sent + float(self._latency_s[op]) + float(self._reduce_s[op])
+                self.start_s[op] = begin
+                self.sent_s[op] = sent
+                self.end_s[op] = end
+                self._timed_count += 1
+                found: list[int] = []
+                self._release_one(op, sent, self._sent_ptr, self._sent_idx, found)
+                self._release_one(op, end, self._done_ptr, self._done_idx, found)
+                if not found:
+                    return
+                ready = np.array(sorted(set(found)), dtype=np.int64)
+                simulated = self._simulated[ready]
+                if simulated.any():
+                    self._launch_at(ready[simulated])
+                ops = ready[~simulated]
+                continue
             begin = self._ready_at[ops]
             share = self._twins(ops, begin)
             sent = begin + self._transfer_s[ops] * share

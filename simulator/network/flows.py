@@ -55,7 +55,10 @@ _SMALL = 32
 
 
 class FlowOwner(Protocol):
-    """What a network calls back when flows it was given are sent and delivered."""
+    """What a network calls back when flows it was given are sent and delivered.
+
+    An owner may also define ``wants_delivery(ops) -> bool array``: the ops whose
+    delivery it is told of (default all), when it times the others itself."""
 
     def on_sent(self, ops: np.ndarray) -> None: ...
 
@@ -731,7 +734,13 @@ class FlowNetwork:
                 mine = owners == owner
                 target = self._owners[owner]  # on_sent may finish and release it
                 target.on_sent(ops[mine])
-                self._deliver_later(target.on_delivered, ops[mine], latency[mine])
+                delivered, delay = ops[mine], latency[mine]
+                wanted = getattr(target, "wants_delivery", None)
+                if wanted is not None:  # the owner times some deliveries itself
+                    keep = wanted(delivered)
+                    delivered, delay = delivered[keep], delay[keep]
+                if len(delivered):
+                    self._deliver_later(target.on_delivered, delivered, delay)
         finally:
             self._in_wake = False
         self._settle(done)
