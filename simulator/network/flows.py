@@ -546,9 +546,11 @@ class FlowNetwork:
             # Links the ended flows leave with nobody on them change nobody's rate.
             seeds[1] = gone_links[self._link_flows[gone_links] > 0]
         if len(new):
-            rest = self._rate_alone(new, lengths, new_link)
-            seeds[-1] = new_link[np.repeat(np.isin(new, rest), lengths)] if len(rest) else rest
-            new = rest
+            left = self._rate_alone(new, lengths, new_link)
+            if left is None:  # every new flow is alone: none changes another's rate
+                seeds[-1], new = new_link[:0], new[:0]
+            elif not left.all():
+                seeds[-1], new = new_link[np.repeat(left, lengths)], new[left]
         seeds = [links for links in seeds if len(links)]
         if seeds:
             affected = self._component(np.concatenate(seeds))
@@ -559,20 +561,24 @@ class FlowNetwork:
             self._recompute(new, now)
         self._schedule_wake()
 
-    def _rate_alone(self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray) -> np.ndarray:
+    def _rate_alone(
+        self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
+    ) -> np.ndarray | None:
         """Rate the new flows that are alone on every link of their route (the common
         case in a chain of steps) without a component search or max-min: such a flow runs
         at its slowest link (with link classes, that link's capacity over the flow's load
-        on it) and changes no other flow's rate. Returns the others."""
+        on it) and changes no other flow's rate. Returns which of ``new`` are not (None:
+        none)."""
         alone_entry = self._link_flows[new_link] == 1
         crossing = lengths > 0
         alone = np.ones(len(new), dtype=bool)
         firsts = np.cumsum(lengths) - lengths
         if crossing.any():
             alone[crossing] = np.minimum.reduceat(alone_entry, firsts[crossing])
-        picked = np.flatnonzero(alone & crossing)
+        rated = alone & crossing
+        picked = np.flatnonzero(rated)
         if len(picked) == 0:
-            return new
+            return np.ones(len(new), dtype=bool)
         now = self.env.now
         share = self.capacity[new_link]
         if self._inc_coef is not None:
@@ -587,7 +593,7 @@ class FlowNetwork:
         with np.errstate(divide="ignore", invalid="ignore"):
             self._f_finish[flows] = now + np.where(left > 0, left / rate, 0.0)
         self.stats.recomputed_flows += len(flows)
-        return new[~(alone & crossing)]
+        return None if rated.all() else ~rated
 
     def _count_link_flows(self, links: np.ndarray, sign: int, now: float) -> None:
         """Update per-link active-flow counts and busy time."""
