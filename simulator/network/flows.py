@@ -506,9 +506,7 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
 
         if len(finished):
-            dead = np.zeros(self._cap, dtype=bool)
-            dead[finished] = True
-            gone = dead[self._inc_flow]
+            gone = self._entries_of(finished)
             gone_links = self._inc_link[gone]
             seeds.append(gone_links)
             self._inc_flow = self._inc_flow[~gone]
@@ -560,6 +558,14 @@ class FlowNetwork:
         elif len(new):
             self._recompute(new, now)
         self._schedule_wake()
+
+    def _entries_of(self, slots: np.ndarray) -> np.ndarray:
+        """Mask of the incidence entries of the flows in ``slots``."""
+        if len(slots) == 1:  # one flow ends (a drifting ring's hop): one comparison
+            return self._inc_flow == slots[0]
+        dead = np.zeros(self._cap, dtype=bool)
+        dead[slots] = True
+        return dead[self._inc_flow]
 
     def _rate_alone(
         self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
@@ -723,9 +729,7 @@ class FlowNetwork:
         finish = self._f_finish[: self._top]
         done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
         # Record bytes per link before the incidence forgets these flows.
-        dead = np.zeros(self._cap, dtype=bool)
-        dead[done] = True
-        on = dead[self._inc_flow]
+        on = self._entries_of(done)
         carried = self._f_bytes[self._inc_flow[on]]
         if self._inc_coef is not None:
             carried = carried * self._inc_coef[on]
@@ -736,7 +740,7 @@ class FlowNetwork:
         latency = self.route_latency(routes)
         self._in_wake = True
         try:
-            for owner in np.unique(owners).tolist():
+            for owner in [int(owners[0])] if len(done) == 1 else np.unique(owners).tolist():
                 mine = owners == owner
                 target = self._owners[owner]  # on_sent may finish and release it
                 target.on_sent(ops[mine])
