@@ -134,3 +134,16 @@ def test_previous_max_is_the_running_maximum_within_each_segment():
     values = np.array([5.0, 1.0, 7.0, 2.0, 3.0, 1.0])
     expected = [-np.inf, 5.0, 5.0, 7.0, -np.inf, 3.0]
     assert _previous_max(segment, values).tolist() == expected
+
+
+def test_too_many_simulated_ops_fall_back_to_the_event_replay(monkeypatch):
+    """When the flows that meet are most of the schedule, the rounds would cost more
+    than the reference: the run replays every flow instead (same result, no timing)."""
+    import simulator.collective.mixed as mixed
+
+    monkeypatch.setattr(mixed, "MAX_SIMULATED", 0.0)
+    monkeypatch.setattr(mixed, "FEW_SIMULATED", 0)
+    graph = load_topology("dgx-h100", 8, fabric="fat-tree")
+    fast, exact = both(graph, "hierarchical", size=16 * 2**20)
+    assert "timing" not in fast.params
+    assert_same(fast, exact)

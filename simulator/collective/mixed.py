@@ -57,6 +57,8 @@ _TOUCH = 1e-12
 #: its simulated ops, and the reference replays all of them once.
 MAX_ROUNDS = 3
 MAX_SIMULATED = 0.3
+#: ... except up to this many simulated ops, whose rounds cost little.
+FEW_SIMULATED = 10_000
 
 
 class _MixedReplay(ScheduleReplay):
@@ -115,8 +117,12 @@ class _MixedReplay(ScheduleReplay):
         self._check_finished()
 
     def wants_delivery(self, ops: np.ndarray) -> np.ndarray:
-        """The network tells of deliveries only for ops that reduce after them."""
-        return self._reduces[ops]
+        """The network tells of deliveries only for ops that reduce after them (not of
+        reduction flows', ids ``op + n_ops``, whose delivery means nothing)."""
+        wanted = np.zeros(len(ops), dtype=bool)
+        transfers = ops < self.schedule.n_ops
+        wanted[transfers] = self._reduces[ops[transfers]]
+        return wanted
 
     def on_sent(self, ops: np.ndarray) -> None:
         """Network callback (see :meth:`ScheduleReplay.on_sent`); ops with no reduction
@@ -352,7 +358,7 @@ def time_mixed(
     for _ in range(max_rounds):
         crossing = np.zeros(n, dtype=bool)
         np.logical_or.at(crossing, inc_op, contended[inc_link])
-        if crossing.sum() > MAX_SIMULATED * n:
+        if crossing.sum() > max(MAX_SIMULATED * n, FEW_SIMULATED):
             return None
         replay = _MixedReplay(
             network,
