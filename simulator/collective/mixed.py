@@ -344,13 +344,14 @@ def time_mixed(
     op_len = lengths[routes] + (reducer >= 0)
     op_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(op_len, out=op_ptr[1:])
-    inc_link = np.empty(int(op_ptr[-1]), dtype=np.int64)
+    # int32: millions of entries, and memory is the limit at scale.
+    inc_link = np.empty(int(op_ptr[-1]), dtype=np.int32)
     on_route = np.ones(len(inc_link), dtype=bool)
     has_red = np.flatnonzero(reducer >= 0)
     on_route[op_ptr[has_red + 1] - 1] = False
     inc_link[on_route] = csr_gather(ptr, route_links, routes)
     inc_link[~on_route] = reducer[has_red]
-    inc_op = np.repeat(np.arange(n), op_len)
+    inc_op = np.repeat(np.arange(n, dtype=np.int32), op_len)
 
     n_links = len(capacity)
     contended = np.zeros(n_links, dtype=bool)
