@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from ..algorithms.schedule import Schedule, csr_gather
+from ..algorithms.schedule import Schedule, csr_gather, successors
 from ..network.flows import FlowNetwork, run_env
 from .contention_free import Timeline, op_reducers
 from .replay import ScheduleReplay, route_ops
@@ -76,8 +76,11 @@ class _MixedReplay(ScheduleReplay):
         transfer_s: np.ndarray,
         latency_s: np.ndarray,
         reduce_s: np.ndarray,
+        successor_lists: tuple,
     ):
-        super().__init__(network, schedule, reduce_bandwidth=reduce_bandwidth)
+        super().__init__(
+            network, schedule, reduce_bandwidth=reduce_bandwidth, successor_lists=successor_lists
+        )
         self._all_routes = routes
         self._simulated = simulated
         self._transfer_s = transfer_s
@@ -353,6 +356,7 @@ def time_mixed(
     inc_link[~on_route] = reducer[has_red]
     inc_op = np.repeat(np.arange(n, dtype=np.int32), op_len)
 
+    lists = successors(schedule)  # the same every round
     n_links = len(capacity)
     contended = np.zeros(n_links, dtype=bool)
     env = network.env
@@ -370,6 +374,7 @@ def time_mixed(
             transfer_s=transfer_s,
             latency_s=latency_s,
             reduce_s=reduce_s,
+            successor_lists=lists,
         )
         finished = replay.start()
         try:
