@@ -46,6 +46,7 @@ import simpy
 
 from ..algorithms.schedule import Schedule, csr_gather, successors
 from ..network.flows import FlowNetwork, run_env
+from ..network.lean import LeanFlowNetwork
 from .contention_free import Timeline, op_reducers
 from .replay import ScheduleReplay, route_ops
 
@@ -365,8 +366,10 @@ def time_mixed(
         np.logical_or.at(crossing, inc_op, contended[inc_link])
         if crossing.sum() > max(MAX_SIMULATED * n, FEW_SIMULATED):
             return None
+        # Few simulated flows meet at a time: the network's model in Python scalars.
+        lean = LeanFlowNetwork(network)
         replay = _MixedReplay(
-            network,
+            lean,
             schedule,
             reduce_bandwidth=reduce_bandwidth,
             simulated=crossing,
@@ -381,7 +384,7 @@ def time_mixed(
             run_env(env, finished)
         except RuntimeError:
             return None  # a deadlock: the full replay reports it
-        network.close_link_records()
+        lean.close_link_records()
         # Each op's intervals on its links: [start, sent) on its route, [delivered,
         # done) on its reducer.
         lo = np.where(on_route, replay.start_s[inc_op], 0.0)
