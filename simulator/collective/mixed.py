@@ -169,7 +169,7 @@ class _MixedReplay(ScheduleReplay):
             self._done_count += 1
             self._release_one(op, end, self._done_ptr, self._done_idx, ready)
         if ready:
-            self._dispatch(np.array(sorted(set(ready)), dtype=np.int64))
+            self._dispatch_few(sorted(set(ready)))
         else:
             self._check_finished()
 
@@ -239,25 +239,8 @@ class _MixedReplay(ScheduleReplay):
         that is not simulated either, level by level; launch the simulated ones."""
         while len(ops):
             if len(ops) == 1:  # a chain of single ops: scalar arithmetic, no array pass
-                op = int(ops[0])
-                begin = float(self._ready_at[op])
-                sent = begin + float(self._transfer_s[op])
-                end = sent + float(self._latency_s[op]) + float(self._reduce_s[op])
-                self.start_s[op] = begin
-                self.sent_s[op] = sent
-                self.end_s[op] = end
-                self._timed_count += 1
-                found: list[int] = []
-                self._release_one(op, sent, self._sent_ptr, self._sent_idx, found)
-                self._release_one(op, end, self._done_ptr, self._done_idx, found)
-                if not found:
-                    return
-                ready = np.array(sorted(set(found)), dtype=np.int64)
-                simulated = self._simulated[ready]
-                if simulated.any():
-                    self._launch_at(ready[simulated])
-                ops = ready[~simulated]
-                continue
+                self._time_chain(int(ops[0]))
+                return
             begin = self._ready_at[ops]
             share = self._twins(ops, begin)
             sent = begin + self._transfer_s[ops] * share
@@ -278,6 +261,57 @@ class _MixedReplay(ScheduleReplay):
             if simulated.any():
                 self._launch_at(ready[simulated])
             ops = ready[~simulated]
+
+    def _dispatch_few(self, ready: list[int]) -> None:
+        """:meth:`_dispatch` for a few ops given as a sorted list, in Python scalars."""
+        timed = []
+        for op in ready:
+            if self._simulated[op]:
+                self._launch_one(op)
+            else:
+                timed.append(op)
+        if len(timed) == 1:
+            self._time_chain(timed[0])
+        elif timed:
+            self._time(np.array(timed, dtype=np.int64))
+        self._check_finished()
+
+    def _launch_one(self, op: int) -> None:
+        """:meth:`_launch_at` for one op."""
+        now = self.env.now
+        at = float(self._ready_at[op])
+        ops = np.array([op], dtype=np.int64)
+        if at > now:
+            self.env.timeout(at - now).callbacks.append(lambda _event: self._launch(ops))
+        else:
+            self._launch(ops)
+
+    def _time_chain(self, op: int) -> None:
+        """:meth:`_time` for one op and, while each makes exactly one more timed op
+        ready, the chain that follows it (a ring's hops), in Python scalars (the same
+        arithmetic as the array pass)."""
+        while True:
+            begin = float(self._ready_at[op])
+            sent = begin + float(self._transfer_s[op])
+            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op])
+            self.start_s[op] = begin
+            self.sent_s[op] = sent
+            self.end_s[op] = end
+            self._timed_count += 1
+            found: list[int] = []
+            self._release_one(op, sent, self._sent_ptr, self._sent_idx, found)
+            self._release_one(op, end, self._done_ptr, self._done_idx, found)
+            timed = []
+            for succ in sorted(set(found)):
+                if self._simulated[succ]:
+                    self._launch_one(succ)
+                else:
+                    timed.append(succ)
+            if len(timed) != 1:
+                if timed:
+                    self._time(np.array(timed, dtype=np.int64))
+                return
+            op = timed[0]
 
     def _twins(self, ops: np.ndarray, begin: np.ndarray) -> np.ndarray:
         """How many identical flows (same route, start, bytes and reduction) each of
