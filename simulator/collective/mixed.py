@@ -214,10 +214,18 @@ class _MixedReplay(ScheduleReplay):
             self._dispatch(ready)
 
     def _release_at(
-        self, ops: np.ndarray, times: np.ndarray, ptr: np.ndarray, idx: np.ndarray
+        self,
+        ops: np.ndarray,
+        times: np.ndarray,
+        ptr: np.ndarray,
+        idx: np.ndarray,
+        *,
+        unique: bool = True,
     ) -> np.ndarray:
         """Satisfy, at ``times``, the dependencies on ``ops`` (``ptr``, ``idx``: the
-        successors waiting for them to be sent, or done); returns the ops made ready."""
+        successors waiting for them to be sent, or done); returns the ops made ready
+        (sorted, each once; with ``unique=False`` possibly repeated, for a caller that
+        merges several)."""
         succ = csr_gather(ptr, idx, ops)
         if len(succ) == 0:
             return succ
@@ -230,7 +238,7 @@ class _MixedReplay(ScheduleReplay):
             np.maximum.at(self._ready_at, succ, at)
             np.subtract.at(self._pending, succ, 1)
             ready = succ[self._pending[succ] == 0]
-            if len(ready) > 1:
+            if unique and len(ready) > 1:
                 ready = np.unique(ready)
         return ready
 
@@ -251,8 +259,8 @@ class _MixedReplay(ScheduleReplay):
             self._timed_count += len(ops)
             ready = np.concatenate(
                 [
-                    self._release_at(ops, sent, self._sent_ptr, self._sent_idx),
-                    self._release_at(ops, end, self._done_ptr, self._done_idx),
+                    self._release_at(ops, sent, self._sent_ptr, self._sent_idx, unique=False),
+                    self._release_at(ops, end, self._done_ptr, self._done_idx, unique=False),
                 ]
             )
             if len(ready) > 1:

@@ -11,8 +11,10 @@ the flows connected to the links it changed by a walk over those sets, and max-m
 fairness (progressive filling, the same levels and ties as
 :func:`~simulator.network.maxmin.max_min_rates`) is computed on that group alone.
 
-The semantics are the FlowNetwork's, event for event: flows added at one instant are
-rated together after everything queued for that instant (one SimPy timeout); a flow
+The semantics are the FlowNetwork's: flows are rated when they start (the FlowNetwork
+rates those added at one instant together, after everything queued for it; here each
+call's are rated at once, and a later call at the same instant re-rates what it meets,
+to the same max-min rates); a flow
 alone on every link of its route runs at its slowest link without a max-min; flows
 ending within a relative 1e-12 of the earliest end end with it; per-link bytes, busy
 time (while at least one flow is on the link) and last idle instant are kept as the
@@ -57,7 +59,6 @@ class LeanFlowNetwork:
         self._on_link: dict[int, set[int]] = {}
         self._pending: list[int] = []
         self._heap: list[tuple[float, int, int]] = []
-        self._settle_scheduled = False
         self._in_wake = False
         self._generation = 0
         # Records: bytes, busy seconds, since when busy, last idle instant, per link.
@@ -117,9 +118,11 @@ class LeanFlowNetwork:
             self._pending.append(fid)
         self.stats.flows += len(ops)
         self.stats.represented_flows += len(ops)
-        if not self._settle_scheduled and not self._in_wake:
-            self._settle_scheduled = True
-            self.env.timeout(0).callbacks.append(self._settle_event)
+        if not self._in_wake:
+            # Rated at once, not after the rest of this instant's callbacks as the
+            # FlowNetwork does (one event fewer per start): flows another callback adds
+            # at the same instant re-rate what they meet then, to the same max-min rates.
+            self._settle([])
 
     def close_link_records(self) -> None:
         """Close busy intervals of links still carrying flows and add this network's
@@ -145,10 +148,6 @@ class LeanFlowNetwork:
         if link >= len(self._capacity):  # reducer links appended since
             self._capacity = self.network.capacity.tolist()
         return self._capacity[link]
-
-    def _settle_event(self, _event) -> None:
-        self._settle_scheduled = False
-        self._settle([])
 
     def _settle(self, finished: list[int]) -> None:
         """Take in pending flows, drop ``finished`` ones, re-rate what they touch."""
