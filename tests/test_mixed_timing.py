@@ -147,3 +147,35 @@ def test_too_many_simulated_ops_fall_back_to_the_event_replay(monkeypatch):
     fast, exact = both(graph, "hierarchical", size=16 * 2**20)
     assert "timing" not in fast.params
     assert_same(fast, exact)
+
+
+def test_two_flows_sharing_a_link_by_hand():
+    """On a 1 GB/s link each way (1 us per hop): op0 sends 2,000 B 0 -> 1; op1 sends
+    500 B 1 -> 0 (sent at 0.5 us, done at 1.5 us); op2 (1,000 B 0 -> 1) waits for op1.
+    By hand: op0 has sent 1,500 B when op2 joins at 1.5 us; both then run at 0.5 GB/s,
+    so op0's last 500 B are sent at 2.5 us (done 3.5 us) and op2, with 500 B left, runs
+    alone: sent at 3.0 us, done at 4.0 us. Round one times op0 and op2 alone and finds
+    them overlapping; round two simulates them (the Python max-min model,
+    simulator.network.lean) and times op1."""
+    schedule = Schedule(
+        op="all_gather",
+        algorithm="hand",
+        ranks=2,
+        size_bytes=3500.0,
+        src=[0, 1, 0],
+        dst=[1, 0, 1],
+        nbytes=[2000, 500, 1000],
+        segment=[0, 1, 2],
+        reduce=[False] * 3,
+        dep_ptr=[0, 0, 0, 1],
+        dep_idx=[1],
+        dep_sent=[False],
+        segment_owner=[0, 1, 0],
+    )
+    result = run_schedule(ring_graph(2, 1e9, 1e-6), schedule, symmetry="off")
+    assert result.params.get("timing") == "mixed"
+    assert result.flows["sent_s"] == pytest.approx([2.5e-6, 0.5e-6, 3.0e-6], rel=1e-12)
+    assert result.flows["end_s"] == pytest.approx([3.5e-6, 1.5e-6, 4.0e-6], rel=1e-12)
+    assert result.stats.recomputes >= 1
+    assert sorted(result.links["bytes"]) == pytest.approx([500.0, 3000.0])
+    assert sorted(result.links["busy_s"]) == pytest.approx([0.5e-6, 3e-6], rel=1e-12)
