@@ -74,6 +74,7 @@ def time_contention_free(
     network: FlowNetwork,
     schedule: Schedule,
     reduce_bandwidth: np.ndarray,
+    routes: np.ndarray | None = None,
 ) -> Timeline | None:
     """Time ``schedule`` on ``network`` as a longest-path pass when no two of its flows
     ever share a link (see the module docstring); None when they would, or when the
@@ -81,12 +82,15 @@ def time_contention_free(
 
     On success the network's per-link records (bytes, busy time, when idle) hold what
     replaying every flow would have left there, and its stats count the flows.
+    ``routes``: each op's route (:func:`~simulator.collective.replay.route_ops`), when
+    the caller already has them.
     """
     n = schedule.n_ops
     if n == 0:
         return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
     router = network.router
-    routes = route_ops(router, schedule, np.arange(n))
+    if routes is None:  # each op's route (the caller may have them)
+        routes = route_ops(router, schedule, np.arange(n))
     ptr, route_links, route_latency = router.arrays()
     capacity = network.capacity
     # Each route's bottleneck: the minimum capacity over its links (inf for none).

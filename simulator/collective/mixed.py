@@ -359,6 +359,7 @@ def time_mixed(
     schedule: Schedule,
     reduce_bandwidth: np.ndarray,
     *,
+    routes: np.ndarray | None = None,
     max_rounds: int = MAX_ROUNDS,
 ) -> Timeline | None:
     """Time ``schedule`` on ``network`` simulating, event by event, only the flows that
@@ -367,13 +368,15 @@ def time_mixed(
     which reports the deadlock).
 
     ``network`` must be fresh (no flow added yet); on success its records (bytes, busy
-    time, when idle per link) and stats are those of replaying every flow.
+    time, when idle per link) and stats are those of replaying every flow. ``routes``:
+    each op's route, when the caller already has them.
     """
     n = schedule.n_ops
     if n == 0:
         return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
     router = network.router
-    routes = route_ops(router, schedule, np.arange(n))
+    if routes is None:  # each op's route (the caller may have them)
+        routes = route_ops(router, schedule, np.arange(n))
     reducer, reduce_s = op_reducers(network, schedule, reduce_bandwidth)
     ptr, route_links, route_latency = router.arrays()
     capacity = network.capacity

@@ -27,7 +27,7 @@ from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
 from .contention_free import time_contention_free
 from .mixed import time_mixed
-from .replay import ScheduleReplay, reduce_bandwidths
+from .replay import ScheduleReplay, reduce_bandwidths, route_ops
 from .symmetry import (
     LinkSymmetry,
     Quotient,
@@ -220,10 +220,11 @@ def run_schedule(
         found = find_symmetry(network, schedule, reduce_bw, refused) if symmetry == "auto" else None
     if found is None and proto is None and not (events or timed) and len(reduce_bw) == p:
         timing = "contention-free"
-        timeline = time_contention_free(network, schedule, reduce_bw)
+        routes = route_ops(network.router, schedule, np.arange(schedule.n_ops))
+        timeline = time_contention_free(network, schedule, reduce_bw, routes)
         if timeline is None:
             timing = "mixed"
-            timeline = time_mixed(network, schedule, reduce_bw)
+            timeline = time_mixed(network, schedule, reduce_bw, routes=routes)
         if timeline is not None:
             if progress is not None:
                 progress(timeline.time_s)
