@@ -183,7 +183,7 @@ class LeanFlowNetwork:
                 rate = min(self._capacity_of(link) for link in links)
                 left = flow[4]
                 flow[5], flow[6] = rate, now
-                flow[7] = now + left / rate if left > 0 else now
+                flow[7] = _finish(now, left, rate)
                 self.stats.recomputed_flows += 1
                 self._push(fid, flow)
             else:
@@ -258,7 +258,7 @@ class LeanFlowNetwork:
         for fid in group:
             flow = flows[fid]
             left = flow[4]
-            flow[7] = now + left / flow[5] if left > 0 else now
+            flow[7] = _finish(now, left, flow[5])
             self._push(fid, flow)
 
     def _push(self, fid: int, flow: list) -> None:
@@ -326,3 +326,11 @@ class LeanFlowNetwork:
     ) -> None:
         """Call ``callback(ops)`` after each op's delay, as the FlowNetwork does."""
         FlowNetwork._deliver_later(self, callback, ops, delay)  # type: ignore[arg-type]
+
+
+def _finish(now: float, left: float, rate: float) -> float:
+    """When a flow with ``left`` bytes at ``rate`` is through (never at rate 0), as the
+    FlowNetwork computes it."""
+    if left <= 0:
+        return now
+    return now + left / rate if rate > 0 else np.inf
