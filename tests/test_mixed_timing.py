@@ -4,39 +4,13 @@ every flow (issue 35's acceptance: op times, per-link bytes and busy time to 1e-
 
 import numpy as np
 import pytest
+from test_contention_free import SERVER, assert_same, both
 
-from simulator.algorithms import build_schedule
 from simulator.algorithms.schedule import Schedule
 from simulator.collective.mixed import _overlaps, _previous_max
-from simulator.collective.run import rank_layout, run_schedule
+from simulator.collective.run import run_schedule
 from simulator.network.faults import apply_faults
 from simulator.topology import cluster_graph, load_topology, ring_graph
-
-SERVER = {
-    "gpus": 4,
-    "intra": {"kind": "nvswitch", "link": "nvlink", "bandwidth": "300GB/s", "latency": "0.5us"},
-    "nic": {"gpus_per_nic": 1, "bandwidth": "25GB/s", "link": "rdma"},
-}
-
-
-def both(graph, algorithm, op="all_reduce", size=16 * 2**20, **options):
-    """The default run (symmetry off) and the event replay of every flow."""
-    schedule = build_schedule(algorithm, op, rank_layout(graph), size, **options)
-    fast = run_schedule(graph, schedule, symmetry="off")
-    exact = run_schedule(graph, schedule, symmetry="off", events=True)
-    return fast, exact
-
-
-def assert_same(fast, exact):
-    """Times of every op, per-link bytes and busy time equal to 1e-9 (relative)."""
-    scale = exact.time_s
-    assert fast.time_s == pytest.approx(exact.time_s, rel=1e-9)
-    for key in ("start_s", "sent_s", "end_s"):
-        assert np.max(np.abs(fast.flows[key] - exact.flows[key])) <= 1e-9 * scale
-    assert fast.links["bytes"] == pytest.approx(exact.links["bytes"], rel=1e-9)
-    busy = np.abs(np.array(fast.links["busy_s"]) - np.array(exact.links["busy_s"]))
-    assert busy.max() <= 1e-9 * scale
-    assert fast.stats.flows == exact.stats.flows
 
 
 def test_hierarchical_on_a_fat_tree_with_ecmp_equals_the_event_replay():

@@ -93,12 +93,7 @@ def time_contention_free(
         routes = route_ops(router, schedule, np.arange(n))
     ptr, route_links, route_latency = router.arrays()
     capacity = network.capacity
-    # Each route's bottleneck: the minimum capacity over its links (inf for none).
     lengths = np.diff(ptr)
-    bottleneck = np.full(len(lengths), np.inf)
-    has = lengths > 0
-    if has.any():
-        bottleneck[has] = np.minimum.reduceat(capacity[route_links], ptr[:-1][has])
     wire = schedule.nbytes
     latency = route_latency[routes]
 
@@ -161,6 +156,17 @@ def time_contention_free(
     network.stats.flows += flows
     network.stats.represented_flows += flows
     return Timeline(start, sent, done, flows)
+
+
+def route_bottlenecks(ptr: np.ndarray, route_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Each route's bottleneck: the least capacity over its links (inf for none); routes
+    as the router's CSR arrays (``route_links[ptr[r]:ptr[r + 1]]``)."""
+    lengths = np.diff(ptr)
+    bottleneck = np.full(len(lengths), np.inf)
+    has = lengths > 0
+    if has.any():
+        bottleneck[has] = np.minimum.reduceat(capacity[route_links], ptr[:-1][has])
+    return bottleneck
 
 
 def op_reducers(

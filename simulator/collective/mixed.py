@@ -47,7 +47,7 @@ import simpy
 from ..algorithms.schedule import Schedule, csr_gather, successors
 from ..network.flows import FlowNetwork, run_env
 from ..network.lean import LeanFlowNetwork
-from .contention_free import Timeline, op_reducers
+from .contention_free import Timeline, op_reducers, route_bottlenecks
 from .replay import ScheduleReplay, route_ops
 
 #: Intervals overlapping by less than this (relative to the time, at least 1 s) touch,
@@ -381,10 +381,7 @@ def time_mixed(
     ptr, route_links, route_latency = router.arrays()
     capacity = network.capacity
     lengths = np.diff(ptr)
-    bottleneck = np.full(len(lengths), np.inf)
-    has = lengths > 0
-    if has.any():
-        bottleneck[has] = np.minimum.reduceat(capacity[route_links], ptr[:-1][has])
+    bottleneck = route_bottlenecks(ptr, route_links, capacity)
     wire = schedule.nbytes
     with np.errstate(divide="ignore", invalid="ignore"):
         transfer_s = np.where(wire > 0, wire / bottleneck[routes], 0.0)
