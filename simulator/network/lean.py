@@ -26,6 +26,7 @@ records are those of the FlowNetwork it wraps.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -61,6 +62,8 @@ class LeanFlowNetwork:
         self._heap: list[tuple[float, int, int]] = []
         self._in_wake = False
         self._generation = 0
+        # When the live wake-up (of generation ``_generation``) fires; None: none.
+        self._wake_at: float | None = None
         # Records: bytes, busy seconds, since when busy, last idle instant, per link.
         self._bytes: dict[int, float] = {}
         self._busy: dict[int, float] = {}
@@ -233,13 +236,13 @@ class LeanFlowNetwork:
         rising = set(group)
         on_link = self._on_link
         while rising:
-            level = np.inf
+            level = math.inf
             for link, n in count.items():
                 if n:
                     share = max(remaining[link], 0.0) / n
                     if share < level:
                         level = share
-            if not np.isfinite(level):
+            if not math.isfinite(level):
                 break
             limit = level * (1 + _TIE)
             frozen = [
@@ -266,7 +269,6 @@ class LeanFlowNetwork:
         heapq.heappush(self._heap, (flow[7], fid, flow[8]))
 
     def _schedule_wake(self) -> None:
-        self._generation += 1
         heap, flows = self._heap, self._flows
         while heap:
             _, fid, version = heap[0]
@@ -274,10 +276,12 @@ class LeanFlowNetwork:
             if flow is not None and flow[8] == version:
                 break
             heapq.heappop(heap)  # stale: re-rated or ended since
-        if not heap:
-            return
-        target = heap[0][0]
-        if not np.isfinite(target):
+        target = heap[0][0] if heap else math.inf
+        if target == self._wake_at:
+            return  # the wake-up already scheduled is for this instant: keep it
+        self._generation += 1  # any other scheduled wake-up is stale
+        self._wake_at = target
+        if not math.isfinite(target):
             return
         generation = self._generation
         wake = self.env.timeout(max(target - self.env.now, 0.0))
@@ -287,6 +291,7 @@ class LeanFlowNetwork:
     def _wake(self, generation: int, target: float) -> None:
         if generation != self._generation:
             return
+        self._wake_at = None  # this wake-up is being used
         limit = target + _SAME_TIME * abs(target)
         heap, flows = self._heap, self._flows
         done: list[int] = []
