@@ -2,7 +2,9 @@
 configuration, compare algorithms.
 
 Modules, bottom up: :mod:`~.replay` (a schedule's ops as SimPy processes on the flow
-network), :mod:`~.symmetry` (symmetric ranks simulated once), :mod:`~.run`
+network), :mod:`~.symmetry` (symmetric ranks simulated once),
+:mod:`~.contention_free` and :mod:`~.mixed` (flows alone on their links timed without
+events; only those that meet simulated), :mod:`~.run`
 (:func:`run_schedule`, :func:`build_and_run` and :class:`CollectiveResult`),
 :mod:`~.tuner` (:class:`AutoTuner`, the best-found search), :mod:`~.simulate`
 (:func:`simulate_collective`) and :mod:`~.compare` (algorithms side by side, as rows).

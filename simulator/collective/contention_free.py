@@ -74,6 +74,7 @@ def time_contention_free(
     network: FlowNetwork,
     schedule: Schedule,
     reduce_bandwidth: np.ndarray,
+    routes: np.ndarray | None = None,
 ) -> Timeline | None:
     """Time ``schedule`` on ``network`` as a longest-path pass when no two of its flows
     ever share a link (see the module docstring); None when they would, or when the
@@ -81,40 +82,24 @@ def time_contention_free(
 
     On success the network's per-link records (bytes, busy time, when idle) hold what
     replaying every flow would have left there, and its stats count the flows.
+    ``routes``: each op's route (:func:`~simulator.collective.replay.route_ops`), when
+    the caller already has them.
     """
     n = schedule.n_ops
     if n == 0:
         return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
     router = network.router
-    routes = route_ops(router, schedule, np.arange(n))
+    if routes is None:  # each op's route (the caller may have them)
+        routes = route_ops(router, schedule, np.arange(n))
     ptr, route_links, route_latency = router.arrays()
     capacity = network.capacity
-    # Each route's bottleneck: the minimum capacity over its links (inf for none).
     lengths = np.diff(ptr)
-    bottleneck = np.full(len(lengths), np.inf)
-    has = lengths > 0
-    if has.any():
-        bottleneck[has] = np.minimum.reduceat(capacity[route_links], ptr[:-1][has])
     wire = schedule.nbytes
     latency = route_latency[routes]
 
-    # Reductions: on the receiver's reducer link, where its GPU has a finite bandwidth.
-    reducer = np.full(n, -1, dtype=np.int64)
-    reduce_time = np.zeros(n)
-    if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
-        by_rank = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
-        for rank in np.unique(schedule.dst[schedule.reduce]).tolist():
-            if np.isfinite(reduce_bandwidth[rank]):
-                by_rank[rank] = network.reducer_route(rank, reduce_bandwidth[rank])
-        ptr, route_links, route_latency = router.arrays()  # with the reducers' routes
-        reducer = np.where(schedule.reduce, by_rank[schedule.dst], -1)
-        reducer[reducer >= 0] = route_links[ptr[reducer[reducer >= 0]]]  # route -> link
-        reducing = reducer >= 0
-        bandwidth = reduce_bandwidth[schedule.dst[reducing]]
-        reduce_time[reducing] = np.where(
-            wire[reducing] > 0, schedule.nbytes[reducing] / bandwidth, 0.0
-        )
-        capacity = network.capacity  # reducer links were appended
+    reducer, _ = op_reducers(network, schedule, reduce_bandwidth)
+    ptr, route_links, route_latency = router.arrays()  # with the reducers' routes
+    capacity = network.capacity  # reducer links were appended
 
     n_links = len(capacity)
     books = _Books(
@@ -171,6 +156,42 @@ def time_contention_free(
     network.stats.flows += flows
     network.stats.represented_flows += flows
     return Timeline(start, sent, done, flows)
+
+
+def route_bottlenecks(ptr: np.ndarray, route_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Each route's bottleneck: the least capacity over its links (inf for none); routes
+    as the router's CSR arrays (``route_links[ptr[r]:ptr[r + 1]]``)."""
+    lengths = np.diff(ptr)
+    bottleneck = np.full(len(lengths), np.inf)
+    has = lengths > 0
+    if has.any():
+        bottleneck[has] = np.minimum.reduceat(capacity[route_links], ptr[:-1][has])
+    return bottleneck
+
+
+def op_reducers(
+    network: FlowNetwork, schedule: Schedule, reduce_bandwidth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's reducer link (-1: none) and its reduction's time alone on it: reducing
+    ops reduce on the receiver's reducer link where its GPU has a finite bandwidth (the
+    network's reducer routes, created here as the replay creates them)."""
+    n = schedule.n_ops
+    reducer = np.full(n, -1, dtype=np.int64)
+    reduce_time = np.zeros(n)
+    if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
+        by_rank = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
+        for rank in np.unique(schedule.dst[schedule.reduce]).tolist():
+            if np.isfinite(reduce_bandwidth[rank]):
+                by_rank[rank] = network.reducer_route(rank, reduce_bandwidth[rank])
+        ptr, route_links, _ = network.router.arrays()
+        reducer = np.where(schedule.reduce, by_rank[schedule.dst], -1)
+        reducer[reducer >= 0] = route_links[ptr[reducer[reducer >= 0]]]  # route -> link
+        reducing = reducer >= 0
+        bandwidth = reduce_bandwidth[schedule.dst[reducing]]
+        reduce_time[reducing] = np.where(
+            schedule.nbytes[reducing] > 0, schedule.nbytes[reducing] / bandwidth, 0.0
+        )
+    return reducer, reduce_time
 
 
 @dataclass

@@ -61,7 +61,9 @@ class ScheduleReplay:
     ranks only (a rank is done with the transfers it sends and those its images
     receive, which finish together). ``copies`` is how many GPUs each reducer stands
     for (default ``ranks / period``; a workload simulating one of several identical
-    replicas gives their count).
+    replicas gives their count). ``successor_lists``: the schedule's
+    :func:`~simulator.algorithms.schedule.successors`, when the caller already has them
+    (several replays of one schedule).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class ScheduleReplay:
         weight: np.ndarray | None = None,
         period: int | None = None,
         copies: int | None = None,
+        successor_lists: tuple | None = None,
     ):
         self.env: simpy.Environment = network.env
         self.network = network
@@ -140,7 +143,10 @@ class ScheduleReplay:
         self._all_routes: np.ndarray | None = None
         self._latencies: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._pending = np.diff(schedule.dep_ptr).astype(np.int32)
-        (self._done_ptr, self._done_idx), (self._sent_ptr, self._sent_idx) = successors(schedule)
+        # The schedule's successor lists (see successors), unless the caller has them.
+        (self._done_ptr, self._done_idx), (self._sent_ptr, self._sent_idx) = (
+            successor_lists or successors(schedule)
+        )
         self.start_s = np.full(n, np.nan)
         self.sent_s = np.full(n, np.nan)
         self.end_s = np.full(n, np.nan)
@@ -393,6 +399,10 @@ class ScheduleReplay:
             if len(finished):
                 self._on_rank_done(finished)
         self._release(ops, self._done_ptr, self._done_idx)
+        self._check_finished()
+
+    def _check_finished(self) -> None:
+        """Fire ``finished`` once every op is done."""
         if self._done_count == self.schedule.n_ops:
             self.network.release(self._owner)
             self.finished.succeed()

@@ -26,7 +26,8 @@ from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
 from .contention_free import time_contention_free
-from .replay import ScheduleReplay, reduce_bandwidths
+from .mixed import time_mixed
+from .replay import ScheduleReplay, reduce_bandwidths, route_ops
 from .symmetry import (
     LinkSymmetry,
     Quotient,
@@ -218,7 +219,12 @@ def run_schedule(
     else:
         found = find_symmetry(network, schedule, reduce_bw, refused) if symmetry == "auto" else None
     if found is None and proto is None and not (events or timed) and len(reduce_bw) == p:
-        timeline = time_contention_free(network, schedule, reduce_bw)
+        timing = "contention-free"
+        routes = route_ops(network.router, schedule, np.arange(schedule.n_ops))
+        timeline = time_contention_free(network, schedule, reduce_bw, routes)
+        if timeline is None:
+            timing = "mixed"
+            timeline = time_mixed(network, schedule, reduce_bw, routes=routes)
         if timeline is not None:
             if progress is not None:
                 progress(timeline.time_s)
@@ -227,8 +233,12 @@ def run_schedule(
                 timeline.time_s,
                 (timeline.start_s, timeline.sent_s, timeline.end_s),
                 network,
-                {**schedule.params, "protocol": None, "timing": "contention-free"},
+                {**schedule.params, "protocol": None, "timing": timing},
             )
+        # Not settled (or a deadlock, which the full replay reports): start afresh.
+        env = simpy.Environment()
+        network = FlowNetwork(env, graph)
+        schedule_link_faults(network)
     if found is None:
         quotient = None
         replay = ScheduleReplay(network, schedule, reduce_bandwidth=reduce_bw, protocol=proto)

@@ -260,7 +260,7 @@ def link_symmetry(network: FlowNetwork, quotient: Quotient) -> LinkSymmetry | No
     label = _components(np.arange(n_links, dtype=np.int64), np.arange(n_links), psi)
     q, p, b, orbit = quotient.schedule, quotient.ranks, quotient.period, quotient.orbit
     router = network.router
-    pairs = np.unique(np.stack([q.src, q.dst, q.channel, q.path.astype(np.int32)], axis=1), axis=0)
+    pairs = unique_rows(np.stack([q.src, q.dst, q.channel, q.path.astype(np.int32)], axis=1))
     src, dst, channel, path = (pairs[:, i] for i in range(4))
     path = path.astype(np.int8)
     routes = route_pairs(router, src, dst, channel, path if path.any() else None)
@@ -329,7 +329,7 @@ def _symmetry_from_routes(network: FlowNetwork, quotient: Quotient) -> LinkSymme
     router = network.router
     # Each distinct connection of the representatives, and its images.
     fields = np.stack([q.src, q.dst, q.channel, q.path.astype(np.int32)], axis=1)
-    pairs = np.unique(fields, axis=0)
+    pairs = unique_rows(fields)
     shifts = np.arange(orbit, dtype=np.int64) * b
     src = ((pairs[:, 0][:, None] + shifts) % p).ravel()
     dst = ((pairs[:, 1][:, None] + shifts) % p).ravel()
@@ -391,3 +391,18 @@ def reduce_bandwidth_symmetric(reduce_bandwidth: np.ndarray, period: int) -> boo
         return False
     folded = values.reshape(-1, period)
     return bool((folded == folded[:1]).all())
+
+
+def unique_rows(rows: np.ndarray) -> np.ndarray:
+    """``np.unique(rows, axis=0)`` (the distinct rows, in lexicographic order) by one
+    lexsort, without the row-view sort numpy uses for ``axis=0``, which is much slower
+    on millions of rows.
+
+    >>> unique_rows(np.array([[1, 2], [0, 5], [1, 2]])).tolist()
+    [[0, 5], [1, 2]]
+    """
+    if len(rows) == 0:
+        return rows
+    ordered = rows[np.lexsort(rows.T[::-1])]
+    keep = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
+    return ordered[keep]

@@ -55,7 +55,10 @@ _SMALL = 32
 
 
 class FlowOwner(Protocol):
-    """What a network calls back when flows it was given are sent and delivered."""
+    """What a network calls back when flows it was given are sent and delivered.
+
+    An owner may also define ``wants_delivery(ops) -> bool array``: the ops whose
+    delivery it is told of (default all), when it times the others itself."""
 
     def on_sent(self, ops: np.ndarray) -> None: ...
 
@@ -503,9 +506,7 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
 
         if len(finished):
-            dead = np.zeros(self._cap, dtype=bool)
-            dead[finished] = True
-            gone = dead[self._inc_flow]
+            gone = self._entries_of(finished)
             gone_links = self._inc_link[gone]
             seeds.append(gone_links)
             self._inc_flow = self._inc_flow[~gone]
@@ -543,9 +544,11 @@ class FlowNetwork:
             # Links the ended flows leave with nobody on them change nobody's rate.
             seeds[1] = gone_links[self._link_flows[gone_links] > 0]
         if len(new):
-            rest = self._rate_alone(new, lengths, new_link)
-            seeds[-1] = new_link[np.repeat(np.isin(new, rest), lengths)] if len(rest) else rest
-            new = rest
+            left = self._rate_alone(new, lengths, new_link)
+            if left is None:  # every new flow is alone: none changes another's rate
+                seeds[-1], new = new_link[:0], new[:0]
+            elif not left.all():
+                seeds[-1], new = new_link[np.repeat(left, lengths)], new[left]
         seeds = [links for links in seeds if len(links)]
         if seeds:
             affected = self._component(np.concatenate(seeds))
@@ -556,20 +559,32 @@ class FlowNetwork:
             self._recompute(new, now)
         self._schedule_wake()
 
-    def _rate_alone(self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray) -> np.ndarray:
+    def _entries_of(self, slots: np.ndarray) -> np.ndarray:
+        """Mask of the incidence entries of the flows in ``slots``."""
+        if len(slots) == 1:  # one flow ends (a drifting ring's hop): one comparison
+            return self._inc_flow == slots[0]
+        dead = np.zeros(self._cap, dtype=bool)
+        dead[slots] = True
+        return dead[self._inc_flow]
+
+    def _rate_alone(
+        self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
+    ) -> np.ndarray | None:
         """Rate the new flows that are alone on every link of their route (the common
         case in a chain of steps) without a component search or max-min: such a flow runs
         at its slowest link (with link classes, that link's capacity over the flow's load
-        on it) and changes no other flow's rate. Returns the others."""
+        on it) and changes no other flow's rate. Returns which of ``new`` are not (None:
+        none)."""
         alone_entry = self._link_flows[new_link] == 1
         crossing = lengths > 0
         alone = np.ones(len(new), dtype=bool)
         firsts = np.cumsum(lengths) - lengths
         if crossing.any():
             alone[crossing] = np.minimum.reduceat(alone_entry, firsts[crossing])
-        picked = np.flatnonzero(alone & crossing)
+        rated = alone & crossing
+        picked = np.flatnonzero(rated)
         if len(picked) == 0:
-            return new
+            return np.ones(len(new), dtype=bool)
         now = self.env.now
         share = self.capacity[new_link]
         if self._inc_coef is not None:
@@ -584,7 +599,7 @@ class FlowNetwork:
         with np.errstate(divide="ignore", invalid="ignore"):
             self._f_finish[flows] = now + np.where(left > 0, left / rate, 0.0)
         self.stats.recomputed_flows += len(flows)
-        return new[~(alone & crossing)]
+        return None if rated.all() else ~rated
 
     def _count_link_flows(self, links: np.ndarray, sign: int, now: float) -> None:
         """Update per-link active-flow counts and busy time."""
@@ -714,9 +729,7 @@ class FlowNetwork:
         finish = self._f_finish[: self._top]
         done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
         # Record bytes per link before the incidence forgets these flows.
-        dead = np.zeros(self._cap, dtype=bool)
-        dead[done] = True
-        on = dead[self._inc_flow]
+        on = self._entries_of(done)
         carried = self._f_bytes[self._inc_flow[on]]
         if self._inc_coef is not None:
             carried = carried * self._inc_coef[on]
@@ -727,11 +740,17 @@ class FlowNetwork:
         latency = self.route_latency(routes)
         self._in_wake = True
         try:
-            for owner in np.unique(owners).tolist():
+            for owner in [int(owners[0])] if len(done) == 1 else np.unique(owners).tolist():
                 mine = owners == owner
                 target = self._owners[owner]  # on_sent may finish and release it
                 target.on_sent(ops[mine])
-                self._deliver_later(target.on_delivered, ops[mine], latency[mine])
+                delivered, delay = ops[mine], latency[mine]
+                wanted = getattr(target, "wants_delivery", None)
+                if wanted is not None:  # the owner times some deliveries itself
+                    keep = wanted(delivered)
+                    delivered, delay = delivered[keep], delay[keep]
+                if len(delivered):
+                    self._deliver_later(target.on_delivered, delivered, delay)
         finally:
             self._in_wake = False
         self._settle(done)

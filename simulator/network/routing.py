@@ -476,7 +476,14 @@ class Router:
             else np.asarray(labels)[multi].astype(np.int64)
         )
         keys = np.stack([codes[multi].astype(np.int64), label], axis=1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        # Distinct (group, label) pairs and each key's, by one lexsort (numpy's unique
+        # over rows sorts a row view, several times slower on millions of keys).
+        order = np.lexsort((keys[:, 1], keys[:, 0]))
+        ordered = keys[order]
+        first = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
+        unique = ordered[first]
+        inverse = np.empty(len(keys), dtype=np.int64)
+        inverse[order] = np.cumsum(first) - 1
         picked = np.array(
             [self._pick(-2 - int(code), int(lab)) for code, lab in unique], dtype=codes.dtype
         )

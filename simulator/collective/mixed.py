@@ -1,0 +1,524 @@
+"""Timing a schedule where only some flows meet: events for those, a pass for the rest.
+
+The contention-free pass (:mod:`simulator.collective.contention_free`) times a schedule
+without events when no two of its flows ever share a link, and gives up otherwise. On a
+fat-tree with ECMP a few uplinks carry two rings' flows at once, the rings drift apart,
+and then every one of millions of flows would be simulated event by event, although
+most of them (every transfer inside a server, every hop whose links no other ring uses)
+are still alone on their links from start to end. Here only the flows that may meet
+run as events; the others are timed the moment their dependencies are known.
+
+A *contended* set of links splits the ops in two:
+
+* ops whose route (or reducer) crosses a contended link are *simulated*: their flows
+  run on the :class:`~simulator.network.flows.FlowNetwork`, event by event, as the
+  reference replay runs every flow;
+* every other op is *timed*: when its last dependency is known (at an event of the
+  simulated ops, or timed itself), its start is that dependency's time, it is sent
+  one bottleneck transfer later, delivered one route latency after that and done after
+  its reduction alone on its reducer, exactly the contention-free pass's arithmetic.
+  Its successors are released at those times, so that a chain of timed ops is timed
+  through in numpy passes with no event, and a simulated op it releases is launched at
+  its time by one SimPy timeout.
+
+Which links are contended is found, not guessed: after a run every flow interval on a
+link that a timed op uses is checked against every other one on that link. A timed
+op's interval that overlaps another (by more than rounding) means the premise failed
+there; those links join the contended set and the run is repeated. Each round only
+adds links, so the rounds end, at worst with every op simulated (the reference
+itself). When no overlap is left, every timed flow was alone on its links while it
+ran, so its times are those the reference gives it, and the simulated ops met only
+each other: the result equals the event-by-event replay of every flow (tested to 1e-9:
+op times, per-link bytes and busy time).
+
+Skipping events whose outcome is already determined is steady-state fast-forwarding
+(Wormhole, NSDI'26); this module's form of it is ours: the fast-forwarded state is a
+flow alone on its links, checked after the fact rather than predicted.
+
+Scope: the ideal model only (no protocol), no timed link faults, no link classes, as
+for the contention-free pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ..algorithms.schedule import Schedule, csr_gather, successors
+from ..network.flows import FlowNetwork, run_env
+from ..network.lean import LeanFlowNetwork
+from .contention_free import Timeline, op_reducers, route_bottlenecks
+from .replay import ScheduleReplay, route_ops
+
+#: Intervals overlapping by less than this (relative to the time, at least 1 s) touch,
+#: as in the contention-free pass: the same instant computed by different sums.
+_TOUCH = 1e-12
+#: Give up (return None: the caller simulates every flow) after this many rounds, or
+#: when more than this share of the ops would be simulated: each round costs a replay of
+#: its simulated ops, and the reference replays all of them once.
+MAX_ROUNDS = 3
+MAX_SIMULATED = 0.3
+#: ... except up to this many simulated ops, whose rounds cost little.
+FEW_SIMULATED = 10_000
+
+
+class _MixedReplay(ScheduleReplay):
+    """A :class:`ScheduleReplay` that simulates the ops in ``simulated`` and times the
+    others from their dependencies' times (see the module docstring)."""
+
+    def __init__(
+        self,
+        network: FlowNetwork,
+        schedule: Schedule,
+        *,
+        reduce_bandwidth: np.ndarray,
+        simulated: np.ndarray,
+        routes: np.ndarray,
+        transfer_s: np.ndarray,
+        latency_s: np.ndarray,
+        reduce_s: np.ndarray,
+        successor_lists: tuple,
+    ):
+        super().__init__(
+            network, schedule, reduce_bandwidth=reduce_bandwidth, successor_lists=successor_lists
+        )
+        self._all_routes = routes
+        self._simulated = simulated
+        self._transfer_s = transfer_s
+        self._latency_s = latency_s
+        self._reduce_s = reduce_s
+        # The latest time among each op's satisfied dependencies.
+        self._ready_at = np.zeros(schedule.n_ops)
+        self._timed_count = 0
+        #: The op whose interval stands for each timed op's (itself, or the first of
+        #: its identical twins, see :meth:`_twins`).
+        self.twin_of = np.arange(schedule.n_ops)
+        self._finish_scheduled = False
+        # Simulated ops whose flow is their last event (no reduction flow follows): done
+        # one route latency after they are sent, which is known when they are sent.
+        self._reduces = np.zeros(schedule.n_ops, dtype=bool)
+        if self._reducer is not None:
+            self._reduces = schedule.reduce & (self._reducer[self._local[0]] >= 0)
+
+    def start(self) -> simpy.Event:
+        """Start (or time) the ops without dependencies now."""
+        self.t0 = self.env.now
+        if self.schedule.n_ops == 0:
+            self.finished.succeed()
+            return self.finished
+        first = np.flatnonzero(self._pending == 0)
+        self._ready_at[first] = self.env.now
+        self._dispatch(first)
+        return self.finished
+
+    def _dispatch(self, ready: np.ndarray) -> None:
+        """Launch the simulated ops of ``ready`` at their ready times; time the others."""
+        simulated = self._simulated[ready]
+        if simulated.any():
+            self._launch_at(ready[simulated])
+        if not simulated.all():
+            self._time(ready[~simulated])
+        self._check_finished()
+
+    def wants_delivery(self, ops: np.ndarray) -> np.ndarray:
+        """The network tells of deliveries only for ops that reduce after them (not of
+        reduction flows', ids ``op + n_ops``, whose delivery means nothing)."""
+        wanted = np.zeros(len(ops), dtype=bool)
+        transfers = ops < self.schedule.n_ops
+        wanted[transfers] = self._reduces[ops[transfers]]
+        return wanted
+
+    def on_sent(self, ops: np.ndarray) -> None:
+        """Network callback (see :meth:`ScheduleReplay.on_sent`); ops with no reduction
+        are done one route latency from now, and their successors released then."""
+        n = self.schedule.n_ops
+        reductions = ops >= n
+        if reductions.any():
+            self._complete(ops[reductions] - n)
+            ops = ops[~reductions]
+            if len(ops) == 0:
+                return
+        now = self.env.now
+        if len(ops) == 1:  # one flow (a drifting ring's hop): scalar bookkeeping
+            self._sent_one(int(ops[0]), now)
+            return
+        self.sent_s[ops] = now
+        ready = [self._release_at(ops, np.full(len(ops), now), self._sent_ptr, self._sent_idx)]
+        plain = ops[~self._reduces[ops]]
+        if len(plain):
+            end = now + self._latency_s[plain]
+            self.end_s[plain] = end
+            self._done_count += len(plain)
+            ready.append(self._release_at(plain, end, self._done_ptr, self._done_idx))
+        ready = np.concatenate(ready)
+        if len(ready) > 1:
+            ready = np.unique(ready)
+        if len(ready):
+            self._dispatch(ready)
+        else:
+            self._check_finished()
+
+    def _sent_one(self, op: int, now: float) -> None:
+        """:meth:`on_sent` for one op, in Python scalars (the same arithmetic)."""
+        self.sent_s[op] = now
+        ready: list[int] = []
+        self._release_one(op, now, self._sent_ptr, self._sent_idx, ready)
+        if not self._reduces[op]:
+            end = now + float(self._latency_s[op])
+            self.end_s[op] = end
+            self._done_count += 1
+            self._release_one(op, end, self._done_ptr, self._done_idx, ready)
+        if ready:
+            self._dispatch_few(sorted(set(ready)))
+        else:
+            self._check_finished()
+
+    def _release_one(
+        self, op: int, time: float, ptr: np.ndarray, idx: np.ndarray, ready: list[int]
+    ) -> None:
+        """:meth:`_release_at` for one op, in Python scalars: appends to ``ready`` the
+        successors it makes ready."""
+        first, last = int(ptr[op]), int(ptr[op + 1])
+        if first == last:
+            return
+        ready_at, pending = self._ready_at, self._pending
+        for succ in idx[first:last].tolist():
+            if ready_at[succ] < time:
+                ready_at[succ] = time
+            left = pending[succ] - 1
+            pending[succ] = left
+            if left == 0:
+                ready.append(succ)
+
+    def _launch_at(self, ops: np.ndarray) -> None:
+        now = self.env.now
+        if len(ops) == 1:
+            at = float(self._ready_at[ops[0]])
+            if at > now:
+                event = self.env.timeout(at - now)
+                event.callbacks.append(lambda _event: self._launch(ops))
+            else:
+                self._launch(ops)
+            return
+        at = self._ready_at[ops]
+        later = at > now
+        if not later.all():
+            self._launch(ops[~later])
+        if later.any():
+            self._at(at[later] - now, lambda pick, o=ops[later]: self._launch(o[pick]))
+
+    def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
+        # A simulated op's event (sent, or done): its successors' dependency is met now.
+        ready = self._release_at(ops, np.full(len(ops), self.env.now), ptr, idx)
+        if len(ready):
+            self._dispatch(ready)
+
+    def _release_at(
+        self,
+        ops: np.ndarray,
+        times: np.ndarray,
+        ptr: np.ndarray,
+        idx: np.ndarray,
+        *,
+        unique: bool = True,
+    ) -> np.ndarray:
+        """Satisfy, at ``times``, the dependencies on ``ops`` (``ptr``, ``idx``: the
+        successors waiting for them to be sent, or done); returns the ops made ready
+        (sorted, each once; with ``unique=False`` possibly repeated, for a caller that
+        merges several)."""
+        succ = csr_gather(ptr, idx, ops)
+        if len(succ) == 0:
+            return succ
+        at = np.repeat(times, ptr[ops + 1] - ptr[ops]) if len(ops) > 1 else times[:1]
+        if len(succ) == 1:
+            self._ready_at[succ] = np.maximum(self._ready_at[succ], at)
+            self._pending[succ] -= 1
+            ready = succ if self._pending[succ[0]] == 0 else succ[:0]
+        else:
+            np.maximum.at(self._ready_at, succ, at)
+            np.subtract.at(self._pending, succ, 1)
+            ready = succ[self._pending[succ] == 0]
+            if unique and len(ready) > 1:
+                ready = np.unique(ready)
+        return ready
+
+    def _time(self, ops: np.ndarray) -> None:
+        """Time ``ops`` (not simulated, dependencies known) and every op they make ready
+        that is not simulated either, level by level; launch the simulated ones."""
+        while len(ops):
+            if len(ops) == 1:  # a chain of single ops: scalar arithmetic, no array pass
+                self._time_chain(int(ops[0]))
+                return
+            begin = self._ready_at[ops]
+            share = self._twins(ops, begin)
+            sent = begin + self._transfer_s[ops] * share
+            end = sent + self._latency_s[ops] + self._reduce_s[ops] * share
+            self.start_s[ops] = begin
+            self.sent_s[ops] = sent
+            self.end_s[ops] = end
+            self._timed_count += len(ops)
+            ready = np.concatenate(
+                [
+                    self._release_at(ops, sent, self._sent_ptr, self._sent_idx, unique=False),
+                    self._release_at(ops, end, self._done_ptr, self._done_idx, unique=False),
+                ]
+            )
+            if len(ready) > 1:
+                ready = np.unique(ready)
+            simulated = self._simulated[ready]
+            if simulated.any():
+                self._launch_at(ready[simulated])
+            ops = ready[~simulated]
+
+    def _dispatch_few(self, ready: list[int]) -> None:
+        """:meth:`_dispatch` for a few ops given as a sorted list, in Python scalars."""
+        timed = []
+        for op in ready:
+            if self._simulated[op]:
+                self._launch_one(op)
+            else:
+                timed.append(op)
+        if len(timed) == 1:
+            self._time_chain(timed[0])
+        elif timed:
+            self._time(np.array(timed, dtype=np.int64))
+        self._check_finished()
+
+    def _launch_one(self, op: int) -> None:
+        """:meth:`_launch_at` for one op."""
+        now = self.env.now
+        at = float(self._ready_at[op])
+        ops = np.array([op], dtype=np.int64)
+        if at > now:
+            self.env.timeout(at - now).callbacks.append(lambda _event: self._launch(ops))
+        else:
+            self._launch(ops)
+
+    def _time_chain(self, op: int) -> None:
+        """:meth:`_time` for one op and, while each makes exactly one more timed op
+        ready, the chain that follows it (a ring's hops), in Python scalars (the same
+        arithmetic as the array pass)."""
+        while True:
+            begin = float(self._ready_at[op])
+            sent = begin + float(self._transfer_s[op])
+            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op])
+            self.start_s[op] = begin
+            self.sent_s[op] = sent
+            self.end_s[op] = end
+            self._timed_count += 1
+            found: list[int] = []
+            self._release_one(op, sent, self._sent_ptr, self._sent_idx, found)
+            self._release_one(op, end, self._done_ptr, self._done_idx, found)
+            timed = []
+            for succ in sorted(set(found)):
+                if self._simulated[succ]:
+                    self._launch_one(succ)
+                else:
+                    timed.append(succ)
+            if len(timed) != 1:
+                if timed:
+                    self._time(np.array(timed, dtype=np.int64))
+                return
+            op = timed[0]
+
+    def _twins(self, ops: np.ndarray, begin: np.ndarray) -> np.ndarray:
+        """How many identical flows (same route, start, bytes and reduction) each of
+        ``ops`` starts with: k of them share every link of their route (and their
+        reducer) equally, each at 1/k of its bottleneck, and end together. Records each
+        one's group head in ``twin_of``; returns k per op."""
+        share = np.ones(len(ops))
+        if len(ops) < 2:
+            return share
+        route, wire, red = self._all_routes[ops], self._wire[ops], self._reduce_s[ops]
+        order = np.lexsort((red, wire, begin, route))
+        key = (route[order], begin[order], wire[order], red[order])
+        first = np.r_[True, np.any([k[1:] != k[:-1] for k in key], axis=0)]
+        if first.all():
+            return share
+        group = np.cumsum(first) - 1
+        share[order] = np.bincount(group)[group]
+        self.twin_of[ops[order]] = ops[order][first][group]
+        return share
+
+    def _check_finished(self) -> None:
+        if self._finish_scheduled:
+            return
+        if self._done_count + self._timed_count < self.schedule.n_ops:
+            return
+        self._finish_scheduled = True
+        self.network.release(self._owner)
+        wait = float(np.nanmax(self.end_s)) - self.env.now
+        if wait <= 0:
+            self.finished.succeed()
+        else:
+            self.env.timeout(wait).callbacks.append(lambda _event: self.finished.succeed())
+
+
+def time_mixed(
+    network: FlowNetwork,
+    schedule: Schedule,
+    reduce_bandwidth: np.ndarray,
+    *,
+    routes: np.ndarray | None = None,
+    max_rounds: int = MAX_ROUNDS,
+) -> Timeline | None:
+    """Time ``schedule`` on ``network`` simulating, event by event, only the flows that
+    meet others (see the module docstring); None when that is not settled within
+    ``max_rounds`` rounds or the schedule deadlocks (the caller then replays every flow,
+    which reports the deadlock).
+
+    ``network`` must be fresh (no flow added yet); on success its records (bytes, busy
+    time, when idle per link) and stats are those of replaying every flow. ``routes``:
+    each op's route, when the caller already has them.
+    """
+    n = schedule.n_ops
+    if n == 0:
+        return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
+    router = network.router
+    if routes is None:  # each op's route (the caller may have them)
+        routes = route_ops(router, schedule, np.arange(n))
+    reducer, reduce_s = op_reducers(network, schedule, reduce_bandwidth)
+    ptr, route_links, route_latency = router.arrays()
+    capacity = network.capacity
+    lengths = np.diff(ptr)
+    bottleneck = route_bottlenecks(ptr, route_links, capacity)
+    wire = schedule.nbytes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        transfer_s = np.where(wire > 0, wire / bottleneck[routes], 0.0)
+    latency_s = route_latency[routes]
+    # Each op's links (its route's, then its reducer) as a CSR incidence.
+    op_len = lengths[routes] + (reducer >= 0)
+    op_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(op_len, out=op_ptr[1:])
+    # int32: millions of entries, and memory is the limit at scale.
+    inc_link = np.empty(int(op_ptr[-1]), dtype=np.int32)
+    on_route = np.ones(len(inc_link), dtype=bool)
+    has_red = np.flatnonzero(reducer >= 0)
+    on_route[op_ptr[has_red + 1] - 1] = False
+    inc_link[on_route] = csr_gather(ptr, route_links, routes)
+    inc_link[~on_route] = reducer[has_red]
+    inc_op = np.repeat(np.arange(n, dtype=np.int32), op_len)
+
+    lists = successors(schedule)  # the same every round
+    n_links = len(capacity)
+    contended = np.zeros(n_links, dtype=bool)
+    env = network.env
+    for _ in range(max_rounds):
+        crossing = np.zeros(n, dtype=bool)
+        np.logical_or.at(crossing, inc_op, contended[inc_link])
+        if crossing.sum() > max(MAX_SIMULATED * n, FEW_SIMULATED):
+            return None
+        # Few simulated flows meet at a time: the network's model in Python scalars.
+        lean = LeanFlowNetwork(network)
+        replay = _MixedReplay(
+            lean,
+            schedule,
+            reduce_bandwidth=reduce_bandwidth,
+            simulated=crossing,
+            routes=routes,
+            transfer_s=transfer_s,
+            latency_s=latency_s,
+            reduce_s=reduce_s,
+            successor_lists=lists,
+        )
+        finished = replay.start()
+        try:
+            run_env(env, finished)
+        except RuntimeError:
+            return None  # a deadlock: the full replay reports it
+        lean.close_link_records()
+        # Each op's intervals on its links: [start, sent) on its route, [delivered,
+        # done) on its reducer.
+        lo = np.where(on_route, replay.start_s[inc_op], 0.0)
+        hi = np.where(on_route, replay.sent_s[inc_op], 0.0)
+        lo[~on_route] = replay.sent_s[has_red] + latency_s[has_red]
+        hi[~on_route] = replay.end_s[has_red]
+        timed = ~crossing[inc_op]
+        # A group of identical twins occupies its links once (its first op's intervals).
+        heads = ~timed | (replay.twin_of[inc_op] == inc_op)
+        clash = _overlaps(inc_link[heads], lo[heads], hi[heads], timed[heads], n_links)
+        if not clash.any():
+            nbytes = schedule.nbytes[inc_op[timed]]
+            _add_records(network, inc_link[timed], lo[timed], hi[timed], nbytes, heads[timed])
+            timed = int((~crossing).sum()) + int((~crossing[has_red]).sum())
+            network.stats.flows += timed
+            network.stats.represented_flows += timed
+            return Timeline(replay.start_s - replay.t0, replay.sent_s - replay.t0,
+                            replay.end_s - replay.t0, network.stats.flows)  # fmt: skip
+        contended |= clash
+        env = simpy.Environment()
+        network.reset_clock(env)
+    return None
+
+
+def _overlaps(
+    link: np.ndarray, lo: np.ndarray, hi: np.ndarray, timed: np.ndarray, n_links: int
+) -> np.ndarray:
+    """Links where a timed interval overlaps another interval (by more than rounding).
+
+    ``link[i]`` carries interval ``[lo[i], hi[i])``; ``timed[i]`` says whether it is a
+    timed op's. Empty intervals occupy nothing."""
+    live = hi > lo
+    uses = np.zeros(n_links, dtype=bool)
+    uses[link[live & timed]] = True
+    keep = live & uses[link]
+    link, lo, hi, timed = link[keep], lo[keep], hi[keep], timed[keep]
+    clash = np.zeros(n_links, dtype=bool)
+    if len(link) < 2:
+        return clash
+    order = np.lexsort((lo, link))
+    link, lo, hi, timed = link[order], lo[order], hi[order], timed[order]
+    tol = _TOUCH * np.maximum(np.abs(lo), 1.0)
+    same = link[1:] == link[:-1]
+    # Sorted by start, intervals that each end before the next starts never overlap:
+    # only links where two neighbours overlap need the full check.
+    meet = same & (lo[1:] + tol[1:] < hi[:-1])
+    if not meet.any():
+        return clash
+    suspects = np.zeros(n_links, dtype=bool)
+    suspects[link[1:][meet]] = True
+    pick = suspects[link]
+    link, lo, hi, timed, tol = link[pick], lo[pick], hi[pick], timed[pick], tol[pick]
+    # The latest end among earlier intervals of the same link, of any and of timed ones.
+    before_all = _previous_max(link, hi)
+    before_timed = _previous_max(link, np.where(timed, hi, -np.inf))
+    bad = (timed & (lo + tol < before_all)) | (lo + tol < before_timed)
+    clash[link[bad]] = True
+    return clash
+
+
+def _previous_max(segment: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each position, the maximum of ``values`` at earlier positions of the same
+    (sorted, contiguous) ``segment``; -inf for the first of each."""
+    m = len(values)
+    out = np.full(m, -np.inf)
+    if m < 2:
+        return out
+    same = segment[1:] == segment[:-1]
+    out[1:] = np.where(same, values[:-1], -np.inf)
+    # Doubling: after the pass with shift s, out[i] covers the s earlier positions.
+    shift = 1
+    while shift < m:
+        reach = segment[shift:] == segment[:-shift]
+        if not reach.any():
+            break
+        out[shift:] = np.maximum(out[shift:], np.where(reach, out[:-shift], -np.inf))
+        shift *= 2
+    return out
+
+
+def _add_records(
+    network: FlowNetwork,
+    link: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    nbytes: np.ndarray,
+    head: np.ndarray,
+) -> None:
+    """Add timed flows' bytes, busy time and idle instants to the network's records (the
+    simulated ones are there already): flow ``i`` carried ``nbytes[i]`` over ``link[i]``
+    during ``[lo[i], hi[i])``, alone or with identical twins (``head``: the one of them
+    whose interval counts), so that the heads' busy times add up."""
+    np.add.at(network.link_bytes, link, nbytes)
+    np.add.at(network.link_busy, link[head], np.maximum(hi - lo, 0.0)[head])
+    np.maximum.at(network.link_idle_at, link, hi)

@@ -1,0 +1,341 @@
+"""The flow network's max-min model in Python scalars, for flows that meet in small groups.
+
+:class:`~simulator.network.flows.FlowNetwork` keeps flows in numpy arrays and pays a few
+dozen array operations per event, whatever the number of flows it touches: cheap per
+flow when thousands start or end together (a symmetric step), about 100 us per event
+when they come one at a time. The flows that the mixed timing
+(:mod:`simulator.collective.mixed`) simulates come one at a time (rings drifting apart
+over ECMP collisions) and meet in groups of two or three on an uplink. Here the same
+model runs on Python sets and floats: each link knows the flows on it, an event finds
+the flows connected to the links it changed by a walk over those sets, and max-min
+fairness (progressive filling, the same levels and ties as
+:func:`~simulator.network.maxmin.max_min_rates`) is computed on that group alone.
+
+The semantics are the FlowNetwork's: flows are rated when they start (the FlowNetwork
+rates those added at one instant together, after everything queued for it; here each
+call's are rated at once, and a later call at the same instant re-rates what it meets,
+to the same max-min rates); a flow
+alone on every link of its route runs at its slowest link without a max-min; flows
+ending within a relative 1e-12 of the earliest end end with it; per-link bytes, busy
+time (while at least one flow is on the link) and last idle instant are kept as the
+FlowNetwork keeps them, and written into its arrays at the end. Scope: plain flows only
+(no link classes, weights, rate caps, holds or flow-seconds); the routes, reducers and
+records are those of the FlowNetwork it wraps.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from .flows import FlowNetwork, FlowOwner
+
+# As in simulator.network.flows and simulator.network.maxmin.
+_SAME_TIME = 1e-12
+_TIE = 1e-12
+
+
+class LeanFlowNetwork:
+    """Plain flows over ``network``'s links and routes, rated in Python (see the module
+    docstring); records go to ``network`` when :meth:`close_link_records` is called."""
+
+    def __init__(self, network: FlowNetwork):
+        self.network = network
+        self.env: simpy.Environment = network.env
+        self.graph = network.graph
+        self.router = network.router
+        self.links = network.links
+        self.link_efficiency = network.link_efficiency
+        self.stats = network.stats
+        self._owners: list[FlowOwner | None] = []
+        self._capacity: list[float] = []
+        self._route_links: dict[int, tuple[int, ...]] = {}
+        # Flow id -> [op, owner, links, bytes, left, rate, last, finish, version, route].
+        self._flows: dict[int, list] = {}
+        self._next_id = 0
+        self._on_link: dict[int, set[int]] = {}
+        self._pending: list[int] = []
+        self._heap: list[tuple[float, int, int]] = []
+        self._in_wake = False
+        self._generation = 0
+        # When the live wake-up (of generation ``_generation``) fires; None: none.
+        self._wake_at: float | None = None
+        # Records: bytes, busy seconds, since when busy, last idle instant, per link.
+        self._bytes: dict[int, float] = {}
+        self._busy: dict[int, float] = {}
+        self._since: dict[int, float] = {}
+        self._idle_at: dict[int, float] = {}
+
+    # -- what a ScheduleReplay asks of its network ----------------------------------------
+    def register(self, owner: FlowOwner) -> int:
+        """Register a flow owner; returns the id to pass to :meth:`add_flows`."""
+        self._owners.append(owner)
+        return len(self._owners) - 1
+
+    def release(self, owner: int) -> None:
+        """Forget a finished owner."""
+        self._owners[owner] = None
+
+    def reducer_route(self, rank: int, bandwidth: float, class_size: int = 1) -> int:
+        """The wrapped network's reducer route (see FlowNetwork.reducer_route)."""
+        return self.network.reducer_route(rank, bandwidth, class_size)
+
+    def route_latency(self, routes: np.ndarray) -> np.ndarray:
+        """Latency in seconds of each route."""
+        return self.network.route_latency(routes)
+
+    def route_classes(self, routes: np.ndarray) -> list[str]:
+        """Path class of each route (see FlowNetwork.route_classes)."""
+        return self.network.route_classes(routes)
+
+    def add_flows(
+        self,
+        owner: int,
+        ops: np.ndarray,
+        routes: np.ndarray,
+        nbytes: np.ndarray,
+        weight: np.ndarray | None = None,
+        cap: np.ndarray | None = None,
+    ) -> None:
+        """Start one plain flow per op now (see FlowNetwork.add_flows)."""
+        if weight is not None or cap is not None:
+            raise ValueError("LeanFlowNetwork carries plain flows only (no weights or caps)")
+        if len(ops) == 0:
+            return
+        now = self.env.now
+        ptr, flat, _ = self.router.arrays()
+        for op, route, size in zip(
+            np.asarray(ops).tolist(), np.asarray(routes).tolist(), np.asarray(nbytes).tolist(),
+            strict=True,
+        ):  # fmt: skip
+            links = self._route_links.get(route)
+            if links is None:
+                links = self._route_links[route] = tuple(flat[ptr[route] : ptr[route + 1]].tolist())
+            fid = self._next_id
+            self._next_id += 1
+            self._flows[fid] = [op, owner, links, size, size, 0.0, now, np.inf, 0, route]
+            self._pending.append(fid)
+        self.stats.flows += len(ops)
+        self.stats.represented_flows += len(ops)
+        if not self._in_wake:
+            # Rated at once, not after the rest of this instant's callbacks as the
+            # FlowNetwork does (one event fewer per start): flows another callback adds
+            # at the same instant re-rate what they meet then, to the same max-min rates.
+            self._settle([])
+
+    def close_link_records(self) -> None:
+        """Close busy intervals of links still carrying flows and add this network's
+        records to the wrapped network's arrays."""
+        now = self.env.now
+        for link, flows in self._on_link.items():
+            if flows:
+                self._busy[link] = self._busy.get(link, 0.0) + now - self._since[link]
+                self._since[link] = now
+        net = self.network
+        for records, target in ((self._bytes, net.link_bytes), (self._busy, net.link_busy)):
+            if records:
+                ids = np.fromiter(records.keys(), dtype=np.int64, count=len(records))
+                np.add.at(target, ids, np.fromiter(records.values(), float, len(records)))
+        if self._idle_at:
+            ids = np.fromiter(self._idle_at.keys(), dtype=np.int64, count=len(self._idle_at))
+            values = np.fromiter(self._idle_at.values(), float, len(self._idle_at))
+            np.maximum.at(net.link_idle_at, ids, values)
+        self._bytes, self._busy, self._idle_at = {}, {}, {}
+
+    # -- rates ----------------------------------------------------------------------------
+    def _capacity_of(self, link: int) -> float:
+        if link >= len(self._capacity):  # reducer links appended since
+            self._capacity = self.network.capacity.tolist()
+        return self._capacity[link]
+
+    def _settle(self, finished: list[int]) -> None:
+        """Take in pending flows, drop ``finished`` ones, re-rate what they touch."""
+        now = self.env.now
+        on_link = self._on_link
+        seeds: set[int] = set()
+        for fid in finished:
+            for link in self._flows.pop(fid)[2]:
+                flows = on_link[link]
+                flows.discard(fid)
+                if flows:
+                    seeds.add(link)
+                else:
+                    self._busy[link] = self._busy.get(link, 0.0) + now - self._since[link]
+                    self._idle_at[link] = now
+        new, self._pending = self._pending, []
+        for fid in new:
+            for link in self._flows[fid][2]:
+                flows = on_link.get(link)
+                if flows is None:
+                    flows = on_link[link] = set()
+                if not flows:
+                    self._since[link] = now
+                flows.add(fid)
+        shared: list[int] = []
+        for fid in new:
+            flow = self._flows[fid]
+            links = flow[2]
+            if not links:  # both ends on one node: sent at once
+                flow[5], flow[7] = np.inf, now
+                self._push(fid, flow)
+            elif all(len(on_link[link]) == 1 for link in links):
+                rate = min(self._capacity_of(link) for link in links)
+                left = flow[4]
+                flow[5], flow[6] = rate, now
+                flow[7] = _finish(now, left, rate)
+                self.stats.recomputed_flows += 1
+                self._push(fid, flow)
+            else:
+                shared.append(fid)
+                seeds.update(links)
+        for link in list(seeds):  # links the ended flows left empty change nothing
+            if not on_link[link]:
+                seeds.discard(link)
+        if seeds:
+            self._recompute(self._component(seeds), now)
+        self._schedule_wake()
+
+    def _component(self, seeds: set[int]) -> set[int]:
+        """Flows connected, through shared links, to the ``seeds`` links."""
+        on_link, flows = self._on_link, self._flows
+        found: set[int] = set()
+        reached = set(seeds)
+        todo = list(seeds)
+        while todo:
+            for fid in on_link[todo.pop()]:
+                if fid not in found:
+                    found.add(fid)
+                    for link in flows[fid][2]:
+                        if link not in reached:
+                            reached.add(link)
+                            todo.append(link)
+        return found
+
+    def _recompute(self, group: set[int], now: float) -> None:
+        """Max-min fair rates of ``group`` (a whole component), by progressive filling."""
+        self.stats.recomputes += 1
+        self.stats.recomputed_flows += len(group)
+        flows = self._flows
+        remaining: dict[int, float] = {}
+        count: dict[int, int] = {}
+        for fid in group:
+            flow = flows[fid]
+            elapsed = now - flow[6]
+            if elapsed > 0 and flow[5] > 0:
+                flow[4] = max(flow[4] - flow[5] * elapsed, 0.0)
+            flow[6] = now
+            for link in flow[2]:
+                if link not in count:
+                    remaining[link] = self._capacity_of(link)
+                    count[link] = 0
+                count[link] += 1
+        rising = set(group)
+        on_link = self._on_link
+        while rising:
+            level = math.inf
+            for link, n in count.items():
+                if n:
+                    share = max(remaining[link], 0.0) / n
+                    if share < level:
+                        level = share
+            if not math.isfinite(level):
+                break
+            limit = level * (1 + _TIE)
+            frozen = [
+                link for link, n in count.items() if n and max(remaining[link], 0.0) / n <= limit
+            ]
+            for link in frozen:
+                for fid in on_link[link]:
+                    if fid in rising:
+                        rising.discard(fid)
+                        flows[fid][5] = level
+                        for other in flows[fid][2]:
+                            remaining[other] -= level
+                            count[other] -= 1
+        for fid in rising:  # only infinite links: no limit
+            flows[fid][5] = np.inf
+        for fid in group:
+            flow = flows[fid]
+            left = flow[4]
+            flow[7] = _finish(now, left, flow[5])
+            self._push(fid, flow)
+
+    def _push(self, fid: int, flow: list) -> None:
+        flow[8] += 1
+        heapq.heappush(self._heap, (flow[7], fid, flow[8]))
+
+    def _schedule_wake(self) -> None:
+        heap, flows = self._heap, self._flows
+        while heap:
+            _, fid, version = heap[0]
+            flow = flows.get(fid)
+            if flow is not None and flow[8] == version:
+                break
+            heapq.heappop(heap)  # stale: re-rated or ended since
+        target = heap[0][0] if heap else math.inf
+        if target == self._wake_at:
+            return  # the wake-up already scheduled is for this instant: keep it
+        self._generation += 1  # any other scheduled wake-up is stale
+        self._wake_at = target
+        if not math.isfinite(target):
+            return
+        generation = self._generation
+        wake = self.env.timeout(max(target - self.env.now, 0.0))
+        wake.callbacks.append(lambda _event: self._wake(generation, target))
+
+    # -- completions ----------------------------------------------------------------------
+    def _wake(self, generation: int, target: float) -> None:
+        if generation != self._generation:
+            return
+        self._wake_at = None  # this wake-up is being used
+        limit = target + _SAME_TIME * abs(target)
+        heap, flows = self._heap, self._flows
+        done: list[int] = []
+        while heap and heap[0][0] <= limit:
+            _, fid, version = heapq.heappop(heap)
+            flow = flows.get(fid)
+            if flow is not None and flow[8] == version:
+                flow[8] += 1  # ends now: any other entry of it is stale
+                done.append(fid)
+        by_owner: dict[int, list[tuple[int, int]]] = {}
+        for fid in done:
+            flow = flows[fid]
+            for link in flow[2]:
+                self._bytes[link] = self._bytes.get(link, 0.0) + flow[3]
+            by_owner.setdefault(flow[1], []).append((flow[0], flow[9]))
+        self._in_wake = True
+        try:
+            for owner in sorted(by_owner):
+                pairs = np.array(sorted(by_owner[owner]), dtype=np.int64).reshape(-1, 2)
+                ops, routes = pairs[:, 0], pairs[:, 1]
+                target_owner = self._owners[owner]  # on_sent may finish and release it
+                target_owner.on_sent(ops)
+                wanted = getattr(target_owner, "wants_delivery", None)
+                if wanted is not None:
+                    keep = wanted(ops)
+                    ops, routes = ops[keep], routes[keep]
+                if len(ops):
+                    self._deliver_later(
+                        target_owner.on_delivered, ops, self.network.route_latency(routes)
+                    )
+        finally:
+            self._in_wake = False
+        self._settle(done)
+
+    def _deliver_later(
+        self, callback: Callable[[np.ndarray], None], ops: np.ndarray, delay: np.ndarray
+    ) -> None:
+        """Call ``callback(ops)`` after each op's delay, as the FlowNetwork does."""
+        FlowNetwork._deliver_later(self, callback, ops, delay)  # type: ignore[arg-type]
+
+
+def _finish(now: float, left: float, rate: float) -> float:
+    """When a flow with ``left`` bytes at ``rate`` is through (never at rate 0), as the
+    FlowNetwork computes it."""
+    if left <= 0:
+        return now
+    return now + left / rate if rate > 0 else np.inf
