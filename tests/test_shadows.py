@@ -50,6 +50,13 @@ def test_masters_stand_for_their_tp_groups_exactly(options):
         assert shadowed.records.end_s[op.index] == full.records.end_s[j]
     assert np.allclose(shadowed.links["bytes"], full.links["bytes"], rtol=1e-12, atol=1.0)
     assert len(shadowed.workload.ops) * options["tp"] == len(full.workload.ops)
+    # The breakdown (compute, exposed, bubble, ...) is every rank's: the shadows, which
+    # hold no ops, are not counted as idle ranks.
+    mine, theirs = breakdown(shadowed), breakdown(full)
+    for key, value in theirs.summary().items():
+        assert mine.summary()[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    for kind, value in theirs.exposed_by_kind.items():
+        assert mine.exposed_by_kind[kind] == pytest.approx(value, rel=1e-9, abs=1e-12), kind
 
 
 def test_a_slower_nic_on_one_rail_builds_every_rank():

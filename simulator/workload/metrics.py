@@ -172,6 +172,11 @@ def breakdown(run: WorkloadRun) -> Breakdown:
     # A workload given by one replica (which stood for all) has the first replica's
     # ranks only: their figures are every replica's.
     ranks = range(workload.ranks) if workload.replicas is None else sorted(workload.replicas.first)
+    if workload.shadows is not None:
+        # One rank per TP group stood for the group (the replay checked that its shadows
+        # ended with it): the masters' figures are every TP rank's, and the shadows,
+        # which hold no ops, are not idle.
+        ranks = [rank for rank in ranks if rank in workload.shadows.masters]
     for rank in ranks:
         busy_compute = union(compute[rank])
         busy_comm = union([(s, e) for s, e, _ in comm[rank]])
