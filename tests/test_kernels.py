@@ -97,7 +97,7 @@ def test_a_trace_op_of_gemms_runs_them_in_turn_then_its_roofline_part():
     ("gemms", "message"),
     [
         ([], "must be a non-empty list"),
-        ([[8, 8]], r"GEMM \[8, 8\] is not a list of 3 to 6 positive integers"),
+        ([[8, 8]], r"GEMM \[8, 8\] is not a list of 3 to 7 positive integers"),
         ([[8, 0, 8]], "positive integers"),
         ([[8, 8, 8.5]], "positive integers"),
         ("8x8x8", "must be a non-empty list"),

@@ -252,6 +252,22 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "fp8 (Megatron's --fp8-param-gather; default: off)",
     )
     gen.add_argument(
+        "--fp8-recipe",
+        default=None,
+        metavar="RECIPE",
+        help="megatron, fp8: Transformer Engine's scaling: tensorwise (per-tensor current "
+        "scaling, Megatron-Bridge's default), delayed (Megatron-LM's and NeMo's) or mxfp8 "
+        "(1 x 32 block scales, Blackwell) (default: tensorwise)",
+    )
+    gen.add_argument(
+        "--fp8-transpose",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="megatron, fp8: the GPU's fp8 GEMMs take only K-major operands, so each "
+        "per-tensor cast also writes a transpose (Hopper); --no-fp8-transpose on "
+        "Blackwell (default: on)",
+    )
+    gen.add_argument(
         "--optimizer-state",
         choices=tuple(OPTIMIZER_STATE),
         default=None,
@@ -538,6 +554,8 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "precision": args.precision,
         "grad_reduce": args.grad_reduce,
         "fp8_param_gather": args.fp8_param_gather,
+        "fp8_recipe": args.fp8_recipe,
+        "fp8_transpose": args.fp8_transpose,
         "optimizer_state": args.optimizer_state,
         "cross_entropy": args.cross_entropy,
         "cp": args.cp,

@@ -240,6 +240,23 @@ def _cross_entropy(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _fp8_recipe(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An fp8 run's Transformer Engine recipe and layout for the generator: its
+    ``fp8_recipe`` ("mxfp8"; "current" or per-tensor: "tensorwise"), else "delayed",
+    Megatron-Core's and NeMo 2.0's default (megatron/core/transformer/transformer_config.py
+    and nemo/lightning/pytorch/plugins/mixed_precision.py: ``fp8_recipe = "delayed"``);
+    Blackwell's fp8 GEMMs take any layout (no transposed copies)."""
+    text = str(entry.get("fp8_recipe") or "").lower()
+    if text.startswith("mxfp8"):
+        recipe = "mxfp8"
+    elif text.startswith(("current", "per-tensor")):
+        recipe = "tensorwise"
+    else:
+        recipe = "delayed"
+    gpu = str(entry.get("gpu", "")).split("-")[0]
+    return {"fp8_recipe": recipe, "fp8_transpose": gpu not in ("B200", "GB200")}
+
+
 def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     settings = entry.get("settings") or {}
     options: dict[str, Any] = {}
@@ -268,6 +285,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     cross_entropy = _cross_entropy(entry)
     if cross_entropy:
         options["cross_entropy"] = cross_entropy
+    if entry.get("precision") == "fp8":
+        options.update(_fp8_recipe(entry))
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
         # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces

@@ -30,7 +30,7 @@ from .memory import (
     optimizer_state_bytes,
     pipeline_chunks,
 )
-from .model import MODELS, Transformer
+from .model import MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
 from .pipeline import pipeline_order
 from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
 
@@ -111,6 +111,7 @@ def pass_work(
     cp: int = 1,
     core: bool = True,
     moe: bool = False,
+    fp8_block: int = 0,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -124,7 +125,8 @@ def pass_work(
     runs it as its own op. ``logits`` adds the output layer's GEMM (forward) or its two
     gradients (backward), once per pass. With ``precision`` "fp8" the linear layers'
     GEMMs (forward and both gradients) run on fp8 operands at the device's fp8 peak, as
-    Transformer Engine runs them; the attention core and the logits stay bf16. ``cp``
+    Transformer Engine runs them; the attention core and the logits stay bf16
+    (``fp8_block`` 32: MXFP8's block-scaled operands, :class:`~.kernels.Gemm`). ``cp``
     context-parallel ranks each run b s / cp of the tokens (flash attention only).
     ``moe`` takes MoE layers' GEMMs that every rank runs itself (attention, shared
     experts, router: :meth:`~simulator.workload.model.Transformer.moe_linear_gemms`);
@@ -135,7 +137,7 @@ def pass_work(
     else:
         linear = list(m.linear_gemms(micro_batch, tp=tp, cp=cp))
     if precision == "fp8":
-        linear = [g.in_bits(8) for g in linear]
+        linear = [g.in_bits(8, fp8_block) for g in linear]
     scores = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
     layer = linear + scores
     if forward:
@@ -572,6 +574,8 @@ def megatron(
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
     fp8_param_gather: bool = False,
+    fp8_recipe: str = "tensorwise",
+    fp8_transpose: bool = True,
     optimizer_state: str | None = None,
     account_for_embedding_in_pipeline_split: bool = False,
     account_for_loss_in_pipeline_split: bool = False,
@@ -690,7 +694,17 @@ def megatron(
     GPT-3 175B example and the SC'21 runs train), 2 bytes each. The updated parameters'
     all-gathers (distributed optimizer, FSDP) move bf16 weights whatever it is, unless
     ``fp8_param_gather`` (Megatron's ``--fp8-param-gather``, an fp8 run's): the layers'
-    weights are then kept and gathered in fp8, one byte each. ``optimizer_state``
+    weights are then kept and gathered in fp8, one byte each (bf16 with ``fp8_recipe``
+    "mxfp8": Megatron gathers MXFP8 weights in bf16 into the gradient buffer and
+    quantizes them after, ``reuse_grad_buf_for_mxfp8_param_ag``,
+    megatron/core/distributed/param_and_grad_buffer.py). ``fp8_recipe`` is Transformer
+    Engine's scaling (:data:`~simulator.workload.model.FP8_RECIPES`): "tensorwise"
+    (per-tensor current scaling, Megatron-Bridge's default on every GPU,
+    src/megatron/bridge/training/mixed_precision.py), "delayed" (Megatron-LM's and NeMo
+    2.0's), "mxfp8" (Blackwell); its casts' traffic is
+    :meth:`~simulator.workload.model.Transformer.fp8_cast_bytes`. ``fp8_transpose``:
+    the GPU's fp8 GEMMs take only K-major operands, so per-tensor casts also write a
+    transpose (Hopper, the default); False on Blackwell. ``optimizer_state``
     (:data:`~simulator.workload.memory.OPTIMIZER_STATE`; default: Megatron-Core's fp32
     main weights and moments) is the optimizer's state where a recipe sets its dtype
     (NeMo's ``optim.dtype: bf16``): its bytes per parameter set the memory and the
@@ -751,7 +765,10 @@ def megatron(
     step_bytes = GRADIENT_BYTES + state
     if fp8_param_gather and precision != "fp8":
         raise CcsimError("fp8_param_gather keeps weights in fp8: it needs precision fp8")
-    param_bytes = 1 if fp8_param_gather else BF16  # the layers' weights as gathered
+    fp8_cast_cost(fp8_recipe)  # an unknown recipe: one line naming the valid ones
+    # The layers' weights as gathered: MXFP8's in bf16 (Megatron's
+    # reuse_grad_buf_for_mxfp8_param_ag; Megatron-Bridge's bf16_with_mxfp8_mixed sets it).
+    param_bytes = 1 if fp8_param_gather and fp8_recipe != "mxfp8" else BF16
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise CcsimError(f"cp (context-parallel ranks) must be a positive integer, not {cp!r}")
     if fsdp and (distributed_optimizer or overlap_grad_reduce):
@@ -847,6 +864,7 @@ def megatron(
             cp=cp,
             core=cp == 1,
             moe=moe,
+            fp8_block=MXFP8_BLOCK if fp8_recipe == "mxfp8" else 0,
         )
 
     def work(forward: bool, logits: bool, layers: int, moe: int = 0) -> dict[str, Any]:
@@ -890,9 +908,14 @@ def megatron(
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
     if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)
-        fp8_fwd = m.fp8_cast_bytes(tokens, tp=tp)
+        recipe = {
+            "recipe": fp8_recipe,
+            "transpose": fp8_transpose,
+            "sequence_parallel": sequence_parallel,
+        }
+        fp8_fwd = m.fp8_cast_bytes(tokens, tp=tp, **recipe)
         fwd_layer_bytes += fp8_fwd
-        bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
+        bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True, **recipe)
         bwd_layer_bytes += fp8_fwd if recompute == "full" else 0.0
     # The loss after the logits (last virtual stage): its kernels' traffic joins that
     # pass's memory-bound op.

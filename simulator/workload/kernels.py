@@ -63,13 +63,24 @@ class Device(Protocol):
 ELEMENT_BYTES = 2
 #: Smallest tile side cuBLAS falls back to for a narrow matrix (its 64 x 64 tiles).
 MIN_TILE = 64
+#: How much longer an MXFP8 GEMM (1 x 32 block scales, Blackwell's block-scaled tensor
+#: cores) runs than the same GEMM on per-tensor-scaled fp8 operands, MEASURED with the
+#: casts outside the timed region: Transformer Engine's GEMM profiling guide
+#: (docs/examples/gemm_profiling/gemm_profiling.rst, ``--pre-quantize``, NVIDIA B300,
+#: hidden 4096, FFN 16384, 15,872 tokens): the 12 GEMMs of a layer (forward and both
+#: gradients) take 7.161 ms in MXFP8 and 6.812 ms in fp8 current scaling (forward 2.365
+#: / 2.158, input gradient 2.397 / 2.329, weight gradient 2.400 / 2.325). Measured on
+#: B300 and taken for B200 and GB200 (same tensor-core generation): an assumption.
+MXFP8_GEMM_SLOWDOWN = 7.161 / 6.812
 
 
 @dataclass(frozen=True)
 class Gemm:
     """``count`` kernels, each ``batch`` independent ``m x k`` by ``k x n`` products, with
     operands of ``bits`` (16: bf16 at the device's 16-bit peak; 8: fp8 at its fp8 peak,
-    as Transformer Engine runs linear layers)."""
+    as Transformer Engine runs linear layers). ``block``: fp8 operands scaled per block
+    of that many elements along K (32: MXFP8, at :data:`MXFP8_GEMM_SLOWDOWN` of the
+    per-tensor rate; 0: one scale per tensor)."""
 
     m: int
     n: int
@@ -77,6 +88,7 @@ class Gemm:
     batch: int = 1
     count: int = 1
     bits: int = 16
+    block: int = 0
 
     @property
     def flops(self) -> float:
@@ -97,21 +109,28 @@ class Gemm:
         [[8, 2, 4, 1, 1], [2, 4, 8, 1, 1]]
         """
         return (
-            Gemm(self.m, self.k, self.n, self.batch, self.count, self.bits),
-            Gemm(self.k, self.n, self.m, self.batch, self.count, self.bits),
+            Gemm(self.m, self.k, self.n, self.batch, self.count, self.bits, self.block),
+            Gemm(self.k, self.n, self.m, self.batch, self.count, self.bits, self.block),
         )
 
     def times(self, count: int) -> Gemm:
         """The same kernel run ``count`` times as often (e.g. once per layer)."""
-        return Gemm(self.m, self.n, self.k, self.batch, self.count * count, self.bits)
+        return Gemm(self.m, self.n, self.k, self.batch, self.count * count, self.bits, self.block)
 
-    def in_bits(self, bits: int) -> Gemm:
-        """The same kernel with operands of ``bits``."""
-        return Gemm(self.m, self.n, self.k, self.batch, self.count, bits)
+    def in_bits(self, bits: int, block: int = 0) -> Gemm:
+        """The same kernel with operands of ``bits`` (scaled per ``block`` elements)."""
+        return Gemm(self.m, self.n, self.k, self.batch, self.count, bits, block)
 
     def as_list(self) -> list[int]:
-        """The trace form ``[m, n, k, batch, count]`` (``bits`` appended when not 16)."""
+        """The trace form ``[m, n, k, batch, count]`` (``bits`` appended when not 16,
+        then ``block`` when not 0).
+
+        >>> Gemm(8, 4, 2).in_bits(8, 32).as_list()
+        [8, 4, 2, 1, 1, 8, 32]
+        """
         form = [self.m, self.n, self.k, self.batch, self.count]
+        if self.block:
+            return [*form, self.bits, self.block]
         return form if self.bits == 16 else [*form, self.bits]
 
 
@@ -196,6 +215,8 @@ def gemm_time(device: Device, gemm: Gemm) -> float:
                 "(precision: bf16) or on an H100, H200, B200 or GB200"
             )
         peak = device.fp8_flops
+        if gemm.block:
+            efficiency /= MXFP8_GEMM_SLOWDOWN
     elif gemm.bits != 16:
         raise CcsimError(f"GEMM operands of {gemm.bits} bits: ccsim times 16 and 8")
     # A tile's fixed cost (pipeline fill, epilogue) as K elements at the 16-bit rate, so

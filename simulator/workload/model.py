@@ -59,6 +59,68 @@ CROSS_ENTROPY_BYTES: dict[str, tuple[int, int]] = {
 }
 
 
+#: Transformer Engine's fp8 scaling recipes (Megatron-Core's ``--fp8-recipe``):
+#: "delayed" scales by an amax history kept from earlier steps (no pass over the
+#: tensor), "tensorwise" by the tensor's own amax (current scaling: a pass that reads
+#: it before the cast; Megatron-Bridge's MixedPrecisionConfig default,
+#: src/megatron/bridge/training/mixed_precision.py, ``fp8_recipe = "tensorwise"``, on
+#: every GPU), "mxfp8" by one E8M0 byte per 1 x 32 block (Blackwell only), computed in
+#: the cast kernel itself.
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
+
+#: MXFP8's block: one 1-byte E8M0 scale per 32 elements along the GEMM's K dimension
+#: (TE, pytorch/csrc/quantizer.cpp, ``MXFP8_BLOCK_SIZE`` in MXFP8Quantizer::get_scale_shape;
+#: the padding of the scale array to 128 x 4 is left out).
+MXFP8_BLOCK = 32
+
+
+def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float, float]:
+    """HBM bytes per element that casting one bf16 GEMM input to fp8 adds, as
+    (a cast of its own, a cast after a LayerNorm, a cast after the activation), from
+    Transformer Engine's source (v2.x, pytorch/csrc: quantizer.cpp,
+    extensions/normalization.cpp, extensions/activation.cpp).
+
+    An element's quantized copies write W bytes: one fp8 byte per copy, two copies
+    (row-wise for one GEMM, column-wise for the other reading it) where the GPU's fp8
+    GEMMs take only K-major operands (``transpose``, Hopper) and always with MXFP8,
+    whose column-wise copy has its own 1 x 32 scales (not a transpose of the row-wise
+    bytes), plus 1/32 byte of scale per element and copy. Then:
+
+    * *a cast of its own* reads the bf16 tensor (2) and writes W; current scaling
+      ("tensorwise") first reads it once more for its amax (``nvte_compute_amax``, then
+      ``nvte_quantize_v2``: Float8CurrentScalingQuantizer::quantize_impl): 2 more.
+    * *after a LayerNorm*: delayed scaling's norm kernel writes fp8 itself
+      (``Impl::FULLY_FUSED``: its output replaces the norm's bf16 one, max(0, W - 2));
+      current scaling's writes bf16 and the amax, then a cast reads it
+      (``FUSED_NORM_AMAX_FP8``: 2 + W); MXFP8's writes bf16, then a cast reads it
+      (``UNFUSED`` unless NVTE_NORM_FWD_USE_CUDNN is set: 2 + W).
+    * *after the activation*: delayed and MXFP8 scaling quantize in the activation
+      kernel (``FULLY_FUSED``: W - 1, its first fp8 byte taken as the bf16 output the
+      elementwise model already counts, as ccsim's earlier model did); current scaling
+      writes bf16 and the amax, then casts (``FUSED_ACTIVATION_AMAX_FP8``: 2 + W).
+
+    >>> fp8_cast_cost("delayed")  # Hopper: cast_transpose, 2 + 1 + 1
+    (4.0, 0.0, 1.0)
+    >>> fp8_cast_cost("tensorwise", transpose=False)  # Blackwell: one copy
+    (5.0, 3.0, 3.0)
+    >>> fp8_cast_cost("mxfp8", transpose=False)  # two copies of 1 + 1/32 bytes
+    (4.0625, 4.0625, 1.0625)
+    """
+    if recipe not in FP8_RECIPES:
+        raise CcsimError(
+            f"fp8_recipe must be one of {', '.join(FP8_RECIPES)} (Transformer Engine's "
+            f"delayed, per-tensor current or MXFP8 block scaling), not {shown(recipe)}"
+        )
+    mx = recipe == "mxfp8"
+    copies = 2 if (transpose or mx) else 1
+    written = copies * (1 + (1 / MXFP8_BLOCK if mx else 0.0))
+    if recipe == "delayed":
+        return (2 + written, max(0.0, written - 2), written - 1)
+    if recipe == "tensorwise":
+        return (4 + written, 2 + written, 2 + written)
+    return (2 + written, 2 + written, written - 1)
+
+
 @dataclass(frozen=True)
 class Transformer:
     """A decoder-only transformer: layers, hidden size, sequence length, vocabulary.
@@ -315,32 +377,50 @@ class Transformer:
         per_logit = CROSS_ENTROPY_BYTES[impl][1 if backward else 0]
         return float(tokens * _split(self.vocab, tp) * per_logit)
 
-    def fp8_cast_bytes(self, tokens: float, *, tp: int = 1, backward: bool = False) -> float:
+    def fp8_cast_bytes(
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        backward: bool = False,
+        recipe: str = "delayed",
+        transpose: bool = True,
+        sequence_parallel: bool = False,
+    ) -> float:
         """HBM bytes Transformer Engine's fp8 casts of one layer's pass move on one TP rank,
-        beyond the bf16 kernels' (:meth:`layer_elementwise_bytes`). An fp8 GEMM on Hopper
-        takes both operands K-major, so each cast writes a row-wise and a column-wise
-        (transposed) fp8 copy, 2 bytes an element, after reading the bf16 tensor (TE's
-        cast_transpose kernel: 4 bytes an element). Forward: the LayerNorms before QKV
-        and FC1 write fp8 themselves (LayerNormLinear, LayerNormMLP: no extra traffic);
-        the projection's input (a d / t per token) is cast (4 bytes) and the activation
-        before FC2 (f / t) writes its transpose too (1 byte). Backward: every GEMM's
-        output gradient is cast (4 bytes an element): QKV's (a + 2g) d / t, the
-        projection's and FC2's h (gathered over TP), FC1's f / t (2f / t gated).
+        beyond the bf16 kernels' (:meth:`layer_elementwise_bytes`), for the scaling
+        ``recipe`` (:data:`FP8_RECIPES`; the bytes per element are :func:`fp8_cast_cost`).
+
+        The GEMM inputs cast, per token: forward, the two LayerNorms' outputs (h, h / t
+        with sequence parallelism: TE quantizes the local shard before its all-gather),
+        the projection's input (a d / t, flash attention's bf16 output, a cast of its
+        own) and the activation before FC2 (f / t, written by the SwiGLU/GeLU kernel);
+        backward, every GEMM's output gradient, each a cast of its own: QKV's
+        (a + 2g) d / t, the projection's and FC2's h (gathered over TP) and FC1's f / t
+        (2f / t gated). ``transpose``: the GPU's fp8 GEMMs take only K-major operands
+        (Hopper), so a per-tensor cast also writes its transpose for the other GEMM that
+        reads it; Blackwell's take any layout (TE's ``nvte_is_non_tn_fp8_gemm_supported``,
+        compute capability 10.x: common/transformer_engine.cpp), one copy serves both.
         The weights' casts are once per step (TE caches them over micro-batches), left
-        out.
+        out. With the defaults (delayed scaling, Hopper) the forward is 4 a d / t + f / t
+        and the backward 4 bytes an element of every output gradient.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.fp8_cast_bytes(1), m.fp8_cast_bytes(1, backward=True)
         (8192.0, 36864.0)
+        >>> m.fp8_cast_bytes(1, recipe="mxfp8", transpose=False)  # 4.0625 (2h + ad) + 1.0625 f
+        16832.0
         """
         h, d = self.hidden, self.head_dim
         f = self.ffn or 4 * h
+        standalone, norm, act = fp8_cast_cost(recipe, transpose=transpose)
         if not backward:
-            per_token = 4 * self.attention_heads * d / tp + f / tp
+            normed = 2 * h / (tp if sequence_parallel else 1)  # QKV's and FC1's inputs
+            per_token = norm * normed + standalone * self.attention_heads * d / tp + act * f / tp
         else:
             qkv = (self.attention_heads + 2 * self.query_groups) * d / tp
             up = (2 if self.gated else 1) * f / tp
-            per_token = 4 * (qkv + 2 * h + up)
+            per_token = standalone * (qkv + 2 * h + up)
         return float(tokens * per_token)
 
     def step_flops(

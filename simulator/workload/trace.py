@@ -366,7 +366,8 @@ def _gemms(
         return seen[1]
     usage = (
         "give a list of [m, n, k], [m, n, k, batch], [m, n, k, batch, count] or "
-        "[m, n, k, batch, count, bits] (bits 16 or 8)"
+        "[m, n, k, batch, count, bits] (bits 16 or 8), or [m, n, k, batch, count, 8, 32] "
+        "(MXFP8's 1 x 32 block-scaled fp8)"
     )
     if not isinstance(raw, list) or not raw:
         raise WorkloadError(f"{where()}: 'gemms' must be a non-empty list; {usage}")
@@ -374,13 +375,14 @@ def _gemms(
     for entry in raw:
         if (
             not isinstance(entry, list | tuple)
-            or not 3 <= len(entry) <= 6
+            or not 3 <= len(entry) <= 7
             or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in entry)
-            or (len(entry) == 6 and entry[5] not in (8, 16))
+            or (len(entry) >= 6 and entry[5] not in (8, 16))
+            or (len(entry) == 7 and (entry[5], entry[6]) != (8, 32))
         ):
             raise WorkloadError(
-                f"{where()}: GEMM {shown(entry)} is not a list of 3 to 6 positive integers "
-                f"(bits 16 or 8); " + usage
+                f"{where()}: GEMM {shown(entry)} is not a list of 3 to 7 positive integers "
+                f"(bits 16 or 8; block 32 with bits 8); " + usage
             )
         key.append(tuple(entry))
     frozen = tuple(key)
