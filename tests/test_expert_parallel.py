@@ -42,7 +42,9 @@ def test_mixtral_dispatches_tokens_times_top_k_times_hidden_per_layer():
     calls = [op for op in step.ops if op.rank == 0 and op.op == "all_to_all"]
     assert len(calls) == 4 * 4  # 4 micro-batches x (dispatch, combine) x (fwd, bwd)
     assert {op.nbytes for op in calls} == {16 * per_layer}
-    assert step.groups[calls[0].group].ranks == [0, 2, 4, 6]  # consecutive DP ranks
+    # Megatron-Core's expert grid with expert_tensor_parallel_size 1 ("tp-cp-ep-dp-pp",
+    # megatron/core/parallel_state.py): EP groups of consecutive ranks, TP fastest.
+    assert step.groups[calls[0].group].ranks == [0, 1, 2, 3]
     experts = next(op for op in step.ops if op.rank == 0 and op.label.startswith("fwd experts"))
     assert [g.as_list() for g in experts.gemms] == [
         [2048, 28672, 4096, 2, 16],
@@ -91,7 +93,7 @@ def test_expert_gradients_are_reduced_over_the_ranks_holding_the_same_experts():
 def test_expert_parallelism_errors_say_what_to_change():
     with pytest.raises(CcsimError, match="needs sequence parallelism"):
         megatron("mixtral-8x7b", tp=2, pp=1, dp=4, ep=4, global_batch=8)
-    with pytest.raises(CcsimError, match="must divide the data-parallel size"):
+    with pytest.raises(CcsimError, match="must divide TP x CP x DP"):
         megatron(TINY, tp=1, pp=1, dp=3, ep=2, global_batch=6)
     with pytest.raises(CcsimError, match="applies to mixture-of-experts models"):
         megatron(MODELS["llama3-8b"], tp=8, pp=1, dp=2, ep=2, global_batch=4)

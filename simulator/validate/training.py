@@ -71,6 +71,8 @@ class TrainingRun:
     measured_how: str = ""
     use: str = "held-out"
     assumed: str = ""
+    #: Expert-parallel ranks (mixture-of-experts runs).
+    ep: int = 1
 
     @property
     def dp(self) -> int:
@@ -82,6 +84,7 @@ class TrainingRun:
         """A short description of the configuration."""
         vp = f" VP{self.vp}" if self.vp > 1 else ""
         cp = f" CP{self.cp}" if self.cp > 1 else ""
+        cp += f" EP{self.ep}" if self.ep > 1 else ""
         return (
             f"TP{self.tp} PP{self.pp}{vp}{cp} DP{self.dp} mb{self.micro_batch} "
             f"gbs{self.global_batch}"
@@ -139,10 +142,11 @@ def measured_step(entry: Mapping[str, Any], model: Transformer) -> tuple[float, 
 def _model(entry: Mapping[str, Any]) -> Transformer | str:
     """The run's transformer, or why ccsim cannot build it."""
     data = entry.get("model") or {}
-    if entry.get("moe"):
-        return "mixture-of-experts runs are not validated yet"
     if data.get("mamba") or str(data.get("name", "")).startswith("nemotronh"):
         return "hybrid Mamba models are not modelled"
+    moe = _moe_fields(entry) if entry.get("moe") else {}
+    if isinstance(moe, str):
+        return moe
     for key in ("layers", "hidden", "seq", "heads"):
         if not data.get(key):
             return f"the model's {key} is not known"
@@ -156,7 +160,7 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
     dropout = data.get("dropout")
     if not isinstance(dropout, bool):
         dropout = entry.get("source_kind") == "megatron-lm-readme"
-    return Transformer(
+    fields: dict[str, Any] = dict(
         dropout=dropout,
         layers=int(data["layers"]),
         hidden=int(data["hidden"]),
@@ -170,6 +174,44 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
         tied_embeddings=bool(data.get("tied")),
         name=name,
     )
+    fields.update(moe)
+    return Transformer(**fields)
+
+
+def _moe_fields(entry: Mapping[str, Any]) -> dict[str, Any] | str:
+    """A mixture-of-experts run's expert fields of :class:`Transformer` from its
+    ``moe_arch``, or why ccsim cannot build it. Every run here is token-dropless
+    (capacity factor 0: Megatron-Core's default ``moe_expert_capacity_factor`` None,
+    megatron/core/transformer/transformer_config.py; the Megatron-Bridge table's footnote
+    says "all token-dropless"); one shared expert of ``shared_ffn`` where the model has
+    one (DeepSeek-V3's ``moe_shared_expert_intermediate_size`` 2048 = 1 x 2048); the
+    first ``dense_layers`` layers dense, as DeepSeek-V3's ``moe_layer_freq`` [0]*3 +
+    [1]*58 says. Multi-head latent attention (DeepSeek-V3) is read from ``mla``."""
+    data = entry.get("model") or {}
+    arch = data.get("moe_arch") or {}
+    if not arch.get("experts") or not arch.get("topk"):
+        return "the model's experts are not known"
+    moe_ffn = int(arch.get("moe_ffn") or 0)
+    shared = int(arch.get("shared_ffn") or 0)
+    if shared and (not moe_ffn or shared % moe_ffn):
+        return f"a shared expert of {shared} over experts of {moe_ffn} is not modelled"
+    fields: dict[str, Any] = {
+        "experts": int(arch["experts"]),
+        "top_k": int(arch["topk"]),
+        "moe_ffn": moe_ffn,
+        "shared_experts": shared // moe_ffn if shared else 0,
+        "dense_layers": int(arch.get("dense_layers") or 0),
+    }
+    mla = data.get("mla")
+    if isinstance(mla, Mapping):
+        fields.update(
+            q_lora_rank=int(mla.get("q_lora_rank") or 0),
+            kv_lora_rank=int(mla["kv_lora_rank"]),
+            qk_rope_dim=int(mla.get("qk_rope_dim") or 0),
+            v_head_dim=int(mla.get("v_head_dim") or 0),
+            head_size=int(mla.get("qk_head_dim") or 0),
+        )
+    return fields
 
 
 #: Settings of a run's ``settings`` mapping that ccsim's generator takes, with the
@@ -240,6 +282,12 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             word = value.split()[0].strip(",;()").lower()
             if word in ("none", "selective", "full"):
                 options[name] = word
+            elif word == "selective:":
+                # Megatron-Core's recompute_modules: ccsim's "selective" is core_attn;
+                # the others (layernorm, moe_act, mla_up_proj, ...) re-run small or
+                # memory-bound parts, not modelled (none).
+                modules = value.split(":", 1)[1].replace(" ", "").split(",")
+                options[name] = "selective" if "core_attn" in modules else "none"
         elif key == "optimizer_state" and isinstance(value, str):
             options[name] = value  # checked by the generator (OPTIMIZER_STATE)
     kind = entry.get("source_kind")
@@ -306,6 +354,7 @@ def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tup
                 measured_how=how,
                 use=str(entry.get("use") or _use(entry)),
                 assumed=str(entry.get("assumed", "")),
+                ep=int(entry.get("ep") or 1) if model.is_moe else 1,
             )
         )
     return runs, skipped
@@ -339,6 +388,8 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
         replicas=True,
         shadows=True,
     )
+    if run.ep > 1:
+        options["ep"] = run.ep
     options.update(run.options)
     layers, chunks = run.model.layers, run.pp * run.vp
     if layers % chunks:
