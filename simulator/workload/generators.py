@@ -443,9 +443,10 @@ def megatron_options(
     ``defaults`` set's (:data:`MEGATRON_DEFAULTS`), where "megatron-core"'s depend on the
     configuration: sequence parallelism wherever TP > 1; the distributed optimizer
     wherever the weights have replicas (DP x CP > 1) and FSDP does not shard them; the
-    gradient reduction overlapped wherever there is one (``moe`` is kept for callers; a
-    mixture-of-experts model's dense and expert gradients overlap alike); the parameter all-gather overlapped wherever the distributed optimizer
-    runs one; TP collectives overlapped wherever sequence parallelism runs them.
+    gradient reduction overlapped wherever there is one (a mixture-of-experts model's
+    dense and expert gradients alike; ``moe`` is kept for callers); the parameter
+    all-gather overlapped wherever the distributed optimizer runs one; TP collectives
+    overlapped wherever sequence parallelism runs them.
 
     >>> o = megatron_options("megatron-core", {}, tp=8, dp=4)
     >>> o["recompute"], o["sequence_parallel"], o["distributed_optimizer"], o["tp_comm_overlap"]
