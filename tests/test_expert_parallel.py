@@ -67,7 +67,11 @@ def test_moe_step_with_free_communication_by_hand():
     own = list(TINY.moe_linear_gemms(1)) + list(TINY.attention_gemms(1))
     experts = TINY.expert_gemms(256, ep=2)
     assert [g.as_list() for g in experts] == [[256, 1024, 256, 2, 1], [256, 256, 512, 2, 1]]
-    kernels = TINY.layer_elementwise_bytes(256) / HBM
+    # The memory-bound kernels: a dense layer's without its MLP (6 x 4h a token gated),
+    # and per routed copy (2 a token) the experts' activation (6 x 512) and the
+    # dispatcher's permute, two chunk sorts and unpermute (14 h), 2 h a token more.
+    moe_bytes = 256 * (2 * (6 * 512 + 14 * 256) + 2 * 256 - 6 * 4 * 256)
+    kernels = (TINY.layer_elementwise_bytes(256) + moe_bytes) / HBM
     forward = _gemm_s(own) + _gemm_s(experts) + kernels
     backward = _gemm_s([grad for g in own + list(experts) for grad in g.backward()])
     backward += 2 * kernels

@@ -390,6 +390,11 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
     )
     if run.ep > 1:
         options["ep"] = run.ep
+        # Replicas of whole servers (8 GPUs): a replica of fewer ranks would be found to
+        # split a server during the replay, which would then build it again.
+        unit = max(1, 8 // (run.tp * run.cp))
+        if run.dp % unit == 0 and unit > 1:
+            options["replicas"] = unit
     options.update(run.options)
     layers, chunks = run.model.layers, run.pp * run.vp
     if layers % chunks:

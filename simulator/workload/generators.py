@@ -907,11 +907,27 @@ def megatron(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
+    # An MoE layer's: its experts' activation over the routed copies and the
+    # dispatcher's permutations instead of a dense MLP's (backward alike, twice).
+    fwd_moe_bytes = bwd_moe_bytes = 0.0
+    if m.is_moe:
+        fwd_moe_bytes = m.moe_elementwise_bytes(
+            tokens,
+            tp=tp,
+            sequence_parallel=sequence_parallel,
+            flash_attention=flash_attention,
+            local_experts=m.experts // ep,
+        )
+        bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes
     if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)
         fp8_fwd = m.fp8_cast_bytes(tokens, tp=tp)
         fwd_layer_bytes += fp8_fwd
         bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
         bwd_layer_bytes += fp8_fwd if recompute == "full" else 0.0
+        if m.is_moe:  # (an MoE layer's casts taken as a dense layer's)
+            fwd_moe_bytes += fp8_fwd
+            bwd_moe_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
+            bwd_moe_bytes += fp8_fwd if recompute == "full" else 0.0
     # The loss after the logits (last virtual stage): its kernels' traffic joins that
     # pass's memory-bound op.
     loss_bytes = {
@@ -1202,7 +1218,8 @@ def megatron(
                             "compute",
                             ready,
                             flops=0.0,
-                            bytes=layers * (fwd_layer_bytes if forward else bwd_layer_bytes)
+                            bytes=(layers - moe) * (fwd_layer_bytes if forward else bwd_layer_bytes)
+                            + moe * (fwd_moe_bytes if forward else bwd_moe_bytes)
                             + (loss_bytes[forward] if logits else 0.0),
                             label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
                         )

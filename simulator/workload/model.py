@@ -274,7 +274,8 @@ class Transformer:
         """One MoE layer's routed-expert GEMMs on one of ``ep`` expert-parallel ranks, as
         grouped GEMMs over its experts / ep experts: ``tokens`` tokens per rank, each
         routed to ``top_k`` experts (times ``capacity_factor`` when it pads experts to
-        capacity), spread evenly, so each expert takes tokens x top_k x ep / experts.
+        capacity), spread evenly, so each expert takes tokens x top_k x ep / experts;
+        the experts' GEMMs run in rounds of up to 4 at once (:data:`STREAMS`).
 
         >>> m = Transformer(layers=2, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32)
         >>> [g.as_list() for g in m.expert_gemms(16, ep=2)]
@@ -285,7 +286,19 @@ class Transformer:
         local = self.experts // ep
         f, h = self.expert_ffn, self.hidden
         up = (2 if self.gated else 1) * f
-        return (Gemm(per_expert, up, h, local), Gemm(per_expert, h, f, local))
+        # Transformer Engine's grouped GEMM runs one cuBLAS GEMM per expert, round robin
+        # over its 4 compute streams (transformer_engine/common/gemm/cublaslt_gemm.cu,
+        # nvte_multi_tensor_gemm -> multi_stream_cublas_gemm; util/multi_stream.cpp:
+        # num_compute_streams = 4): rounds of up to 4 side by side, each round a kernel
+        # of (at most) 4 experts' tiles.
+        rounds = [(STREAMS, local // STREAMS)] if local >= STREAMS else []
+        if local % STREAMS:
+            rounds.append((local % STREAMS, 1))
+        return tuple(
+            Gemm(per_expert, n, k, side, count)
+            for n, k in ((up, h), (h, f))
+            for side, count in rounds
+        )
 
     def linear_gemms(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer's linear layers on one of ``tp`` tensor-parallel
@@ -358,6 +371,48 @@ class Transformer:
             per_token += 9 * self.attention_heads * self.seq / tp
         per_token += (6 if self.gated else 4) * f / tp
         return tokens * per_token
+
+    def moe_elementwise_bytes(
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        sequence_parallel: bool = False,
+        flash_attention: bool = False,
+        local_experts: int = 1,
+    ) -> float:
+        """HBM bytes the non-GEMM kernels of one MoE layer's forward move on one rank:
+        the attention's and norms' as a dense layer's (:meth:`layer_elementwise_bytes`
+        without its MLP), the shared experts' activation over every token (split over
+        TP), and per routed copy of a token (``top_k`` a token, times the capacity
+        factor; the rank's b s / t tokens with sequence parallelism) the experts'
+        activation (6 f bytes gated: reads gate and up, writes their product; 4 f
+        otherwise) and the moves of Megatron-Core's all-to-all dispatcher
+        (megatron/core/transformer/moe/token_dispatcher.py,
+        MoEAlltoAllTokenDispatcher): ``permute`` before the dispatch reads and writes
+        each copy (4 h bytes), ``sort_chunks_by_idxs`` after it and again before the
+        combine reorders the received copies by local expert (4 h each, only with more
+        than one local expert), and ``unpermute`` reads each copy back (2 h) and writes
+        the weighted sum once a token (2 h).
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, heads=4, experts=4, top_k=2,
+        ...                 moe_ffn=32, gated=True)
+        >>> extra = m.moe_elementwise_bytes(1, local_experts=2) - m.layer_elementwise_bytes(1)
+        >>> extra == 2 * (6 * 32 + 14 * 64) + 2 * 64 - 6 * 4 * 64  # 2 copies, not a 4h MLP
+        True
+        """
+        f, gated = self.expert_ffn, 6 if self.gated else 4
+        dense = (
+            self.layer_elementwise_bytes(
+                tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
+            )
+            - tokens * gated * (self.ffn or 4 * self.hidden) / tp
+        )
+        shared = tokens * gated * self.shared_experts * f / tp
+        routed = tokens / (tp if sequence_parallel else 1)
+        copies = routed * self.top_k * (self.capacity_factor or 1.0)
+        moves = (14 if local_experts > 1 else 6) * self.hidden
+        return dense + shared + copies * (gated * f + moves) + routed * 2 * self.hidden
 
     def cross_entropy_bytes(
         self, tokens: float, *, tp: int = 1, impl: str = "unfused", backward: bool = False
@@ -434,6 +489,11 @@ class Transformer:
             self.layer_forward_flops(tokens, causal=causal, index=i) for i in range(self.layers)
         )
         return passes * layers + 6 * tokens * self.hidden * self.vocab
+
+
+#: Compute streams Transformer Engine spreads a grouped GEMM's per-expert GEMMs over
+#: (transformer_engine/common/util/multi_stream.cpp, num_compute_streams).
+STREAMS = 4
 
 
 def _split(size: int, parts: int) -> int:
