@@ -175,7 +175,45 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
         name=name,
     )
     fields.update(moe)
+    if _mtp_layers(entry):
+        fields["layers"] += _mtp_layers(entry)
     return Transformer(**fields)
+
+
+def _mtp_layers(entry: Mapping[str, Any]) -> int:
+    """Multi-token prediction layers a run trains: Megatron-Bridge's DeepSeek-V3 recipes
+    run one (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py: ``mtp_num_layers``
+    1, its layouts end with "mtp" and "loss"; the data file's pp_layout "...tmL"). It is
+    built as one more MoE layer at the end of the last stage (its own projection,
+    norms and second output head and loss are left out). NeMo's performance script,
+    which DGX Cloud's runs launch, lays out no MTP (scripts/performance/llm/
+    pretrain_deepseek_v3.py: its layouts end with "loss" alone)."""
+    data = entry.get("model") or {}
+    if entry.get("source_kind") != "megatron-bridge-performance-summary":
+        return 0
+    return int(data.get("mtp_layers_default") or 0)
+
+
+#: DeepSeek-V3's pipeline layouts, (PP, VP) -> decoder layers of the first and of the
+#: last virtual stage, every other one holding the rest evenly: NeMo's performance script
+#: (scripts/performance/llm/pretrain_deepseek_v3.py, map_pp_vp_to_layout) and
+#: Megatron-Bridge's recipe (_get_deepseek_v3_pipeline_layout) alike, e.g. (16, 1):
+#: embedding + 4, 14 x 4, 1 + (MTP) + loss.
+DEEPSEEK_V3_LAYOUT = {(4, 1): (16, 13), (8, 1): (8, 5), (4, 2): (8, 5), (16, 1): (4, 1),
+                      (8, 2): (4, 1), (4, 4): (4, 1)}  # fmt: skip
+
+
+def _layout(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The uneven pipeline split a run's recipe sets where its layers do not divide:
+    DeepSeek-V3's layouts (:data:`DEEPSEEK_V3_LAYOUT`, the MTP layer on the last
+    stage) as first and last stage layers without interleaving. With interleaving the
+    generator splits chunks evenly but for the end chunks (``generator_options``)."""
+    data = entry.get("model") or {}
+    pp, vp = int(entry.get("pp") or 1), int(entry.get("vp") or 1)
+    ends = DEEPSEEK_V3_LAYOUT.get((pp, vp))
+    if data.get("name") != "deepseek-v3" or ends is None or vp > 1:
+        return {}
+    return {"first_stage_layers": ends[0], "last_stage_layers": ends[1] + _mtp_layers(entry)}
 
 
 def _moe_fields(entry: Mapping[str, Any]) -> dict[str, Any] | str:
@@ -304,6 +342,7 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options["cross_entropy"] = cross_entropy
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
+    options.update(_layout(entry))
     return options
 
 
@@ -397,7 +436,7 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
             options["replicas"] = unit
     options.update(run.options)
     layers, chunks = run.model.layers, run.pp * run.vp
-    if layers % chunks:
+    if layers % chunks and "first_stage_layers" not in options:
         if (layers + 2) % chunks == 0 and run.vp == 1 and run.pp > 1:
             per = (layers + 2) // chunks
             options.update(first_stage_layers=per - 1, last_stage_layers=per - 1)
