@@ -343,6 +343,12 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
     options.update(_layout(entry))
+    model = entry.get("model") or {}
+    if model.get("name") == "deepseek-v3" and "tp_comm_overlap" not in settings:
+        # Megatron-Bridge's DeepSeek-V3 recipes turn TE's TP overlap off
+        # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py:
+        # CommOverlapConfig(tp_comm_overlap=False)).
+        options["tp_comm_overlap"] = False
     return options
 
 

@@ -655,17 +655,22 @@ def megatron(
     recomputation) and reduce-scatters their gradients. Gradients are reduced and the
     optimizer sharded over the DP x CP ranks, which hold the same weights.
     Mixture-of-experts models (``experts`` > 0) run their MoE layers as Megatron's
-    all-to-all token dispatcher does, with ``ep`` expert-parallel ranks (the fastest
-    part of DP in the rank order; experts / ep experts each, not split over TP): per
-    MoE layer the tokens a rank holds (b s / cp, / t with sequence parallelism, which
-    MoE with TP needs) are sent to their ``top_k`` experts and back, an all-to-all of
-    tokens x top_k x h x 2 bytes each way over the EP group on the compute stream,
-    around the experts' grouped GEMMs
+    all-to-all token dispatcher does, with ``ep`` expert-parallel ranks laid out as
+    Megatron-Core's expert grid with expert_tensor_parallel_size 1: ``ep`` consecutive
+    ranks of a stage's TP x CP x DP ones (TP fastest), experts / ep whole experts each.
+    Per MoE layer the tokens a rank holds (b s / cp, / t with sequence parallelism,
+    which MoE with TP needs) are sent to their ``top_k`` experts and back, an
+    all-to-all of tokens x top_k x h x 2 bytes each way over the EP group on the
+    compute stream, around the experts' grouped GEMMs
     (:meth:`~simulator.workload.model.Transformer.expert_gemms`); backward both again
     (and the forward's again with full recomputation). The attention, shared experts
-    and router run on every rank; an MoE layer keeps one TP collective pair (its
-    attention's). Expert gradients are reduced over the ranks holding the same experts
-    (DP x CP / EP), the rest over DP x CP.
+    and router run on every rank; an MoE layer keeps its attention's TP collective pair
+    (and its shared experts', if any); its memory-bound kernels are the routed copies'
+    activation and the dispatcher's permutations
+    (:meth:`~simulator.workload.model.Transformer.moe_elementwise_bytes`). Expert
+    gradients are reduced (bucket by bucket with ``overlap_grad_reduce``, as the rest)
+    and their parameters gathered over the ranks holding the same experts (TP x CP x
+    DP / EP), the rest over DP x CP.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -684,8 +689,9 @@ def megatron(
     replay simulates one replica where the topology is symmetric under moving every
     rank to the next replica, and the DP groups' collectives by their representatives
     (:mod:`simulator.workload.replicas`; every replica is built and replayed where
-    they are not alike). Mixture-of-experts models, whose expert-parallel groups cross
-    the replicas, are built whole.
+    they are not alike). Mixture-of-experts models build as many replicas together as
+    keep each EP group inside them, or one where EP groups span every replica
+    (:func:`moe_replicas`).
     ``shadows`` (with ``tp`` > 1) builds the ops of TP rank 0 of each TP group only,
     standing for the group's others (:class:`~simulator.workload.trace.Shadows`): the
     replay runs each call of theirs beside their master's and checks that they end
