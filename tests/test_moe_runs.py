@@ -90,15 +90,16 @@ def test_expert_groups_follow_megatron_cores_expert_grid():
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(tp=1, pp=1, dp=16, ep=16),  # EP spans every replica: its call's quotient
+        dict(tp=1, pp=1, dp=16, ep=16),  # EP spans every replica; EP shadows (TP 1)
         dict(tp=1, pp=2, dp=8, ep=4),  # EP groups of 4 replicas
         dict(tp=2, pp=1, dp=8, ep=16),  # TP shadows inside EP groups
         dict(tp=2, pp=1, dp=8, ep=4),
     ],
 )
 def test_one_replica_and_one_tp_rank_give_the_full_steps_time(kw):
-    """The shortcuts (replicas, TP shadows) replay fewer ops and give the same step, to
-    the bit, as every rank built, on 2 DGX H100."""
+    """The shortcuts (replicas; TP shadows, or with TP 1 the EP group's first rank
+    standing for the group) replay fewer ops and give the same step, to the bit, as
+    every rank built, on 2 DGX H100."""
     m = Transformer(layers=4, hidden=1024, seq=1024, vocab=32000, heads=8, kv_heads=2,
                     gated=True, ffn=2048, experts=16, top_k=4, moe_ffn=512,
                     dropout=False)  # fmt: skip

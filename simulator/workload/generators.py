@@ -849,6 +849,10 @@ def megatron(
         replicas_built = moe_replicas(replicas_built, ep=ep, tp=tp, cp=cp, dp=dp)
     # TP ranks whose ops are built: one per TP group with shadows.
     tp_built = 1 if shadows and tp > 1 else tp
+    # Without TP, a mixture-of-experts model's EP group stands for itself the same way:
+    # its ranks run the same kernels on the same shapes (routing balanced, as the
+    # published runs force it) and issue the same calls; its first rank is built.
+    ep_shadows = bool(shadows) and tp == 1 and cp == 1 and m.is_moe and ep > 1
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
@@ -898,6 +902,7 @@ def megatron(
     moe_tokens = tokens // (tp if sequence_parallel else 1)
     a2a_layer = moe_tokens * m.top_k * (m.capacity_factor or 1.0) * m.hidden * BF16
     experts = m.expert_gemms(moe_tokens, ep=ep) if m.is_moe else ()
+    expert_cache: dict = {}  # each pass's expert GEMMs, as op fields
     if precision == "fp8":  # Transformer Engine's grouped GEMMs run fp8 like its linears
         experts = tuple(g.in_bits(8) for g in experts)
 
@@ -1056,6 +1061,8 @@ def megatron(
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
         for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp_built)):
             r = rank_of(stage, d, t, q)
+            if ep_shadows and d % ep:
+                continue
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
             experts_reduced = False  # bucket by bucket, with overlap_grad_reduce
@@ -1194,6 +1201,7 @@ def megatron(
                             forward=forward,
                             recompute=recompute,
                             label=f"mb {i}",
+                            cache=expert_cache,
                         )
                     ready = [comp]
                     if cp > 1:
@@ -1420,6 +1428,16 @@ def megatron(
             ),
             build=lambda: megatron(**{**arguments, "shadows": False}),
         )
+    if ep_shadows:
+        shift = list(range(ranks))
+        for stage, d in itertools.product(range(pp), range(dp)):
+            shift[rank_of(stage, d, 0)] = rank_of(stage, d - d % ep + (d + 1) % ep, 0)
+        shadowed = Shadows(
+            ep,
+            tuple(shift),
+            frozenset(rank_of(stage, d, 0) for stage in range(pp) for d in range(0, dp, ep)),
+            build=lambda: megatron(**{**arguments, "shadows": False}),
+        )
     replicated = None
     if replicas_built < dp:
         unit = replicas_built
@@ -1482,16 +1500,24 @@ def _expert_layers(
     forward: bool,
     recompute: str,
     label: str,
+    cache: dict | None = None,
 ) -> str:
     """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
     dispatch (an all-to-all over the EP ``group``; none when every expert is local),
     the experts' grouped GEMMs, and the combine all-to-all back; backward the same with
     the GEMMs' gradients (and the forward again first with full recomputation).
-    Returns the last op's id."""
-    gemms = [g.times(layers) for g in experts]
-    if not forward:
-        grads = [grad for g in gemms for grad in g.backward()]
-        gemms = gemms + grads if recompute == "full" else grads
+    Returns the last op's id; ``cache`` keeps each pass's GEMM list for the next."""
+    key = (layers, forward)
+    if cache is None or key not in cache:
+        gemms = [g.times(layers) for g in experts]
+        if not forward:
+            grads = [grad for g in gemms for grad in g.backward()]
+            gemms = gemms + grads if recompute == "full" else grads
+        listed = [g.as_list() for g in gemms]
+        if cache is None:
+            cache = {}
+        cache[key] = listed
+    listed = cache[key]
     exchanges = 2 if forward else (4 if recompute == "full" else 2)
     what = "fwd" if forward else "bwd"
     prev = after
@@ -1511,7 +1537,7 @@ def _expert_layers(
                 r,
                 "compute",
                 [prev],
-                gemms=[g.as_list() for g in gemms],
+                gemms=listed,
                 label=f"{what} experts {label}",
             )
         prev = exchange("combine", k)

@@ -137,9 +137,17 @@ class Transformer:
         >>> m.attention_params
         187105280.0
         """
-        if self.is_mla:
-            return float(sum(g.n * g.k for g in self.attention_linear_gemms(1, tokens=1)))
         h, d = self.hidden, self.head_dim
+        if self.is_mla:  # the weights of attention_linear_gemms
+            a, v, rope, q_rank = (
+                self.attention_heads,
+                self.v_head_dim or d,
+                self.qk_rope_dim,
+                self.q_lora_rank,
+            )
+            query = (h * q_rank + q_rank * a * (d + rope)) if q_rank else h * a * (d + rope)
+            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * a * (d + v)
+            return float(query + kv + a * v * h)
         return 2 * h * self.attention_heads * d + 2 * h * self.query_groups * d
 
     @property
