@@ -90,7 +90,9 @@ def test_expert_groups_follow_megatron_cores_expert_grid():
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(tp=1, pp=1, dp=16, ep=16),  # EP spans every replica; EP shadows (TP 1)
+        dict(tp=1, pp=1, dp=16, ep=16),  # EP spans every replica: its call's quotient
+        dict(tp=1, pp=2, dp=16, ep=16, nodes=4),  # EP past a server: replicas alone
+        dict(tp=1, pp=2, dp=8, ep=8),  # EP shadows (TP 1) inside 8 replicas
         dict(tp=1, pp=2, dp=8, ep=4),  # EP groups of 4 replicas
         dict(tp=2, pp=1, dp=8, ep=16),  # TP shadows inside EP groups
         dict(tp=2, pp=1, dp=8, ep=4),
@@ -104,9 +106,10 @@ def test_one_replica_and_one_tp_rank_give_the_full_steps_time(kw):
                     gated=True, ffn=2048, experts=16, top_k=4, moe_ffn=512,
                     dropout=False)  # fmt: skip
     steps = {}
+    nodes = kw.pop("nodes", 2)
     for fast in (False, True):
         step = megatron(m, micro_batch=1, global_batch=4 * kw["dp"], replicas=fast,
                         shadows=fast, **kw)  # fmt: skip
-        steps[fast] = (len(step.ops), run_workload(step, "dgx-h100", nodes=2)[1].step_s)
+        steps[fast] = (len(step.ops), run_workload(step, "dgx-h100", nodes=nodes)[1].step_s)
     assert steps[True][0] < steps[False][0]
     assert steps[True][1] == steps[False][1]

@@ -12,8 +12,9 @@ it on the GPU's preset as NCCL runs its collectives.
 Every run has a ``use``: ``calibration`` where it set a constant of ccsim's compute model
 (:data:`CALIBRATION_SOURCES`; the constant cites it), ``held-out`` where nothing was set
 from it. Errors are reported for the two apart; only held-out errors are predictions.
-What ccsim cannot build yet (mixture-of-experts models with MLA, hybrid Mamba models,
-fine-tuning, FP4) is listed as skipped with the reason.
+Mixture-of-experts runs are built with their experts, expert parallelism and (DeepSeek-V3)
+multi-head latent attention as their data gives them; what ccsim cannot build yet
+(hybrid Mamba models, fine-tuning, FP4) is listed as skipped with the reason.
 """
 
 from __future__ import annotations
@@ -216,6 +217,21 @@ def _layout(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {"first_stage_layers": ends[0], "last_stage_layers": ends[1] + _mtp_layers(entry)}
 
 
+#: What ccsim builds for every mixture-of-experts run where its data says nothing else.
+#: Megatron-Core's own defaults (megatron/core/transformer/transformer_config.py) are the
+#: all-gather dispatcher, no grouped GEMM, no permute fusion, no capacity factor
+#: (dropless) and the aux-loss router; every published run here sets the all-to-all
+#: dispatcher or a flex one (DeepEP, HybridEP: NeMo's scripts/performance/llm/
+#: pretrain_deepseek_v3.py on H100, Megatron-Bridge's MoE recipes), grouped GEMM, permute
+#: fusion and forced load balancing (the tables' footnote), which ccsim builds.
+MOE_ASSUMED = (
+    " | ccsim (MoE): all-to-all dispatch over EP (a flex DeepEP/HybridEP dispatcher as a "
+    "plain all-to-all, no deduplication of tokens bound for one node, no overlap of the "
+    "all-to-all with another micro-batch's compute), TE grouped GEMM, dropless and balanced "
+    "routing, expert TP 1"
+)
+
+
 def _moe_fields(entry: Mapping[str, Any]) -> dict[str, Any] | str:
     """A mixture-of-experts run's expert fields of :class:`Transformer` from its
     ``moe_arch``, or why ccsim cannot build it. Every run here is token-dropless
@@ -398,7 +414,7 @@ def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tup
                 measured_step_s=step,
                 measured_how=how,
                 use=str(entry.get("use") or _use(entry)),
-                assumed=str(entry.get("assumed", "")),
+                assumed=str(entry.get("assumed", "")) + (MOE_ASSUMED if model.is_moe else ""),
                 ep=int(entry.get("ep") or 1) if model.is_moe else 1,
             )
         )

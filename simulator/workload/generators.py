@@ -852,7 +852,12 @@ def megatron(
     # Without TP, a mixture-of-experts model's EP group stands for itself the same way:
     # its ranks run the same kernels on the same shapes (routing balanced, as the
     # published runs force it) and issue the same calls; its first rank is built.
+    # The shift along an EP group must stay inside the replicas built: where the group
+    # reaches past them, both shortcuts would carry the other replicas' traffic (twice),
+    # and replicas alone are the cheaper (their flows stand for their images by link
+    # class; shadows run each image).
     ep_shadows = bool(shadows) and tp == 1 and cp == 1 and m.is_moe and ep > 1
+    ep_shadows = ep_shadows and replicas_built % ep == 0
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
@@ -1453,7 +1458,11 @@ def megatron(
             tuple(shift),
             first,
             unit=unit,
-            build=lambda replicas: megatron(**{**arguments, "replicas": replicas}),
+            # (Shadows only where this build has them: a replay that falls back to more
+            # replicas at a time keeps the kind of workload it started with.)
+            build=lambda replicas: megatron(
+                **{**arguments, "replicas": replicas, "shadows": shadowed is not None}
+            ),
         )
     workload = b.build(replicated, shadowed)
     workload.memory = megatron_memory(
