@@ -42,7 +42,9 @@ def test_mixtral_dispatches_tokens_times_top_k_times_hidden_per_layer():
     calls = [op for op in step.ops if op.rank == 0 and op.op == "all_to_all"]
     assert len(calls) == 4 * 4  # 4 micro-batches x (dispatch, combine) x (fwd, bwd)
     assert {op.nbytes for op in calls} == {16 * per_layer}
-    assert step.groups[calls[0].group].ranks == [0, 2, 4, 6]  # consecutive DP ranks
+    # Megatron-Core's expert grid with expert_tensor_parallel_size 1 ("tp-cp-ep-dp-pp",
+    # megatron/core/parallel_state.py): EP groups of consecutive ranks, TP fastest.
+    assert step.groups[calls[0].group].ranks == [0, 1, 2, 3]
     experts = next(op for op in step.ops if op.rank == 0 and op.label.startswith("fwd experts"))
     assert [g.as_list() for g in experts.gemms] == [
         [2048, 28672, 4096, 2, 16],
@@ -65,7 +67,11 @@ def test_moe_step_with_free_communication_by_hand():
     own = list(TINY.moe_linear_gemms(1)) + list(TINY.attention_gemms(1))
     experts = TINY.expert_gemms(256, ep=2)
     assert [g.as_list() for g in experts] == [[256, 1024, 256, 2, 1], [256, 256, 512, 2, 1]]
-    kernels = TINY.layer_elementwise_bytes(256) / HBM
+    # The memory-bound kernels: a dense layer's without its MLP (6 x 4h a token gated),
+    # and per routed copy (2 a token) the experts' activation (6 x 512) and the
+    # dispatcher's permute, two chunk sorts and unpermute (14 h), 2 h a token more.
+    moe_bytes = 256 * (2 * (6 * 512 + 14 * 256) + 2 * 256 - 6 * 4 * 256)
+    kernels = (TINY.layer_elementwise_bytes(256) + moe_bytes) / HBM
     forward = _gemm_s(own) + _gemm_s(experts) + kernels
     backward = _gemm_s([grad for g in own + list(experts) for grad in g.backward()])
     backward += 2 * kernels
@@ -91,7 +97,7 @@ def test_expert_gradients_are_reduced_over_the_ranks_holding_the_same_experts():
 def test_expert_parallelism_errors_say_what_to_change():
     with pytest.raises(CcsimError, match="needs sequence parallelism"):
         megatron("mixtral-8x7b", tp=2, pp=1, dp=4, ep=4, global_batch=8)
-    with pytest.raises(CcsimError, match="must divide the data-parallel size"):
+    with pytest.raises(CcsimError, match="must divide TP x CP x DP"):
         megatron(TINY, tp=1, pp=1, dp=3, ep=2, global_batch=6)
     with pytest.raises(CcsimError, match="applies to mixture-of-experts models"):
         megatron(MODELS["llama3-8b"], tp=8, pp=1, dp=2, ep=2, global_batch=4)

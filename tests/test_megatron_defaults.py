@@ -49,11 +49,12 @@ def test_given_options_win_and_sc21_keeps_the_2021_behaviour():
 
 def test_fsdp_and_moe_get_what_they_can_run():
     """FSDP shards the optimizer itself (no distributed optimizer, no bucketed
-    reduce); mixture-of-experts models do not overlap the gradient reduction yet."""
+    reduce); mixture-of-experts models overlap it as dense ones do (Megatron-Core's
+    expert gradients have buckets of their own in the same DDP wrapper)."""
     fsdp = megatron_options("megatron-core", {}, tp=1, dp=4, fsdp=True)
     assert not fsdp["distributed_optimizer"] and not fsdp["overlap_grad_reduce"]
     moe = megatron_options("megatron-core", {}, tp=2, dp=4, moe=True)
-    assert moe["sequence_parallel"] and not moe["overlap_grad_reduce"]
+    assert moe["sequence_parallel"] and moe["overlap_grad_reduce"]
 
 
 def test_parameters_are_gathered_bucket_by_bucket_before_the_first_forward():

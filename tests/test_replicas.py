@@ -166,12 +166,13 @@ def test_replicas_that_do_not_fill_servers_fall_back():
     assert len(run.workload.ops) == len(megatron("llama3-8b", **kw).ops)
 
 
-def test_mixture_of_experts_is_built_whole():
-    # Expert-parallel groups cross the replicas: every rank's ops are built.
-    kw = dict(tp=1, pp=1, dp=2, ep=2, global_batch=2)
+def test_mixture_of_experts_builds_whole_ep_groups_of_replicas():
+    # EP groups of 2 replicas out of 4: the ops of the first 2 replicas are built,
+    # standing for the next 2 (tests/test_moe_runs.py: the same step as every rank).
+    kw = dict(tp=1, pp=1, dp=4, ep=2, global_batch=4)
     one = megatron("mixtral-8x7b", replicas=True, **kw)
-    assert one.replicas is None
-    assert len(one.ops) == len(megatron("mixtral-8x7b", **kw).ops)
+    assert one.replicas is not None and one.replicas.unit == 2
+    assert 2 * len(one.ops) == len(megatron("mixtral-8x7b", **kw).ops)
 
 
 def test_server_permutation_maps_the_fabric_and_refuses_what_is_not_one():

@@ -125,7 +125,12 @@ def test_published_configurations_fit_in_memory():
     assert megatron(**generator_options(run)).memory == megatron_step_memory(
         **generator_options(run)
     )
-    assert over == []
+    # Known exception (issue 31, MoE): Megatron-Bridge 25.11's gpt-oss 120B row on 64 H100
+    # prints micro-batch 4 while the recipe it names sets 1 (the data file's
+    # recipe_vs_table); at 4, with 4 micro-batches in flight on the first of 4 stages,
+    # its activations are 62 GB by ccsim's model (Megatron-Core's layernorm/moe_act
+    # recompute_modules, which it runs, are not modelled in memory).
+    assert over == ["bridge-25.11-gpt-oss-120b-h100-bf16-64"]
 
 
 def test_nemotron4_340b_runs_with_its_recipes_settings():

@@ -228,7 +228,8 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="megatron, MoE models: expert-parallel ranks, carved out of DP (default 1)",
+        help="megatron, MoE models: expert-parallel ranks, consecutive ranks of a stage's "
+        "TP x CP x DP (default 1)",
     )
     gen.add_argument(
         "--precision",

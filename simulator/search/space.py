@@ -314,13 +314,23 @@ def estimate(
         attention = tuple(Attention(*k) for w in parts for k in w.get("attention", []))
         if moe:
             experts = [g.times(moe) for g in model.expert_gemms(moe_tokens, ep=c.ep)]
+            if c.precision == "fp8":  # the generator's fp8 grouped GEMMs
+                experts = [g.in_bits(8) for g in experts]
             if not forward:
                 grads = [grad for g in experts for grad in g.backward()]
                 experts = experts + grads if c.recompute == "full" else grads
             gemms += tuple(experts)
-        kernels = layers * model.layer_elementwise_bytes(
+        kernels = (layers - moe) * model.layer_elementwise_bytes(
             tokens, tp=c.tp, sequence_parallel=c.sequence_parallel, flash_attention=flash
         )
+        if moe:  # the generator's MoE layers' kernels (routed activation, permutations)
+            kernels += moe * model.moe_elementwise_bytes(
+                tokens,
+                tp=c.tp,
+                sequence_parallel=c.sequence_parallel,
+                flash_attention=flash,
+                local_experts=model.experts // c.ep,
+            )
         kernels *= 1 if forward else (3 if c.recompute == "full" else 2)
         if c.precision == "fp8":  # the generator's fp8 casts, the same bytes
             casts = model.fp8_cast_bytes(tokens, tp=c.tp)

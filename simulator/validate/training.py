@@ -13,8 +13,9 @@ GPUs NVIDIA's launcher places there, :func:`nvl72_racks`).
 Every run has a ``use``: ``calibration`` where it set a constant of ccsim's compute model
 (:data:`CALIBRATION_SOURCES`; the constant cites it), ``held-out`` where nothing was set
 from it. Errors are reported for the two apart; only held-out errors are predictions.
-What ccsim cannot build yet (mixture-of-experts models with MLA, hybrid Mamba models,
-fine-tuning, FP4) is listed as skipped with the reason.
+Mixture-of-experts runs are built with their experts, expert parallelism and (DeepSeek-V3)
+multi-head latent attention as their data gives them; what ccsim cannot build yet
+(hybrid Mamba models, fine-tuning, FP4) is listed as skipped with the reason.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class TrainingRun:
     measured_how: str = ""
     use: str = "held-out"
     assumed: str = ""
+    #: Expert-parallel ranks (mixture-of-experts runs).
+    ep: int = 1
 
     @property
     def dp(self) -> int:
@@ -93,6 +96,7 @@ class TrainingRun:
         """A short description of the configuration."""
         vp = f" VP{self.vp}" if self.vp > 1 else ""
         cp = f" CP{self.cp}" if self.cp > 1 else ""
+        cp += f" EP{self.ep}" if self.ep > 1 else ""
         return (
             f"TP{self.tp} PP{self.pp}{vp}{cp} DP{self.dp} mb{self.micro_batch} "
             f"gbs{self.global_batch}"
@@ -150,10 +154,11 @@ def measured_step(entry: Mapping[str, Any], model: Transformer) -> tuple[float, 
 def _model(entry: Mapping[str, Any]) -> Transformer | str:
     """The run's transformer, or why ccsim cannot build it."""
     data = entry.get("model") or {}
-    if entry.get("moe"):
-        return "mixture-of-experts runs are not validated yet"
     if data.get("mamba") or str(data.get("name", "")).startswith("nemotronh"):
         return "hybrid Mamba models are not modelled"
+    moe = _moe_fields(entry) if entry.get("moe") else {}
+    if isinstance(moe, str):
+        return moe
     for key in ("layers", "hidden", "seq", "heads"):
         if not data.get(key):
             return f"the model's {key} is not known"
@@ -167,7 +172,7 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
     dropout = data.get("dropout")
     if not isinstance(dropout, bool):
         dropout = entry.get("source_kind") == "megatron-lm-readme"
-    return Transformer(
+    fields: dict[str, Any] = dict(
         dropout=dropout,
         layers=int(data["layers"]),
         hidden=int(data["hidden"]),
@@ -181,6 +186,97 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
         tied_embeddings=bool(data.get("tied")),
         name=name,
     )
+    fields.update(moe)
+    if _mtp_layers(entry):
+        fields["layers"] += _mtp_layers(entry)
+    return Transformer(**fields)
+
+
+def _mtp_layers(entry: Mapping[str, Any]) -> int:
+    """Multi-token prediction layers a run trains: Megatron-Bridge's DeepSeek-V3 recipes
+    run one (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py: ``mtp_num_layers``
+    1, its layouts end with "mtp" and "loss"; the data file's pp_layout "...tmL"). It is
+    built as one more MoE layer at the end of the last stage (its own projection,
+    norms and second output head and loss are left out). NeMo's performance script,
+    which DGX Cloud's runs launch, lays out no MTP (scripts/performance/llm/
+    pretrain_deepseek_v3.py: its layouts end with "loss" alone)."""
+    data = entry.get("model") or {}
+    if entry.get("source_kind") != "megatron-bridge-performance-summary":
+        return 0
+    return int(data.get("mtp_layers_default") or 0)
+
+
+#: DeepSeek-V3's pipeline layouts, (PP, VP) -> decoder layers of the first and of the
+#: last virtual stage, every other one holding the rest evenly: NeMo's performance script
+#: (scripts/performance/llm/pretrain_deepseek_v3.py, map_pp_vp_to_layout) and
+#: Megatron-Bridge's recipe (_get_deepseek_v3_pipeline_layout) alike, e.g. (16, 1):
+#: embedding + 4, 14 x 4, 1 + (MTP) + loss.
+DEEPSEEK_V3_LAYOUT = {(4, 1): (16, 13), (8, 1): (8, 5), (4, 2): (8, 5), (16, 1): (4, 1),
+                      (8, 2): (4, 1), (4, 4): (4, 1)}  # fmt: skip
+
+
+def _layout(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The uneven pipeline split a run's recipe sets where its layers do not divide:
+    DeepSeek-V3's layouts (:data:`DEEPSEEK_V3_LAYOUT`, the MTP layer on the last
+    stage) as first and last stage layers without interleaving. With interleaving the
+    generator splits chunks evenly but for the end chunks (``generator_options``)."""
+    data = entry.get("model") or {}
+    pp, vp = int(entry.get("pp") or 1), int(entry.get("vp") or 1)
+    ends = DEEPSEEK_V3_LAYOUT.get((pp, vp))
+    if data.get("name") != "deepseek-v3" or ends is None or vp > 1:
+        return {}
+    return {"first_stage_layers": ends[0], "last_stage_layers": ends[1] + _mtp_layers(entry)}
+
+
+#: What ccsim builds for every mixture-of-experts run where its data says nothing else.
+#: Megatron-Core's own defaults (megatron/core/transformer/transformer_config.py) are the
+#: all-gather dispatcher, no grouped GEMM, no permute fusion, no capacity factor
+#: (dropless) and the aux-loss router; every published run here sets the all-to-all
+#: dispatcher or a flex one (DeepEP, HybridEP: NeMo's scripts/performance/llm/
+#: pretrain_deepseek_v3.py on H100, Megatron-Bridge's MoE recipes), grouped GEMM, permute
+#: fusion and forced load balancing (the tables' footnote), which ccsim builds.
+MOE_ASSUMED = (
+    " | ccsim (MoE): all-to-all dispatch over EP (a flex DeepEP/HybridEP dispatcher as a "
+    "plain all-to-all, no deduplication of tokens bound for one node, no overlap of the "
+    "all-to-all with another micro-batch's compute), TE grouped GEMM, dropless and balanced "
+    "routing, expert TP 1"
+)
+
+
+def _moe_fields(entry: Mapping[str, Any]) -> dict[str, Any] | str:
+    """A mixture-of-experts run's expert fields of :class:`Transformer` from its
+    ``moe_arch``, or why ccsim cannot build it. Every run here is token-dropless
+    (capacity factor 0: Megatron-Core's default ``moe_expert_capacity_factor`` None,
+    megatron/core/transformer/transformer_config.py; the Megatron-Bridge table's footnote
+    says "all token-dropless"); one shared expert of ``shared_ffn`` where the model has
+    one (DeepSeek-V3's ``moe_shared_expert_intermediate_size`` 2048 = 1 x 2048); the
+    first ``dense_layers`` layers dense, as DeepSeek-V3's ``moe_layer_freq`` [0]*3 +
+    [1]*58 says. Multi-head latent attention (DeepSeek-V3) is read from ``mla``."""
+    data = entry.get("model") or {}
+    arch = data.get("moe_arch") or {}
+    if not arch.get("experts") or not arch.get("topk"):
+        return "the model's experts are not known"
+    moe_ffn = int(arch.get("moe_ffn") or 0)
+    shared = int(arch.get("shared_ffn") or 0)
+    if shared and (not moe_ffn or shared % moe_ffn):
+        return f"a shared expert of {shared} over experts of {moe_ffn} is not modelled"
+    fields: dict[str, Any] = {
+        "experts": int(arch["experts"]),
+        "top_k": int(arch["topk"]),
+        "moe_ffn": moe_ffn,
+        "shared_experts": shared // moe_ffn if shared else 0,
+        "dense_layers": int(arch.get("dense_layers") or 0),
+    }
+    mla = data.get("mla")
+    if isinstance(mla, Mapping):
+        fields.update(
+            q_lora_rank=int(mla.get("q_lora_rank") or 0),
+            kv_lora_rank=int(mla["kv_lora_rank"]),
+            qk_rope_dim=int(mla.get("qk_rope_dim") or 0),
+            v_head_dim=int(mla.get("v_head_dim") or 0),
+            head_size=int(mla.get("qk_head_dim") or 0),
+        )
+    return fields
 
 
 #: Settings of a run's ``settings`` mapping that ccsim's generator takes, with the
@@ -268,6 +364,12 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             word = value.split()[0].strip(",;()").lower()
             if word in ("none", "selective", "full"):
                 options[name] = word
+            elif word == "selective:":
+                # Megatron-Core's recompute_modules: ccsim's "selective" is core_attn;
+                # the others (layernorm, moe_act, mla_up_proj, ...) re-run small or
+                # memory-bound parts, not modelled (none).
+                modules = value.split(":", 1)[1].replace(" ", "").split(",")
+                options[name] = "selective" if "core_attn" in modules else "none"
         elif key == "optimizer_state" and isinstance(value, str):
             options[name] = value  # checked by the generator (OPTIMIZER_STATE)
     offload = settings.get("activation_cpu_offload_layers")
@@ -294,6 +396,13 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         # print beside it, do not apply.
         for name in ("distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"):
             options.pop(name, None)
+    options.update(_layout(entry))
+    model = entry.get("model") or {}
+    if model.get("name") == "deepseek-v3" and "tp_comm_overlap" not in settings:
+        # Megatron-Bridge's DeepSeek-V3 recipes turn TE's TP overlap off
+        # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py:
+        # CommOverlapConfig(tp_comm_overlap=False)).
+        options["tp_comm_overlap"] = False
     return options
 
 
@@ -343,7 +452,8 @@ def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tup
                 measured_step_s=step,
                 measured_how=how,
                 use=str(entry.get("use") or _use(entry)),
-                assumed=str(entry.get("assumed", "")),
+                assumed=str(entry.get("assumed", "")) + (MOE_ASSUMED if model.is_moe else ""),
+                ep=int(entry.get("ep") or 1) if model.is_moe else 1,
             )
         )
     return runs, skipped
@@ -377,9 +487,16 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
         replicas=True,
         shadows=True,
     )
+    if run.ep > 1:
+        options["ep"] = run.ep
+        # Replicas of whole servers (8 GPUs): a replica of fewer ranks would be found to
+        # split a server during the replay, which would then build it again.
+        unit = max(1, 8 // (run.tp * run.cp))
+        if run.dp % unit == 0 and unit > 1:
+            options["replicas"] = unit
     options.update(run.options)
     layers, chunks = run.model.layers, run.pp * run.vp
-    if layers % chunks:
+    if layers % chunks and "first_stage_layers" not in options:
         if (layers + 2) % chunks == 0 and run.vp == 1 and run.pp > 1:
             per = (layers + 2) // chunks
             options.update(first_stage_layers=per - 1, last_stage_layers=per - 1)

@@ -90,7 +90,8 @@ def flash_core_kernels(
     its backward kernel, after the forward's again with full or selective recomputation.
     """
     batch = micro_batch * math.ceil(m.attention_heads / tp)
-    kernel = [batch, m.seq // cp, m.seq, m.head_dim, layers]
+    # (MLA: the mean of its query/key and value head sizes, the same FLOPs.)
+    kernel = [batch, m.seq // cp, m.seq, round(m.core_width), layers]
     if forward:
         return [[*kernel, 0]]
     again = [[*kernel, 0]] if recompute in ("full", "selective") else []
@@ -444,9 +445,10 @@ def megatron_options(
     ``defaults`` set's (:data:`MEGATRON_DEFAULTS`), where "megatron-core"'s depend on the
     configuration: sequence parallelism wherever TP > 1; the distributed optimizer
     wherever the weights have replicas (DP x CP > 1) and FSDP does not shard them; the
-    gradient reduction overlapped wherever there is one (not yet for mixture-of-experts
-    models); the parameter all-gather overlapped wherever the distributed optimizer
-    runs one; TP collectives overlapped wherever sequence parallelism runs them.
+    gradient reduction overlapped wherever there is one (a mixture-of-experts model's
+    dense and expert gradients alike; ``moe`` is kept for callers); the parameter
+    all-gather overlapped wherever the distributed optimizer runs one; TP collectives
+    overlapped wherever sequence parallelism runs them.
 
     >>> o = megatron_options("megatron-core", {}, tp=8, dp=4)
     >>> o["recompute"], o["sequence_parallel"], o["distributed_optimizer"], o["tp_comm_overlap"]
@@ -464,7 +466,7 @@ def megatron_options(
 
     auto("sequence_parallel", tp > 1)
     auto("distributed_optimizer", replicas and not fsdp)
-    auto("overlap_grad_reduce", replicas and not fsdp and not moe)
+    auto("overlap_grad_reduce", replicas and not fsdp)
     auto("overlap_param_gather", bool(options["distributed_optimizer"]) and replicas)
     auto("tp_comm_overlap", tp > 1 and bool(options["sequence_parallel"]))
     recompute = options["recompute"]
@@ -477,6 +479,31 @@ def megatron_options(
             f"recompute must be true, false, full, selective or none, not {recompute!r}"
         )
     return options
+
+
+def moe_replicas(unit: int, *, ep: int, tp: int, cp: int, dp: int) -> int:
+    """Data-parallel replicas a mixture-of-experts step's ops are built for, standing for
+    the next as many (``unit`` asked for): a multiple of the replicas an EP group covers
+    where its ``ep`` ranks are whole replicas of TP x CP ranks, so that each EP group
+    lies in one such unit (:class:`~simulator.workload.trace.Replicas`: every group lies
+    in one or spans them all); ``unit`` itself where an EP group spans every replica
+    (its call then runs as its schedule's quotient) or lies within one replica; every
+    replica (``dp``) where the EP groups straddle replicas otherwise.
+
+    >>> moe_replicas(1, ep=8, tp=1, cp=1, dp=32), moe_replicas(1, ep=64, tp=2, cp=1, dp=32)
+    (8, 1)
+    >>> moe_replicas(1, ep=8, tp=4, cp=2, dp=8), moe_replicas(1, ep=4, tp=8, cp=1, dp=4)
+    (1, 1)
+    >>> moe_replicas(2, ep=8, tp=1, cp=1, dp=12), moe_replicas(1, ep=2, tp=3, cp=1, dp=4)
+    (12, 4)
+    """
+    size = tp * cp  # ranks of a replica in a stage
+    if ep == size * dp or size % ep == 0:
+        return unit
+    if ep % size == 0:
+        k = math.lcm(unit, ep // size)
+        return k if dp % k == 0 else dp
+    return dp
 
 
 def megatron_step_memory(
@@ -635,17 +662,22 @@ def megatron(
     recomputation) and reduce-scatters their gradients. Gradients are reduced and the
     optimizer sharded over the DP x CP ranks, which hold the same weights.
     Mixture-of-experts models (``experts`` > 0) run their MoE layers as Megatron's
-    all-to-all token dispatcher does, with ``ep`` expert-parallel ranks (the fastest
-    part of DP in the rank order; experts / ep experts each, not split over TP): per
-    MoE layer the tokens a rank holds (b s / cp, / t with sequence parallelism, which
-    MoE with TP needs) are sent to their ``top_k`` experts and back, an all-to-all of
-    tokens x top_k x h x 2 bytes each way over the EP group on the compute stream,
-    around the experts' grouped GEMMs
+    all-to-all token dispatcher does, with ``ep`` expert-parallel ranks laid out as
+    Megatron-Core's expert grid with expert_tensor_parallel_size 1: ``ep`` consecutive
+    ranks of a stage's TP x CP x DP ones (TP fastest), experts / ep whole experts each.
+    Per MoE layer the tokens a rank holds (b s / cp, / t with sequence parallelism,
+    which MoE with TP needs) are sent to their ``top_k`` experts and back, an
+    all-to-all of tokens x top_k x h x 2 bytes each way over the EP group on the
+    compute stream, around the experts' grouped GEMMs
     (:meth:`~simulator.workload.model.Transformer.expert_gemms`); backward both again
     (and the forward's again with full recomputation). The attention, shared experts
-    and router run on every rank; an MoE layer keeps one TP collective pair (its
-    attention's). Expert gradients are reduced over the ranks holding the same experts
-    (DP x CP / EP), the rest over DP x CP.
+    and router run on every rank; an MoE layer keeps its attention's TP collective pair
+    (and its shared experts', if any); its memory-bound kernels are the routed copies'
+    activation and the dispatcher's permutations
+    (:meth:`~simulator.workload.model.Transformer.moe_elementwise_bytes`). Expert
+    gradients are reduced (bucket by bucket with ``overlap_grad_reduce``, as the rest)
+    and their parameters gathered over the ranks holding the same experts (TP x CP x
+    DP / EP), the rest over DP x CP.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -664,8 +696,9 @@ def megatron(
     replay simulates one replica where the topology is symmetric under moving every
     rank to the next replica, and the DP groups' collectives by their representatives
     (:mod:`simulator.workload.replicas`; every replica is built and replayed where
-    they are not alike). Mixture-of-experts models, whose expert-parallel groups cross
-    the replicas, are built whole.
+    they are not alike). Mixture-of-experts models build as many replicas together as
+    keep each EP group inside them, or one where EP groups span every replica
+    (:func:`moe_replicas`).
     ``shadows`` (with ``tp`` > 1) builds the ops of TP rank 0 of each TP group only,
     standing for the group's others (:class:`~simulator.workload.trace.Shadows`): the
     replay runs each call of theirs beside their master's and checks that they end
@@ -786,14 +819,11 @@ def megatron(
                 "a mixture-of-experts model with tensor parallelism needs sequence "
                 "parallelism (sequence_parallel, --sequence-parallel), as Megatron-LM does"
             )
-        if dp % ep or m.experts % ep:
+        if (tp * cp * dp) % ep or m.experts % ep:
             raise CcsimError(
-                f"ep {ep} must divide the data-parallel size ({dp}) and the experts "
-                f"({m.experts}): expert-parallel ranks are carved out of DP"
-            )
-        if overlap_grad_reduce:
-            raise CcsimError(
-                "overlap_grad_reduce is not modelled for mixture-of-experts models yet"
+                f"ep {ep} must divide TP x CP x DP ({tp * cp * dp}) and the experts "
+                f"({m.experts}): expert-parallel ranks are carved out of a stage's ranks, "
+                "as Megatron-Core's expert grid with expert_tensor_parallel_size 1 does"
             )
     elif ep > 1:
         raise CcsimError(
@@ -839,11 +869,19 @@ def megatron(
         raise CcsimError(
             f"replicas must be true, false or a divisor of dp ({dp}), not {replicas!r}"
         )
-    if m.is_moe:
-        replicas_built = dp
-    # TP ranks whose ops are built: one per TP group with shadows (MoE: every one, its
-    # expert layers are not checked for it).
-    tp_built = 1 if shadows and tp > 1 and not m.is_moe else tp
+    if m.is_moe and replicas_built < dp:
+        replicas_built = moe_replicas(replicas_built, ep=ep, tp=tp, cp=cp, dp=dp)
+    # TP ranks whose ops are built: one per TP group with shadows.
+    tp_built = 1 if shadows and tp > 1 else tp
+    # Without TP, a mixture-of-experts model's EP group stands for itself the same way:
+    # its ranks run the same kernels on the same shapes (routing balanced, as the
+    # published runs force it) and issue the same calls; its first rank is built.
+    # The shift along an EP group must stay inside the replicas built: where the group
+    # reaches past them, both shortcuts would carry the other replicas' traffic (twice),
+    # and replicas alone are the cheaper (their flows stand for their images by link
+    # class; shadows run each image).
+    ep_shadows = bool(shadows) and tp == 1 and cp == 1 and m.is_moe and ep > 1
+    ep_shadows = ep_shadows and replicas_built % ep == 0
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
     # virtual stage also runs the output layer's logits (2 h V / t FLOPs per token
@@ -894,6 +932,9 @@ def megatron(
     moe_tokens = tokens // (tp if sequence_parallel else 1)
     a2a_layer = moe_tokens * m.top_k * (m.capacity_factor or 1.0) * m.hidden * BF16
     experts = m.expert_gemms(moe_tokens, ep=ep) if m.is_moe else ()
+    expert_cache: dict = {}  # each pass's expert GEMMs, as op fields
+    if precision == "fp8":  # Transformer Engine's grouped GEMMs run fp8 like its linears
+        experts = tuple(g.in_bits(8) for g in experts)
 
     # Context parallelism: per layer, the K/V blocks of every CP rank (an all-gather
     # of 4 b s g d / t bytes) and, backward, their gradients (a reduce-scatter).
@@ -907,6 +948,18 @@ def megatron(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
+    # An MoE layer's: its experts' activation over the routed copies and the
+    # dispatcher's permutations instead of a dense MLP's (backward alike, twice).
+    fwd_moe_bytes = bwd_moe_bytes = 0.0
+    if m.is_moe:
+        fwd_moe_bytes = m.moe_elementwise_bytes(
+            tokens,
+            tp=tp,
+            sequence_parallel=sequence_parallel,
+            flash_attention=flash_attention,
+            local_experts=m.experts // ep,
+        )
+        bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes
     if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)
         recipe = {
             "recipe": fp8_recipe,
@@ -917,6 +970,10 @@ def megatron(
         fwd_layer_bytes += fp8_fwd
         bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True, **recipe)
         bwd_layer_bytes += fp8_fwd if recompute == "full" else 0.0
+        if m.is_moe:  # (an MoE layer's casts taken as a dense layer's)
+            fwd_moe_bytes += fp8_fwd
+            bwd_moe_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
+            bwd_moe_bytes += fp8_fwd if recompute == "full" else 0.0
     # The loss after the logits (last virtual stage): its kernels' traffic joins that
     # pass's memory-bound op.
     loss_bytes = {
@@ -932,7 +989,15 @@ def megatron(
     # Megatron's gradient buckets (DistributedDataParallelConfig.bucket_size: max(40M,
     # 1M x dp) parameters, megatron/core/distributed/distributed_data_parallel.py), here
     # whole layers of a chunk.
-    bucket_layers = max(1, math.ceil(max(40e6, 1e6 * replicas) / (m.layer_params / tp)))
+    # (MoE: the layer's parameters a rank holds, its experts' and the rest, whose
+    # buffers Megatron buckets alike.)
+    rank_layer_params = m.layer_params / tp
+    if m.is_moe:
+        expert_mlp = (3 if m.gated else 2) * m.hidden * m.expert_ffn
+        rank_layer_params = (m.moe_layer_params - m.experts * expert_mlp) / tp + (
+            m.experts // ep * expert_mlp
+        )
+    bucket_layers = max(1, math.ceil(max(40e6, 1e6 * replicas) / rank_layer_params))
 
     def buckets(chunk: int) -> list[int]:
         """The layers of each gradient bucket of a chunk of ``chunk`` layers."""
@@ -990,22 +1055,26 @@ def megatron(
         for d, t, q in itertools.product(range(dp), range(tp), range(cp)):
             members = [rank_of(0, d, t, q), rank_of(pp - 1, d, t, q)]
             emb_groups[(d, t, q)] = b.group(f"emb.d{d}.t{t}{suffix(q)}", "DP", members)
-    # Expert parallelism: EP groups are consecutive DP ranks; expert gradients are
-    # reduced over the ranks holding the same experts (same place in their EP group).
+    # Expert parallelism as Megatron-Core's expert grid orders it with
+    # expert_tensor_parallel_size 1 (megatron/core/parallel_state.py: the expert
+    # RankGenerator's "tp-cp-ep-dp-pp" with cp 1 and tp the expert TP size): within a
+    # stage the TP x CP x DP ranks, TP fastest, in EP groups of ``ep`` consecutive ones;
+    # expert gradients are reduced over the ranks holding the same experts (the same
+    # place in their EP group), the expert-data-parallel group.
     ep_groups: dict[tuple, str] = {}
     edp_groups: dict[tuple, str] = {}
+    width = tp * cp * dp  # ranks of a stage
     if m.is_moe:
-        for stage, t, q in itertools.product(range(pp), range(tp), range(cp)):
-            for j in range(dp // ep):
-                members = [rank_of(stage, j * ep + e, t, q) for e in range(ep)]
+        for stage in range(pp):
+            base = stage * width
+            for j in range(width // ep):
                 if ep > 1:
-                    ep_groups[(stage, t, q, j)] = b.group(
-                        f"ep.s{stage}.t{t}{suffix(q)}.{j}", "EP", members
-                    )
-        for stage, t, e in itertools.product(range(pp), range(tp), range(ep)):
-            members = [rank_of(stage, j * ep + e, t, q) for j in range(dp // ep) for q in range(cp)]
-            if len(members) > 1:
-                edp_groups[(stage, t, e)] = b.group(f"edp.s{stage}.t{t}.e{e}", "DP", members)
+                    members = [base + j * ep + e for e in range(ep)]
+                    ep_groups[(stage, j)] = b.group(f"ep.s{stage}.{j}", "EP", members)
+            for e in range(ep):
+                members = [base + j * ep + e for j in range(width // ep)]
+                if len(members) > 1:
+                    edp_groups[(stage, e)] = b.group(f"edp.s{stage}.e{e}", "DP", members)
     expert_params = (
         m.experts // ep * (3 if m.gated else 2) * m.hidden * m.expert_ffn if m.is_moe else 0.0
     )
@@ -1027,8 +1096,11 @@ def megatron(
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
         for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp_built)):
             r = rank_of(stage, d, t, q)
+            if ep_shadows and d % ep:
+                continue
             after: list[str] = []  # the ops the rank's next op waits for
             reduces: list[str] = []
+            experts_reduced = False  # bucket by bucket, with overlap_grad_reduce
             units_done: list[str] = []  # each layer's (FSDP unit's) compute op, in order
             gathers_started: set[int] = set()
             for kind, c, i in order:
@@ -1071,7 +1143,20 @@ def megatron(
                     pieces = (buckets(chunk) or [0])[::-1]
                 if sharded_weights and chunk > 1:
                     pieces = [1] * chunk  # Megatron-FSDP: one unit (layer) at a time
+                span = chunk_layer_range(chunks, stage, c)
                 for n, layers in enumerate(pieces):
+                    # The piece's MoE layers (forward pieces from the chunk's first layer
+                    # on, backward ones from its last back), and the parameters it
+                    # gathers or reduces: over DP x CP all but the routed experts, theirs
+                    # over the expert-data-parallel ranks.
+                    moe = moe_layers(here) if m.is_moe and len(pieces) == 1 else 0
+                    if m.is_moe and len(pieces) > 1:
+                        done = sum(pieces[: n + (0 if forward else 1)])
+                        start = span.start + done if forward else span.stop - done
+                        moe = sum(m.moe_layer(k) for k in range(start, start + layers))
+                    piece_params = (layers - moe) * m.layer_params / tp + moe * moe_params
+                    piece_experts = moe * expert_params
+                    edp = edp_groups.get((stage, (r - stage * width) % ep))
                     piece = "unit" if sharded_weights else "bucket"
                     name = tag if len(pieces) == 1 else f"{tag}.{piece}{n}"
                     # The output layer after the last layer forward, before the first
@@ -1079,7 +1164,7 @@ def megatron(
                     logits = here == pp * v - 1 and n == (len(pieces) - 1 if forward else 0)
                     deps = [recv, *after]
                     if gathered:
-                        params = layers * m.layer_params / tp
+                        params = piece_params
                         if (n == 0 and here == 0) or (n == len(pieces) - 1 and here == pp * v - 1):
                             params += m.vocab * m.hidden / tp
                         deps.append(
@@ -1090,12 +1175,25 @@ def megatron(
                                 [],
                                 op="all_gather",
                                 group=dp_groups[(stage, t)],
-                                bytes=params * BF16
-                                - layers * m.layer_params / tp * (BF16 - param_bytes),
+                                bytes=params * BF16 - piece_params * (BF16 - param_bytes),
                                 stream="dp",
                                 label="DP parameters",
                             )
                         )
+                        if piece_experts and edp is not None:
+                            deps.append(
+                                b.op(
+                                    f"r{r}.dp.params.{c}.{n}.experts",
+                                    r,
+                                    "collective",
+                                    [],
+                                    op="all_gather",
+                                    group=edp,
+                                    bytes=piece_experts * param_bytes,
+                                    stream="dp",
+                                    label="DP expert parameters",
+                                )
+                            )
                     layer_bytes = layers * m.layer_params / tp * BF16  # gathered weights
                     layer_grads = layers * m.layer_params / tp * grad
                     gather = None
@@ -1116,7 +1214,6 @@ def megatron(
                             label=f"FSDP weights {'fwd' if forward else 'bwd'} mb {i}",
                         )
                         deps = [*deps, gather]
-                    moe = moe_layers(here) if m.is_moe else 0
                     comp = b.op(
                         f"r{r}.{name}",
                         r,
@@ -1132,13 +1229,14 @@ def megatron(
                             r,
                             name,
                             comp,
-                            ep_groups.get((stage, t, q, d // ep)),
+                            ep_groups.get((stage, (r - stage * width) // ep)),
                             experts,
                             moe,
                             moe * a2a_layer,
                             forward=forward,
                             recompute=recompute,
                             label=f"mb {i}",
+                            cache=expert_cache,
                         )
                     ready = [comp]
                     if cp > 1:
@@ -1169,7 +1267,8 @@ def megatron(
                             "compute",
                             ready,
                             flops=0.0,
-                            bytes=layers * (fwd_layer_bytes if forward else bwd_layer_bytes)
+                            bytes=(layers - moe) * (fwd_layer_bytes if forward else bwd_layer_bytes)
+                            + moe * (fwd_moe_bytes if forward else bwd_moe_bytes)
                             + (loss_bytes[forward] if logits else 0.0),
                             label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
                         )
@@ -1186,7 +1285,7 @@ def megatron(
                                 tp_prev,
                                 op=op_name,
                                 group=tp_groups[(stage, d, q)],
-                                bytes=(layers - moe / 2)
+                                bytes=(layers - (0 if m.shared_experts else moe / 2))
                                 * (tp_fwd_layer if forward else tp_bwd_layer),
                                 stream="tp" if tp_comm_overlap else "compute",
                                 label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
@@ -1210,9 +1309,24 @@ def megatron(
                     if last and overlap_grad_reduce and replicas > 1:
                         # Megatron fills buckets from the last layer back; the
                         # embedding's gradients come with the last bucket.
-                        grads = layers * m.layer_params / tp
+                        grads = piece_params
                         if n == len(pieces) - 1 and here in (0, pp * v - 1):
                             grads += m.vocab * m.hidden / tp
+                        if piece_experts and edp is not None:
+                            experts_reduced = True
+                            reduces.append(
+                                b.op(
+                                    f"r{r}.dp.{c}.{n}.experts",
+                                    r,
+                                    "collective",
+                                    after,
+                                    op="reduce_scatter" if sharded else "all_reduce",
+                                    group=edp,
+                                    bytes=piece_experts * grad,
+                                    stream="dp",
+                                    label="DP expert gradients",
+                                )
+                            )
                         reduces.append(
                             b.op(
                                 f"r{r}.dp.{c}.{n}" if v > 1 else f"r{r}.dp.{n}",
@@ -1266,8 +1380,8 @@ def megatron(
                         label="DP gradients",
                     )
                 )
-            edp = edp_groups.get((stage, t, d % ep))
-            if stage_experts and edp is not None:
+            edp = edp_groups.get((stage, (r - stage * width) % ep))
+            if stage_experts and edp is not None and not experts_reduced:
                 reduces.append(
                     b.op(
                         f"r{r}.dp.experts",
@@ -1295,7 +1409,7 @@ def megatron(
                         label="embedding gradients",
                     )
                 ]
-            expert_replicas = replicas // ep
+            expert_replicas = width // ep
             embedding = m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0.0
             if sharded_weights:  # FSDP shards the layers; the embedding stays whole
                 optimizer_params = (stage_params - embedding) / replicas + embedding
@@ -1323,6 +1437,18 @@ def megatron(
                     stream="dp",
                     label="DP parameters",
                 )
+                if stage_experts and edp is not None:
+                    b.op(
+                        f"r{r}.dp.params.experts",
+                        r,
+                        "collective",
+                        [step],
+                        op="all_gather",
+                        group=edp,
+                        bytes=stage_experts * param_bytes,
+                        stream="dp",
+                        label="DP expert parameters",
+                    )
     shadowed = None
     if tp_built < tp:
         shift = list(range(ranks))
@@ -1335,6 +1461,16 @@ def megatron(
                 rank_of(stage, d, 0, q)
                 for stage, d, q in itertools.product(range(pp), range(dp), range(cp))
             ),
+            build=lambda: megatron(**{**arguments, "shadows": False}),
+        )
+    if ep_shadows:
+        shift = list(range(ranks))
+        for stage, d in itertools.product(range(pp), range(dp)):
+            shift[rank_of(stage, d, 0)] = rank_of(stage, d - d % ep + (d + 1) % ep, 0)
+        shadowed = Shadows(
+            ep,
+            tuple(shift),
+            frozenset(rank_of(stage, d, 0) for stage in range(pp) for d in range(0, dp, ep)),
             build=lambda: megatron(**{**arguments, "shadows": False}),
         )
     replicated = None
@@ -1352,7 +1488,11 @@ def megatron(
             tuple(shift),
             first,
             unit=unit,
-            build=lambda replicas: megatron(**{**arguments, "replicas": replicas}),
+            # (Shadows only where this build has them: a replay that falls back to more
+            # replicas at a time keeps the kind of workload it started with.)
+            build=lambda replicas: megatron(
+                **{**arguments, "replicas": replicas, "shadows": shadowed is not None}
+            ),
         )
     workload = b.build(replicated, shadowed)
     workload.memory = megatron_memory(
@@ -1400,16 +1540,24 @@ def _expert_layers(
     forward: bool,
     recompute: str,
     label: str,
+    cache: dict | None = None,
 ) -> str:
     """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
     dispatch (an all-to-all over the EP ``group``; none when every expert is local),
     the experts' grouped GEMMs, and the combine all-to-all back; backward the same with
     the GEMMs' gradients (and the forward again first with full recomputation).
-    Returns the last op's id."""
-    gemms = [g.times(layers) for g in experts]
-    if not forward:
-        grads = [grad for g in gemms for grad in g.backward()]
-        gemms = gemms + grads if recompute == "full" else grads
+    Returns the last op's id; ``cache`` keeps each pass's GEMM list for the next."""
+    key = (layers, forward)
+    if cache is None or key not in cache:
+        gemms = [g.times(layers) for g in experts]
+        if not forward:
+            grads = [grad for g in gemms for grad in g.backward()]
+            gemms = gemms + grads if recompute == "full" else grads
+        listed = [g.as_list() for g in gemms]
+        if cache is None:
+            cache = {}
+        cache[key] = listed
+    listed = cache[key]
     exchanges = 2 if forward else (4 if recompute == "full" else 2)
     what = "fwd" if forward else "bwd"
     prev = after
@@ -1429,7 +1577,7 @@ def _expert_layers(
                 r,
                 "compute",
                 [prev],
-                gemms=[g.as_list() for g in gemms],
+                gemms=listed,
                 label=f"{what} experts {label}",
             )
         prev = exchange("combine", k)

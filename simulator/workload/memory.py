@@ -471,7 +471,9 @@ def megatron_memory(
     if optimizer_state is not None:
         optimizer_bytes = optimizer_state_bytes(optimizer_state)
     optimizer = optimizer_bytes / (dp * cp if distributed_optimizer else 1)
-    expert_optimizer = optimizer_bytes / (dp * cp // ep if distributed_optimizer else 1)
+    # Experts are sharded over the expert-data-parallel ranks: TP x CP x DP / EP with
+    # expert_tensor_parallel_size 1 (the generator's expert grid, Megatron-Core's).
+    expert_optimizer = optimizer_bytes / (tp * dp * cp // ep if distributed_optimizer else 1)
 
     def activation(m: Transformer) -> float:
         return layer_activation_bytes(

@@ -135,7 +135,11 @@ class Transformer:
     shares the input embedding with the output layer. ``dropout``: the model trains with
     hidden and attention dropout (Megatron-LM's default, 0.1; Llama-style recipes set
     both to 0, and a dropout of 0 stores no mask). ``name`` and ``source`` say which
-    model it is and where its figures come from.
+    model it is and where its figures come from. Multi-head latent attention (MLA,
+    DeepSeek-V2/V3) where ``kv_lora_rank`` > 0: queries through a ``q_lora_rank``
+    bottleneck (0: one projection), keys and values through a ``kv_lora_rank`` one,
+    ``head_size`` the query/key head size without its ``qk_rope_dim`` rotary part and
+    ``v_head_dim`` the value head size (:meth:`attention_linear_gemms`).
     """
 
     layers: int
@@ -156,6 +160,10 @@ class Transformer:
     moe_frequency: int = 1
     tied_embeddings: bool = False
     dropout: bool = True
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
     name: str = ""
     source: str = ""
 
@@ -175,11 +183,80 @@ class Transformer:
         return self.head_size or self.hidden // self.attention_heads
 
     @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention (``kv_lora_rank`` > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
     def attention_params(self) -> float:
         """Query, key, value and output projections: 2 h a d + 2 h g d (4 h^2 for
-        multi-head attention with d = h / a)."""
+        multi-head attention with d = h / a); with MLA the weights of
+        :meth:`attention_linear_gemms` (DeepSeek-V3: 187 M a layer, its layernorms left
+        out).
+
+        >>> m = Transformer(layers=1, hidden=7168, heads=128, head_size=128, q_lora_rank=1536,
+        ...                 kv_lora_rank=512, qk_rope_dim=64, v_head_dim=128)
+        >>> m.attention_params
+        187105280.0
+        """
         h, d = self.hidden, self.head_dim
+        if self.is_mla:  # the weights of attention_linear_gemms
+            a, v, rope, q_rank = (
+                self.attention_heads,
+                self.v_head_dim or d,
+                self.qk_rope_dim,
+                self.q_lora_rank,
+            )
+            query = (h * q_rank + q_rank * a * (d + rope)) if q_rank else h * a * (d + rope)
+            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * a * (d + v)
+            return float(query + kv + a * v * h)
         return 2 * h * self.attention_heads * d + 2 * h * self.query_groups * d
+
+    @property
+    def core_width(self) -> float:
+        """Per token and head, the attention core's FLOPs over 4 s: the head size (MLA:
+        the mean of the query/key head, rotary part included, and the value head)."""
+        if self.is_mla:
+            return (self.head_dim + self.qk_rope_dim + (self.v_head_dim or self.head_dim)) / 2
+        return float(self.head_dim)
+
+    def attention_linear_gemms(
+        self, micro_batch: int, *, tp: int = 1, cp: int = 1, tokens: int = 0
+    ) -> tuple[Gemm, ...]:
+        """The attention's linear GEMMs of one layer's forward on one TP rank over the
+        b s / cp tokens it holds (``tokens`` instead, if given): QKV h -> (a + 2g) d / t
+        and the projection a d / t -> h. With MLA, as Megatron-Core's
+        MultiLatentAttention builds them (megatron/core/transformer/
+        multi_latent_attention.py): the down projections h -> q_lora and h -> kv_lora +
+        rope are duplicated on every TP rank over its sequence-parallel shard (b s / t
+        tokens), the up projections q_lora -> a (d + rope) / t and kv_lora -> a (d + v)
+        / t and the projection a v / t -> h are split over TP.
+
+        >>> m = Transformer(layers=1, hidden=64, heads=4, head_size=8, q_lora_rank=16,
+        ...                 kv_lora_rank=8, qk_rope_dim=4, v_head_dim=8)
+        >>> [g.as_list()[:3] for g in m.attention_linear_gemms(1, tp=2, tokens=4)]
+        [[2, 16, 64], [4, 24, 16], [2, 12, 64], [4, 32, 8], [4, 64, 16]]
+        """
+        h = self.hidden
+        tokens = tokens or micro_batch * self.seq // cp
+        a, d = self.attention_heads, self.head_dim
+        if not self.is_mla:
+            query = a * d
+            qkv = query + 2 * self.query_groups * d
+            return (Gemm(tokens, _split(qkv, tp), h), Gemm(tokens, h, _split(query, tp)))
+        v, rope = self.v_head_dim or d, self.qk_rope_dim
+        shard = max(1, tokens // tp)  # the duplicated down projections' tokens
+        q: tuple[Gemm, ...] = (Gemm(tokens, _split(a * (d + rope), tp), h),)
+        if self.q_lora_rank:
+            q = (
+                Gemm(shard, self.q_lora_rank, h),
+                Gemm(tokens, _split(a * (d + rope), tp), self.q_lora_rank),
+            )
+        kv = (
+            Gemm(shard, self.kv_lora_rank + rope, h),
+            Gemm(tokens, _split(a * (d + v), tp), self.kv_lora_rank),
+        )
+        return (*q, *kv, Gemm(tokens, h, _split(a * v, tp)))
 
     def _mlp_params(self, inner: int) -> float:
         return (3 if self.gated else 2) * self.hidden * inner
@@ -237,7 +314,7 @@ class Transformer:
         runs through, plus 4 s a d per token for the attention scores and their weighted
         sum (half of it with ``causal``, the masked half skipped as flash attention and
         Megatron-LM's count since 2025 do)."""
-        core = 4 * self.seq * self.attention_heads * self.head_dim * (0.5 if causal else 1.0)
+        core = 4 * self.seq * self.attention_heads * self.core_width * (0.5 if causal else 1.0)
         return tokens * (2 * self._active_params(index) + core)
 
     @property
@@ -254,7 +331,7 @@ class Transformer:
         >>> [g.as_list() for g in m.moe_linear_gemms(1)]
         [[16, 192, 64, 1, 1], [16, 64, 64, 1, 1], [16, 4, 64, 1, 1]]
         """
-        attention = self.linear_gemms(micro_batch, tp=tp, cp=cp)[:2]
+        attention = self.attention_linear_gemms(micro_batch, tp=tp, cp=cp)
         tokens = micro_batch * self.seq // cp
         h, f = self.hidden, self.expert_ffn * self.shared_experts
         shared: tuple[Gemm, ...] = ()
@@ -267,7 +344,8 @@ class Transformer:
         """One MoE layer's routed-expert GEMMs on one of ``ep`` expert-parallel ranks, as
         grouped GEMMs over its experts / ep experts: ``tokens`` tokens per rank, each
         routed to ``top_k`` experts (times ``capacity_factor`` when it pads experts to
-        capacity), spread evenly, so each expert takes tokens x top_k x ep / experts.
+        capacity), spread evenly, so each expert takes tokens x top_k x ep / experts;
+        the experts' GEMMs run in rounds of up to 4 at once (:data:`STREAMS`).
 
         >>> m = Transformer(layers=2, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32)
         >>> [g.as_list() for g in m.expert_gemms(16, ep=2)]
@@ -278,7 +356,19 @@ class Transformer:
         local = self.experts // ep
         f, h = self.expert_ffn, self.hidden
         up = (2 if self.gated else 1) * f
-        return (Gemm(per_expert, up, h, local), Gemm(per_expert, h, f, local))
+        # Transformer Engine's grouped GEMM runs one cuBLAS GEMM per expert, round robin
+        # over its 4 compute streams (transformer_engine/common/gemm/cublaslt_gemm.cu,
+        # nvte_multi_tensor_gemm -> multi_stream_cublas_gemm; util/multi_stream.cpp:
+        # num_compute_streams = 4): rounds of up to 4 side by side, each round a kernel
+        # of (at most) 4 experts' tiles.
+        rounds = [(STREAMS, local // STREAMS)] if local >= STREAMS else []
+        if local % STREAMS:
+            rounds.append((local % STREAMS, 1))
+        return tuple(
+            Gemm(per_expert, n, k, side, count)
+            for n, k in ((up, h), (h, f))
+            for side, count in rounds
+        )
 
     def linear_gemms(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer's linear layers on one of ``tp`` tensor-parallel
@@ -295,11 +385,8 @@ class Transformer:
         h, f = self.hidden, self.ffn or 4 * self.hidden
         tokens = micro_batch * self.seq // cp
         up = (2 if self.gated else 1) * f
-        query = self.attention_heads * self.head_dim
-        qkv = query + 2 * self.query_groups * self.head_dim
         return (
-            Gemm(tokens, _split(qkv, tp), h),
-            Gemm(tokens, h, _split(query, tp)),
+            *self.attention_linear_gemms(micro_batch, tp=tp, cp=cp),
             Gemm(tokens, _split(up, tp), h),
             Gemm(tokens, h, _split(f, tp)),
         )
@@ -316,6 +403,9 @@ class Transformer:
         s, heads = self.seq, self.attention_heads
         size = self.head_dim
         batch = micro_batch * _split(heads, tp)
+        if self.is_mla:  # query/key heads with their rotary part; the value heads
+            value = self.v_head_dim or size
+            return (Gemm(s, s, size + self.qk_rope_dim, batch), Gemm(s, value, s, batch))
         return (Gemm(s, s, size, batch), Gemm(s, size, s, batch))
 
     def logits_gemm(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> Gemm:
@@ -351,6 +441,48 @@ class Transformer:
             per_token += 9 * self.attention_heads * self.seq / tp
         per_token += (6 if self.gated else 4) * f / tp
         return tokens * per_token
+
+    def moe_elementwise_bytes(
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        sequence_parallel: bool = False,
+        flash_attention: bool = False,
+        local_experts: int = 1,
+    ) -> float:
+        """HBM bytes the non-GEMM kernels of one MoE layer's forward move on one rank:
+        the attention's and norms' as a dense layer's (:meth:`layer_elementwise_bytes`
+        without its MLP), the shared experts' activation over every token (split over
+        TP), and per routed copy of a token (``top_k`` a token, times the capacity
+        factor; the rank's b s / t tokens with sequence parallelism) the experts'
+        activation (6 f bytes gated: reads gate and up, writes their product; 4 f
+        otherwise) and the moves of Megatron-Core's all-to-all dispatcher
+        (megatron/core/transformer/moe/token_dispatcher.py,
+        MoEAlltoAllTokenDispatcher): ``permute`` before the dispatch reads and writes
+        each copy (4 h bytes), ``sort_chunks_by_idxs`` after it and again before the
+        combine reorders the received copies by local expert (4 h each, only with more
+        than one local expert), and ``unpermute`` reads each copy back (2 h) and writes
+        the weighted sum once a token (2 h).
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, heads=4, experts=4, top_k=2,
+        ...                 moe_ffn=32, gated=True)
+        >>> extra = m.moe_elementwise_bytes(1, local_experts=2) - m.layer_elementwise_bytes(1)
+        >>> extra == 2 * (6 * 32 + 14 * 64) + 2 * 64 - 6 * 4 * 64  # 2 copies, not a 4h MLP
+        True
+        """
+        f, gated = self.expert_ffn, 6 if self.gated else 4
+        dense = (
+            self.layer_elementwise_bytes(
+                tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
+            )
+            - tokens * gated * (self.ffn or 4 * self.hidden) / tp
+        )
+        shared = tokens * gated * self.shared_experts * f / tp
+        routed = tokens / (tp if sequence_parallel else 1)
+        copies = routed * self.top_k * (self.capacity_factor or 1.0)
+        moves = (14 if local_experts > 1 else 6) * self.hidden
+        return dense + shared + copies * (gated * f + moves) + routed * 2 * self.hidden
 
     def cross_entropy_bytes(
         self, tokens: float, *, tp: int = 1, impl: str = "unfused", backward: bool = False
@@ -445,6 +577,11 @@ class Transformer:
             self.layer_forward_flops(tokens, causal=causal, index=i) for i in range(self.layers)
         )
         return passes * layers + 6 * tokens * self.hidden * self.vocab
+
+
+#: Compute streams Transformer Engine spreads a grouped GEMM's per-expert GEMMs over
+#: (transformer_engine/common/util/multi_stream.cpp, num_compute_streams).
+STREAMS = 4
 
 
 def _split(size: int, parts: int) -> int:
