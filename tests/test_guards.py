@@ -239,8 +239,8 @@ def test_workload_and_generator_estimates_count_ops_and_transfers():
 def test_generator_estimate_counts_the_ops_actually_built(options):
     """Issue 36: the estimate of a Megatron step is the ops its generator builds, exactly:
     those of the one replica (or k) that stand for the rest where ``replicas`` is set
-    (a mixture-of-experts model builds every replica), each running the micro-batches a
-    real replica runs (not the whole global batch)."""
+    (a mixture-of-experts model as many as keep its EP groups whole), each running the
+    micro-batches a real replica runs (not the whole global batch)."""
     from simulator.workload.generators import megatron
 
     built = megatron(**options)

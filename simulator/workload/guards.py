@@ -24,7 +24,7 @@ from ..errors import CcsimError
 from ..library.hccl import OPS as HCCL_OPS
 from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
-from .generators import GENERATORS
+from .generators import GENERATORS, moe_replicas
 from .model import MODELS, Transformer
 from .trace import Workload
 
@@ -217,20 +217,28 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
 def built_replicas(generator: str, options: Mapping[str, Any], dp: int) -> int:
     """Data-parallel replicas whose ops a generator run builds: ``dp``, or for a Megatron
     step with ``replicas`` the one (``True``) or k (an integer dividing ``dp``) that
-    stand for the rest; a mixture-of-experts model's are all built (its expert-parallel
-    groups cross the replicas; :func:`~simulator.workload.generators.megatron`)."""
+    stand for the rest; for a mixture-of-experts model, as many as keep each
+    expert-parallel group inside them (:func:`~simulator.workload.generators.moe_replicas`)."""
     replicas = options.get("replicas", False)
     if generator != "megatron" or replicas is False or replicas is None:
         return dp
     model = options.get("model", "gpt3-175b")
     transformer = model if isinstance(model, Transformer) else MODELS.get(model)
-    if transformer is None or transformer.is_moe:
+    if transformer is None:
         return dp  # an unknown model: the generator says so
     if replicas is True:
-        return 1
-    if isinstance(replicas, int) and replicas >= 1 and dp % replicas == 0:
-        return replicas
-    return dp
+        unit = 1
+    elif isinstance(replicas, int) and replicas >= 1 and dp % replicas == 0:
+        unit = replicas
+    else:
+        return dp
+    if transformer.is_moe and unit < dp:
+        # As the generator builds them: whole units of the replicas an EP group covers.
+        counts = {name: options.get(name, 8 if name == "tp" else 1) for name in ("tp", "cp", "ep")}
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in counts.values()):
+            return moe_replicas(unit, ep=counts["ep"], tp=counts["tp"], cp=counts["cp"], dp=dp)
+        return dp
+    return unit
 
 
 def check_generator(
