@@ -93,6 +93,15 @@ class FlowState:
     weight: np.ndarray
 
 
+def network_tables(graph: nx.Graph) -> tuple[LinkTable, Router]:
+    """``graph``'s link table and a router, to be given to every
+    :class:`FlowNetwork` of ``graph`` (``tables=``): each copies the table and shares
+    what the router read from the graph instead of reading the graph again. Never
+    used for flows themselves, so they stay as the graph made them."""
+    links = LinkTable(graph)
+    return links, Router(graph, links)
+
+
 class FlowNetwork:
     """Max-min fair, flow-level model of a topology's directed links.
 
@@ -107,11 +116,17 @@ class FlowNetwork:
         *,
         link_efficiency: Mapping[str, float] | None = None,
         flow_seconds: bool = False,
+        tables: tuple[LinkTable, Router] | None = None,
     ):
         self.env = env
         self.graph = graph
-        self.links = LinkTable(graph)
-        self.router = Router(graph, self.links)
+        if tables is not None and tables[1].graph is graph:
+            # Read from the graph once for many networks (see network_tables).
+            self.links = tables[0].copy()
+            self.router = Router(graph, self.links, like=tables[1])
+        else:
+            self.links = LinkTable(graph)
+            self.router = Router(graph, self.links)
         n_links = len(self.links)
         # Usable capacity: line rate times the efficiency of the link's type (calibrated
         # runs only; records keep reporting line rate).

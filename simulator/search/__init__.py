@@ -246,8 +246,12 @@ def search(
             "nodes": nodes,
             "algorithm": algorithm,
         },
+        # Candidates of one parallel layout run one after another, so that a worker
+        # times their common calls (the data-parallel ones) alone once for all of them
+        # (see simulator.sweep.point.PointCache); rows are ranked afterwards.
         "points": [
-            {f"workload.{name}": getattr(e.candidate, name) for name in _FIELDS} for e in chosen
+            {f"workload.{name}": getattr(e.candidate, name) for name in _FIELDS}
+            for e in sorted(chosen, key=lambda e: _layout(e.candidate))
         ],
     }
     run = execute_sweep(
@@ -278,6 +282,17 @@ def search(
     rows.sort(key=lambda r: (r["step_s"] is None, r["step_s"] or 0.0, r["label"]))
     result.rows, result.ran, result.resumed = rows, run.ran, run.resumed
     return result
+
+
+def _layout(candidate: Candidate) -> tuple:
+    """What sets a candidate's communicating groups and their data-parallel calls, then
+    the rest: candidates that share it share most of their calls' timings alone."""
+    c = candidate
+    return (
+        c.tp, c.cp, c.ep, c.pp, c.dp, c.fsdp, c.distributed_optimizer,
+        c.sequence_parallel, c.first_stage_layers or 0, c.last_stage_layers or 0,
+        c.virtual_stages, c.micro_batch, c.precision, c.recompute,
+    )  # fmt: skip
 
 
 def search_point(params: Mapping[str, Any]) -> dict[str, Any]:

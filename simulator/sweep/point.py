@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import math
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +85,71 @@ def build_topology(params: Mapping[str, Any]) -> nx.Graph:
     graph = _preset_topology(params)
     # The point's faults (issue 16), applied to a copy: a sweep may vary them.
     return apply_faults(graph, params["fault"]) if params.get("fault") else graph
+
+
+class PointCache:
+    """What the points one runner runs in one process share: the topology graphs they
+    build (by the params that build them) and, per graph, the calls' timings alone
+    (:class:`~simulator.workload.isolated.TimingStore`).
+
+    Consecutive points of a sweep or a search usually run on one cluster: building a
+    16,384-GPU graph costs about a second, and a pipeline split's data-parallel calls
+    are timed alone once for all its micro-batch, recomputation and precision variants
+    instead of once each. Results are the same with or without the cache: a graph is
+    never changed by a replay (faults build their own copy), and a timing is found by
+    the content of what sets it. A runner scopes a cache to the points it runs
+    (:func:`point_cache_scope`); at most ``graphs`` graphs are kept, the least recently
+    used dropped first.
+    """
+
+    def __init__(self, graphs: int = 2):
+        self.graphs = graphs
+        self._graphs: OrderedDict[str, tuple[nx.Graph, Any]] = OrderedDict()
+        #: Points that found their graph here, and that built it.
+        self.hits = 0
+        self.misses = 0
+
+    def graph(self, params: Mapping[str, Any]) -> tuple[nx.Graph, Any]:
+        """The point's graph (:func:`build_topology`) and its timing store."""
+        from ..workload.isolated import TimingStore
+
+        key = json.dumps(
+            {k: params.get(k) for k in ("topology", "set", "fabric", "nodes", "seed", "fault")},
+            sort_keys=True,
+            default=repr,
+        )
+        entry = self._graphs.get(key)
+        if entry is None:
+            self.misses += 1
+            graph = build_topology(params)
+            entry = self._graphs[key] = (graph, TimingStore(graph))
+            while len(self._graphs) > self.graphs:
+                self._graphs.popitem(last=False)
+        else:
+            self.hits += 1
+            self._graphs.move_to_end(key)
+        return entry
+
+
+#: The cache of the runner running points in this process now (see
+#: :func:`point_cache_scope`); None: every point builds its own.
+_POINT_CACHE: ContextVar[PointCache | None] = ContextVar("ccsim_point_cache", default=None)
+
+
+@contextmanager
+def point_cache_scope(cache: PointCache | None) -> Iterator[None]:
+    """Points run inside this block share ``cache`` (None: nothing shared)."""
+    token = _POINT_CACHE.set(cache)
+    try:
+        yield
+    finally:
+        _POINT_CACHE.reset(token)
+
+
+def use_point_cache(cache: PointCache) -> None:
+    """Every later point in this process shares ``cache``: for a worker process, whose
+    points are all its runner's (a pool's initializer calls it)."""
+    _POINT_CACHE.set(cache)
 
 
 def _preset_topology(params: Mapping[str, Any]) -> nx.Graph:
@@ -252,12 +321,18 @@ def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, A
     """Replay a workload point: its workload, graph and
     :class:`~simulator.workload.metrics.Breakdown` (for point functions that report
     more than :func:`run_point`, such as ``ccsim search``'s)."""
-    from ..workload import run_workload
+    from ..workload import WorkloadReplay, breakdown
 
     gpus = _gpus_per_server(params)
     workload, nodes = _workload(params, gpus)
-    graph = build_topology({**params, "nodes": nodes})
-    _, breakdown = run_workload(
+    cache = _POINT_CACHE.get()
+    timings = None
+    if cache is None:
+        graph = build_topology({**params, "nodes": nodes})
+    else:
+        graph, timings = cache.graph({**params, "nodes": nodes})
+    # The graph was validated as it was built (run_workload would validate it again).
+    run = WorkloadReplay(
         workload,
         graph,
         algorithm=None if params["algorithm"] == "library" else params["algorithm"],
@@ -265,8 +340,10 @@ def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, A
         reduce_bandwidth=params.get("reduce_bandwidth"),
         protocol=params.get("protocol"),
         nccl=params.get("nccl"),
-    )
-    return workload, graph, breakdown
+        timings=timings,
+    ).run()
+    result = breakdown(run)
+    return workload, graph, result
 
 
 def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:

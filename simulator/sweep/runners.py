@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..version import __version__
-from .point import run_point
+from .point import PointCache, point_cache_scope, run_point, use_point_cache
 from .spec import Point, SweepError
 
 PointFunction = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -87,6 +87,9 @@ class InlineRunner:
     def __init__(self, function: PointFunction = run_point):
         self.function = function
         self._pending: list[Point] = []
+        # What this runner's points share (graphs, calls' timings): this runner's own,
+        # so that two sweeps in one process never share anything.
+        self.cache = PointCache()
 
     def submit(self, point: Point) -> None:
         self._pending.append(point)
@@ -94,7 +97,8 @@ class InlineRunner:
     def wait(self) -> list[tuple[Point, Outcome]]:
         point = self._pending.pop(0)
         try:
-            return [(point, self.function(point.params))]
+            with point_cache_scope(self.cache):
+                return [(point, self.function(point.params))]
         except Exception as error:  # a custom point function that raised
             return [(point, error)]
 
@@ -113,6 +117,9 @@ def _init_worker(parent: int) -> None:
     # Ctrl-C reaches the whole process group: the parent alone decides what to do, and
     # workers stopping mid-point with a traceback each would only add noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The points of this worker (all of one pool, so of one sweep) share graphs and
+    # calls' timings (results are the same: see PointCache).
+    use_point_cache(PointCache())
     # A parent killed outright (SIGKILL, OOM killer) cannot stop its pool, and idle
     # workers would wait for work forever: leave when the parent is gone.
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()

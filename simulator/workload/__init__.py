@@ -11,6 +11,7 @@ from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
 from .devices import DEVICES, Device, device_for
 from .engine import WorkloadReplay, WorkloadRun
+from .isolated import TimingStore
 from .metrics import Breakdown, breakdown
 from .presets import resolve_workload
 from .trace import Workload, WorkloadError, load_workload, parse_workload
@@ -27,6 +28,7 @@ def run_workload(
     protocol: str | None = None,
     nccl: NcclEnv | str | None = None,
     bundles: bool = True,
+    timings: TimingStore | None = None,
 ) -> tuple[WorkloadRun, Breakdown]:
     """Replay a workload on a topology; return the raw run and its breakdown.
 
@@ -40,7 +42,9 @@ def run_workload(
     calibrated protocol model for its collectives (None: ideal). ``nccl`` holds NCCL's
     environment settings (:mod:`simulator.library.nccl_env`) for the calls NCCL chooses.
     ``bundles`` False simulates calls that share links flow by flow (the per-flow
-    reference) instead of as bundles (:mod:`simulator.workload.bundles`).
+    reference) instead of as bundles (:mod:`simulator.workload.bundles`). ``timings``
+    (a :class:`~simulator.workload.isolated.TimingStore` of ``topology``'s graph) shares
+    calls' timings alone with other runs given the same store (the same results).
     """
     if isinstance(workload, dict):
         workload = load_workload(workload)
@@ -56,6 +60,7 @@ def run_workload(
         protocol=protocol,
         nccl=nccl,
         bundles=bundles,
+        timings=timings,
     ).run()
     return run, breakdown(run)
 
@@ -64,6 +69,7 @@ __all__ = [
     "DEVICES",
     "Breakdown",
     "Device",
+    "TimingStore",
     "Workload",
     "WorkloadError",
     "WorkloadReplay",

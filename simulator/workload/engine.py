@@ -59,7 +59,7 @@ from ..network.faults import compute_scaler, fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .devices import Device, graph_device
-from .isolated import EVERY_CALL, Call, IsolatedCalls, TakeOver
+from .isolated import EVERY_CALL, Call, IsolatedCalls, TakeOver, TimingStore
 from .kernels import kernels_time
 from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
 from .shadows import ShadowCheck, ShadowsUnlike, shadow_images
@@ -232,6 +232,11 @@ class WorkloadReplay:
         flow per link at the pace it keeps alone (:mod:`simulator.workload.bundles`; a
         few tenths of a percent from the reference on training steps, at a fraction of
         the work). False simulates such calls flow by flow: the per-flow reference.
+    timings : TimingStore, optional
+        Where calls' timings alone are kept (:class:`~simulator.workload.isolated.
+        TimingStore`): a store given to several replays on this graph (a search's
+        candidates) times each distinct call once for all of them; results are the same
+        with or without one. Default: a store of this replay's own.
 
     A workload given by one data-parallel replica (``megatron(replicas=True)``) is
     simulated once for all where the cluster, the routes and every spanning call look
@@ -253,14 +258,21 @@ class WorkloadReplay:
         isolated: bool = True,
         bundles: bool = True,
         nccl: NcclEnv | str | None = None,
+        timings: TimingStore | None = None,
         _excluded: frozenset = frozenset(),
     ):
         nccl = parse_nccl_env(nccl)
+        # Calls' timings alone, shared with the attempts that may follow this one (and
+        # with other replays on this graph given the same store).
+        if timings is None or timings.graph is not graph:
+            timings = TimingStore(graph)
+        self._store = timings
         # Kept to run the replay again when calls timed alone turn out not to be alone.
         self._arguments = dict(
             algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
             reduce_bandwidth=reduce_bandwidth, protocol=protocol,
             compute_scale=compute_scale, isolated=isolated, bundles=bundles, nccl=nccl,
+            timings=timings,
         )  # fmt: skip
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
@@ -313,6 +325,7 @@ class WorkloadReplay:
             self.env,
             graph,
             link_efficiency=None if self._given_protocol is None else self.calibration.efficiency,
+            tables=self._store.tables(),
         )
         # One rank per TP group standing for the group (see simulator.workload.shadows),
         # or every rank built.
@@ -338,7 +351,7 @@ class WorkloadReplay:
         if workload.replicas is not None:
             why = "a compute_scale was given (it may single out ranks)"
             if compute_scale is None:
-                self.replicas, why = replica_symmetry(workload, self.network)
+                self.replicas, why = replica_symmetry(workload, self.network, self._store.derived)
                 k = None
                 if self.replicas is None and workload.replicas.build is not None:
                     k = replicas_per_server(workload, graph)
@@ -346,7 +359,7 @@ class WorkloadReplay:
                     # Replicas smaller than a server: k of them together stand for the
                     # next k, and so on.
                     together = workload.replicas.build(k * workload.replicas.unit)
-                    symmetry, also = replica_symmetry(together, self.network)
+                    symmetry, also = replica_symmetry(together, self.network, self._store.derived)
                     if symmetry is not None:
                         self.replicas, workload = symmetry, together
                     else:
@@ -379,6 +392,7 @@ class WorkloadReplay:
                 _excluded,
                 replicas=self.replicas,
                 bundles=bundles,
+                store=timings,
             )
             if isolated
             else None
@@ -903,7 +917,10 @@ class WorkloadReplay:
         if shape is not None:
             return shape
         if self._server_index is None:
-            self._server_index = ServerIndex(self.graph)
+            index = self._store.derived.get("server index")
+            if index is None:
+                index = self._store.derived["server index"] = ServerIndex(self.graph)
+            self._server_index = index
         alike = self._server_index.group_shape(ranks)
         shape = None if alike is None else self._shapes.get(alike)
         if shape is None:

@@ -44,6 +44,7 @@ import hashlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+import networkx as nx
 import numpy as np
 import simpy
 
@@ -51,7 +52,8 @@ from ..algorithms.schedule import Schedule
 from ..collective.replay import ScheduleReplay, route_ops
 from ..library.protocol import Protocol
 from ..network.faults import fault_plan
-from ..network.flows import FlowNetwork, FlowState
+from ..network.flows import FlowNetwork, FlowState, network_tables
+from ..network.routing import LinkTable, Router
 from .bundles import Bundle
 from .replicas import ReplicaSymmetry
 
@@ -122,6 +124,63 @@ class TakeOver:
     group: Hashable
 
 
+class TimingStore:
+    """Timings of calls run alone, by signature, shared by every replay on one graph
+    that is given the store: the attempts of one replay (a replay run again after a
+    conflict times its calls once, not once per attempt), and the candidates of a
+    search on one cluster (a pipeline split's data-parallel calls are the same calls
+    whatever the micro-batch, recomputation or precision).
+
+    A signature names what sets a call's timing alone in terms of its content (the
+    schedule's arrays, the routes up to renaming links, the links' capacity, latency,
+    message cost, type and class sizes, the reducers, the protocol, the copies a
+    replica stands for), never the identity of Python objects, so a timing found by one
+    replay is the one another would find; it belongs to :attr:`graph` because a
+    signature does not describe the graph beyond the links it names.
+    """
+
+    def __init__(self, graph: nx.Graph):
+        self.graph = graph
+        self.timings: dict[bytes, Timing | None] = {}
+        #: What replays derive from the graph alone, built once for all of them (its
+        #: server index, server permutations' maps), by a key naming what it is.
+        self.derived: dict[Hashable, object] = {}
+        # Scratch networks for timing calls alone, by what sets them up (see
+        # IsolatedCalls._time_alone): reset before each use, so reuse changes nothing.
+        self.scratch: dict[Hashable, FlowNetwork] = {}
+        self._tables: tuple[LinkTable, Router] | None = None
+
+    def tables(self) -> tuple[LinkTable, Router]:
+        """The graph's link table and router for new networks (:func:`~simulator.
+        network.flows.network_tables`), read from the graph once."""
+        if self._tables is None:
+            self._tables = network_tables(self.graph)
+        return self._tables
+
+
+def schedule_digest(schedule: Schedule) -> bytes:
+    """A digest of everything in ``schedule`` (its arrays, counts and parameters): equal
+    for schedules that a replay cannot tell apart."""
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(
+        repr((schedule.op, schedule.algorithm, schedule.ranks, schedule.size_bytes)).encode()
+    )
+    digest.update(repr(sorted(schedule.params.items(), key=lambda kv: kv[0])).encode())
+    for name in (
+        "src", "dst", "nbytes", "segment", "reduce", "dep_ptr", "dep_idx", "dep_sent",
+        "segment_owner", "channel", "step", "chunk", "path",
+    ):  # fmt: skip
+        array = getattr(schedule, name)
+        if array is None:
+            digest.update(b"-/")
+            continue
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+        digest.update(b"/")
+    return digest.digest()
+
+
 @dataclass
 class _Plan:
     """A call on a particular group: its footprint (link ids on the real network, in
@@ -153,6 +212,7 @@ class IsolatedCalls:
         excluded: set[Hashable] | frozenset[Hashable] = frozenset(),
         replicas: ReplicaSymmetry | None = None,
         bundles: bool = False,
+        store: TimingStore | None = None,
     ):
         self.network = network
         self.bundles = bundles
@@ -167,7 +227,12 @@ class IsolatedCalls:
         self._holders: list[Hashable] = []
         self._holder_ids: dict[Hashable, int] = {}
         self._plans: dict[tuple, _Plan] = {}
-        self._timings: dict[bytes, Timing | None] = {}
+        if store is None or store.graph is not network.graph:
+            store = TimingStore(network.graph)
+        self._store = store
+        self._timings = store.timings
+        # Schedule digests by id, with the schedule kept so that the id stays its own.
+        self._digests: dict[int, tuple[Schedule, bytes]] = {}
         self._scratch: FlowNetwork | None = None
         #: Calls replayed from a timing, and calls timed alone (for reports).
         self.replayed = 0
@@ -415,7 +480,8 @@ class IsolatedCalls:
         ranks: np.ndarray,
         period: int | None,
     ) -> _Plan:
-        key = (id(schedule), repr(protocol), ranks.tobytes(), period)
+        # The plan keeps the schedule and protocol alive, so their ids stay theirs.
+        key = (id(schedule), id(protocol), ranks.tobytes(), period)
         plan = self._plans.get(key)
         if plan is None:
             footprint, signature = self._footprint(schedule, protocol, ranks, period)
@@ -476,9 +542,12 @@ class IsolatedCalls:
                 footprint = np.append(footprint, flat[ptr[route]])
         attributes = self._link_attributes(footprint)
         kinds = "|".join(network.links.kind[i] for i in footprint.tolist())
-        digest = hashlib.blake2b(digest_size=20)
+        known = self._digests.get(id(schedule))
+        if known is None:
+            known = self._digests[id(schedule)] = (schedule, schedule_digest(schedule))
+        digest = hashlib.blake2b(known[1], digest_size=20)
         for part in (
-            np.array([id(schedule), period or 0], dtype=np.int64),
+            np.array([period or 0, self.copies], dtype=np.int64),
             renumber[op_route].astype(np.int64),
             lengths.astype(np.int64),
             link_number[local],
@@ -506,14 +575,28 @@ class IsolatedCalls:
         None if it cannot finish alone."""
         network = self.network
         if self._scratch is None:
-            self._scratch = FlowNetwork(
-                simpy.Environment(),
-                network.graph,
-                link_efficiency=network.link_efficiency,
-                flow_seconds=True,
-            )
+            # Shared through the store by replays whose scratch would be set up alike:
+            # the same efficiencies, link classes and copies (reducers made for one
+            # stand for that many copies).
+            key: tuple = (tuple(sorted(network.link_efficiency.items())), self.copies)
             if self.replicas is not None:
-                self._scratch.set_link_classes(self.replicas.link_class, self.replicas.class_size)
+                classes = hashlib.blake2b(self.replicas.link_class.tobytes(), digest_size=20)
+                classes.update(np.asarray(self.replicas.class_size, dtype=float).tobytes())
+                key += (classes.digest(),)
+            self._scratch = self._store.scratch.get(key)
+            if self._scratch is None:
+                self._scratch = FlowNetwork(
+                    simpy.Environment(),
+                    network.graph,
+                    link_efficiency=network.link_efficiency,
+                    flow_seconds=True,
+                    tables=self._store.tables(),
+                )
+                if self.replicas is not None:
+                    self._scratch.set_link_classes(
+                        self.replicas.link_class, self.replicas.class_size
+                    )
+                self._store.scratch[key] = self._scratch
         scratch = self._scratch
         env = simpy.Environment()
         scratch.reset_clock(env)

@@ -207,11 +207,33 @@ def _plain(quotient: Quotient | None) -> bool:
     return quotient is not None and quotient.multiplicity is None
 
 
+def _maps(
+    graph: nx.Graph, network: FlowNetwork, perm: list[int], derived: dict
+) -> tuple[dict | None, np.ndarray | None]:
+    """The node map of server permutation ``perm`` and the link map it induces on the
+    graph's links (None, None if it maps the graph elsewhere); kept in ``derived``."""
+    links = network.links
+    # Link ids are the graph's, in its order, for every network of the graph (reducers,
+    # added later and per network, come after them: none yet here).
+    key = ("server permutation", tuple(perm), len(links))
+    if key not in derived:
+        phi = server_permutation(graph, perm)
+        psi = None
+        if phi is not None:
+            index = links.index
+            pairs = zip(links.src_node, links.dst_node, strict=True)
+            psi = np.array([index[(phi[a], phi[b])] for a, b in pairs], dtype=np.int64)
+        derived[key] = (phi, psi)
+    return derived[key]
+
+
 def replica_symmetry(
-    workload: Workload, network: FlowNetwork
+    workload: Workload, network: FlowNetwork, derived: dict | None = None
 ) -> tuple[ReplicaSymmetry | None, str]:
     """The symmetry that lets ``workload``'s first replica stand for all, on
-    ``network`` (before any flow), or None and why not."""
+    ``network`` (before any flow), or None and why not. ``derived`` (a
+    :class:`~simulator.workload.isolated.TimingStore`'s, for ``network``'s graph) keeps
+    the server map and link map of each server permutation for later calls."""
     replicas = workload.replicas
     if replicas is None or replicas.count < 2:
         return None, "the workload is not given by one replica"
@@ -235,15 +257,10 @@ def replica_symmetry(
             )
     n = len(set(servers))
     perm = [image.get(s, s) for s in range(n)]
-    phi = server_permutation(graph, perm)
+    phi, psi = _maps(graph, network, perm, {} if derived is None else derived)
     if phi is None or any(phi[gpus[r]] != gpus[t] for r, t in enumerate(shift.tolist())):
         return None, "the topology does not look the same from every replica"
-    links = network.links
-    index = links.index
-    psi = np.array(
-        [index[(phi[a], phi[b])] for a, b in zip(links.src_node, links.dst_node, strict=True)],
-        dtype=np.int64,
-    )
+    assert psi is not None
     # Orbits of the link map: the smallest id reached, and after how many steps each
     # link comes back (its orbit's size; the map to the power ``count`` is the identity).
     ids = np.arange(len(psi), dtype=np.int64)
