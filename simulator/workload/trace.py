@@ -620,27 +620,30 @@ def _check_acyclic(workload: Workload, origin: str) -> None:
             parent[find(index)] = find(members[0])
     for s, r in workload.pairs:
         parent[find(r)] = find(s)
+    root = [find(i) for i in range(n)]  # each op's merged node, found once
     edges: dict[int, set[int]] = defaultdict(set)
     last_on_stream: dict[tuple[int, str], int] = {}
     for op in workload.ops:
-        node = find(op.index)
+        node = root[op.index]
         for dep in op.deps:
-            if find(dep) != node:
-                edges[find(dep)].add(node)
+            source = root[dep]
+            if source != node:
+                edges[source].add(node)
             else:
                 raise WorkloadError(
                     f"{origin}: op {shown(op.id)} depends on an op it must run "
                     f"together with ({shown(workload.ops[dep].id)}): a cycle"
                 )
         key = (op.rank, op.stream)
-        if key in last_on_stream and find(last_on_stream[key]) != node:
-            edges[find(last_on_stream[key])].add(node)
+        previous = last_on_stream.get(key)
+        if previous is not None and root[previous] != node:
+            edges[root[previous]].add(node)
         last_on_stream[key] = op.index
     indegree: dict[int, int] = defaultdict(int)
     for targets in edges.values():
         for t in targets:
             indegree[t] += 1
-    nodes = {find(i) for i in range(n)}
+    nodes = set(root)
     ready = [v for v in nodes if indegree[v] == 0]
     seen = 0
     while ready:
@@ -651,7 +654,7 @@ def _check_acyclic(workload: Workload, origin: str) -> None:
             if indegree[t] == 0:
                 ready.append(t)
     if seen < len(nodes):
-        stuck = sorted(i for i in range(n) if indegree[find(i)] > 0)[:6]
+        stuck = sorted(i for i in range(n) if indegree[root[i]] > 0)[:6]
         described = ", ".join(
             f"{shown(workload.ops[i].id)} (rank {workload.ops[i].rank})" for i in stuck
         )
