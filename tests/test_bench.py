@@ -65,3 +65,29 @@ def test_asymmetric_scenarios_simulate_every_rank_as_the_event_replay_does():
     assert whole.stats.flows == 2 * 15 * 16 * 4 and once.stats.flows * 16 == whole.stats.flows
     assert whole.time_s == pytest.approx(once.time_s, rel=1e-12)
     assert slow.time_s > once.time_s
+
+
+def test_search_scenario_reports_the_candidates_it_simulated():
+    """A search scenario runs ccsim search: its simulated time is the fastest
+    candidate's step, as the same search run directly ranks it, and its CPU time
+    counts its workers'."""
+    from simulator.cli.bench import Scenario, bench_table, run_search_scenario
+    from simulator.search import search
+
+    options = (
+        ("model", "llama3-8b"),
+        ("global_batch", 8),
+        ("simulate", 2),
+        ("micro_batches", (1,)),
+        ("virtual_stages", (1,)),
+        ("workers", 1),
+    )
+    scenario = Scenario("s", "", kind="search", preset="dgx-a100", workload=options)
+    row = run_search_scenario(scenario)
+    direct = dict(options)
+    found = search(direct.pop("model"), "dgx-a100", progress=False, **direct)
+    assert row["candidates"] == row["candidates_ok"] == found.ran == 2
+    assert row["sim_time_us"] == pytest.approx(found.rows[0]["step_s"] * 1e6, rel=1e-12)
+    assert row["best"] == found.rows[0]["label"] and row["ranks"] == 8
+    assert row["cpu_s"] > 0 and row["wall_s"] > 0
+    assert "2 cand." in bench_table([row])

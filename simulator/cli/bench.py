@@ -53,7 +53,9 @@ class Scenario:
     case: str = ""
     sizes: tuple[int, ...] = ()
     #: "workload": the ``megatron`` generator's parameters of a training step replayed
-    #: on ``preset`` x ``nodes`` (each collective as the preset's library runs it).
+    #: on ``preset`` x ``nodes`` (each collective as the preset's library runs it);
+    #: "search": :func:`simulator.search.search`'s arguments (model, global batch, what
+    #: to simulate, workers) on ``preset`` x ``nodes``.
     workload: tuple[tuple[str, object], ...] = ()
     #: Wall time the scenario should stay under (the issue's target), or 0 for none.
     target_s: float = 0.0
@@ -343,6 +345,23 @@ SCENARIOS = {
                 ("distributed_optimizer", True),
             ),
         ),
+        Scenario(
+            "search-llama3-405b-h100x16384",
+            "ccsim search llama3-405b on 2048x dgx-h100 (16,384 GPUs), global batch 2048, bf16 and "
+            "fp8, CP 1 and 2: the 200 best estimates simulated on 2 workers (issue 31: <= 10 min)",
+            kind="search",
+            preset="dgx-h100",
+            nodes=2048,
+            workload=(
+                ("model", "llama3-405b"),
+                ("global_batch", 2048),
+                ("precisions", ("bf16", "fp8")),
+                ("context_parallel", (1, 2)),
+                ("simulate", 200),
+                ("workers", 2),
+            ),
+            target_s=600.0,
+        ),
     )
 }
 
@@ -409,11 +428,45 @@ def run_workload_scenario(scenario: Scenario) -> dict:
     }
 
 
+def run_search_scenario(scenario: Scenario) -> dict:
+    """Run a scenario's search; its wall and CPU time (this process and its workers'),
+    the candidates simulated, and the best one's step as the simulated time."""
+    from ..search import search
+
+    options = dict(scenario.workload)
+    model = str(options.pop("model"))
+    start = time.perf_counter()
+    found = search(model, scenario.preset, nodes=scenario.nodes, progress=False, **options)
+    wall = time.perf_counter() - start
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    simulated = [row for row in found.rows if row["status"] == "ok"]
+    best = simulated[0] if simulated else None
+    return {
+        "scenario": scenario.name,
+        "ranks": best["ranks"] if best else 0,
+        "flows": float("nan"),
+        "simulated_flows": float("nan"),
+        "sim_time_us": best["step_s"] * 1e6 if best else float("nan"),
+        "busbw_GBps": float("nan"),
+        "wall_s": wall,
+        "peak_MiB": max(me.ru_maxrss, workers.ru_maxrss) / 1024,
+        "flows_per_s": float("nan"),
+        "target_s": scenario.target_s or None,
+        "candidates": len(found.rows),
+        "candidates_ok": len(simulated),
+        "cpu_s": me.ru_utime + me.ru_stime + workers.ru_utime + workers.ru_stime,
+        "best": best["label"] if best else "",
+    }
+
+
 def run_scenario(name: str) -> dict:
     """Run one scenario in this process and measure it."""
     scenario = SCENARIOS[name]
     if scenario.kind == "workload":
         return run_workload_scenario(scenario)
+    if scenario.kind == "search":
+        return run_search_scenario(scenario)
     start = time.perf_counter()
     results = scenario.run()
     wall = time.perf_counter() - start
@@ -469,6 +522,14 @@ def bench_table(rows: list[dict]) -> str:
     for row in rows:
         busbw = row["busbw_GBps"]
         busbw_text = "-" if busbw is None or busbw != busbw else f"{busbw:.2f}"  # NaN
+        if "candidates" in row:  # a search: candidates and CPU instead of flows
+            lines.append(
+                f"{row['scenario']:<22} {row['ranks']:>6} "
+                f"{str(row['candidates']) + ' cand.':>12} {'-':>10} "
+                f"{row['sim_time_us']:>12.2f} {busbw_text:>8} {row['wall_s']:>8.2f} "
+                f"{row['peak_MiB']:>9.0f} {'-':>11}  {_target(row)}; CPU {row['cpu_s']:.0f} s"
+            )
+            continue
         lines.append(
             f"{row['scenario']:<22} {row['ranks']:>6} {round(row['flows']):>12} "
             f"{round(row.get('simulated_flows', row['flows'])):>10} "

@@ -27,6 +27,7 @@ from ..errors import CcsimError
 from ..sweep.cost import per_perf
 from ..sweep.point import one_line, simulate_workload_point
 from ..sweep.run import execute_sweep
+from ..sweep.spec import load_spec
 from ..topology import load_topology
 from ..topology.bom import bill_of_materials
 from ..topology.graph import gpu_nodes
@@ -255,7 +256,9 @@ def search(
         ],
     }
     run = execute_sweep(
-        spec,
+        # Each candidate's resource check runs with it (a refusal goes into its row);
+        # estimated here too, they would cost a generator run each before any starts.
+        load_spec(spec, check_points=False),
         out,
         workers=workers,
         scheduler=scheduler,

@@ -256,6 +256,7 @@ def load_spec(
     name: str | None = None,
     max_flows: int | None = None,
     nccl: str | Sequence[str] | Mapping[str, Any] | None = None,
+    check_points: bool = True,
 ) -> SweepSpec:
     """Parse and validate a sweep spec.
 
@@ -274,6 +275,11 @@ def load_spec(
         NCCL's environment settings for every point (``ccsim sweep --nccl``), as the
         scenario key ``nccl`` takes them (:func:`~simulator.library.nccl_env.
         parse_nccl_env`); a spec's own ``nccl`` must then agree, and no axis may vary it.
+    check_points : bool
+        Estimate every point here and refuse the whole spec if one would pass the limit
+        (the default). False leaves each point's check to its run, which records a
+        refusal in its row: ``ccsim search``, whose candidates are each simulated or
+        refused on their own, and whose estimates here would cost a generator run each.
 
     Examples
     --------
@@ -290,7 +296,7 @@ def load_spec(
         path = Path(source)
         origin, folder = str(path), path.parent
         data = load_data(path, what="sweep spec", fmt="yaml", error=SweepError)
-    spec = _Parser(origin, folder, max_flows).parse(data, name, nccl=nccl)
+    spec = _Parser(origin, folder, max_flows, check_points).parse(data, name, nccl=nccl)
     return spec
 
 
@@ -318,10 +324,17 @@ def _without_paths(value: Any) -> Any:
 class _Parser:
     """Parses one spec; ``origin`` prefixes every message, files resolve from ``folder``."""
 
-    def __init__(self, origin: str, folder: Path, max_flows: int | None = None):
+    def __init__(
+        self,
+        origin: str,
+        folder: Path,
+        max_flows: int | None = None,
+        check_points: bool = True,
+    ):
         self.origin = origin
         self.folder = folder
         self.max_flows = max_flows
+        self.checks_points = check_points
         self.kind = ""
         self.base: dict[str, Any] = {}
         self.workload_overrides: dict[str, Any] = {}
@@ -411,7 +424,8 @@ class _Parser:
                 for a in axes
             }
             points.append(Point(len(points), values, params, key))
-        self.check_points(points)
+        if self.checks_points:
+            self.check_points(points)
         spec_name = name or str(data.get("name") or Path(self.origin).stem)
         return SweepSpec(
             name=spec_name,
