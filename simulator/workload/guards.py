@@ -198,11 +198,13 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     batch = options.get("global_batch")
     if isinstance(batch, int) and not isinstance(batch, bool) and batch % dp == 0:
         small_options["global_batch"] = batch // dp * small_counts.get("dp", 1)
-    small = function(**small_options)
+    small_ops, small_ranks = _small_run(
+        generator, function, small_options, small_counts.get("dp", 1)
+    )
     # The counts kept (pp) stay in the small run's ranks.
-    ranks = math.prod(counts.values()) * small.ranks // math.prod(small_counts.values())
+    ranks = math.prod(counts.values()) * small_ranks // math.prod(small_counts.values())
     built = built_replicas(generator, options, dp)
-    per_rank = len(small.ops) / small.ranks
+    per_rank = small_ops / small_ranks
     ops = math.ceil(per_rank * ranks * built / dp)
     if built < dp:
         what = (
@@ -212,6 +214,33 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     else:
         what = f"{generator} on {ranks:,} ranks: {ops:,} ops"
     return Estimate(ops * OP_FLOWS, what)
+
+
+def _small_run(
+    generator: str, function: Callable[..., Workload], options: Mapping[str, Any], dp: int
+) -> tuple[int, int]:
+    """Ops and ranks of ``function(**options)``. A Megatron step's op count is affine
+    in its micro-batches (each adds its forward and backward passes, their sends and
+    calls, to every rank; the rest is per step), so a step of many is counted from two
+    steps of one and two (of ``pp`` and ``2 pp`` when interleaved, which needs whole
+    rounds): a 64-stage pipeline's estimate then costs two small runs, not one as long
+    as the real one's."""
+    batch, micro = options.get("global_batch"), options.get("micro_batch", 1)
+    pp, virtual = options.get("pp", 8), options.get("virtual_stages", 1)
+    plain = all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 1
+        for x in (batch, micro, pp, virtual)
+    )
+    if generator == "megatron" and plain and batch % (micro * dp) == 0:
+        count = batch // (micro * dp)
+        unit = pp if virtual > 1 else 1
+        if count >= 3 * unit and count % unit == 0:
+            one = function(**{**options, "global_batch": unit * micro * dp})
+            two = function(**{**options, "global_batch": 2 * unit * micro * dp})
+            added = len(two.ops) - len(one.ops)  # by ``unit`` more micro-batches
+            return len(one.ops) + (count // unit - 1) * added, one.ranks
+    small = function(**options)
+    return len(small.ops), small.ranks
 
 
 def built_replicas(generator: str, options: Mapping[str, Any], dp: int) -> int:
