@@ -73,3 +73,45 @@ def test_nccl_runs_nvlstree_with_32_heads_on_nvl72_racks():
     dgx = load_topology("dgx-h100", 2)
     plan = policy.plan(policy.system(dgx), "all_reduce", 64 * 2**20)
     assert plan.params["nccl_algorithm"] == "NVLSTree" and plan.options == {}
+
+
+@pytest.mark.parametrize(("gpus", "heads"), [(8, 8), (8, 4), (12, 3)])
+def test_one_domain_with_fewer_heads(gpus, heads):
+    """Every rank writes its copy of each of the h rows into the switch and takes every
+    row's total out (n each way); a head also takes its row's sum out and writes the total
+    in (n/h more). With one chunk the four phases run one after another, each bound by the
+    heads' links: n/B up, n/(hB) down, n/(hB) up, n/B down; so 2 n (h + 1)/(h B) with no
+    latency, here at B = 100 GB/s."""
+    spec = {
+        "name": "switch",
+        "server": {
+            "gpus": gpus,
+            "gpu": {"model": "H100-SXM5-80GB"},
+            "intra": {"kind": "nvswitch", "link": "nvlink", "bandwidth": "100GB/s", "nvls": True},
+        },
+    }
+    graph = _graph_of(spec)
+    schedule = build_schedule("nvls", "all_reduce", rank_layout(graph), GIB, chunks=1, heads=heads)
+    expected = 2 * GIB * (heads + 1) / (heads * 100e9)
+    assert run_schedule(graph, schedule).time_s == pytest.approx(expected, rel=1e-9)
+
+
+def _graph_of(spec):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "switch.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        return load_topology(path)
+
+
+def test_nccl_runs_nvls_with_32_heads_on_a_rack():
+    """One 72-GPU NVLink domain: NVLS with 32 heads; 8 GPUs: every GPU a head."""
+    policy = NcclPolicy()
+    rack = load_topology("gb200-nvl72", 1)
+    plan = policy.plan(policy.system(rack), "all_reduce", 8 * GIB)
+    assert plan.params["nccl_algorithm"] == "NVLS" and plan.options == {"heads": 32}
+    server = load_topology("hgx-b200", 1)
+    plan = policy.plan(policy.system(server), "all_reduce", 8 * GIB)
+    assert plan.params["nccl_algorithm"] == "NVLS" and plan.options == {}
