@@ -201,3 +201,13 @@ def test_every_command_that_builds_a_topology_takes_it(tmp_path, capsys):
     assert main(["compare", "all_gather", "--topology", "hgx-b200", "--nodes", "2", "--sizes",
                  "1M", "--nic-rate", "s9/nic0=1GB/s"]) == 2  # fmt: skip
     assert "--nic-rate" in capsys.readouterr().err
+
+
+def test_the_summary_counts_the_slowest_nic_of_the_slowest_server(tmp_path):
+    """topology show's per-GPU inter-node figure (which search's estimates use): 8 NICs
+    at 45 GB/s, one of server 1's at 40, so 8 x 40 / 8 GPUs = 40 GB/s, not rank 0's 45."""
+    from simulator.topology import summarize
+
+    graph = load_topology(_preset(tmp_path), 2, rates="s1/nic6=40GB/s")
+    assert summarize(graph).inter_bandwidth == pytest.approx(40e9)
+    assert summarize(load_topology(_preset(tmp_path), 2)).inter_bandwidth == pytest.approx(45e9)
