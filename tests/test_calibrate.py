@@ -97,3 +97,14 @@ def test_cli_fit_prints_errors_and_sections(tmp_path):
         check=False,
     )
     assert wrong.returncode == 2 and "--no-holdout goes with --fit" in wrong.stderr
+
+
+def test_a_fold_fit_skips_the_error_report_and_finds_the_same_constants(tmp_path):
+    """--loco's folds want the constants alone: report=False leaves before/after empty
+    (no simulation of the held-out sizes) and the fitted calibration is the same."""
+    truth = write_case(tmp_path, TOPOLOGY + TRUTH, [1.0] * len(SIZES))
+    case = write_case(tmp_path, TOPOLOGY, run_case(truth).simulated_us)
+    full = fit_case(case, holdout=True, rounds=1)
+    quiet = fit_case(case, holdout=True, rounds=1, report=False)
+    assert quiet.before == {} and quiet.after == {} and full.after
+    assert quiet.calibration == full.calibration

@@ -48,23 +48,37 @@ from .schedule import PATH_DEFAULT, PATH_DOWN, PATH_UP, Schedule
 NVLS_PROTOCOLS = ["Simple"]
 
 
-def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -> Schedule:
+def nvls_schedule(
+    op: str, groups: np.ndarray, size_bytes: float, chunks: int, heads: int | None = None
+) -> Schedule:
     """One channel of an NVLS collective on ``groups[s, j]`` (rank of local index j on
-    server s); see the module docstring."""
+    server s); see the module docstring.
+
+    ``heads`` h (an all-reduce in one NVSwitch domain only; default every rank): the
+    rows are owned by local ranks ``0..h-1`` alone, 1/h of the buffer each, as NCCL's
+    NVLS graph keeps at most NCCL_MAX_NVLS_ARITY = 32 heads (include/device.h:213,
+    search.cc:1126-1127 at v2.30.7) and only heads run the reduce-and-multicast warps
+    (device/all_reduce.h, ``nvls->headRank != -1``). Every rank's links then carry n each
+    way and a head's n/h more: n (h + 1)/h, where every rank a head gives n (p + 1)/p
+    (a 72-GPU rack: 33/32 against 73/72).
+    """
     N, g = groups.shape
     p, K = N * g, chunks
+    h = g if heads is None else min(int(heads), g)
+    if h < g and (N > 1 or op != "all_reduce"):
+        raise ValueError("nvls heads apply to an all-reduce in one NVSwitch domain only")
     buf = OpBuffer()
     paths: list[np.ndarray] = []
-    writer = LastWriter(p, g * N * K)
+    writer = LastWriter(p, h * N * K)
     # Each rank's sends, one chunk after another on each stream: its reduce-scatter
     # copies into the switch, its all-gather writes into it, and the inter-server ring's
     # reduce-scatter and all-gather.
     fifo = Fifo(p, 4)
     local = np.arange(g)
-    # Every (r, j) pair of local indices: r's copy of row j goes to j's rank.
-    r_all, j_all = np.repeat(local, g), np.tile(local, g)
+    # Every (r, j) pair of a local index r and a head j: r's copy of row j goes to j.
+    r_all, j_all = np.repeat(local, h), np.tile(np.arange(h), g)
 
-    b = size_bytes / (p * K)  # one block: row j, column t (a server), chunk k
+    b = size_bytes / (h * N * K)  # one block: row j, column t (a server), chunk k
 
     def add(src, dst, block, *, reduce, step, chunk, path, deps):
         ids = buf.add(
@@ -73,7 +87,8 @@ def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -
         paths.append(np.full(len(ids), path, dtype=np.int8))
         return ids
 
-    block = (local[:, None] * N + np.arange(N)[None, :])[:, :, None] * K + np.arange(K)
+    block = (np.arange(h)[:, None] * N + np.arange(N)[None, :])[:, :, None] * K + np.arange(K)
+    heads_of = groups[:, :h]  # each server's heads, in row order
     reduce_first = op in ("all_reduce", "reduce_scatter")
     gather_last = op in ("all_reduce", "all_gather")
     for s in range(N):
@@ -87,14 +102,15 @@ def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -
                     into = add(
                         src, dst, ids_of_row[j_all], reduce=r_all != j_all, step=0,
                         chunk=k, path=PATH_UP, deps=[(fifo.deps(src, 0), True)],
-                    ).reshape(g, g)  # fmt: skip
+                    ).reshape(g, h)  # fmt: skip
                     fifo.record(src, into.ravel(), 0)
                     # Down: the sum of row j reaches j's rank once all g copies are up.
+                    owners = heads_of[s]
                     down = add(
-                        ranks, ranks, ids_of_row, reduce=False, step=1, chunk=k,
+                        owners, owners, ids_of_row, reduce=False, step=1, chunk=k,
                         path=PATH_DOWN, deps=[(into[r], False) for r in range(g)],
                     )  # fmt: skip
-                    writer.record(ranks, ids_of_row, down)
+                    writer.record(owners, ids_of_row, down)
     if N > 1:
         # Across servers: ring j over the ranks (·, j) reduce-scatters, then all-gathers,
         # the blocks (j, ·) of row j (each server's sum of it).
@@ -119,14 +135,15 @@ def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -
                 for t in range(N):
                     ids_of_row = block[:, t, k]
                     # Up once: j's rank writes its (reduced) row into the switch.
+                    owners = heads_of[s]
                     lifted = add(
-                        ranks, ranks, ids_of_row, reduce=False, step=last, chunk=k,
+                        owners, owners, ids_of_row, reduce=False, step=last, chunk=k,
                         path=PATH_UP, deps=[
-                            (fifo.deps(ranks, 1), True),
-                            (writer.table[ranks, ids_of_row], False),
+                            (fifo.deps(owners, 1), True),
+                            (writer.table[owners, ids_of_row], False),
                         ],
                     )  # fmt: skip
-                    fifo.record(ranks, lifted, 1)
+                    fifo.record(owners, lifted, 1)
                     # Down to everyone: the switch multicasts row j to the server.
                     add(
                         ranks[j_all], ranks[r_all], ids_of_row[j_all], reduce=False,
@@ -139,9 +156,12 @@ def nvls_schedule(op: str, groups: np.ndarray, size_bytes: float, chunks: int) -
         ranks=p,
         size_bytes=size_bytes,
         # Row j, column t lands (reduce-scatter) or starts (all-gather) on rank (t, j).
-        segment_owner=groups.T[:, :, None].repeat(K, axis=2).ravel(),
-        params={"chunks": K, "servers": N, "protocols": list(NVLS_PROTOCOLS)},
-    )
+        segment_owner=heads_of.T[:, :, None].repeat(K, axis=2).ravel(),
+        params={
+            "chunks": K, "servers": N, "protocols": list(NVLS_PROTOCOLS),
+            **({"heads": h} if h < g else {}),
+        },
+    )  # fmt: skip
     schedule.path = np.concatenate(paths) if paths else np.zeros(0, dtype=np.int8)
     return schedule
 
@@ -168,14 +188,27 @@ class Nvls(Algorithm):
         return None
 
     def build(
-        self, op: str, layout: RankLayout, size_bytes: float, *, chunks: int = 1, channels: int = 1
+        self,
+        op: str,
+        layout: RankLayout,
+        size_bytes: float,
+        *,
+        chunks: int = 1,
+        channels: int = 1,
+        heads: int | None = None,
     ) -> Schedule:
+        """The schedule; ``heads`` (an all-reduce in one NVSwitch domain): NCCL's NVLS
+        heads, the ranks that own the rows (default every rank)."""
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
         groups = server_groups(layout)
         if groups is None:  # one server (or no server attributes): one NVSwitch domain
             groups = np.arange(layout.ranks)[None, :]
-        one = nvls_schedule(op, groups, size_bytes / C, K)
+        if heads is not None:
+            heads = check_positive_int(heads, "heads")
+            if groups.shape[0] > 1 or op != "all_reduce":
+                heads = None  # across servers each GPU's ring row has its own head
+        one = nvls_schedule(op, groups, size_bytes / C, K, heads)
         schedule = replicate_channels(one, C, size_bytes)
         schedule.params.setdefault("protocols", list(NVLS_PROTOCOLS))
         return schedule

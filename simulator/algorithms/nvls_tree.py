@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .builder import NONE, Fifo, OpBuffer
-from .hierarchical import AcrossServers
+from .base import RankLayout, check_positive_int
+from .builder import NONE, Fifo, OpBuffer, replicate_channels
+from .hierarchical import AcrossServers, server_groups
 from .in_switch import into_switch, out_of_switch
 from .nvls import NVLS_PROTOCOLS
 from .schedule import PATH_DOWN, PATH_UP, Schedule
@@ -54,42 +55,54 @@ from .tree import _down, _Tree, _up, double_tree
 _REDUCE, _MULTICAST = 0, 1
 
 
-def head_trees(groups: np.ndarray) -> list[_Tree]:
+def head_trees(groups: np.ndarray, heads: int | None = None) -> list[_Tree]:
     """The two inter-server trees as forests over all ranks: in tree t, head (s, j) hangs
-    below head (parent_t(s), j), so row j's heads form one tree.
+    below head (parent_t(s), j), so row j's heads form one tree; the heads are local
+    ranks ``0..heads-1`` (default every one), the other ranks stand alone.
 
     Two servers of two GPUs (ranks s*2 + j): tree 0 has server 0 on top, tree 1 server 1.
 
     >>> [tree.parents.tolist() for tree in head_trees(np.array([[0, 1], [2, 3]]))]
     [[-1, -1, 0, 1], [2, 3, -1, -1]]
+    >>> [tree.parents.tolist() for tree in head_trees(np.array([[0, 1], [2, 3]]), 1)]
+    [[-1, -1, 0, -1], [2, -1, -1, -1]]
     """
     N, g = groups.shape
+    columns = groups[:, : g if heads is None else heads]
     forests = []
     for server_parents in double_tree(N):
         parents = np.full(N * g, -1, dtype=np.int64)
         below = server_parents >= 0
-        parents[groups[below]] = groups[server_parents[below]]
+        parents[columns[below]] = columns[server_parents[below]]
         forests.append(_Tree(parents))
     return forests
 
 
-def nvls_tree_schedule(groups: np.ndarray, size_bytes: float, chunks: int) -> Schedule:
-    """One channel of the all-reduce on ``groups[s, j]`` (see the module docstring).
+def nvls_tree_schedule(
+    groups: np.ndarray, size_bytes: float, chunks: int, heads: int | None = None
+) -> Schedule:
+    """One channel of the all-reduce on ``groups[s, j]`` (see the module docstring), with
+    ``heads`` h heads a server (local ranks ``0..h-1``; default every GPU): NCCL's NVLS
+    search keeps at most NCCL_MAX_NVLS_ARITY = 32 heads, one per NIC (include/device.h:213,
+    graph/search.cc:1126-1127 at v2.30.7), so on a 72-GPU NVL72 rack 40 GPUs only write
+    their copies into the switch and take the totals it multicasts, and 32 NICs carry
+    the trees.
 
     Block (j, t, k) is chunk k of tree t's half of row j: id (2j + t)K + k.
     """
     N, g = groups.shape
+    h = g if heads is None else min(int(heads), g)
     p, K = N * g, chunks
-    b = size_bytes / (2 * g * K)
+    b = size_bytes / (2 * h * K)
     buf = OpBuffer()
     fifo = Fifo(p, 2)
-    trees = head_trees(groups)
-    local = np.empty(p, dtype=np.int64)
-    local[groups] = np.arange(g)[None, :]  # each rank's row
+    trees = head_trees(groups, h)
+    local = np.zeros(p, dtype=np.int64)
+    local[groups[:, :h]] = np.arange(h)[None, :]  # each head's row (others: unused)
     # The NVSwitch groups: (server s, row j) has the g ranks of s and owner (s, j).
-    members = np.repeat(groups, g, axis=0)
-    owners = groups.ravel()
-    rows = np.tile(np.arange(g), N)
+    members = np.repeat(groups, h, axis=0)
+    owners = groups[:, :h].ravel()
+    rows = np.tile(np.arange(h), N)
     previous_up: list = [None, None]
     previous_down: list = [None, None]
     for k in range(K):
@@ -135,14 +148,21 @@ def nvls_tree_schedule(groups: np.ndarray, size_bytes: float, chunks: int) -> Sc
             buf, owners, members, blocks, b, path=PATH_DOWN, step=3, chunk=k, after=lifted
         )  # fmt: skip
     # Block (j, t, k) is totalled at the head of row j on the root server of tree t.
-    root_heads = np.stack([groups[np.flatnonzero(tree.is_root[groups[:, 0]])[0]] for tree in trees])
+    root_heads = np.stack(
+        [groups[np.flatnonzero(tree.is_root[groups[:, 0]])[0], :h] for tree in trees]
+    )
     return buf.schedule(
         op="all_reduce",
         algorithm="nvls-tree",
         ranks=p,
         size_bytes=size_bytes,
         segment_owner=root_heads.T[:, :, None].repeat(K, axis=2).ravel(),
-        params={"chunks": K, "servers": N, "ranks_per_server": g},
+        params={
+            "chunks": K,
+            "servers": N,
+            "ranks_per_server": g,
+            **({"heads": h} if h < g else {}),
+        },
     )
 
 
@@ -156,3 +176,25 @@ class NvlsTree(AcrossServers):
     )
     protocols = tuple(NVLS_PROTOCOLS)
     one_channel = staticmethod(nvls_tree_schedule)
+
+    def build(
+        self,
+        op: str,
+        layout: RankLayout,
+        size_bytes: float,
+        *,
+        chunks: int = 1,
+        channels: int = 1,
+        heads: int | None = None,
+    ) -> Schedule:
+        """As :class:`~simulator.algorithms.hierarchical.AcrossServers` builds it, with
+        ``heads`` heads a server (default every GPU; NCCL's are at most 32)."""
+        if heads is None:
+            return super().build(op, layout, size_bytes, chunks=chunks, channels=channels)
+        K = check_positive_int(chunks, "chunks")
+        C = check_positive_int(channels, "channels")
+        h = check_positive_int(heads, "heads")
+        one = nvls_tree_schedule(server_groups(layout), size_bytes / C, K, h)
+        schedule = replicate_channels(one, C, size_bytes)
+        schedule.params["protocols"] = list(self.protocols)
+        return schedule

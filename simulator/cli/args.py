@@ -20,6 +20,7 @@ from ..library.nccl_env import SUPPORTED, NcclEnv, parse_nccl_env
 from ..library.nccl_p2p import DEFAULT_VERSION as P2P_DEFAULT_VERSION
 from ..network.faults import apply_faults, load_faults
 from ..topology import servers_of_ranks
+from ..topology.rates import apply_rates, parse_rates
 from ..topology.stacks import stack_of
 
 
@@ -113,6 +114,23 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         "random:q=0.05,fraction=0.5,seed=1 (each link degraded with probability q); see "
         "simulator/network/faults.py (default: a healthy cluster)",
     )
+    add_rates_option(cmd)
+
+
+def add_rates_option(cmd: argparse.ArgumentParser) -> None:
+    """``--nic-rate``: measured rates of single NICs and links
+    (:mod:`simulator.topology.rates`)."""
+    cmd.add_argument(
+        "--nic-rate",
+        action="append",
+        default=None,
+        metavar="RATES",
+        help="measured rates of single NICs or links, as ib_write_bw reports them "
+        "(repeatable): s0/nic0=40GB/s,s1/nic3=45GB/s (NIC 3 of server 1), "
+        "s0/nic0-leaf0=45GB/s (one link), or a YAML file mapping names to rates; they are "
+        "what the bytes see, NCCL's choice still sees the port speed (default: the "
+        "preset's rates)",
+    )
 
 
 def add_nccl_option(cmd: argparse.ArgumentParser, *, version: bool = True) -> None:
@@ -177,8 +195,10 @@ def nccl_field(rows: list[dict], env: NcclEnv) -> list[dict]:
 
 
 def with_faults(graph, args: argparse.Namespace):
-    """The topology with ``--fault`` applied (:func:`simulator.network.faults.apply_faults`;
-    the graph itself without faults)."""
+    """The topology with ``--nic-rate`` (:func:`simulator.topology.rates.apply_rates`), then
+    ``--fault`` (:func:`simulator.network.faults.apply_faults`) applied; the graph itself
+    without either."""
+    graph = apply_rates(graph, parse_rates(getattr(args, "nic_rate", None)))
     faults = getattr(args, "fault", None)
     return apply_faults(graph, load_faults(faults)) if faults else graph
 

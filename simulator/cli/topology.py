@@ -14,7 +14,7 @@ from ..library.protocol import calibration_of
 from ..topology import FABRICS, load_topology, summarize
 from ..topology.bom import bill_of_materials, load_items
 from ..viz.tables import FORMATS, bom_table, to_csv, to_json
-from .args import add_max_flows_option, check_outputs, emit, positive_int
+from .args import add_max_flows_option, add_rates_option, check_outputs, emit, positive_int
 
 
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
@@ -115,6 +115,7 @@ def _topology_arguments(cmd: argparse.ArgumentParser) -> None:
         help="fabric joining the servers (name: " + ", ".join(sorted(FABRICS)) + "; "
         "default: the preset's)",
     )
+    add_rates_option(cmd)
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
@@ -122,7 +123,7 @@ def _cmd_show(args: argparse.Namespace) -> None:
     # Sized from the preset's numbers before it is built (--nodes 100000 is refused).
     cluster = cluster_of(args.name, args.nodes, fabric=args.fabric, max_flows=args.max_flows)
     check_flows(cluster.estimate(), args.max_flows)
-    graph = load_topology(args.name, args.nodes, fabric=args.fabric)
+    graph = load_topology(args.name, args.nodes, fabric=args.fabric, rates=args.nic_rate)
     calibration_of(graph)  # a preset's nccl section is checked here, as on every run
     summary = summarize(graph, name=args.name)
     sys.stdout.write(summary.text())
@@ -141,7 +142,7 @@ def _cmd_bom(args: argparse.Namespace) -> None:
     watts = load_items(args.watts, what="watts") if args.watts else None
     cluster = cluster_of(args.name, args.nodes, fabric=args.fabric, max_flows=args.max_flows)
     check_flows(cluster.estimate(), args.max_flows)
-    graph = load_topology(args.name, args.nodes, fabric=args.fabric)
+    graph = load_topology(args.name, args.nodes, fabric=args.fabric, rates=args.nic_rate)
     bom = bill_of_materials(
         graph,
         name=f"{args.name} x {args.nodes}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..collective import COLLECTIVE_OPS
@@ -96,10 +97,11 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument(
         "--jobs",
         type=positive_int,
-        default=1,
+        default=None,
         metavar="N",
         help="run the cases, and with --loco its fits and runs, in N processes (count; "
-        "default %(default)s)",
+        "default: 2 with --loco on a machine with 2 or more cores, its one long fit "
+        "beside the other runs, else 1)",
     )
     cmd.add_argument(
         "--detail",
@@ -137,6 +139,11 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> None:
     check_outputs(args, "plot")
+    if args.jobs is None:
+        # --loco's longest task (a preset refitted on another run) runs beside the grid
+        # runs: two processes halve its wall time where two cores are free.
+        alone = args.fit or args.training is not None
+        args.jobs = 2 if args.loco and not alone and (os.cpu_count() or 1) >= 2 else 1
     if args.jobs != 1 and (args.fit or args.training is not None):
         raise CcsimError(
             "--jobs runs the cases and --loco in processes; not with --fit or --training"

@@ -282,7 +282,23 @@ class NcclPolicy:
                 # Blackwell: each loop costs at least one step of every role.
                 extra["bandwidth_factor"] *= loops.factor
                 extra["step_latency_s"] = loops.latency_us * 1e-6
-        return Plan(name, choice.protocol, channels, chunks, built, extra)
+        options: dict[str, Any] = {}
+        if choice.algorithm == "NVLS" and system.nodes == 1 and op == "all_reduce":
+            # Only NCCL's NVLS heads (at most 32) own rows and run the reduce-and-
+            # multicast warps: on a 64- or 72-GPU rack each head's links carry 33/32 of
+            # the buffer where every GPU a head would carry 73/72.
+            heads = nvls_heads(system.ranks, system.nodes)
+            if heads < system.ranks:
+                options["heads"] = heads
+                extra["nvls_heads"] = heads
+        if choice.algorithm == "NVLSTree" and system.nvls is not None:
+            # NCCL's NVLS heads: one per NIC, at most 32 (the NVLS search graph's
+            # channels): on a 72-GPU rack 32 GPUs, and their NICs, carry the trees.
+            heads = system.nvls.channels
+            if heads < system.ranks // system.nodes:
+                options["heads"] = heads
+                extra["nvls_heads"] = heads
+        return Plan(name, choice.protocol, channels, chunks, built, extra, options)
 
     def _p2p_plan(self, system: NcclSystem | None, size_bytes: float) -> Plan:
         """NCCL's all-to-all: grouped send/receive to every peer (no tuner; NCCL_PROTO

@@ -390,21 +390,22 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
         max_bw = nvlink if has_nvlink else pcie
         ring = _search(_speeds(arch, False), max_bw, total, 1.0, MAX_CHANNELS // 2, arch)
     else:
-        server = graph.nodes[first].get("server")
-        nics = [
-            data.get("bandwidth", 0.0) / 1e9
-            for _, data in graph.nodes(data=True)
-            if data.get("kind") == "nic" and data.get("server") == server
-        ]
-        if not nics:
-            raise CcsimError(f"server {server} has no NIC: NCCL cannot run across servers")
-        max_bw = min(max(nics), pcie) if pcie else max(nics)
-        # One ring per NIC (graph search over NETs, search.cc:1155-1184).
-        # A ring crosses each GPU's NVLinks on all hops but the one to the NIC.
+        # Every rank searches its own server's graph, and the communicator keeps the least
+        # channel count and speeds any rank found (init.cc:1439-1442), so a server whose
+        # NICs' ports are slower sets the rings of all; servers alike are searched once.
         share = (per_server - 1) / per_server if per_server > 1 else 1.0
-        ring = _search(_speeds(arch, True), max_bw, total, share, len(nics), arch)
-        ring = SearchGraph(min(ring.channels, len(nics) * max(1, ring.channels // len(nics))),
-                           ring.bw_intra, ring.bw_inter)  # fmt: skip
+        rings = []
+        for nics in sorted(set(map(tuple, _nics_by_server(graph).values()))):
+            if not nics or not any(nics):
+                raise CcsimError("a server has no NIC: NCCL cannot run across servers")
+            max_bw = min(max(nics), pcie) if pcie else max(nics)
+            # One ring per NIC (graph search over NETs, search.cc:1155-1184).
+            # A ring crosses each GPU's NVLinks on all hops but the one to the NIC.
+            found = _search(_speeds(arch, True), max_bw, total, share, len(nics), arch)
+            count = min(found.channels, len(nics) * max(1, found.channels // len(nics)))
+            rings.append(SearchGraph(count, found.bw_intra, found.bw_inter))
+        ring = SearchGraph(min(r.channels for r in rings), min(r.bw_intra for r in rings),
+                           min(r.bw_inter for r in rings))  # fmt: skip
     # The tree search is forced to the ring's channel count (init.cc:1184-1185).
     tree = SearchGraph(ring.channels, ring.bw_intra, ring.bw_inter)
     nvls = None
@@ -438,7 +439,9 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
     nics = _server_nics(graph, server)
     nvls_channels = NVLS_CHANNELS.get(arch, (0, 0))[nodes > 1] if nvls else 0
     if nvls and arch == "blackwell" and nodes > 1:
-        nvls_channels = blackwell_nvls_channels(nodes, per_server, min(nics))
+        # By the slowest NIC of any rank (comm->minNetBw, init.cc:1433-1450).
+        slowest = min(min(rates) for rates in _nics_by_server(graph).values())
+        nvls_channels = blackwell_nvls_channels(nodes, per_server, slowest)
     net_count = max(1, round(len(nics) / per_server)) if nics else 0
     net_gbps = sum(nics) / per_server  # a GPU's share of its server's NICs
     # NCCL counts NVLinks as path bandwidth over its per-link figure (paths.cc:827-831).
@@ -500,12 +503,21 @@ def collnet_graphs(
 
 
 def _server_nics(graph: nx.Graph, server) -> list[float]:
-    """The GB/s of each NIC of ``server``."""
-    return [
-        data.get("bandwidth", 0.0) / 1e9
-        for _, data in graph.nodes(data=True)
-        if data.get("kind") == "nic" and data.get("server") == server
-    ]
+    """The GB/s of each NIC of ``server`` as NCCL sees it (:func:`_port_gbps`)."""
+    return _nics_by_server(graph).get(server, [])
+
+
+def _nics_by_server(graph: nx.Graph) -> dict:
+    """Each server's NIC speeds (GB/s, in graph order) as NCCL sees them: a NIC's port
+    speed, which it reads from ``ibv_query_port`` (transport/net_ib/init.cc:405-411 at
+    v2.30.7), so a measured rate set on the topology (``port_bandwidth`` kept beside it,
+    :mod:`simulator.topology.rates`) does not change NCCL's choice."""
+    out: dict = {}
+    for _, data in graph.nodes(data=True):
+        if data.get("kind") == "nic":
+            rate = data.get("port_bandwidth", data.get("bandwidth"))
+            out.setdefault(data.get("server"), []).append((rate or 0.0) / 1e9)
+    return out
 
 
 def blackwell_nvls_channels(nodes: int, ppn: int, nic_gbps: float) -> int:

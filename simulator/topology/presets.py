@@ -18,10 +18,11 @@ from ..files import load_data
 from .builders import cluster_graph, fabric_spec
 from .graph import validate_topology
 from .importers import PRESET_SUFFIXES, import_graph, import_preset, importer_for
+from .rates import apply_rates, parse_rates
 from .server import server_items
 
 _PACKAGE = Path(__file__).resolve().parents[1]
-_TOP_KEYS = ("description", "fabric", "library", "name", "nccl", "server")
+_TOP_KEYS = ("description", "fabric", "library", "name", "nccl", "rates", "server")
 
 
 def data_dir(name: str) -> Path:
@@ -113,6 +114,7 @@ def load_topology(
     *,
     fabric: str | Mapping | None = None,
     seed: int | None = None,
+    rates: object = None,
 ) -> nx.Graph:
     """Resolve a preset name, a preset file, a graph file or a graph into a validated graph.
 
@@ -133,6 +135,10 @@ def load_topology(
         so is a preset's own with ``single_server: true``.
     seed : int, optional
         ECMP hash seed (graph attribute ``ecmp_seed``); default the fabric's (0).
+    rates : str, list or mapping, optional
+        Measured rates of single NICs and links, over the preset's own ``rates``
+        section: ``s0/nic3=40GB/s``, a rates file or a mapping
+        (:mod:`simulator.topology.rates`; errors name ``--nic-rate``).
 
     Examples
     --------
@@ -159,10 +165,10 @@ def load_topology(
         if seed is not None:
             topology = topology.copy()  # never mutate the caller's graph
             topology.graph["ecmp_seed"] = int(seed)
-        return topology
+        return apply_rates(topology, parse_rates(rates))
     path = _preset_path(topology)
     data = read_preset(path)
-    return preset_graph(
+    graph = preset_graph(
         {**data, "fabric": fabric_spec(data.get("fabric"), fabric)},
         1 if nodes is None else nodes,
         name=str(data.get("name", path.stem)),
@@ -170,6 +176,7 @@ def load_topology(
         seed=seed,
         single_server_fabric=fabric is not None,
     )
+    return apply_rates(graph, parse_rates(rates))
 
 
 def preset_graph(
@@ -204,4 +211,9 @@ def preset_graph(
         # (simulator.library.protocol.calibration_of) parses and checks them.
         graph.graph["nccl"] = data["nccl"]
         graph.graph["nccl_source"] = source
+    if data.get("rates") is not None:
+        # Measured NIC and link rates (simulator.topology.rates), after the library's
+        # constants: a measured rate is stored as the line rate its efficiency gives.
+        where = f"{source}: rates"
+        graph = apply_rates(graph, parse_rates(data["rates"], where=where), where=where)
     return graph

@@ -105,12 +105,27 @@ def nic_bandwidth(graph: nx.Graph, nic) -> float:
 
 
 def inter_bandwidth(graph: nx.Graph) -> float:
-    """Per-GPU share of its server's NIC bandwidth (rank 0's server), bytes/s."""
+    """Per-GPU share of a server's NIC bandwidth, bytes/s: its NICs at the rate of its
+    slowest one (a collective's channels spread over the NICs and wait for the slowest:
+    a ring is as fast as its slowest NIC), on the server where that is least (rank 0's
+    server when all are alike; a server without NICs is skipped)."""
     gpus = gpu_nodes(graph)
-    server = graph.nodes[gpus[0]].get("server")
-    nics = [n for n in nodes_of_kind(graph, "nic") if graph.nodes[n].get("server") == server]
-    local = [n for n in gpus if graph.nodes[n].get("server") == server]
-    return sum(nic_bandwidth(graph, nic) for nic in nics) / len(local)
+    local: dict = {}
+    for node in gpus:
+        server = graph.nodes[node].get("server")
+        local[server] = local.get(server, 0) + 1
+    rates: dict = {}
+    for nic in nodes_of_kind(graph, "nic"):
+        rates.setdefault(graph.nodes[nic].get("server"), []).append(nic_bandwidth(graph, nic))
+    first = graph.nodes[gpus[0]].get("server")
+    if first not in rates:
+        return 0.0
+    shares = [
+        min(found) * len(found) / local[server]
+        for server, found in rates.items()
+        if server in local
+    ]  # fmt: skip
+    return min(shares) if shares else 0.0
 
 
 def _gbps(value: float) -> str:
@@ -149,7 +164,8 @@ class TopologySummary:
             ("per-GPU intra-node", f"{_gbps(self.intra_bandwidth)} per direction"),
             (
                 "per-GPU inter-node",
-                f"{_gbps(self.inter_bandwidth)} per direction (server NIC bandwidth / GPUs)",
+                f"{_gbps(self.inter_bandwidth)} per direction (server NIC bandwidth / GPUs; "
+                "NICs at the slowest one's rate, on the slowest server)",
             ),
             ("bisection", f"{_gbps(self.bisection_bandwidth)} per direction"),
         ]

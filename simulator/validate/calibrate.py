@@ -233,14 +233,21 @@ class _CaseModel:
 
 
 def fit_case(
-    case: Case, *, holdout: bool = True, rounds: int = 3, base: Calibration | None = None
+    case: Case,
+    *,
+    holdout: bool = True,
+    rounds: int = 3,
+    base: Calibration | None = None,
+    report: bool = True,
 ) -> Fit:
     """Fit the constants of ``case``'s preset; see the module docstring.
 
     The search starts from ``base`` (default: the preset's own constants), whose errors
     ``before`` reports. With ``holdout`` the fit uses every other size (from the
     smallest) and ``after`` reports the errors on the others; without it, it fits and
-    reports on every size.
+    reports on every size. ``report=False`` leaves ``before`` and ``after`` empty, and
+    skips the simulations of the sizes not fitted on that only they need (a
+    leave-one-out fold wants the constants alone).
     """
     model = _CaseModel(case, base)
     every = np.arange(len(model.sizes))
@@ -258,7 +265,7 @@ def fit_case(
     # 36 us floor read as launch had made one 8-GPU process cost 8 x 36 us per call.
     host_bound = floor > gpu and model.per_process > 1
     launch = floor / model.per_process if host_bound else model.base.launch_s
-    before = model.errors(factors, model.base.launch_s, test)
+    before = model.errors(factors, model.base.launch_s, test) if report else {}
     # Efficiency: the plateau. Scale the bottleneck links' efficiency until the largest
     # size fitted on takes the measured time (twice: the latency share shifts a little).
     largest = train[np.argmax(model.sizes[train])[None]]
@@ -292,7 +299,7 @@ def fit_case(
         calibration=model.calibration(factors, launch),
         factors=factors,
         before=before,
-        after=model.errors(factors, launch, test),
+        after=model.errors(factors, launch, test) if report else {},
     )
 
 
@@ -319,7 +326,7 @@ def _preset_fold(
     for other in others:
         # Every other size of the other run (as ``--fit`` does): half the cost of
         # fitting on all of them, and the fit sees the whole range of sizes.
-        base = fit_case(other, holdout=True, rounds=2, base=base).calibration
+        base = fit_case(other, holdout=True, rounds=2, base=base, report=False).calibration
     return base, run_case(case, calibration=base)
 
 
