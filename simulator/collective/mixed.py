@@ -78,10 +78,17 @@ class _MixedReplay(ScheduleReplay):
         latency_s: np.ndarray,
         reduce_s: np.ndarray,
         successor_lists: tuple,
+        weight: np.ndarray | None = None,
     ):
         super().__init__(
-            network, schedule, reduce_bandwidth=reduce_bandwidth, successor_lists=successor_lists
+            network,
+            schedule,
+            reduce_bandwidth=reduce_bandwidth,
+            successor_lists=successor_lists,
+            weight=weight,
         )
+        # Identical transfers each op stands for (a merged schedule's), as floats.
+        self._copies = np.ones(schedule.n_ops) if weight is None else self._weight
         self._all_routes = routes
         self._simulated = simulated
         self._transfer_s = transfer_s
@@ -300,8 +307,9 @@ class _MixedReplay(ScheduleReplay):
         arithmetic as the array pass)."""
         while True:
             begin = float(self._ready_at[op])
-            sent = begin + float(self._transfer_s[op])
-            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op])
+            copies = float(self._copies[op])
+            sent = begin + float(self._transfer_s[op]) * copies
+            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op]) * copies
             self.start_s[op] = begin
             self.sent_s[op] = sent
             self.end_s[op] = end
@@ -324,9 +332,10 @@ class _MixedReplay(ScheduleReplay):
     def _twins(self, ops: np.ndarray, begin: np.ndarray) -> np.ndarray:
         """How many identical flows (same route, start, bytes and reduction) each of
         ``ops`` starts with: k of them share every link of their route (and their
-        reducer) equally, each at 1/k of its bottleneck, and end together. Records each
-        one's group head in ``twin_of``; returns k per op."""
-        share = np.ones(len(ops))
+        reducer) equally, each at 1/k of its bottleneck, and end together (an op of
+        weight w counts w times). Records each one's group head in ``twin_of``; returns
+        k per op."""
+        share = self._copies[ops]
         if len(ops) < 2:
             return share
         route, wire, red = self._all_routes[ops], self._wire[ops], self._reduce_s[ops]
@@ -336,7 +345,8 @@ class _MixedReplay(ScheduleReplay):
         if first.all():
             return share
         group = np.cumsum(first) - 1
-        share[order] = np.bincount(group)[group]
+        share = share.copy()
+        share[order] = np.bincount(group, weights=share[order])[group]
         self.twin_of[ops[order]] = ops[order][first][group]
         return share
 
@@ -361,6 +371,7 @@ def time_mixed(
     *,
     routes: np.ndarray | None = None,
     max_rounds: int = MAX_ROUNDS,
+    weight: np.ndarray | None = None,
 ) -> Timeline | None:
     """Time ``schedule`` on ``network`` simulating, event by event, only the flows that
     meet others (see the module docstring); None when that is not settled within
@@ -369,7 +380,8 @@ def time_mixed(
 
     ``network`` must be fresh (no flow added yet); on success its records (bytes, busy
     time, when idle per link) and stats are those of replaying every flow. ``routes``:
-    each op's route, when the caller already has them.
+    each op's route, when the caller already has them. ``weight[i]``: op i stands for
+    that many identical transfers side by side (a merged schedule's; default one).
     """
     n = schedule.n_ops
     if n == 0:
@@ -420,6 +432,7 @@ def time_mixed(
             latency_s=latency_s,
             reduce_s=reduce_s,
             successor_lists=lists,
+            weight=weight,
         )
         finished = replay.start()
         try:
@@ -438,11 +451,14 @@ def time_mixed(
         heads = ~timed | (replay.twin_of[inc_op] == inc_op)
         clash = _overlaps(inc_link[heads], lo[heads], hi[heads], timed[heads], n_links)
         if not clash.any():
-            nbytes = schedule.nbytes[inc_op[timed]]
+            carried = schedule.nbytes if weight is None else schedule.nbytes * weight
+            nbytes = carried[inc_op[timed]]
             _add_records(network, inc_link[timed], lo[timed], hi[timed], nbytes, heads[timed])
-            timed = int((~crossing).sum()) + int((~crossing[has_red]).sum())
-            network.stats.flows += timed
-            network.stats.represented_flows += timed
+            copies = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
+            network.stats.flows += int((~crossing).sum()) + int((~crossing[has_red]).sum())
+            network.stats.represented_flows += float(
+                copies[~crossing].sum() + copies[has_red][~crossing[has_red]].sum()
+            )
             return Timeline(replay.start_s - replay.t0, replay.sent_s - replay.t0,
                             replay.end_s - replay.t0, network.stats.flows)  # fmt: skip
         contended |= clash
