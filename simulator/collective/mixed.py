@@ -372,6 +372,7 @@ def time_mixed(
     routes: np.ndarray | None = None,
     max_rounds: int = MAX_ROUNDS,
     weight: np.ndarray | None = None,
+    max_simulated: float | None = None,
 ) -> Timeline | None:
     """Time ``schedule`` on ``network`` simulating, event by event, only the flows that
     meet others (see the module docstring); None when that is not settled within
@@ -382,6 +383,8 @@ def time_mixed(
     time, when idle per link) and stats are those of replaying every flow. ``routes``:
     each op's route, when the caller already has them. ``weight[i]``: op i stands for
     that many identical transfers side by side (a merged schedule's; default one).
+    ``max_simulated``: the share of the ops simulated past which it gives up (default
+    :data:`MAX_SIMULATED`).
     """
     n = schedule.n_ops
     if n == 0:
@@ -418,7 +421,8 @@ def time_mixed(
     for _ in range(max_rounds):
         crossing = np.zeros(n, dtype=bool)
         np.logical_or.at(crossing, inc_op, contended[inc_link])
-        if crossing.sum() > max(MAX_SIMULATED * n, FEW_SIMULATED):
+        share = MAX_SIMULATED if max_simulated is None else max_simulated
+        if crossing.sum() > max(share * n, FEW_SIMULATED):
             return None
         # Few simulated flows meet at a time: the network's model in Python scalars.
         lean = LeanFlowNetwork(network)
