@@ -97,7 +97,8 @@ def time_contention_free(
     router = network.router
     if routes is None:  # each op's route (the caller may have them)
         routes = route_ops(router, schedule, np.arange(n))
-    weight = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
+    # Weights per level (ones where none are given: no array of n ones held).
+    weight = None if weight is None else np.asarray(weight, dtype=float)
     wire = schedule.nbytes
 
     reducer, _ = op_reducers(network, schedule, reduce_bandwidth)
@@ -125,7 +126,8 @@ def time_contention_free(
         rows = routes[level]
         counts = lengths[rows]
         links = csr_gather(ptr, route_links, rows)
-        ends = _level_flows(ready, wire[level], rows, counts, links, capacity, books, weight[level])
+        copies = np.ones(len(level)) if weight is None else weight[level]
+        ends = _level_flows(ready, wire[level], rows, counts, links, capacity, books, copies)
         if ends is None:
             return None
         sent[level] = ends
@@ -137,7 +139,7 @@ def time_contention_free(
             on = reducer[level][red]
             ends = _level_flows(
                 arrived[red], schedule.nbytes[level][red], on, np.ones(len(on), np.int64),
-                on, capacity, books, weight[level][red],
+                on, capacity, books, copies[red],
             )  # fmt: skip
             if ends is None:
                 return None
@@ -157,7 +159,10 @@ def time_contention_free(
     network.link_idle_at[:] = np.maximum(network.link_idle_at, books.idle_at)
     flows = n + int((reducer >= 0).sum())
     network.stats.flows += flows
-    network.stats.represented_flows += float(weight.sum() + weight[reducer >= 0].sum())
+    if weight is None:
+        network.stats.represented_flows += flows
+    else:
+        network.stats.represented_flows += float(weight.sum() + weight[reducer >= 0].sum())
     return Timeline(start, sent, done, flows)
 
 
@@ -179,7 +184,7 @@ def op_reducers(
     ops reduce on the receiver's reducer link where its GPU has a finite bandwidth (the
     network's reducer routes, created here as the replay creates them)."""
     n = schedule.n_ops
-    reducer = np.full(n, -1, dtype=np.int64)
+    reducer = np.full(n, -1, dtype=np.int32)  # link ids; millions of ops
     reduce_time = np.zeros(n)
     if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
         by_rank = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
