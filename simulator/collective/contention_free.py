@@ -64,6 +64,11 @@ class Timeline:
     #: Flows simulated (the transfers, and one per reduction).
     flows: int
 
+    @classmethod
+    def empty(cls) -> Timeline:
+        """The timeline of a schedule without ops."""
+        return cls(np.zeros(0), np.zeros(0), np.zeros(0), 0)
+
     @property
     def time_s(self) -> float:
         """When the last op is done (0 for an empty schedule)."""
@@ -90,13 +95,12 @@ def time_contention_free(
     """
     n = schedule.n_ops
     if n == 0:
-        return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
+        return Timeline.empty()
     # The successor lists first: their sort is the pass's largest transient, best taken
     # before the per-op arrays below exist (memory is the limit at scale).
     (dptr, didx), (sptr, sidx) = successors(schedule)
     router = network.router
-    if routes is None:  # each op's route (the caller may have them)
-        routes = route_ops(router, schedule, np.arange(n))
+    routes = op_routes(network, schedule, routes)
     # Weights per level (ones where none are given: no array of n ones held).
     weight = None if weight is None else np.asarray(weight, dtype=float)
     wire = schedule.nbytes
@@ -164,6 +168,14 @@ def time_contention_free(
     else:
         network.stats.represented_flows += float(weight.sum() + weight[reducer >= 0].sum())
     return Timeline(start, sent, done, flows)
+
+
+def op_routes(network: FlowNetwork, schedule: Schedule, routes: np.ndarray | None) -> np.ndarray:
+    """Each op's route: ``routes`` where the caller already has them, else found now
+    (:func:`~simulator.collective.replay.route_ops`)."""
+    if routes is None:
+        routes = route_ops(network.router, schedule, np.arange(schedule.n_ops))
+    return routes
 
 
 def route_bottlenecks(ptr: np.ndarray, route_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:

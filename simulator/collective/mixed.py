@@ -47,8 +47,8 @@ import simpy
 from ..algorithms.schedule import Schedule, csr_gather, successors
 from ..network.flows import FlowNetwork, run_env
 from ..network.lean import LeanFlowNetwork
-from .contention_free import Timeline, op_reducers, route_bottlenecks
-from .replay import ScheduleReplay, route_ops
+from .contention_free import Timeline, op_reducers, op_routes, route_bottlenecks
+from .replay import ScheduleReplay
 
 #: Intervals overlapping by less than this (relative to the time, at least 1 s) touch,
 #: as in the contention-free pass: the same instant computed by different sums.
@@ -138,13 +138,9 @@ class _MixedReplay(ScheduleReplay):
     def on_sent(self, ops: np.ndarray) -> None:
         """Network callback (see :meth:`ScheduleReplay.on_sent`); ops with no reduction
         are done one route latency from now, and their successors released then."""
-        n = self.schedule.n_ops
-        reductions = ops >= n
-        if reductions.any():
-            self._complete(ops[reductions] - n)
-            ops = ops[~reductions]
-            if len(ops) == 0:
-                return
+        ops = self._transfers_sent(ops)
+        if len(ops) == 0:
+            return
         now = self.env.now
         if len(ops) == 1:  # one flow (a drifting ring's hop): scalar bookkeeping
             self._sent_one(int(ops[0]), now)
@@ -388,10 +384,9 @@ def time_mixed(
     """
     n = schedule.n_ops
     if n == 0:
-        return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
+        return Timeline.empty()
     router = network.router
-    if routes is None:  # each op's route (the caller may have them)
-        routes = route_ops(router, schedule, np.arange(n))
+    routes = op_routes(network, schedule, routes)
     reducer, reduce_s = op_reducers(network, schedule, reduce_bandwidth)
     ptr, route_links, route_latency = router.arrays()
     capacity = network.capacity
