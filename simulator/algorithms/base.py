@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CcsimError
-from .schedule import Schedule
+from .schedule import Merged, Schedule
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,13 @@ class Algorithm(ABC):
         :func:`simulator.collective.symmetry.schedule_quotient` of :meth:`build`'s
         schedule (tests hold it to that), which simulates ranks ``period`` apart once.
         """
+        return None
+
+    def merged(self, op: str, layout: RankLayout, size_bytes: float, **options) -> Merged | None:
+        """The schedule with the transfers that travel side by side merged into one op
+        each (:class:`~simulator.algorithms.schedule.Merged`), built without the full
+        schedule; None when this algorithm does not build it. Expanded, it must equal
+        :meth:`build`'s schedule (tests hold it to that)."""
         return None
 
 

@@ -56,7 +56,7 @@ from .builder import (
     replicate_channels,
     ring_phase,
 )
-from .schedule import Schedule
+from .schedule import PATH_DEFAULT, Merged, Schedule
 
 TWO_LEVEL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -258,6 +258,39 @@ def two_level_quotient(
     ``servers / N`` of the full schedule's time and memory; equal to
     :func:`simulator.collective.symmetry.schedule_quotient` of the full schedule (a test
     holds it to that, array by array).
+    """
+    return _two_level_closed_form(algorithm, groups, size_bytes, servers, chunks, False)[0]
+
+
+def two_level_merged(
+    algorithm: str, groups: np.ndarray, size_bytes: float, *, chunks: int = 1
+) -> Merged:
+    """One channel of :func:`two_level_schedule`'s all-reduce (one slice, rings inside
+    servers) with the N blocks that each in-server step moves side by side (a row of
+    the buffer, one block per server) merged into one op of weight N
+    (:class:`~simulator.algorithms.schedule.Merged`): (g-1) K g N ops per in-server
+    phase instead of (g-1) K g N^2, the inter-server phases as they are.
+
+    The members of a merged op have the same dependencies, mapped to merged ops, except
+    in the in-server all-gather's first step: there each column waits for the
+    inter-server step that completed it on the rank (its own column the reduce-scatter's
+    last, the others an all-gather step each) besides the all-gather's last step, which
+    every member waits for; the op waits for all of them and each member's own list is
+    kept for the runner's check (the last all-gather step comes after the others on the
+    same link, so the check holds wherever transfers on one route keep their order).
+    Built from closed-form indices; a test holds it, expanded, to the full schedule.
+    """
+    schedule, members = _two_level_closed_form(
+        algorithm, groups, size_bytes, groups.shape[0], chunks, True
+    )
+    return Merged(schedule, *members)
+
+
+def _two_level_closed_form(
+    algorithm: str, groups: np.ndarray, size_bytes: float, servers: int, chunks: int, merge: bool
+) -> tuple[Schedule, tuple]:
+    """:func:`two_level_quotient` (``merge`` False: the weights and members are None) or,
+    on all ``servers``, :func:`two_level_merged`'s schedule, weights and member lists.
 
     Each phase below says which op last wrote a block, as :class:`LastWriter` would
     have recorded it: a ring position receives from the one before it, at step ``x``
@@ -270,18 +303,41 @@ def two_level_quotient(
     block_bytes = size_bytes / (g * N * K)
     buf = OpBuffer()
     none = NONE
+    # Indices as int32 throughout: every op id fits (the buffer keeps dependencies as
+    # int32), and the index arrays of millions of ops are what the build holds at peak.
+    groups = groups.astype(np.int32)
+
+    def grid(*sizes):
+        return [
+            a.ravel()
+            for a in np.meshgrid(*(np.arange(n, dtype=np.int32) for n in sizes), indexing="ij")
+        ]
+
+    # In-server ops per (step, chunk, server, position): N side by side, or one merged.
+    W = 1 if merge else N
 
     def fold(server):  # the representative server of a server index (any integer)
         return np.mod(server, S)
 
+    def add(src, dst, segment, nbytes, *, reduce, step, chunk, deps):
+        # Ranks, blocks and labels as int32 in the buffer (as the schedule keeps them):
+        # millions of ops, and memory is the limit at scale.
+        small = np.int32
+        return buf.add(
+            np.asarray(src, small), np.asarray(dst, small), np.asarray(segment, small), nbytes,
+            reduce=reduce, step=np.asarray(step, small), chunk=np.asarray(chunk, small),
+            path=np.int8(PATH_DEFAULT), deps=deps,
+        )  # fmt: skip
+
     # --- index formulas of the four phases' ops, in the order they are added --------
-    n_intra = (g - 1) * K * S * g * N  # per in-server phase
+    n_intra = (g - 1) * K * S * g * W  # per in-server phase
     n_inter = (N - 1) * K * g * S  # per inter-server phase
     base_b, base_c = n_intra, n_intra + n_inter
     base_d = n_intra + 2 * n_inter
 
     def intra_id(base, s, k, q, j, w):
-        return base + (((s * K + k) * S + fold(q)) * g + np.mod(j, g)) * N + np.mod(w, N)
+        op = base + (((s * K + k) * S + fold(q)) * g + np.mod(j, g)) * W
+        return op if merge else op + np.mod(w, N)
 
     def inter_id(base, s, k, j, t):
         return base + ((s * K + k) * g + j) * S + fold(t)
@@ -291,10 +347,7 @@ def two_level_quotient(
 
     # Intra-server phases: (step s, chunk k, server q, position j, width w), column
     # (w + q) mod N as two_level_schedule lists a server's side-by-side blocks.
-    s, k, q, j, w = np.meshgrid(
-        np.arange(g - 1), np.arange(K), np.arange(S), np.arange(g), np.arange(N), indexing="ij"
-    )
-    s, k, q, j, w = (a.ravel() for a in (s, k, q, j, w))
+    s, k, q, j, w = grid(g - 1, K, S, g, W)
     col = w + q
     src, dst = groups[q, j], groups[q, (j + 1) % g]
     # 1. reduce-scatter inside servers: row j - s - 1.
@@ -304,16 +357,13 @@ def two_level_quotient(
         intra_id(0, s, k - 1, q, j, N - 1),
         np.where(s > 0, intra_id(0, s - 1, K - 1, q, j, N - 1), none),
     )
-    buf.add(
+    add(
         src, dst, block(j - s - 1, col, k), block_bytes, reduce=True, step=s, chunk=k,
         deps=[(prev, False), (none, False), (fifo, True)],
     )  # fmt: skip
 
     # Inter-server phases: (step s, chunk k, ring j, position t).
-    s2, k2, r2, t2 = np.meshgrid(
-        np.arange(N - 1), np.arange(K), np.arange(g), np.arange(S), indexing="ij"
-    )
-    s2, k2, r2, t2 = (a.ravel() for a in (s2, k2, r2, t2))
+    s2, k2, r2, t2 = grid(N - 1, K, g, S)
     src2, dst2 = groups[t2, r2], groups[(t2 + 1) % N, r2]
     last_rs = g - 2  # the in-server reduce-scatter's last step
     # 2. reduce-scatter across servers: column t - s - 1 of row j.
@@ -334,10 +384,10 @@ def two_level_quotient(
     first = s2 == 0
     after = [
         (intra_id(0, last_rs, k2[first], t2[first], r2[first] - 1, width), False)
-        for width in range(N)
+        for width in range(W)  # merged: the row is one op
     ]
     for pick, extra in ((first, after), (~first, [])):
-        buf.add(
+        add(
             src2[pick], dst2[pick], block(r2, c, k2)[pick], block_bytes, reduce=True,
             step=g - 1 + s2[pick], chunk=k2[pick],
             deps=[(into_src[pick], False), (into_dst[pick], False), (fifo[pick], True), *extra],
@@ -364,7 +414,7 @@ def two_level_quotient(
         ),
     )
     after = np.where(s2 == 0, inter_id(base_b, N - 2, k2, r2, t2 - 1), none)
-    buf.add(
+    add(
         src2, dst2, block(r2, c, k2), block_bytes, reduce=False, step=g - 1 + N - 1 + s2,
         chunk=k2, deps=[(into_src, False), (into_dst, False), (fifo, True), (after, False)],
     )  # fmt: skip
@@ -394,13 +444,64 @@ def two_level_quotient(
         ),
     )
     after = np.where(s == 0, inter_id(base_c, N - 2, k, j, q - 1), none)
-    buf.add(
-        src, dst, block(row, col, k), block_bytes, reduce=False,
-        step=g - 1 + 2 * (N - 1) + s, chunk=k,
-        deps=[(into_src, False), (into_dst, False), (fifo, True), (after, False)],
-    )  # fmt: skip
+    members = (None,) * 5
+    if not merge:
+        add(
+            src, dst, block(row, col, k), block_bytes, reduce=False,
+            step=g - 1 + 2 * (N - 1) + s, chunk=k,
+            deps=[(into_src, False), (into_dst, False), (fifo, True), (after, False)],
+        )  # fmt: skip
+    else:
+        # Step 0 (its rows come first): each member w (column (w + q) mod N) waits for
+        # the inter-server op that completed its column on the rank; the merged op waits
+        # for all N of them (the all-gather's last step among them).
+        first = s == 0
+        completed = [inter_id(base_b, N - 2, k[first], j[first], q[first] - 1)] + [
+            inter_id(base_c, step, k[first], j[first], q[first] - 1) for step in range(N - 1)
+        ]
+        ids = add(
+            src[first], dst[first], block(row, col, k)[first], block_bytes, reduce=False,
+            step=g - 1 + 2 * (N - 1), chunk=k[first],
+            deps=[(fifo[first], True), *((column, False) for column in completed)],
+        )  # fmt: skip
+        later = ~first
+        add(
+            src[later], dst[later], block(row, col, k)[later], block_bytes, reduce=False,
+            step=g - 1 + 2 * (N - 1) + s[later], chunk=k[later],
+            deps=[(into_src[later], False), (into_dst[later], False), (fifo[later], True)],
+        )  # fmt: skip
+        # Each member's own list: its column's op, the op's FIFO predecessor, the last
+        # all-gather step (as the full schedule's op has them, mapped to merged ops).
+        width = np.arange(N)
+        column = (width[None, :] + q[first][:, None]) % N
+        gathered = np.minimum((q[first][:, None] - 1 - column) % N, N - 2)
+        own = column == q[first][:, None]
+        kk, jj, qq = (a[first][:, None] for a in (k, j, q))
+        member_src = np.where(
+            own,
+            inter_id(base_b, N - 2, kk, jj, qq - 1),
+            inter_id(base_c, gathered, kk, jj, qq - 1),
+        )
+        rows = len(ids) * N
+        member_idx = np.stack(
+            [
+                member_src.ravel(),
+                np.repeat(fifo[first], N),
+                np.repeat(after[first], N),
+            ],
+            axis=1,
+        ).ravel()
+        weight = np.full(buf.n, N, dtype=np.int32)
+        weight[base_b:base_d] = 1  # the inter-server ops
+        members = (
+            weight,
+            np.repeat(ids, N).astype(np.int32),
+            np.arange(0, 3 * rows + 1, 3, dtype=np.int64),
+            member_idx.astype(np.int32),
+            np.tile(np.array([False, True, False]), rows),
+        )
     owner = np.broadcast_to(groups.T[:, :, None], (g, N, K)).ravel()
-    return buf.schedule(
+    schedule = buf.schedule(
         op="all_reduce",
         algorithm=algorithm,
         ranks=p,
@@ -408,6 +509,7 @@ def two_level_quotient(
         segment_owner=owner,
         params={"servers": N, "ranks_per_server": g},
     )
+    return schedule, members
 
 
 def _rotations(n: int) -> np.ndarray:
@@ -481,3 +583,46 @@ class Hierarchical(Algorithm):
         one = two_level_quotient(self.name, groups, size_bytes / C, period // g, chunks=K)
         one.params.update(chunks=K)
         return replicate_channels(one, C, size_bytes)
+
+    def merged(
+        self,
+        op: str,
+        layout: RankLayout,
+        size_bytes: float,
+        *,
+        chunks: int = 1,
+        channels: int = 1,
+        intra: str = "ring",
+        **options,
+    ) -> Merged | None:
+        """The all-reduce with each in-server step's side-by-side blocks merged
+        (:func:`two_level_merged`); None otherwise (other operations, the pipelined
+        slices, a mesh inside servers)."""
+        groups = server_groups(layout)
+        if options or op != "all_reduce" or self.slices or intra != "ring" or groups is None:
+            return None
+        N, g = groups.shape
+        if N < 2 or g < 2:
+            return None
+        K = check_positive_int(chunks, "chunks")
+        C = check_positive_int(channels, "channels")
+        if C * 2 * K * g * (N * (g - 1) + N * (N - 1)) >= 2**31:
+            return None  # op ids are int32
+        one = two_level_merged(self.name, groups, size_bytes / C, chunks=K)
+        one.schedule.params.update(chunks=K)
+        return replicate_merged(one, C, size_bytes)
+
+
+def replicate_merged(one: Merged, channels: int, size_bytes: float) -> Merged:
+    """:func:`replicate_channels` of a merged one-channel schedule: the copies' ops,
+    weights and member lists, copy ``c``'s op ids shifted by ``c`` x its op count."""
+    n, listed = one.schedule.n_ops, len(one.member_idx)
+    copies = np.arange(channels, dtype=np.int64)[:, None]
+    return Merged(
+        replicate_channels(one.schedule, channels, size_bytes),
+        np.tile(one.weight, channels),
+        (one.member_op[None, :] + copies * n).ravel(),
+        np.r_[(one.member_ptr[None, :-1] + copies * listed).ravel(), channels * listed],
+        (one.member_idx[None, :] + copies * n).ravel(),
+        np.tile(one.member_sent, channels),
+    )

@@ -133,7 +133,7 @@ class Ring(Algorithm):
         del data_dep, fifo_dep
         kinds = np.broadcast_to(np.array([False, True]), deps.shape)
         has = deps >= 0
-        counts = has.sum(axis=1)
+        counts = has.sum(axis=1, dtype=index)
 
         parts: dict[str, list[np.ndarray]] = {
             key: []
@@ -153,6 +153,7 @@ class Ring(Algorithm):
         servers = None if layout.servers is None else np.asarray(layout.servers)
         paths = []
         for c, order in enumerate(ring_orders(layout, C)):
+            order = order.astype(index)
             base = c * per_channel
             parts["src"].append(order[i])
             parts["dst"].append(order[(i + 1) % p])
@@ -161,32 +162,39 @@ class Ring(Algorithm):
                 paths.append(np.where(between, PATH_PXN, PATH_DEFAULT).astype(np.int8))
             parts["segment"].append((c * p + order[position]) * K + k)
             parts["reduce"].append(reducing)
-            parts["channel"].append(np.full(len(s), c))
+            parts["channel"].append(np.full(len(s), c, dtype=index))
             parts["step"].append(s)
             parts["chunk"].append(k)
             parts["dep_idx"].append(deps[has] + base)
             parts["dep_sent"].append(kinds[has])
             parts["dep_count"].append(counts)
+        del deps, has, counts, position, reducing
+
+        def joined(key: str) -> np.ndarray:
+            # One channel: its arrays as they are (no copy of millions of entries).
+            values = parts.pop(key)
+            return values[0] if len(values) == 1 else np.concatenate(values)
+
         dep_ptr = np.zeros(per_channel * C + 1, dtype=np.int64)
-        np.cumsum(np.concatenate(parts["dep_count"]), out=dep_ptr[1:])
+        np.cumsum(joined("dep_count"), out=dep_ptr[1:])
         owner = np.repeat(np.arange(p, dtype=index), K)  # block (c, b, k) belongs to rank b
         return Schedule(
             op=op,
             algorithm=self.name,
             ranks=p,
             size_bytes=float(size_bytes),
-            src=np.concatenate(parts["src"]),
-            dst=np.concatenate(parts["dst"]),
+            src=joined("src"),
+            dst=joined("dst"),
             nbytes=np.full(per_channel * C, chunk_bytes),
-            segment=np.concatenate(parts["segment"]),
-            reduce=np.concatenate(parts["reduce"]),
+            segment=joined("segment"),
+            reduce=joined("reduce"),
             dep_ptr=dep_ptr,
-            dep_idx=np.concatenate(parts["dep_idx"]),
-            dep_sent=np.concatenate(parts["dep_sent"]),
+            dep_idx=joined("dep_idx"),
+            dep_sent=joined("dep_sent"),
             segment_owner=np.tile(owner, C),
-            channel=np.concatenate(parts["channel"]),
-            step=np.concatenate(parts["step"]),
-            chunk=np.concatenate(parts["chunk"]),
-            path=np.concatenate(paths) if paths else None,
+            channel=joined("channel"),
+            step=joined("step"),
+            chunk=joined("chunk"),
+            path=(paths[0] if len(paths) == 1 else np.concatenate(paths)) if paths else None,
             params={"chunks": K, "channels": C},
         )

@@ -264,6 +264,43 @@ class Schedule:
         return cls.from_dict(data, source=str(path))
 
 
+@dataclass
+class Merged:
+    """A schedule with the transfers that travel side by side merged: op ``i`` of
+    ``schedule`` stands for ``weight[i]`` transfers of the full schedule, which are ops
+    ``first[i] .. first[i] + weight[i] - 1`` there (``first`` = the running sum of
+    ``weight``: merged ops keep the full schedule's order). Members have the same ranks,
+    route, bytes (``schedule.nbytes`` is each one's), labels and reduction flag, so when
+    they start together they run as one flow of that weight (k identical flows share
+    every link equally and end together) and their times are the op's.
+
+    The op's dependencies are the union of its members' (each mapped to the merged op
+    that holds it), so the op starts when the last of them is met. A member whose own
+    dependencies are fewer is listed in the ``member_*`` arrays: ``member_op[m]`` is its
+    op and ``member_idx[member_ptr[m]:member_ptr[m + 1]]`` (kinds in ``member_sent``)
+    its own dependencies. Merging changes no time exactly when each listed member's last
+    dependency is met when its op's is; the runner checks that after timing
+    (:func:`simulator.collective.merged.members_hold`) and otherwise simulates the full
+    schedule. ``full_ops`` is the full schedule's op count.
+    """
+
+    schedule: Schedule
+    weight: np.ndarray
+    member_op: np.ndarray
+    member_ptr: np.ndarray
+    member_idx: np.ndarray
+    member_sent: np.ndarray
+
+    @property
+    def full_ops(self) -> int:
+        """Ops of the full schedule (the sum of the weights)."""
+        return int(self.weight.sum())
+
+    def op_of(self) -> np.ndarray:
+        """The merged op of every op of the full schedule, in the full schedule's order."""
+        return np.repeat(np.arange(self.schedule.n_ops, dtype=np.int64), self.weight)
+
+
 def csr_gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Concatenate ``idx[ptr[r]:ptr[r+1]]`` for every ``r`` in ``rows``, vectorised."""
     if len(rows) == 1:  # the common case in event-by-event replays: a plain slice

@@ -64,6 +64,11 @@ class Timeline:
     #: Flows simulated (the transfers, and one per reduction).
     flows: int
 
+    @classmethod
+    def empty(cls) -> Timeline:
+        """The timeline of a schedule without ops."""
+        return cls(np.zeros(0), np.zeros(0), np.zeros(0), 0)
+
     @property
     def time_s(self) -> float:
         """When the last op is done (0 for an empty schedule)."""
@@ -75,6 +80,7 @@ def time_contention_free(
     schedule: Schedule,
     reduce_bandwidth: np.ndarray,
     routes: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
 ) -> Timeline | None:
     """Time ``schedule`` on ``network`` as a longest-path pass when no two of its flows
     ever share a link (see the module docstring); None when they would, or when the
@@ -83,19 +89,21 @@ def time_contention_free(
     On success the network's per-link records (bytes, busy time, when idle) hold what
     replaying every flow would have left there, and its stats count the flows.
     ``routes``: each op's route (:func:`~simulator.collective.replay.route_ops`), when
-    the caller already has them.
+    the caller already has them. ``weight[i]``: op i stands for that many identical
+    transfers side by side (a :class:`~simulator.algorithms.schedule.Merged` schedule's
+    ops; default one each), timed as that many identical flows.
     """
     n = schedule.n_ops
     if n == 0:
-        return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
+        return Timeline.empty()
+    # The successor lists first: their sort is the pass's largest transient, best taken
+    # before the per-op arrays below exist (memory is the limit at scale).
+    (dptr, didx), (sptr, sidx) = successors(schedule)
     router = network.router
-    if routes is None:  # each op's route (the caller may have them)
-        routes = route_ops(router, schedule, np.arange(n))
-    ptr, route_links, route_latency = router.arrays()
-    capacity = network.capacity
-    lengths = np.diff(ptr)
+    routes = op_routes(network, schedule, routes)
+    # Weights per level (ones where none are given: no array of n ones held).
+    weight = None if weight is None else np.asarray(weight, dtype=float)
     wire = schedule.nbytes
-    latency = route_latency[routes]
 
     reducer, _ = op_reducers(network, schedule, reduce_bandwidth)
     ptr, route_links, route_latency = router.arrays()  # with the reducers' routes
@@ -111,8 +119,8 @@ def time_contention_free(
     start = np.zeros(n)
     sent = np.zeros(n)
     done = np.zeros(n)
-    pending = np.diff(schedule.dep_ptr).astype(np.int64)
-    (dptr, didx), (sptr, sidx) = successors(schedule)
+    lengths = np.diff(ptr)
+    pending = np.diff(schedule.dep_ptr).astype(np.int32)
     level = np.flatnonzero(pending == 0)
     timed = 0
     while len(level):
@@ -122,11 +130,12 @@ def time_contention_free(
         rows = routes[level]
         counts = lengths[rows]
         links = csr_gather(ptr, route_links, rows)
-        ends = _level_flows(ready, wire[level], rows, counts, links, capacity, books)
+        copies = np.ones(len(level)) if weight is None else weight[level]
+        ends = _level_flows(ready, wire[level], rows, counts, links, capacity, books, copies)
         if ends is None:
             return None
         sent[level] = ends
-        arrived = ends + latency[level]
+        arrived = ends + route_latency[rows]
         done[level] = arrived
         red = reducer[level] >= 0
         if red.any():
@@ -134,7 +143,7 @@ def time_contention_free(
             on = reducer[level][red]
             ends = _level_flows(
                 arrived[red], schedule.nbytes[level][red], on, np.ones(len(on), np.int64),
-                on, capacity, books,
+                on, capacity, books, copies[red],
             )  # fmt: skip
             if ends is None:
                 return None
@@ -154,8 +163,19 @@ def time_contention_free(
     network.link_idle_at[:] = np.maximum(network.link_idle_at, books.idle_at)
     flows = n + int((reducer >= 0).sum())
     network.stats.flows += flows
-    network.stats.represented_flows += flows
+    if weight is None:
+        network.stats.represented_flows += flows
+    else:
+        network.stats.represented_flows += float(weight.sum() + weight[reducer >= 0].sum())
     return Timeline(start, sent, done, flows)
+
+
+def op_routes(network: FlowNetwork, schedule: Schedule, routes: np.ndarray | None) -> np.ndarray:
+    """Each op's route: ``routes`` where the caller already has them, else found now
+    (:func:`~simulator.collective.replay.route_ops`)."""
+    if routes is None:
+        routes = route_ops(network.router, schedule, np.arange(schedule.n_ops))
+    return routes
 
 
 def route_bottlenecks(ptr: np.ndarray, route_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -176,7 +196,7 @@ def op_reducers(
     ops reduce on the receiver's reducer link where its GPU has a finite bandwidth (the
     network's reducer routes, created here as the replay creates them)."""
     n = schedule.n_ops
-    reducer = np.full(n, -1, dtype=np.int64)
+    reducer = np.full(n, -1, dtype=np.int32)  # link ids; millions of ops
     reduce_time = np.zeros(n)
     if schedule.reduce.any() and np.isfinite(reduce_bandwidth).any():
         by_rank = np.full(len(reduce_bandwidth), -1, dtype=np.int64)
@@ -213,11 +233,13 @@ def _level_flows(
     links: np.ndarray,
     capacity: np.ndarray,
     books: _Books,
+    copies: np.ndarray,
 ) -> np.ndarray | None:
     """When each of one level's flows is sent: flow ``i`` starts at ``begin[i]`` with
     ``size[i]`` bytes on links ``links[sum(counts[:i]):][:counts[i]]`` (``key``: its
-    route; equal keys, starts and sizes make identical flows). None when a flow would
-    meet one of an earlier level on a link (that level's timing assumed it alone).
+    route; equal keys, starts and sizes make identical flows), standing for ``copies[i]``
+    identical flows. None when a flow would meet one of an earlier level on a link (that
+    level's timing assumed it alone).
 
     Flows alone on their links within the level run at their bottleneck; flows that
     share a link with others of the level are simulated together, exactly, as the
@@ -234,7 +256,7 @@ def _level_flows(
         if len(twice):
             alone[owner[np.isin(links, twice)]] = False
     rep = np.arange(m)  # the flow each one is timed as (itself, or its identical twin's)
-    weight = np.ones(m)
+    weight = np.asarray(copies, dtype=float).copy()
     if not alone.all():
         # Identical flows (same route, start and bytes) become one of their weight.
         shared = np.flatnonzero(~alone)
@@ -248,7 +270,7 @@ def _level_flows(
         group = np.cumsum(first) - 1
         heads = order[first]
         rep[order] = heads[group]
-        weight[heads] = np.bincount(group)
+        weight[heads] = np.bincount(group, weights=weight[order])
         # Heads whose links no other head uses are alone after all.
         mine = np.isin(owner, heads)
         head_links = links[mine]
@@ -284,7 +306,7 @@ def _level_flows(
         if (lo[live] + tol < books.busy_until[links[live]]).any():
             return None
     np.maximum.at(books.busy_until, links, hi)
-    np.add.at(books.bytes, links, size[owner])
+    np.add.at(books.bytes, links, (size * copies)[owner])
     np.maximum.at(books.idle_at, links, hi)
     # Busy time: one interval per distinct flow alone on its links; the union of those
     # simulated together, as the network counts it.

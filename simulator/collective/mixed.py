@@ -47,8 +47,8 @@ import simpy
 from ..algorithms.schedule import Schedule, csr_gather, successors
 from ..network.flows import FlowNetwork, run_env
 from ..network.lean import LeanFlowNetwork
-from .contention_free import Timeline, op_reducers, route_bottlenecks
-from .replay import ScheduleReplay, route_ops
+from .contention_free import Timeline, op_reducers, op_routes, route_bottlenecks
+from .replay import ScheduleReplay
 
 #: Intervals overlapping by less than this (relative to the time, at least 1 s) touch,
 #: as in the contention-free pass: the same instant computed by different sums.
@@ -78,10 +78,17 @@ class _MixedReplay(ScheduleReplay):
         latency_s: np.ndarray,
         reduce_s: np.ndarray,
         successor_lists: tuple,
+        weight: np.ndarray | None = None,
     ):
         super().__init__(
-            network, schedule, reduce_bandwidth=reduce_bandwidth, successor_lists=successor_lists
+            network,
+            schedule,
+            reduce_bandwidth=reduce_bandwidth,
+            successor_lists=successor_lists,
+            weight=weight,
         )
+        # Identical transfers each op stands for (a merged schedule's), as floats.
+        self._copies = np.ones(schedule.n_ops) if weight is None else self._weight
         self._all_routes = routes
         self._simulated = simulated
         self._transfer_s = transfer_s
@@ -131,13 +138,9 @@ class _MixedReplay(ScheduleReplay):
     def on_sent(self, ops: np.ndarray) -> None:
         """Network callback (see :meth:`ScheduleReplay.on_sent`); ops with no reduction
         are done one route latency from now, and their successors released then."""
-        n = self.schedule.n_ops
-        reductions = ops >= n
-        if reductions.any():
-            self._complete(ops[reductions] - n)
-            ops = ops[~reductions]
-            if len(ops) == 0:
-                return
+        ops = self._transfers_sent(ops)
+        if len(ops) == 0:
+            return
         now = self.env.now
         if len(ops) == 1:  # one flow (a drifting ring's hop): scalar bookkeeping
             self._sent_one(int(ops[0]), now)
@@ -300,8 +303,9 @@ class _MixedReplay(ScheduleReplay):
         arithmetic as the array pass)."""
         while True:
             begin = float(self._ready_at[op])
-            sent = begin + float(self._transfer_s[op])
-            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op])
+            copies = float(self._copies[op])
+            sent = begin + float(self._transfer_s[op]) * copies
+            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op]) * copies
             self.start_s[op] = begin
             self.sent_s[op] = sent
             self.end_s[op] = end
@@ -324,9 +328,10 @@ class _MixedReplay(ScheduleReplay):
     def _twins(self, ops: np.ndarray, begin: np.ndarray) -> np.ndarray:
         """How many identical flows (same route, start, bytes and reduction) each of
         ``ops`` starts with: k of them share every link of their route (and their
-        reducer) equally, each at 1/k of its bottleneck, and end together. Records each
-        one's group head in ``twin_of``; returns k per op."""
-        share = np.ones(len(ops))
+        reducer) equally, each at 1/k of its bottleneck, and end together (an op of
+        weight w counts w times). Records each one's group head in ``twin_of``; returns
+        k per op."""
+        share = self._copies[ops]
         if len(ops) < 2:
             return share
         route, wire, red = self._all_routes[ops], self._wire[ops], self._reduce_s[ops]
@@ -336,7 +341,8 @@ class _MixedReplay(ScheduleReplay):
         if first.all():
             return share
         group = np.cumsum(first) - 1
-        share[order] = np.bincount(group)[group]
+        share = share.copy()
+        share[order] = np.bincount(group, weights=share[order])[group]
         self.twin_of[ops[order]] = ops[order][first][group]
         return share
 
@@ -361,6 +367,8 @@ def time_mixed(
     *,
     routes: np.ndarray | None = None,
     max_rounds: int = MAX_ROUNDS,
+    weight: np.ndarray | None = None,
+    max_simulated: float | None = None,
 ) -> Timeline | None:
     """Time ``schedule`` on ``network`` simulating, event by event, only the flows that
     meet others (see the module docstring); None when that is not settled within
@@ -369,14 +377,16 @@ def time_mixed(
 
     ``network`` must be fresh (no flow added yet); on success its records (bytes, busy
     time, when idle per link) and stats are those of replaying every flow. ``routes``:
-    each op's route, when the caller already has them.
+    each op's route, when the caller already has them. ``weight[i]``: op i stands for
+    that many identical transfers side by side (a merged schedule's; default one).
+    ``max_simulated``: the share of the ops simulated past which it gives up (default
+    :data:`MAX_SIMULATED`).
     """
     n = schedule.n_ops
     if n == 0:
-        return Timeline(np.zeros(0), np.zeros(0), np.zeros(0), 0)
+        return Timeline.empty()
     router = network.router
-    if routes is None:  # each op's route (the caller may have them)
-        routes = route_ops(router, schedule, np.arange(n))
+    routes = op_routes(network, schedule, routes)
     reducer, reduce_s = op_reducers(network, schedule, reduce_bandwidth)
     ptr, route_links, route_latency = router.arrays()
     capacity = network.capacity
@@ -406,7 +416,8 @@ def time_mixed(
     for _ in range(max_rounds):
         crossing = np.zeros(n, dtype=bool)
         np.logical_or.at(crossing, inc_op, contended[inc_link])
-        if crossing.sum() > max(MAX_SIMULATED * n, FEW_SIMULATED):
+        share = MAX_SIMULATED if max_simulated is None else max_simulated
+        if crossing.sum() > max(share * n, FEW_SIMULATED):
             return None
         # Few simulated flows meet at a time: the network's model in Python scalars.
         lean = LeanFlowNetwork(network)
@@ -420,6 +431,7 @@ def time_mixed(
             latency_s=latency_s,
             reduce_s=reduce_s,
             successor_lists=lists,
+            weight=weight,
         )
         finished = replay.start()
         try:
@@ -438,11 +450,14 @@ def time_mixed(
         heads = ~timed | (replay.twin_of[inc_op] == inc_op)
         clash = _overlaps(inc_link[heads], lo[heads], hi[heads], timed[heads], n_links)
         if not clash.any():
-            nbytes = schedule.nbytes[inc_op[timed]]
+            carried = schedule.nbytes if weight is None else schedule.nbytes * weight
+            nbytes = carried[inc_op[timed]]
             _add_records(network, inc_link[timed], lo[timed], hi[timed], nbytes, heads[timed])
-            timed = int((~crossing).sum()) + int((~crossing[has_red]).sum())
-            network.stats.flows += timed
-            network.stats.represented_flows += timed
+            copies = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
+            network.stats.flows += int((~crossing).sum()) + int((~crossing[has_red]).sum())
+            network.stats.represented_flows += float(
+                copies[~crossing].sum() + copies[has_red][~crossing[has_red]].sum()
+            )
             return Timeline(replay.start_s - replay.t0, replay.sent_s - replay.t0,
                             replay.end_s - replay.t0, network.stats.flows)  # fmt: skip
         contended |= clash

@@ -305,15 +305,21 @@ class ScheduleReplay:
     def on_sent(self, ops: np.ndarray) -> None:
         """Network callback: the last byte of these flows left (a reduction flow, with id
         op + n_ops, has then finished: its op is done)."""
-        n = self.schedule.n_ops
-        reductions = ops >= n
-        if reductions.any():
-            self._complete(ops[reductions] - n)
-            ops = ops[~reductions]
-            if len(ops) == 0:
-                return
+        ops = self._transfers_sent(ops)
+        if len(ops) == 0:
+            return
         self.sent_s[ops] = self.env.now
         self._release(ops, self._sent_ptr, self._sent_idx)
+
+    def _transfers_sent(self, ops: np.ndarray) -> np.ndarray:
+        """Of the flows just sent, complete the reductions (ids op + n_ops: their op is
+        done) and return the transfers' ops."""
+        n = self.schedule.n_ops
+        reductions = ops >= n
+        if not reductions.any():
+            return ops
+        self._complete(ops[reductions] - n)
+        return ops[~reductions]
 
     def on_delivered(self, ops: np.ndarray) -> None:
         """Network callback: these ops arrived; after the protocol's step latency they

@@ -460,6 +460,14 @@ class FlowNetwork:
             self._settle_scheduled = True
             self.env.timeout(0).callbacks.append(self._settle_event)
 
+    def weigh_flows(self) -> None:
+        """From now on, without link classes too, a flow of weight k loads each link of
+        its route k times its rate and counts k times its bytes: it stands for k identical
+        flows side by side (a merged schedule's ops, see
+        :class:`~simulator.algorithms.schedule.Merged`). Unweighted flows are unchanged."""
+        if self._inc_coef is None:
+            self._inc_coef = np.ones(len(self._inc_flow))
+
     def add_link_loads(
         self,
         owner: int,

@@ -18,9 +18,11 @@ to the same max-min rates); a flow
 alone on every link of its route runs at its slowest link without a max-min; flows
 ending within a relative 1e-12 of the earliest end end with it; per-link bytes, busy
 time (while at least one flow is on the link) and last idle instant are kept as the
-FlowNetwork keeps them, and written into its arrays at the end. Scope: plain flows only
-(no link classes, weights, rate caps, holds or flow-seconds); the routes, reducers and
-records are those of the FlowNetwork it wraps.
+FlowNetwork keeps them, and written into its arrays at the end. A flow of weight k
+stands for k identical flows (a merged schedule's op): it loads each of its links k times
+its rate, as the FlowNetwork's weighted flows do. Scope: no link classes, rate caps,
+holds or flow-seconds; the routes, reducers and records are those of the FlowNetwork it
+wraps.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class LeanFlowNetwork:
         self._owners: list[FlowOwner | None] = []
         self._capacity: list[float] = []
         self._route_links: dict[int, tuple[int, ...]] = {}
-        # Flow id -> [op, owner, links, bytes, left, rate, last, finish, version, route].
+        # Flow id -> [op, owner, links, bytes, left, rate, last, finish, version, route,
+        # weight].
         self._flows: dict[int, list] = {}
         self._next_id = 0
         self._on_link: dict[int, set[int]] = {}
@@ -101,26 +104,28 @@ class LeanFlowNetwork:
         weight: np.ndarray | None = None,
         cap: np.ndarray | None = None,
     ) -> None:
-        """Start one plain flow per op now (see FlowNetwork.add_flows)."""
-        if weight is not None or cap is not None:
-            raise ValueError("LeanFlowNetwork carries plain flows only (no weights or caps)")
+        """Start one flow per op now, flow i standing for ``weight[i]`` identical ones
+        (see FlowNetwork.add_flows; no rate caps)."""
+        if cap is not None:
+            raise ValueError("LeanFlowNetwork carries no rate caps")
         if len(ops) == 0:
             return
         now = self.env.now
         ptr, flat, _ = self.router.arrays()
-        for op, route, size in zip(
+        weights = [1.0] * len(ops) if weight is None else np.asarray(weight, float).tolist()
+        for op, route, size, copies in zip(
             np.asarray(ops).tolist(), np.asarray(routes).tolist(), np.asarray(nbytes).tolist(),
-            strict=True,
+            weights, strict=True,
         ):  # fmt: skip
             links = self._route_links.get(route)
             if links is None:
                 links = self._route_links[route] = tuple(flat[ptr[route] : ptr[route + 1]].tolist())
             fid = self._next_id
             self._next_id += 1
-            self._flows[fid] = [op, owner, links, size, size, 0.0, now, np.inf, 0, route]
+            self._flows[fid] = [op, owner, links, size, size, 0.0, now, np.inf, 0, route, copies]
             self._pending.append(fid)
         self.stats.flows += len(ops)
-        self.stats.represented_flows += len(ops)
+        self.stats.represented_flows += sum(weights)
         if not self._in_wake:
             # Rated at once, not after the rest of this instant's callbacks as the
             # FlowNetwork does (one event fewer per start): flows another callback adds
@@ -183,7 +188,8 @@ class LeanFlowNetwork:
                 flow[5], flow[7] = np.inf, now
                 self._push(fid, flow)
             elif all(len(on_link[link]) == 1 for link in links):
-                rate = min(self._capacity_of(link) for link in links)
+                copies = flow[10]
+                rate = min(self._capacity_of(link) / copies for link in links)
                 left = flow[4]
                 flow[5], flow[6] = rate, now
                 flow[7] = _finish(now, left, rate)
@@ -221,7 +227,9 @@ class LeanFlowNetwork:
         self.stats.recomputed_flows += len(group)
         flows = self._flows
         remaining: dict[int, float] = {}
-        count: dict[int, int] = {}
+        # Per link: the summed weight of its rising flows, and how many there are.
+        count: dict[int, float] = {}
+        number: dict[int, int] = {}
         for fid in group:
             flow = flows[fid]
             elapsed = now - flow[6]
@@ -231,14 +239,16 @@ class LeanFlowNetwork:
             for link in flow[2]:
                 if link not in count:
                     remaining[link] = self._capacity_of(link)
-                    count[link] = 0
-                count[link] += 1
+                    count[link] = 0.0
+                    number[link] = 0
+                count[link] += flow[10]
+                number[link] += 1
         rising = set(group)
         on_link = self._on_link
         while rising:
             level = math.inf
             for link, n in count.items():
-                if n:
+                if number[link]:
                     share = max(remaining[link], 0.0) / n
                     if share < level:
                         level = share
@@ -246,16 +256,20 @@ class LeanFlowNetwork:
                 break
             limit = level * (1 + _TIE)
             frozen = [
-                link for link, n in count.items() if n and max(remaining[link], 0.0) / n <= limit
+                link
+                for link, n in count.items()
+                if number[link] and max(remaining[link], 0.0) / n <= limit
             ]
             for link in frozen:
                 for fid in on_link[link]:
                     if fid in rising:
                         rising.discard(fid)
-                        flows[fid][5] = level
-                        for other in flows[fid][2]:
-                            remaining[other] -= level
-                            count[other] -= 1
+                        flow = flows[fid]
+                        flow[5] = level
+                        for other in flow[2]:
+                            remaining[other] -= level * flow[10]
+                            count[other] -= flow[10]
+                            number[other] -= 1
         for fid in rising:  # only infinite links: no limit
             flows[fid][5] = np.inf
         for fid in group:
@@ -304,8 +318,9 @@ class LeanFlowNetwork:
         by_owner: dict[int, list[tuple[int, int]]] = {}
         for fid in done:
             flow = flows[fid]
+            carried = flow[3] * flow[10]
             for link in flow[2]:
-                self._bytes[link] = self._bytes.get(link, 0.0) + flow[3]
+                self._bytes[link] = self._bytes.get(link, 0.0) + carried
             by_owner.setdefault(flow[1], []).append((flow[0], flow[9]))
         self._in_wake = True
         try:

@@ -334,6 +334,7 @@ class Router:
 
         forward, backward = {first: 0}, {last: 0}
         done_f, done_b = set(), set()
+        deferred: set = set()  # settled backward, their expansion queued (see below)
         heap_f, heap_b = [(0, order[first], first)], [(0, order[last], last)]
         best = inf
         while heap_f and heap_b and heap_f[0][0] + heap_b[0][0] < best:
@@ -351,10 +352,25 @@ class Router:
                         best = min(best, dv + backward[v])
             else:
                 dv, _, v = heappop(heap_b)
-                if v in done_b:
+                if v in deferred:
+                    # Its expansion, due now: its in-neighbours at the cost of entering it.
+                    deferred.discard(v)
+                    into = dv
+                elif v in done_b:
                     continue
-                done_b.add(v)
-                into = dv + entry(v)
+                else:
+                    done_b.add(v)  # dv is its exact cost to ``last``
+                    into = dv + entry(v)
+                    if into > dv:
+                        # Entering v costs a detour (another GPU, outside the server): its
+                        # in-neighbours cost at least ``into``, so they wait in the queue
+                        # under that key instead of being pushed now. A switch with
+                        # thousands of ports outside the server would otherwise push them
+                        # all for every route inside a server; the bounds stay lower
+                        # bounds (everything still queued costs at least the smallest key).
+                        deferred.add(v)
+                        heappush(heap_b, (into, order[v], v))
+                        continue
                 for u, cost in radj[v]:
                     du = into + cost
                     if du < backward.get(u, inf):
