@@ -1,6 +1,7 @@
 """Blackwell's compute model (issue 31): its GEMM shape terms fitted to OpenXLA's B200 table,
-Hopper's fitted training fractions carried over by measured ratios (bf16: the XLA tables'
-main loops; fp8: sustained cuBLASLt rates), nothing fitted to a Blackwell run."""
+Hopper's fitted training fractions carried over by measured ratios (fp8: sustained
+cuBLASLt rates; bf16: Transformer Engine's bf16-over-fp8 layer times on both
+generations), nothing fitted to a Blackwell run."""
 
 from dataclasses import replace
 
@@ -11,6 +12,7 @@ from simulator.workload.devices import (
     H100_GEMM_EFFICIENCY,
     MAMF_FRACTION,
     hopper_at_best_shape,
+    te_layer_gemms,
 )
 from simulator.workload.kernels import Gemm, gemm_time
 
@@ -25,14 +27,47 @@ def test_mamf_fractions_are_the_published_rates_over_the_peaks():
     assert MAMF_FRACTION["B200"][8] == pytest.approx(0.763, abs=5e-4)
 
 
-def test_blackwell_bf16_keeps_hoppers_share_of_the_xla_tables_main_loop():
-    """B200's bf16 training fraction is H100's fitted 0.64 times B200's main-loop fraction
-    over H100's in OpenXLA's per-shape tables (0.83 and 0.87, each fitted with its own
-    shape terms); GB200's is B200's times their MAMF fractions' ratio (1822/2500 over
-    1745/2250)."""
-    b200, gb200 = DEVICES["B200"], DEVICES["GB200"]
-    assert b200.efficiency == pytest.approx(0.64 * 0.83 / 0.87)
-    assert gb200.efficiency == pytest.approx(0.64 * 0.83 / 0.87 * (1822 / 2500) / (1745 / 2250))
+# Transformer Engine's GEMM profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst,
+# "Manual Shape Mode"), its profiled layer's GEMMs as M x K x N, written out as it prints them.
+TE_FPROP = ((15872, 4096, 12288), (15872, 4096, 4096), (15872, 4096, 16384), (15872, 16384, 4096))
+TE_DGRAD = ((15872, 12288, 4096), (15872, 4096, 4096), (15872, 16384, 4096), (15872, 4096, 16384))
+TE_WGRAD = ((4096, 15872, 12288), (4096, 15872, 4096), (4096, 15872, 16384), (16384, 15872, 4096))
+
+
+def _te_layer(bits):
+    return [Gemm(m, n, k, bits=bits) for m, k, n in TE_FPROP + TE_DGRAD + TE_WGRAD]
+
+
+def test_te_layer_gemms_are_the_guides_shapes():
+    """The 12 GEMMs :func:`te_layer_gemms` builds are the guide's forward, input-gradient
+    and weight-gradient shapes (M x K x N as it lists them), 6 x 15872 x 4096 x 49152
+    FLOPs in all."""
+    ours = sorted((g.m, g.k, g.n) for g in te_layer_gemms(16))
+    assert ours == sorted(TE_FPROP + TE_DGRAD + TE_WGRAD)
+    assert sum(g.flops for g in te_layer_gemms(8)) == 6 * 15872 * 4096 * 49152
+
+
+def test_blackwell_bf16_keeps_hoppers_bf16_over_fp8_layer_time_times_the_measured_change():
+    """TE's guide (``--pre-quantize``) times that layer's 12 GEMMs at 31.968 ms in bf16 and
+    16.785 ms in fp8 (current scaling) on H200 NVL, 13.102 and 6.812 ms on B300. Each
+    Blackwell GPU's modelled bf16-over-fp8 time for them is H100's modelled one times
+    (13.102 / 6.812) / (31.968 / 16.785), its fp8 fraction set as before (Azure's
+    sustained rate, next test)."""
+    change = (13.102 / 6.812) / (31.968 / 16.785)
+    assert change == pytest.approx(1.0099, abs=1e-4)
+
+    def ratio(device):
+        return sum(gemm_time(device, g) for g in _te_layer(16)) / sum(
+            gemm_time(device, g) for g in _te_layer(8)
+        )
+
+    hopper = ratio(DEVICES["H100"])
+    for name in ("GB200", "B200"):
+        assert ratio(DEVICES[name]) == pytest.approx(hopper * change, rel=1e-6)
+    # Below the short-run chain it replaces (H100's 0.64 times OpenXLA's B200-over-H100
+    # main loops, 0.83 / 0.87, and MAMF's GB200-over-B200 bf16 shares): 0.611 and 0.574.
+    assert DEVICES["B200"].efficiency < 0.64 * 0.83 / 0.87
+    assert DEVICES["GB200"].efficiency < DEVICES["B200"].efficiency
 
 
 def test_blackwell_fp8_keeps_the_sustained_cublaslt_ratio_at_16k():

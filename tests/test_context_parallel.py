@@ -93,3 +93,29 @@ def test_cp_divides_activations_and_needs_whole_chunks():
         megatron(GQA, tp=1, cp=3, pp=1, global_batch=1)
     with pytest.raises(CcsimError, match="cp .* must be a positive integer"):
         megatron(GQA, tp=1, cp=0, pp=1, global_batch=1)
+
+
+def test_cp_chunks_holding_only_the_embedding_or_the_loss_run_no_attention():
+    """4 layers with the embedding and the loss counted as layers on PP 2 x VP 3: (4 + 2)
+    / 6 = one layer a chunk, stage 0's first chunk only the embedding and stage 1's last
+    only the loss (as the Llama 3 paper splits 126 layers over PP 16 x VP 8). With CP 2 a
+    chunk of no layers runs no attention and exchanges no K/V: over 2 micro-batches rank
+    0 (stage 0, layers in 2 of its 3 chunks) runs 2 x 2 forward and 2 x 2 backward
+    attention ops of one layer each, and 2 x 2 x (1 + 2) K/V collectives (full
+    recomputation: a gather forward, two gathers and a reduce-scatter backward)."""
+    step = megatron(
+        GQA,
+        tp=1,
+        cp=2,
+        pp=2,
+        dp=1,
+        global_batch=2,
+        virtual_stages=3,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
+    attention = [op for op in step.ops if op.rank == 0 and op.attention]
+    assert len(attention) == 8
+    assert all(kernel.count == 1 for op in attention for kernel in op.attention)
+    exchanges = [op for op in step.ops if op.rank == 0 and op.group.startswith("cp")]
+    assert len(exchanges) == 12 and all(op.nbytes > 0 for op in exchanges)

@@ -1239,7 +1239,9 @@ def megatron(
                             cache=expert_cache,
                         )
                     ready = [comp]
-                    if cp > 1:
+                    # A chunk of no layers (only the embedding or the loss) has no
+                    # attention to run and no K/V to exchange.
+                    if cp > 1 and layers:
                         ready = _ring_attention(
                             b,
                             r,
