@@ -161,16 +161,7 @@ def test_published_configurations_fit_in_memory():
     # recipe_vs_table); at 4, with 4 micro-batches in flight on the first of 4 stages,
     # its activations are 62 GB by ccsim's model (Megatron-Core's layernorm/moe_act
     # recompute_modules, which it runs, are not modelled in memory).
-    # Known exceptions (issue 31, dense): the Llama 3 paper's runs on PP 16 at the VP 8 the
-    # paper's one-layer chunks imply hold 88-95 GB on the first stage through Megatron-
-    # Core's interleaved warm-up (83-84 GB at VP 1, which fitted); the paper ran its own
-    # modified schedule, which it says evens out that stage's memory (not modelled).
-    assert over == [
-        "bridge-25.11-gpt-oss-120b-h100-bf16-64",
-        "llama3-paper-405b-h100-bf16-8192-seq8192",
-        "llama3-paper-405b-h100-bf16-16384-seq8192",
-        "llama3-paper-405b-h100-bf16-16384-seq131072",
-    ]
+    assert over == ["bridge-25.11-gpt-oss-120b-h100-bf16-64"]
 
 
 def test_nemotron4_340b_runs_with_its_recipes_settings():
