@@ -76,37 +76,6 @@ def test_layers_that_do_not_split_are_split_as_megatron_bridge_does():
     assert even["virtual_stages"] == 5 and "first_stage_layers" not in even
 
 
-def test_llama3_paper_runs_interleave_one_layer_a_chunk_as_the_paper_describes():
-    """The Llama 3 paper (arXiv 2407.21783, section 3.3.2) runs an interleaved schedule and
-    takes one layer each from the first and last stages, so that "the first model chunk
-    on the first stage has only the embedding, and the last model chunk on the last stage
-    has only output projection and loss": one layer a chunk, (126 + 2) / 16 = 8 chunks a
-    rank (VP 8, as Megatron-Bridge's PP 16 Llama 3.1 405B recipes run). Each of the three
-    runs has 16 micro-batches a pipeline or more, a multiple of PP, so the interleaved
-    schedule is kept; the end chunks hold no layer."""
-    from simulator.workload.memory import pipeline_chunks
-
-    for rid, micro in (
-        ("llama3-paper-405b-h100-bf16-8192-seq8192", 2048 // 64),
-        ("llama3-paper-405b-h100-bf16-16384-seq8192", 2048 // 128),
-        ("llama3-paper-405b-h100-bf16-16384-seq131072", 128 // 8),
-    ):
-        run = BY_ID[rid]
-        options = generator_options(run)
-        assert (run.pp, run.vp, options["virtual_stages"]) == (16, 8, 8)
-        assert run.global_batch // (run.dp * run.micro_batch) == micro and micro % 16 == 0
-        assert "VP 8 assumed" in run.assumed
-        chunks = pipeline_chunks(
-            126,
-            16,
-            virtual_stages=8,
-            account_for_embedding=options["account_for_embedding_in_pipeline_split"],
-            account_for_loss=options["account_for_loss_in_pipeline_split"],
-        )
-        assert chunks[0] == (0,) + (1,) * 7 and chunks[15] == (1,) * 7 + (0,)
-        assert all(stage == (1,) * 8 for stage in chunks[1:15])
-
-
 def test_cli_runs_the_matching_runs_and_scores_them(capsys):
     """``ccsim validate --training MATCH`` simulates the runs whose id contains MATCH,
     says each on stderr as it ends, and prints the table with the held-out summary; a
