@@ -91,3 +91,30 @@ def test_search_scenario_reports_the_candidates_it_simulated():
     assert row["best"] == found.rows[0]["label"] and row["ranks"] == 8
     assert row["cpu_s"] > 0 and row["wall_s"] > 0
     assert "2 cand." in bench_table([row])
+
+
+def test_jobs_scenario_reports_the_slower_jobs_step_together():
+    """A jobs scenario (issue 34) places two copies of its step and runs them alone and
+    together: its simulated time is the slower job's step together, as run_jobs gives it
+    for the same two jobs built whole (every replica and TP rank), and its flows are
+    those of the three replays."""
+    from simulator.cli.bench import Scenario, run_jobs_scenario
+    from simulator.topology import load_topology
+    from simulator.workload.generators import megatron
+    from simulator.workload.jobs import Job, run_jobs
+
+    params = (("model", "llama3-8b"), ("tp", 4), ("pp", 1), ("dp", 2), ("global_batch", 4))
+    section = (("type", "leaf-spine"), ("servers_per_leaf", 2), ("oversubscription", 2))
+    scenario = Scenario(
+        "tiny", "", kind="jobs", preset="dgx-h100", nodes=2, workload=params,
+        fabric_section=section,
+    )  # fmt: skip
+    row = run_jobs_scenario(scenario)
+    whole = megatron(**dict(params))
+    graph = load_topology("dgx-h100", 2, fabric=dict(section))
+    expected = run_jobs([Job("A", whole, "scattered"), Job("B", whole, "scattered")], graph)
+    assert row["ranks"] == 16
+    slower = max(job.step_together_s for job in expected.jobs)
+    assert row["sim_time_us"] == pytest.approx(slower * 1e6, rel=1e-12)
+    assert row["slowdown"] == pytest.approx(max(j.slowdown for j in expected.jobs), rel=1e-12)
+    assert row["flows"] > 0 and row["flows_per_s"] == pytest.approx(row["flows"] / row["wall_s"])

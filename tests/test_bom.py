@@ -106,7 +106,7 @@ def test_leaf_spine_has_l_times_s_leaf_spine_pairs(servers, per_leaf, spines):
     if spines:
         fabric["spines"] = spines
     graph = cluster_graph(server(r), servers, fabric=fabric)
-    bom = bill_of_materials(graph)
+    bom = bill_of_materials(graph, servers_per_rack=per_leaf)
     leaves = math.ceil(servers / per_leaf)
     downlinks = per_leaf * r
     s = spines or downlinks  # default: one spine per uplink port
@@ -124,6 +124,11 @@ def test_leaf_spine_has_l_times_s_leaf_spine_pairs(servers, per_leaf, spines):
     spine = next(g for g in bom.switches if g.tier == "spine")
     assert (leaf.ports_min, leaf.ports_max) == (2 * downlinks, 2 * downlinks)
     assert spine.ports_min == spine.ports_max == leaves * downlinks // s
+    # A leaf per rack: its servers' cables are in-rack copper; every leaf-spine cable is
+    # optical, with a transceiver at each end.
+    assert bom.cables_by_length["copper"] == servers * r
+    assert bom.cables_by_length["optical"] == leaves * downlinks
+    assert bom.transceivers == 2 * leaves * downlinks
     invariants(graph, bom)
 
 
@@ -141,6 +146,8 @@ def test_oversubscribed_leaf_spine_has_the_uplinks_its_ratio_implies(ratio, spin
     assert bom.cables_by_kind["leaf-to-spine"] == leaves * uplinks
     leaf = next(g for g in bom.switches if g.tier == "leaf")
     assert leaf.ports_max == downlinks + uplinks
+    # Racks of 4 servers, one a leaf: copper to the leaf, optics only above it.
+    assert bom.transceivers == 2 * leaves * uplinks
     invariants(graph, bom)
 
 

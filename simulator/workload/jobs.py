@@ -60,6 +60,7 @@ import numpy as np
 from ..errors import CcsimError
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .engine import OpRecord, WorkloadReplay, WorkloadRun
+from .isolated import TimingStore
 from .metrics import Breakdown, breakdown
 from .placement import PlacementError, place_jobs
 from .trace import Group, Op, Replicas, Shadows, Workload
@@ -359,10 +360,15 @@ def run_jobs(
         servers, [job.workload.ranks for job in jobs], [job.placement for job in jobs], names
     )
 
+    # The runs alone and together share calls' timings alone (keyed by what sets them,
+    # not by which run built the schedule): the run together finds most of its calls
+    # timed already by the runs alone.
+    timings = options.pop("timings", None) or TimingStore(graph)
+
     def replay(workloads: list[Workload], where: list[np.ndarray], who: list[str]) -> WorkloadRun:
         merged = merge_jobs(workloads, where, who, count)
         callback = progress(" + ".join(who)) if progress is not None else None
-        return WorkloadReplay(merged, graph, **options).run(callback)
+        return WorkloadReplay(merged, graph, timings=timings, **options).run(callback)
 
     # A job whose stand-ins (TP masters, one replica) were found unlike alone is given
     # whole to the later runs: the replay would find them unlike again (the routes are
