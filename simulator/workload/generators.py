@@ -30,7 +30,7 @@ from .memory import (
     optimizer_state_bytes,
     pipeline_chunks,
 )
-from .model import MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
+from .model import DISPATCHERS, MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
 from .pipeline import pipeline_order
 from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
 
@@ -165,6 +165,20 @@ def pass_work(
 
 
 PRECISIONS = ("bf16", "fp8")
+
+#: Seconds the GPU idles at each host synchronisation of an MoE layer's forward: the
+#: dropless dispatchers read the tokens each expert got on the host before the layer
+#: can go on (Megatron-Core's token_dispatcher.py: MoEAlltoAllTokenDispatcher's
+#: ``cuda_sync_point`` "before_ep_alltoall", ``d2h_event.synchronize()``; HybridEP's
+#: ``tokens_per_expert.sum()`` "CPU sync in dispatch" without a rank capacity;
+#: fused_a2a.py: DeepEP's dispatch returns ``num_recv_tokens_per_expert_list`` on the
+#: host; Transformer Engine's GroupedLinear takes ``m_splits`` as a host list), so the
+#: queue the host had launched ahead drains and the next kernel waits for its launch.
+#: NVIDIA's "Getting Started with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs,
+#: A. Gray, 2019) timed a short kernel at 9.6 us a launch with a stream
+#: synchronisation after each and 3.8 us without: 5.8 us exposed per synchronisation
+#: (a C++ host loop; PyTorch's dispatch adds to it, not counted).
+HOST_SYNC_S = 9.6e-6 - 3.8e-6
 
 
 def _model(model: str | Transformer, generator: str = "", moe_ok: bool = False) -> Transformer:
@@ -608,6 +622,9 @@ def megatron(
     account_for_loss_in_pipeline_split: bool = False,
     cross_entropy: str | None = None,
     activation_offload_layers: int = 0,
+    moe_dispatcher: str = "alltoall",
+    ep_domain: int = 8,
+    moe_host_sync: bool = True,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -677,7 +694,18 @@ def megatron(
     (:meth:`~simulator.workload.model.Transformer.moe_elementwise_bytes`). Expert
     gradients are reduced (bucket by bucket with ``overlap_grad_reduce``, as the rest)
     and their parameters gathered over the ranks holding the same experts (TP x CP x
-    DP / EP), the rest over DP x CP.
+    DP / EP), the rest over DP x CP. ``moe_dispatcher`` is Megatron-Core's token
+    dispatcher (:data:`~simulator.workload.model.DISPATCHERS`): "alltoall" sends every
+    routed copy; "deepep" and "hybridep" (the flex dispatcher's backends) send a token
+    once to each rank, and once over RDMA to each NVLink domain of ``ep_domain`` ranks,
+    holding one of its experts
+    (:meth:`~simulator.workload.model.Transformer.dispatch_copies`). ``moe_host_sync``:
+    each MoE layer's forward (and its recomputation) waits for the host to read the
+    tokens each expert got, as every dropless dispatcher does before it can size its
+    buffers and Transformer Engine's grouped GEMM its splits; the GPU then idles
+    :data:`HOST_SYNC_S` a layer (False: static shapes, Megatron-Core's
+    ``moe_pad_expert_input_to_capacity`` or HybridEP's rank capacity, which full-step
+    CUDA graphs need).
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -829,6 +857,12 @@ def megatron(
         raise CcsimError(
             f"ep {ep} applies to mixture-of-experts models; {m.name or 'this model'} is dense"
         )
+    if moe_dispatcher not in DISPATCHERS:
+        raise unknown_choice("moe_dispatcher", moe_dispatcher, DISPATCHERS)
+    if isinstance(ep_domain, bool) or not isinstance(ep_domain, int) or ep_domain < 1:
+        raise CcsimError(
+            f"ep_domain (GPUs per NVLink domain) must be a positive integer, not {ep_domain!r}"
+        )
     if cp > 1:
         if m.seq % (2 * cp):
             raise CcsimError(
@@ -930,7 +964,8 @@ def megatron(
     # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
     # shards with TP) and its experts' grouped GEMMs.
     moe_tokens = tokens // (tp if sequence_parallel else 1)
-    a2a_layer = moe_tokens * m.top_k * (m.capacity_factor or 1.0) * m.hidden * BF16
+    copies = m.dispatch_copies(ep, dispatcher=moe_dispatcher, domain=ep_domain) if m.is_moe else 0
+    a2a_layer = moe_tokens * copies * m.hidden * BF16
     experts = m.expert_gemms(moe_tokens, ep=ep) if m.is_moe else ()
     expert_cache: dict = {}  # each pass's expert GEMMs, as op fields
     if precision == "fp8":  # Transformer Engine's grouped GEMMs run fp8 like its linears
@@ -1237,6 +1272,7 @@ def megatron(
                             recompute=recompute,
                             label=f"mb {i}",
                             cache=expert_cache,
+                            sync_s=HOST_SYNC_S if moe_host_sync else 0.0,
                         )
                     ready = [comp]
                     if cp > 1:
@@ -1541,11 +1577,14 @@ def _expert_layers(
     recompute: str,
     label: str,
     cache: dict | None = None,
+    sync_s: float = 0.0,
 ) -> str:
     """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
     dispatch (an all-to-all over the EP ``group``; none when every expert is local),
     the experts' grouped GEMMs, and the combine all-to-all back; backward the same with
     the GEMMs' gradients (and the forward again first with full recomputation).
+    A forward (and a recomputed one) first holds the compute stream ``sync_s`` a layer:
+    the host reading the tokens per expert (:data:`HOST_SYNC_S`).
     Returns the last op's id; ``cache`` keeps each pass's GEMM list for the next."""
     key = (layers, forward)
     if cache is None or key not in cache:
@@ -1570,6 +1609,11 @@ def _expert_layers(
                     label=f"EP {step} {what} {label}")  # fmt: skip
 
     for k in range(exchanges // 2):
+        if sync_s and (forward or k < exchanges // 2 - 1):
+            # The dispatcher's device-to-host read of the split sizes: the compute
+            # stream idles while the host waits and launches what follows.
+            prev = b.op(f"r{r}.{name}.sync{k}", r, "compute", [prev],
+                        duration=layers * sync_s, label=f"MoE sync {what} {label}")  # fmt: skip
         prev = exchange("dispatch", k)
         if k == exchanges // 2 - 1:
             prev = b.op(
