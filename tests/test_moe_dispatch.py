@@ -111,3 +111,52 @@ def test_dispatcher_errors_say_what_to_change():
         megatron(SMALL, tp=1, pp=1, dp=2, ep=2, global_batch=2, moe_dispatcher="flex")
     with pytest.raises(CcsimError, match="ep_domain"):
         megatron(SMALL, tp=1, pp=1, dp=2, ep=2, global_batch=2, ep_domain=0)
+
+
+def _overlap_step(bandwidth: float, overlap: bool) -> float:
+    options = dict(recompute="none", overlap_grad_reduce=False, moe_a2a_overlap=overlap)
+    step = megatron(SMALL, tp=1, pp=1, dp=2, ep=2, micro_batch=1, global_batch=8, **options)
+    graph = ring_graph(2, bandwidth, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "H100"
+    _, result = run_workload(step, graph, algorithm="ring", comm_slowdown=0.0)
+    return result.step_s
+
+
+def test_a2a_overlap_hides_communication_and_conserves_compute():
+    """Combined 1F1B with 4 micro-batches: with free links the same kernels run one
+    after another on the compute stream whatever the order (the step is the same);
+    with slow links a pass's all-to-all runs while the other pass computes, so the
+    step is shorter than without overlap, and never shorter than with free links."""
+    free = _overlap_step(1e18, False)
+    # (1e18 B/s transfers still take ~1e-11 s each: rel 1e-6 leaves room for them.)
+    assert _overlap_step(1e18, True) == pytest.approx(free, rel=1e-6)
+    slow, hidden = _overlap_step(2e9, False), _overlap_step(2e9, True)
+    assert free < hidden < slow
+
+
+def test_a2a_overlap_order_has_megatron_warmup_plus_one():
+    """Megatron-Core's get_pp_rank_microbatches with overlap_moe_expert_parallel_comm:
+    (p - s - 1) 2 + (v - 1) p + 1 warm-up forwards; every pass once; each pair's backward
+    is of a chunk-micro-batch forwarded before the pair."""
+    from simulator.workload.generators import _a2a_overlap_order
+    from simulator.workload.pipeline import pipeline_order
+
+    for stage, pp, micro, v in ((0, 4, 8, 2), (3, 4, 8, 2), (1, 2, 6, 3), (0, 1, 5, 1)):
+        groups = _a2a_overlap_order(stage, pp, micro, v)
+        warmup = (pp - stage - 1) * 2 + (v - 1) * pp + 1 if v > 1 else 1
+        assert [len(g) for g in groups[:warmup]] == [1] * warmup
+        assert all(g[0][0] == "f" for g in groups[:warmup])
+        flat = [entry for group in groups for entry in group]
+        assert sorted(flat) == sorted(pipeline_order(stage, pp, micro, v))
+        done = set()
+        for group in groups:
+            for kind, c, i in group:
+                if kind == "b":
+                    assert ("f", c, i) in done
+            done.update(group)
+
+
+def test_a2a_overlap_needs_what_megatron_needs():
+    with pytest.raises(CcsimError, match="moe_a2a_overlap.*virtual stages"):
+        megatron(SMALL, tp=1, pp=2, dp=2, ep=2, global_batch=8, moe_a2a_overlap=True)

@@ -239,7 +239,8 @@ MOE_ASSUMED = (
     " | ccsim (MoE): the row's dispatcher (alltoall where unstated; DeepEP/HybridEP sending "
     "a token once to each rank and RDMA domain holding one of its experts), one host "
     "synchronisation per MoE layer forward (none with full-step CUDA graphs or token drop), "
-    "no overlap of the all-to-all with another micro-batch's compute, TE grouped GEMM, "
+    "the all-to-all beside another micro-batch's pass where the row sets moe_ep_a2a_overlap "
+    "(whole passes side by side, not layer by layer), TE grouped GEMM, "
     "dropless and balanced routing, expert TP 1"
 )
 
@@ -268,6 +269,8 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
             options["moe_host_sync"] = False
     if "full_iteration" in str(settings.get("cuda_graphs") or ""):
         options["moe_host_sync"] = False
+    if settings.get("moe_ep_a2a_overlap") is True:
+        options["moe_a2a_overlap"] = True
     return options
 
 
@@ -546,6 +549,9 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
     micro = run.global_batch // (run.micro_batch * run.dp)
     if options["virtual_stages"] > 1 and micro % run.pp:
         options["virtual_stages"] = 1
+    if options["virtual_stages"] == 1 and run.pp > 1:
+        # Megatron-Core's combined 1F1B needs the interleaved schedule with pipelining.
+        options.pop("moe_a2a_overlap", None)
     return options
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from ..errors import CcsimError, unknown_choice
@@ -625,6 +625,7 @@ def megatron(
     moe_dispatcher: str = "alltoall",
     ep_domain: int = 8,
     moe_host_sync: bool = True,
+    moe_a2a_overlap: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -705,7 +706,12 @@ def megatron(
     buffers and Transformer Engine's grouped GEMM its splits; the GPU then idles
     :data:`HOST_SYNC_S` a layer (False: static shapes, Megatron-Core's
     ``moe_pad_expert_input_to_capacity`` or HybridEP's rank capacity, which full-step
-    CUDA graphs need).
+    CUDA graphs need). ``moe_a2a_overlap`` (Megatron-Core's
+    ``overlap_moe_expert_parallel_comm``, Megatron-Bridge's ``moe_a2a_overlap``) runs
+    the steady state's forward and backward as one combined step, one warm-up forward
+    more (:func:`_a2a_overlap_order`): their passes are issued side by side, the
+    all-to-alls on an ``ep`` stream, so one pass's all-to-all runs while the other's
+    GEMMs do (ccsim interleaves whole passes, not layer by layer as Megatron-Core does).
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -856,6 +862,12 @@ def megatron(
     elif ep > 1:
         raise CcsimError(
             f"ep {ep} applies to mixture-of-experts models; {m.name or 'this model'} is dense"
+        )
+    if moe_a2a_overlap and not (m.is_moe and ep > 1 and (pp == 1 or v > 1)):
+        raise CcsimError(
+            "moe_a2a_overlap overlaps the expert-parallel all-to-all: it needs a "
+            "mixture-of-experts model with ep > 1 and, with pipeline stages, virtual "
+            "stages (as Megatron-Core's transformer_config.py asserts)"
         )
     if moe_dispatcher not in DISPATCHERS:
         raise unknown_choice("moe_dispatcher", moe_dispatcher, DISPATCHERS)
@@ -1126,7 +1138,13 @@ def megatron(
         stage_params += stage_moe * moe_params if m.is_moe else 0.0
         stage_layer_params = (split[stage] - stage_moe) * m.layer_params / tp
         stage_experts = stage_moe * expert_params
-        order = pipeline_order(stage, pp, micro, v)
+        # The passes in the order the stage runs them, each group of two one combined
+        # step (moe_a2a_overlap).
+        if moe_a2a_overlap:
+            groups = _a2a_overlap_order(stage, pp, micro, v)
+        else:
+            groups = [(entry,) for entry in pipeline_order(stage, pp, micro, v)]
+        order = [entry for group in groups for entry in group]
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
         for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp_built)):
@@ -1138,7 +1156,26 @@ def megatron(
             experts_reduced = False  # bucket by bucket, with overlap_grad_reduce
             units_done: list[str] = []  # each layer's (FSDP unit's) compute op, in order
             gathers_started: set[int] = set()
-            for kind, c, i in order:
+
+            def one_pass(
+                kind: str,
+                c: int,
+                i: int,
+                after: list[str],
+                # (this rank's, bound now: the pass is built before the loop moves on)
+                stage: int = stage,
+                r: int = r,
+                d: int = d,
+                t: int = t,
+                q: int = q,
+                final: dict = final,
+                gathers_started: set[int] = gathers_started,
+                units_done: list[str] = units_done,
+                reduces: list[str] = reduces,
+            ) -> Generator[None, None, list[str]]:
+                """The ops of one pass after ``after``; pauses where a combined step
+                runs the other pass's (:func:`_expert_layers`)."""
+                nonlocal experts_reduced
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
                 # Forward: activations come from the previous virtual stage and go to
@@ -1259,7 +1296,7 @@ def megatron(
                     )
                     units_done.append(comp)
                     if moe:
-                        comp = _expert_layers(
+                        comp = yield from _expert_layers(
                             b,
                             r,
                             name,
@@ -1273,6 +1310,7 @@ def megatron(
                             label=f"mb {i}",
                             cache=expert_cache,
                             sync_s=HOST_SYNC_S if moe_host_sync else 0.0,
+                            stream="ep" if moe_a2a_overlap else "compute",
                         )
                     ready = [comp]
                     if cp > 1:
@@ -1387,6 +1425,13 @@ def megatron(
                         tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
                         stream="pp.send.next" if forward else "pp.send.prev",
                     )
+                return after
+
+            for group in groups:
+                # A combined step's two passes both start after what came before; what
+                # comes next waits for both.
+                ends = _interleave([one_pass(*entry, after) for entry in group])
+                after = [op for end in ends for op in end]
             if sharded_weights and stage in (0, pp - 1) and m.vocab:
                 # The replicated embedding's gradients, reduced once at the end.
                 reduces.append(
@@ -1578,14 +1623,17 @@ def _expert_layers(
     label: str,
     cache: dict | None = None,
     sync_s: float = 0.0,
-) -> str:
+    stream: str = "compute",
+) -> Generator[None, None, str]:
     """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
     dispatch (an all-to-all over the EP ``group``; none when every expert is local),
     the experts' grouped GEMMs, and the combine all-to-all back; backward the same with
     the GEMMs' gradients (and the forward again first with full recomputation).
     A forward (and a recomputed one) first holds the compute stream ``sync_s`` a layer:
-    the host reading the tokens per expert (:data:`HOST_SYNC_S`).
-    Returns the last op's id; ``cache`` keeps each pass's GEMM list for the next."""
+    the host reading the tokens per expert (:data:`HOST_SYNC_S`). The all-to-alls run
+    on ``stream``; a generator that pauses after each all-to-all, where a combined
+    step's other pass issues its own (:func:`_interleave`), and returns the last op's id;
+    ``cache`` keeps each pass's GEMM list for the next."""
     key = (layers, forward)
     if cache is None or key not in cache:
         gemms = [g.times(layers) for g in experts]
@@ -1605,7 +1653,7 @@ def _expert_layers(
         if group is None:  # every expert is local: nothing moves
             return prev
         return b.op(f"r{r}.ep.{name}.{step}{k}", r, "collective", [prev], op="all_to_all",
-                    group=group, bytes=a2a_bytes, stream="compute",
+                    group=group, bytes=a2a_bytes, stream=stream,
                     label=f"EP {step} {what} {label}")  # fmt: skip
 
     for k in range(exchanges // 2):
@@ -1615,6 +1663,7 @@ def _expert_layers(
             prev = b.op(f"r{r}.{name}.sync{k}", r, "compute", [prev],
                         duration=layers * sync_s, label=f"MoE sync {what} {label}")  # fmt: skip
         prev = exchange("dispatch", k)
+        yield
         if k == exchanges // 2 - 1:
             prev = b.op(
                 f"r{r}.{name}.experts",
@@ -1625,7 +1674,54 @@ def _expert_layers(
                 label=f"{what} experts {label}",
             )
         prev = exchange("combine", k)
+        yield
     return prev
+
+
+def _interleave(passes: list[Generator[None, None, list[str]]]) -> list[list[str]]:
+    """Build the passes of one step side by side: each runs to its next pause in turn,
+    so that their ops go into the trace (and onto each stream) alternately, as
+    Megatron-Core's combined 1F1B step issues a forward's and a backward's layers
+    (megatron/core/pipeline_parallel/combined_1f1b.py, combined_forward_backward_step);
+    returns what each pass ends with."""
+    ends: list[list[str]] = [[] for _ in passes]
+    live = list(range(len(passes)))
+    while live:
+        for j in list(live):
+            try:
+                next(passes[j])
+            except StopIteration as stop:
+                ends[j] = stop.value
+                live.remove(j)
+    return ends
+
+
+def _a2a_overlap_order(stage: int, pp: int, micro: int, v: int) -> list[tuple]:
+    """The passes of ``stage`` in Megatron-Core's combined 1F1B schedule
+    (``overlap_moe_expert_parallel_comm``), grouped by step: its warm-up forwards one
+    more than :func:`~simulator.workload.pipeline.pipeline_order`'s, so that each
+    steady step's forward and backward do not depend on each other
+    (megatron/core/pipeline_parallel/schedules.py, get_pp_rank_microbatches), each
+    steady step a pair (forward, backward), then the cool-down backwards; without
+    pipelining the first forward alone, then each backward with the next forward
+    (combined_1f1b.py, combined_1f1b_schedule_for_no_pipelining).
+
+    >>> _a2a_overlap_order(0, 1, 3, 1)
+    [(('f', 0, 0),), (('f', 0, 1), ('b', 0, 0)), (('f', 0, 2), ('b', 0, 1)), (('b', 0, 2),)]
+    """
+    total = micro * v
+    warmup = (pp - stage - 1) * 2 + (v - 1) * pp if v > 1 else pp - stage - 1
+    warmup = min(warmup + 1, total)
+
+    def entry(kind: str, k: int) -> tuple[str, int, int]:
+        chunk = (k % (pp * v)) // pp
+        if kind == "b":
+            chunk = v - 1 - chunk
+        return kind, chunk, (k // (pp * v)) * pp + k % pp
+
+    groups: list[tuple] = [(entry("f", k),) for k in range(warmup)]
+    groups += [(entry("f", k + warmup), entry("b", k)) for k in range(total - warmup)]
+    return groups + [(entry("b", k),) for k in range(total - warmup, total)]
 
 
 def _ring_attention(
