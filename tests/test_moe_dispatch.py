@@ -160,3 +160,12 @@ def test_a2a_overlap_order_has_megatron_warmup_plus_one():
 def test_a2a_overlap_needs_what_megatron_needs():
     with pytest.raises(CcsimError, match="moe_a2a_overlap.*virtual stages"):
         megatron(SMALL, tp=1, pp=2, dp=2, ep=2, global_batch=8, moe_a2a_overlap=True)
+
+
+def test_host_bound_moe_layers_take_the_hosts_time():
+    """With the host far slower than the GPU, each MoE layer's forward takes the host's
+    moe_host_layer_s and its backward twice that: 3 micro-batches x 2 layers x (1 + 2)
+    of them, so one more second a layer forward is 18 s more a step."""
+    assert _step(moe_host_layer_s=2.0) - _step(moe_host_layer_s=1.0) == pytest.approx(18.0)
+    with pytest.raises(CcsimError, match="moe_host_layer_s"):
+        _step(moe_host_layer_s=-1.0)

@@ -626,6 +626,7 @@ def megatron(
     ep_domain: int = 8,
     moe_host_sync: bool = True,
     moe_a2a_overlap: bool = False,
+    moe_host_layer_s: float = 0.0,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -712,6 +713,10 @@ def megatron(
     more (:func:`_a2a_overlap_order`): their passes are issued side by side, the
     all-to-alls on an ``ep`` stream, so one pass's all-to-all runs while the other's
     GEMMs do (ccsim interleaves whole passes, not layer by layer as Megatron-Core does).
+    ``moe_host_layer_s`` (default 0: not modelled) is the host's time to launch one MoE
+    layer's forward, twice that its backward: with a synchronisation each layer the host
+    cannot run ahead, so a pass over n MoE layers takes at least n times that (a "host"
+    stream beside it). No source gives it: a value is a calibration, not a default.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -868,6 +873,11 @@ def megatron(
             "moe_a2a_overlap overlaps the expert-parallel all-to-all: it needs a "
             "mixture-of-experts model with ep > 1 and, with pipeline stages, virtual "
             "stages (as Megatron-Core's transformer_config.py asserts)"
+        )
+    if not isinstance(moe_host_layer_s, (int, float)) or moe_host_layer_s < 0:
+        raise CcsimError(
+            f"moe_host_layer_s (host seconds per MoE layer forward) must be >= 0, "
+            f"not {moe_host_layer_s!r}"
         )
     if moe_dispatcher not in DISPATCHERS:
         raise unknown_choice("moe_dispatcher", moe_dispatcher, DISPATCHERS)
@@ -1313,6 +1323,13 @@ def megatron(
                             stream="ep" if moe_a2a_overlap else "compute",
                         )
                     ready = [comp]
+                    if moe and moe_host_layer_s:
+                        # The host launching the piece's MoE layers, one after another.
+                        passes = 1 if forward else (3 if recompute == "full" else 2)
+                        host = b.op(f"r{r}.{name}.host", r, "compute", deps, stream="host",
+                                    duration=moe * passes * moe_host_layer_s,
+                                    label=f"MoE host mb {i}")  # fmt: skip
+                        ready.append(host)
                     if cp > 1:
                         ready = _ring_attention(
                             b,
