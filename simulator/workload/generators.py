@@ -1296,6 +1296,25 @@ def megatron(
                             label=f"FSDP weights {'fwd' if forward else 'bwd'} mb {i}",
                         )
                         deps = [*deps, gather]
+                    # With combined 1F1B a backward runs as Megatron-Core's layers do
+                    # there: the combine's gradient all-to-all, the experts, the
+                    # dispatch's, then the attention (model_chunk_schedule_plan.py, run).
+                    experts_first = moe and moe_a2a_overlap and not forward and recompute != "full"
+                    routed = {
+                        "group": ep_groups.get((stage, (r - stage * width) // ep)),
+                        "experts": experts,
+                        "layers": moe,
+                        "a2a_bytes": moe * a2a_layer,
+                        "forward": forward,
+                        "recompute": recompute,
+                        "label": f"mb {i}",
+                        "cache": expert_cache,
+                        "sync_s": HOST_SYNC_S if moe_host_sync else 0.0,
+                        "stream": "ep" if moe_a2a_overlap else "compute",
+                        "paired": moe_a2a_overlap,
+                    }
+                    if experts_first:
+                        deps = [(yield from _expert_layers(b, r, name, deps, **routed))]
                     comp = b.op(
                         f"r{r}.{name}",
                         r,
@@ -1305,23 +1324,8 @@ def megatron(
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
                     units_done.append(comp)
-                    if moe:
-                        comp = yield from _expert_layers(
-                            b,
-                            r,
-                            name,
-                            comp,
-                            ep_groups.get((stage, (r - stage * width) // ep)),
-                            experts,
-                            moe,
-                            moe * a2a_layer,
-                            forward=forward,
-                            recompute=recompute,
-                            label=f"mb {i}",
-                            cache=expert_cache,
-                            sync_s=HOST_SYNC_S if moe_host_sync else 0.0,
-                            stream="ep" if moe_a2a_overlap else "compute",
-                        )
+                    if moe and not experts_first:
+                        comp = yield from _expert_layers(b, r, name, [comp], **routed)
                     ready = [comp]
                     if moe and moe_host_layer_s:
                         # The host launching the piece's MoE layers, one after another.
@@ -1629,7 +1633,7 @@ def _expert_layers(
     b: _Builder,
     r: int,
     name: str,
-    after: str,
+    after: list[str],
     group: str | None,
     experts: tuple[Gemm, ...],
     layers: int,
@@ -1641,6 +1645,7 @@ def _expert_layers(
     cache: dict | None = None,
     sync_s: float = 0.0,
     stream: str = "compute",
+    paired: bool = False,
 ) -> Generator[None, None, str]:
     """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
     dispatch (an all-to-all over the EP ``group``; none when every expert is local),
@@ -1650,7 +1655,10 @@ def _expert_layers(
     the host reading the tokens per expert (:data:`HOST_SYNC_S`). The all-to-alls run
     on ``stream``; a generator that pauses after each all-to-all, where a combined
     step's other pass issues its own (:func:`_interleave`), and returns the last op's id;
-    ``cache`` keeps each pass's GEMM list for the next."""
+    ``cache`` keeps each pass's GEMM list for the next. ``paired`` (combined 1F1B): a
+    forward also pauses before its dispatch, so that the trace orders a pair's
+    all-to-alls as Megatron-Core issues each layer's (the backward's first, the
+    forward's dispatch, the backward's second, the forward's combine)."""
     key = (layers, forward)
     if cache is None or key not in cache:
         gemms = [g.times(layers) for g in experts]
@@ -1664,35 +1672,39 @@ def _expert_layers(
     listed = cache[key]
     exchanges = 2 if forward else (4 if recompute == "full" else 2)
     what = "fwd" if forward else "bwd"
-    prev = after
+    prev = list(after)
 
-    def exchange(step: str, k: int) -> str:
+    def exchange(step: str, k: int) -> list[str]:
         if group is None:  # every expert is local: nothing moves
             return prev
-        return b.op(f"r{r}.ep.{name}.{step}{k}", r, "collective", [prev], op="all_to_all",
-                    group=group, bytes=a2a_bytes, stream=stream,
-                    label=f"EP {step} {what} {label}")  # fmt: skip
+        return [b.op(f"r{r}.ep.{name}.{step}{k}", r, "collective", prev, op="all_to_all",
+                     group=group, bytes=a2a_bytes, stream=stream,
+                     label=f"EP {step} {what} {label}")]  # fmt: skip
 
     for k in range(exchanges // 2):
         if sync_s and (forward or k < exchanges // 2 - 1):
             # The dispatcher's device-to-host read of the split sizes: the compute
             # stream idles while the host waits and launches what follows.
-            prev = b.op(f"r{r}.{name}.sync{k}", r, "compute", [prev],
-                        duration=layers * sync_s, label=f"MoE sync {what} {label}")  # fmt: skip
+            prev = [b.op(f"r{r}.{name}.sync{k}", r, "compute", prev,
+                         duration=layers * sync_s, label=f"MoE sync {what} {label}")]  # fmt: skip
+        if paired and forward:
+            yield
         prev = exchange("dispatch", k)
         yield
         if k == exchanges // 2 - 1:
-            prev = b.op(
-                f"r{r}.{name}.experts",
-                r,
-                "compute",
-                [prev],
-                gemms=listed,
-                label=f"{what} experts {label}",
-            )
+            prev = [
+                b.op(
+                    f"r{r}.{name}.experts",
+                    r,
+                    "compute",
+                    prev,
+                    gemms=listed,
+                    label=f"{what} experts {label}",
+                )
+            ]
         prev = exchange("combine", k)
         yield
-    return prev
+    return prev[0]
 
 
 def _interleave(passes: list[Generator[None, None, list[str]]]) -> list[list[str]]:
