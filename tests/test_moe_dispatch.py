@@ -169,3 +169,19 @@ def test_host_bound_moe_layers_take_the_hosts_time():
     assert _step(moe_host_layer_s=2.0) - _step(moe_host_layer_s=1.0) == pytest.approx(18.0)
     with pytest.raises(CcsimError, match="moe_host_layer_s"):
         _step(moe_host_layer_s=-1.0)
+
+
+def test_a2a_overlap_issues_all_to_alls_in_megatron_layer_order():
+    """Megatron-Core's combined step (model_chunk_schedule_plan.py, run): on the
+    communication stream the backward's combine gradient, the forward's dispatch, the
+    backward's dispatch gradient, the forward's combine; the forward's attention first
+    and the backward's last on the compute stream, the experts between."""
+    step = megatron(SMALL, tp=1, pp=1, dp=2, ep=2, global_batch=6, moe_a2a_overlap=True)
+    ep = [op.id for op in step.ops if op.rank == 0 and op.stream == "ep"]
+    pair = [op for op in ep if ".f1." in op or ".b0." in op]
+    assert pair == ["r0.ep.b0.dispatch0", "r0.ep.f1.dispatch0", "r0.ep.b0.combine0",
+                    "r0.ep.f1.combine0"]  # fmt: skip
+    compute = [op.id for op in step.ops if op.rank == 0 and op.stream == "compute"]
+    pair = [op for op in compute if op.split(".")[1] in ("f1", "b0")]
+    assert pair[:2] == ["r0.f1", "r0.f1.sync0"]
+    assert pair.index("r0.b0.experts") < pair.index("r0.f1.experts") < pair.index("r0.b0")
