@@ -9,6 +9,7 @@ from simulator.errors import CcsimError
 from simulator.topology import ring_graph
 from simulator.workload import run_workload
 from simulator.workload.devices import DEVICES
+from simulator.workload.generators import HOST_SYNC_S
 from simulator.workload.generators import megatron as megatron_core
 from simulator.workload.kernels import gemm_time
 from simulator.workload.model import MODELS, Transformer
@@ -58,7 +59,8 @@ def test_moe_step_with_free_communication_by_hand():
     (256 x 2 x 2 / 4 = 256 tokens each) and the memory-bound kernels; backward twice
     the GEMMs (each one's two gradients) and kernels; then the optimizer's 16 bytes per
     parameter a rank holds: per layer the attention's 2 x 256 x (4 + 4) x 64 and the
-    router's 256 x 4, and 2 of the 4 experts of 3 x 256 x 512."""
+    router's 256 x 4, and 2 of the 4 experts of 3 x 256 x 512. Each MoE layer's forward
+    also idles the GPU for the host's read of the tokens per expert (HOST_SYNC_S)."""
     step = megatron(TINY, tp=1, pp=1, dp=2, ep=2, global_batch=2, recompute="none")
     graph = ring_graph(2, 1e18, 0.0)
     for node in graph.nodes:
@@ -72,7 +74,7 @@ def test_moe_step_with_free_communication_by_hand():
     # dispatcher's permute, two chunk sorts and unpermute (14 h), 2 h a token more.
     moe_bytes = 256 * (2 * (6 * 512 + 14 * 256) + 2 * 256 - 6 * 4 * 256)
     kernels = (TINY.layer_elementwise_bytes(256) + moe_bytes) / HBM
-    forward = _gemm_s(own) + _gemm_s(experts) + kernels
+    forward = _gemm_s(own) + _gemm_s(experts) + kernels + HOST_SYNC_S  # (per layer)
     backward = _gemm_s([grad for g in own + list(experts) for grad in g.backward()])
     backward += 2 * kernels
     params = 2 * (2 * 256 * 8 * 64 + 256 * 4 + 2 * 3 * 256 * 512)

@@ -236,11 +236,42 @@ def _layout(entry: Mapping[str, Any]) -> dict[str, Any]:
 #: pretrain_deepseek_v3.py on H100, Megatron-Bridge's MoE recipes), grouped GEMM, permute
 #: fusion and forced load balancing (the tables' footnote), which ccsim builds.
 MOE_ASSUMED = (
-    " | ccsim (MoE): all-to-all dispatch over EP (a flex DeepEP/HybridEP dispatcher as a "
-    "plain all-to-all, no deduplication of tokens bound for one node, no overlap of the "
-    "all-to-all with another micro-batch's compute), TE grouped GEMM, dropless and balanced "
-    "routing, expert TP 1"
+    " | ccsim (MoE): the row's dispatcher (alltoall where unstated; DeepEP/HybridEP sending "
+    "a token once to each rank and RDMA domain holding one of its experts), one host "
+    "synchronisation per MoE layer forward (none with full-step CUDA graphs or token drop), "
+    "the all-to-all beside another micro-batch's pass where the row sets moe_ep_a2a_overlap "
+    "(whole passes side by side, not layer by layer), TE grouped GEMM, "
+    "dropless and balanced routing, expert TP 1"
 )
+
+
+def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A mixture-of-experts run's dispatcher options for the generator: the row's
+    ``moe_dispatcher`` where it states one; else NeMo's DeepSeek-V3 script's choice for
+    the DGX Cloud rows (scripts/performance/llm/pretrain_deepseek_v3.py: on H100 the flex
+    dispatcher with DeepEP, elsewhere alltoall with MegatronTokenDropCallback, capacity
+    factor 1 padded to capacity: static shapes, no host synchronisation); else alltoall,
+    what Megatron-Bridge's performance scripts set without a flex backend
+    (scripts/performance/utils/overrides.py: ``moe_token_dispatcher_type = "alltoall"``).
+    A full-step CUDA graph (``cuda_graphs`` "full_iteration") cannot synchronise with
+    the host inside it: those rows run static shapes (HybridEP's rank capacity)."""
+    settings = entry.get("settings") or {}
+    stated = str(settings.get("moe_dispatcher") or "").lower()
+    model = (entry.get("model") or {}).get("name")
+    gpu = str(entry.get("gpu", "")).split("-")[0]
+    options: dict[str, Any] = {"moe_dispatcher": "alltoall"}
+    if stated in ("alltoall", "deepep", "hybridep"):
+        options["moe_dispatcher"] = stated
+    elif entry.get("source_kind") == "nvidia-dgxc-benchmarking" and model == "deepseek-v3":
+        if gpu == "H100":
+            options["moe_dispatcher"] = "deepep"
+        else:
+            options["moe_host_sync"] = False
+    if "full_iteration" in str(settings.get("cuda_graphs") or ""):
+        options["moe_host_sync"] = False
+    if settings.get("moe_ep_a2a_overlap") is True:
+        options["moe_a2a_overlap"] = True
+    return options
 
 
 def _moe_fields(entry: Mapping[str, Any]) -> dict[str, Any] | str:
@@ -397,6 +428,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         for name in ("distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"):
             options.pop(name, None)
     options.update(_layout(entry))
+    if entry.get("moe"):
+        options.update(_moe_options(entry))
     model = entry.get("model") or {}
     if model.get("name") == "deepseek-v3" and "tp_comm_overlap" not in settings:
         # Megatron-Bridge's DeepSeek-V3 recipes turn TE's TP overlap off
@@ -494,6 +527,9 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
         unit = max(1, 8 // (run.tp * run.cp))
         if run.dp % unit == 0 and unit > 1:
             options["replicas"] = unit
+        # The NVLink domain a flex dispatcher fans out in: a server, or the GPUs of an
+        # NVL72 rack the job is given (nvl72_racks).
+        options["ep_domain"] = nvl72_racks(run.gpus)[1] if run.gpu == "GB200" else 8
     options.update(run.options)
     layers, chunks = run.model.layers, run.pp * run.vp
     if layers % chunks and "first_stage_layers" not in options:
@@ -513,6 +549,9 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
     micro = run.global_batch // (run.micro_batch * run.dp)
     if options["virtual_stages"] > 1 and micro % run.pp:
         options["virtual_stages"] = 1
+    if options["virtual_stages"] == 1 and run.pp > 1:
+        # Megatron-Core's combined 1F1B needs the interleaved schedule with pipelining.
+        options.pop("moe_a2a_overlap", None)
     return options
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from ..errors import CcsimError, unknown_choice
@@ -30,7 +30,7 @@ from .memory import (
     optimizer_state_bytes,
     pipeline_chunks,
 )
-from .model import MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
+from .model import DISPATCHERS, MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
 from .pipeline import pipeline_order
 from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
 
@@ -165,6 +165,20 @@ def pass_work(
 
 
 PRECISIONS = ("bf16", "fp8")
+
+#: Seconds the GPU idles at each host synchronisation of an MoE layer's forward: the
+#: dropless dispatchers read the tokens each expert got on the host before the layer
+#: can go on (Megatron-Core's token_dispatcher.py: MoEAlltoAllTokenDispatcher's
+#: ``cuda_sync_point`` "before_ep_alltoall", ``d2h_event.synchronize()``; HybridEP's
+#: ``tokens_per_expert.sum()`` "CPU sync in dispatch" without a rank capacity;
+#: fused_a2a.py: DeepEP's dispatch returns ``num_recv_tokens_per_expert_list`` on the
+#: host; Transformer Engine's GroupedLinear takes ``m_splits`` as a host list), so the
+#: queue the host had launched ahead drains and the next kernel waits for its launch.
+#: NVIDIA's "Getting Started with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs,
+#: A. Gray, 2019) timed a short kernel at 9.6 us a launch with a stream
+#: synchronisation after each and 3.8 us without: 5.8 us exposed per synchronisation
+#: (a C++ host loop; PyTorch's dispatch adds to it, not counted).
+HOST_SYNC_S = 9.6e-6 - 3.8e-6
 
 
 def _model(model: str | Transformer, generator: str = "", moe_ok: bool = False) -> Transformer:
@@ -608,6 +622,11 @@ def megatron(
     account_for_loss_in_pipeline_split: bool = False,
     cross_entropy: str | None = None,
     activation_offload_layers: int = 0,
+    moe_dispatcher: str = "alltoall",
+    ep_domain: int = 8,
+    moe_host_sync: bool = True,
+    moe_a2a_overlap: bool = False,
+    moe_host_layer_s: float = 0.0,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -677,7 +696,27 @@ def megatron(
     (:meth:`~simulator.workload.model.Transformer.moe_elementwise_bytes`). Expert
     gradients are reduced (bucket by bucket with ``overlap_grad_reduce``, as the rest)
     and their parameters gathered over the ranks holding the same experts (TP x CP x
-    DP / EP), the rest over DP x CP.
+    DP / EP), the rest over DP x CP. ``moe_dispatcher`` is Megatron-Core's token
+    dispatcher (:data:`~simulator.workload.model.DISPATCHERS`): "alltoall" sends every
+    routed copy; "deepep" and "hybridep" (the flex dispatcher's backends) send a token
+    once to each rank, and once over RDMA to each NVLink domain of ``ep_domain`` ranks,
+    holding one of its experts
+    (:meth:`~simulator.workload.model.Transformer.dispatch_copies`). ``moe_host_sync``:
+    each MoE layer's forward (and its recomputation) waits for the host to read the
+    tokens each expert got, as every dropless dispatcher does before it can size its
+    buffers and Transformer Engine's grouped GEMM its splits; the GPU then idles
+    :data:`HOST_SYNC_S` a layer (False: static shapes, Megatron-Core's
+    ``moe_pad_expert_input_to_capacity`` or HybridEP's rank capacity, which full-step
+    CUDA graphs need). ``moe_a2a_overlap`` (Megatron-Core's
+    ``overlap_moe_expert_parallel_comm``, Megatron-Bridge's ``moe_a2a_overlap``) runs
+    the steady state's forward and backward as one combined step, one warm-up forward
+    more (:func:`_a2a_overlap_order`): their passes are issued side by side, the
+    all-to-alls on an ``ep`` stream, so one pass's all-to-all runs while the other's
+    GEMMs do (ccsim interleaves whole passes, not layer by layer as Megatron-Core does).
+    ``moe_host_layer_s`` (default 0: not modelled) is the host's time to launch one MoE
+    layer's forward, twice that its backward: with a synchronisation each layer the host
+    cannot run ahead, so a pass over n MoE layers takes at least n times that (a "host"
+    stream beside it). No source gives it: a value is a calibration, not a default.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -829,6 +868,23 @@ def megatron(
         raise CcsimError(
             f"ep {ep} applies to mixture-of-experts models; {m.name or 'this model'} is dense"
         )
+    if moe_a2a_overlap and not (m.is_moe and ep > 1 and (pp == 1 or v > 1)):
+        raise CcsimError(
+            "moe_a2a_overlap overlaps the expert-parallel all-to-all: it needs a "
+            "mixture-of-experts model with ep > 1 and, with pipeline stages, virtual "
+            "stages (as Megatron-Core's transformer_config.py asserts)"
+        )
+    if not isinstance(moe_host_layer_s, (int, float)) or moe_host_layer_s < 0:
+        raise CcsimError(
+            f"moe_host_layer_s (host seconds per MoE layer forward) must be >= 0, "
+            f"not {moe_host_layer_s!r}"
+        )
+    if moe_dispatcher not in DISPATCHERS:
+        raise unknown_choice("moe_dispatcher", moe_dispatcher, DISPATCHERS)
+    if isinstance(ep_domain, bool) or not isinstance(ep_domain, int) or ep_domain < 1:
+        raise CcsimError(
+            f"ep_domain (GPUs per NVLink domain) must be a positive integer, not {ep_domain!r}"
+        )
     if cp > 1:
         if m.seq % (2 * cp):
             raise CcsimError(
@@ -930,7 +986,8 @@ def megatron(
     # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
     # shards with TP) and its experts' grouped GEMMs.
     moe_tokens = tokens // (tp if sequence_parallel else 1)
-    a2a_layer = moe_tokens * m.top_k * (m.capacity_factor or 1.0) * m.hidden * BF16
+    copies = m.dispatch_copies(ep, dispatcher=moe_dispatcher, domain=ep_domain) if m.is_moe else 0
+    a2a_layer = moe_tokens * copies * m.hidden * BF16
     experts = m.expert_gemms(moe_tokens, ep=ep) if m.is_moe else ()
     expert_cache: dict = {}  # each pass's expert GEMMs, as op fields
     if precision == "fp8":  # Transformer Engine's grouped GEMMs run fp8 like its linears
@@ -1091,7 +1148,13 @@ def megatron(
         stage_params += stage_moe * moe_params if m.is_moe else 0.0
         stage_layer_params = (split[stage] - stage_moe) * m.layer_params / tp
         stage_experts = stage_moe * expert_params
-        order = pipeline_order(stage, pp, micro, v)
+        # The passes in the order the stage runs them, each group of two one combined
+        # step (moe_a2a_overlap).
+        if moe_a2a_overlap:
+            groups = _a2a_overlap_order(stage, pp, micro, v)
+        else:
+            groups = [(entry,) for entry in pipeline_order(stage, pp, micro, v)]
+        order = [entry for group in groups for entry in group]
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
         for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp_built)):
@@ -1103,7 +1166,26 @@ def megatron(
             experts_reduced = False  # bucket by bucket, with overlap_grad_reduce
             units_done: list[str] = []  # each layer's (FSDP unit's) compute op, in order
             gathers_started: set[int] = set()
-            for kind, c, i in order:
+
+            def one_pass(
+                kind: str,
+                c: int,
+                i: int,
+                after: list[str],
+                # (this rank's, bound now: the pass is built before the loop moves on)
+                stage: int = stage,
+                r: int = r,
+                d: int = d,
+                t: int = t,
+                q: int = q,
+                final: dict = final,
+                gathers_started: set[int] = gathers_started,
+                units_done: list[str] = units_done,
+                reduces: list[str] = reduces,
+            ) -> Generator[None, None, list[str]]:
+                """The ops of one pass after ``after``; pauses where a combined step
+                runs the other pass's (:func:`_expert_layers`)."""
+                nonlocal experts_reduced
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
                 # Forward: activations come from the previous virtual stage and go to
@@ -1214,6 +1296,25 @@ def megatron(
                             label=f"FSDP weights {'fwd' if forward else 'bwd'} mb {i}",
                         )
                         deps = [*deps, gather]
+                    # With combined 1F1B a backward runs as Megatron-Core's layers do
+                    # there: the combine's gradient all-to-all, the experts, the
+                    # dispatch's, then the attention (model_chunk_schedule_plan.py, run).
+                    experts_first = moe and moe_a2a_overlap and not forward and recompute != "full"
+                    routed = {
+                        "group": ep_groups.get((stage, (r - stage * width) // ep)),
+                        "experts": experts,
+                        "layers": moe,
+                        "a2a_bytes": moe * a2a_layer,
+                        "forward": forward,
+                        "recompute": recompute,
+                        "label": f"mb {i}",
+                        "cache": expert_cache,
+                        "sync_s": HOST_SYNC_S if moe_host_sync else 0.0,
+                        "stream": "ep" if moe_a2a_overlap else "compute",
+                        "paired": moe_a2a_overlap,
+                    }
+                    if experts_first:
+                        deps = [(yield from _expert_layers(b, r, name, deps, **routed))]
                     comp = b.op(
                         f"r{r}.{name}",
                         r,
@@ -1223,22 +1324,16 @@ def megatron(
                         label=f"{'fwd' if forward else 'bwd'} mb {i}",
                     )
                     units_done.append(comp)
-                    if moe:
-                        comp = _expert_layers(
-                            b,
-                            r,
-                            name,
-                            comp,
-                            ep_groups.get((stage, (r - stage * width) // ep)),
-                            experts,
-                            moe,
-                            moe * a2a_layer,
-                            forward=forward,
-                            recompute=recompute,
-                            label=f"mb {i}",
-                            cache=expert_cache,
-                        )
+                    if moe and not experts_first:
+                        comp = yield from _expert_layers(b, r, name, [comp], **routed)
                     ready = [comp]
+                    if moe and moe_host_layer_s:
+                        # The host launching the piece's MoE layers, one after another.
+                        passes = 1 if forward else (3 if recompute == "full" else 2)
+                        host = b.op(f"r{r}.{name}.host", r, "compute", deps, stream="host",
+                                    duration=moe * passes * moe_host_layer_s,
+                                    label=f"MoE host mb {i}")  # fmt: skip
+                        ready.append(host)
                     # A chunk of no layers (only the embedding or the loss) has no
                     # attention to run and no K/V to exchange.
                     if cp > 1 and layers:
@@ -1353,6 +1448,13 @@ def megatron(
                         tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
                         stream="pp.send.next" if forward else "pp.send.prev",
                     )
+                return after
+
+            for group in groups:
+                # A combined step's two passes both start after what came before; what
+                # comes next waits for both.
+                ends = _interleave([one_pass(*entry, after) for entry in group])
+                after = [op for end in ends for op in end]
             if sharded_weights and stage in (0, pp - 1) and m.vocab:
                 # The replicated embedding's gradients, reduced once at the end.
                 reduces.append(
@@ -1533,7 +1635,7 @@ def _expert_layers(
     b: _Builder,
     r: int,
     name: str,
-    after: str,
+    after: list[str],
     group: str | None,
     experts: tuple[Gemm, ...],
     layers: int,
@@ -1543,12 +1645,22 @@ def _expert_layers(
     recompute: str,
     label: str,
     cache: dict | None = None,
-) -> str:
+    sync_s: float = 0.0,
+    stream: str = "compute",
+    paired: bool = False,
+) -> Generator[None, None, str]:
     """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
     dispatch (an all-to-all over the EP ``group``; none when every expert is local),
     the experts' grouped GEMMs, and the combine all-to-all back; backward the same with
     the GEMMs' gradients (and the forward again first with full recomputation).
-    Returns the last op's id; ``cache`` keeps each pass's GEMM list for the next."""
+    A forward (and a recomputed one) first holds the compute stream ``sync_s`` a layer:
+    the host reading the tokens per expert (:data:`HOST_SYNC_S`). The all-to-alls run
+    on ``stream``; a generator that pauses after each all-to-all, where a combined
+    step's other pass issues its own (:func:`_interleave`), and returns the last op's id;
+    ``cache`` keeps each pass's GEMM list for the next. ``paired`` (combined 1F1B): a
+    forward also pauses before its dispatch, so that the trace orders a pair's
+    all-to-alls as Megatron-Core issues each layer's (the backward's first, the
+    forward's dispatch, the backward's second, the forward's combine)."""
     key = (layers, forward)
     if cache is None or key not in cache:
         gemms = [g.times(layers) for g in experts]
@@ -1562,28 +1674,85 @@ def _expert_layers(
     listed = cache[key]
     exchanges = 2 if forward else (4 if recompute == "full" else 2)
     what = "fwd" if forward else "bwd"
-    prev = after
+    prev = list(after)
 
-    def exchange(step: str, k: int) -> str:
+    def exchange(step: str, k: int) -> list[str]:
         if group is None:  # every expert is local: nothing moves
             return prev
-        return b.op(f"r{r}.ep.{name}.{step}{k}", r, "collective", [prev], op="all_to_all",
-                    group=group, bytes=a2a_bytes, stream="compute",
-                    label=f"EP {step} {what} {label}")  # fmt: skip
+        return [b.op(f"r{r}.ep.{name}.{step}{k}", r, "collective", prev, op="all_to_all",
+                     group=group, bytes=a2a_bytes, stream=stream,
+                     label=f"EP {step} {what} {label}")]  # fmt: skip
 
     for k in range(exchanges // 2):
+        if sync_s and (forward or k < exchanges // 2 - 1):
+            # The dispatcher's device-to-host read of the split sizes: the compute
+            # stream idles while the host waits and launches what follows.
+            prev = [b.op(f"r{r}.{name}.sync{k}", r, "compute", prev,
+                         duration=layers * sync_s, label=f"MoE sync {what} {label}")]  # fmt: skip
+        if paired and forward:
+            yield
         prev = exchange("dispatch", k)
+        yield
         if k == exchanges // 2 - 1:
-            prev = b.op(
-                f"r{r}.{name}.experts",
-                r,
-                "compute",
-                [prev],
-                gemms=listed,
-                label=f"{what} experts {label}",
-            )
+            prev = [
+                b.op(
+                    f"r{r}.{name}.experts",
+                    r,
+                    "compute",
+                    prev,
+                    gemms=listed,
+                    label=f"{what} experts {label}",
+                )
+            ]
         prev = exchange("combine", k)
-    return prev
+        yield
+    return prev[0]
+
+
+def _interleave(passes: list[Generator[None, None, list[str]]]) -> list[list[str]]:
+    """Build the passes of one step side by side: each runs to its next pause in turn,
+    so that their ops go into the trace (and onto each stream) alternately, as
+    Megatron-Core's combined 1F1B step issues a forward's and a backward's layers
+    (megatron/core/pipeline_parallel/combined_1f1b.py, combined_forward_backward_step);
+    returns what each pass ends with."""
+    ends: list[list[str]] = [[] for _ in passes]
+    live = list(range(len(passes)))
+    while live:
+        for j in list(live):
+            try:
+                next(passes[j])
+            except StopIteration as stop:
+                ends[j] = stop.value
+                live.remove(j)
+    return ends
+
+
+def _a2a_overlap_order(stage: int, pp: int, micro: int, v: int) -> list[tuple]:
+    """The passes of ``stage`` in Megatron-Core's combined 1F1B schedule
+    (``overlap_moe_expert_parallel_comm``), grouped by step: its warm-up forwards one
+    more than :func:`~simulator.workload.pipeline.pipeline_order`'s, so that each
+    steady step's forward and backward do not depend on each other
+    (megatron/core/pipeline_parallel/schedules.py, get_pp_rank_microbatches), each
+    steady step a pair (forward, backward), then the cool-down backwards; without
+    pipelining the first forward alone, then each backward with the next forward
+    (combined_1f1b.py, combined_1f1b_schedule_for_no_pipelining).
+
+    >>> _a2a_overlap_order(0, 1, 3, 1)
+    [(('f', 0, 0),), (('f', 0, 1), ('b', 0, 0)), (('f', 0, 2), ('b', 0, 1)), (('b', 0, 2),)]
+    """
+    total = micro * v
+    warmup = (pp - stage - 1) * 2 + (v - 1) * pp if v > 1 else pp - stage - 1
+    warmup = min(warmup + 1, total)
+
+    def entry(kind: str, k: int) -> tuple[str, int, int]:
+        chunk = (k % (pp * v)) // pp
+        if kind == "b":
+            chunk = v - 1 - chunk
+        return kind, chunk, (k // (pp * v)) * pp + k % pp
+
+    groups: list[tuple] = [(entry("f", k),) for k in range(warmup)]
+    groups += [(entry("f", k + warmup), entry("b", k)) for k in range(total - warmup)]
+    return groups + [(entry("b", k),) for k in range(total - warmup, total)]
 
 
 def _ring_attention(

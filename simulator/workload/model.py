@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import CcsimError, shown
+from ..errors import CcsimError, shown, unknown_choice
 from ..files import load_data
 from ..topology.presets import data_dir
 from .kernels import Gemm
@@ -370,6 +370,45 @@ class Transformer:
             for side, count in rounds
         )
 
+    def dispatch_copies(self, ep: int, *, dispatcher: str = "alltoall", domain: int = 8) -> float:
+        """Copies of each token's hidden vector one of ``ep`` expert-parallel ranks sends
+        in an MoE layer's dispatch (and gets back in its combine), as ccsim's all-to-all
+        over the EP group carries them (spread evenly over the group's ranks).
+
+        ``alltoall`` (Megatron-Core's MoEAlltoAllTokenDispatcher): one copy per routed
+        expert, ``top_k`` (times the capacity factor). The flex dispatcher's backends,
+        ``deepep`` and ``hybridep``, send a token once to each rank holding one of its
+        experts and, across NVLink domains of ``domain`` ranks, once over RDMA to each
+        other domain holding one, which fans it out over NVLink (Megatron-Core's
+        fused_a2a.py: DeepEP's ``get_dispatch_layout`` returns ``num_tokens_per_rank``,
+        ``num_tokens_per_rdma_rank`` and ``is_token_in_rank``; the combine reduces in
+        the same places). With routing balanced over the ``experts`` (each of a token's
+        ``top_k`` distinct experts equally likely, as the published runs force it), a
+        token reaches a group of G of the n groups of experts with probability
+        1 - C(E - E/n, k) / C(E, k), so it is sent to n (1 - C(E - E/n, k) / C(E, k))
+        places: n = ``ep`` ranks inside one domain; n = ``ep / domain`` domains across
+        several, of which (n - 1)/n of the all-to-all's bytes cross domains: exactly the
+        RDMA copies. (Their NVLink fan-out is then carried as 1/n of the copies, less
+        than it is; NVLink is the faster side. DeepSeek-V3's node-limited routing, top
+        4 of 8 groups, would lower the count further; not modelled.)
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=256, top_k=8, moe_ffn=32)
+        >>> m.dispatch_copies(32)
+        8.0
+        >>> round(m.dispatch_copies(32, dispatcher="deepep"), 3)  # 4 servers of 8
+        3.614
+        >>> round(m.dispatch_copies(8, dispatcher="hybridep"), 3)  # one server
+        5.295
+        """
+        if dispatcher not in DISPATCHERS:
+            raise unknown_choice("moe_dispatcher", dispatcher, DISPATCHERS)
+        if dispatcher == "alltoall" or ep <= 1:
+            return self.top_k * (self.capacity_factor or 1.0)
+        places = ep if ep <= domain or ep % domain else ep // domain
+        held = self.experts - self.experts // places  # experts outside one place
+        missed = math.comb(held, self.top_k) / math.comb(self.experts, self.top_k)
+        return places * (1.0 - missed)
+
     def linear_gemms(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer's linear layers on one of ``tp`` tensor-parallel
         ranks, over the b s tokens of a micro-batch (Megatron's column- then
@@ -582,6 +621,11 @@ class Transformer:
 #: Compute streams Transformer Engine spreads a grouped GEMM's per-expert GEMMs over
 #: (transformer_engine/common/util/multi_stream.cpp, num_compute_streams).
 STREAMS = 4
+
+#: Megatron-Core's MoE token dispatchers ccsim models
+#: (:meth:`Transformer.dispatch_copies`): ``alltoall`` (``moe_token_dispatcher_type``
+#: "alltoall") and the "flex" dispatcher's backends (``moe_flex_dispatcher_backend``).
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 
 
 def _split(size: int, parts: int) -> int:
