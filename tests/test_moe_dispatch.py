@@ -185,3 +185,37 @@ def test_a2a_overlap_issues_all_to_alls_in_megatron_layer_order():
     pair = [op for op in compute if op.split(".")[1] in ("f1", "b0")]
     assert pair[:2] == ["r0.f1", "r0.f1.sync0"]
     assert pair.index("r0.b0.experts") < pair.index("r0.f1.experts") < pair.index("r0.b0")
+
+
+def test_the_command_line_sets_the_dispatcher_overlap_and_host_sync(tmp_path, capsys):
+    """`ccsim generate megatron --moe-dispatcher ... --ep-domain ... --moe-a2a-overlap
+    --no-moe-host-sync` writes the step the Python generator builds with the same
+    options (same ops, same all-to-all bytes); a bad domain is one line, exit 2."""
+    from simulator.cli.main import main
+    from simulator.workload import load_workload
+
+    options = dict(model="mixtral-8x7b", tp=1, pp=2, virtual_stages=2, dp=8, ep=4)
+    out = tmp_path / "moe.json"
+    argv = ["generate", "megatron", "--model", "mixtral-8x7b", "--tp", "1", "--pp", "2"]
+    argv += ["--virtual-stages", "2", "--dp", "8", "--ep", "4", "--global-batch", "16"]
+    argv += ["--moe-dispatcher", "deepep", "--ep-domain", "4", "--moe-a2a-overlap"]
+    assert main([*argv, "--no-moe-host-sync", "--out", str(out)]) == 0
+    written = load_workload(out)
+    built = megatron(
+        **options,
+        global_batch=16,
+        moe_dispatcher="deepep",
+        ep_domain=4,
+        moe_a2a_overlap=True,
+        moe_host_sync=False,
+    )
+    plain = megatron(**options, global_batch=16)
+
+    def a2a_bytes(workload):
+        return sum(op.nbytes for op in workload.ops if op.stream == "ep" or "a2a" in op.id)
+
+    assert len(written.ops) == len(built.ops) != len(plain.ops)
+    assert a2a_bytes(written) == a2a_bytes(built)
+    assert main([*argv, "--ep-domain", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ep_domain" in err[0]

@@ -27,6 +27,7 @@ from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
 from ..workload.memory import OPTIMIZER_STATE, MemoryEstimate
 from ..workload.metrics import Breakdown
+from ..workload.model import DISPATCHERS
 from ..workload.presets import describe_presets, resolve_workload
 from ..workload.servers import SERVER_GPUS, server_of_ranks, tp_spread, tp_warning
 from .args import (
@@ -230,6 +231,39 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="megatron, MoE models: expert-parallel ranks, consecutive ranks of a stage's "
         "TP x CP x DP (default 1)",
+    )
+    gen.add_argument(
+        "--moe-dispatcher",
+        choices=tuple(DISPATCHERS),
+        default=None,
+        help="megatron, MoE models: Megatron-Core's token dispatcher: alltoall (every "
+        "routed copy sent), deepep or hybridep (the flex dispatcher: a token sent once to "
+        "each rank, and once over RDMA to each NVLink domain, holding its experts) "
+        "(default: alltoall)",
+    )
+    gen.add_argument(
+        "--ep-domain",
+        type=int,
+        default=None,
+        metavar="N",
+        help="megatron, MoE models with deepep/hybridep: ranks of one NVLink domain (8 on "
+        "HGX/DGX servers, the rack's GPUs on NVL72) (default: 8)",
+    )
+    gen.add_argument(
+        "--moe-a2a-overlap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="megatron, MoE models: Megatron-Core's combined 1F1B "
+        "(overlap_moe_expert_parallel_comm): each steady forward paired with a backward, "
+        "their all-to-alls beside the other's compute (default: off)",
+    )
+    gen.add_argument(
+        "--moe-host-sync",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="megatron, MoE models: each MoE layer's forward waits for the host to read "
+        "the tokens each expert got, as dropless dispatchers do; --no-moe-host-sync for "
+        "static shapes (token drop with padding, CUDA graphs) (default: on)",
     )
     gen.add_argument(
         "--precision",
@@ -561,6 +595,10 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "cross_entropy": args.cross_entropy,
         "cp": args.cp,
         "ep": args.ep,
+        "moe_dispatcher": args.moe_dispatcher,
+        "ep_domain": args.ep_domain,
+        "moe_a2a_overlap": args.moe_a2a_overlap,
+        "moe_host_sync": args.moe_host_sync,
         "fsdp": args.fsdp,
     }
     if args.bucket:
