@@ -263,3 +263,28 @@ def test_the_optimizer_state_sets_the_optimizer_steps_traffic():
     assert step_bytes(optimizer_state="bf16") == pytest.approx(8 * shard, rel=1e-12)
     with pytest.raises(CcsimError, match="optimizer_state must be one of fp32, bf16"):
         megatron(small, tp=1, pp=1, dp=2, global_batch=4, optimizer_state="fp16")
+
+
+@pytest.mark.parametrize("v", [1, 2])
+def test_combined_1f1b_holds_one_more_micro_batch(v):
+    """Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm) runs one more
+    warm-up forward: plain 1F1B's first stage holds p micro-batches, this one p + 1 (its
+    activations (p + 1) / p of plain's); interleaved, one more chunk pass of L / (p v)
+    layers held at the peak."""
+    from simulator.workload.memory import megatron_memory
+    from simulator.workload.model import MODELS
+    from simulator.workload.pipeline import peak_held
+
+    pp, micro = 4, 16
+    common = dict(tp=1, pp=pp, dp=8, ep=4, micro_batch=1, micro_batches=micro)
+    common.update(virtual_stages=v, recompute="none", flash_attention=True)
+    model = MODELS["mixtral-8x7b"]
+    plain = megatron_memory(model, **common)
+    combined = megatron_memory(model, **common, moe_a2a_overlap=True)
+    chunks = [model.layers // (pp * v)] * v
+    held = peak_held(0, pp, micro, chunks)
+    more = peak_held(0, pp, micro, chunks, extra_warmup=1)
+    assert more == held + chunks[0]  # one more chunk pass held at the peak
+    expected = (pp + 1) / pp if v == 1 else more / held
+    assert combined.activations == pytest.approx(plain.activations * expected, rel=1e-12)
+    assert combined.weights == plain.weights and combined.optimizer == plain.optimizer

@@ -31,7 +31,7 @@ from .memory import (
     pipeline_chunks,
 )
 from .model import DISPATCHERS, MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
-from .pipeline import pipeline_order
+from .pipeline import pipeline_order, pipeline_steps
 from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
 
 BF16 = 2  # bytes per parameter, gradient and activation element
@@ -584,6 +584,7 @@ def megatron_step_memory(
         account_for_embedding=account_for_embedding_in_pipeline_split,
         account_for_loss=account_for_loss_in_pipeline_split,
         activation_offload_layers=activation_offload_layers,
+        moe_a2a_overlap=bool(given.get("moe_a2a_overlap", False)),
         **{name: chosen[name] for name in names},
     )
 
@@ -1623,6 +1624,7 @@ def megatron(
         account_for_embedding=account_for_embedding_in_pipeline_split,
         account_for_loss=account_for_loss_in_pipeline_split,
         activation_offload_layers=activation_offload_layers,
+        moe_a2a_overlap=moe_a2a_overlap,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
@@ -1740,19 +1742,7 @@ def _a2a_overlap_order(stage: int, pp: int, micro: int, v: int) -> list[tuple]:
     >>> _a2a_overlap_order(0, 1, 3, 1)
     [(('f', 0, 0),), (('f', 0, 1), ('b', 0, 0)), (('f', 0, 2), ('b', 0, 1)), (('b', 0, 2),)]
     """
-    total = micro * v
-    warmup = (pp - stage - 1) * 2 + (v - 1) * pp if v > 1 else pp - stage - 1
-    warmup = min(warmup + 1, total)
-
-    def entry(kind: str, k: int) -> tuple[str, int, int]:
-        chunk = (k % (pp * v)) // pp
-        if kind == "b":
-            chunk = v - 1 - chunk
-        return kind, chunk, (k // (pp * v)) * pp + k % pp
-
-    groups: list[tuple] = [(entry("f", k),) for k in range(warmup)]
-    groups += [(entry("f", k + warmup), entry("b", k)) for k in range(total - warmup)]
-    return groups + [(entry("b", k),) for k in range(total - warmup, total)]
+    return pipeline_steps(stage, pp, micro, v, extra_warmup=1)
 
 
 def _ring_attention(

@@ -426,6 +426,7 @@ def megatron_memory(
     account_for_embedding: bool = False,
     account_for_loss: bool = False,
     activation_offload_layers: int = 0,
+    moe_a2a_overlap: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -448,6 +449,8 @@ def megatron_memory(
     activations of that many of a stage's layers go to host memory after their forward
     and come back for their backward (Transformer Engine's ``get_cpu_offload_context``);
     each micro-batch in flight keeps the rest on the GPU, at least one layer.
+    ``moe_a2a_overlap`` (Megatron-Core's combined 1F1B): one more warm-up forward a
+    stage, so one more micro-batch's activations held.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -508,14 +511,17 @@ def megatron_memory(
             routed = model.top_k * (model.capacity_factor or 1.0) + model.shared_experts
             wide = replace(model, ffn=round(routed * model.expert_ffn), experts=0)
             per_layer = (dense * per_layer + moe * activation(wide)) / (dense + moe)
-        in_flight = min(pp - stage, micro_batches)
+        # Megatron-Core's combined 1F1B (moe_a2a_overlap) runs one more warm-up forward
+        # (see simulator.workload.pipeline.pipeline_steps): one more micro-batch held.
+        extra = 1 if moe_a2a_overlap else 0
+        in_flight = min(pp - stage + extra, micro_batches)
         dropout = embedding_dropout if stage == 0 else 0.0  # the input embedding's mask
         activations = in_flight * (layers * per_layer + dropout)
         if v > 1:
             # The most layers' activations the interleaved schedule holds at once (the
             # warm-up's 2(p - s - 1) + (v - 1)p chunk passes and one more, with even
             # chunks).
-            held = peak_held(stage, pp, micro_batches, chunks[stage])
+            held = peak_held(stage, pp, micro_batches, chunks[stage], extra)
             activations = held * per_layer + in_flight * dropout
         linear = (dense * model.layer_params + moe * shared) / tp + expert_params
         fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0

@@ -17,21 +17,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def pipeline_order(stage: int, pp: int, micro: int, v: int) -> list[tuple[str, int, int]]:
-    """The (pass, model chunk, micro-batch) order of one pipeline stage: Megatron's 1F1B
-    (v = 1: p - s - 1 warm-up forwards, then one forward and one backward in turn) or its
-    interleaved schedule (v > 1; see the module docstring).
+def pipeline_steps(
+    stage: int, pp: int, micro: int, v: int, extra_warmup: int = 0
+) -> list[tuple[tuple[str, int, int], ...]]:
+    """The (pass, model chunk, micro-batch) order of one pipeline stage, by step: each
+    warm-up forward alone, each steady step's forward and backward together, then each
+    cool-down backward. ``extra_warmup`` more warm-up forwards than Megatron's 1F1B or
+    interleaved schedule (see the module docstring): Megatron-Core's combined 1F1B
+    (``overlap_moe_expert_parallel_comm``) runs one more, so that a steady step's forward
+    and backward do not depend on each other (schedules.py, get_pp_rank_microbatches).
 
-    >>> pipeline_order(1, 2, 2, 1)
-    [('f', 0, 0), ('b', 0, 0), ('f', 0, 1), ('b', 0, 1)]
-    >>> [f"{k}{c}.{i}" for k, c, i in pipeline_order(1, 2, 2, 2)]
-    ['f0.0', 'f0.1', 'f1.0', 'b1.0', 'f1.1', 'b1.1', 'b0.0', 'b0.1']
+    >>> pipeline_steps(0, 1, 3, 1, extra_warmup=1)
+    [(('f', 0, 0),), (('f', 0, 1), ('b', 0, 0)), (('f', 0, 2), ('b', 0, 1)), (('b', 0, 2),)]
     """
     total = micro * v
-    if v == 1:
-        warmup = min(pp - stage - 1, micro)
-    else:
-        warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    warmup = pp - stage - 1 if v == 1 else (pp - stage - 1) * 2 + (v - 1) * pp
+    warmup = min(warmup + extra_warmup, total)
 
     def entry(kind: str, k: int) -> tuple[str, int, int]:
         chunk = (k % (pp * v)) // pp
@@ -39,13 +40,28 @@ def pipeline_order(stage: int, pp: int, micro: int, v: int) -> list[tuple[str, i
             chunk = v - 1 - chunk
         return kind, chunk, (k // (pp * v)) * pp + k % pp
 
-    order = [entry("f", k) for k in range(warmup)]
-    for k in range(total - warmup):
-        order += [entry("f", k + warmup), entry("b", k)]
-    return order + [entry("b", k) for k in range(total - warmup, total)]
+    steps: list[tuple[tuple[str, int, int], ...]] = [(entry("f", k),) for k in range(warmup)]
+    steps += [(entry("f", k + warmup), entry("b", k)) for k in range(total - warmup)]
+    return steps + [(entry("b", k),) for k in range(total - warmup, total)]
 
 
-def peak_held(stage: int, pp: int, micro: int, chunks: Sequence[int]) -> int:
+def pipeline_order(
+    stage: int, pp: int, micro: int, v: int, extra_warmup: int = 0
+) -> list[tuple[str, int, int]]:
+    """The (pass, model chunk, micro-batch) order of one pipeline stage: Megatron's 1F1B
+    (v = 1: p - s - 1 warm-up forwards, then one forward and one backward in turn) or its
+    interleaved schedule (v > 1; see the module docstring); :func:`pipeline_steps`
+    flattened.
+
+    >>> pipeline_order(1, 2, 2, 1)
+    [('f', 0, 0), ('b', 0, 0), ('f', 0, 1), ('b', 0, 1)]
+    >>> [f"{k}{c}.{i}" for k, c, i in pipeline_order(1, 2, 2, 2)]
+    ['f0.0', 'f0.1', 'f1.0', 'b1.0', 'f1.1', 'b1.1', 'b0.0', 'b0.1']
+    """
+    return [e for step in pipeline_steps(stage, pp, micro, v, extra_warmup) for e in step]
+
+
+def peak_held(stage: int, pp: int, micro: int, chunks: Sequence[int], extra_warmup: int = 0) -> int:
     """The most layers' activations ``stage`` holds at once over its schedule: each
     forward of chunk c keeps ``chunks[c]`` layers' until that chunk's backward of the same
     micro-batch frees them. With even chunks of L / (p v) layers this is Korthikanti et
@@ -58,7 +74,7 @@ def peak_held(stage: int, pp: int, micro: int, chunks: Sequence[int]) -> int:
     16
     """
     held = peak = 0
-    for kind, chunk, _ in pipeline_order(stage, pp, micro, len(chunks)):
+    for kind, chunk, _ in pipeline_order(stage, pp, micro, len(chunks), extra_warmup):
         held += chunks[chunk] if kind == "f" else -chunks[chunk]
         peak = max(peak, held)
     return peak
