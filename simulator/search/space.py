@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..workload.devices import Device
-from ..workload.generators import BF16, pass_work
+from ..workload.generators import BF16, HOST_SYNC_S, pass_work
 from ..workload.kernels import Attention, Gemm, kernels_time
 from ..workload.memory import GRAD_REDUCE, MemoryEstimate, megatron_memory, pipeline_layers
 from ..workload.model import Transformer
@@ -338,8 +338,12 @@ def estimate(
                 again = casts if c.recompute == "full" else 0.0
                 casts = model.fp8_cast_bytes(tokens, tp=c.tp, backward=True) + again
             kernels += layers * casts
+        # The host reading each MoE layer's tokens per expert, once a forward (and its
+        # recomputation), as the generator's dispatcher does (HOST_SYNC_S).
+        syncs = 1 if forward or c.recompute == "full" else 0
+        sync = moe * syncs * HOST_SYNC_S
         # The GEMMs and the flash core, then the memory-bound kernels: separate kernels.
-        return kernels_time(device, gemms, attention) + device.compute_time(0.0, kernels)
+        return kernels_time(device, gemms, attention) + device.compute_time(0.0, kernels) + sync
 
     passes = micro + (c.pp - 1) / c.virtual_stages
     # Layers passed over on the critical path: even stages, (m + (p - 1)/v) passes of a
