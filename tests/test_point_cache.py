@@ -9,6 +9,7 @@ import pytest
 
 from simulator.algorithms import build_schedule
 from simulator.search import search, search_point
+from simulator.search.space import Candidate
 from simulator.sweep.point import PointCache, point_cache_scope, simulate_workload_point
 from simulator.topology import load_topology
 from simulator.workload import TimingStore, WorkloadReplay, breakdown
@@ -130,21 +131,8 @@ def test_a_search_ranks_the_same_with_its_workers_sharing():
                 "generator": "megatron",
                 "model": "llama3-8b",
                 "global_batch": 16,
-                **{k: row[k] for k in ("tp", "pp", "dp", "micro_batch", "recompute")},
-                **{
-                    k: row[k]
-                    for k in (
-                        "virtual_stages",
-                        "sequence_parallel",
-                        "distributed_optimizer",
-                        "precision",
-                        "cp",
-                        "ep",
-                        "fsdp",
-                        "first_stage_layers",
-                        "last_stage_layers",
-                    )
-                },
+                # Every field a candidate has, as its row gives it.
+                **{f.name: row[f.name] for f in dataclasses.fields(Candidate)},
             },
             "topology": {"name": "dgx-h100"},
             "nodes": 2,
