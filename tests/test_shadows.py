@@ -30,6 +30,9 @@ def steps(options: dict, graph, **replay):
         {"tp": 8, "pp": 2, "dp": 2, "virtual_stages": 2},
         {"tp": 4, "pp": 2, "dp": 4, "replicas": True},
         {"tp": 2, "pp": 2, "dp": 2, "cp": 2},
+        {"tp": 1, "pp": 2, "dp": 2, "cp": 4},
+        {"tp": 4, "pp": 2, "dp": 4, "cp": 2, "replicas": True},
+        {"tp": 2, "pp": 2, "dp": 2, "cp": 2, "virtual_stages": 2, "recompute": "full"},
     ],
 )
 def test_masters_stand_for_their_tp_groups_exactly(options):
@@ -37,11 +40,13 @@ def test_masters_stand_for_their_tp_groups_exactly(options):
     collectives beside the GEMMs, pipeline sends, context parallelism): the same step,
     every master op at the same times as in the full build, the same bytes on every
     link (the shadows' calls and sends carried beside the masters'), and 1/tp of the
-    ops processed."""
+    ops processed (1/(tp cp) with context parallelism: a master stands for its TP
+    group's ranks on every CP rank)."""
     ranks = options["tp"] * options["pp"] * options["dp"] * options.get("cp", 1)
     graph = load_topology("dgx-h100", max(1, ranks // 8))
     shadowed, full = steps(options, graph)
-    assert shadowed.shadows == {"count": options["tp"], "simulated": 1}
+    count = options["tp"] * options.get("cp", 1)
+    assert shadowed.shadows == {"count": count, "simulated": 1}
     assert breakdown(shadowed).step_s == breakdown(full).step_s
     ids = {op.id: op.index for op in full.workload.ops}
     for op in shadowed.workload.ops:
@@ -49,7 +54,7 @@ def test_masters_stand_for_their_tp_groups_exactly(options):
         assert shadowed.records.start_s[op.index] == full.records.start_s[j]
         assert shadowed.records.end_s[op.index] == full.records.end_s[j]
     assert np.allclose(shadowed.links["bytes"], full.links["bytes"], rtol=1e-12, atol=1.0)
-    assert len(shadowed.workload.ops) * options["tp"] == len(full.workload.ops)
+    assert len(shadowed.workload.ops) * count == len(full.workload.ops)
     # The breakdown (compute, exposed, bubble, ...) is every rank's: the shadows, which
     # hold no ops, are not counted as idle ranks.
     mine, theirs = breakdown(shadowed), breakdown(full)

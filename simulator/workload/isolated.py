@@ -41,6 +41,7 @@ replay runs them), and it holds its links' classes.
 from __future__ import annotations
 
 import hashlib
+import typing
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -250,6 +251,8 @@ class IsolatedCalls:
         self.met = 0
         # With bundles: calls replayed now, by the holder id of their links.
         self._live: dict[int, _Live] = {}
+        self._passives = 0  # passive calls in _live (see _lazy)
+        self._prune_at = 4096
         self._serial = 0
         if self.enabled:
             network.on_conflict = self._on_conflict
@@ -263,13 +266,21 @@ class IsolatedCalls:
         rank_done: Callable[[np.ndarray], None],
         period: int | None = None,
         index: int | None = None,
+        passive: Passive | None = None,
     ) -> bool:
         """Replay ``schedule`` on ``ranks`` from its isolated timing, starting now, if its
         group and call may and its links are free; False if the caller must simulate its
         flows. ``rank_done(positions)`` is called as ranks (positions in ``ranks``)
         finish; ``period``: the schedule is a spanning group's quotient (see
         :class:`~simulator.collective.replay.ScheduleReplay`); ``index``: the call's
-        number in the workload (conflicts are then noted per call, :class:`Call`)."""
+        number in the workload (conflicts are then noted per call, :class:`Call`).
+
+        ``passive``, for a call nothing waits for (a TP master's image on its shadows),
+        with bundles on: no event is scheduled for its ranks' ends, which
+        ``passive.expect`` is told at once; only if something meets its links before
+        they end does it go on as a bundle (as :class:`_Live` does), ``passive.retract``
+        then taking back the ends it will not have, and ``rank_done`` hearing the
+        bundle's."""
         call = group if index is None else Call(group, index)
         self.launched += 1
         if (
@@ -321,6 +332,15 @@ class IsolatedCalls:
             # from then (see _Live), in this replay.
             self._serial += 1
             holder_id = self._holder(("live", self._serial))
+            if passive is not None:
+                self._lazy(holder_id, _Passive(self, holder_id, plan, now, rank_done, passive))
+                network.hold(plan.footprint, now + timing.release_s, holder_id)
+                network.account(
+                    plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
+                )
+                self.replayed += 1
+                passive.expect([(now + offset, positions) for offset, positions in timing.done])
+                return True
             live = self._live[holder_id] = _Live(self, holder_id, plan, now, rank_done)
         else:
             holder_id = self._holder(holder)
@@ -370,6 +390,20 @@ class IsolatedCalls:
             timing.copies(),
         )
         return True
+
+    def _lazy(self, holder: int, call: _Passive) -> None:
+        """Keep a passive call until its links are let go (a conflict may still demote
+        it); those past their last use are dropped now and then, so that the registry
+        holds the calls in flight, not every call ever replayed."""
+        self._live[holder] = call
+        self._passives += 1
+        if self._passives >= self._prune_at:
+            now = self.network.env.now
+            for key in [h for h, c in self._live.items() if isinstance(c, _Passive)]:
+                if self._live[key].until <= now:
+                    del self._live[key]
+            self._passives = sum(isinstance(c, _Passive) for c in self._live.values())
+            self._prune_at = max(4096, 2 * self._passives)
 
     # -- flows in flight taken over ---------------------------------------------------------
     def _adoptable(self, footprint: np.ndarray) -> FlowState | None:
@@ -757,6 +791,53 @@ class _Live:
             0.0,
             timing.copies(),
         )
+
+
+class Passive(typing.Protocol):
+    """Who hears a passive call's ends (see :meth:`IsolatedCalls.run`): the ends it will
+    have unless something meets it, and, if something does, which of them it will not."""
+
+    def expect(self, ends: list[tuple[float, np.ndarray]]) -> None:
+        """The call's ranks (positions) end at these absolute times, unless retracted."""
+
+    def retract(self, after: float) -> None:
+        """Ends expected after ``after`` will not be: the call goes on as a bundle,
+        whose ends its ``rank_done`` hears."""
+
+
+class _Passive(_Live):
+    """A passive call (no events for its ends): demoted like a :class:`_Live` call if
+    something meets its links before it ends; its ends up to then are those its timing
+    gave (what the events a live call schedules at launch would have fired by now, the
+    demotion coming after them at this instant), the rest are retracted."""
+
+    def __init__(
+        self,
+        calls: IsolatedCalls,
+        holder: int,
+        plan: _Plan,
+        start: float,
+        rank_done: Callable[[np.ndarray], None],
+        passive: Passive,
+    ):
+        super().__init__(calls, holder, plan, start, rank_done)
+        self.passive = passive
+        timing = plan.timing
+        assert timing is not None
+        last = max((offset for offset, _ in timing.done), default=0.0)
+        self.until = start + max(last, float(timing.release_s.max(initial=0.0)))
+
+    def _demote(self) -> None:
+        if self.demoted:
+            return
+        now = self.calls.network.env.now
+        self.fired = [self.started + offset <= now for offset, _ in self.plan.timing.done]
+        self.pending = len(self.fired) - sum(self.fired)
+        if self.pending == 0:
+            self.calls._live.pop(self.holder, None)
+            return
+        self.passive.retract(now)
+        super()._demote()
 
 
 class _SentAt:
