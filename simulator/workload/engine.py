@@ -346,6 +346,11 @@ class WorkloadReplay:
         self._shadow_check = ShadowCheck()
         # (group, positions) -> each position's master's position (_shadow_positions).
         self._owners: dict[tuple[str, int], list[int]] = {}
+        # Per group: its ranks as an array; per group and call: its schedule, protocol,
+        # record and period (see _call_schedule).
+        self._rank_arrays: dict[str, np.ndarray] = {}
+        self._group_calls: dict[tuple, tuple] = {}
+        self._routes_checked: dict[tuple[int, int], tuple] = {}
         # One replica standing for all (symmetric flows aggregated over link classes), or
         # every replica built (see simulator.workload.replicas).
         self.replicas: ReplicaSymmetry | None = None
@@ -702,7 +707,7 @@ class WorkloadReplay:
                 self._finish(member_at[i])
 
         start = self._call_start(
-            first.group, schedule, proto, np.asarray(ranks), rank_done, period, k
+            first.group, schedule, proto, self._ranks(first.group), rank_done, period, k
         )
         # The images start with the master's call (in the same callback, after the
         # same launch overhead, where their protocol is the master's).
@@ -749,13 +754,15 @@ class WorkloadReplay:
         ranks = self.workload.groups[name].ranks
         schedule, own, _, period = self._call_schedule(first, ranks, name)
         check = self._shadow_check
-        what = f"call {k}'s image on {name!r}"
+
+        def what() -> str:  # (named only in a message)
+            return f"call {k}'s image on {name!r}"
 
         def image_done(positions: np.ndarray) -> None:
             check.shadow((k,), positions.tolist(), self.env.now, what)
 
         start = self._call_start(
-            name, schedule, own, np.asarray(ranks), image_done, period, image=((k,), what)
+            name, schedule, own, self._ranks(name), image_done, period, image=((k,), what)
         )
         if own is proto:
             return start
@@ -788,11 +795,13 @@ class WorkloadReplay:
         spanning group's quotient. ``image``: the key and name of a master's call this
         one is the image of, replayed passively where it can be
         (:meth:`~simulator.workload.isolated.IsolatedCalls.run`)."""
-        weight = copies = None
+        copies = None
         if self.replicas is not None:
-            self.replicas.check_routes(self.network, schedule, ranks)
+            checked = (id(schedule), id(ranks))
+            if checked not in self._routes_checked:
+                self.replicas.check_routes(self.network, schedule, ranks)
+                self._routes_checked[checked] = (schedule, ranks)  # keeps the ids valid
             copies = self.replicas.count
-            weight = np.full(schedule.n_ops, float(copies))
 
         def start() -> None:
             isolated = self.isolated
@@ -811,7 +820,7 @@ class WorkloadReplay:
                 reduce_bandwidth=self.reduce_bandwidth,
                 on_rank_done=rank_done,
                 protocol=proto,
-                weight=weight,
+                weight=None if copies is None else np.full(schedule.n_ops, float(copies)),
                 period=period,
                 copies=copies,
             ).start()
@@ -858,6 +867,10 @@ class WorkloadReplay:
         group spans the replicas: the schedule is then the representatives of the first
         ``period`` ranks' transfers (raises
         :class:`~simulator.workload.replicas.Asymmetric` where it does not repeat)."""
+        key = (group, first.op, first.nbytes, first.chunks, first.channels, first.algorithm)
+        known = self._group_calls.get(key)
+        if known is not None:
+            return known
         period = None
         if self.replicas is not None and group in self.replicas.period:
             period = self.replicas.period[group]
@@ -869,7 +882,16 @@ class WorkloadReplay:
         if period is not None and not built:
             assert self.replicas is not None
             schedule = self.replicas.quotient(schedule, group).schedule
+        # Decided once per group and call (the same decision for every micro-batch).
+        self._group_calls[key] = (schedule, proto, record, period)
         return schedule, proto, record, period
+
+    def _ranks(self, group: str) -> np.ndarray:
+        """A group's ranks as an array (made once per group)."""
+        ranks = self._rank_arrays.get(group)
+        if ranks is None:
+            ranks = self._rank_arrays[group] = np.asarray(self.workload.groups[group].ranks)
+        return ranks
 
     def _as_library(
         self, first: Op, ranks: list[int], period: int | None = None

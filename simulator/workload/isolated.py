@@ -252,6 +252,8 @@ class IsolatedCalls:
         # With bundles: calls replayed now, by the holder id of their links.
         self._live: dict[int, _Live] = {}
         self._passives = 0  # passive calls in _live (see _lazy)
+        self._spans: dict[int, float] = {}
+        self._span_of: list[Timing] = []
         self._prune_at = 4096
         self._serial = 0
         if self.enabled:
@@ -339,7 +341,7 @@ class IsolatedCalls:
                     plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
                 )
                 self.replayed += 1
-                passive.expect([(now + offset, positions) for offset, positions in timing.done])
+                passive.expect(now, timing.done)
                 return True
             live = self._live[holder_id] = _Live(self, holder_id, plan, now, rank_done)
         else:
@@ -390,6 +392,19 @@ class IsolatedCalls:
             timing.copies(),
         )
         return True
+
+    def _span(self, plan: _Plan) -> float:
+        """How long after its start a call of ``plan`` still ends a rank or holds a
+        link (once per timing)."""
+        timing = plan.timing
+        assert timing is not None
+        span = self._spans.get(id(timing))
+        if span is None:
+            last = max((offset for offset, _ in timing.done), default=0.0)
+            span = max(last, float(timing.release_s.max(initial=0.0)))
+            self._spans[id(timing)] = span
+            self._span_of.append(timing)  # keeps the id in the key valid
+        return span
 
     def _lazy(self, holder: int, call: _Passive) -> None:
         """Keep a passive call until its links are let go (a conflict may still demote
@@ -797,8 +812,9 @@ class Passive(typing.Protocol):
     """Who hears a passive call's ends (see :meth:`IsolatedCalls.run`): the ends it will
     have unless something meets it, and, if something does, which of them it will not."""
 
-    def expect(self, ends: list[tuple[float, np.ndarray]]) -> None:
-        """The call's ranks (positions) end at these absolute times, unless retracted."""
+    def expect(self, start: float, done: list[tuple[float, np.ndarray]]) -> None:
+        """The call's ranks (positions in ``done``) end at ``start`` plus their offsets,
+        unless retracted."""
 
     def retract(self, after: float) -> None:
         """Ends expected after ``after`` will not be: the call goes on as a bundle,
@@ -820,12 +836,16 @@ class _Passive(_Live):
         rank_done: Callable[[np.ndarray], None],
         passive: Passive,
     ):
-        super().__init__(calls, holder, plan, start, rank_done)
+        # (No call to _Live's: its per-end bookkeeping is made only if demoted.)
+        self.calls = calls
+        self.holder = holder
+        self.plan = plan
+        self.started = start
+        self.rank_done = rank_done
+        self.demoted = False
+        self.scheduled = False
         self.passive = passive
-        timing = plan.timing
-        assert timing is not None
-        last = max((offset for offset, _ in timing.done), default=0.0)
-        self.until = start + max(last, float(timing.release_s.max(initial=0.0)))
+        self.until = start + calls._span(plan)
 
     def _demote(self) -> None:
         if self.demoted:

@@ -27,7 +27,9 @@ clusters and per-rank compute scaling build every rank from the start.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -94,7 +96,9 @@ class ShadowCheck:
         for position in positions:
             ends[position] = now
 
-    def shadow(self, key: tuple, positions: list[int], now: float, what: str) -> None:
+    def shadow(
+        self, key: tuple, positions: list[int], now: float, what: str | Callable[[], str]
+    ) -> None:
         """An image of ``key`` (or a TP group's shadow rank) ended at ``positions`` now;
         ``what`` names it in the message if it disagrees."""
         self._shadow[key].extend((position, now) for position in positions)
@@ -103,10 +107,11 @@ class ShadowCheck:
         ends = self._master.get(key, {})
         for position in positions:
             if position in ends and not _same(ends[position], now):
-                self.why = f"{what} ended at {now:.9g} s, its master at {ends[position]:.9g} s"
+                name = what() if callable(what) else what
+                self.why = f"{name} ended at {now:.9g} s, its master at {ends[position]:.9g} s"
                 raise ShadowsUnlike(self.why)
 
-    def expected(self, key: tuple, what: str) -> ExpectedEnds:
+    def expected(self, key: tuple, what: str | Callable[[], str]) -> ExpectedEnds:
         """The ends of an image of ``key`` replayed without events (a passive call, see
         :meth:`simulator.workload.isolated.IsolatedCalls.run`), checked at :meth:`settle`
         as if each had been heard when it came."""
@@ -119,8 +124,10 @@ class ShadowCheck:
             return self.why
         for expected in self._expected:
             seen = self._shadow[expected.key]
-            for when, positions in expected.ends:
-                seen.extend((position, when) for position in positions.tolist())
+            for offset, positions in expected.done:
+                when = expected.start + offset
+                if when <= expected.cut:
+                    seen.extend((position, when) for position in positions.tolist())
         self._expected.clear()
         for key, seen in self._shadow.items():
             ends = self._master.get(key, {})
@@ -140,21 +147,24 @@ def _same(a: float, b: float) -> bool:
 
 
 class ExpectedEnds:
-    """The ends a passive image call will have (:meth:`ShadowCheck.expected`); a call
-    that goes on as a bundle takes back those it will not have, and its bundle's ends
-    are heard as they come (:meth:`ShadowCheck.shadow`)."""
+    """The ends a passive image call will have (:meth:`ShadowCheck.expected`): its
+    timing's (offset, positions) from its start; a call that goes on as a bundle takes
+    back those after the instant it does, and its bundle's ends are heard as they come
+    (:meth:`ShadowCheck.shadow`)."""
 
-    def __init__(self, key: tuple, what: str, registry: list[ExpectedEnds]):
+    def __init__(self, key: tuple, what: str | Callable[[], str], registry: list[ExpectedEnds]):
         self.key = key
         self.what = what
-        self.ends: list[tuple[float, np.ndarray]] = []
+        self.start = 0.0
+        self.done: list[tuple[float, np.ndarray]] = []
+        self.cut = math.inf
         self._registry = registry
 
-    def expect(self, ends: list[tuple[float, np.ndarray]]) -> None:
-        """The call's positions end at these absolute times unless retracted."""
-        self.ends = ends
+    def expect(self, start: float, done: list[tuple[float, np.ndarray]]) -> None:
+        """The call's positions end at ``start`` plus these offsets unless retracted."""
+        self.start, self.done = start, done
         self._registry.append(self)
 
     def retract(self, after: float) -> None:
         """Ends after ``after`` will not be."""
-        self.ends = [(when, positions) for when, positions in self.ends if when <= after]
+        self.cut = min(self.cut, after)
