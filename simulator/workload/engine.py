@@ -524,6 +524,9 @@ class WorkloadReplay:
                 "joint": self.isolated.joint,
                 "bundled": self.isolated.bundled,
                 "met": self.isolated.met,
+                # Images replayed passively, and those met (then bundles).
+                "passive": self.isolated.passive,
+                "passive_met": self.isolated.passive_met,
                 "attempts": self._attempt,
                 "flow_by_flow": sorted(
                     str(key)

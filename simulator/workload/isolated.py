@@ -251,6 +251,9 @@ class IsolatedCalls:
         self.met = 0
         # With bundles: calls replayed now, by the holder id of their links.
         self._live: dict[int, _Live] = {}
+        #: Passive calls replayed (images; see :meth:`run`), and of those, calls met.
+        self.passive = 0
+        self.passive_met = 0
         self._passives = 0  # passive calls in _live (see _lazy)
         self._spans: dict[int, float] = {}
         self._span_of: list[Timing] = []
@@ -341,6 +344,7 @@ class IsolatedCalls:
                     plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
                 )
                 self.replayed += 1
+                self.passive += 1
                 passive.expect(now, timing.done)
                 return True
             live = self._live[holder_id] = _Live(self, holder_id, plan, now, rank_done)
@@ -857,6 +861,7 @@ class _Passive(_Live):
             self.calls._live.pop(self.holder, None)
             return
         self.passive.retract(now)
+        self.calls.passive_met += 1
         super()._demote()
 
 
