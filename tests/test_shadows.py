@@ -93,3 +93,35 @@ def test_faults_build_every_rank_from_the_start():
     shadowed, full = steps({"tp": 4, "pp": 1, "dp": 4}, graph)
     assert shadowed.shadows == {"count": 4, "simulated": "all", "why": "the topology has faults"}
     assert breakdown(shadowed).step_s == breakdown(full).step_s
+
+
+def test_two_jobs_with_tp_and_cp_masters_merge_both_shifts():
+    """Two jobs given by masters standing for TP x CP ranks, placed scattered on one
+    leaf-spine (one spine: no ECMP choice) so that their traffic meets: the merged
+    workload moves both shifts onto each job's GPUs, and the steps alone and together,
+    every master op's times and every link's bytes are those of every rank built."""
+    from simulator.workload.jobs import Job, run_jobs
+
+    def step(shadows):
+        return megatron(
+            "llama3-8b", tp=2, cp=2, pp=2, dp=2, micro_batch=1, global_batch=4,
+            shadows=shadows,
+        )  # fmt: skip
+
+    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 2, "spines": 1}
+    graph = load_topology("dgx-h100", 4, fabric=fabric)
+    one = run_jobs([Job("A", step(True), "scattered"), Job("B", step(True), "scattered")], graph)
+    every = run_jobs(
+        [Job("A", step(False), "scattered"), Job("B", step(False), "scattered")], graph
+    )
+    assert one.together.shadows == {"count": 4, "simulated": 1}
+    assert one.shared  # they meet
+    for a, b in zip(one.jobs, every.jobs, strict=True):
+        assert a.step_alone_s == b.step_alone_s
+        assert a.step_together_s == b.step_together_s
+    ids = {op.id: op.index for op in every.together.workload.ops}
+    for op in one.together.workload.ops:
+        j = ids[op.id]
+        assert one.together.records.end_s[op.index] == every.together.records.end_s[j]
+    assert np.allclose(one.together.links["bytes"], every.together.links["bytes"], atol=1.0)
+    assert len(one.together.workload.ops) * 4 == len(every.together.workload.ops)
