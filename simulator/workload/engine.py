@@ -351,6 +351,8 @@ class WorkloadReplay:
         self._rank_arrays: dict[str, np.ndarray] = {}
         self._group_calls: dict[tuple, tuple] = {}
         self._routes_checked: dict[tuple[int, int], tuple] = {}
+        # Per group and call: its images' calls where they start together (_family).
+        self._families: dict[tuple, list | None] = {}
         # One replica standing for all (symmetric flows aggregated over link classes), or
         # every replica built (see simulator.workload.replicas).
         self.replicas: ReplicaSymmetry | None = None
@@ -704,7 +706,7 @@ class WorkloadReplay:
                 ours = [i for i in done if member_at[i] >= 0]
                 if len(ours) < len(done):
                     theirs = [owner[i] for i in done if member_at[i] < 0]
-                    check.shadow((k,), theirs, self.env.now, f"a TP shadow in call {k}")
+                    check.shadow((k,), theirs, self.env.now, lambda: f"a TP shadow in call {k}")
                 done = ours
             for i in done:
                 self._finish(member_at[i])
@@ -713,12 +715,17 @@ class WorkloadReplay:
             first.group, schedule, proto, self._ranks(first.group), rank_done, period, k
         )
         # The images start with the master's call (in the same callback, after the
-        # same launch overhead, where their protocol is the master's).
+        # same launch overhead, where their protocol is the master's): all at once
+        # where they can (_start_family), else one by one.
         together = [start]
-        for name in images or ():
-            image = self._launch_image(k, first, name, proto)
-            if image is not None:
-                together.append(image)
+        family = self._family(first, images, proto) if images else None
+        if family is not None:
+            together.append(lambda: self._start_family(k, family, proto))
+        else:
+            for name in images or ():
+                image = self._launch_image(k, first, name, proto)
+                if image is not None:
+                    together.append(image)
         if len(together) == 1:
             self._after_launch(proto, start)
         else:
@@ -745,6 +752,65 @@ class WorkloadReplay:
         for i, index in zip(slots, members, strict=True):
             member_at[i] = index
         return member_at, owner
+
+    def _family(self, first: Op, images: tuple[str, ...], proto: Protocol | None) -> list | None:
+        """The images of a master's call (its first member ``first``), each as (group,
+        schedule, ranks, period), where they can start passively together with it
+        (:meth:`_start_family`): calls replayed from timings, with bundles, each with
+        the master's protocol; else None. Decided once per group and call; the replica
+        check of their routes runs here, at launch, as for any call."""
+        if self.isolated is None or not self.bundles:
+            return None
+        key = (first.group, first.op, first.nbytes, first.chunks, first.channels, first.algorithm)
+        family = self._families.get(key, ())
+        if family == ():
+            family = []
+            for name in images:
+                ranks = self._ranks(name)
+                schedule, own, _, period = self._call_schedule(first, ranks, name)
+                if own is not proto:
+                    family = None
+                    break
+                family.append((name, schedule, ranks, period))
+            self._families[key] = family
+        if family is not None and self.replicas is not None:
+            for _, schedule, ranks, _ in family:
+                checked = (id(schedule), id(ranks))
+                if checked not in self._routes_checked:
+                    self.replicas.check_routes(self.network, schedule, ranks)
+                    self._routes_checked[checked] = (schedule, ranks)
+        return family
+
+    def _start_family(self, k: int, family: list, proto: Protocol | None) -> None:
+        """Start the images of call ``k`` at once (passive calls, see
+        :meth:`~simulator.workload.isolated.IsolatedCalls.run_family`), or, where they
+        cannot all be replayed so now, one by one as :meth:`_launch_image` does."""
+        check = self._shadow_check
+        isolated = self.isolated
+        assert isolated is not None
+        passives = [check.expected((k,), None) for _ in family]
+        dones = [self._image_done(k, name) for name, *_ in family]
+        if isolated.run_family(family, proto, dones, passives):
+            return
+        for (name, schedule, ranks, period), done in zip(family, dones, strict=True):
+            self._call_start(
+                name, schedule, proto, ranks, done, period, image=((k,), self._image_what(k, name))
+            )()
+
+    def _image_done(self, k: int, name: str) -> Callable[[np.ndarray], None]:
+        """What hears the ends of call ``k``'s image on ``name`` (checked against the
+        master's)."""
+        check = self._shadow_check
+        what = self._image_what(k, name)
+
+        def image_done(positions: np.ndarray) -> None:
+            check.shadow((k,), positions.tolist(), self.env.now, what)
+
+        return image_done
+
+    @staticmethod
+    def _image_what(k: int, name: str) -> Callable[[], str]:
+        return lambda: f"call {k}'s image on {name!r}"
 
     def _launch_image(
         self, k: int, first: Op, name: str, proto: Protocol | None

@@ -256,6 +256,7 @@ class IsolatedCalls:
         self.passive_met = 0
         self._passives = 0  # passive calls in _live (see _lazy)
         self._spans: dict[int, float] = {}
+        self._families: dict[tuple, _Family] = {}
         self._span_of: list[Timing] = []
         self._prune_at = 4096
         self._serial = 0
@@ -364,6 +365,54 @@ class IsolatedCalls:
             else:
                 event = env.timeout(offset)
                 event.callbacks.append(lambda _event, p=positions: rank_done(p))
+        return True
+
+    def run_family(
+        self,
+        calls: list[tuple[Hashable, Schedule, np.ndarray, int | None]],
+        protocol: Protocol | None,
+        rank_dones: list[Callable[[np.ndarray], None]],
+        passives: list[Passive],
+    ) -> bool:
+        """Replay ``calls`` (group, schedule, ranks, period), each passive, as
+        :meth:`run` would one after another, if every one of them can be and their
+        links are apart and free: one look at their links, one hold, one account for
+        all. False (nothing done) otherwise; the caller then runs them one by one."""
+        if not (self.enabled and self.bundles) or EVERY_CALL in self.excluded:
+            return False
+        for group, schedule, _, _ in calls:
+            if schedule.n_ops < MIN_OPS or group in self.excluded or group in self.conflicts:
+                return False
+        key = tuple((id(schedule), id(ranks)) for _, schedule, ranks, _ in calls)
+        family = self._families.get(key)
+        if family is None:
+            plans = [self._plan(s, protocol, r, period) for _, s, r, period in calls]
+            family = self._families[key] = _Family.of(plans, [c[1:3] for c in calls])
+        if not family.ok:
+            return False
+        network = self.network
+        busy, holders = network.holders(family.footprint)
+        if busy or len(holders):
+            return False
+        now = network.env.now
+        first = len(self._holders)
+        self._holders.extend(("live", self._serial + 1 + i) for i in range(len(calls)))
+        self._serial += len(calls)
+        network.hold(family.footprint, now + family.release_s, family.owner + first)
+        # Each link is one call's (checked): the same sums as one account per call.
+        network.link_bytes[family.footprint] += family.nbytes
+        network.link_busy[family.footprint] += family.busy_s
+        for i, plan in enumerate(family.plans):
+            timing = plan.timing
+            assert timing is not None
+            network.stats.flows += timing.flows
+            network.stats.represented_flows += timing.represented
+            holder = first + i
+            self._lazy(holder, _Passive(self, holder, plan, now, rank_dones[i], passives[i]))
+            passives[i].expect(now, timing.done)
+        self.launched += len(calls)
+        self.replayed += len(calls)
+        self.passive += len(calls)
         return True
 
     def bundle(
@@ -716,6 +765,43 @@ class IsolatedCalls:
             flows=flows,
             represented=represented,
             sent=sent,
+        )
+
+
+@dataclass
+class _Family:
+    """Calls replayed together passively (:meth:`IsolatedCalls.run_family`): their plans
+    and footprints laid end to end, with each link's call (``owner``, a position)."""
+
+    plans: list[_Plan]
+    footprint: np.ndarray
+    release_s: np.ndarray
+    nbytes: np.ndarray
+    busy_s: np.ndarray
+    owner: np.ndarray
+    ok: bool
+    #: The calls' schedules and ranks, which keep the ids in the family's key valid.
+    keep: list = field(default_factory=list, repr=False)
+
+    @classmethod
+    def of(cls, plans: list[_Plan], keep: list) -> _Family:
+        """The family of ``plans``; not ``ok`` where one has no timing alone or two
+        share a link (then one call's hold would be another's conflict)."""
+        empty = np.zeros(0)
+        if any(plan.timing is None for plan in plans):
+            return cls(plans, empty.astype(np.int64), empty, empty, empty, empty, False, keep)
+        footprint = np.concatenate([plan.footprint for plan in plans])
+        ok = len(np.unique(footprint)) == len(footprint)
+        sizes = [len(plan.footprint) for plan in plans]
+        return cls(
+            plans,
+            footprint,
+            np.concatenate([plan.timing.release_s for plan in plans]),  # type: ignore[union-attr]
+            np.concatenate([plan.timing.nbytes for plan in plans]),  # type: ignore[union-attr]
+            np.concatenate([plan.timing.busy_s for plan in plans]),  # type: ignore[union-attr]
+            np.repeat(np.arange(len(plans), dtype=np.int64), sizes),
+            ok,
+            keep,
         )
 
 
