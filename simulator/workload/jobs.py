@@ -53,11 +53,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import networkx as nx
 import numpy as np
 
 from ..errors import CcsimError
+from ..network.routing import Router
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .engine import OpRecord, WorkloadReplay, WorkloadRun
 from .isolated import TimingStore
@@ -376,8 +378,13 @@ def run_jobs(
     # the same either way; only the CPU time differs.
     given: dict[int, Workload] = {}
     alone = []
+    router = timings.tables()[1]
     for job, g in zip(jobs, gpus, strict=True):
         workload = given.get(id(job.workload), job.workload)
+        if id(job.workload) not in given and _routes_hash(workload, g, servers, router):
+            # Its TP ranks' calls cross hashed paths: the replay would find the masters
+            # unlike their shadows only after running them, then start over whole.
+            workload = workload.shadows.build()  # type: ignore[union-attr]
         run = replay([workload], [g], [job.name])
         given[id(job.workload)] = _whole_where_unlike(workload, run)
         alone.append(run)
@@ -428,6 +435,32 @@ def run_jobs(
         int(graph.graph.get("ecmp_seed", 0)),
         worst / most if most else 0.0,
     )
+
+
+def _routes_hash(workload: Workload, gpus: np.ndarray, servers: list, router: Router) -> bool:
+    """Whether ``workload``, given by TP masters that can build the rest and placed on
+    ``gpus``, has a group of a master with two ranks next to each other, or a master's
+    pipeline send, on different servers that several shortest paths join. ECMP then
+    hashes each TP rank's calls and sends onto paths of their own, and the replay would
+    find the masters unlike their shadows (a guess about CPU time only: either way the
+    steps are those of every rank built)."""
+    shadows = workload.shadows
+    if shadows is None or shadows.build is None:
+        return False
+    masters = shadows.masters
+    ends: set[tuple[int, int]] = set()
+    for group in workload.groups.values():
+        if not masters.isdisjoint(group.ranks):  # the replay runs only these
+            ends.update(pairwise(group.ranks))
+    ops = workload.ops
+    for send, receive in workload.pairs:
+        if ops[send].rank in masters:
+            ends.add((ops[send].rank, ops[receive].rank))
+    placed = [(int(gpus[a]), int(gpus[b])) for a, b in sorted(ends)]
+    crossing = np.array([(a, b) for a, b in placed if servers[a] != servers[b]], dtype=np.int64)
+    if len(crossing) == 0:
+        return False
+    return not bool(router.single_path(crossing[:, 0], crossing[:, 1]).all())
 
 
 def _whole_where_unlike(workload: Workload, run: WorkloadRun) -> Workload:
