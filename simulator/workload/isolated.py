@@ -247,6 +247,8 @@ class IsolatedCalls:
         # Schedule digests by id, with the schedule kept so that the id stays its own.
         self._digests: dict[int, tuple[Schedule, bytes]] = {}
         self._scratch: FlowNetwork | None = None
+        # The last call's routes found by _footprint: (schedule, ranks, routes).
+        self._last_routes: tuple[Schedule, bytes, np.ndarray] | None = None
         #: Calls replayed from a timing, and calls timed alone (for reports).
         self.replayed = 0
         self.timed = 0
@@ -521,6 +523,8 @@ class IsolatedCalls:
         n = schedule.n_ops
         src, dst = ranks[schedule.src], ranks[schedule.dst]
         routes = route_ops(network.router, schedule, np.arange(n), src, dst)
+        # Kept for the timing alone that usually follows (see _time_reduced).
+        self._last_routes = (schedule, ranks.tobytes(), routes)
         unique, first, op_route = np.unique(routes, return_index=True, return_inverse=True)
         # Routes numbered by first use, so that the numbering is the same for every group
         # with the same schedule.
@@ -714,9 +718,13 @@ class IsolatedCalls:
         then simulates every flow)."""
         network = self.network
         n = schedule.n_ops
-        routes = route_ops(
-            network.router, schedule, np.arange(n), ranks[schedule.src], ranks[schedule.dst]
-        )
+        last = self._last_routes
+        if last is not None and last[0] is schedule and last[1] == ranks.tobytes():
+            routes = last[2]
+        else:
+            routes = route_ops(
+                network.router, schedule, np.arange(n), ranks[schedule.src], ranks[schedule.dst]
+            )
         shape = rd.route_shape(network, routes)
         entries = rd.incidence(shape)
         kept = {int(a) for a in shape.anchor.tolist() if a >= 0}

@@ -187,21 +187,27 @@ def binding_links(
 ) -> set[int]:
     """Dropped links on which, at some instant, the anchors of the flows then on it
     (each once) add up to more than its capacity: those that may have limited a flow."""
+    # First, all of a link's anchors at once (no time), from the distinct routes: most
+    # links pass here.
+    anchors: dict[int, set[int]] = {}
+    for chain, anchor in zip(shape.links, shape.anchor.tolist(), strict=True):
+        for link in chain.tolist():
+            if link not in kept:
+                anchors.setdefault(link, set()).add(anchor)
+    suspects = [
+        link
+        for link, mine in anchors.items()
+        if sum(float(capacity[a]) for a in mine) > capacity[link] * (1 + _SLACK)
+    ]
+    if not suspects:
+        return set()
+    # Then over time, for the links that could be over.
     inc_op, inc_link = entries
     anchor = shape.anchor[shape.op_route][inc_op]
-    dropped = np.array([link not in kept for link in inc_link.tolist()], dtype=bool)
-    if not dropped.any():
-        return set()
-    op, link, anchor = inc_op[dropped], inc_link[dropped], anchor[dropped]
-    # First, all of a link's anchors at once (no time): most links pass here.
-    pairs = np.unique(np.stack([link, anchor]), axis=1)
-    total = np.zeros(len(capacity))
-    np.add.at(total, pairs[0], capacity[pairs[1]])
-    suspects = np.flatnonzero(total > capacity * (1 + _SLACK))
     bad: set[int] = set()
-    for suspect in suspects.tolist():
-        on = link == suspect
-        lo, hi = run.flow_start[op[on]], run.sent[op[on]]
+    for suspect in suspects:
+        on = inc_link == suspect
+        lo, hi = run.flow_start[inc_op[on]], run.sent[inc_op[on]]
         if _peak(lo, hi, anchor[on], capacity) > capacity[suspect] * (1 + _SLACK):
             bad.add(suspect)
     return bad
