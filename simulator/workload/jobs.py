@@ -166,13 +166,16 @@ def merge_jobs(
     gpus: Sequence[np.ndarray],
     names: Sequence[str],
     gpu_count: int,
+    cache: dict | None = None,
 ) -> JobsWorkload:
     """One workload of several jobs on a cluster of ``gpu_count`` GPUs: job ``j``'s rank
     ``r`` on GPU ``gpus[j][r]`` (see the module docstring). Jobs given by one replica
     stay so when all of them are, with the same count and unit; otherwise their every
     replica is built. Likewise jobs given by tensor-parallel masters
     (:class:`~simulator.workload.trace.Shadows`) stay so when all of them are, with the
-    same TP size; otherwise their every TP rank is built."""
+    same TP size; otherwise their every TP rank is built. ``cache``: a job's merged ops
+    by what sets them (its workload, name, GPUs and first index), reused by later
+    merges given the same dict (ops are never modified)."""
     workloads = _with_shadows_alike(workloads, names)
     given = [w.replicas for w in workloads]
     shared = (
@@ -197,7 +200,13 @@ def merge_jobs(
     for workload, placed, name in zip(workloads, gpus, names, strict=True):
         offset = len(ops)
         where = [int(g) for g in placed]
-        ops.extend(_job_op(op, offset, name, where) for op in workload.ops)
+        key = (id(workload), name, offset, tuple(where))
+        known = None if cache is None else cache.get(key)
+        if known is None:
+            known = (workload, [_job_op(op, offset, name, where) for op in workload.ops])
+            if cache is not None:
+                cache[key] = known  # keeps the workload, so that its id stays its own
+        ops.extend(known[1])
         for group in workload.groups.values():
             groups[f"{name}/{group.name}"] = Group(
                 f"{name}/{group.name}", [where[r] for r in group.ranks], group.kind
@@ -219,7 +228,7 @@ def merge_jobs(
 
         def build(k: bool | int) -> JobsWorkload:
             built = [w.replicas.build(k) for w in originals]  # type: ignore[union-attr]
-            return merge_jobs(built, gpus, names, gpu_count)
+            return merge_jobs(built, gpus, names, gpu_count, cache)
 
         replicas = Replicas(
             count=first.count,  # type: ignore[union-attr]
@@ -244,7 +253,7 @@ def merge_jobs(
 
         def build_ranks() -> JobsWorkload:
             built = [w.shadows.build() for w in shadowed]  # type: ignore[union-attr]
-            return merge_jobs(built, gpus, names, gpu_count)
+            return merge_jobs(built, gpus, names, gpu_count, cache)
 
         shadows = Shadows(
             workloads[0].shadows.count,  # type: ignore[union-attr]
@@ -366,9 +375,12 @@ def run_jobs(
     # not by which run built the schedule): the run together finds most of its calls
     # timed already by the runs alone.
     timings = options.pop("timings", None) or TimingStore(graph)
+    # Jobs' merged ops, shared by the runs where a job is merged alike (the first job
+    # alone and together).
+    merged_ops: dict = {}
 
     def replay(workloads: list[Workload], where: list[np.ndarray], who: list[str]) -> WorkloadRun:
-        merged = merge_jobs(workloads, where, who, count)
+        merged = merge_jobs(workloads, where, who, count, merged_ops)
         callback = progress(" + ".join(who)) if progress is not None else None
         return WorkloadReplay(merged, graph, timings=timings, **options).run(callback)
 
