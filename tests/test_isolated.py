@@ -66,6 +66,8 @@ def test_a_ring_all_reduce_repeated_takes_the_closed_form_each_time():
         "joint": 0,
         "bundled": 0,
         "met": 0,
+        "passive": 0,
+        "passive_met": 0,
         "attempts": 1,
         "flow_by_flow": [],
         "calls_flow_by_flow": 0,

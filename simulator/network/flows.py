@@ -31,6 +31,10 @@ import simpy
 from .maxmin import max_min_rates
 from .routing import LinkTable, Router, path_class
 
+#: No holders (see FlowNetwork.holders); never written to.
+_NO_HOLDERS = np.zeros(0, dtype=np.int64)
+_NO_HOLDERS.flags.writeable = False
+
 # Completions within this relative distance of the wake-up time happen at the wake-up:
 # floating-point finish times of flows that finish together may differ in the last bit.
 _SAME_TIME = 1e-12
@@ -289,7 +293,10 @@ class FlowNetwork:
         of those still held."""
         links = np.asarray(links, dtype=np.int64)
         held = self._held_until[links] > self.env.now
-        return bool(self._link_flows[links].any()), np.unique(self._held_by[links[held]])
+        busy = bool(self._link_flows[links].any())
+        if not held.any():  # the usual case, without np.unique's cost
+            return busy, _NO_HOLDERS
+        return busy, np.unique(self._held_by[links[held]])
 
     def hold(self, links: np.ndarray, until: np.ndarray, holder: int) -> None:
         """Hold ``links`` for ``holder`` until the times ``until`` (absolute seconds): a

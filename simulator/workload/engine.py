@@ -344,6 +344,13 @@ class WorkloadReplay:
             else:
                 self._shadows_report = {"count": workload.shadows.count, "simulated": 1}
         self._shadow_check = ShadowCheck()
+        # (group, positions) -> each position's master's position (_shadow_positions).
+        self._owners: dict[tuple[str, int], list[int]] = {}
+        # Per group: its ranks as an array; per group and call: its schedule, protocol,
+        # record and period (see _call_schedule).
+        self._rank_arrays: dict[str, np.ndarray] = {}
+        self._group_calls: dict[tuple, tuple] = {}
+        self._routes_checked: dict[tuple[int, int], tuple] = {}
         # One replica standing for all (symmetric flows aggregated over link classes), or
         # every replica built (see simulator.workload.replicas).
         self.replicas: ReplicaSymmetry | None = None
@@ -517,6 +524,9 @@ class WorkloadReplay:
                 "joint": self.isolated.joint,
                 "bundled": self.isolated.bundled,
                 "met": self.isolated.met,
+                # Images replayed passively, and those met (then bundles).
+                "passive": self.isolated.passive,
+                "passive_met": self.isolated.passive_met,
                 "attempts": self._attempt,
                 "flow_by_flow": sorted(
                     str(key)
@@ -688,8 +698,10 @@ class WorkloadReplay:
             done = positions.tolist()
             self._set_comm([ranks[i] for i in done], -1)
             if owner is not None:
+                # Every position's end, shadows' too: an image on the other CP ranks'
+                # group is held to the position it stands for.
+                check.master((k,), done, self.env.now)
                 ours = [i for i in done if member_at[i] >= 0]
-                check.master((k,), ours, self.env.now)
                 if len(ours) < len(done):
                     theirs = [owner[i] for i in done if member_at[i] < 0]
                     check.shadow((k,), theirs, self.env.now, f"a TP shadow in call {k}")
@@ -697,47 +709,78 @@ class WorkloadReplay:
             for i in done:
                 self._finish(member_at[i])
 
-        self._start_call(first.group, schedule, proto, np.asarray(ranks), rank_done, period, k)
-        for image in images or ():
-            self._launch_image(k, first, image)
+        start = self._call_start(
+            first.group, schedule, proto, self._ranks(first.group), rank_done, period, k
+        )
+        # The images start with the master's call (in the same callback, after the
+        # same launch overhead, where their protocol is the master's).
+        together = [start]
+        for name in images or ():
+            image = self._launch_image(k, first, name, proto)
+            if image is not None:
+                together.append(image)
+        if len(together) == 1:
+            self._after_launch(proto, start)
+        else:
+            self._after_launch(proto, lambda: [call() for call in together])
 
     def _shadow_positions(
         self, name: str, ranks: list[int], members: list[int], period: int | None
     ) -> tuple[list[int], list[int]]:
-        """For a call of group ``name`` with TP masters: the member op at each position
-        (-1 for a shadow's), and each position's master's position."""
-        shadows = self.workload.shadows
-        masters, shift = shadows.masters, shadows.shift
+        """For a call of group ``name`` with masters: the member op at each position
+        (-1 for a shadow's), and each position's master's position (its own where the
+        master is not in the group)."""
         size = len(ranks) if period is None else period
+        owner = self._owners.get((name, size))
+        if owner is None:
+            shadows = self.workload.shadows
+            master_of = shadows.master_of()
+            position = {ranks[i]: i for i in range(size)}
+            owner = self._owners[(name, size)] = [
+                position.get(int(master_of[ranks[i]]), i) for i in range(size)
+            ]
+        masters = self.workload.shadows.masters
         member_at = [-1] * size
         slots = [i for i in range(size) if ranks[i] in masters]
         for i, index in zip(slots, members, strict=True):
             member_at[i] = index
-        position = {ranks[i]: i for i in range(size)}
-        owner = []
-        for i in range(size):
-            rank = ranks[i]
-            for _ in range(shadows.count):
-                if rank in masters:
-                    break
-                rank = shift[rank]
-            owner.append(position.get(rank, i))
         return member_at, owner
 
-    def _launch_image(self, k: int, first: Op, name: str) -> None:
+    def _launch_image(
+        self, k: int, first: Op, name: str, proto: Protocol | None
+    ) -> Callable[[], None] | None:
         """Run the image of call ``k`` (its first member ``first``) on the shadows' group
         ``name`` beside it: what the master's call does there, which nothing waits for
-        but the check that it ends with the master's."""
+        but the check that it ends with the master's. Where its protocol is the
+        master's (``proto``), the image's start is returned, for the master's call to
+        run when it starts; otherwise it is started here after its own overhead."""
         ranks = self.workload.groups[name].ranks
-        schedule, proto, _, period = self._call_schedule(first, ranks, name)
+        schedule, own, _, period = self._call_schedule(first, ranks, name)
         check = self._shadow_check
 
+        def what() -> str:  # (named only in a message)
+            return f"call {k}'s image on {name!r}"
+
         def image_done(positions: np.ndarray) -> None:
-            check.shadow((k,), positions.tolist(), self.env.now, f"call {k}'s image on {name!r}")
+            check.shadow((k,), positions.tolist(), self.env.now, what)
 
-        self._start_call(name, schedule, proto, np.asarray(ranks), image_done, period)
+        start = self._call_start(
+            name, schedule, own, self._ranks(name), image_done, period, image=((k,), what)
+        )
+        if own is proto:
+            return start
+        self._after_launch(own, start)
+        return None
 
-    def _start_call(
+    def _after_launch(self, proto: Protocol | None, start: Callable[[], None]) -> None:
+        """Run ``start`` now, or after the protocol's launch overhead."""
+        if proto is None:
+            start()
+        else:
+            overhead = self.env.timeout(self.calibration.launch_s + proto.base_s)
+            overhead.callbacks.append(lambda _event: start())
+
+    def _call_start(
         self,
         group: object,
         schedule: Schedule,
@@ -746,24 +789,33 @@ class WorkloadReplay:
         rank_done: Callable[[np.ndarray], None],
         period: int | None = None,
         index: int | None = None,
-    ) -> None:
-        """Run a call's schedule on ``ranks`` (after the protocol's launch overhead):
-        replayed from its isolated timing when it is alone, else flow by flow. With one
-        replica standing for all, each flow stands for its images in every replica, and
-        ``period`` says the schedule is a spanning group's quotient."""
-        weight = copies = None
+        image: tuple[tuple, str] | None = None,
+    ) -> Callable[[], None]:
+        """What starts a call's schedule on ``ranks`` (to run now or after the protocol's
+        launch overhead, :meth:`_after_launch`): replayed from its isolated timing when
+        it is alone, else flow by flow. With one replica standing for all, each flow
+        stands for its images in every replica, and ``period`` says the schedule is a
+        spanning group's quotient. ``image``: the key and name of a master's call this
+        one is the image of, replayed passively where it can be
+        (:meth:`~simulator.workload.isolated.IsolatedCalls.run`)."""
+        copies = None
         if self.replicas is not None:
-            self.replicas.check_routes(self.network, schedule, ranks)
+            checked = (id(schedule), id(ranks))
+            if checked not in self._routes_checked:
+                self.replicas.check_routes(self.network, schedule, ranks)
+                self._routes_checked[checked] = (schedule, ranks)  # keeps the ids valid
             copies = self.replicas.count
-            weight = np.full(schedule.n_ops, float(copies))
 
-        def start(_event: object = None) -> None:
+        def start() -> None:
             isolated = self.isolated
-            if isolated is not None and (
-                isolated.run(group, schedule, proto, ranks, rank_done, period, index)
-                or (self.bundles and isolated.bundle(schedule, proto, ranks, rank_done, period))
-            ):
-                return
+            if isolated is not None:
+                passive = None
+                if image is not None and self.bundles:
+                    passive = self._shadow_check.expected(*image)
+                if isolated.run(group, schedule, proto, ranks, rank_done, period, index, passive):
+                    return
+                if self.bundles and isolated.bundle(schedule, proto, ranks, rank_done, period):
+                    return
             ScheduleReplay(
                 self.network,
                 schedule,
@@ -771,16 +823,12 @@ class WorkloadReplay:
                 reduce_bandwidth=self.reduce_bandwidth,
                 on_rank_done=rank_done,
                 protocol=proto,
-                weight=weight,
+                weight=None if copies is None else np.full(schedule.n_ops, float(copies)),
                 period=period,
                 copies=copies,
             ).start()
 
-        if proto is None:
-            start()
-        else:
-            overhead = self.env.timeout(self.calibration.launch_s + proto.base_s)
-            overhead.callbacks.append(start)
+        return start
 
     def _as_given(self, first: Op, ranks: list[int]) -> tuple[Schedule, Protocol | None, dict]:
         """The schedule and protocol of a call run with its own algorithm or the run's."""
@@ -822,6 +870,10 @@ class WorkloadReplay:
         group spans the replicas: the schedule is then the representatives of the first
         ``period`` ranks' transfers (raises
         :class:`~simulator.workload.replicas.Asymmetric` where it does not repeat)."""
+        key = (group, first.op, first.nbytes, first.chunks, first.channels, first.algorithm)
+        known = self._group_calls.get(key)
+        if known is not None:
+            return known
         period = None
         if self.replicas is not None and group in self.replicas.period:
             period = self.replicas.period[group]
@@ -833,7 +885,16 @@ class WorkloadReplay:
         if period is not None and not built:
             assert self.replicas is not None
             schedule = self.replicas.quotient(schedule, group).schedule
+        # Decided once per group and call (the same decision for every micro-batch).
+        self._group_calls[key] = (schedule, proto, record, period)
         return schedule, proto, record, period
+
+    def _ranks(self, group: str) -> np.ndarray:
+        """A group's ranks as an array (made once per group)."""
+        ranks = self._rank_arrays.get(group)
+        if ranks is None:
+            ranks = self._rank_arrays[group] = np.asarray(self.workload.groups[group].ranks)
+        return ranks
 
     def _as_library(
         self, first: Op, ranks: list[int], period: int | None = None
@@ -1024,15 +1085,15 @@ class WorkloadReplay:
         self.network.add_flows(self._sends, np.array([k]), route, np.array([float(nbytes)]), weight)
         if self._images is not None:
             # The shadows' sends beside the master's (see simulator.workload.shadows).
-            shift = self.workload.shadows.shift
-            for _ in range(1, self.workload.shadows.count):
-                src, dst = shift[src], shift[dst]
+            perms = self.workload.shadows.images()
+            sources, targets = perms[:, src].tolist(), perms[:, dst].tolist()
+            for a, b in zip(sources, targets, strict=True):
                 if self.replicas is not None:
-                    self.replicas.check_routes(self.network, schedule, np.array([src, dst]))
-                route = self._p2p_routes.get((src, dst))
+                    self.replicas.check_routes(self.network, schedule, np.array([a, b]))
+                route = self._p2p_routes.get((a, b))
                 if route is None:
-                    route = self._p2p_routes[(src, dst)] = self.network.route_ids(
-                        np.array([src]), np.array([dst]), np.zeros(1, dtype=np.int64)
+                    route = self._p2p_routes[(a, b)] = self.network.route_ids(
+                        np.array([a]), np.array([b]), np.zeros(1, dtype=np.int64)
                     )
                 if self._image_sends is None:
                     self._image_sends = self.network.register(_Sends(self._image_send_done))

@@ -930,6 +930,13 @@ def megatron(
         replicas_built = moe_replicas(replicas_built, ep=ep, tp=tp, cp=cp, dp=dp)
     # TP ranks whose ops are built: one per TP group with shadows.
     tp_built = 1 if shadows and tp > 1 else tp
+    # And CP ranks: Megatron-Core gives CP rank i the sequence chunks i and 2 cp - 1 - i
+    # of 2 cp (get_batch_on_this_cp_rank, megatron/core/utils.py), so that causal
+    # attention's work is the same on each; every CP rank then runs the same kernels on
+    # the same shapes and issues the same calls (the K/V all-gather and reduce-scatter
+    # over its CP group, its own pipeline sends), and the first stands for the others.
+    # (A mixture-of-experts model's expert groups cut across CP ranks: not there.)
+    cp_built = 1 if shadows and cp > 1 and not m.is_moe else cp
     # Without TP, a mixture-of-experts model's EP group stands for itself the same way:
     # its ranks run the same kernels on the same shapes (routing balanced, as the
     # published runs force it) and issue the same calls; its first rank is built.
@@ -1158,7 +1165,7 @@ def megatron(
         order = [entry for group in groups for entry in group]
         # Each chunk's last backward, which completes its gradients.
         final = {c: entry for entry in order if entry[0] == "b" for c in [entry[1]]}
-        for d, q, t in itertools.product(range(replicas_built), range(cp), range(tp_built)):
+        for d, q, t in itertools.product(range(replicas_built), range(cp_built), range(tp_built)):
             r = rank_of(stage, d, t, q)
             if ep_shadows and d % ep:
                 continue
@@ -1555,18 +1562,30 @@ def megatron(
                         label="DP expert parameters",
                     )
     shadowed = None
-    if tp_built < tp:
-        shift = list(range(ranks))
-        for stage, d, q, t in itertools.product(range(pp), range(dp), range(cp), range(tp)):
-            shift[rank_of(stage, d, t, q)] = rank_of(stage, d, (t + 1) % tp, q)
+    if tp_built < tp or cp_built < cp:
+        # One TP rank on, and one CP rank on: the permutations that generate the ranks a
+        # master stands for (see simulator.workload.trace.Shadows).
+        generators = []
+        for built, size, step in ((tp_built, tp, (1, 0)), (cp_built, cp, (0, 1))):
+            if built == size:
+                continue
+            shift = list(range(ranks))
+            for stage, d, q, t in itertools.product(range(pp), range(dp), range(cp), range(tp)):
+                shift[rank_of(stage, d, t, q)] = rank_of(
+                    stage, d, (t + step[0]) % tp, (q + step[1]) % cp
+                )
+            generators.append((size, tuple(shift)))
         shadowed = Shadows(
-            tp,
-            tuple(shift),
+            (tp // tp_built) * (cp // cp_built),
+            generators[0][1],
             frozenset(
-                rank_of(stage, d, 0, q)
-                for stage, d, q in itertools.product(range(pp), range(dp), range(cp))
+                rank_of(stage, d, t, q)
+                for stage, d, q, t in itertools.product(
+                    range(pp), range(dp), range(cp_built), range(tp_built)
+                )
             ),
             build=lambda: megatron(**{**arguments, "shadows": False}),
+            more=tuple(generators[1:]),
         )
     if ep_shadows:
         shift = list(range(ranks))

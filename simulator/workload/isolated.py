@@ -41,6 +41,7 @@ replay runs them), and it holds its links' classes.
 from __future__ import annotations
 
 import hashlib
+import typing
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -265,6 +266,13 @@ class IsolatedCalls:
         self.met = 0
         # With bundles: calls replayed now, by the holder id of their links.
         self._live: dict[int, _Live] = {}
+        #: Passive calls replayed (images; see :meth:`run`), and of those, calls met.
+        self.passive = 0
+        self.passive_met = 0
+        self._passives = 0  # passive calls in _live (see _lazy)
+        self._spans: dict[int, float] = {}
+        self._span_of: list[Timing] = []
+        self._prune_at = 4096
         self._serial = 0
         if self.enabled:
             network.on_conflict = self._on_conflict
@@ -278,13 +286,21 @@ class IsolatedCalls:
         rank_done: Callable[[np.ndarray], None],
         period: int | None = None,
         index: int | None = None,
+        passive: Passive | None = None,
     ) -> bool:
         """Replay ``schedule`` on ``ranks`` from its isolated timing, starting now, if its
         group and call may and its links are free; False if the caller must simulate its
         flows. ``rank_done(positions)`` is called as ranks (positions in ``ranks``)
         finish; ``period``: the schedule is a spanning group's quotient (see
         :class:`~simulator.collective.replay.ScheduleReplay`); ``index``: the call's
-        number in the workload (conflicts are then noted per call, :class:`Call`)."""
+        number in the workload (conflicts are then noted per call, :class:`Call`).
+
+        ``passive``, for a call nothing waits for (a TP master's image on its shadows),
+        with bundles on: no event is scheduled for its ranks' ends, which
+        ``passive.expect`` is told at once; only if something meets its links before
+        they end does it go on as a bundle (as :class:`_Live` does), ``passive.retract``
+        then taking back the ends it will not have, and ``rank_done`` hearing the
+        bundle's."""
         call = group if index is None else Call(group, index)
         self.launched += 1
         if (
@@ -336,6 +352,16 @@ class IsolatedCalls:
             # from then (see _Live), in this replay.
             self._serial += 1
             holder_id = self._holder(("live", self._serial))
+            if passive is not None:
+                self._lazy(holder_id, _Passive(self, holder_id, plan, now, rank_done, passive))
+                network.hold(plan.footprint, now + timing.release_s, holder_id)
+                network.account(
+                    plan.footprint, timing.nbytes, timing.busy_s, timing.flows, timing.represented
+                )
+                self.replayed += 1
+                self.passive += 1
+                passive.expect(now, timing.done)
+                return True
             live = self._live[holder_id] = _Live(self, holder_id, plan, now, rank_done)
         else:
             holder_id = self._holder(holder)
@@ -385,6 +411,33 @@ class IsolatedCalls:
             timing.copies(),
         )
         return True
+
+    def _span(self, plan: _Plan) -> float:
+        """How long after its start a call of ``plan`` still ends a rank or holds a
+        link (once per timing)."""
+        timing = plan.timing
+        assert timing is not None
+        span = self._spans.get(id(timing))
+        if span is None:
+            last = max((offset for offset, _ in timing.done), default=0.0)
+            span = max(last, float(timing.release_s.max(initial=0.0)))
+            self._spans[id(timing)] = span
+            self._span_of.append(timing)  # keeps the id in the key valid
+        return span
+
+    def _lazy(self, holder: int, call: _Passive) -> None:
+        """Keep a passive call until its links are let go (a conflict may still demote
+        it); those past their last use are dropped now and then, so that the registry
+        holds the calls in flight, not every call ever replayed."""
+        self._live[holder] = call
+        self._passives += 1
+        if self._passives >= self._prune_at:
+            now = self.network.env.now
+            for key in [h for h, c in self._live.items() if isinstance(c, _Passive)]:
+                if self._live[key].until <= now:
+                    del self._live[key]
+            self._passives = sum(isinstance(c, _Passive) for c in self._live.values())
+            self._prune_at = max(4096, 2 * self._passives)
 
     # -- flows in flight taken over ---------------------------------------------------------
     def _adoptable(self, footprint: np.ndarray) -> FlowState | None:
@@ -962,6 +1015,59 @@ class _Live:
             0.0,
             timing.copies(),
         )
+
+
+class Passive(typing.Protocol):
+    """Who hears a passive call's ends (see :meth:`IsolatedCalls.run`): the ends it will
+    have unless something meets it, and, if something does, which of them it will not."""
+
+    def expect(self, start: float, done: list[tuple[float, np.ndarray]]) -> None:
+        """The call's ranks (positions in ``done``) end at ``start`` plus their offsets,
+        unless retracted."""
+
+    def retract(self, after: float) -> None:
+        """Ends expected after ``after`` will not be: the call goes on as a bundle,
+        whose ends its ``rank_done`` hears."""
+
+
+class _Passive(_Live):
+    """A passive call (no events for its ends): demoted like a :class:`_Live` call if
+    something meets its links before it ends; its ends up to then are those its timing
+    gave (what the events a live call schedules at launch would have fired by now, the
+    demotion coming after them at this instant), the rest are retracted."""
+
+    def __init__(
+        self,
+        calls: IsolatedCalls,
+        holder: int,
+        plan: _Plan,
+        start: float,
+        rank_done: Callable[[np.ndarray], None],
+        passive: Passive,
+    ):
+        # (No call to _Live's: its per-end bookkeeping is made only if demoted.)
+        self.calls = calls
+        self.holder = holder
+        self.plan = plan
+        self.started = start
+        self.rank_done = rank_done
+        self.demoted = False
+        self.scheduled = False
+        self.passive = passive
+        self.until = start + calls._span(plan)
+
+    def _demote(self) -> None:
+        if self.demoted:
+            return
+        now = self.calls.network.env.now
+        self.fired = [self.started + offset <= now for offset, _ in self.plan.timing.done]
+        self.pending = len(self.fired) - sum(self.fired)
+        if self.pending == 0:
+            self.calls._live.pop(self.holder, None)
+            return
+        self.passive.retract(now)
+        self.calls.passive_met += 1
+        super()._demote()
 
 
 class _SentAt:

@@ -239,15 +239,21 @@ def merge_jobs(
         )
     shadows = None
     if all(w.shadows is not None for w in workloads) and workloads:
-        # Each job's TP shift moved onto its GPUs; GPUs of no job stay put (a shift of
-        # order ``count`` still). The replay checks the merged shadows as one job's.
-        shift = np.arange(gpu_count, dtype=np.int64)
+        # Each job's TP shift (and CP shift, see Shadows.more) moved onto its GPUs; GPUs
+        # of no job stay put (each shift of its order still). The replay checks the
+        # merged shadows as one job's.
+        first_shadows = workloads[0].shadows
+        assert first_shadows is not None
+        shifts = [np.arange(gpu_count, dtype=np.int64) for _ in range(1 + len(first_shadows.more))]
         masters: set[int] = set()
         for workload, placed in zip(workloads, gpus, strict=True):
             own = workload.shadows
             assert own is not None
             placed = np.asarray(placed, dtype=np.int64)
-            shift[placed] = placed[np.asarray(own.shift, dtype=np.int64)]
+            for shift, given in zip(
+                shifts, [own.shift, *(perm for _, perm in own.more)], strict=True
+            ):
+                shift[placed] = placed[np.asarray(given, dtype=np.int64)]
             masters.update(placed[sorted(own.masters)].tolist())
         shadowed = list(workloads)
 
@@ -256,10 +262,14 @@ def merge_jobs(
             return merge_jobs(built, gpus, names, gpu_count, cache)
 
         shadows = Shadows(
-            workloads[0].shadows.count,  # type: ignore[union-attr]
-            tuple(shift.tolist()),
+            first_shadows.count,
+            tuple(shifts[0].tolist()),
             frozenset(masters),
             build=build_ranks,
+            more=tuple(
+                (order, tuple(shift.tolist()))
+                for (order, _), shift in zip(first_shadows.more, shifts[1:], strict=True)
+            ),
         )
     return JobsWorkload(
         name=" + ".join(f"{n}: {w.name}" for n, w in zip(names, workloads, strict=True)),
@@ -278,12 +288,13 @@ def merge_jobs(
 
 
 def _with_shadows_alike(workloads: Sequence[Workload], names: Sequence[str]) -> list[Workload]:
-    """``workloads`` as given when every one is by TP masters of one TP size (or none
-    is); otherwise each given so with its every TP rank built."""
+    """``workloads`` as given when every one is by masters of one kind (the same TP
+    size, and CP size where CP ranks are shadows too; or none is); otherwise each given
+    so with its every rank built."""
     given = [w.shadows for w in workloads]
     if all(s is None for s in given) or (
         all(s is not None and s.build is not None for s in given)
-        and len({s.count for s in given}) == 1  # type: ignore[union-attr]
+        and len({(s.count, tuple(o for o, _ in s.more)) for s in given}) == 1  # type: ignore[union-attr]
     ):
         return list(workloads)
     out = []

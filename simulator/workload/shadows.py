@@ -1,14 +1,19 @@
-"""Tensor-parallel ranks simulated once: a TP group's master stands for its shadows.
+"""Tensor- and context-parallel ranks simulated once: a master stands for its shadows.
 
 The ``tp`` ranks of a Megatron TP group run the same kernels on the same shapes, issue
 the same calls in the same order, and (on a cluster that looks the same from each) end
-them at the same times. A workload built with ``shadows`` holds the ops of one of them,
-the master (:class:`~simulator.workload.trace.Shadows`); the replay processes its ops
-only, which is most of a step's cost (a Llama 3 405B replica is a million ops, an eighth
-of them a master's). The network still carries every rank's traffic: a call on the TP
-group runs over all its ranks (the master issues it for the others), and a call on a
-group the shift moves elsewhere (a data-parallel or context-parallel group, a pipeline
-send) runs beside its images on the shadows' groups, which nothing waits for.
+them at the same times; so do the ``cp`` ranks of a CP group, which Megatron-Core gives
+balanced halves of the sequence (a master then stands for ``tp x cp`` ranks). A
+workload built with ``shadows`` holds the ops of one of them, the master
+(:class:`~simulator.workload.trace.Shadows`); the replay processes its ops only, which
+is most of a step's cost (a Llama 3 405B replica is a million ops, an eighth of them a
+master's). The network still carries every rank's traffic: a call on the TP group runs
+over all its ranks (the master issues it for the others), and a call on a group the
+shift moves elsewhere (a data-parallel or context-parallel group, a pipeline send) runs
+beside its images on the shadows' groups, which nothing waits for. An image call
+replayed from its timing alone schedules no event for its ends (a *passive* call:
+:meth:`~simulator.workload.isolated.IsolatedCalls.run`); its ends are checked as if
+heard, unless something meets it first and it goes on as a bundle.
 
 Checked, not assumed: every image call must end at each of its positions when the
 master's call ends at the same position, every image send when the master's send
@@ -22,7 +27,9 @@ clusters and per-rank compute scaling build every rank from the start.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,29 +48,33 @@ class ShadowsUnlike(Exception):
 
 def shadow_images(workload: Workload) -> tuple[dict[str, tuple[str, ...]] | None, str]:
     """For each group with a master among its ranks, the names of its images on the
-    shadows (empty for a group the shift maps onto itself, the TP group); or None and
-    why the shadows cannot stand in."""
+    shadows: the other groups the shadows' permutations map it onto (empty for a group
+    every permutation maps onto itself, the TP group without CP), each image's ranks in
+    the order of the group's; or None and why the shadows cannot stand in."""
     shadows = workload.shadows
     if shadows is None:
         return None, "the workload is not given by TP masters"
-    shift = np.asarray(shadows.shift, dtype=np.int64)
+    perms = shadows.images()
     by_ranks = {tuple(group.ranks): name for name, group in workload.groups.items()}
     images: dict[str, tuple[str, ...]] = {}
     for name, group in workload.groups.items():
         ranks = np.asarray(group.ranks, dtype=np.int64)
         if not any(rank in shadows.masters for rank in group.ranks):
             continue
-        moved = shift[ranks]
-        if set(moved.tolist()) == set(group.ranks):
-            images[name] = ()  # the TP group: one call over all of it
-            continue
+        own = frozenset(group.ranks)
+        seen = {own}
         found = []
-        for _ in range(1, shadows.count):
+        for moved in perms[:, ranks]:
+            members = frozenset(moved.tolist())
+            if members in seen:
+                continue  # itself (its call covers it), or an image already met
+            seen.add(members)
+            # Met first through a single generator's power, an image lists its ranks in
+            # the order of the group's (a product with the group's own shift rotates it).
             image = by_ranks.get(tuple(moved.tolist()))
             if image is None:
-                return None, f"group {name!r} has no image on the other TP ranks"
+                return None, f"group {name!r} has no image on the shadows' ranks"
             found.append(image)
-            moved = shift[moved]
         images[name] = tuple(found)
     return images, ""
 
@@ -77,6 +88,7 @@ class ShadowCheck:
         self._shadow: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
         #: The first disagreement found, if any (the replay then builds every rank).
         self.why = ""
+        self._expected: list[ExpectedEnds] = []
 
     def master(self, key: tuple, positions: list[int], now: float) -> None:
         """The master's call (or send) ``key`` ended at ``positions`` now."""
@@ -84,7 +96,9 @@ class ShadowCheck:
         for position in positions:
             ends[position] = now
 
-    def shadow(self, key: tuple, positions: list[int], now: float, what: str) -> None:
+    def shadow(
+        self, key: tuple, positions: list[int], now: float, what: str | Callable[[], str]
+    ) -> None:
         """An image of ``key`` (or a TP group's shadow rank) ended at ``positions`` now;
         ``what`` names it in the message if it disagrees."""
         self._shadow[key].extend((position, now) for position in positions)
@@ -93,14 +107,28 @@ class ShadowCheck:
         ends = self._master.get(key, {})
         for position in positions:
             if position in ends and not _same(ends[position], now):
-                self.why = f"{what} ended at {now:.9g} s, its master at {ends[position]:.9g} s"
+                name = what() if callable(what) else what
+                self.why = f"{name} ended at {now:.9g} s, its master at {ends[position]:.9g} s"
                 raise ShadowsUnlike(self.why)
+
+    def expected(self, key: tuple, what: str | Callable[[], str]) -> ExpectedEnds:
+        """The ends of an image of ``key`` replayed without events (a passive call, see
+        :meth:`simulator.workload.isolated.IsolatedCalls.run`), checked at :meth:`settle`
+        as if each had been heard when it came."""
+        return ExpectedEnds(key, what, self._expected)
 
     def settle(self) -> str:
         """After the run: the first disagreement between masters and shadows ('' if
         none), including shadows that ended before their master did."""
         if self.why:
             return self.why
+        for expected in self._expected:
+            seen = self._shadow[expected.key]
+            for offset, positions in expected.done:
+                when = expected.start + offset
+                if when <= expected.cut:
+                    seen.extend((position, when) for position in positions.tolist())
+        self._expected.clear()
         for key, seen in self._shadow.items():
             ends = self._master.get(key, {})
             for position, when in seen:
@@ -116,3 +144,27 @@ class ShadowCheck:
 
 def _same(a: float, b: float) -> bool:
     return abs(a - b) <= SAME * max(1.0, abs(a), abs(b))
+
+
+class ExpectedEnds:
+    """The ends a passive image call will have (:meth:`ShadowCheck.expected`): its
+    timing's (offset, positions) from its start; a call that goes on as a bundle takes
+    back those after the instant it does, and its bundle's ends are heard as they come
+    (:meth:`ShadowCheck.shadow`)."""
+
+    def __init__(self, key: tuple, what: str | Callable[[], str], registry: list[ExpectedEnds]):
+        self.key = key
+        self.what = what
+        self.start = 0.0
+        self.done: list[tuple[float, np.ndarray]] = []
+        self.cut = math.inf
+        self._registry = registry
+
+    def expect(self, start: float, done: list[tuple[float, np.ndarray]]) -> None:
+        """The call's positions end at ``start`` plus these offsets unless retracted."""
+        self.start, self.done = start, done
+        self._registry.append(self)
+
+    def retract(self, after: float) -> None:
+        """Ends after ``after`` will not be."""
+        self.cut = min(self.cut, after)

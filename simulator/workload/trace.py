@@ -51,13 +51,17 @@ exposed communication per parallel dimension.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..collective.run import COLLECTIVE_OPS
 from ..errors import CcsimError, shown
@@ -162,24 +166,69 @@ class Replicas:
 
 @dataclass(frozen=True)
 class Shadows:
-    """A workload whose tensor-parallel ranks are given by one: the ``count`` ranks of a
-    TP group do the same work on the same data shapes, so the workload holds the ops of
-    one of them, its *master* (``masters``), and the others are its *shadows*.
+    """A workload whose tensor-parallel (and context-parallel) ranks are given by one:
+    the ``count`` ranks of a TP group (of a TP x CP block) do the same work on the same
+    data shapes, so the workload holds the ops of one of them, its *master*
+    (``masters``), and the others are its *shadows*.
 
     ``shift[r]`` is the rank that does what rank ``r`` does, one TP rank on (a
-    permutation of order ``count``). A group is either mapped onto itself by the shift
-    (the TP group: its call runs over all its ranks, the master issuing for the others)
-    or onto ``count - 1`` other groups, its *images* (a data-parallel group of TP rank 0
-    onto those of TP ranks 1, 2, ...), whose calls the replay runs beside the master's,
-    as it does the images of the master's point-to-point sends, so that the network
-    carries every rank's traffic (see :class:`~simulator.workload.engine.WorkloadReplay`,
-    which checks that the shadows end when their masters do). ``build()`` builds every
-    rank's ops."""
+    permutation); ``more`` holds further generators as (order, permutation), such as
+    one CP rank on. The permutations these generate (:meth:`images`, ``count`` with the
+    identity) map a master onto the ranks it stands for. Each group is mapped onto
+    itself or onto other groups, its *images*: the TP group onto itself by the TP shift
+    (its call runs over all its ranks, the master issuing for the others) and onto the
+    TP groups of the other CP ranks; a data-parallel group of TP rank 0 onto those of
+    TP ranks 1, 2, ... The replay runs the images' calls beside the master's, as it
+    does the images of the master's point-to-point sends, so that the network carries
+    every rank's traffic (see :class:`~simulator.workload.engine.WorkloadReplay`, which
+    checks that the shadows end when their masters do). ``build()`` builds every rank's
+    ops."""
 
     count: int
     shift: tuple[int, ...]
     masters: frozenset[int]
     build: Callable[[], Workload] | None = field(default=None, compare=False, repr=False)
+    more: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    @cached_property
+    def _maps(self) -> tuple[np.ndarray, np.ndarray]:
+        orders = [self.count // math.prod(order for order, _ in self.more)]
+        generators = [np.asarray(self.shift, dtype=np.int64)]
+        for order, shift in self.more:
+            orders.append(order)
+            generators.append(np.asarray(shift, dtype=np.int64))
+        powers = []  # powers[g][e]: generator g applied e times
+        for order, generator in zip(orders, generators, strict=True):
+            steps = [np.arange(len(generator), dtype=np.int64)]
+            for _ in range(1, order):
+                steps.append(generator[steps[-1]])
+            powers.append(steps)
+        # Single generators' powers first, then their products (so that a group's image
+        # is first met in its own rank order: see shadow_images).
+        exponents = sorted(
+            itertools.product(*(range(order) for order in orders)),
+            key=lambda e: (sum(x > 0 for x in e), e),
+        )[1:]
+        perms = np.empty((len(exponents), len(self.shift)), dtype=np.int64)
+        for row, exponent in enumerate(exponents):
+            perm = np.arange(len(self.shift), dtype=np.int64)
+            for steps, e in zip(powers, exponent, strict=True):
+                perm = steps[e][perm]
+            perms[row] = perm
+        master_of = np.arange(len(self.shift), dtype=np.int64)
+        masters = np.array(sorted(self.masters), dtype=np.int64)
+        for perm in perms:
+            master_of[perm[masters]] = masters
+        return perms, master_of
+
+    def images(self) -> np.ndarray:
+        """The ``count - 1`` permutations other than the identity that map masters onto
+        their shadows, one per row (single generators' powers first)."""
+        return self._maps[0]
+
+    def master_of(self) -> np.ndarray:
+        """Per rank, the master it stands for (itself for a master)."""
+        return self._maps[1]
 
 
 @dataclass
