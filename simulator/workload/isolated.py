@@ -883,12 +883,13 @@ class IsolatedCalls:
                 scratch.link_idle_at[link],
                 scratch.link_flow_s[link],
             )
+        flow_start, sent, wire = replay.intervals()
         return rd.ReducedRun(
-            flow_start=replay._flow_start - replay.t0,
-            sent=replay.sent_s - replay.t0,
+            flow_start=flow_start,
+            sent=sent,
             done_at=done_at - replay.t0,
             reducers=reducers,
-            wire=np.broadcast_to(np.asarray(replay._wire, dtype=float), (schedule.n_ops,)).copy(),
+            wire=wire,
             flows=scratch.stats.flows,
             represented=scratch.stats.represented_flows - represented,
         )

@@ -149,6 +149,12 @@ class StandInReplay(ScheduleReplay):
     def _send(self, ops: np.ndarray, routes: np.ndarray) -> None:
         super()._send(ops, self._stand_in[ops])
 
+    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per op, when its flow started and when it was sent (from the call's start),
+        and the bytes it carried (its protocol's wire bytes)."""
+        wire = np.broadcast_to(np.asarray(self._wire, dtype=float), (self.schedule.n_ops,))
+        return self._flow_start - self.t0, self.sent_s - self.t0, wire.copy()
+
 
 @dataclass
 class ReducedRun:
