@@ -29,6 +29,9 @@ The replay's shortcuts stay on, because each is checked rather than assumed:
   applies when every job is given so with the same TP size: the merged shift moves
   each job's TP ranks among its own GPUs, and the replay checks the shadows as for one
   job (building every rank where they are not alike); otherwise every rank is built.
+  A job whose masters' calls or sends cross servers over several shortest paths is
+  given every rank from the start: ECMP hashes each TP rank onto paths of its own, and
+  the replay would find the shadows unlike only after running them.
 
 Per job and link, the bytes a job puts on a link depend on its routes and schedules
 only (routes are hashed, not load-dependent; the library decides per group, operation
