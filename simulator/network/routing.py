@@ -780,3 +780,23 @@ class Router:
         if len(links) == 0:
             return []
         return [self.links.src_node[links[0]]] + [self.links.dst_node[i] for i in links]
+
+
+def add_stand_in_route(router: Router, links: list[int], latency_s: float) -> int:
+    """A new route over ``links`` (ids) with latency ``latency_s`` (its message cost
+    included) instead of theirs: a flow that keeps only the links that may limit its
+    rate but is delivered when its whole route would deliver it (a call timed alone on
+    its binding links, :mod:`simulator.workload.reduced`). Route lookups never return it.
+
+    >>> from simulator.topology import ring_graph
+    >>> g = ring_graph(4, 1e9, 1e-6)
+    >>> router = Router(g, LinkTable(g))
+    >>> r = add_stand_in_route(router, [0], 5e-6)
+    >>> float(router.arrays()[2][r]), router.arrays()[1][router.arrays()[0][r]].item()
+    (5e-06, 0)
+    """
+    router._route_links.append(np.array(links, dtype=np.int64))
+    router._latency.append(float(latency_s))
+    router._message.append(0.0)
+    router._arrays = None
+    return len(router._route_links) - 1

@@ -54,7 +54,8 @@ from ..collective.replay import ScheduleReplay, route_ops
 from ..library.protocol import Protocol
 from ..network.faults import fault_plan
 from ..network.flows import FlowNetwork, FlowState, network_tables
-from ..network.routing import LinkTable, Router
+from ..network.routing import LinkTable, Router, add_stand_in_route
+from . import reduced as rd
 from .bundles import Bundle
 from .replicas import ReplicaSymmetry
 
@@ -113,6 +114,9 @@ class Call:
 #: The key that sends every call of a replay flow by flow (see
 #: :class:`~simulator.workload.engine.WorkloadReplay`: when conflicts are the rule).
 EVERY_CALL = "every call"
+#: What a timing on binding links returns when its check did not settle (the caller
+#: simulates every flow).
+_UNSETTLED = object()
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,9 @@ class TimingStore:
         # Scratch networks for timing calls alone, by what sets them up (see
         # IsolatedCalls._time_alone): reset before each use, so reuse changes nothing.
         self.scratch: dict[Hashable, FlowNetwork] = {}
+        #: Runs of calls on their binding links alone (see simulator.workload.reduced),
+        #: by the signature of the reduced call; None: it did not finish.
+        self.reduced: dict[bytes, rd.ReducedRun | None] = {}
         self._tables: tuple[LinkTable, Router] | None = None
 
     def tables(self) -> tuple[LinkTable, Router]:
@@ -214,8 +221,14 @@ class IsolatedCalls:
         replicas: ReplicaSymmetry | None = None,
         bundles: bool = False,
         store: TimingStore | None = None,
+        reduce_links: bool = True,
     ):
         self.network = network
+        #: Time calls alone on the links that may limit them (simulator.workload.
+        #: reduced), checked, before simulating every flow on every link.
+        self.reduce_links = reduce_links
+        #: Calls run on their binding links (distinct reduced calls), for reports.
+        self.reduced_runs = 0
         self.bundles = bundles
         self.replicas = replicas
         self.copies = 1 if replicas is None else replicas.count
@@ -235,6 +248,8 @@ class IsolatedCalls:
         # Schedule digests by id, with the schedule kept so that the id stays its own.
         self._digests: dict[int, tuple[Schedule, bytes]] = {}
         self._scratch: FlowNetwork | None = None
+        # The last call's routes found by _footprint: (schedule, ranks, routes).
+        self._last_routes: tuple[Schedule, bytes, np.ndarray] | None = None
         #: Calls replayed from a timing, and calls timed alone (for reports).
         self.replayed = 0
         self.timed = 0
@@ -610,6 +625,8 @@ class IsolatedCalls:
         n = schedule.n_ops
         src, dst = ranks[schedule.src], ranks[schedule.dst]
         routes = route_ops(network.router, schedule, np.arange(n), src, dst)
+        # Kept for the timing alone that usually follows (see _time_reduced).
+        self._last_routes = (schedule, ranks.tobytes(), routes)
         unique, first, op_route = np.unique(routes, return_index=True, return_inverse=True)
         # Routes numbered by first use, so that the numbering is the same for every group
         # with the same schedule.
@@ -663,23 +680,13 @@ class IsolatedCalls:
         digest.update(repr(protocol).encode())
         return footprint, digest.digest()
 
-    def _time_alone(
-        self,
-        schedule: Schedule,
-        protocol: Protocol | None,
-        ranks: np.ndarray,
-        footprint: np.ndarray,
-        period: int | None,
-        adopted: FlowState | None = None,
-    ) -> Timing | None:
-        """Run the call alone on the scratch network (same graph, efficiencies, reducers
-        and link classes), with the flows ``adopted`` (what they have left) if given;
-        None if it cannot finish alone."""
-        network = self.network
+    def _scratch_network(self) -> FlowNetwork:
+        """The scratch network for timing calls alone (same graph, efficiencies and link
+        classes), shared through the store by replays whose scratch would be set up
+        alike: the same efficiencies, link classes and copies (reducers made for one
+        stand for that many copies)."""
         if self._scratch is None:
-            # Shared through the store by replays whose scratch would be set up alike:
-            # the same efficiencies, link classes and copies (reducers made for one
-            # stand for that many copies).
+            network = self.network
             key: tuple = (tuple(sorted(network.link_efficiency.items())), self.copies)
             if self.replicas is not None:
                 classes = hashlib.blake2b(self.replicas.link_class.tobytes(), digest_size=20)
@@ -699,7 +706,40 @@ class IsolatedCalls:
                         self.replicas.link_class, self.replicas.class_size
                     )
                 self._store.scratch[key] = self._scratch
-        scratch = self._scratch
+        return self._scratch
+
+    def _time_alone(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        footprint: np.ndarray,
+        period: int | None,
+        adopted: FlowState | None = None,
+    ) -> Timing | None:
+        """Run the call alone on the scratch network (same graph, efficiencies, reducers
+        and link classes), with the flows ``adopted`` (what they have left) if given;
+        None if it cannot finish alone. Every rank simulated and nothing taken over, it
+        runs on its binding links when the check settles it (see
+        :mod:`simulator.workload.reduced`), every flow on every link otherwise."""
+        if self.reduce_links and adopted is None and self.replicas is None and period is None:
+            timing = self._time_reduced(schedule, protocol, ranks, footprint)
+            if timing is not _UNSETTLED:
+                return timing  # type: ignore[return-value]
+        return self._time_flows(schedule, protocol, ranks, footprint, period, adopted)
+
+    def _time_flows(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        footprint: np.ndarray,
+        period: int | None,
+        adopted: FlowState | None = None,
+    ) -> Timing | None:
+        """:meth:`_time_alone` with every flow on every link of its route."""
+        network = self.network
+        scratch = self._scratch_network()
         env = simpy.Environment()
         scratch.reset_clock(env)
         represented = scratch.stats.represented_flows
@@ -765,6 +805,172 @@ class IsolatedCalls:
             flows=flows,
             represented=represented,
             sent=sent,
+        )
+
+    def _time_reduced(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        footprint: np.ndarray,
+    ) -> Timing | object | None:
+        """The call's timing alone from a run on its binding links (see
+        :mod:`simulator.workload.reduced`), shared by calls whose kept routes are alike;
+        :data:`_UNSETTLED` when the check does not settle within its rounds (the caller
+        then simulates every flow)."""
+        network = self.network
+        n = schedule.n_ops
+        last = self._last_routes
+        if last is not None and last[0] is schedule and last[1] == ranks.tobytes():
+            routes = last[2]
+        else:
+            routes = route_ops(
+                network.router, schedule, np.arange(n), ranks[schedule.src], ranks[schedule.dst]
+            )
+        shape = rd.route_shape(network, routes)
+        entries = rd.incidence(shape)
+        kept = {int(a) for a in shape.anchor.tolist() if a >= 0}
+        positions, bandwidths = self._reducers(schedule, ranks)
+        known = self._digests.get(id(schedule))
+        if known is None:
+            known = self._digests[id(schedule)] = (schedule, schedule_digest(schedule))
+        base = hashlib.blake2b(known[1], digest_size=20)
+        base.update(np.array(positions, dtype=np.int64).tobytes())
+        base.update(np.array(bandwidths, dtype=float).tobytes())
+        base.update(repr((protocol, sorted(network.link_efficiency.items()))).encode())
+        base_digest = base.digest()
+        for _ in range(rd.MAX_ROUNDS):
+            reduced = rd.kept_routes(shape, kept)
+            signature = rd.reduced_signature(
+                base_digest,
+                shape,
+                reduced,
+                self._link_attributes,
+                lambda links: [network.links.kind[i] for i in links.tolist()],
+            )
+            if signature not in self._store.reduced:
+                self._store.reduced[signature] = self._run_reduced(
+                    schedule, protocol, ranks, shape, reduced, positions, bandwidths
+                )
+                self.reduced_runs += 1
+            run = self._store.reduced[signature]
+            if run is None:
+                return _UNSETTLED
+            binding = rd.binding_links(shape, kept, run, network.capacity, entries)
+            if not binding:
+                return self._reduced_timing(run, footprint, entries)
+            kept |= binding
+        return _UNSETTLED
+
+    def _reducers(self, schedule: Schedule, ranks: np.ndarray) -> tuple[list[int], list[float]]:
+        """Positions of the call's ranks that reduce on a reducer, and its bandwidth (as
+        :meth:`_footprint` lists them)."""
+        if not schedule.reduce.any():
+            return [], []
+        positions, bandwidths = [], []
+        for position in np.unique(schedule.dst[schedule.reduce]).tolist():
+            bandwidth = float(self.reduce_bandwidth[ranks[position]])
+            if np.isfinite(bandwidth):
+                positions.append(position)
+                bandwidths.append(bandwidth)
+        return positions, bandwidths
+
+    def _run_reduced(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        shape: rd.RouteShape,
+        reduced: list[tuple[int, ...]],
+        positions: list[int],
+        bandwidths: list[float],
+    ) -> rd.ReducedRun | None:
+        """Run the call alone on the scratch network with its flows on ``reduced``
+        routes (delivered after their whole routes' latency); None if it does not
+        finish."""
+        scratch = self._scratch_network()
+        routes_in = self._store.derived.setdefault(("stand-in routes", id(scratch)), {})
+        stand_in = np.empty(len(reduced), dtype=np.int64)
+        for r, (links, latency) in enumerate(zip(reduced, shape.latency.tolist(), strict=True)):
+            key = (links, latency)
+            route = routes_in.get(key)  # type: ignore[union-attr]
+            if route is None:
+                route = routes_in[key] = add_stand_in_route(  # type: ignore[index]
+                    scratch.router, list(links), latency
+                )
+            stand_in[r] = route
+        env = simpy.Environment()
+        scratch.reset_clock(env)
+        represented = scratch.stats.represented_flows
+        done_at = np.full(schedule.ranks, np.nan)
+
+        def rank_done(done: np.ndarray) -> None:
+            done_at[done] = env.now
+
+        replay = rd.StandInReplay(
+            scratch,
+            schedule,
+            rank_map=ranks,
+            reduce_bandwidth=self.reduce_bandwidth,
+            on_rank_done=rank_done,
+            protocol=protocol,
+            stand_in=stand_in[shape.op_route],
+        )
+        finished = replay.start()
+        env.run()
+        if not finished.triggered or np.isnan(done_at).any():
+            return None
+        scratch.close_link_records()
+        ptr, flat, _ = scratch.router.arrays()
+        reducers = np.zeros((len(positions), 4))
+        for i, (position, bandwidth) in enumerate(zip(positions, bandwidths, strict=True)):
+            route = scratch.reducer_route(int(ranks[position]), bandwidth, class_size=self.copies)
+            link = int(flat[ptr[route]])
+            reducers[i] = (
+                scratch.link_bytes[link],
+                scratch.link_busy[link],
+                scratch.link_idle_at[link],
+                scratch.link_flow_s[link],
+            )
+        flow_start, sent, wire = replay.intervals()
+        return rd.ReducedRun(
+            flow_start=flow_start,
+            sent=sent,
+            done_at=done_at - replay.t0,
+            reducers=reducers,
+            wire=wire,
+            flows=scratch.stats.flows,
+            represented=scratch.stats.represented_flows - represented,
+        )
+
+    def _reduced_timing(
+        self,
+        run: rd.ReducedRun,
+        footprint: np.ndarray,
+        entries: tuple[np.ndarray, np.ndarray],
+    ) -> Timing:
+        """A call's timing from the reduced run it shares: its records on its own links
+        from its flows' intervals, its reducers' from the run."""
+        kinds = self.network.links.kind
+        reducer = np.array([kinds[i] == "reduce" for i in footprint.tolist()], dtype=bool)
+        m = len(footprint)
+        nbytes, busy, idle, flow_s = np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m)
+        graph = np.flatnonzero(~reducer)
+        nbytes[graph], busy[graph], idle[graph], flow_s[graph] = rd.link_records(
+            run, entries, footprint[graph]
+        )
+        if reducer.any():
+            nbytes[reducer], busy[reducer], idle[reducer], flow_s[reducer] = run.reducers.T
+        offsets, group = np.unique(run.done_at, return_inverse=True)
+        done = [(float(t), np.flatnonzero(group == i)) for i, t in enumerate(offsets.tolist())]
+        return Timing(
+            done=done,
+            release_s=np.where(busy > 0, idle, 0.0),
+            nbytes=nbytes,
+            busy_s=busy,
+            flow_s=flow_s,
+            flows=run.flows,
+            represented=run.represented,
         )
 
 

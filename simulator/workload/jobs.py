@@ -29,6 +29,9 @@ The replay's shortcuts stay on, because each is checked rather than assumed:
   applies when every job is given so with the same TP size: the merged shift moves
   each job's TP ranks among its own GPUs, and the replay checks the shadows as for one
   job (building every rank where they are not alike); otherwise every rank is built.
+  A job whose masters' calls or sends cross servers over several shortest paths is
+  given every rank from the start: ECMP hashes each TP rank onto paths of its own, and
+  the replay would find the shadows unlike only after running them.
 
 Per job and link, the bytes a job puts on a link depend on its routes and schedules
 only (routes are hashed, not load-dependent; the library decides per group, operation
@@ -53,11 +56,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import networkx as nx
 import numpy as np
 
 from ..errors import CcsimError
+from ..network.routing import Router
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from .engine import OpRecord, WorkloadReplay, WorkloadRun
 from .isolated import TimingStore
@@ -164,13 +169,16 @@ def merge_jobs(
     gpus: Sequence[np.ndarray],
     names: Sequence[str],
     gpu_count: int,
+    cache: dict | None = None,
 ) -> JobsWorkload:
     """One workload of several jobs on a cluster of ``gpu_count`` GPUs: job ``j``'s rank
     ``r`` on GPU ``gpus[j][r]`` (see the module docstring). Jobs given by one replica
     stay so when all of them are, with the same count and unit; otherwise their every
     replica is built. Likewise jobs given by tensor-parallel masters
     (:class:`~simulator.workload.trace.Shadows`) stay so when all of them are, with the
-    same TP size; otherwise their every TP rank is built."""
+    same TP size; otherwise their every TP rank is built. ``cache``: a job's merged ops
+    by what sets them (its workload, name, GPUs and first index), reused by later
+    merges given the same dict (ops are never modified)."""
     workloads = _with_shadows_alike(workloads, names)
     given = [w.replicas for w in workloads]
     shared = (
@@ -195,7 +203,13 @@ def merge_jobs(
     for workload, placed, name in zip(workloads, gpus, names, strict=True):
         offset = len(ops)
         where = [int(g) for g in placed]
-        ops.extend(_job_op(op, offset, name, where) for op in workload.ops)
+        key = (id(workload), name, offset, tuple(where))
+        known = None if cache is None else cache.get(key)
+        if known is None:
+            known = (workload, [_job_op(op, offset, name, where) for op in workload.ops])
+            if cache is not None:
+                cache[key] = known  # keeps the workload, so that its id stays its own
+        ops.extend(known[1])
         for group in workload.groups.values():
             groups[f"{name}/{group.name}"] = Group(
                 f"{name}/{group.name}", [where[r] for r in group.ranks], group.kind
@@ -217,7 +231,7 @@ def merge_jobs(
 
         def build(k: bool | int) -> JobsWorkload:
             built = [w.replicas.build(k) for w in originals]  # type: ignore[union-attr]
-            return merge_jobs(built, gpus, names, gpu_count)
+            return merge_jobs(built, gpus, names, gpu_count, cache)
 
         replicas = Replicas(
             count=first.count,  # type: ignore[union-attr]
@@ -248,7 +262,7 @@ def merge_jobs(
 
         def build_ranks() -> JobsWorkload:
             built = [w.shadows.build() for w in shadowed]  # type: ignore[union-attr]
-            return merge_jobs(built, gpus, names, gpu_count)
+            return merge_jobs(built, gpus, names, gpu_count, cache)
 
         shadows = Shadows(
             first_shadows.count,
@@ -375,9 +389,12 @@ def run_jobs(
     # not by which run built the schedule): the run together finds most of its calls
     # timed already by the runs alone.
     timings = options.pop("timings", None) or TimingStore(graph)
+    # Jobs' merged ops, shared by the runs where a job is merged alike (the first job
+    # alone and together).
+    merged_ops: dict = {}
 
     def replay(workloads: list[Workload], where: list[np.ndarray], who: list[str]) -> WorkloadRun:
-        merged = merge_jobs(workloads, where, who, count)
+        merged = merge_jobs(workloads, where, who, count, merged_ops)
         callback = progress(" + ".join(who)) if progress is not None else None
         return WorkloadReplay(merged, graph, timings=timings, **options).run(callback)
 
@@ -387,8 +404,13 @@ def run_jobs(
     # the same either way; only the CPU time differs.
     given: dict[int, Workload] = {}
     alone = []
+    router = timings.tables()[1]
     for job, g in zip(jobs, gpus, strict=True):
         workload = given.get(id(job.workload), job.workload)
+        if id(job.workload) not in given and _routes_hash(workload, g, servers, router):
+            # Its TP ranks' calls cross hashed paths: the replay would find the masters
+            # unlike their shadows only after running them, then start over whole.
+            workload = workload.shadows.build()  # type: ignore[union-attr]
         run = replay([workload], [g], [job.name])
         given[id(job.workload)] = _whole_where_unlike(workload, run)
         alone.append(run)
@@ -441,6 +463,32 @@ def run_jobs(
     )
 
 
+def _routes_hash(workload: Workload, gpus: np.ndarray, servers: list, router: Router) -> bool:
+    """Whether ``workload``, given by TP masters that can build the rest and placed on
+    ``gpus``, has a group of a master with two ranks next to each other, or a master's
+    pipeline send, on different servers that several shortest paths join. ECMP then
+    hashes each TP rank's calls and sends onto paths of their own, and the replay would
+    find the masters unlike their shadows (a guess about CPU time only: either way the
+    steps are those of every rank built)."""
+    shadows = workload.shadows
+    if shadows is None or shadows.build is None:
+        return False
+    masters = shadows.masters
+    ends: set[tuple[int, int]] = set()
+    for group in workload.groups.values():
+        if not masters.isdisjoint(group.ranks):  # the replay runs only these
+            ends.update(pairwise(group.ranks))
+    ops = workload.ops
+    for send, receive in workload.pairs:
+        if ops[send].rank in masters:
+            ends.add((ops[send].rank, ops[receive].rank))
+    placed = [(int(gpus[a]), int(gpus[b])) for a, b in sorted(ends)]
+    crossing = np.array([(a, b) for a, b in placed if servers[a] != servers[b]], dtype=np.int64)
+    if len(crossing) == 0:
+        return False
+    return not bool(router.single_path(crossing[:, 0], crossing[:, 1]).all())
+
+
 def _whole_where_unlike(workload: Workload, run: WorkloadRun) -> Workload:
     """``workload`` with every TP rank (every replica) built where ``run`` found its TP
     masters (its first replica) unlike the rest; as given otherwise."""
@@ -449,6 +497,11 @@ def _whole_where_unlike(workload: Workload, run: WorkloadRun) -> Workload:
         workload = shadows.build()
     replicas = workload.replicas
     if run.replicas.get("simulated") == "all" and replicas is not None and replicas.build:
+        parts = getattr(run.workload, "parts", [])
+        if workload.shadows is None and len(parts) == 1 and parts[0].workload.replicas is None:
+            # The replay built it so (replicas.build(False) of this very workload): the
+            # same ops, not built a second time (seconds for a 1,024-GPU job).
+            return parts[0].workload
         workload = replicas.build(False)
     return workload
 
