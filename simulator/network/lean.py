@@ -55,9 +55,12 @@ class LeanFlowNetwork:
         self.stats = network.stats
         self._owners: list[FlowOwner | None] = []
         self._capacity: list[float] = []
-        self._route_links: dict[int, tuple[int, ...]] = {}
+        # Route id -> (its links, its slowest link's capacity, its latency), read once:
+        # a flow alone on its route is rated and delivered from these without a lookup
+        # per link (capacities do not change here: no timed faults).
+        self._route_info: dict[int, tuple[tuple[int, ...], float, float]] = {}
         # Flow id -> [op, owner, links, bytes, left, rate, last, finish, version, route,
-        # weight].
+        # weight, bottleneck].
         self._flows: dict[int, list] = {}
         self._next_id = 0
         self._on_link: dict[int, set[int]] = {}
@@ -111,26 +114,45 @@ class LeanFlowNetwork:
         if len(ops) == 0:
             return
         now = self.env.now
-        ptr, flat, _ = self.router.arrays()
-        weights = [1.0] * len(ops) if weight is None else np.asarray(weight, float).tolist()
-        for op, route, size, copies in zip(
-            np.asarray(ops).tolist(), np.asarray(routes).tolist(), np.asarray(nbytes).tolist(),
-            weights, strict=True,
-        ):  # fmt: skip
-            links = self._route_links.get(route)
-            if links is None:
-                links = self._route_links[route] = tuple(flat[ptr[route] : ptr[route + 1]].tolist())
+        info, flows, pending = self._route_info, self._flows, self._pending
+        if len(ops) == 1:  # one flow (a drifting ring's hop): no list conversions
+            copies = 1.0 if weight is None else float(weight[0])
+            items: object = ((int(ops[0]), int(routes[0]), float(nbytes[0]), copies),)
+            total = copies
+        else:
+            weights = [1.0] * len(ops) if weight is None else np.asarray(weight, float).tolist()
+            items = zip(
+                np.asarray(ops).tolist(), np.asarray(routes).tolist(),
+                np.asarray(nbytes).tolist(), weights, strict=True,
+            )  # fmt: skip
+            total = sum(weights)
+        for op, route, size, copies in items:
+            entry = info.get(route)
+            if entry is None:
+                entry = self._route_entry(route)
             fid = self._next_id
-            self._next_id += 1
-            self._flows[fid] = [op, owner, links, size, size, 0.0, now, np.inf, 0, route, copies]
-            self._pending.append(fid)
+            self._next_id = fid + 1
+            flows[fid] = [op, owner, entry[0], size, size, 0.0, now, np.inf, 0, route, copies,
+                          entry[1]]  # fmt: skip
+            pending.append(fid)
         self.stats.flows += len(ops)
-        self.stats.represented_flows += sum(weights)
+        self.stats.represented_flows += total
         if not self._in_wake:
             # Rated at once, not after the rest of this instant's callbacks as the
             # FlowNetwork does (one event fewer per start): flows another callback adds
             # at the same instant re-rate what they meet then, to the same max-min rates.
             self._settle([])
+
+    def _route_entry(self, route: int) -> tuple[tuple[int, ...], float, float]:
+        """Read ``route``'s links, bottleneck and latency once (see ``_route_info``)."""
+        ptr, flat, latency = self.router.arrays()
+        links = tuple(flat[ptr[route] : ptr[route + 1]].tolist())
+        if links and max(links) >= len(self._capacity):  # reducer links appended since
+            self._capacity = self.network.capacity.tolist()
+        capacity = self._capacity
+        bottleneck = min((capacity[link] for link in links), default=np.inf)
+        entry = self._route_info[route] = (links, bottleneck, float(latency[route]))
+        return entry
 
     def close_link_records(self) -> None:
         """Close busy intervals of links still carrying flows and add this network's
@@ -152,57 +174,58 @@ class LeanFlowNetwork:
         self._bytes, self._busy, self._idle_at = {}, {}, {}
 
     # -- rates ----------------------------------------------------------------------------
-    def _capacity_of(self, link: int) -> float:
-        if link >= len(self._capacity):  # reducer links appended since
-            self._capacity = self.network.capacity.tolist()
-        return self._capacity[link]
-
     def _settle(self, finished: list[int]) -> None:
         """Take in pending flows, drop ``finished`` ones, re-rate what they touch."""
         now = self.env.now
-        on_link = self._on_link
+        on_link, flows = self._on_link, self._flows
         seeds: set[int] = set()
-        for fid in finished:
-            for link in self._flows.pop(fid)[2]:
-                flows = on_link[link]
-                flows.discard(fid)
-                if flows:
-                    seeds.add(link)
-                else:
-                    self._busy[link] = self._busy.get(link, 0.0) + now - self._since[link]
-                    self._idle_at[link] = now
-        new, self._pending = self._pending, []
-        for fid in new:
-            for link in self._flows[fid][2]:
-                flows = on_link.get(link)
-                if flows is None:
-                    flows = on_link[link] = set()
-                if not flows:
-                    self._since[link] = now
-                flows.add(fid)
-        shared: list[int] = []
-        for fid in new:
-            flow = self._flows[fid]
-            links = flow[2]
-            if not links:  # both ends on one node: sent at once
-                flow[5], flow[7] = np.inf, now
-                self._push(fid, flow)
-            elif all(len(on_link[link]) == 1 for link in links):
-                copies = flow[10]
-                rate = min(self._capacity_of(link) / copies for link in links)
-                left = flow[4]
-                flow[5], flow[6] = rate, now
-                flow[7] = _finish(now, left, rate)
-                self.stats.recomputed_flows += 1
-                self._push(fid, flow)
-            else:
-                shared.append(fid)
-                seeds.update(links)
-        for link in list(seeds):  # links the ended flows left empty change nothing
-            if not on_link[link]:
-                seeds.discard(link)
+        if finished:
+            busy, since, idle_at = self._busy, self._since, self._idle_at
+            for fid in finished:
+                for link in flows.pop(fid)[2]:
+                    on = on_link[link]
+                    on.discard(fid)
+                    if on:
+                        seeds.add(link)
+                    else:
+                        busy[link] = busy.get(link, 0.0) + now - since[link]
+                        idle_at[link] = now
+        new = self._pending
+        if new:
+            self._pending = []
+            since = self._since
+            for fid in new:
+                for link in flows[fid][2]:
+                    on = on_link.get(link)
+                    if on is None:
+                        on = on_link[link] = set()
+                    if not on:
+                        since[link] = now
+                    on.add(fid)
+            for fid in new:
+                flow = flows[fid]
+                links = flow[2]
+                if not links:  # both ends on one node: sent at once
+                    flow[5], flow[7] = np.inf, now
+                    self._push(fid, flow)
+                    continue
+                for link in links:
+                    if len(on_link[link]) != 1:
+                        seeds.update(links)
+                        break
+                else:  # alone on every link: its slowest link's rate, no max-min
+                    # min(c / k) over the links is min(c) / k exactly (division by k > 0
+                    # is monotonic in c), the FlowNetwork's rate.
+                    rate = flow[11] / flow[10]
+                    flow[5], flow[6] = rate, now
+                    flow[7] = _finish(now, flow[4], rate)
+                    self.stats.recomputed_flows += 1
+                    self._push(fid, flow)
         if seeds:
-            self._recompute(self._component(seeds), now)
+            # Links the ended flows left empty change nothing.
+            seeds = {link for link in seeds if on_link[link]}
+            if seeds:
+                self._recompute(self._component(seeds), now)
         self._schedule_wake()
 
     def _component(self, seeds: set[int]) -> set[int]:
@@ -225,7 +248,7 @@ class LeanFlowNetwork:
         """Max-min fair rates of ``group`` (a whole component), by progressive filling."""
         self.stats.recomputes += 1
         self.stats.recomputed_flows += len(group)
-        flows = self._flows
+        flows, capacity = self._flows, self._capacity
         remaining: dict[int, float] = {}
         # Per link: the summed weight of its rising flows, and how many there are.
         count: dict[int, float] = {}
@@ -238,7 +261,7 @@ class LeanFlowNetwork:
             flow[6] = now
             for link in flow[2]:
                 if link not in count:
-                    remaining[link] = self._capacity_of(link)
+                    remaining[link] = capacity[link]
                     count[link] = 0.0
                     number[link] = 0
                 count[link] += flow[10]
@@ -315,6 +338,9 @@ class LeanFlowNetwork:
             if flow is not None and flow[8] == version:
                 flow[8] += 1  # ends now: any other entry of it is stale
                 done.append(fid)
+        if len(done) == 1:
+            self._end_one(done[0])
+            return
         by_owner: dict[int, list[tuple[int, int]]] = {}
         for fid in done:
             flow = flows[fid]
@@ -340,6 +366,28 @@ class LeanFlowNetwork:
         finally:
             self._in_wake = False
         self._settle(done)
+
+    def _end_one(self, fid: int) -> None:
+        """:meth:`_wake`'s work for one ending flow (the usual case: flows that drift
+        apart end one at a time), without grouping by owner."""
+        flow = self._flows[fid]
+        carried = flow[3] * flow[10]
+        records = self._bytes
+        for link in flow[2]:
+            records[link] = records.get(link, 0.0) + carried
+        ops = np.array([flow[0]], dtype=np.int64)
+        self._in_wake = True
+        try:
+            target_owner = self._owners[flow[1]]  # on_sent may finish and release it
+            target_owner.on_sent(ops)
+            wanted = getattr(target_owner, "wants_delivery", None)
+            if wanted is None or wanted(ops)[0]:
+                delivered = target_owner.on_delivered
+                delay = self._route_info[flow[9]][2]
+                self.env.timeout(delay).callbacks.append(lambda _event: delivered(ops))
+        finally:
+            self._in_wake = False
+        self._settle([fid])
 
     def _deliver_later(
         self, callback: Callable[[np.ndarray], None], ops: np.ndarray, delay: np.ndarray
