@@ -63,18 +63,20 @@ class LeanFlowNetwork:
         # weight, bottleneck].
         self._flows: dict[int, list] = {}
         self._next_id = 0
-        self._on_link: dict[int, set[int]] = {}
+        # Per link (lists indexed by link id, grown with the capacities): the flows on
+        # it (None until one comes), and its records: bytes, busy seconds, since when
+        # busy, last idle instant (-inf: never idle yet).
+        self._on_link: list[set[int] | None] = []
+        self._bytes: list[float] = []
+        self._busy: list[float] = []
+        self._since: list[float] = []
+        self._idle_at: list[float] = []
         self._pending: list[int] = []
         self._heap: list[tuple[float, int, int]] = []
         self._in_wake = False
         self._generation = 0
         # When the live wake-up (of generation ``_generation``) fires; None: none.
         self._wake_at: float | None = None
-        # Records: bytes, busy seconds, since when busy, last idle instant, per link.
-        self._bytes: dict[int, float] = {}
-        self._busy: dict[int, float] = {}
-        self._since: dict[int, float] = {}
-        self._idle_at: dict[int, float] = {}
 
     # -- what a ScheduleReplay asks of its network ----------------------------------------
     def register(self, owner: FlowOwner) -> int:
@@ -148,30 +150,38 @@ class LeanFlowNetwork:
         ptr, flat, latency = self.router.arrays()
         links = tuple(flat[ptr[route] : ptr[route + 1]].tolist())
         if links and max(links) >= len(self._capacity):  # reducer links appended since
-            self._capacity = self.network.capacity.tolist()
+            self._grow()
         capacity = self._capacity
         bottleneck = min((capacity[link] for link in links), default=np.inf)
         entry = self._route_info[route] = (links, bottleneck, float(latency[route]))
         return entry
 
+    def _grow(self) -> None:
+        """Per-link lists for every link of the wrapped network (reducers included)."""
+        self._capacity = self.network.capacity.tolist()
+        more = len(self._capacity) - len(self._on_link)
+        self._on_link.extend([None] * more)
+        self._bytes.extend([0.0] * more)
+        self._busy.extend([0.0] * more)
+        self._since.extend([0.0] * more)
+        self._idle_at.extend([-np.inf] * more)
+
     def close_link_records(self) -> None:
         """Close busy intervals of links still carrying flows and add this network's
         records to the wrapped network's arrays."""
         now = self.env.now
-        for link, flows in self._on_link.items():
+        for link, flows in enumerate(self._on_link):
             if flows:
-                self._busy[link] = self._busy.get(link, 0.0) + now - self._since[link]
+                self._busy[link] += now - self._since[link]
                 self._since[link] = now
         net = self.network
-        for records, target in ((self._bytes, net.link_bytes), (self._busy, net.link_busy)):
-            if records:
-                ids = np.fromiter(records.keys(), dtype=np.int64, count=len(records))
-                np.add.at(target, ids, np.fromiter(records.values(), float, len(records)))
-        if self._idle_at:
-            ids = np.fromiter(self._idle_at.keys(), dtype=np.int64, count=len(self._idle_at))
-            values = np.fromiter(self._idle_at.values(), float, len(self._idle_at))
-            np.maximum.at(net.link_idle_at, ids, values)
-        self._bytes, self._busy, self._idle_at = {}, {}, {}
+        n = len(self._on_link)
+        # Links without records add 0 (bytes, busy) or -inf (idle): nothing changes there.
+        net.link_bytes[:n] += np.array(self._bytes)
+        net.link_busy[:n] += np.array(self._busy)
+        np.maximum(net.link_idle_at[:n], np.array(self._idle_at), out=net.link_idle_at[:n])
+        self._bytes, self._busy = [0.0] * n, [0.0] * n
+        self._idle_at = [-np.inf] * n
 
     # -- rates ----------------------------------------------------------------------------
     def _settle(self, finished: list[int]) -> None:
@@ -188,7 +198,7 @@ class LeanFlowNetwork:
                     if on:
                         seeds.add(link)
                     else:
-                        busy[link] = busy.get(link, 0.0) + now - since[link]
+                        busy[link] += now - since[link]
                         idle_at[link] = now
         new = self._pending
         if new:
@@ -196,7 +206,7 @@ class LeanFlowNetwork:
             since = self._since
             for fid in new:
                 for link in flows[fid][2]:
-                    on = on_link.get(link)
+                    on = on_link[link]
                     if on is None:
                         on = on_link[link] = set()
                     if not on:
@@ -249,6 +259,19 @@ class LeanFlowNetwork:
         self.stats.recomputes += 1
         self.stats.recomputed_flows += len(group)
         flows, capacity = self._flows, self._capacity
+        if len(group) == 1:
+            # Alone on its links (a component of one): the filling's one level is its
+            # slowest link's capacity over its weight, min(c / k) = min(c) / k exactly.
+            for fid in group:
+                flow = flows[fid]
+                elapsed = now - flow[6]
+                if elapsed > 0 and flow[5] > 0:
+                    flow[4] = max(flow[4] - flow[5] * elapsed, 0.0)
+                flow[6] = now
+                flow[5] = flow[11] / flow[10]
+                flow[7] = _finish(now, flow[4], flow[5])
+                self._push(fid, flow)
+            return
         remaining: dict[int, float] = {}
         # Per link: the summed weight of its rising flows, and how many there are.
         count: dict[int, float] = {}
@@ -259,46 +282,44 @@ class LeanFlowNetwork:
             if elapsed > 0 and flow[5] > 0:
                 flow[4] = max(flow[4] - flow[5] * elapsed, 0.0)
             flow[6] = now
+            copies = flow[10]
             for link in flow[2]:
-                if link not in count:
+                if link in count:
+                    count[link] += copies
+                    number[link] += 1
+                else:
                     remaining[link] = capacity[link]
-                    count[link] = 0.0
-                    number[link] = 0
-                count[link] += flow[10]
-                number[link] += 1
+                    count[link] = 0.0 + copies
+                    number[link] = 1
         rising = set(group)
         on_link = self._on_link
         while rising:
-            level = math.inf
-            for link, n in count.items():
-                if number[link]:
-                    share = max(remaining[link], 0.0) / n
-                    if share < level:
-                        level = share
+            # Each link's fair share this level (links whose flows all froze: none).
+            shares = {
+                link: max(remaining[link], 0.0) / n for link, n in count.items() if number[link]
+            }
+            level = min(shares.values(), default=math.inf)
             if not math.isfinite(level):
                 break
             limit = level * (1 + _TIE)
-            frozen = [
-                link
-                for link, n in count.items()
-                if number[link] and max(remaining[link], 0.0) / n <= limit
-            ]
-            for link in frozen:
+            for link, share in shares.items():
+                if share > limit:
+                    continue
                 for fid in on_link[link]:
                     if fid in rising:
                         rising.discard(fid)
                         flow = flows[fid]
                         flow[5] = level
+                        copies = flow[10]
                         for other in flow[2]:
-                            remaining[other] -= level * flow[10]
-                            count[other] -= flow[10]
+                            remaining[other] -= level * copies
+                            count[other] -= copies
                             number[other] -= 1
         for fid in rising:  # only infinite links: no limit
             flows[fid][5] = np.inf
         for fid in group:
             flow = flows[fid]
-            left = flow[4]
-            flow[7] = _finish(now, left, flow[5])
+            flow[7] = _finish(now, flow[4], flow[5])
             self._push(fid, flow)
 
     def _push(self, fid: int, flow: list) -> None:
@@ -346,7 +367,7 @@ class LeanFlowNetwork:
             flow = flows[fid]
             carried = flow[3] * flow[10]
             for link in flow[2]:
-                self._bytes[link] = self._bytes.get(link, 0.0) + carried
+                self._bytes[link] += carried
             by_owner.setdefault(flow[1], []).append((flow[0], flow[9]))
         self._in_wake = True
         try:
@@ -374,7 +395,7 @@ class LeanFlowNetwork:
         carried = flow[3] * flow[10]
         records = self._bytes
         for link in flow[2]:
-            records[link] = records.get(link, 0.0) + carried
+            records[link] += carried
         ops = np.array([flow[0]], dtype=np.int64)
         self._in_wake = True
         try:
