@@ -311,7 +311,7 @@ class ScheduleReplay:
             if self._pending[succ[0]] == 0:
                 self._launch(succ)
             return
-        np.subtract.at(self._pending, succ, 1)
+        np.subtract.at(self._pending, succ, np.int32(1))  # its type: ufunc.at's fast path
         ready = succ[self._pending[succ] == 0]
         self._launch(np.unique(ready) if len(ready) > 1 else ready)
 
