@@ -54,18 +54,31 @@ class LeanFlowNetwork:
         self.link_efficiency = network.link_efficiency
         self.stats = network.stats
         self._owners: list[FlowOwner | None] = []
-        self._capacity: list[float] = []
-        # Route id -> (its links, its slowest link's capacity, its latency), read once:
-        # a flow alone on its route is rated and delivered from these without a lookup
-        # per link (capacities do not change here: no timed faults).
+        # Route id -> (its links as internal ids, its slowest link's capacity, its
+        # latency), read once: a flow alone on its route is rated and delivered from
+        # these without a lookup per link (capacities do not change: no timed faults).
         self._route_info: dict[int, tuple[tuple[int, ...], float, float]] = {}
+        # Links are kept under internal ids. A link that only one route's flows use
+        # (a NIC's, a GPU's) carries exactly that route's flows, so all such links of a
+        # route have the same flows at every instant: they are kept as one *private*
+        # link of the route, of their least capacity, whose records are each of
+        # theirs (the same sums in the same order). Only links that several routes use
+        # are kept one by one. ``_use[link]``: routes over each graph link, counted over
+        # the router's routes when the first flow comes and over later routes as they
+        # come; a link a later route shares is split off its private link then.
+        self._use: list[int] | None = None
+        self._known_routes = 0
+        self._internal: dict[int, int] = {}  # graph link -> internal id (shared links)
+        self._members: dict[int, list[int]] = {}  # private link -> its graph links
+        self._private_of: dict[int, tuple[int, int]] = {}  # graph link -> (route, id)
+        self._capacity: list[float] = []  # per internal id
+        self._reseed: set[int] = set()  # private links whose capacity changed
         # Flow id -> [op, owner, links, bytes, left, rate, last, finish, version, route,
         # weight, bottleneck].
         self._flows: dict[int, list] = {}
         self._next_id = 0
-        # Per link (lists indexed by link id, grown with the capacities): the flows on
-        # it (None until one comes), and its records: bytes, busy seconds, since when
-        # busy, last idle instant (-inf: never idle yet).
+        # Per internal link id: the flows on it (None until one comes), and its records:
+        # bytes, busy seconds, since when busy, last idle instant (-inf: never idle).
         self._on_link: list[set[int] | None] = []
         self._bytes: list[float] = []
         self._busy: list[float] = []
@@ -148,23 +161,72 @@ class LeanFlowNetwork:
     def _route_entry(self, route: int) -> tuple[tuple[int, ...], float, float]:
         """Read ``route``'s links, bottleneck and latency once (see ``_route_info``)."""
         ptr, flat, latency = self.router.arrays()
-        links = tuple(flat[ptr[route] : ptr[route + 1]].tolist())
-        if links and max(links) >= len(self._capacity):  # reducer links appended since
-            self._grow()
-        capacity = self._capacity
-        bottleneck = min((capacity[link] for link in links), default=np.inf)
-        entry = self._route_info[route] = (links, bottleneck, float(latency[route]))
+        links = flat[ptr[route] : ptr[route + 1]].tolist()
+        capacity = self.network.capacity
+        if self._use is None:
+            self._use = np.bincount(flat, minlength=len(capacity)).tolist()
+            self._known_routes = len(ptr) - 1
+        use = self._use
+        if route >= self._known_routes:  # a route made since: count it now
+            for link in links:
+                while link >= len(use):
+                    use.append(0)
+                use[link] += 1
+                if use[link] == 2 and link in self._private_of:
+                    self._split(link)
+        shared = [self._link_id(link) for link in links if use[link] > 1]
+        private = [link for link in links if use[link] == 1]
+        if private:
+            own = self._new_id(min(float(capacity[link]) for link in private))
+            self._members[own] = private
+            for link in private:
+                self._private_of[link] = (route, own)
+            shared.append(own)
+        bottleneck = min((float(capacity[link]) for link in links), default=np.inf)
+        entry = self._route_info[route] = (tuple(shared), bottleneck, float(latency[route]))
         return entry
 
-    def _grow(self) -> None:
-        """Per-link lists for every link of the wrapped network (reducers included)."""
-        self._capacity = self.network.capacity.tolist()
-        more = len(self._capacity) - len(self._on_link)
-        self._on_link.extend([None] * more)
-        self._bytes.extend([0.0] * more)
-        self._busy.extend([0.0] * more)
-        self._since.extend([0.0] * more)
-        self._idle_at.extend([-np.inf] * more)
+    def _new_id(self, capacity: float) -> int:
+        """A new internal link of ``capacity``, without flows or records."""
+        self._capacity.append(capacity)
+        self._on_link.append(None)
+        self._bytes.append(0.0)
+        self._busy.append(0.0)
+        self._since.append(0.0)
+        self._idle_at.append(-np.inf)
+        return len(self._capacity) - 1
+
+    def _link_id(self, link: int) -> int:
+        """The internal id of a graph link kept one by one."""
+        found = self._internal.get(link)
+        if found is None:
+            found = self._internal[link] = self._new_id(float(self.network.capacity[link]))
+        return found
+
+    def _split(self, link: int) -> None:
+        """A later route shares ``link``, until now in a route's private link: keep it
+        one by one from now on, with the records and flows it has had so far."""
+        route, own = self._private_of.pop(link)
+        members = self._members[own]
+        members.remove(link)
+        mine = self._link_id(link)
+        self._bytes[mine] += self._bytes[own]
+        self._busy[mine] += self._busy[own]
+        self._idle_at[mine] = max(self._idle_at[mine], self._idle_at[own])
+        on = self._on_link[own]
+        if on:
+            self._on_link[mine] = set(on)
+            self._since[mine] = self._since[own]
+        capacity = self.network.capacity
+        self._capacity[own] = min((float(capacity[other]) for other in members), default=np.inf)
+        links, bottleneck, latency = self._route_info[route]
+        links = (*links, mine)
+        self._route_info[route] = (links, bottleneck, latency)
+        for fid in [*(on or ()), *self._pending]:
+            if self._flows[fid][9] == route:
+                self._flows[fid][2] = links
+        if on:
+            self._reseed.add(own)  # its capacity may have risen: re-rate its flows
 
     def close_link_records(self) -> None:
         """Close busy intervals of links still carrying flows and add this network's
@@ -174,14 +236,21 @@ class LeanFlowNetwork:
             if flows:
                 self._busy[link] += now - self._since[link]
                 self._since[link] = now
-        net = self.network
-        n = len(self._on_link)
-        # Links without records add 0 (bytes, busy) or -inf (idle): nothing changes there.
-        net.link_bytes[:n] += np.array(self._bytes)
-        net.link_busy[:n] += np.array(self._busy)
-        np.maximum(net.link_idle_at[:n], np.array(self._idle_at), out=net.link_idle_at[:n])
-        self._bytes, self._busy = [0.0] * n, [0.0] * n
-        self._idle_at = [-np.inf] * n
+        # Each graph link's internal id: its own, or its route's private link.
+        target = list(self._internal)
+        source = list(self._internal.values())
+        for own, members in self._members.items():
+            target += members
+            source += [own] * len(members)
+        if target:
+            net = self.network
+            ids = np.array(target, dtype=np.int64)
+            pick = np.array(source, dtype=np.int64)
+            np.add.at(net.link_bytes, ids, np.array(self._bytes)[pick])
+            np.add.at(net.link_busy, ids, np.array(self._busy)[pick])
+            np.maximum.at(net.link_idle_at, ids, np.array(self._idle_at)[pick])
+        n = len(self._capacity)
+        self._bytes, self._busy, self._idle_at = [0.0] * n, [0.0] * n, [-np.inf] * n
 
     # -- rates ----------------------------------------------------------------------------
     def _settle(self, finished: list[int]) -> None:
@@ -231,6 +300,9 @@ class LeanFlowNetwork:
                     flow[7] = _finish(now, flow[4], rate)
                     self.stats.recomputed_flows += 1
                     self._push(fid, flow)
+        if self._reseed:
+            seeds.update(self._reseed)
+            self._reseed.clear()
         if seeds:
             # Links the ended flows left empty change nothing.
             seeds = {link for link in seeds if on_link[link]}
