@@ -332,7 +332,9 @@ def successors(
         counts = np.bincount(pred, minlength=n)
         ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=ptr[1:])
-        if counts.max(initial=0) <= 1:
+        single = counts.max(initial=0) <= 1
+        del counts  # before the largest temporaries below (memory is the limit at scale)
+        if single:
             # At most one successor each (a ring's next hop, its next chunk): each goes
             # straight to its slot, without the stable sort (seconds at 8 M ops).
             succ = np.empty(len(pred), dtype=owner.dtype)
@@ -341,7 +343,6 @@ def successors(
             order = np.argsort(pred, kind="stable")
             succ = owner[mask][order]
             del order
-        del counts
         result.append((ptr, succ))
     return result[0], result[1]
 

@@ -215,7 +215,10 @@ class Router:
             self._paths: dict[tuple[int, int], tuple[int, ...] | dict] = {}
         p = len(self.nodes)
         # Codes: route id >= 0 (one path), -1 unknown, -2 - g multipath group g.
-        self._dense = np.full((p, p), -1, dtype=np.int32) if p <= _DENSE_LIMIT else None
+        # Dense: code + 1, 0 where unknown, so that the table starts as zero pages the
+        # system gives lazily (a router made only to share what it read from the graph
+        # never touches its 64 MB at 4,096 ranks).
+        self._dense = np.zeros((p, p), dtype=np.int32) if p <= _DENSE_LIMIT else None
         self._sparse: dict[int, int] = {}  # src * ranks + dst -> code
         self._groups: list[_Multipath] = []
         self._network_routes: dict[tuple[int, int], int] = {}
@@ -487,24 +490,25 @@ class Router:
     def _codes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         if self._dense is not None:
             codes = self._dense[src, dst]
-            missing = codes == -1
+            missing = codes == 0
             if missing.any():
                 # One int64 key per pair (numpy's unique over rows sorts a structured
-                # view); many keys are marked in a p x p table instead, which gives the
-                # distinct ones in order without a sort (sorting the 8 M transfers of a
-                # 1,024-rank ring took most of a second).
+                # view); more keys than table entries are marked in a p x p table
+                # instead, which gives the distinct ones in order without a sort
+                # (sorting the 8 M transfers of a 1,024-rank ring took most of a
+                # second) and holds no more bytes than an eighth of the keys.
                 p = self._dense.shape[0]
                 keys = src[missing].astype(np.int64) * p + dst[missing]
-                if len(keys) > p * p // 32:
+                if len(keys) >= p * p:
                     seen = np.zeros(p * p, dtype=bool)
                     seen[keys] = True
                     pairs = np.flatnonzero(seen)
                 else:
                     pairs = np.unique(keys)
                 for s, d in zip((pairs // p).tolist(), (pairs % p).tolist(), strict=True):
-                    self._dense[s, d] = self._code(s, d)
+                    self._dense[s, d] = self._code(s, d) + 1
                 codes = self._dense[src, dst]
-            return codes
+            return codes - 1
         # One int64 key per pair, looked up once per distinct pair (a call's schedule
         # repeats its pairs over channels, chunks and steps).
         p = len(self.nodes)
