@@ -9,7 +9,11 @@ over ECMP collisions) and meet in groups of two or three on an uplink. Here the 
 model runs on Python sets and floats: each link knows the flows on it, an event finds
 the flows connected to the links it changed by a walk over those sets, and max-min
 fairness (progressive filling, the same levels and ties as
-:func:`~simulator.network.maxmin.max_min_rates`) is computed on that group alone.
+:func:`~simulator.network.maxmin.max_min_rates`) is computed on that group alone. The
+links that one route alone uses (a GPU's, a NIC's) hold that route's flows and no
+others, so each route's are kept as one link of their least capacity (the same
+constraint), whose records each of them gets: a hop over a fat-tree is three links to
+walk, not six.
 
 The semantics are the FlowNetwork's: flows are rated when they start (the FlowNetwork
 rates those added at one instant together, after everything queued for it; here each
