@@ -369,8 +369,11 @@ def build_and_run(
     per_server = None if servers is None else int(np.bincount(np.asarray(servers)).max())
     refused = 0  # ops of the full schedule, when its quotient was refused
     refused_periods: list[int] = []
-    # Each period's check routes the same pairs: their shortest paths are searched once.
-    tables = network_tables(graph)
+    # After a refusal, each further run on the graph routes the same pairs: one set of
+    # tables for all of them, so that their shortest paths are searched once (not made
+    # before: a symmetric run needs one network, and at 131,072 GPUs a second copy of
+    # the link table costs 100 MB).
+    tables = None
     signatures = None
     for period in candidate_periods(p, per_server):
         if refused and signatures is None:
@@ -398,6 +401,8 @@ def build_and_run(
         except AsymmetricNetwork:
             refused = reps.n_ops * (p // period)
             refused_periods.append(period)
+            if tables is None:
+                tables = network_tables(graph)
     merged = None
     if refused <= MERGED_AFTER_REFUSAL:
         merged = _build_merged(algorithm, op, layout, size_bytes, **options)
