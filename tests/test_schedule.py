@@ -63,3 +63,26 @@ def test_malformed_files_give_clear_errors(tmp_path):
     assert "outside 0..2" in messages["rank out of range"]
     assert "to itself" in messages["self send"]
     assert "ccsim-schedule/1" in messages["wrong format"]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_successor_lists_invert_the_dependency_lists(algorithm):
+    """Each op's successors (waiting for it done, or sent) are exactly the ops that list
+    it as a dependency of that kind, in op order: checked op by op in plain Python. A
+    ring's ops have at most one of each (the lists are placed without a sort), a tree's
+    several."""
+    from simulator.algorithms.schedule import successors
+    from simulator.collective.run import rank_layout
+
+    schedule = build_schedule(
+        algorithm, "all_reduce", rank_layout(ring_graph(8, 1e9, 1e-6)), 2**20, chunks=3
+    )
+    expected = ({}, {})
+    for op in range(schedule.n_ops):
+        for j in range(schedule.dep_ptr[op], schedule.dep_ptr[op + 1]):
+            kind = int(schedule.dep_sent[j])
+            expected[kind].setdefault(int(schedule.dep_idx[j]), []).append(op)
+    for (ptr, idx), wanted in zip(successors(schedule), expected, strict=True):
+        assert len(ptr) == schedule.n_ops + 1
+        for op in range(schedule.n_ops):
+            assert idx[ptr[op] : ptr[op + 1]].tolist() == wanted.get(op, [])

@@ -329,11 +329,20 @@ def successors(
     for kind in (False, True):
         mask = schedule.dep_sent == kind
         pred = schedule.dep_idx[mask]
-        order = np.argsort(pred, kind="stable")
-        succ = owner[mask][order]
-        del order
+        counts = np.bincount(pred, minlength=n)
         ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(pred, minlength=n), out=ptr[1:])
+        np.cumsum(counts, out=ptr[1:])
+        single = counts.max(initial=0) <= 1
+        del counts  # before the largest temporaries below (memory is the limit at scale)
+        if single:
+            # At most one successor each (a ring's next hop, its next chunk): each goes
+            # straight to its slot, without the stable sort (seconds at 8 M ops).
+            succ = np.empty(len(pred), dtype=owner.dtype)
+            succ[ptr[pred]] = owner[mask]
+        else:
+            order = np.argsort(pred, kind="stable")
+            succ = owner[mask][order]
+            del order
         result.append((ptr, succ))
     return result[0], result[1]
 

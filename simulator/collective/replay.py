@@ -178,6 +178,19 @@ class ScheduleReplay:
     def _launch(self, ops: np.ndarray) -> None:
         if len(ops) == 0:
             return
+        if len(ops) == 1 and self._protocol is None:
+            # One transfer (a hop of a drifting ring, the mixed timing's usual launch):
+            # scalar stores and one-element views instead of fancy indexing.
+            op = int(ops[0])
+            now = self.env.now
+            self.start_s[op] = now
+            self._flow_start[op] = now
+            one = slice(op, op + 1)
+            weight = None if self._weight is None else self._weight[one]
+            self.network.add_flows(
+                self._owner, ops, self._route_table()[one], self._wire[one], weight
+            )
+            return
         self.start_s[ops] = self.env.now
         routes = self._route_table()[ops]
         if self._protocol is not None:
@@ -298,7 +311,7 @@ class ScheduleReplay:
             if self._pending[succ[0]] == 0:
                 self._launch(succ)
             return
-        np.subtract.at(self._pending, succ, 1)
+        np.subtract.at(self._pending, succ, np.int32(1))  # its type: ufunc.at's fast path
         ready = succ[self._pending[succ] == 0]
         self._launch(np.unique(ready) if len(ready) > 1 else ready)
 
@@ -315,6 +328,8 @@ class ScheduleReplay:
         """Of the flows just sent, complete the reductions (ids op + n_ops: their op is
         done) and return the transfers' ops."""
         n = self.schedule.n_ops
+        if len(ops) == 1 and ops[0] < n:  # one transfer: no array comparison
+            return ops
         reductions = ops >= n
         if not reductions.any():
             return ops

@@ -22,7 +22,8 @@ from ..algorithms.schedule import OPS, Merged, Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.protocol import PROTOCOLS, Protocol, calibration_of
 from ..network.faults import fault_plan, schedule_link_faults
-from ..network.flows import FlowNetwork, NetworkStats, run_env
+from ..network.flows import FlowNetwork, NetworkStats, network_tables, run_env
+from ..network.routing import LinkTable, Router
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
 from .contention_free import time_contention_free
@@ -130,6 +131,7 @@ def run_schedule(
     symmetry: str = "auto",
     events: bool = False,
     refused: Collection[int] = (),
+    tables: tuple[LinkTable, Router] | None = None,
 ) -> CollectiveResult:
     """Replay ``schedule`` on ``graph`` in a fresh SimPy environment.
 
@@ -156,6 +158,8 @@ def run_schedule(
     records; ``params["timing"] == "contention-free"``); ``events=True`` always
     simulates every flow event by event (the reference). ``refused`` lists rank shifts
     already found asymmetric (a quotient the network refused), not tried again.
+    ``tables``: ``graph``'s :func:`~simulator.network.flows.network_tables`, when
+    several runs on one graph share what is read from it (its shortest paths).
     """
     if symmetry not in SYMMETRY_MODES:
         raise unknown_choice("symmetry mode", symmetry, SYMMETRY_MODES)
@@ -194,7 +198,10 @@ def run_schedule(
     calibration = calibration_of(graph)
     proto = given or (None if protocol is None else calibration.protocol(protocol))
     network = FlowNetwork(
-        env, graph, link_efficiency=None if proto is None else calibration.efficiency
+        env,
+        graph,
+        link_efficiency=None if proto is None else calibration.efficiency,
+        tables=tables,
     )
     schedule_link_faults(network)  # issue 16: a faulted graph's timed link degradations
     reduce_bw = reduce_bandwidths(graph, reduce_bandwidth)
@@ -238,7 +245,7 @@ def run_schedule(
             )
         # Not settled (or a deadlock, which the full replay reports): start afresh.
         env = simpy.Environment()
-        network = FlowNetwork(env, graph)
+        network = FlowNetwork(env, graph, tables=tables)
         schedule_link_faults(network)
     if found is None:
         quotient = None
@@ -362,6 +369,11 @@ def build_and_run(
     per_server = None if servers is None else int(np.bincount(np.asarray(servers)).max())
     refused = 0  # ops of the full schedule, when its quotient was refused
     refused_periods: list[int] = []
+    # After a refusal, each further run on the graph routes the same pairs: one set of
+    # tables for all of them, so that their shortest paths are searched once (not made
+    # before: a symmetric run needs one network, and at 131,072 GPUs a second copy of
+    # the link table costs 100 MB).
+    tables = None
     signatures = None
     for period in candidate_periods(p, per_server):
         if refused and signatures is None:
@@ -384,10 +396,13 @@ def build_and_run(
                 reduce_bandwidth=reduce_bandwidth,
                 protocol=protocol,
                 progress=progress,
+                tables=tables,
             )
         except AsymmetricNetwork:
             refused = reps.n_ops * (p // period)
             refused_periods.append(period)
+            if tables is None:
+                tables = network_tables(graph)
     merged = None
     if refused <= MERGED_AFTER_REFUSAL:
         merged = _build_merged(algorithm, op, layout, size_bytes, **options)
@@ -395,7 +410,12 @@ def build_and_run(
         # No quotient ran (the network is not symmetric for one): the side-by-side
         # transfers merged, unless that would change a time (then the full schedule).
         result = run_merged(
-            graph, merged, reduce_bandwidth=reduce_bandwidth, protocol=protocol, progress=progress
+            graph,
+            merged,
+            reduce_bandwidth=reduce_bandwidth,
+            protocol=protocol,
+            progress=progress,
+            tables=tables,
         )
         if result is not None:
             return result
@@ -415,6 +435,7 @@ def build_and_run(
         protocol=protocol,
         progress=progress,
         refused=refused_periods,
+        tables=tables,
     )
 
 
@@ -436,6 +457,7 @@ def run_merged(
     protocol: str | Protocol | None = None,
     progress: Callable[[float], None] | None = None,
     events: bool = False,
+    tables: tuple[LinkTable, Router] | None = None,
 ) -> CollectiveResult | None:
     """Run a merged schedule (:mod:`simulator.collective.merged`) in the ideal model, as
     :func:`run_schedule` runs the full one without symmetry: the contention-free pass,
@@ -445,7 +467,7 @@ def run_merged(
     protocol, whose per-transfer proxies and latencies a merged op does not follow):
     the caller then runs the full schedule. Records are the full schedule's, op by op,
     up to :data:`EXPAND_FLOWS` ops; beyond, the merged ops' with their ``weight``
-    (``params["flows"] == "merged"``)."""
+    (``params["flows"] == "merged"``). ``tables``: as for :func:`run_schedule`."""
     if protocol is not None:
         return None
     schedule = merged.schedule
@@ -457,7 +479,7 @@ def run_merged(
     plan = fault_plan(graph)
     timed = plan is not None and bool(plan.timed_links)
     env = simpy.Environment()
-    network = FlowNetwork(env, graph)
+    network = FlowNetwork(env, graph, tables=tables)
     schedule_link_faults(network)
     timeline = None
     if not (events or timed) and len(reduce_bw) == p:
@@ -476,7 +498,7 @@ def run_merged(
             )
         if timeline is None:
             env = simpy.Environment()
-            network = FlowNetwork(env, graph)
+            network = FlowNetwork(env, graph, tables=tables)
             schedule_link_faults(network)
     if timeline is not None:
         elapsed = timeline.time_s

@@ -207,11 +207,18 @@ class Router:
             self.nodes = like.nodes
             self._order, self._gpus, self._server = like._order, like._gpus, like._server
             self._adj, self._radj = like._adj, like._radj
+            # Shortest paths are the graph's too (the ECMP hash picks among them later,
+            # per router): one search per pair for every network built like ``like``.
+            self._paths = like._paths
         else:
             self._read_graph(graph)
+            self._paths: dict[tuple[int, int], tuple[int, ...] | dict] = {}
         p = len(self.nodes)
         # Codes: route id >= 0 (one path), -1 unknown, -2 - g multipath group g.
-        self._dense = np.full((p, p), -1, dtype=np.int32) if p <= _DENSE_LIMIT else None
+        # Dense: code + 1, 0 where unknown, so that the table starts as zero pages the
+        # system gives lazily (a router made only to share what it read from the graph
+        # never touches its 64 MB at 4,096 ranks).
+        self._dense = np.zeros((p, p), dtype=np.int32) if p <= _DENSE_LIMIT else None
         self._sparse: dict[int, int] = {}  # src * ranks + dst -> code
         self._groups: list[_Multipath] = []
         self._network_routes: dict[tuple[int, int], int] = {}
@@ -429,6 +436,18 @@ class Router:
 
     def _code(self, s: int, d: int) -> int:
         """Route id of the pair's only shortest path, or -2 - g for multipath group g."""
+        paths = self._paths.get((s, d))
+        if paths is None:
+            paths = self._paths[(s, d)] = self._shortest_paths(s, d)
+        if isinstance(paths, tuple):
+            return self.route_over(paths)
+        self._groups.append(_Multipath(s, d, self.nodes[s], self.nodes[d], paths))
+        return -1 - len(self._groups)
+
+    def _shortest_paths(self, s: int, d: int) -> tuple[int, ...] | dict:
+        """The pair's only shortest path as link ids, or, where there are several, their
+        next-hop DAG (node -> next nodes in graph order); read from the graph alone, so
+        shared by routers built ``like`` one another."""
         first, last = self.nodes[s], self.nodes[d]
         pred = self._predecessors(first, last)
         on_path, stack = {last}, [last]
@@ -441,15 +460,15 @@ class Router:
             path = [last]
             while path[-1] != first:
                 path.append(pred[path[-1]][0])
-            return self._add_route(path[::-1])
+            index = self.links.index
+            return tuple(index[pair] for pair in pairwise(path[::-1]))
         next_hops: dict = {}
         for node in on_path:
             for before in pred.get(node, ()):
                 next_hops.setdefault(before, []).append(node)
         for options in next_hops.values():
             options.sort(key=self._order.__getitem__)
-        self._groups.append(_Multipath(s, d, first, last, next_hops))
-        return -1 - len(self._groups)
+        return next_hops
 
     def _pick(self, group: int, label: int) -> int:
         """The route of one (src, dst, label) in a multipath group, hashed hop by hop."""
@@ -471,16 +490,25 @@ class Router:
     def _codes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         if self._dense is not None:
             codes = self._dense[src, dst]
-            missing = codes == -1
+            missing = codes == 0
             if missing.any():
-                # One int64 key per pair: numpy's unique over rows (axis=0) sorts a
-                # structured view, seconds for the 8 M transfers of a 1,024-rank ring.
+                # One int64 key per pair (numpy's unique over rows sorts a structured
+                # view); more keys than table entries are marked in a p x p table
+                # instead, which gives the distinct ones in order without a sort
+                # (sorting the 8 M transfers of a 1,024-rank ring took most of a
+                # second) and holds no more bytes than an eighth of the keys.
                 p = self._dense.shape[0]
-                pairs = np.unique(src[missing].astype(np.int64) * p + dst[missing])
+                keys = src[missing].astype(np.int64) * p + dst[missing]
+                if len(keys) >= p * p:
+                    seen = np.zeros(p * p, dtype=bool)
+                    seen[keys] = True
+                    pairs = np.flatnonzero(seen)
+                else:
+                    pairs = np.unique(keys)
                 for s, d in zip((pairs // p).tolist(), (pairs % p).tolist(), strict=True):
-                    self._dense[s, d] = self._code(s, d)
+                    self._dense[s, d] = self._code(s, d) + 1
                 codes = self._dense[src, dst]
-            return codes
+            return codes - 1
         # One int64 key per pair, looked up once per distinct pair (a call's schedule
         # repeats its pairs over channels, chunks and steps).
         p = len(self.nodes)
