@@ -628,6 +628,7 @@ def megatron(
     moe_host_sync: bool = True,
     moe_a2a_overlap: bool = False,
     moe_host_layer_s: float = 0.0,
+    overlap_p2p_comm: bool | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -718,6 +719,15 @@ def megatron(
     layer's forward, twice that its backward: with a synchronisation each layer the host
     cannot run ahead, so a pass over n MoE layers takes at least n times that (a "host"
     stream beside it). No source gives it: a value is a calibration, not a default.
+    ``overlap_p2p_comm`` (None: on unless ``defaults`` is "sc21", as Megatron-LM's
+    ``--no-overlap-p2p-communication`` default and Megatron-Bridge's and NeMo's
+    comm-overlap config set it; only with ``virtual_stages`` > 1, as Megatron-LM turns it
+    off without interleaving) posts each pass's pipeline receive when the rank's
+    previous pass of the same direction ends, as Megatron-Core's interleaved 1F1B does
+    (``forward_backward_pipelining_with_interleaving``: after a forward,
+    ``send_forward_recv_forward(..., overlap_p2p_comm=True)`` posts the next forward's
+    receive, waited just before that forward, a backward later), so the transfer runs
+    beside the pass in between; off, a receive is posted when the pass before ends.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -824,6 +834,8 @@ def megatron(
     v = virtual_stages
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise CcsimError(f"virtual_stages must be a positive integer, not {v!r}")
+    # Megatron-LM turns overlap_p2p_comm off without interleaving (arguments.py).
+    early_recv = v > 1 and (defaults != "sc21" if overlap_p2p_comm is None else overlap_p2p_comm)
     if precision not in PRECISIONS:
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
     if grad_reduce not in GRAD_REDUCE:
@@ -1173,6 +1185,7 @@ def megatron(
                 c: int,
                 i: int,
                 after: list[str],
+                posted: list[str] | None = None,
                 # (this rank's, bound now: the pass is built before the loop moves on)
                 stage: int = stage,
                 r: int = r,
@@ -1202,7 +1215,7 @@ def megatron(
                         f"r{r}.recv.{tag}",
                         r,
                         "recv",
-                        after,
+                        after if posted is None else posted,
                         peer=rank_of(source % pp, d, t, q),
                         bytes=activation / tp,
                         tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
@@ -1451,11 +1464,23 @@ def megatron(
                     )
                 return after
 
+            # With overlap_p2p_comm, where each pass's receive is posted: when the
+            # rank's last pass of the same direction ended (None: none yet).
+            ended: dict[str, list[str]] = {}
             for group in groups:
                 # A combined step's two passes both start after what came before; what
                 # comes next waits for both.
-                ends = _interleave([one_pass(*entry, after) for entry in group])
+                early = early_recv and len(group) == 1
+                posts = [ended.get(entry[0]) if early else None for entry in group]
+                ends = _interleave(
+                    [
+                        one_pass(*entry, after, post)
+                        for entry, post in zip(group, posts, strict=True)
+                    ]
+                )
                 after = [op for end in ends for op in end]
+                for entry in group:
+                    ended[entry[0]] = after
             if sharded_weights and stage in (0, pp - 1) and m.vocab:
                 # The replicated embedding's gradients, reduced once at the end.
                 reduces.append(
