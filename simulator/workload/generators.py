@@ -175,9 +175,14 @@ PRECISIONS = ("bf16", "fp8")
 #: host; Transformer Engine's GroupedLinear takes ``m_splits`` as a host list), so the
 #: queue the host had launched ahead drains and the next kernel waits for its launch.
 #: NVIDIA's "Getting Started with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs,
-#: A. Gray, 2019) timed a short kernel at 9.6 us a launch with a stream
-#: synchronisation after each and 3.8 us without: 5.8 us exposed per synchronisation
-#: (a C++ host loop; PyTorch's dispatch adds to it, not counted).
+#: A. Gray, 2019, on a V100) timed a short kernel (2.9 us of GPU work) at 9.6 us a
+#: launch with a stream synchronisation after each and 3.8 us without: 5.8 us exposed
+#: per synchronisation (a C++ host loop; PyTorch's dispatch adds to it, not counted).
+#: Those figures are recalled, NOT verified: the search tool's stored copies of the post
+#: (checked session 2026-11-26) hold its title and first sentence only, and no other
+#: stored page quotes them. What they stand for is the synchronisation's own gap; the
+#: host's time to launch the rest of the layer after it, which the same synchronisation
+#: exposes, is not in it (``moe_host_layer_s``).
 HOST_SYNC_S = 9.6e-6 - 3.8e-6
 
 
