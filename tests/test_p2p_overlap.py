@@ -94,3 +94,10 @@ def test_overlapped_receives_hide_slow_transfers_down_to_the_free_step():
     _, default = _step(None, 2, 2e9)
     assert default.step_s == pytest.approx(on.step_s, rel=1e-12)
     assert free_wl.ranks == 2
+
+
+def test_a_wrong_overlap_value_is_one_clear_error():
+    from simulator.errors import CcsimError
+
+    with pytest.raises(CcsimError, match="overlap_p2p_comm must be true, false or null"):
+        megatron(EVEN, tp=1, pp=2, global_batch=4, virtual_stages=2, overlap_p2p_comm="yes")

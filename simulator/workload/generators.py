@@ -839,6 +839,11 @@ def megatron(
     v = virtual_stages
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise CcsimError(f"virtual_stages must be a positive integer, not {v!r}")
+    if overlap_p2p_comm is not None and not isinstance(overlap_p2p_comm, bool):
+        raise CcsimError(
+            f"overlap_p2p_comm must be true, false or null (Megatron's default), "
+            f"not {overlap_p2p_comm!r}"
+        )
     # Megatron-LM turns overlap_p2p_comm off without interleaving (arguments.py).
     early_recv = v > 1 and (defaults != "sc21" if overlap_p2p_comm is None else overlap_p2p_comm)
     if precision not in PRECISIONS:
