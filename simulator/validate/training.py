@@ -254,7 +254,8 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
     what Megatron-Bridge's performance scripts set without a flex backend
     (scripts/performance/utils/overrides.py: ``moe_token_dispatcher_type = "alltoall"``).
     A full-step CUDA graph (``cuda_graphs`` "full_iteration") cannot synchronise with
-    the host inside it: those rows run static shapes (HybridEP's rank capacity)."""
+    the host inside it: those rows run static shapes (HybridEP's rank capacity); neither
+    do the rows the source labels "(tokendrop)" (capacity-padded experts)."""
     settings = entry.get("settings") or {}
     stated = str(settings.get("moe_dispatcher") or "").lower()
     model = (entry.get("model") or {}).get("name")
@@ -268,6 +269,11 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
         else:
             options["moe_host_sync"] = False
     if "full_iteration" in str(settings.get("cuda_graphs") or ""):
+        options["moe_host_sync"] = False
+    if "(tokendrop)" in str(entry.get("raw_row") or ""):
+        # Megatron-Bridge 25.09's "(tokendrop)" rows drop tokens over each expert's
+        # capacity and pad to it (the table's footnote: "rows labelled (tokendrop) use
+        # token dropping"): static shapes, nothing for the host to read.
         options["moe_host_sync"] = False
     if settings.get("moe_ep_a2a_overlap") is True:
         options["moe_a2a_overlap"] = True

@@ -175,9 +175,14 @@ PRECISIONS = ("bf16", "fp8")
 #: host; Transformer Engine's GroupedLinear takes ``m_splits`` as a host list), so the
 #: queue the host had launched ahead drains and the next kernel waits for its launch.
 #: NVIDIA's "Getting Started with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs,
-#: A. Gray, 2019) timed a short kernel at 9.6 us a launch with a stream
-#: synchronisation after each and 3.8 us without: 5.8 us exposed per synchronisation
-#: (a C++ host loop; PyTorch's dispatch adds to it, not counted).
+#: A. Gray, 2019, on a V100) timed a short kernel (2.9 us of GPU work) at 9.6 us a
+#: launch with a stream synchronisation after each and 3.8 us without: 5.8 us exposed
+#: per synchronisation (a C++ host loop; PyTorch's dispatch adds to it, not counted).
+#: Those figures are recalled, NOT verified: the search tool's stored copies of the post
+#: (checked session 2026-11-26) hold its title and first sentence only, and no other
+#: stored page quotes them. What they stand for is the synchronisation's own gap; the
+#: host's time to launch the rest of the layer after it, which the same synchronisation
+#: exposes, is not in it (``moe_host_layer_s``).
 HOST_SYNC_S = 9.6e-6 - 3.8e-6
 
 
@@ -628,6 +633,7 @@ def megatron(
     moe_host_sync: bool = True,
     moe_a2a_overlap: bool = False,
     moe_host_layer_s: float = 0.0,
+    overlap_p2p_comm: bool | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -718,6 +724,15 @@ def megatron(
     layer's forward, twice that its backward: with a synchronisation each layer the host
     cannot run ahead, so a pass over n MoE layers takes at least n times that (a "host"
     stream beside it). No source gives it: a value is a calibration, not a default.
+    ``overlap_p2p_comm`` (None: on unless ``defaults`` is "sc21", as Megatron-LM's
+    ``--no-overlap-p2p-communication`` default and Megatron-Bridge's and NeMo's
+    comm-overlap config set it; only with ``virtual_stages`` > 1, as Megatron-LM turns it
+    off without interleaving) posts each pass's pipeline receive when the rank's
+    previous pass of the same direction ends, as Megatron-Core's interleaved 1F1B does
+    (``forward_backward_pipelining_with_interleaving``: after a forward,
+    ``send_forward_recv_forward(..., overlap_p2p_comm=True)`` posts the next forward's
+    receive, waited just before that forward, a backward later), so the transfer runs
+    beside the pass in between; off, a receive is posted when the pass before ends.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -824,6 +839,13 @@ def megatron(
     v = virtual_stages
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise CcsimError(f"virtual_stages must be a positive integer, not {v!r}")
+    if overlap_p2p_comm is not None and not isinstance(overlap_p2p_comm, bool):
+        raise CcsimError(
+            f"overlap_p2p_comm must be true, false or null (Megatron's default), "
+            f"not {overlap_p2p_comm!r}"
+        )
+    # Megatron-LM turns overlap_p2p_comm off without interleaving (arguments.py).
+    early_recv = v > 1 and (defaults != "sc21" if overlap_p2p_comm is None else overlap_p2p_comm)
     if precision not in PRECISIONS:
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
     if grad_reduce not in GRAD_REDUCE:
@@ -1180,6 +1202,7 @@ def megatron(
                 c: int,
                 i: int,
                 after: list[str],
+                posted: list[str] | None = None,
                 # (this rank's, bound now: the pass is built before the loop moves on)
                 stage: int = stage,
                 r: int = r,
@@ -1209,7 +1232,7 @@ def megatron(
                         f"r{r}.recv.{tag}",
                         r,
                         "recv",
-                        after,
+                        after if posted is None else posted,
                         peer=rank_of(source % pp, d, t, q),
                         bytes=activation / tp,
                         tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
@@ -1458,11 +1481,23 @@ def megatron(
                     )
                 return after
 
+            # With overlap_p2p_comm, where each pass's receive is posted: when the
+            # rank's last pass of the same direction ended (None: none yet).
+            ended: dict[str, list[str]] = {}
             for group in groups:
                 # A combined step's two passes both start after what came before; what
                 # comes next waits for both.
-                ends = _interleave([one_pass(*entry, after) for entry in group])
+                early = early_recv and len(group) == 1
+                posts = [ended.get(entry[0]) if early else None for entry in group]
+                ends = _interleave(
+                    [
+                        one_pass(*entry, after, post)
+                        for entry, post in zip(group, posts, strict=True)
+                    ]
+                )
                 after = [op for end in ends for op in end]
+                for entry in group:
+                    ended[entry[0]] = after
             if sharded_weights and stage in (0, pp - 1) and m.vocab:
                 # The replicated embedding's gradients, reduced once at the end.
                 reduces.append(
