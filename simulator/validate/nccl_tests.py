@@ -424,8 +424,9 @@ def run_cases(
     """Load and simulate each (name, loader) case; one that cannot load or run gives a
     result with ``error`` set, and the others still run. ``progress``, if given, is
     called with (name, None) as a case starts and (name, bytes) after each of its sizes
-    (the command line draws a bar from it); with ``jobs`` > 1 the cases run in that many
-    processes and ``progress`` hears (name, None) as each ends."""
+    (the command line draws a bar from it); with ``jobs`` > 1 the cases' sizes run in
+    that many processes, and ``progress`` hears (name, bytes) as each size ends and
+    (name, None) as a case's last size does."""
     if jobs > 1:
         return _run_cases_pooled(list(loaders), max_flows, progress, jobs)
     results = []
@@ -454,19 +455,73 @@ def _run_cases_pooled(
     jobs: int,
 ) -> list[CaseResult]:
     """:func:`run_cases` in ``jobs`` processes: cases load here (their loaders may not
-    travel to another process), run there, and come back in order."""
-    pool = TaskPool(jobs, len(loaders), None if progress is None else _ends(progress))
+    travel to another process), run there size by size (one long case, such as 20 NVL72
+    racks, then spreads over every process; each size is simulated exactly as in one
+    process: :func:`run_case` on that size alone), and come back in order. ``progress``
+    hears (name, bytes) as each size ends and (name, None) as the case's last one does."""
+    cases: list[Case | CaseResult] = []
+    for name, load in loaders:
+        try:
+            cases.append(load())
+        except CcsimError as error:
+            cases.append(CaseResult(name, error=str(error)))
+    parts = {k: case_parts(case) for k, case in enumerate(cases) if isinstance(case, Case)}
+    left = {k: len(split) for k, split in parts.items()}
+
+    def ended(_done: int, _total: int, label: str) -> None:
+        k, size = (int(v) for v in label.split(":"))
+        left[k] -= 1
+        if progress is not None:
+            name = cases[k].name
+            progress(name, size)
+            if not left[k]:
+                progress(name, None)
+
+    pool = TaskPool(jobs, sum(left.values()), ended)
     try:
-        work: list[Any] = []
-        for name, load in loaders:
-            try:
-                work.append(pool.submit(_run_case_or_error, (load(), max_flows), name))
-            except CcsimError as error:
-                work.append(CaseResult(name, error=str(error)))
-        return [item if isinstance(item, CaseResult) else pool.get(item) for item in work]
+        # The largest sizes first: they take longest, and the last task to start is then
+        # a short one.
+        order = sorted(
+            ((k, i) for k, split in parts.items() for i in range(len(split))),
+            key=lambda ki: -parts[ki[0]][ki[1]].measured[0][0],
+        )
+        futures = {
+            (k, i): pool.submit(
+                _run_case_or_error,
+                (parts[k][i], max_flows),
+                f"{k}:{parts[k][i].measured[0][0]}",
+            )
+            for k, i in order
+        }
+        results = []
+        for k, case in enumerate(cases):
+            if isinstance(case, CaseResult):
+                results.append(case)
+                continue
+            done = [pool.get(futures[k, i]) for i in range(len(parts[k]))]
+            results.append(join_results(case.name, done))
+        return results
     finally:
         pool.close()
 
 
-def _ends(progress: Callable[[str, int | None], None]) -> Callable[[int, int, str], None]:
-    return lambda done, total, name: progress(name, None)
+def case_parts(case: Case) -> list[Case]:
+    """A case cut into one case per measured size, each simulated as :func:`run_case`
+    simulates that size within the whole (sizes do not share state)."""
+    return [dataclasses.replace(case, measured=[row]) for row in case.measured]
+
+
+def join_results(name: str, parts: list[CaseResult]) -> CaseResult:
+    """The result of a case from those of its :func:`case_parts`, in their order; the
+    first part's error, if any part has one."""
+    failed = [part for part in parts if part.error]
+    if failed:
+        return CaseResult(name, error=failed[0].error)
+    joined = CaseResult(name, fitted=parts[0].fitted)
+    for part in parts:
+        for key in (
+            "sizes", "measured_us", "measured_busbw", "simulated_us", "simulated_busbw",
+            "protocols", "algorithms", "channels",
+        ):  # fmt: skip
+            getattr(joined, key).extend(getattr(part, key))
+    return joined
