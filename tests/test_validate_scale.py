@@ -87,3 +87,20 @@ def test_progress_lines_say_what_ended_out_of_how_many(capsys):
     quiet = _Clock().lines("validate", delay=3600.0)  # not yet: the bar's delay
     quiet(1, 2, "x")
     assert capsys.readouterr().err == ""
+
+
+def test_the_rack_cases_are_whole_racks_and_pass_the_guard():
+    """Issue 32's 1,440-GPU case and its 2-rack sibling (coreweave/nccl-tests' README):
+    72 GPUs a rack, as many ranks as the run printed, each sidecar citing its source,
+    and both within the resource guard's default limit (they run, not refused)."""
+    from simulator.topology import gpu_nodes
+    from simulator.validate.nccl_tests import case_graph, check_case, sidecars
+
+    folder = BUNDLED.parent / "nccl-tests-racks"
+    ranks = {}
+    for sidecar in sidecars(folder):
+        assert "coreweave/nccl-tests" in sidecar.read_text()
+        case = load_case(sidecar)
+        check_case(case)
+        ranks[case.name] = len(gpu_nodes(case_graph(case)))
+    assert ranks == {"GB200-144-AR-coreweave": 144, "GB200-1440-AR-coreweave": 1440}
