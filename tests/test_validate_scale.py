@@ -24,24 +24,38 @@ def _b200(sizes: tuple[int, ...] = (8, 2**20, 2**26)) -> object:
     return dataclasses.replace(case, measured=[row for row in case.measured if row[0] in sizes])
 
 
-def test_a_case_cut_into_its_sizes_runs_as_the_whole():
-    """Sizes share no state: each size simulated alone equals it within the whole case,
-    bit for bit (the reference is the one-process path, run_case over every size)."""
+def test_a_case_cut_into_parts_runs_as_the_whole():
+    """Sizes share no state: parts of a case (every size alone, or two parts) simulated
+    apart and joined equal the whole case, bit for bit (the reference is the one-process
+    path, run_case over every size)."""
     case = _b200()
     whole = run_case(case)
-    parts = case_parts(case)
-    assert [part.measured for part in parts] == [[row] for row in case.measured]
-    joined = join_results(case.name, [run_case(part) for part in parts])
     assert len(set(whole.algorithms)) > 1  # the sizes do not all run alike
-    for name in FIELDS:
-        assert getattr(joined, name) == getattr(whole, name), name
-    assert joined.fitted == whole.fitted
+    for count in (3, 2):
+        parts = case_parts(case, count)
+        assert sorted(row for part in parts for row in part.measured) == sorted(case.measured)
+        joined = join_results(case, [run_case(part) for part in parts])
+        for name in FIELDS:
+            assert getattr(joined, name) == getattr(whole, name), (count, name)
+        assert joined.fitted == whole.fitted
+
+
+def test_parts_share_the_largest_sizes_out():
+    """Round by size, largest first: with 2 parts of 3 sizes, the largest and the
+    smallest go together, the middle one alone; with more parts than sizes, one size
+    each."""
+    case = _b200()
+    sizes = [[row[0] for row in part.measured] for part in case_parts(case, 2)]
+    assert sizes == [[8, 2**26], [2**20]]
+    assert len(case_parts(case, 8)) == 3
 
 
 def test_a_part_that_fails_fails_the_case():
-    ok = run_case(case_parts(_b200())[0])
-    broken = dataclasses.replace(ok, error="boom")
-    joined = join_results("x", [ok, broken])
+    case = _b200()
+    parts = case_parts(case, 2)
+    ok = run_case(parts[0])
+    broken = dataclasses.replace(run_case(parts[1]), error="boom")
+    joined = join_results(case, [ok, broken])
     assert joined.error == "boom" and joined.sizes == []
 
 

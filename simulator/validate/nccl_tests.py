@@ -455,43 +455,36 @@ def _run_cases_pooled(
     jobs: int,
 ) -> list[CaseResult]:
     """:func:`run_cases` in ``jobs`` processes: cases load here (their loaders may not
-    travel to another process), run there size by size (one long case, such as 20 NVL72
-    racks, then spreads over every process; each size is simulated exactly as in one
-    process: :func:`run_case` on that size alone), and come back in order. ``progress``
-    hears (name, bytes) as each size ends and (name, None) as the case's last one does."""
+    travel to another process), run there, and come back in order. A case with several
+    sizes runs as ``jobs`` parts (:func:`case_parts`), so that one long case, such as 20
+    NVL72 racks, spreads over every process; each size is simulated exactly as in one
+    process. ``progress`` hears (name, bytes) for each size of a part as it ends and
+    (name, None) as the case's last part does."""
     cases: list[Case | CaseResult] = []
     for name, load in loaders:
         try:
             cases.append(load())
         except CcsimError as error:
             cases.append(CaseResult(name, error=str(error)))
-    parts = {k: case_parts(case) for k, case in enumerate(cases) if isinstance(case, Case)}
+    parts = {k: case_parts(case, jobs) for k, case in enumerate(cases) if isinstance(case, Case)}
     left = {k: len(split) for k, split in parts.items()}
 
     def ended(_done: int, _total: int, label: str) -> None:
-        k, size = (int(v) for v in label.split(":"))
+        k, i = (int(v) for v in label.split(":"))
         left[k] -= 1
         if progress is not None:
             name = cases[k].name
-            progress(name, size)
+            for size, *_ in parts[k][i].measured:
+                progress(name, size)
             if not left[k]:
                 progress(name, None)
 
     pool = TaskPool(jobs, sum(left.values()), ended)
     try:
-        # The largest sizes first: they take longest, and the last task to start is then
-        # a short one.
-        order = sorted(
-            ((k, i) for k, split in parts.items() for i in range(len(split))),
-            key=lambda ki: -parts[ki[0]][ki[1]].measured[0][0],
-        )
         futures = {
-            (k, i): pool.submit(
-                _run_case_or_error,
-                (parts[k][i], max_flows),
-                f"{k}:{parts[k][i].measured[0][0]}",
-            )
-            for k, i in order
+            (k, i): pool.submit(_run_case_or_error, (part, max_flows), f"{k}:{i}")
+            for k, split in parts.items()
+            for i, part in enumerate(split)
         }
         results = []
         for k, case in enumerate(cases):
@@ -499,29 +492,50 @@ def _run_cases_pooled(
                 results.append(case)
                 continue
             done = [pool.get(futures[k, i]) for i in range(len(parts[k]))]
-            results.append(join_results(case.name, done))
+            results.append(join_results(case, done))
         return results
     finally:
         pool.close()
 
 
-def case_parts(case: Case) -> list[Case]:
-    """A case cut into one case per measured size, each simulated as :func:`run_case`
-    simulates that size within the whole (sizes do not share state)."""
-    return [dataclasses.replace(case, measured=[row]) for row in case.measured]
+def case_parts(case: Case, count: int) -> list[Case]:
+    """A case cut into at most ``count`` cases, each simulated as :func:`run_case`
+    simulates its sizes within the whole (sizes share no state): the largest size goes
+    to the first part, the next largest to the second, and so on round, so that the
+    parts take about as long; each keeps the case's order.
+
+    >>> case = Case("c", Path("c.yaml"), [(s, 1.0, 1.0) for s in (8, 64, 512, 4096)], {})
+    >>> [[row[0] for row in part.measured] for part in case_parts(case, 2)]
+    [[64, 4096], [8, 512]]
+    """
+    rows = case.measured
+    rank = sorted(range(len(rows)), key=lambda i: -rows[i][0])
+    share = {i: position % count for position, i in enumerate(rank)}
+    parts = [[row for i, row in enumerate(rows) if share[i] == j] for j in range(count)]
+    return [dataclasses.replace(case, measured=part) for part in parts if part]
 
 
-def join_results(name: str, parts: list[CaseResult]) -> CaseResult:
-    """The result of a case from those of its :func:`case_parts`, in their order; the
-    first part's error, if any part has one."""
+def join_results(case: Case, parts: list[CaseResult]) -> CaseResult:
+    """The result of ``case`` from those of its :func:`case_parts`, size by size in the
+    case's order; the first part's error, if any part has one."""
     failed = [part for part in parts if part.error]
     if failed:
-        return CaseResult(name, error=failed[0].error)
-    joined = CaseResult(name, fitted=parts[0].fitted)
-    for part in parts:
-        for key in (
-            "sizes", "measured_us", "measured_busbw", "simulated_us", "simulated_busbw",
-            "protocols", "algorithms", "channels",
-        ):  # fmt: skip
-            getattr(joined, key).extend(getattr(part, key))
+        return CaseResult(case.name, error=failed[0].error)
+    keys = (
+        "sizes", "measured_us", "measured_busbw", "simulated_us", "simulated_busbw",
+        "protocols", "algorithms", "channels",
+    )  # fmt: skip
+    joined = CaseResult(case.name, fitted=parts[0].fitted)
+    at = [0] * len(parts)
+    for size, time_us, busbw in case.measured:
+        j = next(
+            j
+            for j, part in enumerate(parts)
+            if at[j] < len(part.sizes)
+            and (part.sizes[at[j]], part.measured_us[at[j]], part.measured_busbw[at[j]])
+            == (size, time_us, busbw)
+        )
+        for key in keys:
+            getattr(joined, key).append(getattr(parts[j], key)[at[j]])
+        at[j] += 1
     return joined
