@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
 
 from ..collective import COLLECTIVE_OPS
 from ..errors import CcsimError
 from ..validate.log_cases import case_loaders
 from ..validate.nccl_tests import BUNDLED, run_cases
-from ..viz.progress import progress_bar
+from ..viz.progress import DELAY_S, progress_bar, watched
 from ..viz.tables import detail_rows, report_table, to_json, validation_detail
 from .args import add_max_flows_option, check_outputs, positive_int
 
@@ -156,16 +158,29 @@ def _cmd_validate(args: argparse.Namespace) -> None:
         return
     if args.no_holdout:
         raise CcsimError("--no-holdout goes with --fit")
+    clock = _Clock()
     loaders = _loaders(args)
     # A bar on stderr, drawn only in a terminal (the one progress helper): cases done,
-    # and the case and the size that last finished.
+    # and the case and the size that last finished. Elsewhere (a log, a pipe) one line
+    # as each case ends, once the run has taken the bar's delay.
+    lines = None if watched() else clock.lines("validate")
+    pooled = args.jobs > 1  # cases then report as each ends, not as each starts
     with progress_bar(len(loaders), desc="ccsim validate", unit="case") as bar:
-        started = []
+        started: list[str] = []
+        ended: list[str] = []
+
+        def end(name: str) -> None:
+            ended.append(name)
+            bar.update(1)
+            if lines is not None:
+                lines(len(ended), len(loaders), name)
 
         def report(name: str, size: int | None) -> None:
-            if size is None:  # a case starts: the one before it is done
+            if size is None and pooled:
+                end(name)
+            elif size is None:  # a case starts: the one before it is done
                 if started:
-                    bar.update(1)
+                    end(started[-1])
                 started.append(name)
                 bar.set_description_str(f"ccsim validate {name}", refresh=False)
             else:
@@ -173,19 +188,24 @@ def _cmd_validate(args: argparse.Namespace) -> None:
             bar.update(0)
 
         results = run_cases(loaders, max_flows=args.max_flows, progress=report, jobs=args.jobs)
-        bar.update(len(started) - bar.n)
+        if started and len(ended) < len(started):
+            end(started[-1])
     if args.loco:
         from ..validate.calibrate import leave_one_case_out
 
         pairs = zip(loaders, results, strict=True)
         cases = [None if result.error else load() for (_, load), result in pairs]
         # Its own bar (the one progress helper): simulations and fits done, and the last.
+        # Elsewhere, one line as each fit or grid run ends (a few dozen in all).
+        folds = None if watched() else clock.lines("validate --loco", delay=0.0)
         with progress_bar(None, desc="ccsim validate --loco", unit="run") as bar:
 
             def step(done: int, total: int, label: str) -> None:
                 bar.total = total
                 bar.set_postfix_str(label, refresh=False)
                 bar.update(done - bar.n)
+                if folds is not None:
+                    folds(done, total, label)
 
             leave_one_case_out(cases, results, jobs=args.jobs, progress=step)
     if args.format == "json":
@@ -203,12 +223,46 @@ def _cmd_validate(args: argparse.Namespace) -> None:
 
         plot_validation(results, args.plot)
     failed = [r for r in results if r.error]
+    if not failed:  # (a failed run ends on its one error line)
+        sys.stderr.write(f"ccsim: validate: {len(results)} case(s){' and --loco' * args.loco}"
+                         f" in {clock.text()}\n")  # fmt: skip
     if len(failed) == 1:  # its own message says what to pass or fix
         name, error = failed[0].name, failed[0].error
         raise CcsimError(error if error.startswith(name) else f"{name}: {error}")
     if failed:
         names = ", ".join(r.name for r in failed)
         raise CcsimError(f"{len(failed)} case(s) could not run: {names}")
+
+
+class _Clock:
+    """Wall and CPU time since a command started: this process's CPU and that of the
+    worker processes it has waited for (``--jobs``: the pools join theirs on closing)."""
+
+    def __init__(self) -> None:
+        self.wall = time.monotonic()
+        self.cpu = self._cpu()
+
+    @staticmethod
+    def _cpu() -> float:
+        t = os.times()  # children's figures count processes already waited for
+        return t.user + t.system + t.children_user + t.children_system
+
+    def text(self) -> str:
+        """The time so far, as "12.3 s wall, 20.1 s CPU (all processes)"."""
+        wall, cpu = time.monotonic() - self.wall, self._cpu() - self.cpu
+        return f"{wall:.1f} s wall, {cpu:.1f} s CPU (all processes)"
+
+    def lines(self, what: str, delay: float = DELAY_S) -> Callable[[int, int, str], None]:
+        """``report(done, total, label)`` writing one line on stderr per call, once the
+        command has run ``delay`` seconds (quick runs stay quiet, as the bars do)."""
+
+        def report(done: int, total: int, label: str) -> None:
+            elapsed = time.monotonic() - self.wall
+            if elapsed >= delay:
+                sys.stderr.write(f"ccsim: {what} [{done}/{total}] {label} ({elapsed:.0f} s)\n")
+                sys.stderr.flush()
+
+        return report
 
 
 def _loaders(args: argparse.Namespace) -> list:

@@ -424,8 +424,9 @@ def run_cases(
     """Load and simulate each (name, loader) case; one that cannot load or run gives a
     result with ``error`` set, and the others still run. ``progress``, if given, is
     called with (name, None) as a case starts and (name, bytes) after each of its sizes
-    (the command line draws a bar from it); with ``jobs`` > 1 the cases run in that many
-    processes and ``progress`` hears (name, None) as each ends."""
+    (the command line draws a bar from it); with ``jobs`` > 1 the cases' sizes run in
+    that many processes, and ``progress`` hears (name, bytes) as each size ends and
+    (name, None) as a case's last size does."""
     if jobs > 1:
         return _run_cases_pooled(list(loaders), max_flows, progress, jobs)
     results = []
@@ -454,19 +455,87 @@ def _run_cases_pooled(
     jobs: int,
 ) -> list[CaseResult]:
     """:func:`run_cases` in ``jobs`` processes: cases load here (their loaders may not
-    travel to another process), run there, and come back in order."""
-    pool = TaskPool(jobs, len(loaders), None if progress is None else _ends(progress))
+    travel to another process), run there, and come back in order. A case with several
+    sizes runs as ``jobs`` parts (:func:`case_parts`), so that one long case, such as 20
+    NVL72 racks, spreads over every process; each size is simulated exactly as in one
+    process. ``progress`` hears (name, bytes) for each size of a part as it ends and
+    (name, None) as the case's last part does."""
+    cases: list[Case | CaseResult] = []
+    for name, load in loaders:
+        try:
+            cases.append(load())
+        except CcsimError as error:
+            cases.append(CaseResult(name, error=str(error)))
+    parts = {k: case_parts(case, jobs) for k, case in enumerate(cases) if isinstance(case, Case)}
+    left = {k: len(split) for k, split in parts.items()}
+
+    def ended(_done: int, _total: int, label: str) -> None:
+        k, i = (int(v) for v in label.split(":"))
+        left[k] -= 1
+        if progress is not None:
+            name = cases[k].name
+            for size, *_ in parts[k][i].measured:
+                progress(name, size)
+            if not left[k]:
+                progress(name, None)
+
+    pool = TaskPool(jobs, sum(left.values()), ended)
     try:
-        work: list[Any] = []
-        for name, load in loaders:
-            try:
-                work.append(pool.submit(_run_case_or_error, (load(), max_flows), name))
-            except CcsimError as error:
-                work.append(CaseResult(name, error=str(error)))
-        return [item if isinstance(item, CaseResult) else pool.get(item) for item in work]
+        futures = {
+            (k, i): pool.submit(_run_case_or_error, (part, max_flows), f"{k}:{i}")
+            for k, split in parts.items()
+            for i, part in enumerate(split)
+        }
+        results = []
+        for k, case in enumerate(cases):
+            if isinstance(case, CaseResult):
+                results.append(case)
+                continue
+            done = [pool.get(futures[k, i]) for i in range(len(parts[k]))]
+            results.append(join_results(case, done))
+        return results
     finally:
         pool.close()
 
 
-def _ends(progress: Callable[[str, int | None], None]) -> Callable[[int, int, str], None]:
-    return lambda done, total, name: progress(name, None)
+def case_parts(case: Case, count: int) -> list[Case]:
+    """A case cut into at most ``count`` cases, each simulated as :func:`run_case`
+    simulates its sizes within the whole (sizes share no state): the largest size goes
+    to the first part, the next largest to the second, and so on round, so that the
+    parts take about as long; each keeps the case's order.
+
+    >>> case = Case("c", Path("c.yaml"), [(s, 1.0, 1.0) for s in (8, 64, 512, 4096)], {})
+    >>> [[row[0] for row in part.measured] for part in case_parts(case, 2)]
+    [[64, 4096], [8, 512]]
+    """
+    rows = case.measured
+    rank = sorted(range(len(rows)), key=lambda i: -rows[i][0])
+    share = {i: position % count for position, i in enumerate(rank)}
+    parts = [[row for i, row in enumerate(rows) if share[i] == j] for j in range(count)]
+    return [dataclasses.replace(case, measured=part) for part in parts if part]
+
+
+def join_results(case: Case, parts: list[CaseResult]) -> CaseResult:
+    """The result of ``case`` from those of its :func:`case_parts`, size by size in the
+    case's order; the first part's error, if any part has one."""
+    failed = [part for part in parts if part.error]
+    if failed:
+        return CaseResult(case.name, error=failed[0].error)
+    keys = (
+        "sizes", "measured_us", "measured_busbw", "simulated_us", "simulated_busbw",
+        "protocols", "algorithms", "channels",
+    )  # fmt: skip
+    joined = CaseResult(case.name, fitted=parts[0].fitted)
+    at = [0] * len(parts)
+    for size, time_us, busbw in case.measured:
+        j = next(
+            j
+            for j, part in enumerate(parts)
+            if at[j] < len(part.sizes)
+            and (part.sizes[at[j]], part.measured_us[at[j]], part.measured_busbw[at[j]])
+            == (size, time_us, busbw)
+        )
+        for key in keys:
+            getattr(joined, key).append(getattr(parts[j], key)[at[j]])
+        at[j] += 1
+    return joined
