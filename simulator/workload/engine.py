@@ -185,6 +185,23 @@ class _Sends:
             self._done(k)
 
 
+class _ImageEnds:
+    """What hears the ends of call ``k``'s image on group ``name``: checked against the
+    master's (one made per image and call, so its message is formed only if needed)."""
+
+    __slots__ = ("check", "env", "k", "name")
+
+    def __init__(self, check: ShadowCheck, k: int, name: str, env: simpy.Environment):
+        self.check, self.k, self.name, self.env = check, k, name, env
+
+    def __call__(self, positions: np.ndarray) -> None:
+        self.check.shadow((self.k,), positions.tolist(), self.env.now, self.what)
+
+    def what(self) -> str:
+        """The image, named for a message."""
+        return f"call {self.k}'s image on {self.name!r}"
+
+
 class WorkloadReplay:
     """Replays ``workload`` on ``graph`` (one GPU per rank, rank r on topology rank r).
 
@@ -434,6 +451,7 @@ class WorkloadReplay:
         self._p2p_routes: dict[tuple[int, int], np.ndarray] = {}
         self._sends: int | None = None  # the network owner id of point-to-point flows
         self._image_sends: int | None = None  # and of the shadows' (see shadows.py)
+        self._image_routes: dict[tuple[int, int], np.ndarray] = {}
         self._attempt = 1
         self._choices: list[dict | None] = [None] * len(workload.instances)
         self._given: dict[tuple, dict] = {}
@@ -654,6 +672,8 @@ class WorkloadReplay:
 
     def _set_comm(self, ranks: list[int] | np.ndarray, delta: int) -> None:
         """Count communications in flight on ``ranks`` and re-time their compute."""
+        if not self.comm_slowdown:
+            return  # (the count only matters where communication slows compute)
         for rank in ranks:
             before = self._rate(rank)
             self._comm_active[rank] += delta
@@ -789,28 +809,11 @@ class WorkloadReplay:
         isolated = self.isolated
         assert isolated is not None
         passives = [check.expected((k,), None) for _ in family]
-        dones = [self._image_done(k, name) for name, *_ in family]
+        dones = [_ImageEnds(check, k, name, self.env) for name, *_ in family]
         if isolated.run_family(family, proto, dones, passives):
             return
         for (name, schedule, ranks, period), done in zip(family, dones, strict=True):
-            self._call_start(
-                name, schedule, proto, ranks, done, period, image=((k,), self._image_what(k, name))
-            )()
-
-    def _image_done(self, k: int, name: str) -> Callable[[np.ndarray], None]:
-        """What hears the ends of call ``k``'s image on ``name`` (checked against the
-        master's)."""
-        check = self._shadow_check
-        what = self._image_what(k, name)
-
-        def image_done(positions: np.ndarray) -> None:
-            check.shadow((k,), positions.tolist(), self.env.now, what)
-
-        return image_done
-
-    @staticmethod
-    def _image_what(k: int, name: str) -> Callable[[], str]:
-        return lambda: f"call {k}'s image on {name!r}"
+            self._call_start(name, schedule, proto, ranks, done, period, image=((k,), done.what))()
 
     def _launch_image(
         self, k: int, first: Op, name: str, proto: Protocol | None
@@ -1135,10 +1138,12 @@ class WorkloadReplay:
             schedule = self._p2p.get(nbytes)
             if schedule is None:
                 schedule = self._p2p[nbytes] = self._p2p_schedule(nbytes)
-            self.replicas.check_routes(self.network, schedule, np.array([src, dst]))
             weight = np.array([float(self.replicas.count)])
         route = self._p2p_routes.get((src, dst))
         if route is None:
+            if self.replicas is not None:
+                # (A route does not depend on the bytes: checked once per pair.)
+                self.replicas.check_routes(self.network, schedule, np.array([src, dst]))
             route = self._p2p_routes[(src, dst)] = self.network.route_ids(
                 np.array([src]), np.array([dst]), np.zeros(1, dtype=np.int64)
             )
@@ -1150,26 +1155,38 @@ class WorkloadReplay:
                 self.isolated.adoptable.add(self._sends)
         self.network.add_flows(self._sends, np.array([k]), route, np.array([float(nbytes)]), weight)
         if self._images is not None:
-            # The shadows' sends beside the master's (see simulator.workload.shadows).
-            perms = self.workload.shadows.images()
-            sources, targets = perms[:, src].tolist(), perms[:, dst].tolist()
-            for a, b in zip(sources, targets, strict=True):
-                if self.replicas is not None:
-                    self.replicas.check_routes(self.network, schedule, np.array([a, b]))
-                route = self._p2p_routes.get((a, b))
-                if route is None:
-                    route = self._p2p_routes[(a, b)] = self.network.route_ids(
-                        np.array([a]), np.array([b]), np.zeros(1, dtype=np.int64)
-                    )
-                if self._image_sends is None:
-                    self._image_sends = self.network.register(_Sends(self._image_send_done))
-                self.network.add_flows(
-                    self._image_sends, np.array([k]), route, np.array([float(nbytes)]), weight
-                )
+            # The shadows' sends beside the master's (see simulator.workload.shadows),
+            # started together: one call for all of them.
+            routes = self._image_routes.get((src, dst))
+            if routes is None:
+                routes = self._image_pair_routes(src, dst, schedule if weight is not None else None)
+            if self._image_sends is None:
+                self._image_sends = self.network.register(_Sends(self._image_send_done))
+            n = len(routes)
+            self.network.add_flows(
+                self._image_sends,
+                np.full(n, k),
+                routes,
+                np.full(n, float(nbytes)),
+                None if weight is None else np.full(n, weight[0]),
+            )
+
+    def _image_pair_routes(self, src: int, dst: int, schedule: Schedule | None) -> np.ndarray:
+        """The routes of the shadows' images of a send from ``src`` to ``dst`` (found,
+        and with replicas checked, once per pair of ranks)."""
+        perms = self.workload.shadows.images()
+        sources, targets = perms[:, src], perms[:, dst]
+        if schedule is not None:
+            assert self.replicas is not None
+            for a, b in zip(sources.tolist(), targets.tolist(), strict=True):
+                self.replicas.check_routes(self.network, schedule, np.array([a, b]))
+        routes = self.network.route_ids(sources, targets, np.zeros(len(sources), dtype=np.int64))
+        self._image_routes[(src, dst)] = routes
+        return routes
 
     def _image_send_done(self, k: int) -> None:
         """A shadow's send arrived: it must be when its master's does."""
-        self._shadow_check.shadow(("send", k), [0], self.env.now, f"a shadow of send {k}")
+        self._shadow_check.shadow(("send", k), [0], self.env.now, lambda: f"a shadow of send {k}")
 
     def _pair_done(self, k: int) -> None:
         """A send's data arrived: both sides are done (sender first)."""
