@@ -427,23 +427,36 @@ class WorkloadReplay:
         ops = workload.ops
         n = len(ops)
         self.records = OpRecord(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
-        self._deps_left = np.array([len(op.deps) for op in ops], dtype=np.int64)
+        # Per-op bookkeeping in Python lists, not numpy arrays: it is read and written
+        # one element at a time, several times per op, where a numpy scalar costs more.
+        self._deps_left: list[int] = [len(op.deps) for op in ops]
         self._successors: list[list[int]] = [[] for _ in ops]
         for op in ops:
             for dep in op.deps:
                 self._successors[dep].append(op.index)
-        self._streams: dict[tuple[int, str], list[int]] = defaultdict(list)
+        # Each (rank, stream) queue by number, and each op's queue.
+        stream_ids: dict[tuple[int, str], int] = {}
+        self._streams: list[list[int]] = []
+        self._stream_of: list[int] = [0] * n
         for op in ops:
-            self._streams[(op.rank, op.stream)].append(op.index)
-        self._stream_pos: dict[tuple[int, str], int] = dict.fromkeys(self._streams, 0)
-        self._instance_of = np.full(n, -1, dtype=np.int64)
+            sid = stream_ids.setdefault((op.rank, op.stream), len(stream_ids))
+            if sid == len(self._streams):
+                self._streams.append([])
+            self._streams[sid].append(op.index)
+            self._stream_of[op.index] = sid
+        self._stream_pos: list[int] = [0] * len(self._streams)
+        self._issued = bytearray(n)
+        instance_of = [-1] * n
         for k, members in enumerate(workload.instances):
-            self._instance_of[members] = k
-        self._issued_members = np.zeros(len(workload.instances), dtype=np.int64)
-        self._pair_of = np.full(n, -1, dtype=np.int64)
+            for index in members:
+                instance_of[index] = k
+        self._instance_of: list[int] = instance_of
+        self._issued_members: list[int] = [0] * len(workload.instances)
+        pair_of = [-1] * n
         for k, (s, r) in enumerate(workload.pairs):
-            self._pair_of[[s, r]] = k
-        self._issued_pair = np.zeros(len(workload.pairs), dtype=np.int64)
+            pair_of[s] = pair_of[r] = k
+        self._pair_of: list[int] = pair_of
+        self._issued_pair: list[int] = [0] * len(workload.pairs)
         self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
@@ -476,7 +489,7 @@ class WorkloadReplay:
         """
         try:
             self._check_spanning_calls()
-            for queue in self._streams.values():
+            for queue in self._streams:
                 self._try_issue(queue[0])
             run_env(self.env, progress=progress)
         except ShadowsUnlike as error:
@@ -593,17 +606,18 @@ class WorkloadReplay:
             self._call_schedule(first, groups[first.group].ranks, first.group)
 
     def _try_issue(self, index: int) -> None:
-        op = self.workload.ops[index]
-        key = (op.rank, op.stream)
-        queue = self._streams[key]
-        if self._deps_left[index] or queue[self._stream_pos[key]] != index:
+        sid = self._stream_of[index]
+        if self._deps_left[index] or self._streams[sid][self._stream_pos[sid]] != index:
             return
-        if not np.isnan(self.records.issue_s[index]):
+        if self._issued[index]:
             return
+        self._issued[index] = 1
         self.records.issue_s[index] = self.env.now
-        if op.kind == "compute":
+        op = self.workload.ops[index]
+        kind = op.kind
+        if kind == "compute":
             self._start_compute(op)
-        elif op.kind == "collective":
+        elif kind == "collective":
             k = self._instance_of[index]
             self._issued_members[k] += 1
             if self._issued_members[k] == len(self.workload.instances[k]):
@@ -615,17 +629,17 @@ class WorkloadReplay:
                 self._launch_pair(k)
 
     def _finish(self, index: int) -> None:
-        op = self.workload.ops[index]
         self.records.end_s[index] = self.env.now
         self._done += 1
-        key = (op.rank, op.stream)
-        self._stream_pos[key] += 1
-        queue = self._streams[key]
-        if self._stream_pos[key] < len(queue):
-            self._try_issue(queue[self._stream_pos[key]])
+        sid = self._stream_of[index]
+        position = self._stream_pos[sid] = self._stream_pos[sid] + 1
+        queue = self._streams[sid]
+        if position < len(queue):
+            self._try_issue(queue[position])
+        deps_left = self._deps_left
         for succ in self._successors[index]:
-            self._deps_left[succ] -= 1
-            if self._deps_left[succ] == 0:
+            deps_left[succ] -= 1
+            if deps_left[succ] == 0:
                 self._try_issue(succ)
 
     # -- compute ---------------------------------------------------------------------------

@@ -122,12 +122,24 @@ class ShadowCheck:
         none), including shadows that ended before their master did."""
         if self.why:
             return self.why
+        # Passive images' ends checked where they are (no list of every end is made:
+        # there are a few for each of hundreds of thousands of image calls).
+        masters = self._master
         for expected in self._expected:
-            seen = self._shadow[expected.key]
+            ends = masters.get(expected.key, {})
             for offset, positions in expected.done:
                 when = expected.start + offset
-                if when <= expected.cut:
-                    seen.extend((position, when) for position in positions.tolist())
+                if when > expected.cut:
+                    continue
+                for position in positions.tolist():
+                    end = ends.get(position)
+                    if end is None:
+                        return f"a shadow of {expected.key} ended where its master never did"
+                    if abs(end - when) > SAME * max(1.0, abs(end), abs(when)):
+                        return (
+                            f"a shadow of {expected.key} ended at {when:.9g} s, its master "
+                            f"at {end:.9g} s"
+                        )
         self._expected.clear()
         for key, seen in self._shadow.items():
             ends = self._master.get(key, {})
