@@ -40,6 +40,8 @@ the time tends to the larger of the two: max(n(g+1)/(g B_nvlink), max_s e_s n/(2
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from .base import RankLayout, check_positive_int
@@ -363,15 +365,26 @@ class NvlsTree(AcrossServers):
     ) -> Merged | None:
         """:meth:`build`'s schedule with each GPU's side-by-side transfers into and out
         of the switch merged (``nvls_tree_schedule(..., merged=True)``); None for other
-        options."""
+        options.
+
+        Two servers of 8 GPUs, 4 heads, 2 chunks: per chunk and server 8 x 4 x 2 copies
+        in and as many totals out, 8 sums and 8 lifts, and 16 tree transfers per chunk
+        (4 rows x 2 trees, up and down): 2 x (2 x 144 + 16) = 608 ops. Merged, each GPU
+        has one op of others' rows, each head one of its own, each GPU two of totals:
+        2 x (2 x (12 + 16 + 16) + 16) = 208.
+
+        >>> layout = RankLayout(16, tuple([0] * 8 + [1] * 8))
+        >>> merged = NvlsTree().merged("all_reduce", layout, 1e6, chunks=2, heads=4)
+        >>> merged.full_ops, merged.schedule.n_ops
+        (608, 208)
+        """
         groups = server_groups(layout)
         if options or op != "all_reduce" or groups is None or groups.shape[0] < 2:
             return None
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
         h = None if heads is None else check_positive_int(heads, "heads")
-        one = nvls_tree_schedule(groups, size_bytes / C, K, h, merged=True)
-        assert isinstance(one, Merged)
+        one = cast(Merged, nvls_tree_schedule(groups, size_bytes / C, K, h, merged=True))
         merged = replicate_merged(one, C, size_bytes)
         merged.schedule.params["protocols"] = list(self.protocols)
         return merged
