@@ -128,3 +128,10 @@ def test_refused_with_a_gpu_reducer():
     graph, _, merged = _build("dgx-h100", 3, chunks=2, heads=4)
     assert run_merged(graph, merged, reduce_bandwidth=100e9) is None
     assert run_merged(graph, merged, protocol="auto") is None
+
+
+def test_refused_with_a_protocol_nvls_tree_does_not_run():
+    """NCCL runs NVLSTree with Simple only: LL is refused here, so that the full run
+    reports it as :func:`run_schedule` does."""
+    graph, _, merged = _build("dgx-h100", 3, chunks=2, heads=4)
+    assert run_merged(graph, merged, protocol="LL") is None

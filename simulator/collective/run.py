@@ -497,6 +497,9 @@ def run_merged(
         proto = protocol
     elif protocol is not None:
         proto = calibration.protocol(str(protocol))
+    allowed = schedule.params.get("protocols") or PROTOCOLS
+    if proto is not None and proto.name.lower() not in {name.lower() for name in allowed}:
+        return None  # run_schedule names the protocols this algorithm runs with
     plan = fault_plan(graph)
     timed = plan is not None and bool(plan.timed_links)
     env = simpy.Environment()
