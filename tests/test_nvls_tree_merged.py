@@ -135,3 +135,31 @@ def test_refused_with_a_protocol_nvls_tree_does_not_run():
     reports it as :func:`run_schedule` does."""
     graph, _, merged = _build("dgx-h100", 3, chunks=2, heads=4)
     assert run_merged(graph, merged, protocol="LL") is None
+
+
+def _nic_uplink_bytes(result) -> dict[str, float]:
+    links = result.links
+    return {
+        f"{a}->{b}": float(nbytes)
+        for a, b, nbytes in zip(links["src"], links["dst"], links["bytes"], strict=True)
+        if "nic" in str(a) and "leaf" in str(b)
+    }
+
+
+def test_heads_are_the_first_gpu_next_to_each_nic():
+    """a3-high: 8 H100s a server, one NIC for every two GPUs. NCCL's heads are the GPUs
+    next to each NIC (0, 2, 4, 6), so on 2 servers every NIC carries its head's row once
+    each way, n / 4 = 250 MB of a 1 GB all-reduce; with heads 0-3 (two per NIC) two NICs
+    would carry n / 2 and two nothing. NCCL's policy builds the former."""
+    from simulator.collective.policy import NcclPolicy
+
+    graph = load_topology("a3-high", 2)
+    layout = rank_layout(graph)
+    spread = build_schedule(
+        "nvls-tree", "all_reduce", layout, 1e9, chunks=4, head_ranks=(0, 2, 4, 6)
+    )
+    first = build_schedule("nvls-tree", "all_reduce", layout, 1e9, chunks=4, heads=4)
+    assert set(_nic_uplink_bytes(run_schedule(graph, spread)).values()) == {250e6}
+    assert sorted(_nic_uplink_bytes(run_schedule(graph, first)).values()) == [0.0] * 4 + [500e6] * 4
+    plan = NcclPolicy().plan(NcclPolicy().system(graph), "all_reduce", 2**30)
+    assert plan.schedule == "nvls-tree" and plan.options["head_ranks"] == (0, 2, 4, 6)

@@ -40,10 +40,12 @@ the time tends to the larger of the two: max(n(g+1)/(g B_nvlink), max_s e_s n/(2
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
 
+from ..errors import CcsimError
 from .base import RankLayout, check_positive_int
 from .builder import NONE, Fifo, OpBuffer, replicate_channels
 from .hierarchical import AcrossServers, replicate_merged, server_groups
@@ -86,6 +88,7 @@ def nvls_tree_schedule(
     chunks: int,
     heads: int | None = None,
     *,
+    head_ranks: Sequence[int] | None = None,
     merged: bool = False,
 ) -> Schedule | Merged:
     """One channel of the all-reduce on ``groups[s, j]`` (see the module docstring), with
@@ -93,7 +96,10 @@ def nvls_tree_schedule(
     search keeps at most NCCL_MAX_NVLS_ARITY = 32 heads, one per NIC (include/device.h:213,
     graph/search.cc:1126-1127 at v2.30.7), so on a 72-GPU NVL72 rack 40 GPUs only write
     their copies into the switch and take the totals it multicasts, and 32 NICs carry
-    the trees.
+    the trees. ``head_ranks`` names the heads' local ranks instead (head j is the j-th
+    listed, in every server): NCCL pairs each NIC with the first GPU next to it, so a
+    server of 8 GPUs with one NIC for every two has heads 0, 2, 4 and 6 (the "NVLS Head"
+    lines of the 2 x 8 H100, 4-NIC log in NVIDIA/nccl#1357), not 0-3, which share two NICs.
 
     Block (j, t, k) is chunk k of tree t's half of row j: id (2j + t)K + k. A GPU's
     copies into the switch are listed GPU by GPU (the rows it does not own, then its
@@ -117,6 +123,15 @@ def nvls_tree_schedule(
     """
     N, g = groups.shape
     h = g if heads is None else min(int(heads), g)
+    if head_ranks is not None:
+        # The heads' local ranks first: head j is then column j of every server.
+        first = [int(r) for r in head_ranks]
+        if len(set(first)) != len(first) or not all(0 <= r < g for r in first) or not first:
+            raise CcsimError(
+                f"nvls-tree: head_ranks {list(head_ranks)} must be distinct local ranks 0..{g - 1}"
+            )
+        groups = groups[:, first + [c for c in range(g) if c not in set(first)]]
+        h = len(first)
     p, K = N * g, chunks
     b = size_bytes / (2 * h * K)
     buf = OpBuffer()
@@ -339,16 +354,18 @@ class NvlsTree(AcrossServers):
         chunks: int = 1,
         channels: int = 1,
         heads: int | None = None,
+        head_ranks: Sequence[int] | None = None,
     ) -> Schedule:
         """As :class:`~simulator.algorithms.hierarchical.AcrossServers` builds it, with
-        ``heads`` heads a server (default every GPU; NCCL's are at most 32)."""
-        if heads is None:
+        ``heads`` heads a server (default every GPU; NCCL's are at most 32), or the heads'
+        local ranks ``head_ranks`` (NCCL's: the first GPU next to each NIC)."""
+        if heads is None and head_ranks is None:
             return super().build(op, layout, size_bytes, chunks=chunks, channels=channels)
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
-        h = check_positive_int(heads, "heads")
-        one = nvls_tree_schedule(server_groups(layout), size_bytes / C, K, h)
-        schedule = replicate_channels(one, C, size_bytes)
+        h = None if heads is None else check_positive_int(heads, "heads")
+        one = nvls_tree_schedule(server_groups(layout), size_bytes / C, K, h, head_ranks=head_ranks)
+        schedule = replicate_channels(cast(Schedule, one), C, size_bytes)
         schedule.params["protocols"] = list(self.protocols)
         return schedule
 
@@ -361,6 +378,7 @@ class NvlsTree(AcrossServers):
         chunks: int = 1,
         channels: int = 1,
         heads: int | None = None,
+        head_ranks: Sequence[int] | None = None,
         **options,
     ) -> Merged | None:
         """:meth:`build`'s schedule with each GPU's side-by-side transfers into and out
@@ -384,7 +402,10 @@ class NvlsTree(AcrossServers):
         K = check_positive_int(chunks, "chunks")
         C = check_positive_int(channels, "channels")
         h = None if heads is None else check_positive_int(heads, "heads")
-        one = cast(Merged, nvls_tree_schedule(groups, size_bytes / C, K, h, merged=True))
+        one = cast(
+            Merged,
+            nvls_tree_schedule(groups, size_bytes / C, K, h, head_ranks=head_ranks, merged=True),
+        )
         merged = replicate_merged(one, C, size_bytes)
         merged.schedule.params["protocols"] = list(self.protocols)
         return merged
