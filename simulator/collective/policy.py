@@ -298,6 +298,9 @@ class NcclPolicy:
             if heads < system.ranks // system.nodes:
                 options["heads"] = heads
                 extra["nvls_heads"] = heads
+            if system.nvls_head_ranks:
+                # The first GPU next to each NIC (simulator.library.nccl.nvls_head_ranks).
+                options["head_ranks"] = system.nvls_head_ranks
         return Plan(name, choice.protocol, channels, chunks, built, extra, options)
 
     def _p2p_plan(self, system: NcclSystem | None, size_bytes: float) -> Plan:

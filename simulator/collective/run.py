@@ -18,7 +18,7 @@ import simpy
 from ..algorithms import build_quotient, build_schedule, get_algorithm
 from ..algorithms.base import RankLayout
 from ..algorithms.multipath import split
-from ..algorithms.schedule import OPS, Merged, Schedule
+from ..algorithms.schedule import OPS, PATH_DOWN, PATH_UP, Merged, Schedule
 from ..errors import CcsimError, unknown_choice
 from ..library.protocol import PROTOCOLS, Protocol, calibration_of
 from ..network.faults import fault_plan, schedule_link_faults
@@ -467,22 +467,49 @@ def run_merged(
     protocol, whose per-transfer proxies and latencies a merged op does not follow):
     the caller then runs the full schedule. Records are the full schedule's, op by op,
     up to :data:`EXPAND_FLOWS` ops; beyond, the merged ops' with their ``weight``
-    (``params["flows"] == "merged"``). ``tables``: as for :func:`run_schedule`."""
-    if protocol is not None:
-        return None
+    (``params["flows"] == "merged"``). ``tables``: as for :func:`run_schedule`.
+
+    A protocol (a name or a :class:`~simulator.library.protocol.Protocol`, not "auto")
+    is followed where every op of weight above 1 moves into or out of an NVLS switch
+    (nvls-tree's merged copies and totals): its members share one route inside the
+    server, hence one step latency, and no network proxy; the call is then replayed
+    event by event after the launch and base latency, as :func:`run_schedule` does.
+    Members of such ops differ in the rank at the switch's end, which only a GPU reducer
+    of finite bandwidth would use: with one, None; and their records are the merged
+    ops'."""
     schedule = merged.schedule
     p = len(gpu_nodes(graph))
     if schedule.ranks > p:
         raise CcsimError(f"the schedule needs {schedule.ranks} ranks; the topology has {p} GPUs")
+    heavy = merged.weight > 1
+    in_switch = bool(heavy.any()) and bool(
+        np.isin(schedule.path[heavy], (PATH_UP, PATH_DOWN)).all()
+    )
+    if protocol is not None and (not in_switch or str(protocol).lower() == "auto"):
+        return None
     weight = merged.weight.astype(float)
     reduce_bw = reduce_bandwidths(graph, reduce_bandwidth)
+    if in_switch and np.isfinite(reduce_bw).any():
+        return None
+    calibration = calibration_of(graph)
+    proto = None
+    if isinstance(protocol, Protocol):
+        proto = protocol
+    elif protocol is not None:
+        proto = calibration.protocol(str(protocol))
+    allowed = schedule.params.get("protocols") or PROTOCOLS
+    if proto is not None and proto.name.lower() not in {name.lower() for name in allowed}:
+        return None  # run_schedule names the protocols this algorithm runs with
     plan = fault_plan(graph)
     timed = plan is not None and bool(plan.timed_links)
     env = simpy.Environment()
-    network = FlowNetwork(env, graph, tables=tables)
+    network = FlowNetwork(
+        env, graph, link_efficiency=None if proto is None else calibration.efficiency,
+        tables=tables,
+    )  # fmt: skip
     schedule_link_faults(network)
     timeline = None
-    if not (events or timed) and len(reduce_bw) == p:
+    if proto is None and not (events or timed) and len(reduce_bw) == p:
         timing = "contention-free"
         routes = route_ops(network.router, schedule, np.arange(schedule.n_ops))
         timeline = time_contention_free(network, schedule, reduce_bw, routes, weight)
@@ -506,8 +533,16 @@ def run_merged(
     else:
         timing = "events"
         network.weigh_flows()
-        replay = ScheduleReplay(network, schedule, reduce_bandwidth=reduce_bw, weight=weight)
-        finished = replay.start()
+        replay = ScheduleReplay(
+            network, schedule, reduce_bandwidth=reduce_bw, weight=weight, protocol=proto
+        )
+        finished = replay.finished
+        if proto is None:
+            replay.start()
+        else:
+            # Launch overhead and the protocol's base latency come once per call, first.
+            overhead = env.timeout(calibration.launch_s + proto.base_s)
+            overhead.callbacks.append(lambda _event: replay.start())
         try:
             run_env(env, finished, progress)
         except RuntimeError:  # a deadlock: the full schedule's replay reports it
@@ -519,9 +554,10 @@ def run_merged(
         return None
     if progress is not None and timeline is not None:
         progress(elapsed)
-    params = {**schedule.params, "protocol": None, "timing": timing}
+    params = {**schedule.params, "protocol": None if proto is None else proto.name}
+    params["timing"] = timing
     result = _result(schedule, elapsed, times, network, params)
-    if merged.full_ops <= EXPAND_FLOWS:
+    if merged.full_ops <= EXPAND_FLOWS and not in_switch:
         result.flows = expand_merged(merged, result.flows)
     else:
         result.flows["weight"] = merged.weight

@@ -300,6 +300,9 @@ class NcclSystem:
     collnet_direct: SearchGraph | None = None
     collnet_chain: SearchGraph | None = None
     collnet: bool = False
+    #: Local ranks of the NVLS heads across servers, where they are not the first ones
+    #: (``()``: local ranks 0..heads-1; :func:`nvls_head_ranks`).
+    nvls_head_ranks: tuple[int, ...] = ()
 
     @property
     def ppn(self) -> float:
@@ -432,6 +435,9 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
         )
         inter = min(cap, max(s for s in speeds if s <= 2 * intra + 1e-6)) if intra else 0.0
         nvls = SearchGraph(heads, float(intra), float(inter)) if intra else None
+    head_ranks: tuple[int, ...] = ()
+    if nvls is not None and nodes > 1:
+        head_ranks = nvls_head_ranks(graph, graph.nodes[first].get("server"), nvls.channels)
     channels = min(MAX_CHANNELS, 2 * min(ring.channels, tree.channels))  # connect.cc:460
     if arch in ("hopper", "blackwell") and nodes > 1 and ring.bw_intra > 45.0 and channels < 16:
         channels = min(MAX_CHANNELS, 2 * channels)  # connect.cc:480-483
@@ -459,7 +465,50 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
         direct, chain = collnet_graphs(arch, ring, total, per_server, len(nics), nvswitch)
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
                       nvls_channels, nvlinks, net_count, net_gbps, simple_tree,
-                      stack.nccl if stack is not None else "", direct, chain)  # fmt: skip
+                      stack.nccl if stack is not None else "", direct, chain,
+                      nvls_head_ranks=head_ranks)  # fmt: skip
+
+
+def nvls_head_ranks(graph: nx.Graph, server, heads: int) -> tuple[int, ...]:
+    """Local ranks of ``server``'s NVLS heads across servers: NCCL's NVLS search pairs
+    each NIC, in order, with the first GPU next to it, one head per GPU
+    (``ncclTopoGetLocalGpu``, graph/topo.cc:1477-1500 at v2.26.2-1; search.cc
+    ``ncclTopoSearchRecNet``, "NVLS search only tries to find NIC:GPU combinations"), so
+    a server of 8 GPUs with a NIC for every two has heads 0, 2, 4 and 6 ("NVLS Head 0-3"
+    on ranks 0, 2, 4, 6 in the 2 x 8 H100, 4-NIC log of NVIDIA/nccl#1357). ``()`` where
+    they are the first ``heads`` local ranks (a NIC per GPU), or where a NIC is not
+    linked to a GPU of its own (behind a PCIe switch: not resolved here).
+
+    >>> from simulator.topology import load_topology
+    >>> graph = load_topology("a3-high", 2)
+    >>> nvls_head_ranks(graph, graph.nodes["s0/gpu0"]["server"], 4)
+    (0, 2, 4, 6)
+    >>> graph = load_topology("dgx-h100", 2)
+    >>> nvls_head_ranks(graph, graph.nodes["s0/gpu0"]["server"], 8)
+    ()
+    """
+    ranks = sorted(
+        data["rank"] for _, data in graph.nodes(data=True)
+        if data.get("kind") == "gpu" and data.get("server") == server
+    )  # fmt: skip
+    local = {rank: index for index, rank in enumerate(ranks)}
+    found: list[int] = []
+    for node, data in graph.nodes(data=True):
+        if data.get("kind") != "nic" or data.get("server") != server:
+            continue
+        near = [
+            local[graph.nodes[other]["rank"]]
+            for other in graph.neighbors(node)
+            if graph.nodes[other].get("kind") == "gpu" and graph.nodes[other]["rank"] in local
+        ]
+        if not near:
+            return ()
+        for index in sorted(near):
+            if index not in found:
+                found.append(index)
+                break
+    found = found[:heads]
+    return () if found == list(range(len(found))) or len(found) < heads else tuple(found)
 
 
 def collnet_graphs(
