@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -149,26 +150,18 @@ class Breakdown:
 
 
 def breakdown(run: WorkloadRun) -> Breakdown:
-    """Compute the breakdown of a finished replay."""
+    """Compute the breakdown of a finished replay.
+
+    Vectorized over the ops (numpy over the records, no loop per op): every interval's
+    ends, keyed by rank, are sorted once; coverage counts per category (compute,
+    communication, waiting for peers) between consecutive ends are prefix sums of +1/-1
+    events; a union's intervals are the maximal runs of covered pieces. The figures are
+    those of :func:`union`, :func:`intersect` and :func:`measure` rank by rank, summed
+    in the same order (so equal to the last bit)."""
     workload, records = run.workload, run.records
     step = float(np.nanmax(records.end_s))
-    compute: dict[int, list] = defaultdict(list)
-    comm: dict[int, list] = defaultdict(list)
-    waits: dict[int, list] = defaultdict(list)
-    for op in workload.ops:
-        start, end, issue = (
-            records.start_s[op.index],
-            records.end_s[op.index],
-            records.issue_s[op.index],
-        )
-        if op.kind == "compute":
-            compute[op.rank].append((start, end))
-        else:
-            comm[op.rank].append((start, end, op))
-            waits[op.rank].append((issue, start))
-    by_kind: dict[str, float] = defaultdict(float)
-    by_call: dict[str, float] = defaultdict(float)
-    rows = []
+    ops = workload.ops
+    n = len(ops)
     # A workload given by one replica (which stood for all) has the first replica's
     # ranks only: their figures are every replica's.
     ranks = range(workload.ranks) if workload.replicas is None else sorted(workload.replicas.first)
@@ -177,35 +170,221 @@ def breakdown(run: WorkloadRun) -> Breakdown:
         # ended with it): the masters' figures are every TP rank's, and the shadows,
         # which hold no ops, are not idle.
         ranks = [rank for rank in ranks if rank in workload.shadows.masters]
-    for rank in ranks:
-        busy_compute = union(compute[rank])
-        busy_comm = union([(s, e) for s, e, _ in comm[rank]])
-        overlapped = measure(intersect(busy_compute, busy_comm))
-        anything = union(busy_compute + busy_comm)
-        waiting = union(waits[rank])
-        occupied = union(anything + waiting)  # running, or waiting for peers
-        idle_wait = measure(occupied) - measure(anything)
-        rank_end = max((e for _, e in anything), default=0.0)
-        rows.append(
+    chosen = np.asarray(list(ranks), dtype=np.int64)
+    # Row of each rank (-1: a rank whose figures are not reported).
+    row_of = np.full(max(workload.ranks, int(chosen.max(initial=-1)) + 1), -1, dtype=np.int64)
+    row_of[chosen] = np.arange(len(chosen))
+    index = np.fromiter((op.index for op in ops), dtype=np.int64, count=n)
+    rank = np.fromiter((op.rank for op in ops), dtype=np.int64, count=n)
+    compute = np.fromiter((op.kind == "compute" for op in ops), dtype=bool, count=n)
+    row = row_of[rank]
+    issue, start, end = records.issue_s[index], records.start_s[index], records.end_s[index]
+    mine = row >= 0
+    is_comp, is_comm = mine & compute, mine & ~compute
+    intervals = Intervals.of(
+        [
+            (row[is_comp], start[is_comp], end[is_comp]),
+            (row[is_comm], start[is_comm], end[is_comm]),
+            (row[is_comm], issue[is_comm], start[is_comm]),
+        ]
+    )
+    rows = len(chosen)
+    busy_compute, busy_comm, waiting = (intervals.covered(c) for c in range(3))
+    runs = {
+        "compute": intervals.runs(busy_compute),
+        "comm": intervals.runs(busy_comm),
+        "overlapped": intervals.runs(busy_compute & busy_comm),
+        "anything": intervals.runs(busy_compute | busy_comm),
+        "occupied": intervals.runs(busy_compute | busy_comm | waiting),
+    }
+    measured = {name: _measure_by_row(found, rows) for name, found in runs.items()}
+    # Each rank's end: the last end of what ran on it (0.0 when nothing did).
+    rank_end = np.zeros(rows)
+    run_rows, _, run_ends = runs["anything"]
+    if len(run_rows):
+        # Runs are sorted by row and time: each row's last.
+        last = np.flatnonzero(np.append(run_rows[1:] != run_rows[:-1], True))
+        rank_end[run_rows[last]] = run_ends[last]
+    table = []
+    for i, rank_number in enumerate(chosen.tolist()):
+        compute_s, comm_s = float(measured["compute"][i]), float(measured["comm"][i])
+        overlapped = float(measured["overlapped"][i])
+        anything, occupied = float(measured["anything"][i]), float(measured["occupied"][i])
+        table.append(
             RankBreakdown(
-                rank=rank,
-                step_s=rank_end,
-                compute_s=measure(busy_compute),
-                comm_s=measure(busy_comm),
+                rank=rank_number,
+                step_s=float(rank_end[i]),
+                compute_s=compute_s,
+                comm_s=comm_s,
                 overlapped_s=overlapped,
-                exposed_s=measure(busy_comm) - overlapped,
-                waiting_s=idle_wait,
-                bubble_s=step - measure(occupied),
+                exposed_s=comm_s - overlapped,
+                waiting_s=occupied - anything,
+                bubble_s=step - occupied,
             )
         )
-        _attribute(comm[rank], busy_compute, workload, by_kind, by_call)
-    ranks = len(rows)
+    by_kind: dict[str, float] = defaultdict(float)
+    by_call: dict[str, float] = defaultdict(float)
+    # Communication ops by row, then in op order (the per-rank computation's order).
+    comm_at = np.flatnonzero(is_comm)
+    comm_at = comm_at[np.argsort(row[comm_at], kind="stable")]
+    owed = _owed(row[comm_at], start[comm_at], end[comm_at], runs["compute"])
+    labels: dict[tuple, tuple[str, str]] = {}
+    # Summed op by op in the order of the per-rank computation (rank, then op order).
+    for k in np.flatnonzero(owed > 0.0).tolist():
+        op = ops[int(comm_at[k])]
+        key = (op.kind, op.group, op.op)
+        label = labels.get(key)
+        if label is None:
+            label = labels[key] = _labels(op, workload)
+        value = float(owed[k])
+        by_kind[label[0]] += value
+        by_call[label[1]] += value
     return Breakdown(
         step_s=step,
-        ranks=rows,
-        exposed_by_kind={k: v / ranks for k, v in sorted(by_kind.items())},
-        exposed_by_call={k: v / ranks for k, v in sorted(by_call.items())},
+        ranks=table,
+        exposed_by_kind={k: v / rows for k, v in sorted(by_kind.items())},
+        exposed_by_call={k: v / rows for k, v in sorted(by_call.items())},
     )
+
+
+def _labels(op, workload) -> tuple[str, str]:
+    """The parallel dimension (``"DP"``, ``"P2P"``...) and call (``"DP all_reduce"``)
+    that exposed time of a communication op counts towards."""
+    kind = workload.groups[op.group].kind if op.kind == "collective" else "P2P"
+    kind = kind or op.group
+    return kind, f"{kind} {op.op if op.kind == 'collective' else op.kind}"
+
+
+@dataclass
+class Intervals:
+    """Intervals of several categories on several rows (ranks), cut at their ends.
+
+    ``times`` are the distinct ends of each row, sorted by row and then time (the
+    *cuts*); piece ``k`` runs from cut ``k`` to cut ``k + 1`` when both are of one row
+    (``width[k] > 0``) and is empty otherwise; ``count[c][k]`` is how many intervals of
+    category ``c`` cover piece ``k``. Intervals whose end is not after their start are
+    left out, as :func:`union` leaves them out.
+
+    >>> cut = Intervals.of([(np.array([0, 0, 1]), np.array([0.0, 1.0, 2.0]),
+    ...                      np.array([2.0, 3.0, 4.0]))])
+    >>> cut.times.tolist(), cut.width.tolist(), cut.count[0].tolist()
+    ([0.0, 1.0, 2.0, 3.0, 2.0, 4.0], [1.0, 1.0, 1.0, 0.0, 2.0, 0.0], [1, 2, 1, 0, 1, 0])
+    """
+
+    rows: np.ndarray
+    times: np.ndarray
+    width: np.ndarray
+    count: list[np.ndarray]
+
+    @classmethod
+    def of(cls, categories: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Intervals:
+        """Cut ``(row, start, end)`` arrays, one triple per category."""
+        rows, times, deltas = [], [], []
+        for c, (row, start, end) in enumerate(categories):
+            keep = end > start  # also leaves out NaN (never ran)
+            row, start, end = row[keep], start[keep], end[keep]
+            m = len(row)
+            delta = np.zeros((2 * m, len(categories)), dtype=np.int64)
+            delta[:m, c], delta[m:, c] = 1, -1
+            rows += [row, row]
+            times += [start, end]
+            deltas.append(delta)
+        row = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        time = np.concatenate(times) if times else np.zeros(0)
+        delta = np.concatenate(deltas) if deltas else np.zeros((0, 0), dtype=np.int64)
+        order = np.lexsort((time, row))
+        row, time, delta = row[order], time[order], delta[order]
+        # One cut per distinct (row, time); its events' changes summed.
+        new = np.ones(len(row), dtype=bool)
+        new[1:] = (row[1:] != row[:-1]) | (time[1:] != time[:-1])
+        first = np.flatnonzero(new)
+        row, time = row[first], time[first]
+        change = np.add.reduceat(delta, first, axis=0) if len(first) else delta
+        # Each row's changes add up to 0: one running sum over all rows is each row's.
+        count = np.cumsum(change, axis=0)
+        width = np.zeros(len(time))
+        same = row[1:] == row[:-1]
+        width[:-1] = np.where(same, time[1:] - time[:-1], 0.0)
+        return cls(row, time, width, [count[:, c] for c in range(len(categories))])
+
+    def covered(self, category: int) -> np.ndarray:
+        """Whether each piece is covered by some interval of ``category``."""
+        return (self.count[category] > 0) & (self.width > 0)
+
+    def runs(self, covered: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The union of the covered pieces, row by row: (row, start, end) of each
+        maximal run of covered pieces, sorted by row and time (what :func:`union`
+        gives)."""
+        before = np.zeros(len(covered), dtype=bool)
+        before[1:] = covered[:-1]
+        after = np.zeros(len(covered), dtype=bool)
+        after[:-1] = covered[1:]
+        # A run ends where the next piece is not covered; an uncovered or empty piece
+        # (the last of every row) lies between any two runs.
+        starts = np.flatnonzero(covered & ~before)
+        ends = np.flatnonzero(covered & ~after) + 1
+        return self.rows[starts], self.times[starts], self.times[ends]
+
+
+def _measure_by_row(runs: tuple[np.ndarray, np.ndarray, np.ndarray], rows: int) -> np.ndarray:
+    """Total length of each row's runs, summed in time order as :func:`measure` sums
+    (``np.bincount`` adds its weights in order)."""
+    row, start, end = runs
+    return np.bincount(row, weights=end - start, minlength=rows)
+
+
+def _owed(
+    row: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    compute: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Exposed seconds owed to each communication op (``row``, ``start``, ``end``; in
+    row order, then op order), as :func:`_attribute` computes them rank by rank: the
+    pieces between the ops' ends and the compute union's, each exposed piece (no
+    compute over it) split equally among the ops in flight over it."""
+    m = len(row)
+    if m == 0:
+        return np.zeros(0)
+    c_row, c_start, c_end = compute
+    # Pieces from the ops' ends (empty ops too: _attribute cuts there) and the union's.
+    all_rows = np.concatenate([row, row, c_row, c_row])
+    all_times = np.concatenate([start, end, c_start, c_end])
+    order = np.lexsort((all_times, all_rows))
+    sorted_rows, sorted_times = all_rows[order], all_times[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_times[1:] != sorted_times[:-1])
+    cut_of = np.cumsum(new) - 1  # each sorted end's cut
+    where = np.empty(len(order), dtype=np.int64)
+    where[order] = cut_of
+    first, last = where[:m], where[m : 2 * m]
+    rows, times = sorted_rows[new], sorted_times[new]
+    cuts = len(times)
+    same = np.zeros(cuts, dtype=bool)
+    same[:-1] = rows[1:] == rows[:-1]
+    width = np.zeros(cuts)
+    width[:-1] = np.where(same[:-1], np.diff(times), 0.0)
+    # Ops in flight over each piece, and compute over it (the union's ends are cuts).
+    change = np.zeros(cuts + 1, dtype=np.int64)
+    np.add.at(change, first, 1)
+    np.add.at(change, last, -1)
+    active = np.cumsum(change[:-1])
+    comp_change = np.zeros(cuts + 1, dtype=np.int64)
+    c_first = where[2 * m : 2 * m + len(c_row)]
+    c_last = where[2 * m + len(c_row) :]
+    np.add.at(comp_change, c_first, 1)
+    np.add.at(comp_change, c_last, -1)
+    computing = np.cumsum(comp_change[:-1]) > 0
+    exposed = same & (width > 0) & ~computing
+    share = np.where(exposed & (active > 0), width / np.maximum(active, 1), 0.0)
+    # Per row, the running total of the shares from the row's first cut (the sums
+    # _attribute takes rank by rank: one running sum over all rows would round the
+    # later rows' totals differently).
+    total = np.zeros(cuts)
+    bounds = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1], [True]]))
+    for a, b in pairwise(bounds.tolist()):
+        total[a + 1 : b] = np.cumsum(share[a : b - 1])
+    return total[last] - total[first]
 
 
 def _attribute(comm, busy_compute, workload, by_kind, by_call) -> None:
