@@ -148,20 +148,34 @@ class JobsRun:
     bytes_mismatch: float = 0.0
 
 
-def _job_op(op: Op, offset: int, name: str, gpus: list[int]) -> Op:
-    """``op`` moved into a merged workload: index, id, rank, deps, group and peer."""
-    new = Op.__new__(Op)
-    new.__dict__.update(op.__dict__)
-    new.index = op.index + offset
-    new.id = f"{name}/{op.id}"
-    new.rank = gpus[op.rank]
-    # The first job's deps keep their indices: its list is shared, never modified.
-    new.deps = [d + offset for d in op.deps] if offset else op.deps
-    if op.group:
-        new.group = f"{name}/{op.group}"
-    if op.peer >= 0:
-        new.peer = gpus[op.peer]
-    return new
+def _job_ops(ops: Sequence[Op], offset: int, name: str, gpus: list[int]) -> list[Op]:
+    """``ops`` moved into a merged workload: index, id, rank, deps, group and peer.
+
+    One loop over the ops' dicts (a copy of each with the moved fields replaced), not a
+    call per op: a 1,024-GPU job has 288k ops, merged three times by :func:`run_jobs`.
+    """
+    new = Op.__new__
+    prefix = f"{name}/"
+    groups: dict[str, str] = {}
+    out: list[Op] = []
+    append = out.append
+    for op in ops:
+        fields = op.__dict__.copy()
+        fields["index"] += offset
+        fields["id"] = prefix + fields["id"]
+        fields["rank"] = gpus[fields["rank"]]
+        # The first job's deps keep their indices: its list is shared, never modified.
+        if offset and fields["deps"]:
+            fields["deps"] = [dep + offset for dep in fields["deps"]]
+        group = fields["group"]
+        if group:
+            fields["group"] = groups.get(group) or groups.setdefault(group, prefix + group)
+        if fields["peer"] >= 0:
+            fields["peer"] = gpus[fields["peer"]]
+        moved = new(Op)
+        moved.__dict__ = fields
+        append(moved)
+    return out
 
 
 def merge_jobs(
@@ -206,7 +220,7 @@ def merge_jobs(
         key = (id(workload), name, offset, tuple(where))
         known = None if cache is None else cache.get(key)
         if known is None:
-            known = (workload, [_job_op(op, offset, name, where) for op in workload.ops])
+            known = (workload, _job_ops(workload.ops, offset, name, where))
             if cache is not None:
                 cache[key] = known  # keeps the workload, so that its id stays its own
         ops.extend(known[1])
