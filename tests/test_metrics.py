@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulator.workload.engine import OpRecord
-from simulator.workload.metrics import _attribute, breakdown, intersect, measure, union
+from simulator.workload.metrics import breakdown, intersect, measure, union
 from simulator.workload.trace import Op
 
 GROUPS = {"dp": SimpleNamespace(kind="DP"), "tp": SimpleNamespace(kind="TP")}
@@ -102,9 +102,48 @@ def test_only_the_ranks_that_stood_for_others_are_reported():
     assert result.exposed_by_kind == {"DP": 1.5, "P2P": 1.0}
 
 
+def attribute_before(comm, busy_compute, workload, by_kind, by_call) -> None:
+    """metrics._attribute as it was before breakdown was vectorized (commit d1b5e23):
+    one rank's exposed instants split equally among its ops in flight."""
+    if not comm:
+        return
+    starts = np.array([s for s, _, _ in comm], dtype=float)
+    ends = np.array([e for _, e, _ in comm], dtype=float)
+    cuts = np.unique(
+        np.concatenate([starts, ends, np.array([t for span in busy_compute for t in span])])
+    )
+    if len(cuts) < 2:
+        return
+    middle = 0.5 * (cuts[:-1] + cuts[1:])
+    width = np.diff(cuts)
+    exposed = width > 0
+    if busy_compute:
+        compute_starts = np.array([s for s, _ in busy_compute])
+        compute_ends = np.array([e for _, e in busy_compute])
+        at = np.searchsorted(compute_starts, middle, side="right") - 1
+        covered = (at >= 0) & (middle < compute_ends[np.maximum(at, 0)])
+        exposed &= ~covered
+    first = np.searchsorted(middle, starts, side="left")
+    last = np.searchsorted(middle, ends, side="left")
+    count = np.zeros(len(middle) + 1, dtype=np.int64)
+    np.add.at(count, first, 1)
+    np.add.at(count, last, -1)
+    active = np.cumsum(count[:-1])
+    share = np.where(exposed & (active > 0), width / np.maximum(active, 1), 0.0)
+    total = np.concatenate([[0.0], np.cumsum(share)])
+    owed = total[last] - total[first]
+    for (_, _, op), value in zip(comm, owed.tolist(), strict=True):
+        if value <= 0.0:
+            continue
+        kind = workload.groups[op.group].kind if op.kind == "collective" else "P2P"
+        kind = kind or op.group
+        by_kind[kind] += value
+        by_call[f"{kind} {op.op if op.kind == 'collective' else op.kind}"] += value
+
+
 def per_rank(run):
-    """The breakdown computed rank by rank with union, intersect, measure and _attribute
-    (the computation before it was vectorized), as tuples and dicts."""
+    """The breakdown computed rank by rank with union, intersect, measure and the
+    attribution before (the computation before it was vectorized), as tuples and dicts."""
     workload, records = run.workload, run.records
     step = float(np.nanmax(records.end_s))
     compute, comm, waits = defaultdict(list), defaultdict(list), defaultdict(list)
@@ -135,7 +174,7 @@ def per_rank(run):
                 step - measure(occupied),
             )
         )
-        _attribute(comm[rank], busy_compute, workload, by_kind, by_call)
+        attribute_before(comm[rank], busy_compute, workload, by_kind, by_call)
     n = len(rows)
     return (
         step,

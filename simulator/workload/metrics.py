@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 import numpy as np
 
@@ -339,77 +338,42 @@ def _owed(
     end: np.ndarray,
     compute: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> np.ndarray:
-    """Exposed seconds owed to each communication op (``row``, ``start``, ``end``; in
-    row order, then op order), as :func:`_attribute` computes them rank by rank: the
-    pieces between the ops' ends and the compute union's, each exposed piece (no
-    compute over it) split equally among the ops in flight over it."""
-    m = len(row)
-    if m == 0:
-        return np.zeros(0)
+    """Exposed seconds owed to each communication op (``row``, ``start``, ``end``;
+    sorted by row, then in op order) given each row's compute union (``compute``: its
+    runs, sorted by row and time): :func:`_owed_on_rank` on each row's slices."""
+    owed = np.zeros(len(row))
     c_row, c_start, c_end = compute
-    # Pieces from the ops' ends (empty ops too: _attribute cuts there) and the union's.
-    all_rows = np.concatenate([row, row, c_row, c_row])
-    all_times = np.concatenate([start, end, c_start, c_end])
-    order = np.lexsort((all_times, all_rows))
-    sorted_rows, sorted_times = all_rows[order], all_times[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_times[1:] != sorted_times[:-1])
-    cut_of = np.cumsum(new) - 1  # each sorted end's cut
-    where = np.empty(len(order), dtype=np.int64)
-    where[order] = cut_of
-    first, last = where[:m], where[m : 2 * m]
-    rows, times = sorted_rows[new], sorted_times[new]
-    cuts = len(times)
-    same = np.zeros(cuts, dtype=bool)
-    same[:-1] = rows[1:] == rows[:-1]
-    width = np.zeros(cuts)
-    width[:-1] = np.where(same[:-1], np.diff(times), 0.0)
-    # Ops in flight over each piece, and compute over it (the union's ends are cuts).
-    change = np.zeros(cuts + 1, dtype=np.int64)
-    np.add.at(change, first, 1)
-    np.add.at(change, last, -1)
-    active = np.cumsum(change[:-1])
-    comp_change = np.zeros(cuts + 1, dtype=np.int64)
-    c_first = where[2 * m : 2 * m + len(c_row)]
-    c_last = where[2 * m + len(c_row) :]
-    np.add.at(comp_change, c_first, 1)
-    np.add.at(comp_change, c_last, -1)
-    computing = np.cumsum(comp_change[:-1]) > 0
-    exposed = same & (width > 0) & ~computing
-    share = np.where(exposed & (active > 0), width / np.maximum(active, 1), 0.0)
-    # Per row, the running total of the shares from the row's first cut (the sums
-    # _attribute takes rank by rank: one running sum over all rows would round the
-    # later rows' totals differently).
-    total = np.zeros(cuts)
-    bounds = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1], [True]]))
-    for a, b in pairwise(bounds.tolist()):
-        total[a + 1 : b] = np.cumsum(share[a : b - 1])
-    return total[last] - total[first]
+    rows = np.unique(row)
+    op_bounds = np.searchsorted(row, np.append(rows, rows[-1] + 1) if len(rows) else rows)
+    c_bounds = np.searchsorted(c_row, rows), np.searchsorted(c_row, rows, side="right")
+    for k in range(len(rows)):
+        a, b = op_bounds[k], op_bounds[k + 1]
+        ca, cb = c_bounds[0][k], c_bounds[1][k]
+        owed[a:b] = _owed_on_rank(start[a:b], end[a:b], c_start[ca:cb], c_end[ca:cb])
+    return owed
 
 
-def _attribute(comm, busy_compute, workload, by_kind, by_call) -> None:
-    """Split each exposed instant of one rank equally among the ops in flight.
+def _owed_on_rank(
+    starts: np.ndarray, ends: np.ndarray, compute_starts: np.ndarray, compute_ends: np.ndarray
+) -> np.ndarray:
+    """Exposed seconds owed to each communication op of one rank (``starts``,
+    ``ends``), the rank's compute union being ``compute_starts``, ``compute_ends``
+    (sorted, disjoint): see :func:`_attribute`.
 
-    The rank's op and compute boundaries cut time into pieces; a piece is exposed when no
-    compute covers it, and each communication op in flight over it gets an equal share.
-    Counting ops per piece and summing shares per op are prefix sums over the pieces
-    (one pass, not one scan of the ops per piece)."""
-    if not comm:
-        return
-    starts = np.array([s for s, _, _ in comm], dtype=float)
-    ends = np.array([e for _, e, _ in comm], dtype=float)
+    The op and compute boundaries cut time into pieces; a piece is exposed when no
+    compute covers it, and each op in flight over it gets an equal share. Counting ops
+    per piece and summing shares per op are prefix sums over the pieces (one pass, not
+    one scan of the ops per piece)."""
+    owed = np.zeros(len(starts))
     cuts = np.unique(
-        np.concatenate([starts, ends, np.array([t for span in busy_compute for t in span])])
+        np.concatenate([starts, ends, np.column_stack([compute_starts, compute_ends]).ravel()])
     )
     if len(cuts) < 2:
-        return
+        return owed
     middle = 0.5 * (cuts[:-1] + cuts[1:])
     width = np.diff(cuts)
     exposed = width > 0
-    if busy_compute:
-        # busy_compute is a union: sorted, disjoint spans.
-        compute_starts = np.array([s for s, _ in busy_compute])
-        compute_ends = np.array([e for _, e in busy_compute])
+    if len(compute_starts):
         at = np.searchsorted(compute_starts, middle, side="right") - 1
         covered = (at >= 0) & (middle < compute_ends[np.maximum(at, 0)])
         exposed &= ~covered
@@ -422,11 +386,26 @@ def _attribute(comm, busy_compute, workload, by_kind, by_call) -> None:
     active = np.cumsum(count[:-1])
     share = np.where(exposed & (active > 0), width / np.maximum(active, 1), 0.0)
     total = np.concatenate([[0.0], np.cumsum(share)])
-    owed = total[last] - total[first]
+    return total[last] - total[first]
+
+
+def _attribute(comm, busy_compute, workload, by_kind, by_call) -> None:
+    """Split each exposed instant of one rank equally among the ops in flight: ``comm``
+    holds the rank's (start, end, op), ``busy_compute`` its compute union; each op's
+    share (:func:`_owed_on_rank`) is added to its dimension and call in ``by_kind`` and
+    ``by_call``. The rank-by-rank form of what :func:`breakdown` does for every rank at
+    once."""
+    if not comm:
+        return
+    owed = _owed_on_rank(
+        np.array([s for s, _, _ in comm], dtype=float),
+        np.array([e for _, e, _ in comm], dtype=float),
+        np.array([s for s, _ in busy_compute], dtype=float),
+        np.array([e for _, e in busy_compute], dtype=float),
+    )
     for (_, _, op), value in zip(comm, owed.tolist(), strict=True):
         if value <= 0.0:
             continue
-        kind = workload.groups[op.group].kind if op.kind == "collective" else "P2P"
-        kind = kind or op.group
+        kind, call = _labels(op, workload)
         by_kind[kind] += value
-        by_call[f"{kind} {op.op if op.kind == 'collective' else op.kind}"] += value
+        by_call[call] += value
