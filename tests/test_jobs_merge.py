@@ -1,0 +1,103 @@
+"""Merging jobs' ops into one workload (simulator.workload.jobs.merge_jobs), and the
+pause of Python's garbage collection while run_jobs builds them (issue 34's speed)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from simulator.workload import load_workload
+from simulator.workload.jobs import collections_frozen, collections_paused, merge_jobs
+
+
+def send_step():
+    """Two ranks: rank 0 computes, sends to rank 1, then both all-reduce over ``dp``."""
+    ops = [
+        {"id": "c0", "rank": 0, "kind": "compute", "duration": "1ms"},
+        {"id": "s0", "rank": 0, "kind": "send", "peer": 1, "bytes": 1e6, "deps": ["c0"]},
+        {"id": "r1", "rank": 1, "kind": "recv", "peer": 0, "bytes": 1e6},
+        {"id": "a0", "rank": 0, "kind": "collective", "op": "all_reduce", "group": "dp",
+         "bytes": 1e6, "deps": ["s0"]},
+        {"id": "a1", "rank": 1, "kind": "collective", "op": "all_reduce", "group": "dp",
+         "bytes": 1e6, "deps": ["r1"]},
+    ]  # fmt: skip
+    return load_workload(
+        {
+            "format": "ccsim-workload/1",
+            "name": "step",
+            "ranks": 2,
+            "ops": ops,
+            "groups": {"dp": {"kind": "DP", "ranks": [0, 1]}},
+        }
+    )
+
+
+def test_the_second_job_s_ops_move_by_its_offset_and_onto_its_gpus():
+    """Job B (second, 5 ops after A's) on GPUs 6 and 3: its op k is merged op 5 + k, its
+    ids and group are prefixed, its ranks and peers are its GPUs, its deps move by 5;
+    job A's keep their indices; the jobs' own ops are left as they were."""
+    step = send_step()
+    before = [dict(vars(op)) for op in step.ops]
+    merged = merge_jobs([step, step], [np.array([0, 1]), np.array([6, 3])], ["A", "B"], 8)
+    rows = [(op.index, op.id, op.rank, op.deps, op.group, op.peer) for op in merged.ops]
+    assert rows == [
+        (0, "A/c0", 0, [], "", -1),
+        (1, "A/s0", 0, [0], "", 1),
+        (2, "A/r1", 1, [], "", 0),
+        (3, "A/a0", 0, [1], "A/dp", -1),
+        (4, "A/a1", 1, [2], "A/dp", -1),
+        (5, "B/c0", 6, [], "", -1),
+        (6, "B/s0", 6, [5], "", 3),
+        (7, "B/r1", 3, [], "", 6),
+        (8, "B/a0", 6, [6], "B/dp", -1),
+        (9, "B/a1", 3, [7], "B/dp", -1),
+    ]
+    assert merged.groups["B/dp"].ranks == [6, 3]
+    assert merged.pairs == [(1, 2), (6, 7)]
+    assert [dict(vars(op)) for op in step.ops] == before
+    # Everything else an op holds is its job's.
+    assert all(
+        merged.ops[5 + k].nbytes == op.nbytes and merged.ops[5 + k].kind == op.kind
+        for k, op in enumerate(step.ops)
+    )
+
+
+def test_collections_are_paused_inside_the_block_only():
+    """Inside the block no automatic collection runs; after it, collection is as it was
+    (on stays on, off stays off), also when the block raises."""
+    assert gc.isenabled()
+    with collections_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    try:
+        with collections_paused():
+            raise KeyError("x")
+    except KeyError:
+        pass
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collections_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_objects_are_frozen_inside_the_block_only_unless_others_froze_some():
+    """Objects that exist before the block are left out of collections inside it; none
+    after. Objects someone else froze stay frozen, and the block leaves them alone."""
+    assert gc.get_freeze_count() == 0
+    kept = [[] for _ in range(100)]
+    with collections_frozen():
+        assert gc.get_freeze_count() >= len(kept)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    theirs = gc.get_freeze_count()
+    try:
+        with collections_frozen():
+            assert gc.get_freeze_count() == theirs
+        assert gc.get_freeze_count() == theirs
+    finally:
+        gc.unfreeze()
