@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -410,13 +410,15 @@ def run_jobs(
     merged_ops: dict = {}
 
     def replay(workloads: list[Workload], where: list[np.ndarray], who: list[str]) -> WorkloadRun:
-        with collections_paused():
-            # Merging, and building every rank or replica (the replay's constructor),
-            # allocate hundreds of thousands of ops that live on.
-            merged = merge_jobs(workloads, where, who, count, merged_ops)
-            replayer = WorkloadReplay(merged, graph, timings=timings, **options)
         callback = progress(" + ".join(who)) if progress is not None else None
-        with collections_frozen():
+        with ExitStack() as frozen:
+            with collections_paused():
+                # Merging, and building every rank or replica (the replay's
+                # constructor), allocate hundreds of thousands of ops that live on.
+                merged = merge_jobs(workloads, where, who, count, merged_ops)
+                replayer = WorkloadReplay(merged, graph, timings=timings, **options)
+                # Frozen before collections resume: the first would walk them all.
+                frozen.enter_context(collections_frozen())
             return replayer.run(callback)
 
     # A job whose stand-ins (TP masters, one replica) were found unlike alone is given

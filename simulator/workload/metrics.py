@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -173,9 +174,9 @@ def breakdown(run: WorkloadRun) -> Breakdown:
     # Row of each rank (-1: a rank whose figures are not reported).
     row_of = np.full(max(workload.ranks, int(chosen.max(initial=-1)) + 1), -1, dtype=np.int64)
     row_of[chosen] = np.arange(len(chosen))
-    index = np.fromiter((op.index for op in ops), dtype=np.int64, count=n)
-    rank = np.fromiter((op.rank for op in ops), dtype=np.int64, count=n)
-    compute = np.fromiter((op.kind == "compute" for op in ops), dtype=bool, count=n)
+    index = np.fromiter(map(attrgetter("index"), ops), dtype=np.int64, count=n)
+    rank = np.fromiter(map(attrgetter("rank"), ops), dtype=np.int64, count=n)
+    compute = np.fromiter(map("compute".__eq__, map(attrgetter("kind"), ops)), dtype=bool, count=n)
     row = row_of[rank]
     issue, start, end = records.issue_s[index], records.start_s[index], records.end_s[index]
     mine = row >= 0
