@@ -40,8 +40,11 @@ BF16 = 2  # bytes per parameter, gradient and activation element
 class _Builder:
     """Collects ops in trace format with readable ids."""
 
-    def __init__(self, name: str, ranks: int, description: str):
+    def __init__(self, name: str, ranks: int, description: str, trusted: bool = False):
         self.channels = 1  # parallel rings per collective (set by generators that take it)
+        #: Whether the ops are this module's generators' (built without the trace
+        #: format's per-op checks, see parse_workload) rather than read from a file.
+        self.trusted = trusted
         self.data: dict[str, Any] = {
             "format": FORMAT,
             "name": name,
@@ -68,7 +71,11 @@ class _Builder:
 
     def build(self, replicas: Replicas | None = None, shadows: Shadows | None = None) -> Workload:
         return parse_workload(
-            self.data, origin=self.data["name"], replicas=replicas, shadows=shadows
+            self.data,
+            origin=self.data["name"],
+            replicas=replicas,
+            shadows=shadows,
+            trusted=self.trusted,
         )
 
 
@@ -266,6 +273,7 @@ def ddp(
         f"ddp-{ranks}",
         ranks,
         f"DDP, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
+        trusted=True,
     )
     dp = b.group("dp", "DP", list(range(ranks)))
     grad_bytes = m.layer_params * GRAD_REDUCE[grad_reduce][0]
@@ -357,6 +365,7 @@ def zero3(
         f"zero3-{ranks}",
         ranks,
         f"ZeRO-3, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
+        trusted=True,
     )
     b.channels = channels
     dp = b.group("dp", "DP", list(range(ranks)))
@@ -1109,6 +1118,7 @@ def megatron(
         + (f" CP {cp}" if cp > 1 else "")
         + f", {micro} micro-batches of {micro_batch}"
         + (f", stages of {'/'.join(map(str, split))} layers" if len(set(split)) > 1 else ""),
+        trusted=True,
     )
 
     def rank_of(stage: int, d: int, t: int, q: int = 0) -> int:
@@ -1867,6 +1877,7 @@ def moe(
         f"moe-{ranks}",
         ranks,
         f"MoE, {layers} layers, {ranks * experts_per_rank} experts, top-{top_k}",
+        trusted=True,
     )
     ep = b.group("ep", "EP", list(range(ranks)))
     routed = tokens * top_k * hidden * BF16  # bytes each rank sends out (and receives)
