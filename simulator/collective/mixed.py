@@ -97,6 +97,7 @@ class _MixedReplay(ScheduleReplay):
         # The latest time among each op's satisfied dependencies.
         self._ready_at = np.zeros(schedule.n_ops)
         self._timed_count = 0
+        self._n_ops = schedule.n_ops
         #: The op whose interval stands for each timed op's (itself, or the first of
         #: its identical twins, see :meth:`_twins`).
         self.twin_of = np.arange(schedule.n_ops)
@@ -161,6 +162,16 @@ class _MixedReplay(ScheduleReplay):
         else:
             self._check_finished()
 
+    def sent_one(self, op: int) -> bool:
+        """:meth:`on_sent` and :meth:`wants_delivery` for one flow whose op is a Python
+        int (the lean network's scalar callback): whether it wants the delivery."""
+        n = self._n_ops
+        if op >= n:  # a reduction flow: its op is done
+            self._complete(np.array([op - n], dtype=np.int64))
+            return False
+        self._sent_one(op, self.env.now)
+        return bool(self._reduces[op])
+
     def _sent_one(self, op: int, now: float) -> None:
         """:meth:`on_sent` for one op, in Python scalars (the same arithmetic)."""
         self.sent_s[op] = now
@@ -171,7 +182,9 @@ class _MixedReplay(ScheduleReplay):
             self.end_s[op] = end
             self._done_count += 1
             self._release_one(op, end, self._done_ptr, self._done_idx, ready)
-        if ready:
+        if len(ready) == 1:
+            self._dispatch_few(ready)
+        elif ready:
             self._dispatch_few(sorted(set(ready)))
         else:
             self._check_finished()
@@ -181,7 +194,7 @@ class _MixedReplay(ScheduleReplay):
     ) -> None:
         """:meth:`_release_at` for one op, in Python scalars: appends to ``ready`` the
         successors it makes ready."""
-        first, last = int(ptr[op]), int(ptr[op + 1])
+        first, last = ptr[op], ptr[op + 1]
         if first == last:
             return
         ready_at, pending = self._ready_at, self._pending
@@ -196,12 +209,7 @@ class _MixedReplay(ScheduleReplay):
     def _launch_at(self, ops: np.ndarray) -> None:
         now = self.env.now
         if len(ops) == 1:
-            at = float(self._ready_at[ops[0]])
-            if at > now:
-                event = self.env.timeout(at - now)
-                event.callbacks.append(lambda _event: self._launch(ops))
-            else:
-                self._launch(ops)
+            self._launch_one(int(ops[0]))
             return
         at = self._ready_at[ops]
         later = at > now
@@ -291,11 +299,22 @@ class _MixedReplay(ScheduleReplay):
         """:meth:`_launch_at` for one op."""
         now = self.env.now
         at = float(self._ready_at[op])
-        ops = np.array([op], dtype=np.int64)
         if at > now:
-            self.env.timeout(at - now).callbacks.append(lambda _event: self._launch(ops))
+            self.env.timeout(at - now).callbacks.append(lambda _event: self._start_one(op))
         else:
-            self._launch(ops)
+            self._start_one(op)
+
+    def _start_one(self, op: int) -> None:
+        """:meth:`_launch` for one op, in Python scalars (the same stores)."""
+        add_flow = getattr(self.network, "add_flow", None)
+        if add_flow is None:
+            self._launch(np.array([op], dtype=np.int64))
+            return
+        now = self.env.now
+        self.start_s[op] = now
+        self._flow_start[op] = now
+        route, wire, copies = int(self._all_routes[op]), float(self._wire[op]), self._copies[op]
+        add_flow(self._owner, op, route, wire, float(copies))
 
     def _time_chain(self, op: int) -> None:
         """:meth:`_time` for one op and, while each makes exactly one more timed op
