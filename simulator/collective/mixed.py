@@ -41,6 +41,8 @@ for the contention-free pass.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import simpy
 
@@ -60,6 +62,27 @@ MAX_ROUNDS = 3
 MAX_SIMULATED = 0.3
 #: ... except up to this many simulated ops, whose rounds cost little.
 FEW_SIMULATED = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class _ScalarViews:
+    """A replay's per-op arrays as memoryviews (the same memory), for one op at a time."""
+
+    ready_at: memoryview
+    pending: memoryview
+    start: memoryview
+    sent: memoryview
+    end: memoryview
+    simulated: memoryview
+    reduces: memoryview
+    routes: memoryview
+    wire: memoryview
+    copies: memoryview
+    transfer: memoryview
+    latency: memoryview
+    reduce: memoryview
+    sent_succ: tuple[memoryview, memoryview]
+    done_succ: tuple[memoryview, memoryview]
 
 
 class _MixedReplay(ScheduleReplay):
@@ -107,6 +130,26 @@ class _MixedReplay(ScheduleReplay):
         self._reduces = np.zeros(schedule.n_ops, dtype=bool)
         if self._reducer is not None:
             self._reduces = schedule.reduce & (self._reducer[self._local[0]] >= 0)
+        # The same arrays as memoryviews, for the paths that handle one op at a time:
+        # reading or storing one element of a memoryview is a Python scalar, half the
+        # cost of numpy's element access and a third of its arithmetic on int32.
+        self._one = _ScalarViews(
+            ready_at=memoryview(self._ready_at),
+            pending=memoryview(self._pending),
+            start=memoryview(self.start_s),
+            sent=memoryview(self.sent_s),
+            end=memoryview(self.end_s),
+            simulated=memoryview(np.ascontiguousarray(simulated)),
+            reduces=memoryview(np.ascontiguousarray(self._reduces)),
+            routes=memoryview(np.ascontiguousarray(routes)),
+            wire=memoryview(np.ascontiguousarray(self._wire, dtype=float)),
+            copies=memoryview(np.ascontiguousarray(self._copies, dtype=float)),
+            transfer=memoryview(np.ascontiguousarray(transfer_s, dtype=float)),
+            latency=memoryview(np.ascontiguousarray(latency_s, dtype=float)),
+            reduce=memoryview(np.ascontiguousarray(reduce_s, dtype=float)),
+            sent_succ=(memoryview(self._sent_ptr), memoryview(self._sent_idx)),
+            done_succ=(memoryview(self._done_ptr), memoryview(self._done_idx)),
+        )
 
     def start(self) -> simpy.Event:
         """Start (or time) the ops without dependencies now."""
@@ -170,18 +213,19 @@ class _MixedReplay(ScheduleReplay):
             self._complete(np.array([op - n], dtype=np.int64))
             return False
         self._sent_one(op, self.env.now)
-        return bool(self._reduces[op])
+        return self._one.reduces[op]
 
     def _sent_one(self, op: int, now: float) -> None:
         """:meth:`on_sent` for one op, in Python scalars (the same arithmetic)."""
-        self.sent_s[op] = now
+        one = self._one
+        one.sent[op] = now
         ready: list[int] = []
-        self._release_one(op, now, self._sent_ptr, self._sent_idx, ready)
-        if not self._reduces[op]:
-            end = now + float(self._latency_s[op])
-            self.end_s[op] = end
+        self._release_one(op, now, one.sent_succ, ready)
+        if not one.reduces[op]:
+            end = now + one.latency[op]
+            one.end[op] = end
             self._done_count += 1
-            self._release_one(op, end, self._done_ptr, self._done_idx, ready)
+            self._release_one(op, end, one.done_succ, ready)
         if len(ready) == 1:
             self._dispatch_few(ready)
         elif ready:
@@ -189,15 +233,15 @@ class _MixedReplay(ScheduleReplay):
         else:
             self._check_finished()
 
-    def _release_one(
-        self, op: int, time: float, ptr: np.ndarray, idx: np.ndarray, ready: list[int]
-    ) -> None:
+    def _release_one(self, op: int, time: float, succ_lists: tuple, ready: list[int]) -> None:
         """:meth:`_release_at` for one op, in Python scalars: appends to ``ready`` the
-        successors it makes ready."""
+        successors it makes ready (``succ_lists``: the CSR successors, as memoryviews)."""
+        ptr, idx = succ_lists
         first, last = ptr[op], ptr[op + 1]
         if first == last:
             return
-        ready_at, pending = self._ready_at, self._pending
+        one = self._one
+        ready_at, pending = one.ready_at, one.pending
         for succ in idx[first:last].tolist():
             if ready_at[succ] < time:
                 ready_at[succ] = time
@@ -247,7 +291,7 @@ class _MixedReplay(ScheduleReplay):
             ready = succ if self._pending[succ[0]] == 0 else succ[:0]
         else:
             np.maximum.at(self._ready_at, succ, at)
-            np.subtract.at(self._pending, succ, 1)
+            np.subtract.at(self._pending, succ, np.int32(1))  # its type: ufunc.at's fast path
             ready = succ[self._pending[succ] == 0]
             if unique and len(ready) > 1:
                 ready = np.unique(ready)
@@ -284,8 +328,9 @@ class _MixedReplay(ScheduleReplay):
     def _dispatch_few(self, ready: list[int]) -> None:
         """:meth:`_dispatch` for a few ops given as a sorted list, in Python scalars."""
         timed = []
+        simulated = self._one.simulated
         for op in ready:
-            if self._simulated[op]:
+            if simulated[op]:
                 self._launch_one(op)
             else:
                 timed.append(op)
@@ -298,7 +343,7 @@ class _MixedReplay(ScheduleReplay):
     def _launch_one(self, op: int) -> None:
         """:meth:`_launch_at` for one op."""
         now = self.env.now
-        at = float(self._ready_at[op])
+        at = self._one.ready_at[op]
         if at > now:
             self.env.timeout(at - now).callbacks.append(lambda _event: self._start_one(op))
         else:
@@ -311,30 +356,31 @@ class _MixedReplay(ScheduleReplay):
             self._launch(np.array([op], dtype=np.int64))
             return
         now = self.env.now
-        self.start_s[op] = now
+        one = self._one
+        one.start[op] = now
         self._flow_start[op] = now
-        route, wire, copies = int(self._all_routes[op]), float(self._wire[op]), self._copies[op]
-        add_flow(self._owner, op, route, wire, float(copies))
+        add_flow(self._owner, op, one.routes[op], one.wire[op], one.copies[op])
 
     def _time_chain(self, op: int) -> None:
         """:meth:`_time` for one op and, while each makes exactly one more timed op
         ready, the chain that follows it (a ring's hops), in Python scalars (the same
         arithmetic as the array pass)."""
+        one = self._one
         while True:
-            begin = float(self._ready_at[op])
-            copies = float(self._copies[op])
-            sent = begin + float(self._transfer_s[op]) * copies
-            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op]) * copies
-            self.start_s[op] = begin
-            self.sent_s[op] = sent
-            self.end_s[op] = end
+            begin = one.ready_at[op]
+            copies = one.copies[op]
+            sent = begin + one.transfer[op] * copies
+            end = sent + one.latency[op] + one.reduce[op] * copies
+            one.start[op] = begin
+            one.sent[op] = sent
+            one.end[op] = end
             self._timed_count += 1
             found: list[int] = []
-            self._release_one(op, sent, self._sent_ptr, self._sent_idx, found)
-            self._release_one(op, end, self._done_ptr, self._done_idx, found)
+            self._release_one(op, sent, one.sent_succ, found)
+            self._release_one(op, end, one.done_succ, found)
             timed = []
-            for succ in sorted(set(found)):
-                if self._simulated[succ]:
+            for succ in sorted(set(found)) if len(found) > 1 else found:
+                if one.simulated[succ]:
                     self._launch_one(succ)
                 else:
                     timed.append(succ)
