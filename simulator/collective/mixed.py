@@ -62,6 +62,9 @@ MAX_ROUNDS = 3
 MAX_SIMULATED = 0.3
 #: ... except up to this many simulated ops, whose rounds cost little.
 FEW_SIMULATED = 10_000
+#: Up to this many ops at once, a level is timed (or released) in Python scalars, the
+#: same arithmetic as the array pass: cheaper than its dozen numpy calls.
+FEW_OPS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +192,9 @@ class _MixedReplay(ScheduleReplay):
         if len(ops) == 1:  # one flow (a drifting ring's hop): scalar bookkeeping
             self._sent_one(int(ops[0]), now)
             return
+        if len(ops) <= FEW_OPS:
+            self._sent_few(ops.tolist(), now)
+            return
         self.sent_s[ops] = now
         ready = [self._release_at(ops, np.full(len(ops), now), self._sent_ptr, self._sent_idx)]
         plain = ops[~self._reduces[ops]]
@@ -204,6 +210,36 @@ class _MixedReplay(ScheduleReplay):
             self._dispatch(ready)
         else:
             self._check_finished()
+
+    def _sent_few(self, ops: list[int], now: float) -> None:
+        """:meth:`on_sent` for a few ops, in Python scalars (the same arithmetic)."""
+        one = self._one
+        found: list[int] = []
+        for op in ops:
+            one.sent[op] = now
+            self._release_one(op, now, one.sent_succ, found)
+        for op in ops:
+            if not one.reduces[op]:
+                end = now + one.latency[op]
+                one.end[op] = end
+                self._done_count += 1
+                self._release_one(op, end, one.done_succ, found)
+        if found:
+            self._dispatch_sorted(sorted(found))
+        else:
+            self._check_finished()
+
+    def _dispatch_sorted(self, ready: list[int]) -> None:
+        """:meth:`_dispatch` for ops given as a sorted list: the simulated ones launched
+        together as there, the others timed in Python scalars."""
+        simulated = self._one.simulated
+        launch = [op for op in ready if simulated[op]]
+        if launch:
+            self._launch_at(np.array(launch, dtype=np.int64))
+        timed = [op for op in ready if not simulated[op]]
+        if timed:
+            self._time_few(timed)
+        self._check_finished()
 
     def sent_one(self, op: int) -> bool:
         """:meth:`on_sent` and :meth:`wants_delivery` for one flow whose op is a Python
@@ -301,8 +337,8 @@ class _MixedReplay(ScheduleReplay):
         """Time ``ops`` (not simulated, dependencies known) and every op they make ready
         that is not simulated either, level by level; launch the simulated ones."""
         while len(ops):
-            if len(ops) == 1:  # a chain of single ops: scalar arithmetic, no array pass
-                self._time_chain(int(ops[0]))
+            if len(ops) <= FEW_OPS:  # a few ops: scalar arithmetic, no array pass
+                self._time_few(ops.tolist())
                 return
             begin = self._ready_at[ops]
             share = self._twins(ops, begin)
@@ -325,6 +361,57 @@ class _MixedReplay(ScheduleReplay):
                 self._launch_at(ready[simulated])
             ops = ready[~simulated]
 
+    def _time_few(self, ops: list[int]) -> None:
+        """:meth:`_time` for a few ops given as a sorted list, level by level in Python
+        scalars: the same arithmetic, and the same identical twins (:meth:`_twins`)."""
+        one = self._one
+        while ops:
+            if len(ops) == 1:
+                self._time_chain(ops[0])
+                return
+            if len(ops) > FEW_OPS:
+                self._time(np.array(ops, dtype=np.int64))
+                return
+            # Twins: the same route, start, bytes and reduction, in ``ops``' order.
+            groups: dict[tuple, list[int]] = {}
+            for op in ops:
+                key = (one.routes[op], one.ready_at[op], one.wire[op], one.reduce[op])
+                members = groups.get(key)
+                if members is None:
+                    groups[key] = [op]
+                else:
+                    members.append(op)
+            twin_of = self.twin_of
+            times: list[tuple[int, float, float]] = []
+            for members in groups.values():
+                if len(members) == 1:
+                    share = one.copies[members[0]]
+                else:
+                    share = 0.0
+                    for op in members:  # in order, as np.bincount sums them
+                        share += one.copies[op]
+                    for op in members:
+                        twin_of[op] = members[0]
+                for op in members:
+                    begin = one.ready_at[op]
+                    sent = begin + one.transfer[op] * share
+                    end = sent + one.latency[op] + one.reduce[op] * share
+                    one.start[op] = begin
+                    one.sent[op] = sent
+                    one.end[op] = end
+                    times.append((op, sent, end))
+            self._timed_count += len(ops)
+            found: list[int] = []
+            for op, sent, _ in times:
+                self._release_one(op, sent, one.sent_succ, found)
+            for op, _, end in times:
+                self._release_one(op, end, one.done_succ, found)
+            found.sort()
+            launch = [op for op in found if one.simulated[op]]
+            if launch:
+                self._launch_at(np.array(launch, dtype=np.int64))
+            ops = [op for op in found if not one.simulated[op]]
+
     def _dispatch_few(self, ready: list[int]) -> None:
         """:meth:`_dispatch` for a few ops given as a sorted list, in Python scalars."""
         timed = []
@@ -334,10 +421,8 @@ class _MixedReplay(ScheduleReplay):
                 self._launch_one(op)
             else:
                 timed.append(op)
-        if len(timed) == 1:
-            self._time_chain(timed[0])
-        elif timed:
-            self._time(np.array(timed, dtype=np.int64))
+        if timed:
+            self._time_few(timed)
         self._check_finished()
 
     def _launch_one(self, op: int) -> None:
@@ -386,7 +471,7 @@ class _MixedReplay(ScheduleReplay):
                     timed.append(succ)
             if len(timed) != 1:
                 if timed:
-                    self._time(np.array(timed, dtype=np.int64))
+                    self._time_few(timed)
                 return
             op = timed[0]
 
