@@ -317,12 +317,41 @@ class _MixedReplay(ScheduleReplay):
         if len(ops) == 1:
             self._launch_one(int(ops[0]))
             return
+        if len(ops) <= FEW_OPS:
+            self._launch_few(ops.tolist(), now)
+            return
         at = self._ready_at[ops]
         later = at > now
         if not later.all():
             self._launch(ops[~later])
         if later.any():
             self._at(at[later] - now, lambda pick, o=ops[later]: self._launch(o[pick]))
+
+    def _launch_few(self, ops: list[int], now: float) -> None:
+        """:meth:`_launch_at` for a few ops (a sorted list): those ready now launched
+        together, the others together with those ready at the same time, one timeout
+        per time in increasing order, as :meth:`_at` groups them."""
+        ready_at = self._one.ready_at
+        at_once = []
+        later: dict[float, list[int]] = {}
+        for op in ops:
+            at = ready_at[op]
+            if at > now:
+                later.setdefault(at - now, []).append(op)
+            else:
+                at_once.append(op)
+        if len(at_once) == 1:
+            self._start_one(at_once[0])
+        elif at_once:
+            self._launch(np.array(at_once, dtype=np.int64))
+        for delay in sorted(later):
+            batch = later[delay]
+            if len(batch) == 1:
+                op = batch[0]
+                self.env.timeout(delay).callbacks.append(lambda _event, o=op: self._start_one(o))
+            else:
+                group = np.array(batch, dtype=np.int64)
+                self.env.timeout(delay).callbacks.append(lambda _event, g=group: self._launch(g))
 
     def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
         # A simulated op's event (sent, or done): its successors' dependency is met now.
