@@ -448,13 +448,7 @@ class _MixedReplay(ScheduleReplay):
                     for op in members:
                         twin_of[op] = members[0]
                 for op in members:
-                    begin = one.ready_at[op]
-                    sent = begin + one.transfer[op] * share
-                    end = sent + one.latency[op] + one.reduce[op] * share
-                    one.start[op] = begin
-                    one.sent[op] = sent
-                    one.end[op] = end
-                    times.append((op, sent, end))
+                    times.append((op, *self._time_one(op, share)))
             self._timed_count += len(ops)
             found: list[int] = []
             for op, sent, _ in times:
@@ -466,6 +460,19 @@ class _MixedReplay(ScheduleReplay):
             if launch:
                 self._launch_at(np.array(launch, dtype=np.int64))
             ops = [op for op in found if not one.simulated[op]]
+
+    def _time_one(self, op: int, share: float) -> tuple[float, float]:
+        """Time ``op`` from when its last dependency is met, its flow one of ``share``
+        identical ones (its weight, alone): stores and returns its sent and done times,
+        the array pass's arithmetic."""
+        one = self._one
+        begin = one.ready_at[op]
+        sent = begin + one.transfer[op] * share
+        end = sent + one.latency[op] + one.reduce[op] * share
+        one.start[op] = begin
+        one.sent[op] = sent
+        one.end[op] = end
+        return sent, end
 
     def _dispatch_few(self, ready: list[int]) -> None:
         """:meth:`_dispatch` for a few ops given as a sorted list, in Python scalars."""
@@ -507,13 +514,7 @@ class _MixedReplay(ScheduleReplay):
         arithmetic as the array pass)."""
         one = self._one
         while True:
-            begin = one.ready_at[op]
-            copies = one.copies[op]
-            sent = begin + one.transfer[op] * copies
-            end = sent + one.latency[op] + one.reduce[op] * copies
-            one.start[op] = begin
-            one.sent[op] = sent
-            one.end[op] = end
+            sent, end = self._time_one(op, one.copies[op])
             self._timed_count += 1
             found: list[int] = []
             self._release_one(op, sent, one.sent_succ, found)
