@@ -70,6 +70,20 @@ def test_ring_steps_follow_servers_nics_and_pxn_hops():
     _assert_same(result, _reference(graph, "all_reduce", 2**22, chunks=2))
 
 
+def test_ring_steps_on_a_fat_tree_with_ecmp():
+    """8 DGX H100 (64 ranks) on a fat-tree with ECMP and one slow uplink: the hops
+    between servers are hashed onto the uplinks, one channel's each on its own rail,
+    so no two hops share a link and the steps are timed alone."""
+    graph = apply_faults(
+        load_topology("dgx-h100", 8, fabric="fat-tree"), "link=pod0/edge0-pod0/agg2:0.5"
+    )
+    result = run_ring(graph, "all_reduce", 2**22, chunks=2)
+    assert result.params["timing"] == "ring steps"
+    ends = list(zip(result.links["src"], result.links["dst"], strict=True))
+    assert result.links["bytes"][ends.index(("pod0/edge0", "pod0/agg2"))] > 0  # hashed on
+    _assert_same(result, _reference(graph, "all_reduce", 2**22, chunks=2))
+
+
 def test_ring_steps_follow_a_failed_links_detour():
     """gpu10 -> gpu11 is down: that hop goes the other way round the ring, over the
     backward links, which no other hop uses (each is one hop's alone), so the steps are
