@@ -123,24 +123,26 @@ def moe_layer_ops(
 
     Counted from Megatron-Core core_v0.16.0 and Transformer Engine v2.8:
 
-    * attention (``TransformerLayer`` with TE modules): input norm and QKV GEMM
-      (``TELayerNormColumnParallelLinear``: the norm writes the fp8 input), fused rotary
-      on q and k (2), fused attention (``TEDotProductAttention``: the kernel and its
-      softmax statistics, 2), output projection (GEMM, its input's cast), bias-dropout-add
-      (1), pre-MLP norm (1); with TP and sequence parallelism an all-gather before each
-      GEMM group and a reduce-scatter after (2);
+    * attention (``TransformerLayer`` with TE modules): input norm, its output's fp8 cast
+      and the QKV GEMM (``TELayerNormColumnParallelLinear``), fused rotary on q and on k
+      (2), fused attention (``TEDotProductAttention``, 1), the output projection's input
+      cast and GEMM, bias-dropout-add after attention and after the MLP (2), the
+      pre-MLP norm (1); with TP and sequence parallelism the all-gather before the QKV
+      GEMM and the reduce-scatter after the projection (2);
     * router (``TopKRouter.forward``, router.py): the input's fp32 cast and the gating
       GEMM; ``topk_routing_with_score_function`` fused (1 kernel and its output, 2); the
       aux loss (``_apply_aux_loss``: scores for the aux loss, the routing map's sum,
       ``switch_load_balancing_loss_func`` fused, the tracker's update: 4);
     * preprocess (alltoall: ``MoEAlltoAllTokenDispatcher.preprocess``): the routing map's
       sum and cast (2), the input splits (1), the tokens per expert all-gathered over
-      TP x EP (``gather_from_sequence_parallel_region``: the call and its buffer, 2), the
-      local experts' slice (1) and its three sums (3); then the device-to-host copies of
-      ``_maybe_dtoh_and_synchronize`` (input and output splits, output splits over TP,
-      tokens per local expert, global tokens per local expert: 5, and the side stream's
-      wait and event: 2). HybridEP reads ``tokens_per_expert`` and its sum (2); DeepEP
-      its ``num_recv_tokens_per_expert_list`` copied back and ``.sum().item()`` (3);
+      TP x EP (``gather_from_sequence_parallel_region``, 1), the local experts' slice
+      made contiguous (1) and its three sums (3); then ``_maybe_dtoh_and_synchronize``
+      on its side stream: the wait for the compute stream, the copies of the tokens per
+      local expert, the input splits, the output splits and those over TP (4; the global
+      tokens per local expert stay on the GPU with permute fusion) and the event (1).
+      Without EP or TP the routing map's sum and cast and the one copy with its wait and
+      event. HybridEP reads ``tokens_per_expert`` and its sum (2); DeepEP its
+      ``num_recv_tokens_per_expert_list`` copied back and ``.sum().item()`` (3);
     * dispatch: alltoall, ``permute`` fused (TE ``moe_permute``: 3 passes of the row-id
       map and the permutation, 4), the tokens' and probabilities' all-to-alls (2), with
       TP their all-gathers (2), with more than one local expert ``sort_chunks_by_idxs``
@@ -149,7 +151,8 @@ def moe_layer_ops(
       ``_indices_to_multihot`` (7), ``get_dispatch_layout`` and ``dispatch`` (3) and the
       fused ``permute`` (4);
     * experts (``TEGroupedMLP``, TE ``GroupedLinear``): ``general_grouped_gemm`` launches
-      one cuBLAS GEMM per local expert (``nvte_multi_tensor_gemm``), for fc1 and fc2
+      one cuBLAS GEMM per local expert (``multi_stream_cublas_gemm``, TE v2.8
+      transformer_engine/common/gemm/cublaslt_gemm.cu lines 912-951), for fc1 and fc2
       (2 a local expert); in fp8 ``split_quantize`` casts each expert's input to both
       (2 a local expert, each :data:`QUANTIZE_KERNELS` of the recipe); the gated
       activation with the routing probabilities (2);
@@ -162,7 +165,7 @@ def moe_layer_ops(
 
     >>> ops = moe_layer_ops(local_experts=16, recipe="mxfp8", ep=8)
     >>> ops.experts.forward(), ops.forward(), ops.backward()
-    (66, 111, 130)
+    (66, 110, 131)
     """
     if recipe not in QUANTIZE_KERNELS:
         raise CcsimError(
@@ -182,12 +185,12 @@ def moe_layer_ops(
     if "full_iteration" in scopes:  # one replay a step: nothing per layer
         return MoeLayerOps(none, none, none, none, none, none, none)
     sp = tp > 1  # MoE with TP runs sequence parallelism (the generator checks it)
-    attention = Part(gemms=2, kernels=6 + (2 if sp else 0), quantize=2 * q)
+    attention = Part(gemms=2, kernels=7 + (2 if sp else 0), quantize=2 * q)
     router = Part(gemms=1, kernels=1 + 2 + 4)
     many = local_experts > 1
     if dispatcher == "alltoall":
         exchanged = ep > 1 or tp > 1
-        preprocess = Part(kernels=9 if exchanged else 2, copies=7 if exchanged else 3, grad=False)
+        preprocess = Part(kernels=8 if exchanged else 2, copies=6 if exchanged else 3, grad=False)
         dispatch = Part(kernels=4 + 2 * (ep > 1) + 2 * sp + 2 * many)
         combine = Part(kernels=1 * many + 3 * sp + 1 * (ep > 1) + 1 + (shared_experts > 0))
     elif dispatcher == "hybridep":
@@ -199,9 +202,7 @@ def moe_layer_ops(
         dispatch = Part(kernels=7 + 3 + 4)
         combine = Part(kernels=2 + (shared_experts > 0))
     else:
-        raise CcsimError(
-            f"dispatcher must be alltoall, deepep or hybridep, not {dispatcher!r}"
-        )
+        raise CcsimError(f"dispatcher must be alltoall, deepep or hybridep, not {dispatcher!r}")
     experts = Part(gemms=2 * local_experts, kernels=2, quantize=2 * local_experts * q)
     shared = Part(gemms=2, kernels=1, quantize=2 * q) if shared_experts else none
     replays = 0
