@@ -18,9 +18,10 @@ from simulator.workload.model import Transformer
 # Its forward, one operation a line, as core_v0.16.0 and TE v2.8 issue them:
 QWEN3_FORWARD = [
     # TransformerLayer's attention half (TE modules)
-    "input layernorm", "its output's MXFP8 cast", "QKV GEMM",
+    "input layernorm", "its output's MXFP8 cast", "QKV swizzle A", "QKV swizzle B", "QKV GEMM",
     "rotary on q", "rotary on k", "fused attention",
-    "projection input's MXFP8 cast", "projection GEMM", "bias-dropout-add",
+    "projection input's MXFP8 cast", "projection swizzle A", "projection swizzle B",
+    "projection GEMM", "bias-dropout-add",
     "pre-MLP layernorm",
     # TopKRouter.forward and MoEAlltoAllTokenDispatcher.preprocess: one graph each
     "router graph replay", "preprocess graph replay",
@@ -36,9 +37,11 @@ QWEN3_FORWARD = [
     "chunk sort map", "sort chunks",
     # TEGroupedMLP: fc1 GroupedLinear (split_quantize + 16 cuBLAS GEMMs)
     *[f"fc1 input cast, expert {e}" for e in range(16)],
+    "fc1 swizzle A (all experts)", "fc1 swizzle B (all experts)",
     *[f"fc1 GEMM, expert {e}" for e in range(16)],
     "SwiGLU", "probabilities' weighting",
     *[f"fc2 input cast, expert {e}" for e in range(16)],
+    "fc2 swizzle A (all experts)", "fc2 swizzle B (all experts)",
     *[f"fc2 GEMM, expert {e}" for e in range(16)],
     # combine_preprocess (reverse sort), token_combine, combine_postprocess
     "restore sort", "all-to-all back", "unpermute kernel",
@@ -48,43 +51,45 @@ QWEN3_FORWARD = [
 
 
 def test_qwen3_30b_count_is_the_hand_count_from_the_source():
-    """One row's forward counted op by op above (66 of them the experts': 16 experts x
-    (2 casts + 2 GEMMs) + 2); backward: each GEMM twice (data and weight gradients),
-    each other kernel and cast once, the host copies and the integer bookkeeping not at
-    all, the graphs replayed once."""
+    """One row's forward counted op by op above (70 of them the experts': 16 experts x
+    (2 casts + 2 GEMMs), 2 swizzles a grouped GEMM, 2 activation kernels); backward:
+    each GEMM and its swizzles twice (data and weight gradients), each other kernel and
+    cast once, the host copies and the integer bookkeeping not at all, the graphs
+    replayed once."""
     settings = {"moe_dispatcher": "alltoall", "cuda_graphs": "transformer_engine "
                 "scope=['moe_router', 'moe_preprocess']"}  # fmt: skip
     row = {"moe": True, "gpu": "B200", "model": {"name": "qwen3-30b-a3b"}, "settings": settings}
     graphs = _moe_options(row)["cuda_graphs"]
     ops = moe_layer_ops(local_experts=16, dispatcher="alltoall", recipe="mxfp8", ep=8,
                         graphs=graphs)  # fmt: skip
-    assert ops.forward() == len(QWEN3_FORWARD) == 96
-    gemms = sum("GEMM" in op for op in QWEN3_FORWARD)
+    assert ops.forward() == len(QWEN3_FORWARD) == 104
+    gemms = sum("GEMM" in op or "swizzle" in op for op in QWEN3_FORWARD)
     host_side = sum("host" in op or "stream" in op or "event" in op for op in QWEN3_FORWARD)
     replays = sum("graph replay" in op for op in QWEN3_FORWARD)
     rest = len(QWEN3_FORWARD) - gemms - host_side - replays
-    assert ops.backward() == 2 * gemms + rest + replays == 124
+    assert ops.backward() == 2 * gemms + rest + replays == 140
     fwd, bwd = moe_layer_host_s(ops)
-    assert (fwd, bwd) == pytest.approx((96 * 10e-6, 124 * 10e-6))
+    assert (fwd, bwd) == pytest.approx((104 * 10e-6, 140 * 10e-6))
 
 
 def test_counts_follow_the_configuration():
     """Per local expert the forward adds 2 GEMMs and, in fp8, 2 casts of the recipe's
     kernels (TE's current scaling: amax and cast, 2; MXFP8: 1); a full-step graph
-    leaves nothing per layer; graphing the attention replaces its 12 MXFP8 operations
-    (2 GEMMs, 8 kernels, 2 casts) by one replay."""
+    leaves nothing per layer; graphing the attention replaces its 15 MXFP8 operations
+    (2 GEMMs and their 4 swizzles, 7 kernels, 2 casts) by one replay."""
     one = moe_layer_ops(local_experts=1, ep=8, recipe="tensorwise").forward()
     two = moe_layer_ops(local_experts=2, ep=8, recipe="tensorwise").forward()
     # (the sort and its reverse appear with the second local expert: 3 more)
     assert two - one == 2 + 2 * 2 + 3
     bf16 = moe_layer_ops(local_experts=8, ep=8).forward()
     mxfp8 = moe_layer_ops(local_experts=8, ep=8, recipe="mxfp8").forward()
-    assert mxfp8 - bf16 == 2 * 8 + 2  # the experts' casts and the attention's two
+    # the experts' casts, the attention's two, 2 swizzles a GEMM call (2 + 2 calls)
+    assert mxfp8 - bf16 == 2 * 8 + 2 + 2 * 4
     full = moe_layer_ops(local_experts=8, ep=8, graphs=["full_iteration"])
     assert (full.forward(), full.backward()) == (0, 0)
     eager = moe_layer_ops(local_experts=8, ep=8, recipe="mxfp8").forward()
     graphed = moe_layer_ops(local_experts=8, ep=8, recipe="mxfp8", graphs=["attn"]).forward()
-    assert eager - graphed == 11 - 1
+    assert eager - graphed == 15 - 1
 
 
 def test_bad_input_names_what_to_fix():

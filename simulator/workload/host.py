@@ -47,6 +47,13 @@ HOST_OP_S = 10e-6
 #: fused (one); MXFP8 casts with its block scales in one kernel (MXFP8Quantizer).
 QUANTIZE_KERNELS = {"bf16": 0, "delayed": 1, "tensorwise": 2, "mxfp8": 1}
 
+#: Kernels MXFP8 adds to each GEMM call: the swizzles of both operands' block scales
+#: into cuBLAS's layout (TE v2.8 transformer_engine/pytorch/csrc/extensions/gemm.cpp,
+#: lines 233-236 for a GEMM, ``swizzle_scaling_factors`` of A and of B; lines 480-481
+#: for a grouped GEMM, ``multi_tensor_swizzle_scaling_factors`` of all A's and all B's:
+#: two launches whatever the experts).
+SWIZZLES = {"bf16": 0, "delayed": 0, "tensorwise": 0, "mxfp8": 2}
+
 #: CUDA-graph scopes a run can set (Megatron-Bridge's ``cuda_graph_scope`` with
 #: Transformer Engine's per-layer graphs: "attn", "moe_router", "moe_preprocess";
 #: "full_iteration": Megatron-Core's whole-step graph).
@@ -65,16 +72,21 @@ class Part:
     kernels: int = 0
     quantize: int = 0
     copies: int = 0
+    #: Kernels launched with each GEMM call (MXFP8's scale swizzles), as many backward
+    #: for each of its two gradient calls.
+    per_call: int = 0
     #: False for bookkeeping on integer tensors (token counts), which has no gradient.
     grad: bool = True
 
     def forward(self) -> int:
         """Operations the forward launches."""
-        return self.gemms + self.kernels + self.quantize + self.copies
+        return self.gemms + self.kernels + self.quantize + self.copies + self.per_call
 
     def backward(self) -> int:
         """Operations the backward launches."""
-        return 2 * self.gemms + self.kernels + self.quantize if self.grad else 0
+        if not self.grad:
+            return 0
+        return 2 * self.gemms + self.kernels + self.quantize + 2 * self.per_call
 
 
 @dataclass(frozen=True)
@@ -127,8 +139,9 @@ def moe_layer_ops(
       and the QKV GEMM (``TELayerNormColumnParallelLinear``), fused rotary on q and on k
       (2), fused attention (``TEDotProductAttention``, 1), the output projection's input
       cast and GEMM, bias-dropout-add after attention and after the MLP (2), the
-      pre-MLP norm (1); with TP and sequence parallelism the all-gather before the QKV
-      GEMM and the reduce-scatter after the projection (2);
+      pre-MLP norm (1); MXFP8's swizzles with each GEMM; with TP and sequence
+      parallelism the all-gather before the QKV GEMM and the reduce-scatter after the
+      projection (2);
     * router (``TopKRouter.forward``, router.py): the input's fp32 cast and the gating
       GEMM; ``topk_routing_with_score_function`` fused (1 kernel and its output, 2); the
       aux loss (``_apply_aux_loss``: scores for the aux loss, the routing map's sum,
@@ -154,8 +167,9 @@ def moe_layer_ops(
       one cuBLAS GEMM per local expert (``multi_stream_cublas_gemm``, TE v2.8
       transformer_engine/common/gemm/cublaslt_gemm.cu lines 912-951), for fc1 and fc2
       (2 a local expert); in fp8 ``split_quantize`` casts each expert's input to both
-      (2 a local expert, each :data:`QUANTIZE_KERNELS` of the recipe); the gated
-      activation with the routing probabilities (2);
+      (2 a local expert, each :data:`QUANTIZE_KERNELS` of the recipe; MXFP8 swizzles
+      the scales once a grouped GEMM, :data:`SWIZZLES`); the gated activation with the
+      routing probabilities (2);
     * shared experts (``SharedExpertMLP``): fc1, fc2 and their inputs' casts, the
       activation (1);
     * combine: alltoall, the reverse sort (1), with TP the reduce-scatter and its two
@@ -165,7 +179,7 @@ def moe_layer_ops(
 
     >>> ops = moe_layer_ops(local_experts=16, recipe="mxfp8", ep=8)
     >>> ops.experts.forward(), ops.forward(), ops.backward()
-    (66, 110, 131)
+    (70, 118, 147)
     """
     if recipe not in QUANTIZE_KERNELS:
         raise CcsimError(
@@ -181,11 +195,12 @@ def moe_layer_ops(
     if isinstance(local_experts, bool) or not isinstance(local_experts, int) or local_experts < 1:
         raise CcsimError(f"local_experts must be a positive integer, not {local_experts!r}")
     q = QUANTIZE_KERNELS[recipe]
+    z = SWIZZLES[recipe]
     none = Part()
     if "full_iteration" in scopes:  # one replay a step: nothing per layer
         return MoeLayerOps(none, none, none, none, none, none, none)
     sp = tp > 1  # MoE with TP runs sequence parallelism (the generator checks it)
-    attention = Part(gemms=2, kernels=7 + (2 if sp else 0), quantize=2 * q)
+    attention = Part(gemms=2, kernels=7 + (2 if sp else 0), quantize=2 * q, per_call=2 * z)
     router = Part(gemms=1, kernels=1 + 2 + 4)
     many = local_experts > 1
     if dispatcher == "alltoall":
@@ -203,8 +218,10 @@ def moe_layer_ops(
         combine = Part(kernels=2 + (shared_experts > 0))
     else:
         raise CcsimError(f"dispatcher must be alltoall, deepep or hybridep, not {dispatcher!r}")
-    experts = Part(gemms=2 * local_experts, kernels=2, quantize=2 * local_experts * q)
-    shared = Part(gemms=2, kernels=1, quantize=2 * q) if shared_experts else none
+    experts = Part(
+        gemms=2 * local_experts, kernels=2, quantize=2 * local_experts * q, per_call=2 * z
+    )
+    shared = Part(gemms=2, kernels=1, quantize=2 * q, per_call=2 * z) if shared_experts else none
     replays = 0
     if "attn" in scopes:
         attention, replays = none, replays + 1
