@@ -1396,7 +1396,7 @@ def megatron(
                         # stream keeps them in order).
                         host = b.op(f"r{r}.{name}.host", r, "compute",
                                     pass_deps if moe_host_sync else [], stream="host",
-                                    duration=moe * host_s,
+                                    duration=_dyadic(moe * host_s),
                                     label=f"MoE host mb {i}")  # fmt: skip
                         ready.append(host)
                     # A chunk of no layers (only the embedding or the loss) has no
@@ -1797,6 +1797,21 @@ def _expert_layers(
         prev = exchange("combine", k)
         yield
     return prev[0]
+
+
+def _dyadic(seconds: float) -> float:
+    """``seconds`` to the nearest multiple of 2**-32 s (0.23 ns): the host's launch times
+    are products of operation counts and a per-operation cost, whose float sums with
+    each other depend on the order the replay adds them in, so that a shortcut
+    (replicas, shadows) can differ from the full replay in the last bit. Rounded, the
+    host's own sums are exact (tests/test_moe_runs.py's bit-identical steps hold at the
+    default cost); sums with the GPU's times can still differ by one bit (seen with
+    EP over every replica at 33 us an operation).
+
+    >>> _dyadic(0.5), _dyadic(1e-5) == 1e-5, abs(_dyadic(1e-5) - 1e-5) < 2**-33
+    (0.5, False, True)
+    """
+    return math.ldexp(round(math.ldexp(seconds, 32)), -32)
 
 
 def _interleave(passes: list[Generator[None, None, list[str]]]) -> list[list[str]]:
