@@ -160,3 +160,28 @@ def test_large_ring_lists_each_rank_not_each_op(monkeypatch):
         np.testing.assert_allclose(result.links[key], reference.links[key], rtol=1e-9, atol=1e-18)
     assert result.time_s == pytest.approx(reference.time_s, rel=1e-9)
     assert result.stats.flows == reference.stats.flows == 2 * 127 * 128 * 2
+
+
+def test_a_large_ring_on_an_asymmetric_cluster_is_timed_by_steps(monkeypatch):
+    """What users run (simulate_collective, build_and_run): a ring too large for per-op
+    records on a cluster with a slow link is timed by the ring pass, with the same
+    time, link bytes and busy time as the event-by-event replay of every flow. (The
+    threshold is lowered so that a 128-rank ring is "large".)"""
+    from simulator.collective import run as run_module
+    from simulator.collective import simulate_collective
+
+    monkeypatch.setattr(run_module, "EXPAND_FLOWS", 1000)
+    monkeypatch.setattr(ring_pass, "EXPAND_FLOWS", 1000)
+    graph = apply_faults(ring_graph(128, 150e9, 500e-9), "link=gpu7-gpu8:0.5")
+    result = simulate_collective(graph, "all_reduce", 2**20, "ring", chunks=2)
+    assert result.params["timing"] == "ring steps"
+    assert result.params["flows"] == "ranks"
+    reference = _reference(graph, "all_reduce", 2**20, chunks=2)
+    assert result.time_s == pytest.approx(reference.time_s, rel=1e-9)
+    for key in ("bytes", "busy_s"):
+        np.testing.assert_allclose(result.links[key], reference.links[key], rtol=1e-9, atol=1e-18)
+    # Each rank's last op ends when the reference's last op of that rank does.
+    ends = np.zeros(128)
+    np.maximum.at(ends, reference.flows["src"], reference.flows["end_s"])
+    np.maximum.at(ends, reference.flows["dst"], reference.flows["end_s"])
+    np.testing.assert_allclose(result.flows["end_s"], ends, rtol=1e-9)

@@ -47,7 +47,7 @@ from ..network.faults import fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork
 from .contention_free import route_bottlenecks
 from .replay import reduce_bandwidths, route_pairs
-from .run import EXPAND_FLOWS, CollectiveResult, _result, rank_layout, run_schedule
+from .run import EXPAND_FLOWS, CollectiveResult, _result, rank_layout, ring_ops, run_schedule
 
 #: Intervals overlapping by less than this (relative to the time, at least 1 s) touch,
 #: as in the contention-free pass.
@@ -236,8 +236,7 @@ def run_ring(
     schedule_link_faults(network)
     plan = fault_plan(graph)
     options = {"chunks": chunks, "channels": channels}
-    half = layout.ranks - 1
-    n_ops = (2 * half if op == "all_reduce" else half) * chunks * channels * layout.ranks
+    n_ops = ring_ops(op, layout.ranks, chunks, channels)
     times = None
     if not (plan is not None and plan.timed_links):
         times = time_ring(
