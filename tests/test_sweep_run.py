@@ -47,6 +47,48 @@ def crash_on_3mib(params):
     return run_point(params)
 
 
+def with_pid(params):
+    """A point function that also says which process ran the point."""
+    row = run_point(params)
+    row["ranks"] = os.getpid()  # (a metric column carries the pid)
+    return row
+
+
+def _algorithm_of(params):
+    return params["algorithm"]
+
+
+def test_lanes_keep_a_group_in_one_process_and_change_no_result(tmp_path):
+    """With an affinity (as `ccsim search` gives its layouts), each group's points run
+    in one worker process while another group is left for the other worker, and every
+    row's time is the one a single process gives."""
+    spec = {
+        "scenario": {"collective": "all_gather", "size": "1M"},
+        "axes": {"algorithm": ["ring", "direct"], "size": ["64K", "256K", "1M", "4M"]},
+    }
+    lanes = execute_sweep(
+        spec, tmp_path / "a.csv", workers=2, point_function=with_pid, affinity=_algorithm_of
+    )
+    alone = execute_sweep(spec, tmp_path / "b.csv", workers=1)
+    assert [r["time_us"] for r in lanes.rows] == [r["time_us"] for r in alone.rows]
+    pids: dict[str, set] = {}
+    for row in lanes.rows:
+        pids.setdefault(row["algorithm"], set()).add(row["ranks"])
+    # Each group starts in its own process; only the group still running when the
+    # other is done is shared (next_group), so at most one group is split.
+    assert sum(len(p) for p in pids.values()) <= 3
+    assert len(set().union(*pids.values())) == 2
+
+
+def test_lanes_share_the_last_group_rather_than_idle():
+    """Once every group with points left has a lane, an idle lane shares the largest."""
+    from simulator.sweep.runners import next_group
+
+    assert next_group(None, {"a": 1, "b": 4}, {"a": 1, "b": 1}) == "b"
+    assert next_group("a", {"a": 0, "b": 4}, {"b": 1}) == "b"
+    assert next_group("a", {"a": 0}, {}) is None
+
+
 def test_busbw_equals_the_hand_computed_nic_bound():
     rows = run_sweep(NIC_SPEC, workers=1, records=True)
     nics = [50e9 / 8, 100e9 / 8, 200e9 / 8, 400e9 / 8, 800e9 / 8]

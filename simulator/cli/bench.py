@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..algorithms import build_schedule
 from ..collective import NcclPolicy, simulate_collective
+from ..collective.ring_pass import run_ring
 from ..collective.run import rank_layout, run_schedule
 from ..errors import CcsimError, unknown_choice
 from ..network.faults import apply_faults
@@ -109,6 +110,14 @@ class Scenario:
                 else load_topology(topology)
             )
             graph = apply_faults(graph, self.fault or None)
+            if self.symmetry != "auto" and self.algorithm == "ring":
+                # Every rank simulated, the ring's schedule built only if its flows meet.
+                return [
+                    run_ring(
+                        graph, "all_reduce", self.size_bytes,
+                        chunks=self.chunks, channels=self.channels,
+                    )
+                ]  # fmt: skip
             if self.symmetry != "auto":
                 schedule = build_schedule(
                     self.algorithm, "all_reduce", rank_layout(graph), self.size_bytes,

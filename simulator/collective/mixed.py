@@ -41,8 +41,12 @@ for the contention-free pass.
 
 from __future__ import annotations
 
+import heapq
+from dataclasses import dataclass
+
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from ..algorithms.schedule import Schedule, csr_gather, successors
 from ..network.flows import FlowNetwork, run_env
@@ -60,6 +64,54 @@ MAX_ROUNDS = 3
 MAX_SIMULATED = 0.3
 #: ... except up to this many simulated ops, whose rounds cost little.
 FEW_SIMULATED = 10_000
+#: Up to this many ops at once, a level is timed (or released) in Python scalars, the
+#: same arithmetic as the array pass: cheaper than its dozen numpy calls.
+FEW_OPS = 64
+
+
+class _Tick:
+    """A timeout as SimPy's environment processes it (callbacks, ok), without the rest
+    of an event: the mixed timing makes one or two per simulated op."""
+
+    __slots__ = ("_ok", "_value", "callbacks")
+
+    def __init__(self) -> None:
+        self.callbacks: list = []
+        self._ok = True
+        self._value = None
+
+
+class _Clock(simpy.Environment):
+    """SimPy's environment whose timeouts are :class:`_Tick`: the same queue, keys
+    (time, priority, sequence) and so the same order of events, at less cost each."""
+
+    def timeout(self, delay: float = 0, value: object = None) -> _Tick:  # type: ignore[override]
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")
+        tick = _Tick()
+        heapq.heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), tick))
+        return tick
+
+
+@dataclass(frozen=True, slots=True)
+class _ScalarViews:
+    """A replay's per-op arrays as memoryviews (the same memory), for one op at a time."""
+
+    ready_at: memoryview
+    pending: memoryview
+    start: memoryview
+    sent: memoryview
+    end: memoryview
+    simulated: memoryview
+    reduces: memoryview
+    routes: memoryview
+    wire: memoryview
+    copies: memoryview
+    transfer: memoryview
+    latency: memoryview
+    reduce: memoryview
+    sent_succ: tuple[memoryview, memoryview]
+    done_succ: tuple[memoryview, memoryview]
 
 
 class _MixedReplay(ScheduleReplay):
@@ -97,6 +149,7 @@ class _MixedReplay(ScheduleReplay):
         # The latest time among each op's satisfied dependencies.
         self._ready_at = np.zeros(schedule.n_ops)
         self._timed_count = 0
+        self._n_ops = schedule.n_ops
         #: The op whose interval stands for each timed op's (itself, or the first of
         #: its identical twins, see :meth:`_twins`).
         self.twin_of = np.arange(schedule.n_ops)
@@ -106,6 +159,26 @@ class _MixedReplay(ScheduleReplay):
         self._reduces = np.zeros(schedule.n_ops, dtype=bool)
         if self._reducer is not None:
             self._reduces = schedule.reduce & (self._reducer[self._local[0]] >= 0)
+        # The same arrays as memoryviews, for the paths that handle one op at a time:
+        # reading or storing one element of a memoryview is a Python scalar, half the
+        # cost of numpy's element access and a third of its arithmetic on int32.
+        self._one = _ScalarViews(
+            ready_at=memoryview(self._ready_at),
+            pending=memoryview(self._pending),
+            start=memoryview(self.start_s),
+            sent=memoryview(self.sent_s),
+            end=memoryview(self.end_s),
+            simulated=memoryview(np.ascontiguousarray(simulated)),
+            reduces=memoryview(np.ascontiguousarray(self._reduces)),
+            routes=memoryview(np.ascontiguousarray(routes)),
+            wire=memoryview(np.ascontiguousarray(self._wire, dtype=float)),
+            copies=memoryview(np.ascontiguousarray(self._copies, dtype=float)),
+            transfer=memoryview(np.ascontiguousarray(transfer_s, dtype=float)),
+            latency=memoryview(np.ascontiguousarray(latency_s, dtype=float)),
+            reduce=memoryview(np.ascontiguousarray(reduce_s, dtype=float)),
+            sent_succ=(memoryview(self._sent_ptr), memoryview(self._sent_idx)),
+            done_succ=(memoryview(self._done_ptr), memoryview(self._done_idx)),
+        )
 
     def start(self) -> simpy.Event:
         """Start (or time) the ops without dependencies now."""
@@ -145,6 +218,9 @@ class _MixedReplay(ScheduleReplay):
         if len(ops) == 1:  # one flow (a drifting ring's hop): scalar bookkeeping
             self._sent_one(int(ops[0]), now)
             return
+        if len(ops) <= FEW_OPS:
+            self._sent_few(ops.tolist(), now)
+            return
         self.sent_s[ops] = now
         ready = [self._release_at(ops, np.full(len(ops), now), self._sent_ptr, self._sent_idx)]
         plain = ops[~self._reduces[ops]]
@@ -161,30 +237,73 @@ class _MixedReplay(ScheduleReplay):
         else:
             self._check_finished()
 
+    def _sent_few(self, ops: list[int], now: float) -> None:
+        """:meth:`on_sent` for a few ops, in Python scalars (the same arithmetic)."""
+        one = self._one
+        found: list[int] = []
+        for op in ops:
+            one.sent[op] = now
+            self._release_one(op, now, one.sent_succ, found)
+        for op in ops:
+            if not one.reduces[op]:
+                end = now + one.latency[op]
+                one.end[op] = end
+                self._done_count += 1
+                self._release_one(op, end, one.done_succ, found)
+        if found:
+            self._dispatch_sorted(sorted(found))
+        else:
+            self._check_finished()
+
+    def _dispatch_sorted(self, ready: list[int]) -> None:
+        """:meth:`_dispatch` for ops given as a sorted list: the simulated ones launched
+        together as there, the others timed in Python scalars."""
+        simulated = self._one.simulated
+        launch = [op for op in ready if simulated[op]]
+        if launch:
+            self._launch_at(np.array(launch, dtype=np.int64))
+        timed = [op for op in ready if not simulated[op]]
+        if timed:
+            self._time_few(timed)
+        self._check_finished()
+
+    def sent_one(self, op: int) -> bool:
+        """:meth:`on_sent` and :meth:`wants_delivery` for one flow whose op is a Python
+        int (the lean network's scalar callback): whether it wants the delivery."""
+        n = self._n_ops
+        if op >= n:  # a reduction flow: its op is done
+            self._complete(np.array([op - n], dtype=np.int64))
+            return False
+        self._sent_one(op, self.env.now)
+        return self._one.reduces[op]
+
     def _sent_one(self, op: int, now: float) -> None:
         """:meth:`on_sent` for one op, in Python scalars (the same arithmetic)."""
-        self.sent_s[op] = now
+        one = self._one
+        one.sent[op] = now
         ready: list[int] = []
-        self._release_one(op, now, self._sent_ptr, self._sent_idx, ready)
-        if not self._reduces[op]:
-            end = now + float(self._latency_s[op])
-            self.end_s[op] = end
+        self._release_one(op, now, one.sent_succ, ready)
+        if not one.reduces[op]:
+            end = now + one.latency[op]
+            one.end[op] = end
             self._done_count += 1
-            self._release_one(op, end, self._done_ptr, self._done_idx, ready)
-        if ready:
+            self._release_one(op, end, one.done_succ, ready)
+        if len(ready) == 1:
+            self._dispatch_few(ready)
+        elif ready:
             self._dispatch_few(sorted(set(ready)))
         else:
             self._check_finished()
 
-    def _release_one(
-        self, op: int, time: float, ptr: np.ndarray, idx: np.ndarray, ready: list[int]
-    ) -> None:
+    def _release_one(self, op: int, time: float, succ_lists: tuple, ready: list[int]) -> None:
         """:meth:`_release_at` for one op, in Python scalars: appends to ``ready`` the
-        successors it makes ready."""
-        first, last = int(ptr[op]), int(ptr[op + 1])
+        successors it makes ready (``succ_lists``: the CSR successors, as memoryviews)."""
+        ptr, idx = succ_lists
+        first, last = ptr[op], ptr[op + 1]
         if first == last:
             return
-        ready_at, pending = self._ready_at, self._pending
+        one = self._one
+        ready_at, pending = one.ready_at, one.pending
         for succ in idx[first:last].tolist():
             if ready_at[succ] < time:
                 ready_at[succ] = time
@@ -196,12 +315,10 @@ class _MixedReplay(ScheduleReplay):
     def _launch_at(self, ops: np.ndarray) -> None:
         now = self.env.now
         if len(ops) == 1:
-            at = float(self._ready_at[ops[0]])
-            if at > now:
-                event = self.env.timeout(at - now)
-                event.callbacks.append(lambda _event: self._launch(ops))
-            else:
-                self._launch(ops)
+            self._launch_one(int(ops[0]))
+            return
+        if len(ops) <= FEW_OPS:
+            self._launch_few(ops.tolist(), now)
             return
         at = self._ready_at[ops]
         later = at > now
@@ -209,6 +326,32 @@ class _MixedReplay(ScheduleReplay):
             self._launch(ops[~later])
         if later.any():
             self._at(at[later] - now, lambda pick, o=ops[later]: self._launch(o[pick]))
+
+    def _launch_few(self, ops: list[int], now: float) -> None:
+        """:meth:`_launch_at` for a few ops (a sorted list): those ready now launched
+        together, the others together with those ready at the same time, one timeout
+        per time in increasing order, as :meth:`_at` groups them."""
+        ready_at = self._one.ready_at
+        at_once = []
+        later: dict[float, list[int]] = {}
+        for op in ops:
+            at = ready_at[op]
+            if at > now:
+                later.setdefault(at - now, []).append(op)
+            else:
+                at_once.append(op)
+        if len(at_once) == 1:
+            self._start_one(at_once[0])
+        elif at_once:
+            self._launch(np.array(at_once, dtype=np.int64))
+        for delay in sorted(later):
+            batch = later[delay]
+            if len(batch) == 1:
+                op = batch[0]
+                self.env.timeout(delay).callbacks.append(lambda _event, o=op: self._start_one(o))
+            else:
+                group = np.array(batch, dtype=np.int64)
+                self.env.timeout(delay).callbacks.append(lambda _event, g=group: self._launch(g))
 
     def _release(self, ops: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> None:
         # A simulated op's event (sent, or done): its successors' dependency is met now.
@@ -239,7 +382,7 @@ class _MixedReplay(ScheduleReplay):
             ready = succ if self._pending[succ[0]] == 0 else succ[:0]
         else:
             np.maximum.at(self._ready_at, succ, at)
-            np.subtract.at(self._pending, succ, 1)
+            np.subtract.at(self._pending, succ, np.int32(1))  # its type: ufunc.at's fast path
             ready = succ[self._pending[succ] == 0]
             if unique and len(ready) > 1:
                 ready = np.unique(ready)
@@ -249,8 +392,8 @@ class _MixedReplay(ScheduleReplay):
         """Time ``ops`` (not simulated, dependencies known) and every op they make ready
         that is not simulated either, level by level; launch the simulated ones."""
         while len(ops):
-            if len(ops) == 1:  # a chain of single ops: scalar arithmetic, no array pass
-                self._time_chain(int(ops[0]))
+            if len(ops) <= FEW_OPS:  # a few ops: scalar arithmetic, no array pass
+                self._time_few(ops.tolist())
                 return
             begin = self._ready_at[ops]
             share = self._twins(ops, begin)
@@ -273,55 +416,118 @@ class _MixedReplay(ScheduleReplay):
                 self._launch_at(ready[simulated])
             ops = ready[~simulated]
 
+    def _time_few(self, ops: list[int]) -> None:
+        """:meth:`_time` for a few ops given as a sorted list, level by level in Python
+        scalars: the same arithmetic, and the same identical twins (:meth:`_twins`)."""
+        one = self._one
+        while ops:
+            if len(ops) == 1:
+                self._time_chain(ops[0])
+                return
+            if len(ops) > FEW_OPS:
+                self._time(np.array(ops, dtype=np.int64))
+                return
+            # Twins: the same route, start, bytes and reduction, in ``ops``' order.
+            groups: dict[tuple, list[int]] = {}
+            for op in ops:
+                key = (one.routes[op], one.ready_at[op], one.wire[op], one.reduce[op])
+                members = groups.get(key)
+                if members is None:
+                    groups[key] = [op]
+                else:
+                    members.append(op)
+            twin_of = self.twin_of
+            times: list[tuple[int, float, float]] = []
+            for members in groups.values():
+                if len(members) == 1:
+                    share = one.copies[members[0]]
+                else:
+                    share = 0.0
+                    for op in members:  # in order, as np.bincount sums them
+                        share += one.copies[op]
+                    for op in members:
+                        twin_of[op] = members[0]
+                for op in members:
+                    times.append((op, *self._time_one(op, share)))
+            self._timed_count += len(ops)
+            found: list[int] = []
+            for op, sent, _ in times:
+                self._release_one(op, sent, one.sent_succ, found)
+            for op, _, end in times:
+                self._release_one(op, end, one.done_succ, found)
+            found.sort()
+            launch = [op for op in found if one.simulated[op]]
+            if launch:
+                self._launch_at(np.array(launch, dtype=np.int64))
+            ops = [op for op in found if not one.simulated[op]]
+
+    def _time_one(self, op: int, share: float) -> tuple[float, float]:
+        """Time ``op`` from when its last dependency is met, its flow one of ``share``
+        identical ones (its weight, alone): stores and returns its sent and done times,
+        the array pass's arithmetic."""
+        one = self._one
+        begin = one.ready_at[op]
+        sent = begin + one.transfer[op] * share
+        end = sent + one.latency[op] + one.reduce[op] * share
+        one.start[op] = begin
+        one.sent[op] = sent
+        one.end[op] = end
+        return sent, end
+
     def _dispatch_few(self, ready: list[int]) -> None:
         """:meth:`_dispatch` for a few ops given as a sorted list, in Python scalars."""
         timed = []
+        simulated = self._one.simulated
         for op in ready:
-            if self._simulated[op]:
+            if simulated[op]:
                 self._launch_one(op)
             else:
                 timed.append(op)
-        if len(timed) == 1:
-            self._time_chain(timed[0])
-        elif timed:
-            self._time(np.array(timed, dtype=np.int64))
+        if timed:
+            self._time_few(timed)
         self._check_finished()
 
     def _launch_one(self, op: int) -> None:
         """:meth:`_launch_at` for one op."""
         now = self.env.now
-        at = float(self._ready_at[op])
-        ops = np.array([op], dtype=np.int64)
+        at = self._one.ready_at[op]
         if at > now:
-            self.env.timeout(at - now).callbacks.append(lambda _event: self._launch(ops))
+            self.env.timeout(at - now).callbacks.append(lambda _event: self._start_one(op))
         else:
-            self._launch(ops)
+            self._start_one(op)
+
+    def _start_one(self, op: int) -> None:
+        """:meth:`_launch` for one op, in Python scalars (the same stores)."""
+        add_flow = getattr(self.network, "add_flow", None)
+        if add_flow is None:
+            self._launch(np.array([op], dtype=np.int64))
+            return
+        now = self.env.now
+        one = self._one
+        one.start[op] = now
+        self._flow_start[op] = now
+        add_flow(self._owner, op, one.routes[op], one.wire[op], one.copies[op])
 
     def _time_chain(self, op: int) -> None:
         """:meth:`_time` for one op and, while each makes exactly one more timed op
         ready, the chain that follows it (a ring's hops), in Python scalars (the same
         arithmetic as the array pass)."""
+        one = self._one
         while True:
-            begin = float(self._ready_at[op])
-            copies = float(self._copies[op])
-            sent = begin + float(self._transfer_s[op]) * copies
-            end = sent + float(self._latency_s[op]) + float(self._reduce_s[op]) * copies
-            self.start_s[op] = begin
-            self.sent_s[op] = sent
-            self.end_s[op] = end
+            sent, end = self._time_one(op, one.copies[op])
             self._timed_count += 1
             found: list[int] = []
-            self._release_one(op, sent, self._sent_ptr, self._sent_idx, found)
-            self._release_one(op, end, self._done_ptr, self._done_idx, found)
+            self._release_one(op, sent, one.sent_succ, found)
+            self._release_one(op, end, one.done_succ, found)
             timed = []
-            for succ in sorted(set(found)):
-                if self._simulated[succ]:
+            for succ in sorted(set(found)) if len(found) > 1 else found:
+                if one.simulated[succ]:
                     self._launch_one(succ)
                 else:
                     timed.append(succ)
             if len(timed) != 1:
                 if timed:
-                    self._time(np.array(timed, dtype=np.int64))
+                    self._time_few(timed)
                 return
             op = timed[0]
 
@@ -412,7 +618,9 @@ def time_mixed(
     lists = successors(schedule)  # the same every round
     n_links = len(capacity)
     contended = np.zeros(n_links, dtype=bool)
-    env = network.env
+    # A fresh network (see above): its clock can be one of cheaper timeouts.
+    env = _Clock()
+    network.reset_clock(env)
     for _ in range(max_rounds):
         crossing = np.zeros(n, dtype=bool)
         np.logical_or.at(crossing, inc_op, contended[inc_link])
@@ -461,7 +669,7 @@ def time_mixed(
             return Timeline(replay.start_s - replay.t0, replay.sent_s - replay.t0,
                             replay.end_s - replay.t0, network.stats.flows)  # fmt: skip
         contended |= clash
-        env = simpy.Environment()
+        env = _Clock()
         network.reset_clock(env)
     return None
 

@@ -162,6 +162,52 @@ class LeanFlowNetwork:
             # at the same instant re-rate what they meet then, to the same max-min rates.
             self._settle([])
 
+    def add_flow(self, owner: int, op: int, route: int, nbytes: float, copies: float) -> None:
+        """:meth:`add_flows` for one flow given as Python scalars (the mixed timing's usual
+        launch: a drifting ring's next hop), rated at once as there."""
+        now = self.env.now
+        entry = self._route_info.get(route)
+        if entry is None:
+            entry = self._route_entry(route)
+        fid = self._next_id
+        self._next_id = fid + 1
+        flow = [op, owner, entry[0], nbytes, nbytes, 0.0, now, math.inf, 0, route, copies,
+                entry[1]]  # fmt: skip
+        self._flows[fid] = flow
+        stats = self.stats
+        stats.flows += 1
+        stats.represented_flows += copies
+        if self._in_wake or self._pending or self._reseed:
+            self._pending.append(fid)
+            if not self._in_wake:
+                self._settle([])
+            return
+        # _settle([]) for this one flow: alone on every link, its slowest link's rate.
+        links = flow[2]
+        on_link = self._on_link
+        alone = True
+        for link in links:
+            on = on_link[link]
+            if on is None:
+                on = on_link[link] = set()
+            if not on:
+                self._since[link] = now
+            else:
+                alone = False
+            on.add(fid)
+        if not links:  # both ends on one node: sent at once
+            flow[5], flow[7] = math.inf, now
+            self._push(fid, flow)
+        elif alone:
+            rate = flow[11] / copies
+            flow[5] = rate
+            flow[7] = _finish(now, nbytes, rate)
+            stats.recomputed_flows += 1
+            self._push(fid, flow)
+        else:
+            self._recompute(self._component(set(links)), now)
+        self._schedule_wake()
+
     def _route_entry(self, route: int) -> tuple[tuple[int, ...], float, float]:
         """Read ``route``'s links, bottleneck and latency once (see ``_route_info``)."""
         ptr, flat, latency = self.router.arrays()
@@ -312,6 +358,26 @@ class LeanFlowNetwork:
             seeds = {link for link in seeds if on_link[link]}
             if seeds:
                 self._recompute(self._component(seeds), now)
+        self._schedule_wake()
+
+    def _finish_one(self, fid: int) -> None:
+        """:meth:`_settle` for one ended flow and nothing pending (the usual case)."""
+        if self._pending or self._reseed:
+            self._settle([fid])
+            return
+        now = self.env.now
+        on_link = self._on_link
+        seeds: set[int] = set()
+        for link in self._flows.pop(fid)[2]:
+            on = on_link[link]
+            on.discard(fid)
+            if on:
+                seeds.add(link)
+            else:
+                self._busy[link] += now - self._since[link]
+                self._idle_at[link] = now
+        if seeds:
+            self._recompute(self._component(seeds), now)
         self._schedule_wake()
 
     def _component(self, seeds: set[int]) -> set[int]:
@@ -472,10 +538,26 @@ class LeanFlowNetwork:
         records = self._bytes
         for link in flow[2]:
             records[link] += carried
+        target_owner = self._owners[flow[1]]  # on_sent may finish and release it
+        sent_one = getattr(target_owner, "sent_one", None)
+        if sent_one is not None:
+            # The owner takes the op as a Python int and says whether it wants the
+            # delivery: no one-element arrays (a drifting ring's usual hop).
+            self._in_wake = True
+            try:
+                wanted = sent_one(flow[0])
+            finally:
+                self._in_wake = False
+            if wanted:
+                ops = np.array([flow[0]], dtype=np.int64)
+                delivered = target_owner.on_delivered
+                delay = self._route_info[flow[9]][2]
+                self.env.timeout(delay).callbacks.append(lambda _event: delivered(ops))
+            self._finish_one(fid)
+            return
         ops = np.array([flow[0]], dtype=np.int64)
         self._in_wake = True
         try:
-            target_owner = self._owners[flow[1]]  # on_sent may finish and release it
             target_owner.on_sent(ops)
             wanted = getattr(target_owner, "wants_delivery", None)
             if wanted is None or wanted(ops)[0]:

@@ -266,6 +266,8 @@ def search(
         progress=progress,
         point_function=search_point,
         metrics=SEARCH_METRICS,
+        # A layout's candidates in one worker: its calls are timed alone once there.
+        affinity=_layout_of_point,
     )
     by_label = {e.candidate: e for e in chosen}
     rows = []
@@ -285,6 +287,19 @@ def search(
     rows.sort(key=lambda r: (r["step_s"] is None, r["step_s"] or 0.0, r["label"]))
     result.rows, result.ran, result.resumed = rows, run.ran, run.resumed
     return result
+
+
+def _layout_of_point(params: Mapping[str, Any]) -> tuple:
+    """What of a candidate's point (its sweep params) sets its communicating groups and
+    data-parallel calls (the first part of :func:`_layout`)."""
+    workload = params.get("workload") or {}
+    return tuple(
+        workload.get(name)
+        for name in (
+            "tp", "cp", "ep", "pp", "dp", "fsdp", "distributed_optimizer",
+            "sequence_parallel", "first_stage_layers", "last_stage_layers", "virtual_stages",
+        )
+    )  # fmt: skip
 
 
 def _layout(candidate: Candidate) -> tuple:

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..workload.devices import Device
 from ..workload.generators import BF16, HOST_SYNC_S, pass_work
+from ..workload.host import moe_layer_host_s, moe_layer_ops
 from ..workload.kernels import Attention, Gemm, kernels_time
 from ..workload.memory import GRAD_REDUCE, MemoryEstimate, megatron_memory, pipeline_layers
 from ..workload.model import Transformer
@@ -291,6 +292,17 @@ def estimate(
     # MoE layers per stage (on average: stages may differ by a leading dense layer).
     moe = model.moe_layers * layers // model.layers
 
+    host_fwd = host_bwd = 0.0
+    if model.is_moe:
+        ops = moe_layer_ops(
+            local_experts=model.experts // c.ep,
+            recipe="tensorwise" if c.precision == "fp8" else "bf16",
+            tp=c.tp,
+            ep=c.ep,
+            shared_experts=model.shared_experts,
+        )
+        host_fwd, host_bwd = moe_layer_host_s(ops)
+
     def pass_s(forward: bool, layers: int = layers) -> float:
         """One micro-batch's pass over a stage of ``layers`` layers."""
         moe = model.moe_layers * layers // model.layers
@@ -342,8 +354,13 @@ def estimate(
         # recomputation), as the generator's dispatcher does (HOST_SYNC_S).
         syncs = 1 if forward or c.recompute == "full" else 0
         sync = moe * syncs * HOST_SYNC_S
+        # The host launching the MoE layers (the generator's default: counted operations,
+        # alltoall, per-tensor fp8, no CUDA graphs), beside the GEMMs: with the
+        # synchronisation they cannot end before it.
+        launch = host_fwd if forward else host_bwd + (host_fwd if c.recompute == "full" else 0)
+        gpu = max(kernels_time(device, gemms, attention) + sync, moe * launch)
         # The GEMMs and the flash core, then the memory-bound kernels: separate kernels.
-        return kernels_time(device, gemms, attention) + device.compute_time(0.0, kernels) + sync
+        return gpu + device.compute_time(0.0, kernels)
 
     passes = micro + (c.pp - 1) / c.virtual_stages
     # Layers passed over on the critical path: even stages, (m + (p - 1)/v) passes of a

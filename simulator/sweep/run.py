@@ -18,8 +18,10 @@ from typing import Any
 from ..viz.progress import progress_bar
 from .point import METRICS
 from .runners import (
+    Affinity,
     DaskRunner,
     InlineRunner,
+    LanePoolRunner,
     Outcome,
     PointFunction,
     PoolRunner,
@@ -87,10 +89,12 @@ def make_runner(
     client: Any = None,
     function: PointFunction | None = None,
     points: int | None = None,
+    affinity: Affinity | None = None,
 ) -> Runner:
     """The runner for these options: Dask if a client or scheduler is given, else a
     local pool of ``workers`` processes (all cores by default), else, for one worker
-    or one point, this process."""
+    or one point, this process. ``affinity`` (a point's params to its group) keeps a
+    group's points on one local process where it can (:class:`LanePoolRunner`)."""
     _check_options(workers, scheduler, client)
     kwargs = {"function": function} if function is not None else {}
     if client is not None or scheduler is not None:
@@ -100,6 +104,8 @@ def make_runner(
         workers = min(workers, max(points, 1))
     if workers == 1:
         return InlineRunner(**kwargs)
+    if affinity is not None:
+        return LanePoolRunner(workers, **kwargs, affinity=affinity)
     return PoolRunner(workers, **kwargs)
 
 
@@ -115,10 +121,12 @@ def execute_sweep(
     retries: int = 2,
     point_function: PointFunction | None = None,
     metrics: Sequence[str] | None = None,
+    affinity: Affinity | None = None,
 ) -> SweepRun:
     """Run every point of ``spec`` that ``out`` does not hold yet; see :func:`run_sweep`.
     A ``point_function`` that returns other metrics than :func:`run_point` names them
-    in ``metrics`` (the results' metric columns)."""
+    in ``metrics`` (the results' metric columns); ``affinity`` groups points to run in
+    one local process where they can (:func:`make_runner`)."""
     _check_options(workers, scheduler, client)  # before the file is touched
     spec = _resolve(spec)
     columns = result_columns(spec, metrics)
@@ -156,7 +164,7 @@ def execute_sweep(
         try:
             if todo:
                 runner = remote or make_runner(
-                    workers=workers, function=point_function, points=len(todo)
+                    workers=workers, function=point_function, points=len(todo), affinity=affinity
                 )
                 try:
                     for point, result in _loop(todo, runner, retries):

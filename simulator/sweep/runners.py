@@ -199,6 +199,146 @@ class PoolRunner:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 
+Affinity = Callable[[Mapping[str, Any]], Any]
+
+
+def next_group(current: Any, backlog: Mapping[Any, int], taken: Mapping[Any, int]) -> Any | None:
+    """Which group an idle lane of :class:`LanePoolRunner` runs a point of next: its
+    ``current`` group while that has points left; else the group with the most points
+    left that no lane is on (``taken``: lanes on each group), the largest first so that
+    the last groups, which end the sweep, are short; else (every group with points
+    left has a lane) the one with the most left, shared rather than leave a core idle.
+    None when no point is left.
+
+    >>> next_group("a", {"a": 2, "b": 5}, {"a": 1})
+    'a'
+    >>> next_group(None, {"a": 2, "b": 5, "c": 3}, {"b": 1})
+    'c'
+    >>> next_group(None, {"a": 2, "b": 5}, {"a": 1, "b": 1})
+    'b'
+    """
+    if current is not None and backlog.get(current, 0) > 0:
+        return current
+    left = [(count, key) for key, count in backlog.items() if count > 0]
+    free = [item for item in left if not taken.get(item[1])]
+    pool = free or left
+    if not pool:
+        return None
+    # The most points left; among equals the first listed (dicts keep insertion order).
+    most = max(count for count, _ in pool)
+    return next(key for count, key in pool if count == most)
+
+
+class LanePoolRunner:
+    """Local processes (``workers`` lanes of one process each) that keep the points of
+    one group together: ``affinity(params)`` names a point's group, and a lane runs one
+    group's points one after another, taking another group only when its own has none
+    left (:func:`next_group`). Points that share work a worker keeps (a search's
+    candidates of one parallel layout share their data-parallel calls' timings alone,
+    :class:`~simulator.sweep.point.PointCache`) then do it once, not once in each
+    process that happens to take one of them. Results do not depend on where a point
+    runs. The runner takes every point at once (its ``capacity``) and hands them to
+    lanes as they free up; a lane whose process dies is started again, and the point it
+    was running comes back lost, as from :class:`PoolRunner`."""
+
+    capacity = sys.maxsize
+
+    def __init__(self, workers: int, function: PointFunction = run_point, *, affinity: Affinity):
+        if workers < 1:
+            raise SweepError(f"workers must be a positive integer, got {workers}")
+        self.workers = workers
+        self.function = function
+        self.affinity = affinity
+        self._lanes = [self._start() for _ in range(workers)]
+        try:
+            for lane in self._lanes:  # as PoolRunner checks its processes can start
+                lane.submit(_ready).result()
+        except cf.BrokenExecutor:
+            for lane in self._lanes:
+                lane.shutdown(wait=False, cancel_futures=True)
+            raise SweepError(
+                "the sweep's worker processes could not start. A script that runs a sweep "
+                "with several workers must do so under `if __name__ == '__main__':` "
+                "(worker processes import it again); or use workers=1"
+            ) from None
+        self._group: list[Any] = [None] * workers  # each lane's group
+        self._running: dict[cf.Future, tuple[int, Point]] = {}
+        self._backlog: dict[Any, list[Point]] = {}
+
+    @staticmethod
+    def _start() -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
+        )
+
+    def submit(self, point: Point) -> None:
+        # Queued only: lanes are fed in wait(), once the loop has handed over what it
+        # has, so that the groups are known before any is split between lanes.
+        self._backlog.setdefault(self.affinity(point.params), []).append(point)
+
+    def _feed(self) -> None:
+        busy = {lane for lane, _ in self._running.values()}
+        for lane in range(self.workers):
+            if lane in busy:
+                continue
+            taken: dict[Any, int] = {}
+            for other in busy:
+                taken[self._group[other]] = taken.get(self._group[other], 0) + 1
+            backlog = {key: len(points) for key, points in self._backlog.items()}
+            group = next_group(self._group[lane], backlog, taken)
+            if group is None:
+                return
+            points = self._backlog[group]
+            # A lane sharing a group takes its points from the end (the other from the
+            # front), so each keeps a run of neighbours.
+            point = points.pop(0 if not taken.get(group) else -1)
+            if not points:
+                del self._backlog[group]
+            self._group[lane] = group
+            try:
+                future = self._lanes[lane].submit(self.function, point.params)
+            except cf.BrokenExecutor:
+                self._lanes[lane].shutdown(wait=False, cancel_futures=True)
+                self._lanes[lane] = self._start()
+                future = self._lanes[lane].submit(self.function, point.params)
+            self._running[future] = (lane, point)
+            busy.add(lane)
+
+    def wait(self) -> list[tuple[Point, Outcome]]:
+        self._feed()
+        done, _ = cf.wait(self._running, return_when=cf.FIRST_COMPLETED)
+        out: list[tuple[Point, Outcome]] = []
+        for future in done:
+            lane, point = self._running.pop(future)
+            error = future.exception() if not future.cancelled() else cf.CancelledError()
+            if error is not None and is_lost(error):
+                # Its process is gone: the lane starts afresh for the next point.
+                self._lanes[lane].shutdown(wait=False, cancel_futures=True)
+                self._lanes[lane] = self._start()
+            out.append((point, error if error is not None else future.result()))
+        return out
+
+    def cancel(self) -> None:
+        self._backlog.clear()
+        for future in self._running:
+            future.cancel()
+        self._running.clear()
+        for executor in self._lanes:
+            processes = list(getattr(executor, "_processes", {}).values())
+            executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join(timeout=5)
+
+    def close(self) -> None:
+        for executor in self._lanes:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
 def environment() -> dict[str, str]:
     """What must be the same on the client and on every Dask worker: the ccsim and
     Python versions (run on each worker by :func:`check_workers`).

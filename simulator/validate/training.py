@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CcsimError
 from ..files import load_data
+from ..workload.host import GRAPH_SCOPES
 from ..workload.model import Transformer
 
 if TYPE_CHECKING:
@@ -268,7 +269,10 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
             options["moe_dispatcher"] = "deepep"
         else:
             options["moe_host_sync"] = False
-    if "full_iteration" in str(settings.get("cuda_graphs") or ""):
+    graphs = _cuda_graphs(settings)
+    if graphs:
+        options["cuda_graphs"] = graphs
+    if "full_iteration" in graphs:
         options["moe_host_sync"] = False
     if "(tokendrop)" in str(entry.get("raw_row") or ""):
         # Megatron-Bridge 25.09's "(tokendrop)" rows drop tokens over each expert's
@@ -278,6 +282,23 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
     if settings.get("moe_ep_a2a_overlap") is True:
         options["moe_a2a_overlap"] = True
     return options
+
+
+def _cuda_graphs(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The CUDA-graph scopes a run's ``cuda_graphs`` setting captures that ccsim's host
+    model knows (:data:`~simulator.workload.host.GRAPH_SCOPES`): Megatron-Bridge prints
+    it as ``"<impl> scope=[...]"``, e.g. "transformer_engine scope=['attn',
+    'moe_router', 'moe_preprocess']" (TE's per-layer graphs) or "full_iteration
+    scope=[]" (Megatron-Core's whole-step graph); "none" captures nothing. Scopes of
+    layers ccsim does not build (mamba) are dropped.
+
+    >>> _cuda_graphs({"cuda_graphs": "transformer_engine scope=['attn', 'mamba']"})
+    ('attn',)
+    >>> _cuda_graphs({"cuda_graphs": "full_iteration scope=[]"})
+    ('full_iteration',)
+    """
+    text = str(settings.get("cuda_graphs") or "")
+    return tuple(scope for scope in GRAPH_SCOPES if re.search(rf"\b{scope}\b", text))
 
 
 def _moe_fields(entry: Mapping[str, Any]) -> dict[str, Any] | str:

@@ -18,6 +18,7 @@ from collections.abc import Generator, Mapping
 from typing import Any
 
 from ..errors import CcsimError, unknown_choice
+from .host import HOST_OP_S, moe_layer_host_s, moe_layer_ops
 from .kernels import Gemm
 from .memory import (
     GRAD_REDUCE,
@@ -40,8 +41,11 @@ BF16 = 2  # bytes per parameter, gradient and activation element
 class _Builder:
     """Collects ops in trace format with readable ids."""
 
-    def __init__(self, name: str, ranks: int, description: str):
+    def __init__(self, name: str, ranks: int, description: str, trusted: bool = False):
         self.channels = 1  # parallel rings per collective (set by generators that take it)
+        #: Whether the ops are this module's generators' (built without the trace
+        #: format's per-op checks, see parse_workload) rather than read from a file.
+        self.trusted = trusted
         self.data: dict[str, Any] = {
             "format": FORMAT,
             "name": name,
@@ -68,7 +72,11 @@ class _Builder:
 
     def build(self, replicas: Replicas | None = None, shadows: Shadows | None = None) -> Workload:
         return parse_workload(
-            self.data, origin=self.data["name"], replicas=replicas, shadows=shadows
+            self.data,
+            origin=self.data["name"],
+            replicas=replicas,
+            shadows=shadows,
+            trusted=self.trusted,
         )
 
 
@@ -266,6 +274,7 @@ def ddp(
         f"ddp-{ranks}",
         ranks,
         f"DDP, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
+        trusted=True,
     )
     dp = b.group("dp", "DP", list(range(ranks)))
     grad_bytes = m.layer_params * GRAD_REDUCE[grad_reduce][0]
@@ -357,6 +366,7 @@ def zero3(
         f"zero3-{ranks}",
         ranks,
         f"ZeRO-3, {m.params / 1e9:.1f}B params, {ranks} ranks, micro-batch {micro_batch}",
+        trusted=True,
     )
     b.channels = channels
     dp = b.group("dp", "DP", list(range(ranks)))
@@ -632,8 +642,10 @@ def megatron(
     ep_domain: int = 8,
     moe_host_sync: bool = True,
     moe_a2a_overlap: bool = False,
-    moe_host_layer_s: float = 0.0,
+    moe_host_layer_s: float | None = None,
     overlap_p2p_comm: bool | None = None,
+    host_op_s: float = HOST_OP_S,
+    cuda_graphs: tuple[str, ...] = (),
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -720,10 +732,17 @@ def megatron(
     more (:func:`_a2a_overlap_order`): their passes are issued side by side, the
     all-to-alls on an ``ep`` stream, so one pass's all-to-all runs while the other's
     GEMMs do (ccsim interleaves whole passes, not layer by layer as Megatron-Core does).
-    ``moe_host_layer_s`` (default 0: not modelled) is the host's time to launch one MoE
-    layer's forward, twice that its backward: with a synchronisation each layer the host
-    cannot run ahead, so a pass over n MoE layers takes at least n times that (a "host"
-    stream beside it). No source gives it: a value is a calibration, not a default.
+    The host's time to launch an MoE layer (a "host" stream beside each pass): by default
+    the operations it issues (:func:`~simulator.workload.host.moe_layer_ops`, by
+    dispatcher, local experts, fp8 recipe, TP, shared experts and the ``cuda_graphs``
+    scopes the run captures, :data:`~simulator.workload.host.GRAPH_SCOPES`) times
+    ``host_op_s`` each (:data:`~simulator.workload.host.HOST_OP_S`; 0: not modelled).
+    With ``moe_host_sync`` each MoE layer's synchronisation stops the host from running
+    ahead, so a pass over n MoE layers takes at least n times that from its start;
+    without it (static shapes) the host runs ahead, its passes one after another from
+    the step's start, and a pass waits only if the host has not yet launched it.
+    ``moe_host_layer_s`` (an experiment, not a default) sets one layer's forward host time
+    instead, twice that backward.
     ``overlap_p2p_comm`` (None: on unless ``defaults`` is "sc21", as Megatron-LM's
     ``--no-overlap-p2p-communication`` default and Megatron-Bridge's and NeMo's
     comm-overlap config set it; only with ``virtual_stages`` > 1, as Megatron-LM turns it
@@ -897,7 +916,9 @@ def megatron(
             "mixture-of-experts model with ep > 1 and, with pipeline stages, virtual "
             "stages (as Megatron-Core's transformer_config.py asserts)"
         )
-    if not isinstance(moe_host_layer_s, (int, float)) or moe_host_layer_s < 0:
+    if moe_host_layer_s is not None and (
+        not isinstance(moe_host_layer_s, (int, float)) or moe_host_layer_s < 0
+    ):
         raise CcsimError(
             f"moe_host_layer_s (host seconds per MoE layer forward) must be >= 0, "
             f"not {moe_host_layer_s!r}"
@@ -1022,6 +1043,22 @@ def megatron(
     expert_cache: dict = {}  # each pass's expert GEMMs, as op fields
     if precision == "fp8":  # Transformer Engine's grouped GEMMs run fp8 like its linears
         experts = tuple(g.in_bits(8) for g in experts)
+    # The host's seconds per MoE layer (forward, backward), from the operations it
+    # launches (host.py) or, as an experiment, one given forward time.
+    host_fwd = host_bwd = 0.0
+    if m.is_moe and moe_host_layer_s is not None:
+        host_fwd, host_bwd = moe_host_layer_s, 2 * moe_host_layer_s
+    elif m.is_moe:
+        host_ops = moe_layer_ops(
+            local_experts=m.experts // ep,
+            dispatcher=moe_dispatcher,
+            recipe=fp8_recipe if precision == "fp8" else "bf16",
+            tp=tp,
+            ep=ep,
+            shared_experts=m.shared_experts,
+            graphs=cuda_graphs,
+        )
+        host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s)
 
     # Context parallelism: per layer, the K/V blocks of every CP rank (an all-gather
     # of 4 b s g d / t bytes) and, backward, their gradients (a reduce-scatter).
@@ -1109,6 +1146,7 @@ def megatron(
         + (f" CP {cp}" if cp > 1 else "")
         + f", {micro} micro-batches of {micro_batch}"
         + (f", stages of {'/'.join(map(str, split))} layers" if len(set(split)) > 1 else ""),
+        trusted=True,
     )
 
     def rank_of(stage: int, d: int, t: int, q: int = 0) -> int:
@@ -1331,6 +1369,7 @@ def megatron(
                     # there: the combine's gradient all-to-all, the experts, the
                     # dispatch's, then the attention (model_chunk_schedule_plan.py, run).
                     experts_first = moe and moe_a2a_overlap and not forward and recompute != "full"
+                    pass_deps = deps  # where the pass starts (the host's launches too)
                     routed = {
                         "group": ep_groups.get((stage, (r - stage * width) // ep)),
                         "experts": experts,
@@ -1358,11 +1397,16 @@ def megatron(
                     if moe and not experts_first:
                         comp = yield from _expert_layers(b, r, name, [comp], **routed)
                     ready = [comp]
-                    if moe and moe_host_layer_s:
-                        # The host launching the piece's MoE layers, one after another.
-                        passes = 1 if forward else (3 if recompute == "full" else 2)
-                        host = b.op(f"r{r}.{name}.host", r, "compute", deps, stream="host",
-                                    duration=moe * passes * moe_host_layer_s,
+                    host_s = host_fwd if forward else host_bwd
+                    host_s += host_fwd if not forward and recompute == "full" else 0.0
+                    if moe and host_s:
+                        # The host launching the piece's MoE layers, one after another:
+                        # from the pass's start where a synchronisation drained its
+                        # queue, else right after its previous launches (the host
+                        # stream keeps them in order).
+                        host = b.op(f"r{r}.{name}.host", r, "compute",
+                                    pass_deps if moe_host_sync else [], stream="host",
+                                    duration=_dyadic(moe * host_s),
                                     label=f"MoE host mb {i}")  # fmt: skip
                         ready.append(host)
                     # A chunk of no layers (only the embedding or the loss) has no
@@ -1765,6 +1809,21 @@ def _expert_layers(
     return prev[0]
 
 
+def _dyadic(seconds: float) -> float:
+    """``seconds`` to the nearest multiple of 2**-32 s (0.23 ns): the host's launch times
+    are products of operation counts and a per-operation cost, whose float sums with
+    each other depend on the order the replay adds them in, so that a shortcut
+    (replicas, shadows) can differ from the full replay in the last bit. Rounded, the
+    host's own sums are exact (tests/test_moe_runs.py's bit-identical steps hold at the
+    default cost); sums with the GPU's times can still differ by one bit (seen with
+    EP over every replica at 33 us an operation).
+
+    >>> _dyadic(0.5), _dyadic(1e-5) == 1e-5, abs(_dyadic(1e-5) - 1e-5) < 2**-33
+    (0.5, False, True)
+    """
+    return math.ldexp(round(math.ldexp(seconds, 32)), -32)
+
+
 def _interleave(passes: list[Generator[None, None, list[str]]]) -> list[list[str]]:
     """Build the passes of one step side by side: each runs to its next pause in turn,
     so that their ops go into the trace (and onto each stream) alternately, as
@@ -1867,6 +1926,7 @@ def moe(
         f"moe-{ranks}",
         ranks,
         f"MoE, {layers} layers, {ranks * experts_per_rank} experts, top-{top_k}",
+        trusted=True,
     )
     ep = b.group("ep", "EP", list(range(ranks)))
     routed = tokens * top_k * hidden * BF16  # bytes each rank sends out (and receives)

@@ -1,0 +1,246 @@
+"""The host's side of a mixture-of-experts layer: how many operations the CPU launches
+for one MoE layer pass, and how long that takes.
+
+A dropless MoE layer reads the tokens each expert got on the host (the dispatcher's
+synchronisation, :data:`~simulator.workload.generators.HOST_SYNC_S`), so the host cannot
+run ahead of the GPU there: from that point the GPU waits for every kernel the host
+launches until the next layer's synchronisation. A layer then takes the longer of its GPU
+time and its host time, the number of operations the host issues times what one costs.
+
+The counts are read from Megatron-Core's source at core_v0.16.0 (the release under
+Megatron-Bridge 26.02; the 25.09-26.04 releases the MoE rows ran share the structure of
+these functions) and Transformer Engine's (v2.8), one entry per PyTorch operation or
+library call that launches work on the GPU (a kernel, an NCCL call, a device-to-host
+copy), as the functions named beside each count issue them with the settings the
+published rows use: grouped GEMM, permute fusion, router fusion, balanced routing. How
+many kernels one fused library call launches is the call's own (TE's ``moe_permute``:
+a row-id map in three passes and the permutation), read from the library's Python, not
+measured. The counts leave out pure-Python work (module hooks, TE's fp8 bookkeeping per
+module), so they are a floor on the host's work.
+
+Per operation the host spends :data:`HOST_OP_S`: Meta's Holistic Trace Analysis
+documentation measures the CPU side of a kernel launch at "usually between 5-20
+microseconds" (github.com/facebookresearch/HolisticTraceAnalysis,
+docs/source/features/cuda_kernel_launch_stats.rst, "Short GPU kernels"); a PyTorch op's
+path from Python to ``cudaLaunchKernel`` is put at "~5-25 us of CPU-side work per op"
+(jiahuanglin.xyz, all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, table "What
+each layer actually does"). Neither gives one number: 10 us, the geometric middle of
+HTA's 5-20 us, was chosen before any run was compared with it (nothing fitted; the README
+reports 5 us and 20 us beside it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import CcsimError
+
+#: Host seconds per launched operation (PyTorch eager dispatch and the CUDA launch): the
+#: geometric middle of the 5-20 us Meta's HTA documentation gives for the CPU side of a
+#: launch (docs/source/features/cuda_kernel_launch_stats.rst); chosen, not fitted.
+HOST_OP_S = 10e-6
+
+#: Quantize kernels per GEMM input in fp8, by Transformer Engine recipe: per-tensor
+#: current scaling ("tensorwise") computes the amax, then casts (TE's
+#: Float8CurrentScalingQuantizer: two kernels); delayed scaling casts with the amax
+#: fused (one); MXFP8 casts with its block scales in one kernel (MXFP8Quantizer).
+QUANTIZE_KERNELS = {"bf16": 0, "delayed": 1, "tensorwise": 2, "mxfp8": 1}
+
+#: Kernels MXFP8 adds to each GEMM call: the swizzles of both operands' block scales
+#: into cuBLAS's layout (TE v2.8 transformer_engine/pytorch/csrc/extensions/gemm.cpp,
+#: lines 233-236 for a GEMM, ``swizzle_scaling_factors`` of A and of B; lines 480-481
+#: for a grouped GEMM, ``multi_tensor_swizzle_scaling_factors`` of all A's and all B's:
+#: two launches whatever the experts).
+SWIZZLES = {"bf16": 0, "delayed": 0, "tensorwise": 0, "mxfp8": 2}
+
+#: CUDA-graph scopes a run can set (Megatron-Bridge's ``cuda_graph_scope`` with
+#: Transformer Engine's per-layer graphs: "attn", "moe_router", "moe_preprocess";
+#: "full_iteration": Megatron-Core's whole-step graph).
+GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess", "full_iteration")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of an MoE layer as the host launches it: ``gemms`` GEMM launches (twice
+    backward: data and weight gradients), ``kernels`` other kernels and library calls
+    (once backward: each has one gradient kernel), ``quantize`` fp8 casts (again
+    backward, for the gradients), ``copies`` device-to-host reads (forward only); a part
+    without ``grad`` has no backward."""
+
+    gemms: int = 0
+    kernels: int = 0
+    quantize: int = 0
+    copies: int = 0
+    #: Kernels launched with each GEMM call (MXFP8's scale swizzles), as many backward
+    #: for each of its two gradient calls.
+    per_call: int = 0
+    #: False for bookkeeping on integer tensors (token counts), which has no gradient.
+    grad: bool = True
+
+    def forward(self) -> int:
+        """Operations the forward launches."""
+        return self.gemms + self.kernels + self.quantize + self.copies + self.per_call
+
+    def backward(self) -> int:
+        """Operations the backward launches."""
+        if not self.grad:
+            return 0
+        return 2 * self.gemms + self.kernels + self.quantize + 2 * self.per_call
+
+
+@dataclass(frozen=True)
+class MoeLayerOps:
+    """The host's operations for one MoE layer, by part (:func:`moe_layer_ops`)."""
+
+    attention: Part
+    router: Part
+    preprocess: Part
+    dispatch: Part
+    experts: Part
+    shared: Part
+    combine: Part
+    #: One graph replay per graphed part (it launches the part's kernels as one).
+    graphs: int = 0
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return (self.attention, self.router, self.preprocess, self.dispatch, self.experts,
+                self.shared, self.combine)  # fmt: skip
+
+    def forward(self) -> int:
+        """Operations of the layer's forward."""
+        return sum(p.forward() for p in self.parts) + self.graphs
+
+    def backward(self) -> int:
+        """Operations of the layer's backward (its recomputation not included)."""
+        return sum(p.backward() for p in self.parts) + self.graphs
+
+
+def moe_layer_ops(
+    *,
+    local_experts: int,
+    dispatcher: str = "alltoall",
+    recipe: str = "bf16",
+    tp: int = 1,
+    ep: int = 1,
+    shared_experts: int = 0,
+    graphs: Iterable[str] = (),
+) -> MoeLayerOps:
+    """What the host launches for one MoE layer on one rank.
+
+    ``recipe`` is "bf16" or the fp8 recipe (:data:`QUANTIZE_KERNELS`); ``graphs`` the
+    CUDA-graph scopes the run captures (:data:`GRAPH_SCOPES`): a graphed part costs one
+    replay instead of its operations, "full_iteration" leaves nothing per layer.
+
+    Counted from Megatron-Core core_v0.16.0 and Transformer Engine v2.8:
+
+    * attention (``TransformerLayer`` with TE modules): input norm, its output's fp8 cast
+      and the QKV GEMM (``TELayerNormColumnParallelLinear``), fused rotary on q and on k
+      (2), fused attention (``TEDotProductAttention``, 1), the output projection's input
+      cast and GEMM, bias-dropout-add after attention and after the MLP (2), the
+      pre-MLP norm (1); MXFP8's swizzles with each GEMM; with TP and sequence
+      parallelism the all-gather before the QKV GEMM and the reduce-scatter after the
+      projection (2);
+    * router (``TopKRouter.forward``, router.py): the input's fp32 cast and the gating
+      GEMM; ``topk_routing_with_score_function`` fused (1 kernel and its output, 2); the
+      aux loss (``_apply_aux_loss``: scores for the aux loss, the routing map's sum,
+      ``switch_load_balancing_loss_func`` fused, the tracker's update: 4);
+    * preprocess (alltoall: ``MoEAlltoAllTokenDispatcher.preprocess``): the routing map's
+      sum and cast (2), the input splits (1), the tokens per expert all-gathered over
+      TP x EP (``gather_from_sequence_parallel_region``, 1), the local experts' slice
+      made contiguous (1) and its three sums (3); then ``_maybe_dtoh_and_synchronize``
+      on its side stream: the wait for the compute stream, the copies of the tokens per
+      local expert, the input splits, the output splits and those over TP (4; the global
+      tokens per local expert stay on the GPU with permute fusion) and the event (1).
+      Without EP or TP the routing map's sum and cast and the one copy with its wait and
+      event. HybridEP reads ``tokens_per_expert`` and its sum (2); DeepEP its
+      ``num_recv_tokens_per_expert_list`` copied back and ``.sum().item()`` (3);
+    * dispatch: alltoall, ``permute`` fused (TE ``moe_permute``: 3 passes of the row-id
+      map and the permutation, 4), the tokens' and probabilities' all-to-alls (2), with
+      TP their all-gathers (2), with more than one local expert ``sort_chunks_by_idxs``
+      fused (tokens and probabilities, 2); HybridEP, the probabilities' fp32 cast and
+      ``dispatch_with_permute`` (metadata, dispatch, permute: 4); DeepEP, the top-k and
+      ``_indices_to_multihot`` (7), ``get_dispatch_layout`` and ``dispatch`` (3) and the
+      fused ``permute`` (4);
+    * experts (``TEGroupedMLP``, TE ``GroupedLinear``): ``general_grouped_gemm`` launches
+      one cuBLAS GEMM per local expert (``multi_stream_cublas_gemm``, TE v2.8
+      transformer_engine/common/gemm/cublaslt_gemm.cu lines 912-951), for fc1 and fc2
+      (2 a local expert); in fp8 ``split_quantize`` casts each expert's input to both
+      (2 a local expert, each :data:`QUANTIZE_KERNELS` of the recipe; MXFP8 swizzles
+      the scales once a grouped GEMM, :data:`SWIZZLES`); the gated activation with the
+      routing probabilities (2);
+    * shared experts (``SharedExpertMLP``): fc1, fc2 and their inputs' casts, the
+      activation (1);
+    * combine: alltoall, the reverse sort (1), with TP the reduce-scatter and its two
+      casts (3), the all-to-all (1), ``unpermute`` fused (1), the shared output's add
+      (1 with shared experts); HybridEP ``combine_with_unpermute`` (1); DeepEP
+      ``unpermute`` and ``combine`` (2).
+
+    >>> ops = moe_layer_ops(local_experts=16, recipe="mxfp8", ep=8)
+    >>> ops.experts.forward(), ops.forward(), ops.backward()
+    (70, 118, 147)
+    """
+    if recipe not in QUANTIZE_KERNELS:
+        raise CcsimError(
+            f"recipe must be one of {', '.join(QUANTIZE_KERNELS)} (bf16 or the fp8 recipe), "
+            f"not {recipe!r}"
+        )
+    scopes = set(graphs)
+    unknown = scopes - set(GRAPH_SCOPES)
+    if unknown:
+        raise CcsimError(
+            f"unknown CUDA-graph scope {sorted(unknown)[0]!r}; valid: {', '.join(GRAPH_SCOPES)}"
+        )
+    if isinstance(local_experts, bool) or not isinstance(local_experts, int) or local_experts < 1:
+        raise CcsimError(f"local_experts must be a positive integer, not {local_experts!r}")
+    q = QUANTIZE_KERNELS[recipe]
+    z = SWIZZLES[recipe]
+    none = Part()
+    if "full_iteration" in scopes:  # one replay a step: nothing per layer
+        return MoeLayerOps(none, none, none, none, none, none, none)
+    sp = tp > 1  # MoE with TP runs sequence parallelism (the generator checks it)
+    attention = Part(gemms=2, kernels=7 + (2 if sp else 0), quantize=2 * q, per_call=2 * z)
+    router = Part(gemms=1, kernels=1 + 2 + 4)
+    many = local_experts > 1
+    if dispatcher == "alltoall":
+        exchanged = ep > 1 or tp > 1
+        preprocess = Part(kernels=8 if exchanged else 2, copies=6 if exchanged else 3, grad=False)
+        dispatch = Part(kernels=4 + 2 * (ep > 1) + 2 * sp + 2 * many)
+        combine = Part(kernels=1 * many + 3 * sp + 1 * (ep > 1) + 1 + (shared_experts > 0))
+    elif dispatcher == "hybridep":
+        preprocess = Part(copies=2, grad=False)
+        dispatch = Part(kernels=1 + 3)
+        combine = Part(kernels=1 + (shared_experts > 0))
+    elif dispatcher == "deepep":
+        preprocess = Part(copies=3, grad=False)
+        dispatch = Part(kernels=7 + 3 + 4)
+        combine = Part(kernels=2 + (shared_experts > 0))
+    else:
+        raise CcsimError(f"dispatcher must be alltoall, deepep or hybridep, not {dispatcher!r}")
+    experts = Part(
+        gemms=2 * local_experts, kernels=2, quantize=2 * local_experts * q, per_call=2 * z
+    )
+    shared = Part(gemms=2, kernels=1, quantize=2 * q, per_call=2 * z) if shared_experts else none
+    replays = 0
+    if "attn" in scopes:
+        attention, replays = none, replays + 1
+    if "moe_router" in scopes:
+        router, replays = none, replays + 1
+    if "moe_preprocess" in scopes:
+        # The graph computes the splits; their copies to the host stay outside it.
+        preprocess, replays = Part(copies=preprocess.copies, grad=False), replays + 1
+    return MoeLayerOps(attention, router, preprocess, dispatch, experts, shared, combine,
+                       graphs=replays)  # fmt: skip
+
+
+def moe_layer_host_s(ops: MoeLayerOps, op_s: float = HOST_OP_S) -> tuple[float, float]:
+    """Host seconds of one MoE layer's (forward, backward) at ``op_s`` an operation.
+
+    >>> moe_layer_host_s(moe_layer_ops(local_experts=1, graphs=["full_iteration"]))
+    (0.0, 0.0)
+    """
+    if isinstance(op_s, bool) or not isinstance(op_s, (int, float)) or op_s < 0:
+        raise CcsimError(f"host_op_s (host seconds per launched operation) must be >= 0, "
+                         f"not {op_s!r}")  # fmt: skip
+    return ops.forward() * op_s, ops.backward() * op_s
