@@ -322,27 +322,31 @@ def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, A
     :class:`~simulator.workload.metrics.Breakdown` (for point functions that report
     more than :func:`run_point`, such as ``ccsim search``'s)."""
     from ..workload import WorkloadReplay, breakdown
+    from ..workload.collection import fewer_collections
 
-    gpus = _gpus_per_server(params)
-    workload, nodes = _workload(params, gpus)
-    cache = _POINT_CACHE.get()
-    timings = None
-    if cache is None:
-        graph = build_topology({**params, "nodes": nodes})
-    else:
-        graph, timings = cache.graph({**params, "nodes": nodes})
-    # The graph was validated as it was built (run_workload would validate it again).
-    run = WorkloadReplay(
-        workload,
-        graph,
-        algorithm=None if params["algorithm"] == "library" else params["algorithm"],
-        comm_slowdown=params.get("comm_slowdown", 0.0),
-        reduce_bandwidth=params.get("reduce_bandwidth"),
-        protocol=params.get("protocol"),
-        nccl=params.get("nccl"),
-        timings=timings,
-    ).run()
-    result = breakdown(run)
+    with fewer_collections():
+        gpus = _gpus_per_server(params)
+        workload, nodes = _workload(params, gpus)
+        cache = _POINT_CACHE.get()
+        timings = None
+        if cache is None:
+            graph = build_topology({**params, "nodes": nodes})
+        else:
+            graph, timings = cache.graph({**params, "nodes": nodes})
+        # The graph was validated as it was built (run_workload would validate it again).
+        replay = WorkloadReplay(
+            workload,
+            graph,
+            algorithm=None if params["algorithm"] == "library" else params["algorithm"],
+            comm_slowdown=params.get("comm_slowdown", 0.0),
+            reduce_bandwidth=params.get("reduce_bandwidth"),
+            protocol=params.get("protocol"),
+            nccl=params.get("nccl"),
+            timings=timings,
+        )
+        run = replay.run()
+        result = breakdown(run)
+        replay.close()  # its memory back now, not at the next full collection
     return workload, graph, result
 
 

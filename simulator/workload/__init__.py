@@ -9,6 +9,7 @@ import networkx as nx
 
 from ..library.nccl_env import NcclEnv
 from ..topology import load_topology
+from .collection import fewer_collections
 from .devices import DEVICES, Device, device_for
 from .engine import WorkloadReplay, WorkloadRun
 from .isolated import TimingStore
@@ -51,17 +52,20 @@ def run_workload(
     elif not isinstance(workload, Workload):  # a preset name or a file, as ccsim run takes
         workload = resolve_workload(workload)
     graph = load_topology(topology, nodes)
-    run = WorkloadReplay(
-        workload,
-        graph,
-        algorithm=algorithm,
-        comm_slowdown=comm_slowdown,
-        reduce_bandwidth=reduce_bandwidth,
-        protocol=protocol,
-        nccl=nccl,
-        bundles=bundles,
-        timings=timings,
-    ).run()
+    with fewer_collections():
+        replay = WorkloadReplay(
+            workload,
+            graph,
+            algorithm=algorithm,
+            comm_slowdown=comm_slowdown,
+            reduce_bandwidth=reduce_bandwidth,
+            protocol=protocol,
+            nccl=nccl,
+            bundles=bundles,
+            timings=timings,
+        )
+        run = replay.run()
+        replay.close()
     return run, breakdown(run)
 
 

@@ -480,6 +480,21 @@ class WorkloadReplay:
         self._policies: dict[tuple, NcclPolicy | HcclPolicy] = {}
         self._done = 0
 
+    def close(self) -> None:
+        """Let go of what refers back to this replay once its result has been read (its
+        network's flow owners, the calls in its registries, the network's hook into
+        them), so that the replay, its workload and its network are freed as soon as
+        nothing else holds them, rather than at the interpreter's next full collection
+        of reference cycles: a search runs hundreds of replays in one process. Only
+        memory changes; the replay cannot run again."""
+        network = getattr(self, "network", None)
+        if network is not None:
+            network._owners.clear()
+            network.on_conflict = None
+        if self.isolated is not None:
+            self.isolated._live.clear()
+        self._shadow_check = ShadowCheck()
+
     # -- running ---------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> WorkloadRun:
         """Replay every op; raise :class:`WorkloadError` if some can never run.
