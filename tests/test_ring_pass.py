@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from simulator.algorithms import build_schedule
-from simulator.collective import ring_pass
-from simulator.collective.ring_pass import run_ring
-from simulator.collective.run import rank_layout, run_schedule
+from simulator.collective import run as run_module
+from simulator.collective.run import rank_layout, run_ring, run_schedule
 from simulator.network.faults import apply_faults
 from simulator.topology import load_topology, ring_graph
 
@@ -143,7 +142,7 @@ def test_large_ring_lists_each_rank_not_each_op(monkeypatch):
     """Past EXPAND_FLOWS ops the result lists each rank's first start and last done,
     which are those of the reference's ops that rank sends or receives; the links'
     records are in full."""
-    monkeypatch.setattr(ring_pass, "EXPAND_FLOWS", 1000)
+    monkeypatch.setattr(run_module, "EXPAND_FLOWS", 1000)
     graph = apply_faults(ring_graph(128, 150e9, 500e-9), "link=gpu40-gpu41:0.3")
     result = run_ring(graph, "all_reduce", 2**21, chunks=2)
     reference = _reference(graph, "all_reduce", 2**21, chunks=2)
@@ -167,11 +166,9 @@ def test_a_large_ring_on_an_asymmetric_cluster_is_timed_by_steps(monkeypatch):
     records on a cluster with a slow link is timed by the ring pass, with the same
     time, link bytes and busy time as the event-by-event replay of every flow. (The
     threshold is lowered so that a 128-rank ring is "large".)"""
-    from simulator.collective import run as run_module
     from simulator.collective import simulate_collective
 
     monkeypatch.setattr(run_module, "EXPAND_FLOWS", 1000)
-    monkeypatch.setattr(ring_pass, "EXPAND_FLOWS", 1000)
     graph = apply_faults(ring_graph(128, 150e9, 500e-9), "link=gpu7-gpu8:0.5")
     result = simulate_collective(graph, "all_reduce", 2**20, "ring", chunks=2)
     assert result.params["timing"] == "ring steps"

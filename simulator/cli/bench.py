@@ -24,8 +24,7 @@ from pathlib import Path
 
 from ..algorithms import build_schedule
 from ..collective import NcclPolicy, simulate_collective
-from ..collective.ring_pass import run_ring
-from ..collective.run import rank_layout, run_schedule
+from ..collective.run import rank_layout, run_ring, run_schedule
 from ..errors import CcsimError, unknown_choice
 from ..network.faults import apply_faults
 from ..topology import cluster_graph, load_topology, ring_graph

@@ -23,7 +23,7 @@ before anything is timed rather than assumed: every link of every position's rou
 belong to that position alone (its own ops are sent one after another, FIFO, so they
 never overlap), and every reducer must serve one position; reductions of one position
 must not overlap either, which is checked as the steps are timed (a slow reducer). When
-a check fails, :func:`time_ring` returns None and :func:`run_ring` builds the schedule
+a check fails, :func:`time_ring` returns None and :func:`~simulator.collective.run.run_ring` builds the schedule
 and runs it as :func:`~simulator.collective.run.run_schedule` does. The result is tested
 against the event-by-event replay of every flow (tests/test_ring_pass.py).
 
@@ -35,19 +35,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
 import numpy as np
-import simpy
 
-from ..algorithms import build_schedule
 from ..algorithms.base import RankLayout, check_positive_int
 from ..algorithms.ring import Ring, g_of, ring_orders
 from ..algorithms.schedule import PATH_DEFAULT, PATH_PXN, csr_gather
-from ..network.faults import fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork
 from .contention_free import route_bottlenecks
-from .replay import reduce_bandwidths, route_pairs
-from .run import EXPAND_FLOWS, CollectiveResult, _result, rank_layout, ring_ops, run_schedule
+from .replay import route_pairs
 
 #: Intervals overlapping by less than this (relative to the time, at least 1 s) touch,
 #: as in the contention-free pass.
@@ -210,59 +205,3 @@ def time_ring(
     if keep_ops:
         times.start_s, times.sent_s, times.end_s = (values.ravel() for values in kept)
     return times
-
-
-def run_ring(
-    graph: nx.Graph,
-    op: str,
-    size_bytes: float,
-    *,
-    chunks: int = 1,
-    channels: int = 1,
-    reduce_bandwidth: float | None = None,
-) -> CollectiveResult:
-    """Ring ``op`` on ``graph`` with every rank simulated (no symmetry), timed by
-    :func:`time_ring` where its flows never meet, else built and run as
-    :func:`~simulator.collective.run.run_schedule` runs it with ``symmetry="off"``.
-
-    Records: every op's up to :data:`~simulator.collective.run.EXPAND_FLOWS` ops (as
-    ``run_schedule`` lists them); beyond, one row per rank (``params["flows"] ==
-    "ranks"``: its first start and last done), with the links' records in full.
-    """
-    layout = rank_layout(graph)  # every GPU of the graph, a rank each
-    reduce_bw = reduce_bandwidths(graph, reduce_bandwidth)
-    env = simpy.Environment()
-    network = FlowNetwork(env, graph)
-    schedule_link_faults(network)
-    plan = fault_plan(graph)
-    options = {"chunks": chunks, "channels": channels}
-    n_ops = ring_ops(op, layout.ranks, chunks, channels)
-    times = None
-    if not (plan is not None and plan.timed_links):
-        times = time_ring(
-            network, layout, op, size_bytes, reduce_bw, keep_ops=n_ops <= EXPAND_FLOWS, **options
-        )
-    if times is None:
-        schedule = build_schedule("ring", op, layout, size_bytes, **options)
-        return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, symmetry="off")
-    params = {"chunks": chunks, "channels": channels, "protocol": None, "timing": "ring steps"}
-    if times.start_s is not None:
-        schedule = build_schedule("ring", op, layout, size_bytes, **options)
-        return _result(
-            schedule, times.time_s, (times.start_s, times.sent_s, times.end_s), network, params
-        )
-    return CollectiveResult(
-        op=op,
-        algorithm="ring",
-        ranks=layout.ranks,
-        size_bytes=float(size_bytes),
-        time_s=times.time_s,
-        flows={
-            "rank": np.arange(layout.ranks),
-            "start_s": times.rank_start_s,
-            "end_s": times.rank_end_s,
-        },
-        links=network.link_records(),
-        stats=network.stats,
-        params={**params, "flows": "ranks"},
-    )

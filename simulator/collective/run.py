@@ -30,6 +30,7 @@ from .contention_free import time_contention_free
 from .merged import expand_merged, members_hold
 from .mixed import time_mixed
 from .replay import ScheduleReplay, reduce_bandwidths, route_ops
+from .ring_pass import time_ring
 from .symmetry import (
     LinkSymmetry,
     Quotient,
@@ -436,8 +437,6 @@ def build_and_run(
         # A large ring is timed step by step where its flows never meet, its schedule
         # built only where they may (simulator.collective.ring_pass, checked there);
         # the result then lists a row per rank, not per op, as a quotient's does.
-        from .ring_pass import run_ring  # (it builds on this module)
-
         return run_ring(
             graph, op, size_bytes, reduce_bandwidth=reduce_bandwidth, **options
         )  # fmt: skip
@@ -667,3 +666,59 @@ def auto_fraction(
         )
         times.append(run_schedule(graph, schedule, protocol=protocol).time_s)
     return split(*times)
+
+
+def run_ring(
+    graph: nx.Graph,
+    op: str,
+    size_bytes: float,
+    *,
+    chunks: int = 1,
+    channels: int = 1,
+    reduce_bandwidth: float | None = None,
+) -> CollectiveResult:
+    """Ring ``op`` on ``graph`` with every rank simulated (no symmetry), timed by
+    :func:`time_ring` where its flows never meet, else built and run as
+    :func:`~simulator.collective.run.run_schedule` runs it with ``symmetry="off"``.
+
+    Records: every op's up to :data:`~simulator.collective.run.EXPAND_FLOWS` ops (as
+    ``run_schedule`` lists them); beyond, one row per rank (``params["flows"] ==
+    "ranks"``: its first start and last done), with the links' records in full.
+    """
+    layout = rank_layout(graph)  # every GPU of the graph, a rank each
+    reduce_bw = reduce_bandwidths(graph, reduce_bandwidth)
+    env = simpy.Environment()
+    network = FlowNetwork(env, graph)
+    schedule_link_faults(network)
+    plan = fault_plan(graph)
+    options = {"chunks": chunks, "channels": channels}
+    n_ops = ring_ops(op, layout.ranks, chunks, channels)
+    times = None
+    if not (plan is not None and plan.timed_links):
+        times = time_ring(
+            network, layout, op, size_bytes, reduce_bw, keep_ops=n_ops <= EXPAND_FLOWS, **options
+        )
+    if times is None:
+        schedule = build_schedule("ring", op, layout, size_bytes, **options)
+        return run_schedule(graph, schedule, reduce_bandwidth=reduce_bandwidth, symmetry="off")
+    params = {"chunks": chunks, "channels": channels, "protocol": None, "timing": "ring steps"}
+    if times.start_s is not None:
+        schedule = build_schedule("ring", op, layout, size_bytes, **options)
+        return _result(
+            schedule, times.time_s, (times.start_s, times.sent_s, times.end_s), network, params
+        )
+    return CollectiveResult(
+        op=op,
+        algorithm="ring",
+        ranks=layout.ranks,
+        size_bytes=float(size_bytes),
+        time_s=times.time_s,
+        flows={
+            "rank": np.arange(layout.ranks),
+            "start_s": times.rank_start_s,
+            "end_s": times.rank_end_s,
+        },
+        links=network.link_records(),
+        stats=network.stats,
+        params={**params, "flows": "ranks"},
+    )
