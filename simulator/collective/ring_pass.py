@@ -23,8 +23,9 @@ before anything is timed rather than assumed: every link of every position's rou
 belong to that position alone (its own ops are sent one after another, FIFO, so they
 never overlap), and every reducer must serve one position; reductions of one position
 must not overlap either, which is checked as the steps are timed (a slow reducer). When
-a check fails, :func:`time_ring` returns None and :func:`~simulator.collective.run.run_ring` builds the schedule
-and runs it as :func:`~simulator.collective.run.run_schedule` does. The result is tested
+a check fails, :func:`time_ring` returns None and
+:func:`~simulator.collective.run.run_ring` builds the schedule and runs it as
+:func:`~simulator.collective.run.run_schedule` does. The result is tested
 against the event-by-event replay of every flow (tests/test_ring_pass.py).
 
 Scope: the ideal model (no protocol), no timed link faults, the ring's own ops
