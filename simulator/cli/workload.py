@@ -17,7 +17,7 @@ from ..collective.guards import check_flows, cluster_of
 from ..collective.policy import POLICIES, nccl_not_applied
 from ..errors import CcsimError
 from ..topology import load_topology
-from ..units import parse_bandwidth, parse_size
+from ..units import parse_bandwidth, parse_size, parse_time
 from ..viz.progress import simulated_time
 from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
@@ -25,6 +25,7 @@ from ..workload.chakra import write_chakra
 from ..workload.devices import Device, device_for
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
+from ..workload.host import GRAPH_SCOPES
 from ..workload.memory import OPTIMIZER_STATE, MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.model import DISPATCHERS
@@ -266,6 +267,22 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "static shapes (token drop with padding, CUDA graphs) (default: on)",
     )
     gen.add_argument(
+        "--host-op-s",
+        default=None,
+        metavar="TIME",
+        help="megatron, MoE models: the host's time per launched operation of an MoE "
+        "layer, e.g. 10us; 0 leaves the host out (default: 10us, the middle of the 5-20 us "
+        "Meta's Holistic Trace Analysis gives for a launch)",
+    )
+    gen.add_argument(
+        "--cuda-graphs",
+        default=None,
+        metavar="SCOPES",
+        help="megatron, MoE models: the CUDA-graph scopes the run captures, comma "
+        f"separated, from {', '.join(GRAPH_SCOPES)} (Megatron-Bridge's cuda_graph_scope; "
+        "a graphed part costs the host one replay) (default: none)",
+    )
+    gen.add_argument(
         "--precision",
         choices=("bf16", "fp8"),
         default=None,
@@ -406,6 +423,15 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="megatron: run TP collectives beside the GEMMs (Transformer Engine "
         "overlap) (default: with sequence parallelism; --no-tp-comm-overlap turns "
         "it off)",
+    )
+    gen.add_argument(
+        "--overlap-p2p-comm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="megatron, interleaved (--virtual-stages > 1): post each pass's pipeline "
+        "receive when the previous pass of its direction ends, so the transfer runs beside "
+        "the pass in between (Megatron-Core's overlap_p2p_comm) (default: on with "
+        "interleaving, off with --defaults sc21)",
     )
     gen.add_argument(
         "--overlap-param-gather",
@@ -563,6 +589,18 @@ def _flops_row(
     return row
 
 
+def _graph_scopes(text: str) -> tuple[str, ...]:
+    """``--cuda-graphs``' comma-separated scopes, each one of :data:`GRAPH_SCOPES`."""
+    scopes = tuple(part.strip() for part in text.split(",") if part.strip())
+    for scope in scopes:
+        if scope not in GRAPH_SCOPES:
+            raise CcsimError(
+                f"--cuda-graphs: unknown scope {scope!r}; give a comma-separated list of "
+                f"{', '.join(GRAPH_SCOPES)}"
+            )
+    return scopes
+
+
 def _cmd_generate(args: argparse.Namespace) -> None:
     check_outputs(args, "out")
     options = {
@@ -599,8 +637,13 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "ep_domain": args.ep_domain,
         "moe_a2a_overlap": args.moe_a2a_overlap,
         "moe_host_sync": args.moe_host_sync,
+        "overlap_p2p_comm": args.overlap_p2p_comm,
         "fsdp": args.fsdp,
     }
+    if args.host_op_s is not None:
+        options["host_op_s"] = parse_time(args.host_op_s, field="--host-op-s")
+    if args.cuda_graphs is not None:
+        options["cuda_graphs"] = _graph_scopes(args.cuda_graphs)
     if args.bucket:
         options["bucket_bytes"] = parse_size(args.bucket, field="--bucket")
     import inspect
