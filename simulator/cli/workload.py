@@ -234,6 +234,15 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "TP x CP x DP (default 1)",
     )
     gen.add_argument(
+        "--etp",
+        type=int,
+        default=None,
+        metavar="N",
+        help="megatron, MoE models: expert tensor parallelism, 1 or the TP size: each "
+        "expert split over that many ranks, the routed tokens gathered over them "
+        "(Megatron-Core's expert_tensor_parallel_size) (default: 1)",
+    )
+    gen.add_argument(
         "--moe-dispatcher",
         choices=tuple(DISPATCHERS),
         default=None,
@@ -633,6 +642,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "cross_entropy": args.cross_entropy,
         "cp": args.cp,
         "ep": args.ep,
+        "etp": args.etp,
         "moe_dispatcher": args.moe_dispatcher,
         "ep_domain": args.ep_domain,
         "moe_a2a_overlap": args.moe_a2a_overlap,

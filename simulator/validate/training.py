@@ -86,6 +86,8 @@ class TrainingRun:
     assumed: str = ""
     #: Expert-parallel ranks (mixture-of-experts runs).
     ep: int = 1
+    #: Expert-tensor-parallel ranks (the row's ``etp``; 1 where it states none).
+    etp: int = 1
 
     @property
     def dp(self) -> int:
@@ -242,7 +244,7 @@ MOE_ASSUMED = (
     "synchronisation per MoE layer forward (none with full-step CUDA graphs or token drop), "
     "the all-to-all beside another micro-batch's pass where the row sets moe_ep_a2a_overlap "
     "(whole passes side by side, not layer by layer), TE grouped GEMM, "
-    "dropless and balanced routing, expert TP 1"
+    "dropless and balanced routing, expert TP as the row states it (1 where it does not)"
 )
 
 
@@ -514,6 +516,7 @@ def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tup
                 use=str(entry.get("use") or _use(entry)),
                 assumed=str(entry.get("assumed", "")) + (MOE_ASSUMED if model.is_moe else ""),
                 ep=int(entry.get("ep") or 1) if model.is_moe else 1,
+                etp=int(entry.get("etp") or 1) if model.is_moe else 1,
             )
         )
     return runs, skipped
@@ -547,6 +550,8 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
         replicas=True,
         shadows=True,
     )
+    if run.etp > 1:
+        options["etp"] = run.etp
     if run.ep > 1:
         options["ep"] = run.ep
         # Replicas of whole servers (8 GPUs): a replica of fewer ranks would be found to

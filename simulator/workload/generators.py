@@ -548,6 +548,7 @@ def megatron_step_memory(
     precision: str = "bf16",
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     fsdp: bool = False,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
@@ -590,6 +591,7 @@ def megatron_step_memory(
         precision=precision,
         cp=cp,
         ep=ep,
+        etp=etp,
         fsdp=fsdp,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
@@ -624,6 +626,7 @@ def megatron(
     precision: str = "bf16",
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     fsdp: bool = False,
     replicas: bool | int = False,
     shadows: bool = False,
@@ -715,7 +718,17 @@ def megatron(
     (:meth:`~simulator.workload.model.Transformer.moe_elementwise_bytes`). Expert
     gradients are reduced (bucket by bucket with ``overlap_grad_reduce``, as the rest)
     and their parameters gathered over the ranks holding the same experts (TP x CP x
-    DP / EP), the rest over DP x CP. ``moe_dispatcher`` is Megatron-Core's token
+    DP / EP), the rest over DP x CP. ``etp`` (Megatron-Core's
+    ``expert_tensor_parallel_size``: 1, its default in the runs ccsim models, or the TP
+    size, its default before Megatron-Core 0.10 and what DGX Cloud's Grok-1 runs state)
+    splits each expert over that many ranks: the expert grid is then "tp-cp-ep-dp-pp"
+    with tp = etp (an EP group takes every etp-th rank of a block of ep x etp, the ETP
+    group is the TP group), each rank holds 1/etp of experts / ep experts and, after the
+    dispatch, all-gathers the routed tokens over the ETP group before its experts and
+    reduce-scatters their outputs after (``MoEAlltoAllTokenDispatcher``'s
+    ``gather_from_sequence_parallel_region`` and ``reduce_scatter_to_sequence_parallel_region``
+    over the expert TP group), backward the same; expert gradients are reduced over
+    TP x CP x DP / (EP x ETP) ranks. ``moe_dispatcher`` is Megatron-Core's token
     dispatcher (:data:`~simulator.workload.model.DISPATCHERS`): "alltoall" sends every
     routed copy; "deepep" and "hybridep" (the flex dispatcher's backends) send a token
     once to each rank, and once over RDMA to each NVLink domain of ``ep_domain`` ranks,
@@ -900,15 +913,31 @@ def megatron(
                 "a mixture-of-experts model with tensor parallelism needs sequence "
                 "parallelism (sequence_parallel, --sequence-parallel), as Megatron-LM does"
             )
-        if (tp * cp * dp) % ep or m.experts % ep:
+        if isinstance(etp, bool) or etp not in (1, tp):
             raise CcsimError(
-                f"ep {ep} must divide TP x CP x DP ({tp * cp * dp}) and the experts "
-                f"({m.experts}): expert-parallel ranks are carved out of a stage's ranks, "
-                "as Megatron-Core's expert grid with expert_tensor_parallel_size 1 does"
+                f"etp (expert tensor parallelism) must be 1 or the TP size ({tp}), not "
+                f"{etp!r}: other expert TP sizes are not modelled"
             )
-    elif ep > 1:
+        if (tp * cp * dp) % (ep * etp) or m.experts % ep:
+            raise CcsimError(
+                f"ep {ep} x etp {etp} must divide TP x CP x DP ({tp * cp * dp}) and ep the "
+                f"experts ({m.experts}): expert-parallel ranks are carved out of a stage's "
+                "ranks, as Megatron-Core's expert grid does"
+            )
+        if m.expert_ffn % etp:
+            raise CcsimError(
+                f"etp {etp} must divide the experts' FFN width ({m.expert_ffn}): each expert "
+                "is split over the expert TP ranks"
+            )
+        if etp > 1 and moe_dispatcher != "alltoall":
+            raise CcsimError(
+                f"etp {etp} with the {moe_dispatcher} dispatcher is not modelled: expert "
+                "tensor parallelism runs with the alltoall dispatcher (moe_dispatcher)"
+            )
+    elif ep > 1 or etp != 1:
         raise CcsimError(
-            f"ep {ep} applies to mixture-of-experts models; {m.name or 'this model'} is dense"
+            f"ep {ep} and etp {etp} apply to mixture-of-experts models; "
+            f"{m.name or 'this model'} is dense"
         )
     if moe_a2a_overlap and not (m.is_moe and ep > 1 and (pp == 1 or v > 1)):
         raise CcsimError(
@@ -970,7 +999,8 @@ def megatron(
             f"replicas must be true, false or a divisor of dp ({dp}), not {replicas!r}"
         )
     if m.is_moe and replicas_built < dp:
-        replicas_built = moe_replicas(replicas_built, ep=ep, tp=tp, cp=cp, dp=dp)
+        # (With expert TP, a block of ep x etp ranks holds whole EP groups.)
+        replicas_built = moe_replicas(replicas_built, ep=ep * etp, tp=tp, cp=cp, dp=dp)
     # TP ranks whose ops are built: one per TP group with shadows.
     tp_built = 1 if shadows and tp > 1 else tp
     # And CP ranks: Megatron-Core gives CP rank i the sequence chunks i and 2 cp - 1 - i
@@ -1039,7 +1069,7 @@ def megatron(
     moe_tokens = tokens // (tp if sequence_parallel else 1)
     copies = m.dispatch_copies(ep, dispatcher=moe_dispatcher, domain=ep_domain) if m.is_moe else 0
     a2a_layer = moe_tokens * copies * m.hidden * BF16
-    experts = m.expert_gemms(moe_tokens, ep=ep) if m.is_moe else ()
+    experts = m.expert_gemms(moe_tokens, ep=ep, etp=etp) if m.is_moe else ()
     expert_cache: dict = {}  # each pass's expert GEMMs, as op fields
     if precision == "fp8":  # Transformer Engine's grouped GEMMs run fp8 like its linears
         experts = tuple(g.in_bits(8) for g in experts)
@@ -1119,7 +1149,7 @@ def megatron(
     if m.is_moe:
         expert_mlp = (3 if m.gated else 2) * m.hidden * m.expert_ffn
         rank_layer_params = (m.moe_layer_params - m.experts * expert_mlp) / tp + (
-            m.experts // ep * expert_mlp
+            m.experts // ep * expert_mlp / etp
         )
     bucket_layers = max(1, math.ceil(max(40e6, 1e6 * replicas) / rank_layer_params))
 
@@ -1180,32 +1210,40 @@ def megatron(
         for d, t, q in itertools.product(range(dp), range(tp), range(cp)):
             members = [rank_of(0, d, t, q), rank_of(pp - 1, d, t, q)]
             emb_groups[(d, t, q)] = b.group(f"emb.d{d}.t{t}{suffix(q)}", "DP", members)
-    # Expert parallelism as Megatron-Core's expert grid orders it with
-    # expert_tensor_parallel_size 1 (megatron/core/parallel_state.py: the expert
-    # RankGenerator's "tp-cp-ep-dp-pp" with cp 1 and tp the expert TP size): within a
-    # stage the TP x CP x DP ranks, TP fastest, in EP groups of ``ep`` consecutive ones;
-    # expert gradients are reduced over the ranks holding the same experts (the same
-    # place in their EP group), the expert-data-parallel group.
+    # Expert parallelism as Megatron-Core's expert grid orders it
+    # (megatron/core/parallel_state.py: the expert RankGenerator's "tp-cp-ep-dp-pp" with
+    # cp 1 and tp the expert TP size): a stage's TP x CP x DP ranks, TP fastest, are
+    # t + etp (e + ep d) for expert TP rank t, EP rank e and expert-DP rank d. An EP
+    # group holds the ranks of one t and d (``ep`` consecutive ones with etp 1); expert
+    # gradients are reduced over the ranks of one t and e (the same experts), the
+    # expert-data-parallel group; the ETP group (one e and d) is the TP group.
     ep_groups: dict[tuple, str] = {}
     edp_groups: dict[tuple, str] = {}
     width = tp * cp * dp  # ranks of a stage
+    edp_size = width // (ep * etp)  # expert-data-parallel ranks
+
+    def expert_coords(local: int) -> tuple[int, int, int]:
+        """(t, e, d) of the stage's ``local``-th rank in the expert grid."""
+        return local % etp, local // etp % ep, local // (etp * ep)
+
     if m.is_moe:
         for stage in range(pp):
             base = stage * width
-            for j in range(width // ep):
+            for t, d in itertools.product(range(etp), range(edp_size)):
                 if ep > 1:
-                    members = [base + j * ep + e for e in range(ep)]
-                    ep_groups[(stage, j)] = b.group(f"ep.s{stage}.{j}", "EP", members)
-            for e in range(ep):
-                members = [base + j * ep + e for j in range(width // ep)]
+                    members = [base + t + etp * (e + ep * d) for e in range(ep)]
+                    name = f"ep.s{stage}.{d * etp + t}"
+                    ep_groups[(stage, t, d)] = b.group(name, "EP", members)
+            for t, e in itertools.product(range(etp), range(ep)):
+                members = [base + t + etp * (e + ep * d) for d in range(edp_size)]
                 if len(members) > 1:
-                    edp_groups[(stage, e)] = b.group(f"edp.s{stage}.e{e}", "DP", members)
-    expert_params = (
-        m.experts // ep * (3 if m.gated else 2) * m.hidden * m.expert_ffn if m.is_moe else 0.0
-    )
+                    name = f"edp.s{stage}.e{e}" + (f".t{t}" if etp > 1 else "")
+                    edp_groups[(stage, t, e)] = b.group(name, "DP", members)
+    expert_mlp = (3 if m.gated else 2) * m.hidden * m.expert_ffn
+    expert_params = m.experts // ep * expert_mlp / etp if m.is_moe else 0.0
     # An MoE layer's parameters besides its routed experts (attention, shared experts,
     # router), split over TP.
-    moe_params = (m.moe_layer_params - ep * expert_params) / tp
+    moe_params = (m.moe_layer_params - m.experts * expert_mlp) / tp
     for stage in range(pp):
         # Parameters one rank of this stage holds (embeddings on the first and last):
         # with MoE layers, the experts' apart (reduced over their own ranks).
@@ -1307,7 +1345,8 @@ def megatron(
                         moe = sum(m.moe_layer(k) for k in range(start, start + layers))
                     piece_params = (layers - moe) * m.layer_params / tp + moe * moe_params
                     piece_experts = moe * expert_params
-                    edp = edp_groups.get((stage, (r - stage * width) % ep))
+                    t_e, e_e, d_e = expert_coords(r - stage * width)
+                    edp = edp_groups.get((stage, t_e, e_e))
                     piece = "unit" if sharded_weights else "bucket"
                     name = tag if len(pieces) == 1 else f"{tag}.{piece}{n}"
                     # The output layer after the last layer forward, before the first
@@ -1371,7 +1410,7 @@ def megatron(
                     experts_first = moe and moe_a2a_overlap and not forward and recompute != "full"
                     pass_deps = deps  # where the pass starts (the host's launches too)
                     routed = {
-                        "group": ep_groups.get((stage, (r - stage * width) // ep)),
+                        "group": ep_groups.get((stage, t_e, d_e)),
                         "experts": experts,
                         "layers": moe,
                         "a2a_bytes": moe * a2a_layer,
@@ -1382,6 +1421,10 @@ def megatron(
                         "sync_s": HOST_SYNC_S if moe_host_sync else 0.0,
                         "stream": "ep" if moe_a2a_overlap else "compute",
                         "paired": moe_a2a_overlap,
+                        # Expert TP: the routed tokens gathered over the TP group (the
+                        # ETP group) and the experts' outputs reduce-scattered back.
+                        "etp_group": tp_groups[(stage, d, q)] if etp > 1 else None,
+                        "etp_bytes": etp * moe * a2a_layer,
                     }
                     if experts_first:
                         deps = [(yield from _expert_layers(b, r, name, deps, **routed))]
@@ -1571,7 +1614,8 @@ def megatron(
                         label="DP gradients",
                     )
                 )
-            edp = edp_groups.get((stage, (r - stage * width) % ep))
+            t_e, e_e, _ = expert_coords(r - stage * width)
+            edp = edp_groups.get((stage, t_e, e_e))
             if stage_experts and edp is not None and not experts_reduced:
                 reduces.append(
                     b.op(
@@ -1713,6 +1757,7 @@ def megatron(
         cp=cp,
         flash_attention=flash_attention,
         ep=ep,
+        etp=etp,
         fsdp=fsdp,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
@@ -1748,6 +1793,8 @@ def _expert_layers(
     sync_s: float = 0.0,
     stream: str = "compute",
     paired: bool = False,
+    etp_group: str | None = None,
+    etp_bytes: float = 0.0,
 ) -> Generator[None, None, str]:
     """The routed experts of ``layers`` MoE layers in one pass on rank ``r``: token
     dispatch (an all-to-all over the EP ``group``; none when every expert is local),
@@ -1760,7 +1807,10 @@ def _expert_layers(
     ``cache`` keeps each pass's GEMM list for the next. ``paired`` (combined 1F1B): a
     forward also pauses before its dispatch, so that the trace orders a pair's
     all-to-alls as Megatron-Core issues each layer's (the backward's first, the
-    forward's dispatch, the backward's second, the forward's combine)."""
+    forward's dispatch, the backward's second, the forward's combine). ``etp_group``
+    (expert tensor parallelism): after each dispatch the routed tokens are all-gathered
+    over it, and before each combine the experts' outputs reduce-scattered, ``etp_bytes``
+    each (the whole buffer), on ``stream``."""
     key = (layers, forward)
     if cache is None or key not in cache:
         gemms = [g.times(layers) for g in experts]
@@ -1783,6 +1833,13 @@ def _expert_layers(
                      group=group, bytes=a2a_bytes, stream=stream,
                      label=f"EP {step} {what} {label}")]  # fmt: skip
 
+    def expert_tp(step: str, op: str, k: int) -> list[str]:
+        if etp_group is None:
+            return prev
+        return [b.op(f"r{r}.etp.{name}.{step}{k}", r, "collective", prev, op=op,
+                     group=etp_group, bytes=etp_bytes, stream=stream,
+                     label=f"ETP {step} {what} {label}")]  # fmt: skip
+
     for k in range(exchanges // 2):
         if sync_s and (forward or k < exchanges // 2 - 1):
             # The dispatcher's device-to-host read of the split sizes: the compute
@@ -1793,6 +1850,7 @@ def _expert_layers(
             yield
         prev = exchange("dispatch", k)
         yield
+        prev = expert_tp("gather", "all_gather", k)
         if k == exchanges // 2 - 1:
             prev = [
                 b.op(
@@ -1804,6 +1862,7 @@ def _expert_layers(
                     label=f"{what} experts {label}",
                 )
             ]
+        prev = expert_tp("scatter", "reduce_scatter", k)
         prev = exchange("combine", k)
         yield
     return prev[0]

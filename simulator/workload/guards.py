@@ -263,9 +263,11 @@ def built_replicas(generator: str, options: Mapping[str, Any], dp: int) -> int:
         return dp
     if transformer.is_moe and unit < dp:
         # As the generator builds them: whole units of the replicas an EP group covers.
-        counts = {name: options.get(name, 8 if name == "tp" else 1) for name in ("tp", "cp", "ep")}
+        names = ("tp", "cp", "ep", "etp")
+        counts = {name: options.get(name, 8 if name == "tp" else 1) for name in names}
         if all(isinstance(v, int) and not isinstance(v, bool) for v in counts.values()):
-            return moe_replicas(unit, ep=counts["ep"], tp=counts["tp"], cp=counts["cp"], dp=dp)
+            block = counts["ep"] * counts["etp"]  # ranks holding whole EP groups
+            return moe_replicas(unit, ep=block, tp=counts["tp"], cp=counts["cp"], dp=dp)
         return dp
     return unit
 

@@ -417,6 +417,7 @@ def megatron_memory(
     cp: int = 1,
     flash_attention: bool = False,
     ep: int = 1,
+    etp: int = 1,
     fsdp: bool = False,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
@@ -439,6 +440,9 @@ def megatron_memory(
     micro-batches) in flight, interleaved the most layers its schedule holds at once,
     :func:`~simulator.workload.pipeline.peak_held`) and the one with the largest total
     is returned.
+    A mixture-of-experts model's routed experts are split over ``ep`` x ``etp`` ranks
+    (expert and expert-tensor parallelism) and their optimizer state over the
+    TP x CP x DP / (EP x ETP) ranks holding the same slices.
     ``grad_reduce`` is the gradients' dtype (:data:`GRAD_REDUCE`); ``fp8_params``
     (Megatron's ``--fp8-param-gather``): the linear layers' weights are kept in fp8 only,
     with their fp8 transposes, 2 bytes per parameter in place of bf16's 2 and the fp8
@@ -474,9 +478,10 @@ def megatron_memory(
     if optimizer_state is not None:
         optimizer_bytes = optimizer_state_bytes(optimizer_state)
     optimizer = optimizer_bytes / (dp * cp if distributed_optimizer else 1)
-    # Experts are sharded over the expert-data-parallel ranks: TP x CP x DP / EP with
-    # expert_tensor_parallel_size 1 (the generator's expert grid, Megatron-Core's).
-    expert_optimizer = optimizer_bytes / (tp * dp * cp // ep if distributed_optimizer else 1)
+    # Experts are sharded over the expert-data-parallel ranks: TP x CP x DP / (EP x ETP)
+    # (the generator's expert grid, Megatron-Core's).
+    expert_dp = tp * dp * cp // (ep * etp)
+    expert_optimizer = optimizer_bytes / (expert_dp if distributed_optimizer else 1)
 
     def activation(m: Transformer) -> float:
         return layer_activation_bytes(
@@ -503,7 +508,7 @@ def megatron_memory(
         # The input embedding on the first stage, the output layer on the last.
         vocab = model.vocab * model.hidden if stage in (0, pp - 1) else 0
         params = (dense * model.layer_params + moe * shared + vocab) / tp
-        expert_params = moe * experts / ep
+        expert_params = moe * experts / (ep * etp)
         per_layer = dense_layer
         if moe:
             # An MoE layer keeps its experts' inputs for the tokens routed to them: as a

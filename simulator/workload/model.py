@@ -340,21 +340,28 @@ class Transformer:
             shared = (Gemm(tokens, _split(up, tp), h), Gemm(tokens, h, _split(f, tp)))
         return (*attention, *shared, Gemm(tokens, self.experts, h))
 
-    def expert_gemms(self, tokens: float, *, ep: int = 1) -> tuple[Gemm, ...]:
+    def expert_gemms(self, tokens: float, *, ep: int = 1, etp: int = 1) -> tuple[Gemm, ...]:
         """One MoE layer's routed-expert GEMMs on one of ``ep`` expert-parallel ranks, as
         grouped GEMMs over its experts / ep experts: ``tokens`` tokens per rank, each
         routed to ``top_k`` experts (times ``capacity_factor`` when it pads experts to
         capacity), spread evenly, so each expert takes tokens x top_k x ep / experts;
-        the experts' GEMMs run in rounds of up to 4 at once (:data:`STREAMS`).
+        the experts' GEMMs run in rounds of up to 4 at once (:data:`STREAMS`). With
+        ``etp`` expert-tensor-parallel ranks each expert's FFN is split over them
+        (Megatron-Core's ``expert_tensor_parallel_size``: the first GEMM by columns, the
+        second by rows) and each rank runs its slice on the tokens of all ``etp`` ranks
+        (the dispatcher gathers them over the expert TP group): etp times the tokens,
+        1/etp of the FFN, the same FLOPs.
 
         >>> m = Transformer(layers=2, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32)
         >>> [g.as_list() for g in m.expert_gemms(16, ep=2)]
         [[16, 32, 64, 2, 1], [16, 64, 32, 2, 1]]
+        >>> [g.as_list() for g in m.expert_gemms(16, ep=2, etp=2)]
+        [[32, 16, 64, 2, 1], [32, 64, 16, 2, 1]]
         """
         routed = tokens * self.top_k * (self.capacity_factor or 1.0)
-        per_expert = math.ceil(routed * ep / self.experts)
+        per_expert = math.ceil(routed * ep * etp / self.experts)
         local = self.experts // ep
-        f, h = self.expert_ffn, self.hidden
+        f, h = self.expert_ffn // etp, self.hidden
         up = (2 if self.gated else 1) * f
         # Transformer Engine's grouped GEMM runs one cuBLAS GEMM per expert, round robin
         # over its 4 compute streams (transformer_engine/common/gemm/cublaslt_gemm.cu,
