@@ -935,9 +935,9 @@ def megatron(
                 "tensor parallelism runs with the alltoall dispatcher (moe_dispatcher)"
             )
     elif ep > 1 or etp != 1:
+        what = f"ep {ep}" if ep > 1 else f"etp {etp}"
         raise CcsimError(
-            f"ep {ep} and etp {etp} apply to mixture-of-experts models; "
-            f"{m.name or 'this model'} is dense"
+            f"{what} applies to mixture-of-experts models; {m.name or 'this model'} is dense"
         )
     if moe_a2a_overlap and not (m.is_moe and ep > 1 and (pp == 1 or v > 1)):
         raise CcsimError(
