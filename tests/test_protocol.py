@@ -187,7 +187,8 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
     results = [
         r
         for r in bundled_results
-        if not r.name.startswith(BLACKWELL + ACROSS + HELD_OUT) and r.name not in TCPXO_FITTED_TO
+        if not r.name.startswith(BLACKWELL + ACROSS + HELD_OUT + HOPPER_ACROSS)
+        and r.name not in TCPXO_FITTED_TO
     ]
     assert len(results) == 11 and all(not r.error for r in results)
     rows = {r.name: r.summary() for r in results}
@@ -204,6 +205,9 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
 #: Single-server Hopper runs bundled for issue 32 (Hopper's NVLS thread-block constants
 #: were chosen on their middle sizes): tested in test_hopper_nvls_runs_reach_their_plateau.
 HELD_OUT = ("H100-1N-AR-dgxc", "H200-1N-AR-azure")
+#: Hopper runs across servers bundled for issue 32 (all-gather on Google's A3 Ultra, never
+#: fitted to; tested in tests/test_gather_across.py).
+HOPPER_ACROSS = ("H200-2N-",)
 #: Bundled Blackwell runs (B200 server, parts of a GB300 NVL72 rack): never fitted to.
 BLACKWELL = ("B200-1N", "GB300-")
 #: Bundled Blackwell runs across servers, on B300 and on GB200 (never fitted to; tested
