@@ -171,10 +171,20 @@ def test_validate_reports_bad_cases_and_runs_the_others(tmp_path):
     assert "broken, ghost" in done.stderr
 
 
+#: Issue 32's Google Cloud all-gather, reduce-scatter and all-to-all runs, which the tests
+#: here do not read (tests/test_gather_across.py simulates them): left out of the fixture
+#: below for its CPU time (~40 s).
+ISSUE32_GOOGLE = ("-docs.", "-gke-a4x", "-a4x-pedia", "-gke-a3ultra")
+
+
 @pytest.fixture(scope="module")
-def bundled_results():
-    """Every bundled case simulated once for the tests that read them."""
-    return validate_folder()
+def bundled_results(tmp_path_factory):
+    """Every bundled case the tests below read, simulated once."""
+    folder = tmp_path_factory.mktemp("bundled")
+    for path in BUNDLED.iterdir():
+        if path.is_file() and not any(mark in path.name for mark in ISSUE32_GOOGLE):
+            shutil.copy(path, folder / path.name)
+    return validate_folder(folder)
 
 
 def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
