@@ -73,12 +73,19 @@ def test_grouped_receives_lower_the_proxy_cost_of_an_all_to_all_across_servers()
     )
 
 
+#: Issue 32's all-gather, reduce-scatter and all-to-all runs on Google Cloud machines
+#: (tests/test_gather_across.py), left out of this module's cases.
+ISSUE32_GOOGLE = ("-docs.", "-gke-a4x", "-a4x-pedia")
+
+
 @pytest.fixture(scope="module")
 def across_results(tmp_path_factory):
     """The bundled cross-server and B300 cases, simulated once."""
     folder = tmp_path_factory.mktemp("across")
     for path in BUNDLED.iterdir():
-        if path.name.startswith(("B200-2N", "B300-", "GB200-", "gb200-")):
+        if path.name.startswith(("B200-2N", "B300-", "GB200-", "gb200-")) and not any(
+            mark in path.name for mark in ISSUE32_GOOGLE
+        ):
             shutil.copy(path, folder / path.name)
     return {r.name: r for r in validate_folder(folder)}
 

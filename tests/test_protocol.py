@@ -171,10 +171,20 @@ def test_validate_reports_bad_cases_and_runs_the_others(tmp_path):
     assert "broken, ghost" in done.stderr
 
 
+#: Issue 32's Google Cloud all-gather, reduce-scatter and all-to-all runs, which the tests
+#: here do not read (tests/test_gather_across.py simulates them): left out of the fixture
+#: below for its CPU time (~40 s).
+ISSUE32_GOOGLE = ("-docs.", "-gke-a4x", "-a4x-pedia", "-gke-a3ultra")
+
+
 @pytest.fixture(scope="module")
-def bundled_results():
-    """Every bundled case simulated once for the tests that read them."""
-    return validate_folder()
+def bundled_results(tmp_path_factory):
+    """Every bundled case the tests below read, simulated once."""
+    folder = tmp_path_factory.mktemp("bundled")
+    for path in BUNDLED.iterdir():
+        if path.is_file() and not any(mark in path.name for mark in ISSUE32_GOOGLE):
+            shutil.copy(path, folder / path.name)
+    return validate_folder(folder)
 
 
 def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
@@ -187,7 +197,8 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
     results = [
         r
         for r in bundled_results
-        if not r.name.startswith(BLACKWELL + ACROSS + HELD_OUT) and r.name not in TCPXO_FITTED_TO
+        if not r.name.startswith(BLACKWELL + ACROSS + HELD_OUT + HOPPER_ACROSS)
+        and r.name not in TCPXO_FITTED_TO
     ]
     assert len(results) == 11 and all(not r.error for r in results)
     rows = {r.name: r.summary() for r in results}
@@ -204,6 +215,9 @@ def test_bundled_cases_are_predicted_within_the_measured_bar(bundled_results):
 #: Single-server Hopper runs bundled for issue 32 (Hopper's NVLS thread-block constants
 #: were chosen on their middle sizes): tested in test_hopper_nvls_runs_reach_their_plateau.
 HELD_OUT = ("H100-1N-AR-dgxc", "H200-1N-AR-azure")
+#: Hopper runs across servers bundled for issue 32 (all-gather on Google's A3 Ultra, never
+#: fitted to; tested in tests/test_gather_across.py).
+HOPPER_ACROSS = ("H200-2N-",)
 #: Bundled Blackwell runs (B200 server, parts of a GB300 NVL72 rack): never fitted to.
 BLACKWELL = ("B200-1N", "GB300-")
 #: Bundled Blackwell runs across servers, on B300 and on GB200 (never fitted to; tested
