@@ -738,8 +738,15 @@ def megatron(
     scopes the run captures, :data:`~simulator.workload.host.GRAPH_SCOPES`) times
     ``host_op_s`` each (:data:`~simulator.workload.host.HOST_OP_S`; 0: not modelled).
     With ``moe_host_sync`` each MoE layer's synchronisation stops the host from running
-    ahead, so a pass over n MoE layers takes at least n times that from its start;
-    without it (static shapes) the host runs ahead, its passes one after another from
+    ahead: a forward is a flow shop of the host's launches and the GPU's work, part by
+    part, the host waiting for the GPU at each synchronisation (:func:`_moe_flow_shop`:
+    from one synchronisation to the next a layer takes max over k of the host's time
+    for its steps 1..k plus the GPU's for steps k..n); a backward has no
+    synchronisation (the splits it needs are saved host lists), its launches one op on
+    the host stream from where the host is, the pass ending no earlier (with full
+    recomputation, from the pass's start: the recomputed forward synchronises; with
+    ``moe_a2a_overlap``, whose passes interleave, each pass's launches from its start).
+    Without it (static shapes) the host runs ahead, its passes one after another from
     the step's start, and a pass waits only if the host has not yet launched it.
     ``moe_host_layer_s`` (an experiment, not a default) sets one layer's forward host time
     instead, twice that backward.

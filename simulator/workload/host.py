@@ -4,8 +4,11 @@ for one MoE layer pass, and how long that takes.
 A dropless MoE layer reads the tokens each expert got on the host (the dispatcher's
 synchronisation, :data:`~simulator.workload.generators.HOST_SYNC_S`), so the host cannot
 run ahead of the GPU there: from that point the GPU waits for every kernel the host
-launches until the next layer's synchronisation. A layer then takes the longer of its GPU
-time and its host time, the number of operations the host issues times what one costs.
+launches until the next layer's synchronisation, and at that synchronisation the host
+waits for the GPU. A layer is then a flow shop of two machines (the host launching, the
+GPU executing in order): :func:`moe_forward_launches` gives its steps around the
+synchronisation, the generator times them (``generators._moe_flow_shop``), the host's
+side being the operations it issues times what one costs.
 
 The counts are read from Megatron-Core's source at core_v0.16.0 (the release under
 Megatron-Bridge 26.02; the 25.09-26.04 releases the MoE rows ran share the structure of
