@@ -1904,8 +1904,10 @@ def _moe_flow_shop(
                     duration=_dyadic(k * launch.host_s), label=f"MoE host {label}")  # fmt: skip
         n_host += 1
         if launch.gpu in ("dense", "experts"):
+            what = "fwd experts" if launch.gpu == "experts" else "fwd"  # (the labels of the
+            # passes without the flow shop)
             op = b.op(f"r{r}.{name}.{tag}.{launch.gpu}", r, "compute", [*gpu_prev, host],
-                      **gpu(launch.gpu, k), label=f"fwd MoE {launch.gpu} {label}")  # fmt: skip
+                      **gpu(launch.gpu, k), label=f"{what} {label}")  # fmt: skip
         elif launch.gpu in ("dispatch", "combine") and group is not None:
             op = b.op(f"r{r}.ep.{name}.{tag}.{launch.gpu}", r, "collective", [*gpu_prev, host],
                       op="all_to_all", group=group, bytes=k * a2a_layer, stream="compute",
