@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from ..errors import CcsimError, unknown_choice
-from .host import HOST_OP_S, moe_layer_host_s, moe_layer_ops
+from .host import HOST_OP_S, Launch, moe_forward_launches, moe_layer_host_s, moe_layer_ops
 from .kernels import Gemm
 from .memory import (
     GRAD_REDUCE,
@@ -751,8 +751,15 @@ def megatron(
     scopes the run captures, :data:`~simulator.workload.host.GRAPH_SCOPES`) times
     ``host_op_s`` each (:data:`~simulator.workload.host.HOST_OP_S`; 0: not modelled).
     With ``moe_host_sync`` each MoE layer's synchronisation stops the host from running
-    ahead, so a pass over n MoE layers takes at least n times that from its start;
-    without it (static shapes) the host runs ahead, its passes one after another from
+    ahead: a forward is a flow shop of the host's launches and the GPU's work, part by
+    part, the host waiting for the GPU at each synchronisation (:func:`_moe_flow_shop`:
+    from one synchronisation to the next a layer takes max over k of the host's time
+    for its steps 1..k plus the GPU's for steps k..n); a backward has no
+    synchronisation (the splits it needs are saved host lists), its launches one op on
+    the host stream from where the host is, the pass ending no earlier (with full
+    recomputation, from the pass's start: the recomputed forward synchronises; with
+    ``moe_a2a_overlap``, whose passes interleave, each pass's launches from its start).
+    Without it (static shapes) the host runs ahead, its passes one after another from
     the step's start, and a pass waits only if the host has not yet launched it.
     ``moe_host_layer_s`` (an experiment, not a default) sets one layer's forward host time
     instead, twice that backward.
@@ -1076,6 +1083,7 @@ def megatron(
     # The host's seconds per MoE layer (forward, backward), from the operations it
     # launches (host.py) or, as an experiment, one given forward time.
     host_fwd = host_bwd = 0.0
+    flow_launches = None  # the forward's launches around its synchronisation
     if m.is_moe and moe_host_layer_s is not None:
         host_fwd, host_bwd = moe_host_layer_s, 2 * moe_host_layer_s
     elif m.is_moe:
@@ -1089,6 +1097,20 @@ def megatron(
             graphs=cuda_graphs,
         )
         host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s)
+        if host_fwd and moe_host_sync and not moe_a2a_overlap:
+            # Each forward a flow shop of the host's launches and the GPU's work between
+            # synchronisations (_moe_flow_shop); combined 1F1B's interleaved passes and
+            # the backward (no synchronisation: the host runs ahead) keep one host op
+            # a pass.
+            flow_launches = moe_forward_launches(
+                host_ops, host_op_s, dispatcher=moe_dispatcher, exchanged=ep > 1 or tp > 1
+            )
+
+    def flow_gpu(kind: str, k: int) -> dict[str, Any]:
+        """A forward flow shop's GPU work over k MoE layers (_moe_flow_shop)."""
+        if kind == "dense":
+            return work(True, False, k, k)
+        return {"gemms": _expert_list(experts, k, True, "none", expert_cache)}
 
     # Context parallelism: per layer, the K/V blocks of every CP rank (an all-gather
     # of 4 b s g d / t bytes) and, backward, their gradients (a reduce-scatter).
@@ -1428,27 +1450,46 @@ def megatron(
                     }
                     if experts_first:
                         deps = [(yield from _expert_layers(b, r, name, deps, **routed))]
-                    comp = b.op(
-                        f"r{r}.{name}",
-                        r,
-                        "compute",
-                        deps,
-                        **work(forward, logits, layers, moe),
-                        label=f"{'fwd' if forward else 'bwd'} mb {i}",
-                    )
+                    flow = moe and forward and flow_launches is not None
+                    if flow and layers == moe and not logits:
+                        comp = None  # only MoE layers: all of them in the flow shop
+                    else:
+                        # The pass's other layers and the logits (whose launches the
+                        # host model leaves out), before the MoE layers' flow shop.
+                        comp = b.op(
+                            f"r{r}.{name}",
+                            r,
+                            "compute",
+                            deps,
+                            **work(forward, logits, layers - moe if flow else layers,
+                                   0 if flow else moe),
+                            label=f"{'fwd' if forward else 'bwd'} mb {i}",
+                        )  # fmt: skip
+                    if flow:
+                        comp = _moe_flow_shop(
+                            b, r, name, [comp] if comp else deps, flow_launches, flow_gpu,
+                            group=routed["group"], layers=moe, a2a_layer=a2a_layer,
+                            sync_s=routed["sync_s"], label=f"mb {i}",
+                            etp_group=routed["etp_group"], etp_layer=etp * a2a_layer,
+                        )  # fmt: skip
                     units_done.append(comp)
-                    if moe and not experts_first:
+                    if moe and not experts_first and not flow:
                         comp = yield from _expert_layers(b, r, name, [comp], **routed)
                     ready = [comp]
                     host_s = host_fwd if forward else host_bwd
                     host_s += host_fwd if not forward and recompute == "full" else 0.0
-                    if moe and host_s:
+                    if moe and host_s and not flow:
                         # The host launching the piece's MoE layers, one after another:
                         # from the pass's start where a synchronisation drained its
                         # queue, else right after its previous launches (the host
-                        # stream keeps them in order).
+                        # stream keeps them in order). With the forwards' flow shops a
+                        # backward has no synchronisation of its own (the all-to-alls'
+                        # splits and GroupedLinear's m_splits are saved host lists:
+                        # token_dispatcher.py, mappings.py _AllToAll.backward) unless it
+                        # recomputes the forward.
+                        drained = moe_host_sync and (flow_launches is None or recompute == "full")
                         host = b.op(f"r{r}.{name}.host", r, "compute",
-                                    pass_deps if moe_host_sync else [], stream="host",
+                                    pass_deps if drained else [], stream="host",
                                     duration=_dyadic(moe * host_s),
                                     label=f"MoE host mb {i}")  # fmt: skip
                         ready.append(host)
@@ -1811,17 +1852,7 @@ def _expert_layers(
     (expert tensor parallelism): after each dispatch the routed tokens are all-gathered
     over it, and before each combine the experts' outputs reduce-scattered, ``etp_bytes``
     each (the whole buffer), on ``stream``."""
-    key = (layers, forward)
-    if cache is None or key not in cache:
-        gemms = [g.times(layers) for g in experts]
-        if not forward:
-            grads = [grad for g in gemms for grad in g.backward()]
-            gemms = gemms + grads if recompute == "full" else grads
-        listed = [g.as_list() for g in gemms]
-        if cache is None:
-            cache = {}
-        cache[key] = listed
-    listed = cache[key]
+    listed = _expert_list(experts, layers, forward, recompute, cache)
     exchanges = 2 if forward else (4 if recompute == "full" else 2)
     what = "fwd" if forward else "bwd"
     prev = list(after)
@@ -1866,6 +1897,123 @@ def _expert_layers(
         prev = exchange("combine", k)
         yield
     return prev[0]
+
+
+def _expert_list(
+    experts: tuple[Gemm, ...], layers: int, forward: bool, recompute: str, cache: dict | None
+) -> list:
+    """The routed experts' GEMMs of ``layers`` MoE layers in one pass, as op fields
+    (backward: their gradients, after the forward's again with full recomputation),
+    kept in ``cache`` for the next pass of the same shape."""
+    key = (layers, forward)
+    if cache is None or key not in cache:
+        gemms = [g.times(layers) for g in experts]
+        if not forward:
+            grads = [grad for g in gemms for grad in g.backward()]
+            gemms = gemms + grads if recompute == "full" else grads
+        listed = [g.as_list() for g in gemms]
+        if cache is None:
+            return listed
+        cache[key] = listed
+    return cache[key]
+
+
+def _moe_flow_shop(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: list[str],
+    launches: tuple[tuple[Launch, ...], tuple[Launch, ...]],
+    gpu: Callable[[str, int], dict[str, Any]],
+    *,
+    group: str | None,
+    layers: int,
+    a2a_layer: float,
+    sync_s: float,
+    label: str,
+    etp_group: str | None = None,
+    etp_layer: float = 0.0,
+) -> str:
+    """A forward over ``layers`` MoE layers on rank ``r`` whose every layer synchronises
+    the host with the GPU (the dropless dispatcher's read of the token counts), as two
+    machines in a flow shop: the host (a "host" stream) issues each step's launches
+    (``launches``, :func:`~simulator.workload.host.moe_forward_launches`: before and
+    after the synchronisation), each step's GPU work waits for its own launches and the
+    GPU's previous work, and at the synchronisation the host waits for the GPU to finish
+    everything queued before it (plus ``sync_s``, :data:`HOST_SYNC_S`) before it launches
+    anything more. From one synchronisation to the next, then, the layer takes
+    max over k of (host time of steps 1..k + GPU time of steps k..n), not the larger of
+    the two sums.
+
+    Identical layers repeat the same synchronisation-to-synchronisation segment (the
+    steps after one layer's sync, then the next layer's up to its own), and scaling
+    every step of a flow shop by c scales its makespan by c, so the ``layers`` - 1 full
+    segments are built once with each step ``layers`` - 1 times as long (the GPU's
+    GEMMs ``times`` that many layers, the all-to-alls that many layers' bytes), between
+    the first layer's steps up to its sync and the last one's after it: the same
+    makespan as ``layers`` separate layers, with ops in proportion to the steps, not the
+    layers. ``gpu(kind, k)`` gives the op fields of k layers' "dense" work (their own
+    GEMMs and attention) or "experts" (the routed experts' GEMMs); the all-to-alls of
+    ``a2a_layer`` bytes a layer over the EP ``group`` (none without one) are built here,
+    and with expert tensor parallelism (``etp_group``) the routed tokens' all-gather after
+    the dispatch and the experts' outputs' reduce-scatter before the combine, ``etp_layer``
+    bytes a layer each (:func:`_expert_layers`). Returns the last GPU op's id."""
+    before, after_sync = launches
+    gpu_prev = list(after)
+    n_host = 0
+
+    def step(launch: Launch, k: int, tag: str) -> None:
+        nonlocal gpu_prev, n_host
+        host = b.op(f"r{r}.{name}.{tag}.host{n_host}", r, "compute", [], stream="host",
+                    duration=_dyadic(k * launch.host_s), label=f"MoE host {label}")  # fmt: skip
+        n_host += 1
+        if launch.gpu in ("dense", "experts"):
+            what = "fwd experts" if launch.gpu == "experts" else "fwd"  # (the labels of the
+            # passes without the flow shop)
+            op = b.op(f"r{r}.{name}.{tag}.{launch.gpu}", r, "compute", [*gpu_prev, host],
+                      **gpu(launch.gpu, k), label=f"{what} {label}")  # fmt: skip
+        elif launch.gpu in ("dispatch", "combine") and (group is not None or etp_group):
+            deps = [*gpu_prev, host]
+            if launch.gpu == "combine" and etp_group:  # the experts' outputs back first
+                deps = [b.op(f"r{r}.etp.{name}.{tag}.scatter", r, "collective", deps,
+                             op="reduce_scatter", group=etp_group, bytes=k * etp_layer,
+                             stream="compute", label=f"ETP scatter fwd {label}")]  # fmt: skip
+            op = deps[0]
+            if group is not None:
+                op = b.op(f"r{r}.ep.{name}.{tag}.{launch.gpu}", r, "collective", deps,
+                          op="all_to_all", group=group, bytes=k * a2a_layer, stream="compute",
+                          label=f"EP {launch.gpu} fwd {label}")  # fmt: skip
+            if launch.gpu == "dispatch" and etp_group:  # the routed tokens gathered
+                op = b.op(f"r{r}.etp.{name}.{tag}.gather", r, "collective",
+                          [op] if group is not None else deps, op="all_gather",
+                          group=etp_group, bytes=k * etp_layer, stream="compute",
+                          label=f"ETP gather fwd {label}")  # fmt: skip
+        else:  # launches with no timed GPU work: the next step's wait covers them
+            return
+        gpu_prev = [op]
+
+    def sync(k: int, tag: str) -> None:
+        # The host waits for the GPU's queue and its own launches so far; what it
+        # launches next (stream order on "host") waits for this op.
+        nonlocal gpu_prev
+        host_last = f"r{r}.{name}.{tag}.host{n_host - 1}" if n_host else None
+        op = b.op(f"r{r}.{name}.{tag}.sync", r, "compute", [*gpu_prev, host_last],
+                  duration=k * sync_s, label=f"MoE sync fwd {label}")  # fmt: skip
+        gpu_prev = [op]
+        # The host's next launch waits for it.
+        b.op(f"r{r}.{name}.{tag}.wait", r, "compute", [op], stream="host", duration=0.0,
+             label=f"MoE host waits {label}")  # fmt: skip
+
+    for launch in before:
+        step(launch, 1, "lead")
+    sync(1, "lead")
+    if layers > 1:
+        for launch in (*after_sync, *before):
+            step(launch, layers - 1, "cycle")
+        sync(layers - 1, "cycle")
+    for launch in after_sync:
+        step(launch, 1, "tail")
+    return gpu_prev[0]
 
 
 def _dyadic(seconds: float) -> float:

@@ -4,8 +4,11 @@ for one MoE layer pass, and how long that takes.
 A dropless MoE layer reads the tokens each expert got on the host (the dispatcher's
 synchronisation, :data:`~simulator.workload.generators.HOST_SYNC_S`), so the host cannot
 run ahead of the GPU there: from that point the GPU waits for every kernel the host
-launches until the next layer's synchronisation. A layer then takes the longer of its GPU
-time and its host time, the number of operations the host issues times what one costs.
+launches until the next layer's synchronisation, and at that synchronisation the host
+waits for the GPU. A layer is then a flow shop of two machines (the host launching, the
+GPU executing in order): :func:`moe_forward_launches` gives its steps around the
+synchronisation, the generator times them (``generators._moe_flow_shop``), the host's
+side being the operations it issues times what one costs.
 
 The counts are read from Megatron-Core's source at core_v0.16.0 (the release under
 Megatron-Bridge 26.02; the 25.09-26.04 releases the MoE rows ran share the structure of
@@ -59,6 +62,18 @@ SWIZZLES = {"bf16": 0, "delayed": 0, "tensorwise": 0, "mxfp8": 2}
 #: "full_iteration": Megatron-Core's whole-step graph).
 GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess", "full_iteration")
 
+#: An MoE layer's parts in the order its forward launches them (Megatron-Core
+#: core_v0.16.0: ``TransformerLayer`` runs the attention, then ``MoELayer.forward``,
+#: moe_layer.py lines 391-425: ``shared_experts_compute``, ``route``, ``preprocess``,
+#: ``dispatch``, ``routed_experts_compute``, ``combine``).
+PARTS = ("attention", "shared", "router", "preprocess", "dispatch", "experts", "combine")
+
+#: Kernels of the alltoall dispatcher's fused ``permute`` (TE ``moe_permute``: three
+#: passes of the row-id map and the permutation), launched in ``dispatch_preprocess``
+#: before the synchronisation (token_dispatcher.py lines 632-642; the sync is at
+#: "before_ep_alltoall", line 663), though counted in the dispatch part.
+PERMUTE_KERNELS = 4
+
 
 @dataclass(frozen=True)
 class Part:
@@ -102,6 +117,8 @@ class MoeLayerOps:
     combine: Part
     #: One graph replay per graphed part (it launches the part's kernels as one).
     graphs: int = 0
+    #: The graphed parts by name (:data:`PARTS`), each launched as that one replay.
+    graphed: tuple[str, ...] = ()
 
     @property
     def parts(self) -> tuple[Part, ...]:
@@ -222,16 +239,19 @@ def moe_layer_ops(
         gemms=2 * local_experts, kernels=2, quantize=2 * local_experts * q, per_call=2 * z
     )
     shared = Part(gemms=2, kernels=1, quantize=2 * q, per_call=2 * z) if shared_experts else none
-    replays = 0
+    graphed: list[str] = []
     if "attn" in scopes:
-        attention, replays = none, replays + 1
+        attention = none
+        graphed.append("attention")
     if "moe_router" in scopes:
-        router, replays = none, replays + 1
+        router = none
+        graphed.append("router")
     if "moe_preprocess" in scopes:
         # The graph computes the splits; their copies to the host stay outside it.
-        preprocess, replays = Part(copies=preprocess.copies, grad=False), replays + 1
+        preprocess = Part(copies=preprocess.copies, grad=False)
+        graphed.append("preprocess")
     return MoeLayerOps(attention, router, preprocess, dispatch, experts, shared, combine,
-                       graphs=replays)  # fmt: skip
+                       graphs=len(graphed), graphed=tuple(graphed))  # fmt: skip
 
 
 def moe_layer_host_s(ops: MoeLayerOps, op_s: float = HOST_OP_S) -> tuple[float, float]:
@@ -244,3 +264,66 @@ def moe_layer_host_s(ops: MoeLayerOps, op_s: float = HOST_OP_S) -> tuple[float, 
         raise CcsimError(f"host_op_s (host seconds per launched operation) must be >= 0, "
                          f"not {op_s!r}")  # fmt: skip
     return ops.forward() * op_s, ops.backward() * op_s
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One step of an MoE layer's forward as the host issues it: ``host_s`` seconds of
+    launches, then the GPU work that waits for them (``gpu``: "dense", the layer's own
+    GEMMs and attention; "dispatch" or "combine", an all-to-all; "experts", the grouped
+    GEMMs; None: nothing the replay times, such as the token counts' bookkeeping)."""
+
+    host_s: float
+    gpu: str | None
+
+
+def moe_forward_launches(
+    ops: MoeLayerOps,
+    op_s: float = HOST_OP_S,
+    *,
+    dispatcher: str = "alltoall",
+    exchanged: bool = True,
+) -> tuple[tuple[Launch, ...], tuple[Launch, ...]]:
+    """One MoE layer's forward launches (before, after) its host synchronisation, in
+    the order the host issues them, ``op_s`` seconds an operation.
+
+    Where the synchronisation falls is the dispatcher's (Megatron-Core core_v0.16.0):
+    the alltoall dispatcher copies the token counts to the host before its ``permute``
+    (``cuda_dtoh_point`` "before_permutation_1") and waits for them before the
+    all-to-all ("before_ep_alltoall" with EP or TP, token_dispatcher.py lines 520-573;
+    without either, "before_finish", after the chunk sort); the flex dispatchers read
+    the counts the dispatch kernel returns (DeepEP's ``num_recv_tokens_per_expert_list``,
+    HybridEP's ``tokens_per_expert``), so theirs follows the dispatch. The GPU's dense
+    work waits for the attention's launches only (its shared-expert and router GEMMs,
+    launched next, are taken as launched with it: a part-level simplification that can
+    only make the GPU start earlier). A graphed part is its one replay.
+
+    >>> before, after = moe_forward_launches(moe_layer_ops(local_experts=1, ep=2), 1.0)
+    >>> [(s.host_s, s.gpu) for s in before], [(s.host_s, s.gpu) for s in after]
+    ([(9.0, 'dense'), (26.0, None)], [(2.0, 'dispatch'), (4.0, 'experts'), (2.0, 'combine')])
+    """
+    if isinstance(op_s, bool) or not isinstance(op_s, (int, float)) or op_s < 0:
+        raise CcsimError(f"host_op_s (host seconds per launched operation) must be >= 0, "
+                         f"not {op_s!r}")  # fmt: skip
+    n = {name: getattr(ops, name).forward() + (name in ops.graphed) for name in PARTS}
+    if dispatcher == "alltoall" and exchanged:
+        permute = min(PERMUTE_KERNELS, n["dispatch"])
+        before = [
+            Launch(n["attention"] * op_s, "dense"),
+            Launch((n["shared"] + n["router"] + n["preprocess"] + permute) * op_s, None),
+        ]
+        after = [Launch((n["dispatch"] - permute) * op_s, "dispatch")]
+    elif dispatcher == "alltoall":  # nothing to exchange: the sync after the chunk sort
+        before = [
+            Launch(n["attention"] * op_s, "dense"),
+            Launch((n["shared"] + n["router"] + n["preprocess"] + n["dispatch"]) * op_s, None),
+        ]
+        after = []
+    else:  # deepep, hybridep: the counts come back with the dispatch
+        before = [
+            Launch(n["attention"] * op_s, "dense"),
+            Launch((n["shared"] + n["router"] + n["dispatch"]) * op_s, "dispatch"),
+        ]
+        after = [Launch(n["preprocess"] * op_s, None)]
+    after += [Launch(n["experts"] * op_s, "experts"), Launch(n["combine"] * op_s, "combine")]
+    return tuple(before), tuple(after)
