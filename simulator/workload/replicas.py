@@ -73,6 +73,10 @@ class ReplicaSymmetry:
     class_size: np.ndarray
     period: dict[str, int]
     _checked: dict = field(default_factory=dict, repr=False)
+    #: Per schedule (by id) its distinct (position, position, channel, path) rows; the
+    #: distinct (rank, rank, channel, path) rows already checked (as bytes).
+    _positions: dict = field(default_factory=dict, repr=False)
+    _pairs_checked: set = field(default_factory=set, repr=False)
     _quotients: dict = field(default_factory=dict, repr=False)
     #: Whether the shift keeps every rank's position in its server (found on first use).
     _positions_kept: bool | None = field(default=None, repr=False)
@@ -112,10 +116,26 @@ class ReplicaSymmetry:
         if key in self._checked:
             return
         router = network.router
-        src, dst = ranks[schedule.src], ranks[schedule.dst]
-        path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
-        fields = np.stack([src, dst, schedule.channel, path.astype(np.int64)], axis=1)
-        pairs = _unique_rows(fields.astype(np.int64))
+        # The schedule's distinct (position, position, channel, path) rows, once per
+        # schedule, then the ranks': the distinct rows of the ranks' are those of the
+        # positions' mapped (a call's ops are thousands, its distinct pairs a few dozen).
+        found = self._positions.get(id(schedule))
+        if found is None:
+            path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
+            fields = np.stack([schedule.src, schedule.dst, schedule.channel, path], axis=1)
+            found = self._positions[id(schedule)] = (
+                _unique_rows(fields.astype(np.int64)),
+                schedule,  # keeps the id valid
+            )
+        rows = found[0]
+        mapped = [ranks[rows[:, 0]], ranks[rows[:, 1]], rows[:, 2], rows[:, 3]]
+        pairs = _unique_rows(np.stack(mapped, axis=1).astype(np.int64))
+        # What follows depends on the pairs alone: calls of other sizes over the same
+        # ranks (a bucket's, a layer's) have been checked with them.
+        pair_key = pairs.tobytes()
+        if pair_key in self._pairs_checked:
+            self._checked[key] = schedule
+            return
         # Pairs with a special path code are never asked for their shortest route here:
         # a PXN pair's direct route between rails is an ECMP search over the spines.
         special = pairs[:, 3] != 0
@@ -141,6 +161,7 @@ class ReplicaSymmetry:
                             "not the same in every replica"
                         )
         self._checked[key] = schedule  # keeps the id in the key valid
+        self._pairs_checked.add(pair_key)
 
     def _images_follow(self, router: Router, pairs: np.ndarray) -> np.ndarray:
         """Which (src, dst, channel, path) rows' routes are the images of each other in
