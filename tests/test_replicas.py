@@ -262,12 +262,23 @@ def test_routes_checked_once_per_pairs_whatever_the_call():
         )  # fmt: skip
 
     symmetry.check_routes(network, send(1.0, [0], [1]), np.array([0, 8]))
+    psi = symmetry.psi
     symmetry.psi = np.arange(len(symmetry.psi))
     # The same pair, twice in one call of another size: already checked.
     symmetry.check_routes(network, send(2.0, [0, 0], [1, 1]), np.array([0, 8]))
     # Another pair (rank 8 to rank 0) is checked, and meets the wrong map.
     with pytest.raises(Asymmetric, match="not the same in every replica"):
         symmetry.check_routes(network, send(1.0, [1], [0]), np.array([0, 8]))
+    # Several calls at once (a send's images, one a row) are each checked: with the
+    # right map every row passes, and each is then known alone.
+    symmetry.psi = psi
+    one = send(1.0, [0], [1])
+    symmetry.check_routes(network, one, np.array([[8, 16], [16, 24], [24, 0]]))
+    symmetry.psi = np.arange(len(symmetry.psi))
+    symmetry.check_routes(network, one, np.array([16, 24]))
+    # A batch with a pair not seen yet meets the wrong map.
+    with pytest.raises(Asymmetric, match="not the same in every replica"):
+        symmetry.check_routes(network, one, np.array([[8, 16], [0, 24]]))
 
 
 def test_pxn_routes_between_rails_follow_their_images_without_a_search():

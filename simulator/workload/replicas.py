@@ -111,9 +111,12 @@ class ReplicaSymmetry:
     def check_routes(self, network: FlowNetwork, schedule: Schedule, ranks: np.ndarray) -> None:
         """Check that the images of a call's routes under every power of the shift are
         the routes of its images (once per schedule and ranks); raises
-        :class:`Asymmetric` when one is not."""
-        key = (id(schedule), ranks.tobytes())
-        if key in self._checked:
+        :class:`Asymmetric` when one is not. ``ranks`` 2-D: several calls of the same
+        schedule, one a row, checked together (a send's images on the shadows)."""
+        many = ranks.reshape(-1, ranks.shape[-1])
+        keys = [(id(schedule), row.tobytes()) for row in many]
+        todo = [i for i, key in enumerate(keys) if key not in self._checked]
+        if not todo:
             return
         router = network.router
         # The schedule's distinct (position, position, channel, path) rows, once per
@@ -128,13 +131,21 @@ class ReplicaSymmetry:
                 schedule,  # keeps the id valid
             )
         rows = found[0]
-        mapped = [ranks[rows[:, 0]], ranks[rows[:, 1]], rows[:, 2], rows[:, 3]]
+        calls = many[todo]
+        mapped = [
+            calls[:, rows[:, 0]].ravel(),
+            calls[:, rows[:, 1]].ravel(),
+            np.tile(rows[:, 2], len(todo)),
+            np.tile(rows[:, 3], len(todo)),
+        ]
         pairs = _unique_rows(np.stack(mapped, axis=1).astype(np.int64))
-        # What follows depends on the pairs alone: calls of other sizes over the same
-        # ranks (a bucket's, a layer's) have been checked with them.
+        # What follows depends on the pairs alone (each pair is checked on its own):
+        # calls of other sizes over the same ranks (a bucket's, a layer's) have been
+        # checked with them.
         pair_key = pairs.tobytes()
         if pair_key in self._pairs_checked:
-            self._checked[key] = schedule
+            for i in todo:
+                self._checked[keys[i]] = schedule
             return
         # Pairs with a special path code are never asked for their shortest route here:
         # a PXN pair's direct route between rails is an ECMP search over the spines.
@@ -160,7 +171,8 @@ class ReplicaSymmetry:
                             f"{router.nodes[int(these[i, 1])]} (ECMP or a special path) is "
                             "not the same in every replica"
                         )
-        self._checked[key] = schedule  # keeps the id in the key valid
+        for i in todo:
+            self._checked[keys[i]] = schedule  # keeps the id in the key valid
         self._pairs_checked.add(pair_key)
 
     def _images_follow(self, router: Router, pairs: np.ndarray) -> np.ndarray:
