@@ -57,7 +57,7 @@ from ..network.flows import FlowNetwork, FlowState, network_tables
 from ..network.routing import LinkTable, Router, add_stand_in_route
 from . import reduced as rd
 from .bundles import Bundle
-from .replicas import ReplicaSymmetry
+from .replicas import ReplicaSymmetry, unique_rows
 
 #: Calls of fewer transfers are always simulated flow by flow: a single point-to-point
 #: transfer costs about as much to simulate as to replay, and pipeline sends, which
@@ -699,11 +699,9 @@ class IsolatedCalls:
         if found is None:
             path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
             fields = np.stack([schedule.src, schedule.dst, schedule.channel, path], axis=1)
-            rows, row_first, op_row = np.unique(
-                fields.astype(np.int64), axis=0, return_index=True, return_inverse=True
-            )
+            rows, row_first, op_row = unique_rows(fields.astype(np.int64))
             # (The schedule kept so that its id stays its own.)
-            found = self._row_cache[id(schedule)] = (rows, op_row.reshape(-1), row_first, schedule)
+            found = self._row_cache[id(schedule)] = (rows, op_row, row_first, schedule)
         return found[0], found[1], found[2]
 
     def _scratch_network(self) -> FlowNetwork:
