@@ -232,9 +232,53 @@ def test_routes_through_the_nics_are_checked_against_their_images():
     symmetry.check_routes(network, send, np.array([0, 8]))
     # With a wrong link map the same routes are not each other's images: refused.
     symmetry._checked.clear()
+    symmetry._pairs_checked.clear()
     symmetry.psi = np.arange(len(symmetry.psi))
     with pytest.raises(Asymmetric, match="not the same in every replica"):
         symmetry.check_routes(network, send, np.array([0, 8]))
+
+
+def test_routes_checked_once_per_pairs_whatever_the_call():
+    """A call whose (rank, rank, channel, path) pairs were checked is not checked again
+    (its routes are those of the pairs), whatever its size; other pairs are. Shown with
+    a wrong link map set after the first check: only new pairs meet it."""
+    import simpy
+
+    from simulator.algorithms.schedule import PATH_NETWORK, Schedule
+    from simulator.network.flows import FlowNetwork
+    from simulator.workload.replicas import Asymmetric, replica_symmetry
+
+    step = megatron("gpt3-175b", tp=8, pp=1, dp=4, global_batch=4, replicas=True)
+    network = FlowNetwork(simpy.Environment(), load_topology("dgx-a100", 4))
+    symmetry, why = replica_symmetry(step, network)
+    assert symmetry is not None, why
+
+    def send(size: float, src: list[int], dst: list[int]) -> Schedule:
+        n = len(src)
+        return Schedule(
+            op="broadcast", algorithm="p2p", ranks=2, size_bytes=size, src=src, dst=dst,
+            nbytes=[size] * n, segment=[0] * n, reduce=[False] * n, dep_ptr=[0] * (n + 1),
+            dep_idx=[], dep_sent=[], segment_owner=[0], path=[PATH_NETWORK] * n,
+        )  # fmt: skip
+
+    symmetry.check_routes(network, send(1.0, [0], [1]), np.array([0, 8]))
+    psi = symmetry.psi
+    symmetry.psi = np.arange(len(symmetry.psi))
+    # The same pair, twice in one call of another size: already checked.
+    symmetry.check_routes(network, send(2.0, [0, 0], [1, 1]), np.array([0, 8]))
+    # Another pair (rank 8 to rank 0) is checked, and meets the wrong map.
+    with pytest.raises(Asymmetric, match="not the same in every replica"):
+        symmetry.check_routes(network, send(1.0, [1], [0]), np.array([0, 8]))
+    # Several calls at once (a send's images, one a row) are each checked: with the
+    # right map every row passes, and each is then known alone.
+    symmetry.psi = psi
+    one = send(1.0, [0], [1])
+    symmetry.check_routes(network, one, np.array([[8, 16], [16, 24], [24, 0]]))
+    symmetry.psi = np.arange(len(symmetry.psi))
+    symmetry.check_routes(network, one, np.array([16, 24]))
+    # A batch with a pair not seen yet meets the wrong map.
+    with pytest.raises(Asymmetric, match="not the same in every replica"):
+        symmetry.check_routes(network, one, np.array([[8, 16], [0, 24]]))
 
 
 def test_pxn_routes_between_rails_follow_their_images_without_a_search():

@@ -552,13 +552,16 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
     )
     if run.etp > 1:
         options["etp"] = run.etp
+    # Replicas of whole 8-GPU servers: a replica of fewer ranks is found during the
+    # replay to split a server, and the step is then built again with as many replicas
+    # together as fill one (simulator.workload.replicas.replicas_per_server); built so at
+    # once, it is the same workload without the first build. (GB200's NVLink domains are
+    # racks: only mixture-of-experts runs ask for whole trays there.)
+    unit = max(1, 8 // (run.tp * run.cp))
+    if unit > 1 and run.dp % unit == 0 and (run.ep > 1 or run.gpu in ("H100", "B200")):
+        options["replicas"] = unit
     if run.ep > 1:
         options["ep"] = run.ep
-        # Replicas of whole servers (8 GPUs): a replica of fewer ranks would be found to
-        # split a server during the replay, which would then build it again.
-        unit = max(1, 8 // (run.tp * run.cp))
-        if run.dp % unit == 0 and unit > 1:
-            options["replicas"] = unit
         # The NVLink domain a flex dispatcher fans out in: a server, or the GPUs of an
         # NVL72 rack the job is given (nvl72_racks).
         options["ep_domain"] = nvl72_racks(run.gpus)[1] if run.gpu == "GB200" else 8

@@ -1207,8 +1207,8 @@ class WorkloadReplay:
         sources, targets = perms[:, src], perms[:, dst]
         if schedule is not None:
             assert self.replicas is not None
-            for a, b in zip(sources.tolist(), targets.tolist(), strict=True):
-                self.replicas.check_routes(self.network, schedule, np.array([a, b]))
+            pairs = np.stack([sources, targets], axis=1).astype(np.int64)
+            self.replicas.check_routes(self.network, schedule, pairs)
         routes = self.network.route_ids(sources, targets, np.zeros(len(sources), dtype=np.int64))
         self._image_routes[(src, dst)] = routes
         return routes

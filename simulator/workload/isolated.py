@@ -50,14 +50,14 @@ import numpy as np
 import simpy
 
 from ..algorithms.schedule import Schedule
-from ..collective.replay import ScheduleReplay, route_ops
+from ..collective.replay import ScheduleReplay, route_ops, route_pairs
 from ..library.protocol import Protocol
 from ..network.faults import fault_plan
 from ..network.flows import FlowNetwork, FlowState, network_tables
 from ..network.routing import LinkTable, Router, add_stand_in_route
 from . import reduced as rd
 from .bundles import Bundle
-from .replicas import ReplicaSymmetry
+from .replicas import ReplicaSymmetry, unique_rows
 
 #: Calls of fewer transfers are always simulated flow by flow: a single point-to-point
 #: transfer costs about as much to simulate as to replay, and pipeline sends, which
@@ -247,6 +247,8 @@ class IsolatedCalls:
         self._timings = store.timings
         # Schedule digests by id, with the schedule kept so that the id stays its own.
         self._digests: dict[int, tuple[Schedule, bytes]] = {}
+        # Per schedule by id: its distinct (src, dst, channel, path) rows (_rows).
+        self._row_cache: dict[int, tuple] = {}
         self._scratch: FlowNetwork | None = None
         # The last call's routes found by _footprint: (schedule, ranks, routes).
         self._last_routes: tuple[Schedule, bytes, np.ndarray] | None = None
@@ -622,12 +624,22 @@ class IsolatedCalls:
         reducers; with link classes, their representatives) and its signature: what,
         besides link names, sets its timing."""
         network = self.network
-        n = schedule.n_ops
-        src, dst = ranks[schedule.src], ranks[schedule.dst]
-        routes = route_ops(network.router, schedule, np.arange(n), src, dst)
+        # Routes of the schedule's distinct (src, dst, channel, path) rows, then each op's
+        # by its row (a ring's ops repeat a few dozen rows over its steps and chunks).
+        rows, op_row, row_first = self._rows(schedule)
+        path = rows[:, 3].astype(np.int8)
+        row_routes = route_pairs(
+            network.router, ranks[rows[:, 0]], ranks[rows[:, 1]], rows[:, 2], path
+        )
+        routes = row_routes[op_row]
         # Kept for the timing alone that usually follows (see _time_reduced).
         self._last_routes = (schedule, ranks.tobytes(), routes)
-        unique, first, op_route = np.unique(routes, return_index=True, return_inverse=True)
+        # np.unique(routes, return_index=True, return_inverse=True), from the rows: a
+        # route's first op is the first of its rows' first ops.
+        unique, route_of_row = np.unique(row_routes, return_inverse=True)
+        first = np.full(len(unique), schedule.n_ops, dtype=np.int64)
+        np.minimum.at(first, route_of_row.reshape(-1), row_first)
+        op_route = route_of_row.reshape(-1)[op_row]
         # Routes numbered by first use, so that the numbering is the same for every group
         # with the same schedule.
         by_use = np.argsort(first, kind="stable")
@@ -679,6 +691,18 @@ class IsolatedCalls:
         digest.update(kinds.encode())
         digest.update(repr(protocol).encode())
         return footprint, digest.digest()
+
+    def _rows(self, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A schedule's distinct (src, dst, channel, path) rows, each op's row and each
+        row's first op (once per schedule)."""
+        found = self._row_cache.get(id(schedule))
+        if found is None:
+            path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
+            fields = np.stack([schedule.src, schedule.dst, schedule.channel, path], axis=1)
+            rows, row_first, op_row = unique_rows(fields.astype(np.int64))
+            # (The schedule kept so that its id stays its own.)
+            found = self._row_cache[id(schedule)] = (rows, op_row, row_first, schedule)
+        return found[0], found[1], found[2]
 
     def _scratch_network(self) -> FlowNetwork:
         """The scratch network for timing calls alone (same graph, efficiencies and link

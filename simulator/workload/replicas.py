@@ -73,6 +73,10 @@ class ReplicaSymmetry:
     class_size: np.ndarray
     period: dict[str, int]
     _checked: dict = field(default_factory=dict, repr=False)
+    #: Per schedule (by id) its distinct (position, position, channel, path) rows; the
+    #: distinct (rank, rank, channel, path) rows already checked (as bytes).
+    _positions: dict = field(default_factory=dict, repr=False)
+    _pairs_checked: set = field(default_factory=set, repr=False)
     _quotients: dict = field(default_factory=dict, repr=False)
     #: Whether the shift keeps every rank's position in its server (found on first use).
     _positions_kept: bool | None = field(default=None, repr=False)
@@ -107,15 +111,42 @@ class ReplicaSymmetry:
     def check_routes(self, network: FlowNetwork, schedule: Schedule, ranks: np.ndarray) -> None:
         """Check that the images of a call's routes under every power of the shift are
         the routes of its images (once per schedule and ranks); raises
-        :class:`Asymmetric` when one is not."""
-        key = (id(schedule), ranks.tobytes())
-        if key in self._checked:
+        :class:`Asymmetric` when one is not. ``ranks`` 2-D: several calls of the same
+        schedule, one a row, checked together (a send's images on the shadows)."""
+        many = ranks.reshape(-1, ranks.shape[-1])
+        keys = [(id(schedule), row.tobytes()) for row in many]
+        todo = [i for i, key in enumerate(keys) if key not in self._checked]
+        if not todo:
             return
         router = network.router
-        src, dst = ranks[schedule.src], ranks[schedule.dst]
-        path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
-        fields = np.stack([src, dst, schedule.channel, path.astype(np.int64)], axis=1)
-        pairs = _unique_rows(fields.astype(np.int64))
+        # The schedule's distinct (position, position, channel, path) rows, once per
+        # schedule, then the ranks': the distinct rows of the ranks' are those of the
+        # positions' mapped (a call's ops are thousands, its distinct pairs a few dozen).
+        found = self._positions.get(id(schedule))
+        if found is None:
+            path = schedule.path if schedule.path.any() else np.zeros(schedule.n_ops, np.int8)
+            fields = np.stack([schedule.src, schedule.dst, schedule.channel, path], axis=1)
+            found = self._positions[id(schedule)] = (
+                _unique_rows(fields.astype(np.int64)),
+                schedule,  # keeps the id valid
+            )
+        rows = found[0]
+        calls = many[todo]
+        mapped = [
+            calls[:, rows[:, 0]].ravel(),
+            calls[:, rows[:, 1]].ravel(),
+            np.tile(rows[:, 2], len(todo)),
+            np.tile(rows[:, 3], len(todo)),
+        ]
+        pairs = _unique_rows(np.stack(mapped, axis=1).astype(np.int64))
+        # What follows depends on the pairs alone (each pair is checked on its own):
+        # calls of other sizes over the same ranks (a bucket's, a layer's) have been
+        # checked with them.
+        pair_key = pairs.tobytes()
+        if pair_key in self._pairs_checked:
+            for i in todo:
+                self._checked[keys[i]] = schedule
+            return
         # Pairs with a special path code are never asked for their shortest route here:
         # a PXN pair's direct route between rails is an ECMP search over the spines.
         special = pairs[:, 3] != 0
@@ -140,7 +171,9 @@ class ReplicaSymmetry:
                             f"{router.nodes[int(these[i, 1])]} (ECMP or a special path) is "
                             "not the same in every replica"
                         )
-        self._checked[key] = schedule  # keeps the id in the key valid
+        for i in todo:
+            self._checked[keys[i]] = schedule  # keeps the id in the key valid
+        self._pairs_checked.add(pair_key)
 
     def _images_follow(self, router: Router, pairs: np.ndarray) -> np.ndarray:
         """Which (src, dst, channel, path) rows' routes are the images of each other in
@@ -178,11 +211,23 @@ class ReplicaSymmetry:
 
 def _unique_rows(rows: np.ndarray) -> np.ndarray:
     """``np.unique(rows, axis=0)`` for rows of non-negative (rank, rank, channel, path)
-    ints, packed into one int64 each where they fit (sorting 1-D keys rather than rows:
-    a call of 128 replicas has hundreds of thousands of transfers).
+    ints (:func:`unique_rows`).
 
     >>> _unique_rows(np.array([[3, 1, 0, 0], [0, 2, 1, 1], [3, 1, 0, 0]])).tolist()
     [[0, 2, 1, 1], [3, 1, 0, 0]]
+    """
+    return unique_rows(rows)[0]
+
+
+def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_index=True, return_inverse=True)`` for an int64
+    array of rows of non-negative (rank, rank, channel, path) ints, packed into one int64
+    each where they fit: sorting 1-D keys rather than rows (a row view sorts some 20
+    times slower, and a call of 128 replicas has hundreds of thousands of transfers).
+
+    >>> rows, first, inverse = unique_rows(np.array([[3, 1, 0, 0], [0, 2, 1, 1], [3, 1, 0, 0]]))
+    >>> rows.tolist(), first.tolist(), inverse.tolist()
+    ([[0, 2, 1, 1], [3, 1, 0, 0]], [1, 0], [1, 0, 1])
     """
     bits = (20, 20, 12, 8)  # 60 bits in all
     if (
@@ -190,16 +235,17 @@ def _unique_rows(rows: np.ndarray) -> np.ndarray:
         or rows.min() < 0
         or any(int(rows[:, i].max()) >= 1 << b for i, b in enumerate(bits))
     ):
-        return np.unique(rows, axis=0)
+        unique, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        return unique, first, inverse.reshape(-1)
     key = rows[:, 0]
     for i, b in enumerate(bits[1:], 1):
         key = (key << b) | rows[:, i]
-    key = np.unique(key)
+    key, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     out = np.empty((len(key), 4), dtype=np.int64)
     for i in range(3, -1, -1):
         out[:, i] = key & ((1 << bits[i]) - 1)
         key = key >> bits[i]
-    return out
+    return out, first, inverse.reshape(-1)
 
 
 def _plain(quotient: Quotient | None) -> bool:
