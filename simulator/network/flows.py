@@ -186,6 +186,8 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
         # Flows with a rate cap ever added (none: max-min needs no caps).
         self._capped = 0
+        # Scratch for _recompute: -1 per slot between calls.
+        self._local = np.zeros(0, dtype=np.int64)
 
     # -- pool -----------------------------------------------------------------------------
     def _alloc(self, capacity: int) -> None:
@@ -525,8 +527,11 @@ class FlowNetwork:
         self._settle_scheduled = False
         self._settle(np.zeros(0, dtype=np.int64))
 
-    def _settle(self, finished: np.ndarray) -> None:
-        """Take in pending flows, drop ``finished`` ones, recompute affected rates."""
+    def _settle(self, finished: np.ndarray, entries: tuple | None = None) -> None:
+        """Take in pending flows, drop ``finished`` ones, recompute affected rates.
+        ``entries``: (incidence array, mask) of the finished flows' entries, as
+        :meth:`_wake` found them; used only if the incidence is still that array (a call
+        launched from the owners' callbacks may have withdrawn flows since)."""
         now = self.env.now
         new = np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
         self._pending = []
@@ -536,7 +541,10 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
 
         if len(finished):
-            gone = self._entries_of(finished)
+            if entries is not None and entries[0] is self._inc_flow:
+                gone = entries[1]
+            else:
+                gone = self._entries_of(finished)
             gone_links = self._inc_link[gone]
             seeds.append(gone_links)
             self._inc_flow = self._inc_flow[~gone]
@@ -663,11 +671,11 @@ class FlowNetwork:
             for _ in range(_MAX_COMPONENT_ROUNDS):
                 hit = links[self._inc_link]
                 flows[self._inc_flow[hit]] = True
-                grown = np.zeros_like(links)
-                grown[self._inc_link[flows[self._inc_flow]]] = True
-                if not (grown & ~links).any():
+                # The links the flows found cross: done when all were reached already.
+                reached = self._inc_link[flows[self._inc_flow]]
+                if links[reached].all():
                     return flows
-                links = links | grown
+                links[reached] = True
         elif len(self._inc_link) <= _SMALL:
             # A handful of flows (a quotient's step): plain Python sets.
             pairs = list(zip(self._inc_flow.tolist(), self._inc_link.tolist(), strict=True))
@@ -720,10 +728,15 @@ class FlowNetwork:
                 self._f_left[moved] - self._f_rate[moved] * elapsed[moving], 0.0
             )
         self._f_last[slots] = now
-        local = np.full(self._cap, -1, dtype=np.int64)
+        # Each slot's number among ``slots`` (-1: not among them), in a scratch array
+        # that is all -1 between calls (allocating one per call cost more than the rest).
+        local = self._local
+        if len(local) != self._cap:
+            local = self._local = np.full(self._cap, -1, dtype=np.int64)
         local[slots] = np.arange(len(slots))
         in_set = local[self._inc_flow] >= 0
         inc_flow = local[self._inc_flow[in_set]]
+        local[slots] = -1
         used = self._inc_link[in_set]
         if len(used) <= _SMALL:
             # A few entries (a quotient's step, a small collective): Python beats numpy's
@@ -767,6 +780,7 @@ class FlowNetwork:
         done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
         # Record bytes per link before the incidence forgets these flows.
         on = self._entries_of(done)
+        incidence = self._inc_flow
         carried = self._f_bytes[self._inc_flow[on]]
         if self._inc_coef is not None:
             carried = carried * self._inc_coef[on]
@@ -790,7 +804,7 @@ class FlowNetwork:
                     self._deliver_later(target.on_delivered, delivered, delay)
         finally:
             self._in_wake = False
-        self._settle(done)
+        self._settle(done, (incidence, on))
         self._free.append(done)  # only now: the settle above still names these slots
 
     def _deliver_later(
