@@ -791,11 +791,20 @@ class FlowNetwork:
         latency = self.route_latency(routes)
         self._in_wake = True
         try:
-            for owner in [int(owners[0])] if len(done) == 1 else np.unique(owners).tolist():
-                mine = owners == owner
+            if len(done) == 1 or owners.min() == owners.max():
+                # One owner (a collective's step): its flows as they are, no sort.
+                split = [(int(owners[0]), None)]
+            else:
+                split = [(owner, owners == owner) for owner in np.unique(owners).tolist()]
+            for owner, mine in split:
                 target = self._owners[owner]  # on_sent may finish and release it
-                target.on_sent(ops[mine])
-                delivered, delay = ops[mine], latency[mine]
+                if mine is None:
+                    # A copy for each, as the masks give: on_sent may keep its array.
+                    delivered, delay = ops.copy(), latency
+                    target.on_sent(ops)
+                else:
+                    target.on_sent(ops[mine])
+                    delivered, delay = ops[mine], latency[mine]
                 wanted = getattr(target, "wants_delivery", None)
                 if wanted is not None:  # the owner times some deliveries itself
                     keep = wanted(delivered)
