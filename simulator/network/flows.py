@@ -20,6 +20,7 @@ SimPy events cannot be cancelled.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -547,10 +548,11 @@ class FlowNetwork:
                 gone = self._entries_of(finished)
             gone_links = self._inc_link[gone]
             seeds.append(gone_links)
-            self._inc_flow = self._inc_flow[~gone]
-            self._inc_link = self._inc_link[~gone]
+            kept = ~gone
+            self._inc_flow = self._inc_flow[kept]
+            self._inc_link = self._inc_link[kept]
             if self._inc_coef is not None:
-                self._inc_coef = self._inc_coef[~gone]
+                self._inc_coef = self._inc_coef[kept]
             self._count_link_flows(gone_links, -1, now)
         if len(new):
             rows = self._f_route[new]
@@ -757,8 +759,13 @@ class FlowNetwork:
         rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links], coef, cap)
         self._f_rate[slots] = rate
         left = self._f_left[slots]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            duration = np.where(left > 0, left / rate, 0.0)
+        if rate.all():
+            # No zero rate (the rule): the quotients taken only where bytes are left,
+            # which np.where below takes too, without its warnings' switch.
+            duration = np.divide(left, rate, out=np.zeros(len(left)), where=left > 0)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                duration = np.where(left > 0, left / rate, 0.0)
         self._f_finish[slots] = now + duration
 
     def _schedule_wake(self) -> None:
@@ -766,7 +773,7 @@ class FlowNetwork:
         if self._top == 0:
             return
         target = float(self._f_finish[: self._top].min())
-        if not np.isfinite(target):
+        if not math.isfinite(target):  # (on a Python float: no numpy call per event)
             return
         generation = self._generation
         wake = self.env.timeout(max(target - self.env.now, 0.0))
