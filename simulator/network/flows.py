@@ -187,8 +187,9 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
         # Flows with a rate cap ever added (none: max-min needs no caps).
         self._capped = 0
-        # Scratch for _recompute: -1 per slot between calls.
+        # Scratch for _recompute (-1 per slot between calls) and _entries_of (False).
         self._local = np.zeros(0, dtype=np.int64)
+        self._dead = np.zeros(0, dtype=bool)
 
     # -- pool -----------------------------------------------------------------------------
     def _alloc(self, capacity: int) -> None:
@@ -603,9 +604,14 @@ class FlowNetwork:
         """Mask of the incidence entries of the flows in ``slots``."""
         if len(slots) == 1:  # one flow ends (a drifting ring's hop): one comparison
             return self._inc_flow == slots[0]
-        dead = np.zeros(self._cap, dtype=bool)
+        # A scratch mask over slots, all False between calls (not allocated per call).
+        dead = self._dead
+        if len(dead) != self._cap:
+            dead = self._dead = np.zeros(self._cap, dtype=bool)
         dead[slots] = True
-        return dead[self._inc_flow]
+        entries = dead[self._inc_flow]
+        dead[slots] = False
+        return entries
 
     def _rate_alone(
         self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
