@@ -20,6 +20,7 @@ SimPy events cannot be cancelled.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -186,6 +187,9 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
         # Flows with a rate cap ever added (none: max-min needs no caps).
         self._capped = 0
+        # Scratch for _recompute (-1 per slot between calls) and _entries_of (False).
+        self._local = np.zeros(0, dtype=np.int64)
+        self._dead = np.zeros(0, dtype=bool)
 
     # -- pool -----------------------------------------------------------------------------
     def _alloc(self, capacity: int) -> None:
@@ -525,8 +529,11 @@ class FlowNetwork:
         self._settle_scheduled = False
         self._settle(np.zeros(0, dtype=np.int64))
 
-    def _settle(self, finished: np.ndarray) -> None:
-        """Take in pending flows, drop ``finished`` ones, recompute affected rates."""
+    def _settle(self, finished: np.ndarray, entries: tuple | None = None) -> None:
+        """Take in pending flows, drop ``finished`` ones, recompute affected rates.
+        ``entries``: (incidence array, mask) of the finished flows' entries, as
+        :meth:`_wake` found them; used only if the incidence is still that array (a call
+        launched from the owners' callbacks may have withdrawn flows since)."""
         now = self.env.now
         new = np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
         self._pending = []
@@ -536,13 +543,17 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
 
         if len(finished):
-            gone = self._entries_of(finished)
+            if entries is not None and entries[0] is self._inc_flow:
+                gone = entries[1]
+            else:
+                gone = self._entries_of(finished)
             gone_links = self._inc_link[gone]
             seeds.append(gone_links)
-            self._inc_flow = self._inc_flow[~gone]
-            self._inc_link = self._inc_link[~gone]
+            kept = ~gone
+            self._inc_flow = self._inc_flow[kept]
+            self._inc_link = self._inc_link[kept]
             if self._inc_coef is not None:
-                self._inc_coef = self._inc_coef[~gone]
+                self._inc_coef = self._inc_coef[kept]
             self._count_link_flows(gone_links, -1, now)
         if len(new):
             rows = self._f_route[new]
@@ -593,9 +604,14 @@ class FlowNetwork:
         """Mask of the incidence entries of the flows in ``slots``."""
         if len(slots) == 1:  # one flow ends (a drifting ring's hop): one comparison
             return self._inc_flow == slots[0]
-        dead = np.zeros(self._cap, dtype=bool)
+        # A scratch mask over slots, all False between calls (not allocated per call).
+        dead = self._dead
+        if len(dead) != self._cap:
+            dead = self._dead = np.zeros(self._cap, dtype=bool)
         dead[slots] = True
-        return dead[self._inc_flow]
+        entries = dead[self._inc_flow]
+        dead[slots] = False
+        return entries
 
     def _rate_alone(
         self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
@@ -663,11 +679,11 @@ class FlowNetwork:
             for _ in range(_MAX_COMPONENT_ROUNDS):
                 hit = links[self._inc_link]
                 flows[self._inc_flow[hit]] = True
-                grown = np.zeros_like(links)
-                grown[self._inc_link[flows[self._inc_flow]]] = True
-                if not (grown & ~links).any():
+                # The links the flows found cross: done when all were reached already.
+                reached = self._inc_link[flows[self._inc_flow]]
+                if links[reached].all():
                     return flows
-                links = links | grown
+                links[reached] = True
         elif len(self._inc_link) <= _SMALL:
             # A handful of flows (a quotient's step): plain Python sets.
             pairs = list(zip(self._inc_flow.tolist(), self._inc_link.tolist(), strict=True))
@@ -720,10 +736,15 @@ class FlowNetwork:
                 self._f_left[moved] - self._f_rate[moved] * elapsed[moving], 0.0
             )
         self._f_last[slots] = now
-        local = np.full(self._cap, -1, dtype=np.int64)
+        # Each slot's number among ``slots`` (-1: not among them), in a scratch array
+        # that is all -1 between calls (allocating one per call cost more than the rest).
+        local = self._local
+        if len(local) != self._cap:
+            local = self._local = np.full(self._cap, -1, dtype=np.int64)
         local[slots] = np.arange(len(slots))
         in_set = local[self._inc_flow] >= 0
         inc_flow = local[self._inc_flow[in_set]]
+        local[slots] = -1
         used = self._inc_link[in_set]
         if len(used) <= _SMALL:
             # A few entries (a quotient's step, a small collective): Python beats numpy's
@@ -744,8 +765,13 @@ class FlowNetwork:
         rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links], coef, cap)
         self._f_rate[slots] = rate
         left = self._f_left[slots]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            duration = np.where(left > 0, left / rate, 0.0)
+        if rate.all():
+            # No zero rate (the rule): the quotients taken only where bytes are left,
+            # which np.where below takes too, without its warnings' switch.
+            duration = np.divide(left, rate, out=np.zeros(len(left)), where=left > 0)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                duration = np.where(left > 0, left / rate, 0.0)
         self._f_finish[slots] = now + duration
 
     def _schedule_wake(self) -> None:
@@ -753,7 +779,7 @@ class FlowNetwork:
         if self._top == 0:
             return
         target = float(self._f_finish[: self._top].min())
-        if not np.isfinite(target):
+        if not math.isfinite(target):  # (on a Python float: no numpy call per event)
             return
         generation = self._generation
         wake = self.env.timeout(max(target - self.env.now, 0.0))
@@ -767,6 +793,7 @@ class FlowNetwork:
         done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
         # Record bytes per link before the incidence forgets these flows.
         on = self._entries_of(done)
+        incidence = self._inc_flow
         carried = self._f_bytes[self._inc_flow[on]]
         if self._inc_coef is not None:
             carried = carried * self._inc_coef[on]
@@ -777,11 +804,20 @@ class FlowNetwork:
         latency = self.route_latency(routes)
         self._in_wake = True
         try:
-            for owner in [int(owners[0])] if len(done) == 1 else np.unique(owners).tolist():
-                mine = owners == owner
+            if len(done) == 1 or owners.min() == owners.max():
+                # One owner (a collective's step): its flows as they are, no sort.
+                split = [(int(owners[0]), None)]
+            else:
+                split = [(owner, owners == owner) for owner in np.unique(owners).tolist()]
+            for owner, mine in split:
                 target = self._owners[owner]  # on_sent may finish and release it
-                target.on_sent(ops[mine])
-                delivered, delay = ops[mine], latency[mine]
+                if mine is None:
+                    # A copy for each, as the masks give: on_sent may keep its array.
+                    delivered, delay = ops.copy(), latency
+                    target.on_sent(ops)
+                else:
+                    target.on_sent(ops[mine])
+                    delivered, delay = ops[mine], latency[mine]
                 wanted = getattr(target, "wants_delivery", None)
                 if wanted is not None:  # the owner times some deliveries itself
                     keep = wanted(delivered)
@@ -790,7 +826,7 @@ class FlowNetwork:
                     self._deliver_later(target.on_delivered, delivered, delay)
         finally:
             self._in_wake = False
-        self._settle(done)
+        self._settle(done, (incidence, on))
         self._free.append(done)  # only now: the settle above still names these slots
 
     def _deliver_later(

@@ -156,6 +156,13 @@ class TimingStore:
         #: Runs of calls on their binding links alone (see simulator.workload.reduced),
         #: by the signature of the reduced call; None: it did not finish.
         self.reduced: dict[bytes, rd.ReducedRun | None] = {}
+        #: Calls' footprints and signatures (see IsolatedCalls._footprint) by what sets
+        #: them: the replay's setting (:meth:`IsolatedCalls._setting`), the schedule's
+        #: digest, the protocol, the ranks and the period. A footprint is kept as its
+        #: graph links and its reducers' (rank, bandwidth), which each network numbers
+        #: its own way: the runs of several jobs alone and together find their calls'
+        #: footprints here instead of routing each call again.
+        self.footprints: dict[tuple, tuple[np.ndarray, tuple, bytes]] = {}
         self._tables: tuple[LinkTable, Router] | None = None
 
     def tables(self) -> tuple[LinkTable, Router]:
@@ -238,6 +245,9 @@ class IsolatedCalls:
         self.conflicts: set[Hashable] = set()
         plan = fault_plan(network.graph)
         self.enabled = plan is None or not plan.timed_links
+        # Footprints are shared through the store only on a healthy graph (a fault may
+        # change capacities during a replay, which a footprint's signature reads).
+        self._shares_footprints = plan is None
         self._holders: list[Hashable] = []
         self._holder_ids: dict[Hashable, int] = {}
         self._plans: dict[tuple, _Plan] = {}
@@ -277,6 +287,7 @@ class IsolatedCalls:
         self._span_of: list[Timing] = []
         self._prune_at = 4096
         self._serial = 0
+        self._setting_digest: bytes | None = None
         if self.enabled:
             network.on_conflict = self._on_conflict
 
@@ -623,6 +634,72 @@ class IsolatedCalls:
         """The links a call may use (its routes' links in order of first use, then its
         reducers; with link classes, their representatives) and its signature: what,
         besides link names, sets its timing."""
+        known = self._digests.get(id(schedule))
+        if known is None:
+            known = self._digests[id(schedule)] = (schedule, schedule_digest(schedule))
+        key = None
+        if self._shares_footprints:
+            key = (self._setting(), known[1], repr(protocol), ranks.tobytes(), period)
+            shared = self._store.footprints.get(key)
+            if shared is not None:
+                return self._placed_footprint(*shared)
+        footprint, reducers, signature = self._new_footprint(
+            schedule, protocol, ranks, period, known[1]
+        )
+        if key is not None:
+            graph_links = footprint[: len(footprint) - len(reducers)].copy()
+            graph_links.flags.writeable = False  # shared by replays: never written
+            self._store.footprints[key] = (graph_links, reducers, signature)
+        return footprint, signature
+
+    def _setting(self) -> bytes:
+        """A digest of what, besides the call, sets a footprint and signature in this
+        replay: the graph's links (usable capacity, latency, message cost), the
+        reducers' bandwidths, the copies a flow stands for and the link classes."""
+        if self._setting_digest is None:
+            network = self.network
+            n = len(self._store.tables()[0])  # the graph's links, before any reducer
+            digest = hashlib.blake2b(digest_size=20)
+            digest.update(repr((n, self.copies)).encode())
+            for array in (
+                network.capacity[:n],
+                network.links.latency[:n],
+                network.links.message_cost[:n],
+                np.asarray(self.reduce_bandwidth, dtype=float),
+            ):
+                digest.update(np.ascontiguousarray(array).tobytes())
+                digest.update(b"/")
+            if self.replicas is not None:
+                digest.update(self.replicas.link_class.tobytes())
+                digest.update(np.asarray(self.replicas.class_size, dtype=float).tobytes())
+            self._setting_digest = digest.digest()
+        return self._setting_digest
+
+    def _placed_footprint(
+        self, graph_links: np.ndarray, reducers: tuple, signature: bytes
+    ) -> tuple[np.ndarray, bytes]:
+        """A stored footprint on this replay's network: its graph links, then its
+        reducers' links (created now if new, in the order :meth:`_new_footprint` creates
+        them, so that the network numbers them as it would have)."""
+        footprint = graph_links
+        if reducers:
+            network = self.network
+            for rank, bandwidth in reducers:
+                route = network.reducer_route(rank, bandwidth, class_size=self.copies)
+                ptr, flat, _ = network.router.arrays()  # the route may be new
+                footprint = np.append(footprint, flat[ptr[route]])
+        return footprint, signature
+
+    def _new_footprint(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        period: int | None,
+        digest_of_schedule: bytes,
+    ) -> tuple[np.ndarray, tuple, bytes]:
+        """:meth:`_footprint` found by routing the call: also its reducers as (rank,
+        bandwidth) pairs, in footprint order."""
         network = self.network
         # Routes of the schedule's distinct (src, dst, channel, path) rows, then each op's
         # by its row (a ring's ops repeat a few dozen rows over its steps and chunks).
@@ -659,7 +736,7 @@ class IsolatedCalls:
         footprint = links[link_order]
         # Reducers of the ranks that reduce (created now, as the replay would).
         reducing = np.unique(schedule.dst[schedule.reduce]) if schedule.reduce.any() else []
-        reducer_positions, reducer_bandwidth = [], []
+        reducer_positions, reducer_bandwidth, reducers = [], [], []
         if period is not None:
             reducing = np.unique(np.asarray(reducing, dtype=np.int64) % period)
         for position in np.asarray(reducing, dtype=np.int64).tolist():
@@ -670,13 +747,13 @@ class IsolatedCalls:
                 )
                 reducer_positions.append(position)
                 reducer_bandwidth.append(bandwidth)
+                reducers.append((int(ranks[position]), bandwidth))
+                # The route may be new: the router's arrays as they are now.
+                ptr, flat, _ = network.router.arrays()
                 footprint = np.append(footprint, flat[ptr[route]])
         attributes = self._link_attributes(footprint)
         kinds = "|".join(network.links.kind[i] for i in footprint.tolist())
-        known = self._digests.get(id(schedule))
-        if known is None:
-            known = self._digests[id(schedule)] = (schedule, schedule_digest(schedule))
-        digest = hashlib.blake2b(known[1], digest_size=20)
+        digest = hashlib.blake2b(digest_of_schedule, digest_size=20)
         for part in (
             np.array([period or 0, self.copies], dtype=np.int64),
             renumber[op_route].astype(np.int64),
@@ -690,7 +767,7 @@ class IsolatedCalls:
             digest.update(b"/")
         digest.update(kinds.encode())
         digest.update(repr(protocol).encode())
-        return footprint, digest.digest()
+        return footprint, tuple(reducers), digest.digest()
 
     def _rows(self, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A schedule's distinct (src, dst, channel, path) rows, each op's row and each
