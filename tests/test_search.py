@@ -210,7 +210,10 @@ def test_estimate_matches_a_free_simulation_of_an_moe_step():
     """A small mixture-of-experts model (every layer MoE, 4 experts, top-2) on DP 2 with
     EP 2: the estimate's passes (attention, router, the local experts' grouped GEMMs)
     and optimizer (its layers, and half the experts) equal the simulated step when
-    communication is free."""
+    communication is free, but for the host: the estimate takes a synchronised MoE
+    forward as the longer of the host's launches and the GPU's work, the simulation as
+    the two in series between synchronisations (a flow shop), which can only be longer,
+    here by under 1%."""
     tiny = Transformer(
         layers=2,
         hidden=256,
@@ -230,7 +233,13 @@ def test_estimate_matches_a_free_simulation_of_an_moe_step():
         graph.nodes[node]["model"] = "A100"
     _, result = run_workload(step, graph, algorithm="ring", comm_slowdown=0.0)
     # (1e18 B/s transfers still take ~1e-11 s each: rel 1e-6 leaves room for them.)
-    assert est.compute_s + est.optimizer_s == pytest.approx(result.step_s, rel=1e-6)
+    assert est.compute_s + est.optimizer_s <= result.step_s * (1 + 1e-6)
+    assert est.compute_s + est.optimizer_s == pytest.approx(result.step_s, rel=1e-2)
+    # Without the host's launches the two are the same passes and optimizer.
+    step0 = megatron(tiny, global_batch=2, host_op_s=0.0, **c.params())
+    _, result0 = run_workload(step0, graph, algorithm="ring", comm_slowdown=0.0)
+    launches = estimate(tiny, c, 2, FREE, host_op_s=0.0)
+    assert launches.compute_s + launches.optimizer_s == pytest.approx(result0.step_s, rel=1e-6)
     assert est.memory.total == pytest.approx(step.memory.total)
     moe = candidates(tiny, 8, 8, gpus_per_server=8, micro_batches=[1], recompute=["none"],
                      virtual_stages=[1])  # fmt: skip

@@ -139,9 +139,11 @@ def test_interleaved_chunks_hold_a_share_of_their_stage_and_its_moe_layers():
     moe = Transformer(
         layers=12, hidden=H, seq=S, vocab=V, heads=4, experts=2, top_k=1, moe_frequency=2
     )
+    # (The host's launches off: the forward's host/GPU flow shop splits a pass's ops,
+    # and what this test reads is which layers each chunk holds.)
     w = megatron(
         moe, tp=1, pp=3, dp=2, ep=2, global_batch=6, virtual_stages=2,
-        first_stage_layers=2, last_stage_layers=2,
+        first_stage_layers=2, last_stage_layers=2, host_op_s=0.0,
     )  # fmt: skip
     ops = ops_by_id(w)
     token_bytes = S * 1 * H * 2

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..workload.devices import Device
 from ..workload.generators import BF16, HOST_SYNC_S, pass_work
-from ..workload.host import moe_layer_host_s, moe_layer_ops
+from ..workload.host import HOST_OP_S, moe_layer_host_s, moe_layer_ops
 from ..workload.kernels import Attention, Gemm, kernels_time
 from ..workload.memory import GRAD_REDUCE, MemoryEstimate, megatron_memory, pipeline_layers
 from ..workload.model import Transformer
@@ -271,9 +271,17 @@ def memory_of(model: Transformer, candidate: Candidate, global_batch: int) -> Me
 
 
 def estimate(
-    model: Transformer, candidate: Candidate, global_batch: int, hardware: Hardware
+    model: Transformer,
+    candidate: Candidate,
+    global_batch: int,
+    hardware: Hardware,
+    *,
+    host_op_s: float = HOST_OP_S,
 ) -> Estimate:
-    """The analytic step time of ``candidate`` (see the module docstring)."""
+    """The analytic step time of ``candidate`` (see the module docstring); an MoE
+    layer's host launches cost ``host_op_s`` an operation (the generator's default), a
+    synchronised forward taking the longer of them and the GPU's work (the simulation
+    runs the two in series between synchronisations, so it can only be longer)."""
     c, device = candidate, hardware.device
     micro = global_batch // (c.micro_batch * c.dp)
     # Each stage's layers (all its chunks); the heaviest sets the pipeline's pace.
@@ -301,7 +309,7 @@ def estimate(
             ep=c.ep,
             shared_experts=model.shared_experts,
         )
-        host_fwd, host_bwd = moe_layer_host_s(ops)
+        host_fwd, host_bwd = moe_layer_host_s(ops, host_op_s)
 
     def pass_s(forward: bool, layers: int = layers) -> float:
         """One micro-batch's pass over a stage of ``layers`` layers."""
