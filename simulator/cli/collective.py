@@ -202,9 +202,12 @@ def _choice_line(size: int, result) -> str:
         what += f", {loops} buffer passes)" if loops > 1 else ")"
     else:
         what = f"{params.get('nccl_algorithm', 'send/recv')} {params['protocol']}"
+    tuned = params.get("nccl_tuner_line")
     return (
         f"# {size:>11}  {what} channels {params['channels']} "
-        f"(ccsim {result.algorithm}, chunks {params['chunks']})\n"
+        f"(ccsim {result.algorithm}, chunks {params['chunks']}"
+        + (f"; tuner file line {tuned}" if tuned else "")
+        + ")\n"
     )
 
 
@@ -265,6 +268,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
     # One tuner per command: "auto" choices are cached for this sweep only.
     tuner = AutoTuner(channels=args.channels or 1, reduce_bandwidth=reduce_bw, protocol=args.proto)
     chosen = []
+    tuned_env = getattr(getattr(policy, "env", None), "tuner", None) is not None
     for size in sizes:
         if policy is not None:
             result = policy.simulate(graph, args.op, float(size), root=args.root, progress=progress)
@@ -336,6 +340,8 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
                 "protocol": params.get("protocol") or "-",
                 "channels": params.get("channels", 1),
                 "chunks": params.get("chunks", 1),
+                # The tuner file's line whose rule chose (0: NCCL's own), with one.
+                **({"tuner_line": params.get("nccl_tuner_line", 0)} if tuned_env else {}),
             }
         )
     if args.algo in (None, "nccl"):

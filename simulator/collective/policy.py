@@ -220,6 +220,7 @@ class NcclPolicy:
             algorithms=algorithms,
             protocols=protocols,
             settings=self.env_for(system).text,
+            tuner=self.env_for(system).tuner,
         )
 
     def plan(self, system: NcclSystem | None, op: str, size_bytes: float) -> Plan:
@@ -237,6 +238,7 @@ class NcclPolicy:
             algorithms=algorithms,
             protocols=protocols,
             settings=self.env_for(system).text,
+            tuner=self.env_for(system).tuner,
         )
         name = choice.schedule
         if name not in algorithm_names():  # the NCCL tree schedule, where missing
@@ -260,6 +262,8 @@ class NcclPolicy:
                 choice, float(size_bytes), system.ranks, channels, system.nodes
             ),
         }
+        if choice.tuner_line:  # NCCL_TUNER_CONFIG_FILE's rule on this line chose
+            extra["nccl_tuner_line"] = choice.tuner_line
         if choice.protocol == "LL":
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
             if system.arch in LL_NVLINK_HOP_US:

@@ -30,7 +30,8 @@ parsed by :mod:`simulator.library.nccl_env` and reach :func:`nccl_choice` as the
 :class:`NcclSystem` (:meth:`~simulator.library.nccl_env.NcclEnv.apply`).
 
 Not modelled: CollNet/SHARP in NCCL's choice (NCCL_COLLNET_ENABLE=1 is refused; the
-collnet schedules run as given), NCCL's tuner plugins, symmetric-memory and copy-engine
+collnet schedules run as given), tuner plugins but NCCL's example one (its CSV file,
+NCCL_TUNER_CONFIG_FILE: :mod:`.nccl_tuner`), symmetric-memory and copy-engine
 kernels (v2.27+), the CPU vendor (multi-node LL caps assume Intel), and LL128 forced by
 NCCL_PROTO where NCCL would not enable it by default (NCCL then runs it; ccsim keeps it
 off without NVLink).
@@ -48,6 +49,7 @@ from ..errors import CcsimError
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
 from ..topology.stacks import stack_of
+from .nccl_tuner import TunerConfig
 
 #: NCCL's algorithms, in its own index order (include/nccl_common.h:72-90): ties in the
 #: predicted time go to the lower index (enqueue.cc:2035-2044). CollNet is not modelled.
@@ -320,6 +322,8 @@ class NcclChoice:
     threads: int
     time_us: float
     table: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    #: The line of the tuner file whose rule made this choice; 0: NCCL's own model.
+    tuner_line: int = 0
 
     @property
     def schedule(self) -> str:
@@ -934,11 +938,14 @@ def nccl_choice(
     algorithms: tuple[str, ...] | None = None,
     protocols: tuple[str, ...] | None = None,
     settings: str = "",
+    tuner: TunerConfig | None = None,
 ) -> NcclChoice:
     """NCCL's (algorithm, protocol) for one call, and the channels and threads it runs on.
 
     ``algorithms`` / ``protocols`` restrict the choice as NCCL_ALGO / NCCL_PROTO do;
     ``settings``, the NCCL settings they come from, is named if nothing is left.
+    ``tuner`` (NCCL_TUNER_CONFIG_FILE's rules) overrides the pick, and the channels,
+    where one of its rules matches a pair that is left (:mod:`.nccl_tuner`).
 
     Examples
     --------
@@ -970,13 +977,28 @@ def nccl_choice(
             f"with {', '.join(protocols or PROTOCOLS)}"
             + (f" (under {settings})" if settings else "")
         )
-    # Strict minimum in NCCL's index order: the first of equal times wins.
-    (algorithm, protocol), time = min(
-        table.items(), key=lambda item: (item[1], ALGORITHMS.index(item[0][0]),
-                                         PROTOCOLS.index(item[0][1]))
-    )  # fmt: skip
+    rule = tuner.rule_for(op, size_bytes, system.nodes, system.ranks, table) if tuner else None
+    if rule is not None:  # the plugin made its pair free: NCCL's minimum is that pair
+        algorithm, protocol = rule.algorithm, rule.protocol
+        time = table[(algorithm, protocol)]
+    else:
+        # Strict minimum in NCCL's index order: the first of equal times wins.
+        (algorithm, protocol), time = min(
+            table.items(), key=lambda item: (item[1], ALGORITHMS.index(item[0][0]),
+                                             PROTOCOLS.index(item[0][1]))
+        )  # fmt: skip
     channels, threads = launch_size(system, op, size_bytes, algorithm, protocol)
-    return NcclChoice(algorithm, protocol, channels, threads, time, table)
+    if rule is not None and rule.channels != -1:
+        # The plugin's count replaces NCCL's trimmed one (enqueue.cc:2178), within the
+        # communicator's channels (enqueue.cc:583-599); the threads stay NCCL's.
+        if algorithm in ("NVLS", "NVLSTree"):
+            channels = min(rule.channels, system.nvls_channels)
+        else:
+            cap = min(rule.channels, system.channels)
+            channels = working_channels(op, size_bytes, protocol, cap)
+    return NcclChoice(
+        algorithm, protocol, channels, threads, time, table, rule.line if rule is not None else 0
+    )
 
 
 def _collnet_launch(
@@ -1033,8 +1055,19 @@ def launch_size(
     nt = max(nt, 96)
     if algorithm in ("Tree", "PAT"):
         nt = 640
+    return working_channels(op, size_bytes, protocol, nc), nt
+
+
+def working_channels(op: str, size_bytes: float, protocol: str, channels: int) -> int:
+    """Of a call's ``channels``, those NCCL gives work: at least 32 KiB of traffic each
+    (enqueue.cc:585-700).
+
+    >>> working_channels("all_reduce", 2**20, "Simple", 24)
+    24
+    >>> working_channels("all_reduce", 64 * 2**10, "Simple", 24)
+    4
+    """
     # Traffic: 2 bytes per byte for all-reduce, the whole buffer otherwise (enqueue.cc:91-102,
     # where all-gather and reduce-scatter count nRanks x the per-rank count), x4 for LL.
     traffic = size_bytes * (2 if op == "all_reduce" else 1) * (4 if protocol == "LL" else 1)
-    used = max(1, min(nc, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL)))
-    return used, nt
+    return max(1, min(channels, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL)))

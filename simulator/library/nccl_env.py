@@ -33,6 +33,11 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   reduce-scatter (it needs the plugin's iallgather / ireducescatter) and NVLS across
   servers, which NCCL enables with CollNet (tuning.cc:503-506).
 * ``NCCL_PXN_DISABLE``: 0 only; ccsim's rings always leave a server as PXN sends.
+* ``NCCL_TUNER_CONFIG_FILE``: the CSV file of NCCL's example tuner plugin (the plugin
+  loaded with it, as ``NCCL_TUNER_PLUGIN`` does): per call, its first matching rule
+  whose algorithm and protocol the settings above leave picks them, and its channels
+  (:mod:`simulator.library.nccl_tuner`). The file is read when the settings are parsed;
+  its path may hold neither spaces nor commas on the command line.
 
 Examples
 --------
@@ -56,6 +61,7 @@ from typing import Any
 from ..errors import CcsimError, shown
 from .nccl import ALGORITHMS, MAX_CHANNELS, PROTOCOLS, NcclSystem
 from .nccl_p2p import version_rules
+from .nccl_tuner import TunerConfig, load_tuner_config
 
 #: The settings ccsim models, in the order it prints them.
 SUPPORTED = (
@@ -68,6 +74,7 @@ SUPPORTED = (
     "NCCL_MAX_CTAS",
     "NCCL_COLLNET_ENABLE",
     "NCCL_PXN_DISABLE",
+    "NCCL_TUNER_CONFIG_FILE",
 )
 #: NCCL's function names (``ncclFuncStr``, init.cc:52) by ccsim operation.
 FUNCTIONS = {
@@ -117,6 +124,8 @@ class NcclEnv:
     #: NCCL_COLLNET_ENABLE=1: CollNet (SHARP) joins NCCL's choice where the fabric
     #: reduces in the network.
     collnet: bool = False
+    #: NCCL_TUNER_CONFIG_FILE: the example tuner plugin's rules, read from the file.
+    tuner: TunerConfig | None = None
 
     def __bool__(self) -> bool:
         return bool(self.settings) or self.version is not None
@@ -314,6 +323,9 @@ def parse_nccl_env(
             "PXN sends); valid: 0"
         )
     bounds = tuple(_channels(given, name) for name in CHANNEL_VARIABLES)
+    tuner = None
+    if "NCCL_TUNER_CONFIG_FILE" in given:
+        tuner = load_tuner_config(given["NCCL_TUNER_CONFIG_FILE"])
     for low, high in ((0, 1), (2, 3), (0, 3), (2, 1)):
         if bounds[low] is not None and bounds[high] is not None and bounds[low] > bounds[high]:
             raise CcsimError(
@@ -327,6 +339,7 @@ def parse_nccl_env(
         nvls=nvls,
         channel_bounds=bounds,
         collnet=collnet,
+        tuner=tuner,
     )
 
 
