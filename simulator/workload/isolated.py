@@ -9,8 +9,10 @@ link of a call (its routes, and the reducers of its GPUs), its flows take exactl
 rates they take alone, so the call runs exactly as it does alone. Its timing (when each
 rank is done, when each link is last used, bytes and busy time per link) then comes from
 one run of the call alone on a scratch network, shared by every call with the same
-schedule, protocol and *signature*: the same routes up to renaming the links, over links
-of the same bandwidth, latency and type, and reducers of the same bandwidth.
+schedule (what a replay reads of it, not its labels: a ring's reduce-scatter on GPUs
+without a reducer bandwidth is timed as its all-gather), protocol and *signature*: the
+same routes up to renaming the links, over links of the same bandwidth, latency and type,
+and reducers of the same bandwidth.
 
 Checked, not assumed. A call replayed this way *holds* its links on the real network until
 its timing says it lets each go; a flow started on a held link, or a call launched onto
