@@ -9,8 +9,10 @@ link of a call (its routes, and the reducers of its GPUs), its flows take exactl
 rates they take alone, so the call runs exactly as it does alone. Its timing (when each
 rank is done, when each link is last used, bytes and busy time per link) then comes from
 one run of the call alone on a scratch network, shared by every call with the same
-schedule, protocol and *signature*: the same routes up to renaming the links, over links
-of the same bandwidth, latency and type, and reducers of the same bandwidth.
+schedule (what a replay reads of it, not its labels: a ring's reduce-scatter on GPUs
+without a reducer bandwidth is timed as its all-gather), protocol and *signature*: the
+same routes up to renaming the links, over links of the same bandwidth, latency and type,
+and reducers of the same bandwidth.
 
 Checked, not assumed. A call replayed this way *holds* its links on the real network until
 its timing says it lets each go; a flow started on a held link, or a call launched onto
@@ -196,6 +198,33 @@ def schedule_digest(schedule: Schedule) -> bytes:
     return digest.digest()
 
 
+#: The schedule's arrays that a replay reads (ScheduleReplay and route_ops: who sends
+#: what to whom, over which channel and path, after which ops), besides ``reduce``, which
+#: it reads only for ranks with a reducer. Its labels (``op``, ``algorithm``, ``segment``,
+#: ``segment_owner``, ``step``, ``chunk``, ``params``) name the data and never change a
+#: timing.
+_TIMED_ARRAYS = ("src", "dst", "nbytes", "dep_ptr", "dep_idx", "dep_sent", "channel", "path")
+
+
+def timing_digest(schedule: Schedule, reducing: bool) -> bytes:
+    """A digest of what in ``schedule`` sets its timing alone: its ranks and the arrays a
+    replay reads, ``reduce`` among them only if ``reducing`` (some rank reduces on a
+    reducer). A ring's reduce-scatter and all-gather of one size on GPUs without a
+    reducer bandwidth move the same bytes after the same ops, so they share one."""
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(repr((schedule.ranks, schedule.n_ops, reducing)).encode())
+    for name in (*_TIMED_ARRAYS, "reduce") if reducing else _TIMED_ARRAYS:
+        array = getattr(schedule, name)
+        if array is None:
+            digest.update(b"-/")
+            continue
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+        digest.update(b"/")
+    return digest.digest()
+
+
 @dataclass
 class _Plan:
     """A call on a particular group: its footprint (link ids on the real network, in
@@ -257,6 +286,8 @@ class IsolatedCalls:
         self._timings = store.timings
         # Schedule digests by id, with the schedule kept so that the id stays its own.
         self._digests: dict[int, tuple[Schedule, bytes]] = {}
+        # Timing digests (timing_digest) by (id, reducing), the schedule kept likewise.
+        self._timing_digests: dict[tuple[int, bool], tuple[Schedule, bytes]] = {}
         # Per schedule by id: its distinct (src, dst, channel, path) rows (_rows).
         self._row_cache: dict[int, tuple] = {}
         self._scratch: FlowNetwork | None = None
@@ -643,9 +674,7 @@ class IsolatedCalls:
             shared = self._store.footprints.get(key)
             if shared is not None:
                 return self._placed_footprint(*shared)
-        footprint, reducers, signature = self._new_footprint(
-            schedule, protocol, ranks, period, known[1]
-        )
+        footprint, reducers, signature = self._new_footprint(schedule, protocol, ranks, period)
         if key is not None:
             graph_links = footprint[: len(footprint) - len(reducers)].copy()
             graph_links.flags.writeable = False  # shared by replays: never written
@@ -696,7 +725,6 @@ class IsolatedCalls:
         protocol: Protocol | None,
         ranks: np.ndarray,
         period: int | None,
-        digest_of_schedule: bytes,
     ) -> tuple[np.ndarray, tuple, bytes]:
         """:meth:`_footprint` found by routing the call: also its reducers as (rank,
         bandwidth) pairs, in footprint order."""
@@ -753,7 +781,11 @@ class IsolatedCalls:
                 footprint = np.append(footprint, flat[ptr[route]])
         attributes = self._link_attributes(footprint)
         kinds = "|".join(network.links.kind[i] for i in footprint.tolist())
-        digest = hashlib.blake2b(digest_of_schedule, digest_size=20)
+        # What of the schedule sets its timing (not its labels: a ring's reduce-scatter
+        # without reducers times as its all-gather does).
+        digest = hashlib.blake2b(
+            self._timing_digest(schedule, bool(reducer_positions)), digest_size=20
+        )
         for part in (
             np.array([period or 0, self.copies], dtype=np.int64),
             renumber[op_route].astype(np.int64),
@@ -768,6 +800,14 @@ class IsolatedCalls:
         digest.update(kinds.encode())
         digest.update(repr(protocol).encode())
         return footprint, tuple(reducers), digest.digest()
+
+    def _timing_digest(self, schedule: Schedule, reducing: bool) -> bytes:
+        """:func:`timing_digest` of ``schedule``, once per schedule."""
+        key = (id(schedule), reducing)
+        known = self._timing_digests.get(key)
+        if known is None:
+            known = self._timing_digests[key] = (schedule, timing_digest(schedule, reducing))
+        return known[1]
 
     def _rows(self, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A schedule's distinct (src, dst, channel, path) rows, each op's row and each
@@ -932,10 +972,7 @@ class IsolatedCalls:
         entries = rd.incidence(shape)
         kept = {int(a) for a in shape.anchor.tolist() if a >= 0}
         positions, bandwidths = self._reducers(schedule, ranks)
-        known = self._digests.get(id(schedule))
-        if known is None:
-            known = self._digests[id(schedule)] = (schedule, schedule_digest(schedule))
-        base = hashlib.blake2b(known[1], digest_size=20)
+        base = hashlib.blake2b(self._timing_digest(schedule, bool(positions)), digest_size=20)
         base.update(np.array(positions, dtype=np.int64).tobytes())
         base.update(np.array(bandwidths, dtype=float).tobytes())
         base.update(repr((protocol, sorted(network.link_efficiency.items()))).encode())
