@@ -54,6 +54,8 @@ def test_steady_step_is_the_full_step(pp: int, v: int, dp: int, micro: int, serv
     # The shortcut ran: fewer micro-batches, the rest as whole periods of pp.
     assert steady.simulated == short_micro_batches(micro, pp, v) < micro
     assert steady.periods * pp == micro - steady.simulated
+    # The short step's memory is the full step's (as validate --training reports it).
+    assert steady.workload.memory == megatron(**options).memory
     full = _full(options, servers)
     assert steady.step_s == pytest.approx(full, rel=STEP_TOLERANCE, abs=0)
     # Linear in the periods: one period fewer is the full step less one period.

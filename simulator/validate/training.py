@@ -638,18 +638,19 @@ def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
     (``bundles`` False: calls that share links flow by flow, the per-flow reference)."""
     import time
 
-    from ..workload import run_workload
-    from ..workload.generators import megatron
+    from ..workload.steady import run_steady
 
     start = time.perf_counter()
     options = generator_options(run)
     try:
-        step = megatron(**options)
         topology, nodes = run_topology(run)
-        _, result = run_workload(step, topology, nodes=nodes, bundles=bundles)
+        # Identical micro-batches of the pipeline's steady state replayed once where
+        # that is checked periodic, else the full step (simulator.workload.steady).
+        result = run_steady(options, topology, nodes=nodes, bundles=bundles)
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))
-    memory = step.memory
+    # The short step's memory is the full step's: its warm-up is as long.
+    memory = result.workload.memory
     fits = None
     if memory is not None:
         from ..workload.devices import DEVICES
