@@ -43,7 +43,7 @@ def _full(options: dict, servers: int) -> float:
     ("pp", "v", "dp", "micro", "servers"),
     [
         (4, 2, 2, 32, 4),  # interleaved, TP 4 PP 4 VP 2: 16 micro-batches replayed
-        (4, 1, 2, 24, 4),  # 1F1B: 3 warm-up forwards at most, 16 replayed
+        (4, 1, 2, 24, 4),  # 1F1B: 3 warm-up forwards at most, period 1: 9 replayed
         (2, 2, 2, 16, 2),  # interleaved on 2 stages, 2 servers: 8 replayed
     ],
 )
@@ -53,13 +53,14 @@ def test_steady_step_is_the_full_step(pp: int, v: int, dp: int, micro: int, serv
     assert steady.why == ""
     # The shortcut ran: fewer micro-batches, the rest as whole periods of pp.
     assert steady.simulated == short_micro_batches(micro, pp, v) < micro
-    assert steady.periods * pp == micro - steady.simulated
+    per = pp if v > 1 else 1  # micro-batches a period
+    assert steady.periods * per == micro - steady.simulated
     # The short step's memory is the full step's (as validate --training reports it).
     assert steady.workload.memory == megatron(**options).memory
     full = _full(options, servers)
     assert steady.step_s == pytest.approx(full, rel=STEP_TOLERANCE, abs=0)
     # Linear in the periods: one period fewer is the full step less one period.
-    fewer = {**options, "global_batch": (micro - pp) * dp}
+    fewer = {**options, "global_batch": (micro - per) * dp}
     assert _full(fewer, servers) == pytest.approx(full - steady.period_s, rel=STEP_TOLERANCE)
 
 
@@ -98,3 +99,14 @@ def test_an_op_out_of_step_fails_the_check():
     moved = dataclasses.replace(run, records=dataclasses.replace(run.records, end_s=end_s))
     period, why = steady_period(run.workload, moved, 4, 2, 0)
     assert np.isnan(period) and "not periodic" in why
+    # A data-parallel gather (one of the step's own ops) moved to run beside the
+    # compared steps: those steps are no longer the only thing running.
+    gather = next(op.index for op in run.workload.ops if op.id == "r0.dp.params.0.0")
+    start_s, end_s = run.records.start_s.copy(), run.records.end_s.copy()
+    start_s[gather] = run.records.start_s[index]
+    end_s[gather] = run.records.end_s[index]
+    beside = dataclasses.replace(
+        run, records=dataclasses.replace(run.records, start_s=start_s, end_s=end_s)
+    )
+    period, why = steady_period(run.workload, beside, 4, 2, 19)
+    assert np.isnan(period) and "runs beside" in why

@@ -4,24 +4,26 @@ Megatron's pipeline schedules (:mod:`simulator.workload.pipeline`) run every sta
 warm-up forwards, steady steps of one forward and one backward, and cool-down
 backwards. With ``m`` micro-batches on ``p`` stages of ``v`` model chunks, the
 schedule's pattern of (chunk, micro-batch) repeats every ``p v`` chunk-passes, that is
-every ``p`` micro-batches, and the schedule of ``m + p`` micro-batches is that of ``m``
-with one more period of steady steps in every stage; the warm-up, the cool-down, the
-data-parallel calls at the step's two ends (parameter gathers before the first
-micro-batch, gradient reductions after the last) are those of ``m``.
+every ``q = p`` micro-batches (``q = 1`` in 1F1B, ``v = 1``), and the schedule of
+``m + q`` micro-batches is that of ``m`` with one more period of steady steps in every
+stage; the warm-up, the cool-down, the data-parallel calls at the step's two ends
+(parameter gathers before the first micro-batch, gradient reductions after the last)
+are those of ``m``.
 
 So where the replay of ``m_s`` micro-batches is *periodic* in its steady state, every
-op of steady step ``sigma + p v`` starting and ending exactly ``T`` after the same op
-of step ``sigma``, the replay of ``m = m_s + n p`` micro-batches is that of ``m_s``
+op of steady step ``sigma + q v`` starting and ending exactly ``T`` after the same op
+of step ``sigma``, the replay of ``m = m_s + n q`` micro-batches is that of ``m_s``
 with ``n`` more periods of ``T`` each: the replay is deterministic and time-invariant,
 so from a state that repeats shifted by ``T`` it goes on repeating. Its step is then
 ``step(m_s) + n T`` (:func:`run_steady`).
 
 Checked, not assumed: a short step of ``m_s`` micro-batches is built and replayed with
-two whole periods of steady steps on every stage (:func:`short_micro_batches`), and
-every op of the first period's steps (each rank's: compute, tensor-parallel calls,
+two whole periods of steady steps on every stage and a margin (:func:`short_micro_batches`),
+and every op of the first period's steps (each rank's: compute, tensor-parallel calls,
 pipeline sends and receives) must start and end ``T`` before the same op of the second
-period's, to :data:`PERIOD_TOLERANCE`. Where one does not (calls of the step's ends
-reaching into the steady state, a network that does not settle), or the step has too
+period's, to :data:`PERIOD_TOLERANCE`, with none of the step's own ops running beside
+them (:func:`steady_period`). Where one does not (the pipeline still filling, calls of
+the step's ends reaching into the steady state), or the step has too
 few micro-batches to gain, the full step is built and replayed
 (:attr:`SteadyStep.why` says why). The full replay stays the reference:
 ``tests/test_steady.py`` holds the two equal on small pipelines.
@@ -74,7 +76,7 @@ class SteadyStep:
     ``step_s`` is the step's time for ``micro_batches`` micro-batches a replica;
     ``run`` and ``breakdown`` are those of the step actually replayed, of ``simulated``
     micro-batches (``micro_batches`` itself when the full step was replayed, and then
-    ``why`` says why); ``period_s`` is the time one period of ``pp`` micro-batches adds
+    ``why`` says why); ``period_s`` is the time one period (:func:`period_micro_batches`) adds
     (None when the full step was replayed), and ``periods`` how many were added.
     """
 
@@ -89,28 +91,40 @@ class SteadyStep:
     why: str = ""
 
 
+def period_micro_batches(pp: int, v: int) -> int:
+    """Micro-batches in one period of the schedule's pattern: ``pp`` with virtual
+    stages (the k-th forward's chunk goes round every ``pp v`` chunk-passes), one in
+    1F1B (every steady step is alike).
+
+    >>> period_micro_batches(8, 12), period_micro_batches(8, 1)
+    (8, 1)
+    """
+    return 1 if v == 1 else pp
+
+
 def short_micro_batches(micro: int, pp: int, v: int, extra_warmup: int = 0) -> int | None:
-    """The fewest micro-batches ``m_s`` (``micro`` less a whole number of periods of
-    ``pp``) whose step has two and a half periods of ``pp v`` steady steps on every
-    stage (the first stage's warm-up is the longest): the two compared, away from the
-    first steady steps, whose ops (and receives posted in the warm-up) still feel the
-    pipeline filling, and from the last, beside which the first gradient reductions
-    start. None when that is not fewer than ``micro``.
+    """The fewest micro-batches ``m_s`` (``micro`` less a whole number of periods, see
+    :func:`period_micro_batches`) whose step has two periods of steady steps on every
+    stage (the first stage's warm-up is the longest) and a margin of half a period or
+    ``pp`` steps, whichever is more: the two compared periods lie in the middle, away
+    from the first steady steps, whose ops (and receives posted in the warm-up) still
+    feel the pipeline filling, and from the last, beside which the first gradient
+    reductions start. None when that is not fewer than ``micro``.
 
     >>> short_micro_batches(128, 8, 12)  # 2 x 7 + 11 x 8 = 102 warm-up forwards
     32
     >>> short_micro_batches(16, 4, 2), short_micro_batches(32, 4, 2)
     (None, 16)
-    >>> short_micro_batches(64, 8, 1)  # 1F1B: 7 warm-up forwards
-    32
+    >>> short_micro_batches(32, 8, 1)  # 1F1B: 7 warm-up forwards, 2 + 8 steps more
+    17
     """
     warmup = warmup_forwards(pp, v, extra_warmup)
-    # m v - warmup >= 2.5 p v, m = micro - n p
-    need = 2 * pp * v + (pp * v + 1) // 2 + warmup
-    periods = (micro * v - need) // (pp * v)
+    steps = period_micro_batches(pp, v) * v  # steady steps a period
+    need = 2 * steps + max((steps + 1) // 2, pp) + warmup
+    periods = (micro * v - need) // steps
     if periods < 1:
         return None
-    return micro - periods * pp
+    return micro - periods * period_micro_batches(pp, v)
 
 
 def warmup_forwards(pp: int, v: int, extra_warmup: int = 0) -> int:
@@ -144,25 +158,29 @@ def pass_of(op_id: str, v: int) -> tuple[str, int, int] | None:
 def steady_period(
     workload: Workload, run: WorkloadRun, pp: int, v: int, offset: int
 ) -> tuple[float, str]:
-    """The time one period of ``pp`` micro-batches takes in ``run``'s steady state, and
-    '' ; or NaN and why the replay is not periodic there (see the module docstring).
+    """The time one period (:func:`period_micro_batches`) takes in ``run``'s steady
+    state, and ''; or NaN and why the replay is not periodic there (see the module
+    docstring).
 
     Each rank's steady steps are numbered from its first: the steady step ``sigma`` runs
     forward ``k = sigma + w`` (``w`` the rank's warm-up forwards, counted from its ops)
     and backward ``sigma``; the k-th forward (backward) of a stage is chunk-pass
     ``(k mod p v) // p`` (reversed for backward) of micro-batch ``(k // p v) p + k mod
-    p``. Every op of steps ``0 .. p v - 1`` is compared with the same op of the step
-    ``p v`` on.
+    p``. Every op of the ``P`` steps from ``offset`` (``P`` a period's) is compared with
+    the same op ``P`` steps on; and none of the step's own ops (data-parallel calls at
+    its ends, the optimizer) may run while they do.
     """
-    period = pp * v
+    steps = period_micro_batches(pp, v) * v
     ops = workload.ops
     # Per (rank, stream, pass, chunk, micro-batch): the ops in order.
     by_pass: dict[tuple, list[int]] = defaultdict(list)
+    own: list[int] = []
     warmup: dict[int, int] = {}
     forwards: dict[int, set] = defaultdict(set)
     for op in ops:
         found = pass_of(op.id, v)
         if found is None:
+            own.append(op.index)
             continue
         kind, chunk, micro = found
         rank = op.rank
@@ -177,10 +195,10 @@ def steady_period(
         return float("nan"), "the step has no backward passes named as Megatron's"
 
     def index(kind: str, k: int) -> tuple[str, int, int]:
-        chunk = (k % period) // pp
+        chunk = (k % (pp * v)) // pp
         if kind == "b":
             chunk = v - 1 - chunk
-        return kind, chunk, (k // period) * pp + k % pp
+        return kind, chunk, (k // (pp * v)) * pp + k % pp
 
     first: list[int] = []
     second: list[int] = []
@@ -188,9 +206,9 @@ def steady_period(
     for rank, stream, *_ in by_pass:
         streams[rank].add(stream)
     for rank, w in warmup.items():
-        for sigma in range(offset, offset + period):
+        for sigma in range(offset, offset + steps):
             for kind, k in (("f", sigma + w), ("b", sigma)):
-                a, b = index(kind, k), index(kind, k + period)
+                a, b = index(kind, k), index(kind, k + steps)
                 for stream in streams[rank]:
                     these = by_pass.get((rank, stream, *a), [])
                     those = by_pass.get((rank, stream, *b), [])
@@ -228,6 +246,14 @@ def steady_period(
             f"the steady state is not periodic: ops repeat {spread:.3g} s apart from "
             f"the period of {period_s:.9g} s"
         )
+    # The compared periods' span: a step's own op running in it would be in one
+    # period and not in those added.
+    low = float(np.nanmin(records.start_s[first_ids]))
+    own_ids = np.asarray(own, dtype=np.int64)
+    beside = (records.end_s[own_ids] > low) & (records.start_s[own_ids] < clock)
+    if beside.any():
+        name = ops[int(own_ids[np.flatnonzero(beside)[0]])].id
+        return float("nan"), f"{name} runs beside the compared steady steps"
     return period_s, ""
 
 
@@ -259,10 +285,11 @@ def run_steady(
         workload = megatron(**{**options, "global_batch": short * micro_batch * dp})
         run, result = run_workload(workload, topology, nodes=nodes, **arguments)
         # The compared periods in the middle of the steady steps the short step has.
+        steps = period_micro_batches(pp, v) * v
         steady = short * v - warmup_forwards(pp, v, extra)
-        period_s, why = steady_period(run.workload, run, pp, v, (steady - 2 * pp * v) // 2)
+        period_s, why = steady_period(run.workload, run, pp, v, (steady - 2 * steps) // 2)
         if not why:
-            periods = (micro - short) // pp
+            periods = (micro - short) // period_micro_batches(pp, v)
             return SteadyStep(
                 step_s=result.step_s + periods * period_s,
                 micro_batches=micro,
