@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.workload import run_workload
+from simulator.workload import run_workload, steady
 from simulator.workload.generators import megatron
 from simulator.workload.steady import (
     STEP_TOLERANCE,
@@ -73,6 +73,17 @@ def test_too_few_micro_batches_replay_the_full_step():
     assert steady.why and steady.simulated == steady.micro_batches == 16
     assert steady.period_s is None and steady.periods == 0
     assert steady.step_s == _full(options, 4)
+
+
+def test_a_failed_check_replays_the_full_step(monkeypatch):
+    # No shift is close enough to the period under a negative tolerance: the short
+    # step is replayed, found not periodic, and the full step replayed, bit for bit.
+    monkeypatch.setattr(steady, "PERIOD_TOLERANCE", -1.0)
+    options = {**BASE, "pp": 2, "virtual_stages": 2, "dp": 2, "global_batch": 32}
+    found = run_steady(options, "dgx-h100", nodes=2)
+    assert found.why.startswith("8 of 16 micro-batches: the steady state is not periodic")
+    assert found.simulated == found.micro_batches == 16 and found.period_s is None
+    assert found.step_s == _full(options, 2)
 
 
 def test_the_first_steady_steps_are_not_periodic_yet():

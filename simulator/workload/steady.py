@@ -23,7 +23,9 @@ and every op of the first period's steps (each rank's: compute, tensor-parallel 
 pipeline sends and receives) must start and end ``T`` before the same op of the second
 period's, to :data:`PERIOD_TOLERANCE`, with none of the step's own ops running beside
 them (:func:`steady_period`). Where one does not (the pipeline still filling, calls of
-the step's ends reaching into the steady state), or the step has too
+the step's ends reaching into the steady state, a host that launches ahead of the GPUs
+by more each micro-batch, as MoE steps with the host's launches modelled do), or the
+step has too
 few micro-batches to gain, the full step is built and replayed
 (:attr:`SteadyStep.why` says why). The full replay stays the reference:
 ``tests/test_steady.py`` holds the two equal on small pipelines.
@@ -288,7 +290,10 @@ def run_steady(
         steps = period_micro_batches(pp, v) * v
         steady = short * v - warmup_forwards(pp, v, extra)
         period_s, why = steady_period(run.workload, run, pp, v, (steady - 2 * steps) // 2)
-        if not why:
+        if why:
+            why = f"{short} of {micro} micro-batches: {why}"
+            del run, result  # (the full step's replay needs the memory)
+        else:
             periods = (micro - short) // period_micro_batches(pp, v)
             return SteadyStep(
                 step_s=result.step_s + periods * period_s,
