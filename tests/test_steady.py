@@ -83,7 +83,11 @@ def test_a_failed_check_replays_the_full_step(monkeypatch):
     found = run_steady(options, "dgx-h100", nodes=2)
     assert found.why.startswith("8 of 16 micro-batches: the steady state is not periodic")
     assert found.simulated == found.micro_batches == 16 and found.period_s is None
-    assert found.step_s == _full(options, 2)
+    full = _full(options, 2)
+    assert found.step_s == full
+    # The per-flow reference's path (validate --training --exact) asks for the full step.
+    asked = run_steady(options, "dgx-h100", nodes=2, shortcut=False)
+    assert asked.why == "the full step asked for" and asked.step_s == full
 
 
 def test_the_first_steady_steps_are_not_periodic_yet():

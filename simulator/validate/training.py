@@ -634,8 +634,10 @@ def run_topology(run: TrainingRun) -> tuple[str | nx.Graph, int | None]:
 
 
 def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
-    """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives
-    (``bundles`` False: calls that share links flow by flow, the per-flow reference)."""
+    """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives, from a
+    shorter step's steady state where it is checked periodic
+    (:mod:`simulator.workload.steady`); ``bundles`` False: the per-flow reference, calls
+    that share links flow by flow and every micro-batch replayed."""
     import time
 
     from ..workload.steady import run_steady
@@ -645,8 +647,9 @@ def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
     try:
         topology, nodes = run_topology(run)
         # Identical micro-batches of the pipeline's steady state replayed once where
-        # that is checked periodic, else the full step (simulator.workload.steady).
-        result = run_steady(options, topology, nodes=nodes, bundles=bundles)
+        # that is checked periodic, else the full step (simulator.workload.steady); the
+        # per-flow reference replays the full step.
+        result = run_steady(options, topology, nodes=nodes, shortcut=bundles, bundles=bundles)
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))
     # The short step's memory is the full step's: its warm-up is as long.

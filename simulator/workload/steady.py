@@ -264,12 +264,14 @@ def run_steady(
     topology: str | Path | nx.Graph,
     *,
     nodes: int | None = None,
+    shortcut: bool = True,
     **arguments: Any,
 ) -> SteadyStep:
     """The step of ``megatron(**options)`` on ``topology``, replaying a shorter step and
     adding its steady state's period for the micro-batches left out where that step is
-    periodic (see the module docstring), else replaying the full step. ``arguments`` go
-    to :func:`~simulator.workload.run_workload` (``bundles``, ``nccl``, ...).
+    periodic (see the module docstring), else (and with ``shortcut`` False) replaying
+    the full step. ``arguments`` go to :func:`~simulator.workload.run_workload`
+    (``bundles``, ``nccl``, ...).
     """
     from . import run_workload
     from .generators import megatron
@@ -283,7 +285,9 @@ def run_steady(
     extra = 1 if options.get("moe_a2a_overlap") else 0
     short = short_micro_batches(micro, pp, v, extra) if pp > 1 else None
     why = "too few micro-batches for two steady periods and more"
-    if short is not None and not options.get("fsdp"):
+    if not shortcut:
+        why = "the full step asked for"
+    elif short is not None and not options.get("fsdp"):
         workload = megatron(**{**options, "global_batch": short * micro_batch * dp})
         run, result = run_workload(workload, topology, nodes=nodes, **arguments)
         # The compared periods in the middle of the steady steps the short step has.
@@ -305,7 +309,7 @@ def run_steady(
                 run=run,
                 breakdown=result,
             )
-    elif options.get("fsdp"):
+    elif short is not None:
         why = "FSDP gathers weights per micro-batch (not checked here)"
     workload = megatron(**options)
     run, result = run_workload(workload, topology, nodes=nodes, **arguments)
