@@ -517,8 +517,7 @@ def run_published_scenario(scenario: Scenario) -> dict:
     (this process's, from the step's generation to the end of its replay) that its target
     is on. Reading the runs' data file is not counted."""
     from ..validate.training import generator_options, load_runs, run_topology
-    from ..workload import run_workload
-    from ..workload.generators import megatron
+    from ..workload.steady import run_steady
 
     runs, skipped = load_runs()
     run = next((run for run in runs if run.id == scenario.case), None)
@@ -526,9 +525,11 @@ def run_published_scenario(scenario: Scenario) -> dict:
         why = dict(skipped).get(scenario.case, "no such id")
         raise CcsimError(f"bench scenario {scenario.name}: published run {scenario.case}: {why}")
     start, cpu = time.perf_counter(), time.process_time()
-    step = megatron(**generator_options(run))
     topology, nodes = run_topology(run)
-    replay, result = run_workload(step, topology, nodes=nodes)
+    # As validate --training: a shorter step's steady state stands for the identical
+    # micro-batches where it is checked periodic (simulator.workload.steady).
+    steady = run_steady(generator_options(run), topology, nodes=nodes)
+    step, replay = steady.workload, steady.run
     cpu = time.process_time() - cpu
     wall = time.perf_counter() - start
     flows = replay.stats.represented_flows
@@ -537,10 +538,13 @@ def run_published_scenario(scenario: Scenario) -> dict:
         "ranks": step.ranks,
         "flows": flows,
         "simulated_flows": replay.stats.flows,
-        "sim_time_us": result.step_s * 1e6,
+        "sim_time_us": steady.step_s * 1e6,
         "busbw_GBps": float("nan"),
         "wall_s": wall,
         "cpu_s": cpu,
+        # Micro-batches a replica, and those replayed (the rest: steady periods added).
+        "micro_batches": steady.micro_batches,
+        "micro_batches_simulated": steady.simulated,
         "peak_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "flows_per_s": flows / wall,
         "target_s": scenario.target_s or None,

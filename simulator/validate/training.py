@@ -634,22 +634,26 @@ def run_topology(run: TrainingRun) -> tuple[str | nx.Graph, int | None]:
 
 
 def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
-    """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives
-    (``bundles`` False: calls that share links flow by flow, the per-flow reference)."""
+    """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives, from a
+    shorter step's steady state where it is checked periodic
+    (:mod:`simulator.workload.steady`); ``bundles`` False: the per-flow reference, calls
+    that share links flow by flow and every micro-batch replayed."""
     import time
 
-    from ..workload import run_workload
-    from ..workload.generators import megatron
+    from ..workload.steady import run_steady
 
     start = time.perf_counter()
     options = generator_options(run)
     try:
-        step = megatron(**options)
         topology, nodes = run_topology(run)
-        _, result = run_workload(step, topology, nodes=nodes, bundles=bundles)
+        # Identical micro-batches of the pipeline's steady state replayed once where
+        # that is checked periodic, else the full step (simulator.workload.steady); the
+        # per-flow reference replays the full step.
+        result = run_steady(options, topology, nodes=nodes, shortcut=bundles, bundles=bundles)
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))
-    memory = step.memory
+    # The short step's memory is the full step's: its warm-up is as long.
+    memory = result.workload.memory
     fits = None
     if memory is not None:
         from ..workload.devices import DEVICES
