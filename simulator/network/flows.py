@@ -591,10 +591,12 @@ class FlowNetwork:
                 seeds[-1], new = new_link[np.repeat(left, lengths)], new[left]
         seeds = [links for links in seeds if len(links)]
         if seeds:
-            affected = self._component(np.concatenate(seeds))
+            affected, entries = self._component(np.concatenate(seeds))
             if len(new):
+                # (Already among them: their links are seeds. A flow over no link has
+                # no entry, so the entries stay those of the slots.)
                 affected[new] = True
-            self._recompute(np.flatnonzero(affected[: self._top]), now)
+            self._recompute(np.flatnonzero(affected[: self._top]), now, entries)
         elif len(new):
             self._recompute(new, now)
         self._schedule_wake()
@@ -666,11 +668,13 @@ class FlowNetwork:
             self.link_busy[idle] += now - self._link_since[idle]
             self.link_idle_at[idle] = now
 
-    def _component(self, seeds: np.ndarray) -> np.ndarray:
-        """Flow slots connected (through shared links) to the ``seeds`` links (ids)."""
+    def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
+        mask over slots, and the mask of their incidence entries where the search found
+        it (None: :meth:`_recompute` finds it)."""
         flows = np.zeros(self._cap, dtype=bool)
         if len(seeds) == 0 or len(self._inc_link) == 0:
-            return flows
+            return flows, None
         if 8 * len(self._inc_link) > len(self.links):
             # Much of the network is busy: masks over all links are cheapest.
             links = np.zeros(len(self.links), dtype=bool)
@@ -679,9 +683,10 @@ class FlowNetwork:
                 hit = links[self._inc_link]
                 flows[self._inc_flow[hit]] = True
                 # The links the flows found cross: done when all were reached already.
-                reached = self._inc_link[flows[self._inc_flow]]
+                entries = flows[self._inc_flow]
+                reached = self._inc_link[entries]
                 if links[reached].all():
-                    return flows
+                    return flows, entries
                 links[reached] = True
         elif len(self._inc_link) <= _SMALL:
             # A handful of flows (a quotient's step): plain Python sets.
@@ -699,7 +704,7 @@ class FlowNetwork:
                         reached.add(link)
                         grew = True
             flows[list(found)] = True
-            return flows
+            return flows, None
         else:
             # Few flows in a large network: the links reached, marked in a scratch array
             # cleared again before returning (no sort per round, as set operations take).
@@ -712,16 +717,19 @@ class FlowNetwork:
                     grown = self._inc_link[flows[self._inc_flow]]
                     new = grown[~mark[grown]]
                     if len(new) == 0:
-                        return flows
+                        return flows, None
                     new = np.unique(new)
                     mark[new] = True
                     links = np.concatenate([links, new])
             finally:
                 mark[links] = False
         flows[self._inc_flow] = True  # the change reaches most of the network
-        return flows
+        return flows, None
 
-    def _recompute(self, slots: np.ndarray, now: float) -> None:
+    def _recompute(self, slots: np.ndarray, now: float, in_set: np.ndarray | None = None) -> None:
+        """New rates and finish times of the flows in ``slots`` (sorted, or in the order
+        they were added), from ``now``. ``in_set``: the mask of their incidence entries,
+        where the caller has it."""
         if len(slots) == 0:
             return
         self.stats.recomputes += 1
@@ -741,7 +749,8 @@ class FlowNetwork:
         if len(local) != self._cap:
             local = self._local = np.full(self._cap, -1, dtype=np.int64)
         local[slots] = np.arange(len(slots))
-        in_set = local[self._inc_flow] >= 0
+        if in_set is None:
+            in_set = local[self._inc_flow] >= 0
         inc_flow = local[self._inc_flow[in_set]]
         local[slots] = -1
         used = self._inc_link[in_set]
