@@ -189,6 +189,8 @@ class FlowNetwork:
         # Scratch for _recompute (-1 per slot between calls) and _entries_of (False).
         self._local = np.zeros(0, dtype=np.int64)
         self._dead = np.zeros(0, dtype=bool)
+        # The route over each link alone, once made (-1: not yet; see add_link_loads).
+        self._link_route = np.full(n_links, -1, dtype=np.int64)
 
     # -- pool -----------------------------------------------------------------------------
     def _alloc(self, capacity: int) -> None:
@@ -497,7 +499,7 @@ class FlowNetwork:
         say (every link of the class alike). They stand for ``represented`` flows in the
         stats."""
         links = np.asarray(links, dtype=np.int64)
-        routes = np.array([self.router.route_over((link,)) for link in links.tolist()])
+        routes = self._single_link_routes(links)
         copies = np.ones(len(links)) if copies is None else np.asarray(copies, dtype=float)
         if self._link_class is not None:
             weight = copies * self._class_size[links]
@@ -509,6 +511,24 @@ class FlowNetwork:
         before = self.stats.represented_flows
         self.add_flows(owner, np.arange(len(links)), routes, nbytes / copies, weight, cap / copies)
         self.stats.represented_flows = before + represented
+
+    def _single_link_routes(self, links: np.ndarray) -> np.ndarray:
+        """The route over each of ``links`` alone (``Router.route_over((link,))``, made on
+        first use in the links' order, so numbered as that call makes them), looked up
+        in one pass: a bundle's thousands of links, at each of its starts."""
+        known = self._link_route
+        if len(known) < len(self.links):  # reducer links made since
+            known = self._link_route = np.concatenate(
+                [known, np.full(len(self.links) - len(known), -1, dtype=np.int64)]
+            )
+        routes = known[links]
+        missing = np.flatnonzero(routes < 0)
+        if len(missing):
+            for link in links[missing].tolist():
+                if known[link] < 0:
+                    known[link] = self.router.route_over((link,))
+            routes = known[links]
+        return routes
 
     def scale_links(self, links: np.ndarray, factor: float | np.ndarray) -> None:
         """Set ``links``' usable capacity to ``factor`` times their healthy capacity, now
