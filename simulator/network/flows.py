@@ -29,6 +29,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from .maxmin import max_min_rates
 from .routing import LinkTable, Router, path_class
 
 #: No holders (see FlowNetwork.holders); never written to.
@@ -790,9 +791,7 @@ class FlowNetwork:
             inc_link = np.searchsorted(links, used)
         coef = None if self._inc_coef is None else self._inc_coef[in_set]
         cap = self._f_cap[slots] if self._capped else None
-        rate = self.router.rate_memo.rates(
-            inc_flow, inc_link, len(slots), self.capacity[links], coef, cap
-        )
+        rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links], coef, cap)
         self._f_rate[slots] = rate
         left = self._f_left[slots]
         if rate.all():

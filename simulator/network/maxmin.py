@@ -25,9 +25,6 @@ _TIE = 1e-12
 #: that run's 108,749 computations, replayed one by one: 57 against 200 us at up to 8
 #: entries, 212 against 331 us at 17-32, 357 against 404 us at 33-48, and slower beyond.
 SMALL_ENTRIES = 48
-#: The most bytes of keys and rates a :class:`RateMemo` keeps (then it stops learning
-#: problems and only answers those it knows): some 40 MiB with the dict's own cost.
-MEMO_BYTES = 24 << 20
 
 
 def max_min_rates(
@@ -186,69 +183,3 @@ def _small_rates(
             remaining[link] -= total * level
         entries = rest
     return np.array(rate, dtype=float)
-
-
-class RateMemo:
-    """:func:`max_min_rates` of problems seen before, by their every input.
-
-    A training step repeats its traffic: the same pipeline sends and the same bundles
-    meet on the same links micro-batch after micro-batch, and a job's run alone meets
-    the same problems its run with a neighbour does. The rates are a function of the
-    arrays given (and nothing else), so a problem found here is answered with the rates
-    solved the first time, to the bit: two 64-GPU-a-job Llama 3 70B steps on a 2:1
-    leaf-spine (``ccsim bench jobs-2x1024-leaf-spine``'s model at DP 4) ask 28,837 times
-    for 13,364 distinct problems. Share one memo among networks (see
-    :func:`~simulator.network.flows.network_tables`) to share what they solved; it holds
-    no state of any simulation, so the networks cannot interfere. Past
-    :data:`MEMO_BYTES` of keys and rates it learns no more (answers stay exact).
-
-    >>> memo = RateMemo()
-    >>> args = (np.array([0, 1]), np.array([0, 0]), 2, np.array([10.0]))
-    >>> memo.rates(*args), memo.rates(*args), memo.hits
-    (array([5., 5.]), array([5., 5.]), 1)
-    """
-
-    def __init__(self) -> None:
-        self._known: dict[tuple, np.ndarray] = {}
-        self._bytes = 0
-        #: Problems answered from the memo (for benchmarks).
-        self.hits = 0
-
-    def rates(
-        self,
-        inc_flow: np.ndarray,
-        inc_link: np.ndarray,
-        n_flows: int,
-        capacity: np.ndarray,
-        weight: np.ndarray | None = None,
-        cap: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """:func:`max_min_rates` of these arguments (a read-only array: it may be the
-        one returned for an equal problem before)."""
-        # The bytes of each array with its dtype and length: two problems share a key
-        # only if every input is the same array of the same doubles (and ints).
-        key = (
-            n_flows,
-            _exact(inc_flow),
-            _exact(inc_link),
-            _exact(capacity),
-            None if weight is None else _exact(weight),
-            None if cap is None else _exact(cap),
-        )
-        known = self._known.get(key)
-        if known is not None:
-            self.hits += 1
-            return known
-        rate = max_min_rates(inc_flow, inc_link, n_flows, capacity, weight, cap)
-        size = sum(len(part[1]) for part in key[1:] if part is not None) + rate.nbytes
-        if self._bytes + size <= MEMO_BYTES:
-            rate.flags.writeable = False
-            self._known[key] = rate
-            self._bytes += size
-        return rate
-
-
-def _exact(values: np.ndarray) -> tuple[str, bytes]:
-    """An array as a hashable key: its dtype and bytes (its length follows)."""
-    values = np.asarray(values)
-    return values.dtype.str, values.tobytes()

@@ -46,7 +46,6 @@ import numpy as np
 
 from ..errors import CcsimError
 from ..topology.graph import gpu_nodes
-from .maxmin import RateMemo
 
 #: Path classes, by the slowest kind of link a path crosses (NCCL's own split of
 #: per-hop latencies: NVLink, PCIe, network).
@@ -211,13 +210,9 @@ class Router:
             # Shortest paths are the graph's too (the ECMP hash picks among them later,
             # per router): one search per pair for every network built like ``like``.
             self._paths = like._paths
-            # Max-min problems solved by any network built like ``like`` (the runs of
-            # one `ccsim jobs`, a sweep's replays): pure function values, no state.
-            self.rate_memo = like.rate_memo
         else:
             self._read_graph(graph)
             self._paths: dict[tuple[int, int], tuple[int, ...] | dict] = {}
-            self.rate_memo = RateMemo()
         p = len(self.nodes)
         # Codes: route id >= 0 (one path), -1 unknown, -2 - g multipath group g.
         # Dense: code + 1, 0 where unknown, so that the table starts as zero pages the
