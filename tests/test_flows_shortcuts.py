@@ -1,9 +1,10 @@
 """The flow network's shortcuts change no record: a recomputation handed its flows'
 incidence entries by the component search (instead of finding them again), and a
 bundle's single-link routes read from a per-network table (instead of one
-``Router.route_over`` call per link), each held bit for bit to the plain computation on
-jobs on hashed fabrics (a 2:1 leaf-spine, where they meet; a fat-tree) and jobs that do not (rail
-placement on a rail-optimized fabric), every op's times and every link's records."""
+``Router.route_over`` call per link), each held bit for bit to the plain computation,
+every op's times and every link's records: jobs on hashed fabrics (a 2:1 leaf-spine,
+where they meet; a fat-tree) and jobs that meet nowhere (rail placement on a
+rail-optimized fabric)."""
 
 from __future__ import annotations
 
