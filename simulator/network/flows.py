@@ -190,6 +190,8 @@ class FlowNetwork:
         # Scratch for _recompute (-1 per slot between calls) and _entries_of (False).
         self._local = np.zeros(0, dtype=np.int64)
         self._dead = np.zeros(0, dtype=bool)
+        # The route over each link alone, once made (-1: not yet; see add_link_loads).
+        self._link_route = np.full(n_links, -1, dtype=np.int64)
 
     # -- pool -----------------------------------------------------------------------------
     def _alloc(self, capacity: int) -> None:
@@ -498,7 +500,7 @@ class FlowNetwork:
         say (every link of the class alike). They stand for ``represented`` flows in the
         stats."""
         links = np.asarray(links, dtype=np.int64)
-        routes = np.array([self.router.route_over((link,)) for link in links.tolist()])
+        routes = self._single_link_routes(links)
         copies = np.ones(len(links)) if copies is None else np.asarray(copies, dtype=float)
         if self._link_class is not None:
             weight = copies * self._class_size[links]
@@ -510,6 +512,24 @@ class FlowNetwork:
         before = self.stats.represented_flows
         self.add_flows(owner, np.arange(len(links)), routes, nbytes / copies, weight, cap / copies)
         self.stats.represented_flows = before + represented
+
+    def _single_link_routes(self, links: np.ndarray) -> np.ndarray:
+        """The route over each of ``links`` alone (``Router.route_over((link,))``, made on
+        first use in the links' order, so numbered as that call makes them), looked up
+        in one pass: a bundle's thousands of links, at each of its starts."""
+        known = self._link_route
+        if len(known) < len(self.links):  # reducer links made since
+            known = self._link_route = np.concatenate(
+                [known, np.full(len(self.links) - len(known), -1, dtype=np.int64)]
+            )
+        routes = known[links]
+        missing = np.flatnonzero(routes < 0)
+        if len(missing):
+            for link in links[missing].tolist():
+                if known[link] < 0:
+                    known[link] = self.router.route_over((link,))
+            routes = known[links]
+        return routes
 
     def scale_links(self, links: np.ndarray, factor: float | np.ndarray) -> None:
         """Set ``links``' usable capacity to ``factor`` times their healthy capacity, now
@@ -592,10 +612,12 @@ class FlowNetwork:
                 seeds[-1], new = new_link[np.repeat(left, lengths)], new[left]
         seeds = [links for links in seeds if len(links)]
         if seeds:
-            affected = self._component(np.concatenate(seeds))
+            affected, entries = self._component(np.concatenate(seeds))
             if len(new):
+                # (Already among them: their links are seeds. A flow over no link has
+                # no entry, so the entries stay those of the slots.)
                 affected[new] = True
-            self._recompute(np.flatnonzero(affected[: self._top]), now)
+            self._recompute(np.flatnonzero(affected[: self._top]), now, entries)
         elif len(new):
             self._recompute(new, now)
         self._schedule_wake()
@@ -667,11 +689,13 @@ class FlowNetwork:
             self.link_busy[idle] += now - self._link_since[idle]
             self.link_idle_at[idle] = now
 
-    def _component(self, seeds: np.ndarray) -> np.ndarray:
-        """Flow slots connected (through shared links) to the ``seeds`` links (ids)."""
+    def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
+        mask over slots, and the mask of their incidence entries where the search found
+        it (None: :meth:`_recompute` finds it)."""
         flows = np.zeros(self._cap, dtype=bool)
         if len(seeds) == 0 or len(self._inc_link) == 0:
-            return flows
+            return flows, None
         if 8 * len(self._inc_link) > len(self.links):
             # Much of the network is busy: masks over all links are cheapest.
             links = np.zeros(len(self.links), dtype=bool)
@@ -680,9 +704,10 @@ class FlowNetwork:
                 hit = links[self._inc_link]
                 flows[self._inc_flow[hit]] = True
                 # The links the flows found cross: done when all were reached already.
-                reached = self._inc_link[flows[self._inc_flow]]
+                entries = flows[self._inc_flow]
+                reached = self._inc_link[entries]
                 if links[reached].all():
-                    return flows
+                    return flows, entries
                 links[reached] = True
         elif len(self._inc_link) <= _SMALL:
             # A handful of flows (a quotient's step): plain Python sets.
@@ -700,7 +725,7 @@ class FlowNetwork:
                         reached.add(link)
                         grew = True
             flows[list(found)] = True
-            return flows
+            return flows, None
         else:
             # Few flows in a large network: the links reached, marked in a scratch array
             # cleared again before returning (no sort per round, as set operations take).
@@ -713,16 +738,19 @@ class FlowNetwork:
                     grown = self._inc_link[flows[self._inc_flow]]
                     new = grown[~mark[grown]]
                     if len(new) == 0:
-                        return flows
+                        return flows, None
                     new = np.unique(new)
                     mark[new] = True
                     links = np.concatenate([links, new])
             finally:
                 mark[links] = False
         flows[self._inc_flow] = True  # the change reaches most of the network
-        return flows
+        return flows, None
 
-    def _recompute(self, slots: np.ndarray, now: float) -> None:
+    def _recompute(self, slots: np.ndarray, now: float, in_set: np.ndarray | None = None) -> None:
+        """New rates and finish times of the flows in ``slots`` (sorted, or in the order
+        they were added), from ``now``. ``in_set``: the mask of their incidence entries,
+        where the caller has it."""
         if len(slots) == 0:
             return
         self.stats.recomputes += 1
@@ -742,7 +770,8 @@ class FlowNetwork:
         if len(local) != self._cap:
             local = self._local = np.full(self._cap, -1, dtype=np.int64)
         local[slots] = np.arange(len(slots))
-        in_set = local[self._inc_flow] >= 0
+        if in_set is None:
+            in_set = local[self._inc_flow] >= 0
         inc_flow = local[self._inc_flow[in_set]]
         local[slots] = -1
         used = self._inc_link[in_set]
