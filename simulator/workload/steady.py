@@ -25,8 +25,7 @@ period's, to :data:`PERIOD_TOLERANCE`, with none of the step's own ops running b
 them (:func:`steady_period`). Where one does not (the pipeline still filling, calls of
 the step's ends reaching into the steady state, a host that launches ahead of the GPUs
 by more each micro-batch, as MoE steps with the host's launches modelled do), or the
-step has too
-few micro-batches to gain, the full step is built and replayed
+step has too few micro-batches to gain, the full step is built and replayed
 (:attr:`SteadyStep.why` says why). The full replay stays the reference:
 ``tests/test_steady.py`` holds the two equal on small pipelines.
 
