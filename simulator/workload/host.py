@@ -186,7 +186,9 @@ def moe_layer_ops(
       (2 a local expert); in fp8 ``split_quantize`` casts each expert's input to both
       (2 a local expert, each :data:`QUANTIZE_KERNELS` of the recipe; MXFP8 swizzles
       the scales once a grouped GEMM, :data:`SWIZZLES`); the gated activation with the
-      routing probabilities (2);
+      routing probabilities (2); in fp8 with the alltoall or DeepEP dispatcher,
+      ``Fp8Padding`` of the tokens and of the probabilities and ``Fp8Unpadding`` of the
+      output (3; HybridEP pads in its dispatch);
     * shared experts (``SharedExpertMLP``): fc1, fc2 and their inputs' casts, the
       activation (1);
     * combine: alltoall, the reverse sort (1), with TP the reduce-scatter and its two
@@ -196,7 +198,7 @@ def moe_layer_ops(
 
     >>> ops = moe_layer_ops(local_experts=16, recipe="mxfp8", ep=8)
     >>> ops.experts.forward(), ops.forward(), ops.backward()
-    (70, 118, 147)
+    (73, 121, 150)
     """
     if recipe not in QUANTIZE_KERNELS:
         raise CcsimError(
@@ -235,8 +237,15 @@ def moe_layer_ops(
         combine = Part(kernels=2 + (shared_experts > 0))
     else:
         raise CcsimError(f"dispatcher must be alltoall, deepep or hybridep, not {dispatcher!r}")
+    # fp8: TEGroupedMLP pads the tokens and the probabilities per expert and unpads the
+    # output (Fp8Padding / Fp8Unpadding, one kernel each, experts.py core_v0.16.0); the
+    # HybridEP dispatch pads in its own kernel (``pad_multiple``), leaving them no-ops.
+    padding = 3 if recipe != "bf16" and dispatcher != "hybridep" else 0
     experts = Part(
-        gemms=2 * local_experts, kernels=2, quantize=2 * local_experts * q, per_call=2 * z
+        gemms=2 * local_experts,
+        kernels=2 + padding,
+        quantize=2 * local_experts * q,
+        per_call=2 * z,
     )
     shared = Part(gemms=2, kernels=1, quantize=2 * q, per_call=2 * z) if shared_experts else none
     graphed: list[str] = []
