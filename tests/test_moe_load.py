@@ -5,10 +5,12 @@ and copies) against hand-worked figures from Transformer Engine's ``Fp8Padding``
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
 from simulator.errors import CcsimError
+from simulator.validate.training import load_runs
 from simulator.workload.generators import megatron
 from simulator.workload.host import moe_layer_ops
 from simulator.workload.model import Transformer, expected_max_normal
@@ -106,3 +108,35 @@ def test_fp8_padding_kernels_on_the_host():
 def test_unknown_routing_names_the_choices():
     with pytest.raises(CcsimError, match="moe_routing"):
         megatron(TINY, tp=1, pp=1, dp=8, ep=8, global_batch=8, moe_routing="balanced")
+
+
+def test_expert_bias_kernels_and_bytes():
+    """gpt-oss's experts have biases: Megatron-Core's ``_apply_bias`` launches a multiply
+    and an add per local expert and one concatenation (16 local experts: 33), backward
+    two multiplies and two sums per expert and two concatenations (66); its bytes per
+    routed copy are 12 h forward and 16 h backward, TINY's 4 layers x 1,024 tokens x 4
+    copies x 512."""
+    plain = moe_layer_ops(local_experts=16, ep=8)
+    biased = moe_layer_ops(local_experts=16, ep=8, expert_bias=True)
+    assert biased.forward() - plain.forward() == 2 * 16 + 1
+    assert biased.backward() - plain.backward() == 4 * 16 + 2
+
+    def elementwise(model: Transformer) -> tuple[float, float]:
+        step = megatron(model, tp=1, pp=1, dp=8, ep=8, global_batch=8, host_op_s=0.0,
+                        moe_routing="even", recompute="none")  # fmt: skip
+        found = {}
+        for op in step.ops:
+            if op.rank == 0 and op.label.endswith("elementwise mb 0"):
+                found[op.label.split()[0]] = op.mem_bytes
+        return found["fwd"], found["bwd"]
+
+    fwd, bwd = elementwise(TINY)
+    fwd_b, bwd_b = elementwise(replace(TINY, expert_bias=True))
+    copies = 4 * 1024 * 4
+    assert (fwd_b - fwd, bwd_b - bwd) == pytest.approx((copies * 12 * 512, copies * 16 * 512))
+
+
+def test_gpt_oss_runs_have_expert_biases():
+    runs, _ = load_runs()
+    biased = {r.model.name for r in runs if r.model.expert_bias}
+    assert biased == {"gpt-oss-120b"}

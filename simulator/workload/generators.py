@@ -1125,6 +1125,7 @@ def megatron(
             ep=ep,
             shared_experts=m.shared_experts,
             graphs=cuda_graphs,
+            expert_bias=m.expert_bias,
         )
         host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s)
         if host_fwd and moe_host_sync and not moe_a2a_overlap:
@@ -1189,6 +1190,12 @@ def megatron(
         )
         fwd_moe_bytes += pad
         bwd_moe_bytes += (2 if recompute == "full" else 1) * pad
+    if m.is_moe and m.expert_bias:  # fc2's bias per expert (Transformer.expert_bias_bytes)
+        bias_fwd, bias_bwd = m.expert_bias_bytes(
+            tokens, tp=tp, sequence_parallel=sequence_parallel, etp=etp
+        )
+        fwd_moe_bytes += bias_fwd
+        bwd_moe_bytes += bias_bwd + (bias_fwd if recompute == "full" else 0.0)
     # The loss after the logits (last virtual stage): its kernels' traffic joins that
     # pass's memory-bound op.
     loss_bytes = {

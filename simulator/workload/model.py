@@ -130,7 +130,8 @@ class Transformer:
     (grouped-query attention; 0: as many as ``heads``), ``head_size`` their size (0:
     hidden / heads). Mixture of experts: ``experts`` routed FFNs of ``moe_ffn`` (0:
     ``ffn``) per MoE layer, ``top_k`` run per token, ``shared_experts`` run for every
-    token, ``capacity_factor`` (0: dropless); the first ``dense_layers`` layers are dense
+    token, ``capacity_factor`` (0: dropless), ``expert_bias``: the experts' linear layers
+    have biases (gpt-oss); the first ``dense_layers`` layers are dense
     and then every ``moe_frequency``-th layer is an MoE layer. ``tied_embeddings``
     shares the input embedding with the output layer. ``dropout``: the model trains with
     hidden and attention dropout (Megatron-LM's default, 0.1; Llama-style recipes set
@@ -156,6 +157,7 @@ class Transformer:
     shared_experts: int = 0
     moe_ffn: int = 0
     capacity_factor: float = 0.0
+    expert_bias: bool = False
     dense_layers: int = 0
     moe_frequency: int = 1
     tied_embeddings: bool = False
@@ -619,6 +621,31 @@ class Transformer:
                 return 0.0
         copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
         return copies * (self.capacity_factor or 1.0) * (8 * self.hidden + 8)
+
+    def expert_bias_bytes(
+        self, tokens: float, *, tp: int = 1, sequence_parallel: bool = False, etp: int = 1
+    ) -> tuple[float, float]:
+        """HBM bytes (forward, backward) one MoE layer spends on one rank adding its experts'
+        second bias, weighted by the routing probability, when the experts have biases
+        (``expert_bias``): Megatron-Core's ``TEGroupedMLP._apply_bias`` (experts.py,
+        core_v0.16.0: fc2 returns its biases apart, ``skip_bias_add``) splits the output
+        by expert and, per expert, multiplies the bias by the probabilities (writes 2 h
+        bytes a routed copy) and adds it (reads 4 h, writes 2 h), then concatenates them
+        (reads and writes 2 h): 12 h a copy. Backward, autograd's: the product's two
+        gradients, each a multiply (reads 2 h, writes 2 h) and a sum (reads 2 h), and the
+        split's gradient, a concatenation (reads and writes 2 h): 16 h. (fc1's bias is
+        added inside its GEMM.)
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32,
+        ...                 expert_bias=True)
+        >>> m.expert_bias_bytes(16) == (16 * 2 * 12 * 64, 16 * 2 * 16 * 64)
+        True
+        """
+        if not self.expert_bias:
+            return 0.0, 0.0
+        copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
+        copies *= self.capacity_factor or 1.0
+        return copies * 12 * self.hidden, copies * 16 * self.hidden
 
     def cross_entropy_bytes(
         self, tokens: float, *, tp: int = 1, impl: str = "unfused", backward: bool = False
