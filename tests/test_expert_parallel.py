@@ -40,7 +40,8 @@ def test_mixtral_dispatches_tokens_times_top_k_times_hidden_per_layer():
     # (The host's launches off: with them a forward's all-to-alls are split around its
     # synchronisations, test_moe_host_flow.py.)
     step = megatron("mixtral-8x7b", tp=2, pp=2, dp=4, ep=4, global_batch=16,
-                    sequence_parallel=True, recompute="none", host_op_s=0.0)  # fmt: skip
+                    sequence_parallel=True, recompute="none", host_op_s=0.0,
+                    moe_routing="even")  # fmt: skip
     per_layer = 2048 * 2 * 4096 * 2
     calls = [op for op in step.ops if op.rank == 0 and op.op == "all_to_all"]
     assert len(calls) == 4 * 4  # 4 micro-batches x (dispatch, combine) x (fwd, bwd)
@@ -66,7 +67,7 @@ def test_moe_step_with_free_communication_by_hand():
     host's launch time off: this is the GPU's work by hand; test_moe_host.py times the
     host's.)"""
     step = megatron(TINY, tp=1, pp=1, dp=2, ep=2, global_batch=2, recompute="none",
-                    host_op_s=0.0)  # fmt: skip
+                    host_op_s=0.0, moe_routing="even")  # fmt: skip
     graph = ring_graph(2, 1e18, 0.0)
     for node in graph.nodes:
         graph.nodes[node]["model"] = "A100"

@@ -35,6 +35,9 @@ QWEN3_FORWARD = [
     "all-to-all tokens", "all-to-all probs",
     # dispatch_postprocess: sort_chunks_by_idxs(fused=True), 16 local experts
     "chunk sort map", "sort chunks",
+    # TEGroupedMLP.forward in fp8: Fp8Padding of the tokens and of the probabilities
+    # (random routing: the counts are not multiples of 32)
+    "pad tokens to 32 rows an expert", "pad probabilities",
     # TEGroupedMLP: fc1 GroupedLinear (split_quantize + 16 cuBLAS GEMMs)
     *[f"fc1 input cast, expert {e}" for e in range(16)],
     "fc1 swizzle A (all experts)", "fc1 swizzle B (all experts)",
@@ -43,6 +46,7 @@ QWEN3_FORWARD = [
     *[f"fc2 input cast, expert {e}" for e in range(16)],
     "fc2 swizzle A (all experts)", "fc2 swizzle B (all experts)",
     *[f"fc2 GEMM, expert {e}" for e in range(16)],
+    "unpad the output (Fp8Unpadding)",
     # combine_preprocess (reverse sort), token_combine, combine_postprocess
     "restore sort", "all-to-all back", "unpermute kernel",
     # TransformerLayer: the MLP's bias-dropout-add
@@ -51,8 +55,9 @@ QWEN3_FORWARD = [
 
 
 def test_qwen3_30b_count_is_the_hand_count_from_the_source():
-    """One row's forward counted op by op above (70 of them the experts': 16 experts x
-    (2 casts + 2 GEMMs), 2 swizzles a grouped GEMM, 2 activation kernels); backward:
+    """One row's forward counted op by op above (73 of them the experts': 16 experts x
+    (2 casts + 2 GEMMs), 2 swizzles a grouped GEMM, 2 activation kernels, 3 paddings);
+    backward:
     each GEMM and its swizzles twice (data and weight gradients), each other kernel and
     cast once, the host copies and the integer bookkeeping not at all, the graphs
     replayed once."""
@@ -62,14 +67,14 @@ def test_qwen3_30b_count_is_the_hand_count_from_the_source():
     graphs = _moe_options(row)["cuda_graphs"]
     ops = moe_layer_ops(local_experts=16, dispatcher="alltoall", recipe="mxfp8", ep=8,
                         graphs=graphs)  # fmt: skip
-    assert ops.forward() == len(QWEN3_FORWARD) == 104
+    assert ops.forward() == len(QWEN3_FORWARD) == 107
     gemms = sum("GEMM" in op or "swizzle" in op for op in QWEN3_FORWARD)
     host_side = sum("host" in op or "stream" in op or "event" in op for op in QWEN3_FORWARD)
     replays = sum("graph replay" in op for op in QWEN3_FORWARD)
     rest = len(QWEN3_FORWARD) - gemms - host_side - replays
-    assert ops.backward() == 2 * gemms + rest + replays == 140
+    assert ops.backward() == 2 * gemms + rest + replays == 143
     fwd, bwd = moe_layer_host_s(ops)
-    assert (fwd, bwd) == pytest.approx((104 * 10e-6, 140 * 10e-6))
+    assert (fwd, bwd) == pytest.approx((107 * 10e-6, 143 * 10e-6))
 
 
 def test_counts_follow_the_configuration():
@@ -83,8 +88,9 @@ def test_counts_follow_the_configuration():
     assert two - one == 2 + 2 * 2 + 3
     bf16 = moe_layer_ops(local_experts=8, ep=8).forward()
     mxfp8 = moe_layer_ops(local_experts=8, ep=8, recipe="mxfp8").forward()
-    # the experts' casts, the attention's two, 2 swizzles a GEMM call (2 + 2 calls)
-    assert mxfp8 - bf16 == 2 * 8 + 2 + 2 * 4
+    # the experts' casts, the attention's two, 2 swizzles a GEMM call (2 + 2 calls), and
+    # TEGroupedMLP's Fp8Padding of the tokens and probabilities and Fp8Unpadding (3)
+    assert mxfp8 - bf16 == 2 * 8 + 2 + 2 * 4 + 3
     full = moe_layer_ops(local_experts=8, ep=8, graphs=["full_iteration"])
     assert (full.forward(), full.backward()) == (0, 0)
     eager = moe_layer_ops(local_experts=8, ep=8, recipe="mxfp8").forward()

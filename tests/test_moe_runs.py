@@ -70,7 +70,7 @@ def test_expert_gemm_flops_are_the_models():
     """Balanced routing: the EP group's ranks together run 6 h f FLOPs (SwiGLU's three
     h x f matrices) per token per routed expert forward, top_k of them, over every
     token the group holds."""
-    step = megatron(TINY, tp=1, pp=1, dp=8, ep=8, global_batch=8)
+    step = megatron(TINY, tp=1, pp=1, dp=8, ep=8, global_batch=8, moe_routing="even")
     fwd = [op for op in step.ops if op.label.startswith("fwd experts")]
     flops = sum(2.0 * g.m * g.n * g.k * g.batch * g.count for op in fwd for g in op.gemms)
     tokens = 8 * 1024  # 8 ranks, one sequence each

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..workload.devices import Device
-from ..workload.generators import BF16, HOST_SYNC_S, pass_work
+from ..workload.generators import BF16, FP8_ALIGN, HOST_SYNC_S, pass_work
 from ..workload.host import HOST_OP_S, moe_layer_host_s, moe_layer_ops
 from ..workload.kernels import Attention, Gemm, kernels_time
 from ..workload.memory import GRAD_REDUCE, MemoryEstimate, megatron_memory, pipeline_layers
@@ -308,6 +308,7 @@ def estimate(
             tp=c.tp,
             ep=c.ep,
             shared_experts=model.shared_experts,
+            expert_bias=model.expert_bias,
         )
         host_fwd, host_bwd = moe_layer_host_s(ops, host_op_s)
 
@@ -333,7 +334,10 @@ def estimate(
         gemms = tuple(Gemm(*g) for w in parts for g in w["gemms"])
         attention = tuple(Attention(*k) for w in parts for k in w.get("attention", []))
         if moe:
-            experts = [g.times(moe) for g in model.expert_gemms(moe_tokens, ep=c.ep)]
+            # (the generator's default: random routing's busiest rank, fp8 padding)
+            align = FP8_ALIGN[False] if c.precision == "fp8" else 1
+            routed = model.expert_gemms(moe_tokens, ep=c.ep, align=align, random_routing=True)
+            experts = [g.times(moe) for g in routed]
             if c.precision == "fp8":  # the generator's fp8 grouped GEMMs
                 experts = [g.in_bits(8) for g in experts]
             if not forward:
@@ -352,6 +356,19 @@ def estimate(
                 local_experts=model.experts // c.ep,
             )
         kernels *= 1 if forward else (3 if c.recompute == "full" else 2)
+        if moe:  # the generator's fp8 padding copies (alltoall) and experts' biases
+            align = FP8_ALIGN[False] if c.precision == "fp8" else 1
+            pad = model.expert_padding_bytes(
+                tokens, ep=c.ep, tp=c.tp, sequence_parallel=c.sequence_parallel, align=align
+            )
+            bias_fwd, bias_bwd = model.expert_bias_bytes(
+                tokens, tp=c.tp, sequence_parallel=c.sequence_parallel
+            )
+            again = c.recompute == "full"
+            kernels += moe * (
+                pad * (1 if forward else 1 + again)
+                + (bias_fwd if forward else bias_bwd + again * bias_fwd)
+            )
         if c.precision == "fp8":  # the generator's fp8 casts, the same bytes
             casts = model.fp8_cast_bytes(tokens, tp=c.tp)
             if not forward:

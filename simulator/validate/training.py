@@ -326,6 +326,10 @@ def _moe_fields(entry: Mapping[str, Any]) -> dict[str, Any] | str:
         "moe_ffn": moe_ffn,
         "shared_experts": shared // moe_ffn if shared else 0,
         "dense_layers": int(arch.get("dense_layers") or 0),
+        # gpt-oss's linear layers have biases (Megatron-Bridge's resolved gpt-oss 120B
+        # performance config: ``add_bias_linear: true``, scripts/performance/
+        # dryrun_configs/gpt_oss/gpt_oss_120b_pretrain_b200_fp8_mx_v1.yaml, a9497c6)
+        "expert_bias": str(data.get("name", "")).startswith("gpt-oss"),
     }
     mla = data.get("mla")
     if isinstance(mla, Mapping):

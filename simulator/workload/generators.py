@@ -174,7 +174,19 @@ def pass_work(
 
 PRECISIONS = ("bf16", "fp8")
 
-#: Seconds the GPU idles at each host synchronisation of an MoE layer's forward: the
+#: Rows each expert's tokens are padded to a multiple of before fp8 grouped GEMMs, by
+#: whether the recipe is MXFP8: Transformer Engine's ``Fp8Padding`` takes "32 for MXFP8
+#: and 16 for others" (transformer_engine/pytorch/module/fp8_padding.py, v2.8), which
+#: Megatron-Core's ``TEGroupedMLP`` applies in fp8 (experts.py, core_v0.13.0-0.16.0).
+FP8_ALIGN = {False: 16, True: 32}
+
+#: How a dropless MoE layer's tokens pick their experts: "random" (each token's top k a
+#: uniform draw, as Megatron-Core's ``moe_router_force_load_balancing`` makes them and the
+#: published benchmarks run; the busiest expert-parallel rank sets the pace,
+#: :meth:`~simulator.workload.model.Transformer.busiest_rank_copies`) or "even" (every
+#: expert exactly the mean: an ideal bound).
+MOE_ROUTINGS = ("random", "even")
+
 #: dropless dispatchers read the tokens each expert got on the host before the layer
 #: can go on (Megatron-Core's token_dispatcher.py: MoEAlltoAllTokenDispatcher's
 #: ``cuda_sync_point`` "before_ep_alltoall", ``d2h_event.synchronize()``; HybridEP's
@@ -646,6 +658,7 @@ def megatron(
     moe_host_sync: bool = True,
     moe_a2a_overlap: bool = False,
     moe_host_layer_s: float | None = None,
+    moe_routing: str = "random",
     overlap_p2p_comm: bool | None = None,
     host_op_s: float = HOST_OP_S,
     cuda_graphs: tuple[str, ...] = (),
@@ -763,6 +776,11 @@ def megatron(
     the step's start, and a pass waits only if the host has not yet launched it.
     ``moe_host_layer_s`` (an experiment, not a default) sets one layer's forward host time
     instead, twice that backward.
+    ``moe_routing`` (:data:`MOE_ROUTINGS`): "random", each token's experts drawn at random
+    as the published runs force them, so a dropless layer's expert GEMMs take the
+    busiest rank's tokens; "even", every expert the mean. fp8 expert GEMMs take each
+    expert's tokens padded to :data:`FP8_ALIGN` rows, the alltoall and DeepEP paths
+    copying them to pad and unpad (HybridEP pads in its dispatch).
     ``overlap_p2p_comm`` (None: on unless ``defaults`` is "sc21", as Megatron-LM's
     ``--no-overlap-p2p-communication`` default and Megatron-Bridge's and NeMo's
     comm-overlap config set it; only with ``virtual_stages`` > 1, as Megatron-LM turns it
@@ -961,6 +979,8 @@ def megatron(
         )
     if moe_dispatcher not in DISPATCHERS:
         raise unknown_choice("moe_dispatcher", moe_dispatcher, DISPATCHERS)
+    if moe_routing not in MOE_ROUTINGS:
+        raise unknown_choice("moe_routing", moe_routing, MOE_ROUTINGS)
     if isinstance(ep_domain, bool) or not isinstance(ep_domain, int) or ep_domain < 1:
         raise CcsimError(
             f"ep_domain (GPUs per NVLink domain) must be a positive integer, not {ep_domain!r}"
@@ -1076,7 +1096,17 @@ def megatron(
     moe_tokens = tokens // (tp if sequence_parallel else 1)
     copies = m.dispatch_copies(ep, dispatcher=moe_dispatcher, domain=ep_domain) if m.is_moe else 0
     a2a_layer = moe_tokens * copies * m.hidden * BF16
-    experts = m.expert_gemms(moe_tokens, ep=ep, etp=etp) if m.is_moe else ()
+    # fp8 expert GEMMs take each expert's tokens padded to a multiple of FP8_ALIGN rows
+    # (Transformer Engine's Fp8Padding; HybridEP pads in its dispatch kernel instead);
+    # with random routing (the published runs force it) the busiest rank sets the pace.
+    fp8_align = FP8_ALIGN[fp8_recipe == "mxfp8"] if precision == "fp8" else 1
+    experts = (
+        m.expert_gemms(
+            moe_tokens, ep=ep, etp=etp, align=fp8_align, random_routing=moe_routing == "random"
+        )
+        if m.is_moe
+        else ()
+    )
     expert_cache: dict = {}  # each pass's expert GEMMs, as op fields
     if precision == "fp8":  # Transformer Engine's grouped GEMMs run fp8 like its linears
         experts = tuple(g.in_bits(8) for g in experts)
@@ -1095,6 +1125,7 @@ def megatron(
             ep=ep,
             shared_experts=m.shared_experts,
             graphs=cuda_graphs,
+            expert_bias=m.expert_bias,
         )
         host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s)
         if host_fwd and moe_host_sync and not moe_a2a_overlap:
@@ -1150,6 +1181,21 @@ def megatron(
             fwd_moe_bytes += fp8_fwd
             bwd_moe_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
             bwd_moe_bytes += fp8_fwd if recompute == "full" else 0.0
+    if m.is_moe and moe_dispatcher != "hybridep":
+        # TEGroupedMLP's fp8 padding and unpadding copies (alltoall and DeepEP; HybridEP's
+        # dispatch pads in place: token_dispatcher.py core_v0.16.0, ``pad_multiple``),
+        # the same bytes backward (Transformer.expert_padding_bytes).
+        pad = m.expert_padding_bytes(
+            tokens, ep=ep, etp=etp, tp=tp, sequence_parallel=sequence_parallel, align=fp8_align
+        )
+        fwd_moe_bytes += pad
+        bwd_moe_bytes += (2 if recompute == "full" else 1) * pad
+    if m.is_moe and m.expert_bias:  # fc2's bias per expert (Transformer.expert_bias_bytes)
+        bias_fwd, bias_bwd = m.expert_bias_bytes(
+            tokens, tp=tp, sequence_parallel=sequence_parallel, etp=etp
+        )
+        fwd_moe_bytes += bias_fwd
+        bwd_moe_bytes += bias_bwd + (bias_fwd if recompute == "full" else 0.0)
     # The loss after the logits (last virtual stage): its kernels' traffic joins that
     # pass's memory-bound op.
     loss_bytes = {

@@ -92,6 +92,8 @@ class Part:
     per_call: int = 0
     #: False for bookkeeping on integer tensors (token counts), which has no gradient.
     grad: bool = True
+    #: Kernels the backward launches instead of ``kernels`` (None: as many).
+    grad_kernels: int | None = None
 
     def forward(self) -> int:
         """Operations the forward launches."""
@@ -101,7 +103,8 @@ class Part:
         """Operations the backward launches."""
         if not self.grad:
             return 0
-        return 2 * self.gemms + self.kernels + self.quantize + 2 * self.per_call
+        kernels = self.kernels if self.grad_kernels is None else self.grad_kernels
+        return 2 * self.gemms + kernels + self.quantize + 2 * self.per_call
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ def moe_layer_ops(
     ep: int = 1,
     shared_experts: int = 0,
     graphs: Iterable[str] = (),
+    expert_bias: bool = False,
 ) -> MoeLayerOps:
     """What the host launches for one MoE layer on one rank.
 
@@ -186,7 +190,11 @@ def moe_layer_ops(
       (2 a local expert); in fp8 ``split_quantize`` casts each expert's input to both
       (2 a local expert, each :data:`QUANTIZE_KERNELS` of the recipe; MXFP8 swizzles
       the scales once a grouped GEMM, :data:`SWIZZLES`); the gated activation with the
-      routing probabilities (2);
+      routing probabilities (2); in fp8 with the alltoall or DeepEP dispatcher,
+      ``Fp8Padding`` of the tokens and of the probabilities and ``Fp8Unpadding`` of the
+      output (3; HybridEP pads in its dispatch); with ``expert_bias`` (gpt-oss),
+      ``_apply_bias``'s multiply and add per local expert and the concatenation
+      (backward: two multiplies and sums per local expert, two concatenations);
     * shared experts (``SharedExpertMLP``): fc1, fc2 and their inputs' casts, the
       activation (1);
     * combine: alltoall, the reverse sort (1), with TP the reduce-scatter and its two
@@ -196,7 +204,7 @@ def moe_layer_ops(
 
     >>> ops = moe_layer_ops(local_experts=16, recipe="mxfp8", ep=8)
     >>> ops.experts.forward(), ops.forward(), ops.backward()
-    (70, 118, 147)
+    (73, 121, 150)
     """
     if recipe not in QUANTIZE_KERNELS:
         raise CcsimError(
@@ -235,8 +243,21 @@ def moe_layer_ops(
         combine = Part(kernels=2 + (shared_experts > 0))
     else:
         raise CcsimError(f"dispatcher must be alltoall, deepep or hybridep, not {dispatcher!r}")
+    # fp8: TEGroupedMLP pads the tokens and the probabilities per expert and unpads the
+    # output (Fp8Padding / Fp8Unpadding, one kernel each, experts.py core_v0.16.0); the
+    # HybridEP dispatch pads in its own kernel (``pad_multiple``), leaving them no-ops.
+    padding = 3 if recipe != "bf16" and dispatcher != "hybridep" else 0
+    # Experts with biases (gpt-oss): TEGroupedMLP._apply_bias multiplies and adds fc2's
+    # bias per local expert and concatenates (2 a local expert + 1); backward the
+    # product's two gradients, a multiply and a sum each (4 a local expert), and the
+    # concatenations of the split tokens' and probabilities' gradients (2).
+    bias, grad_bias = (2 * local_experts + 1, 4 * local_experts + 2) if expert_bias else (0, 0)
     experts = Part(
-        gemms=2 * local_experts, kernels=2, quantize=2 * local_experts * q, per_call=2 * z
+        gemms=2 * local_experts,
+        kernels=2 + padding + bias,
+        quantize=2 * local_experts * q,
+        per_call=2 * z,
+        grad_kernels=2 + padding + grad_bias,
     )
     shared = Part(gemms=2, kernels=1, quantize=2 * q, per_call=2 * z) if shared_experts else none
     graphed: list[str] = []

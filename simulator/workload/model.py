@@ -130,7 +130,8 @@ class Transformer:
     (grouped-query attention; 0: as many as ``heads``), ``head_size`` their size (0:
     hidden / heads). Mixture of experts: ``experts`` routed FFNs of ``moe_ffn`` (0:
     ``ffn``) per MoE layer, ``top_k`` run per token, ``shared_experts`` run for every
-    token, ``capacity_factor`` (0: dropless); the first ``dense_layers`` layers are dense
+    token, ``capacity_factor`` (0: dropless), ``expert_bias``: the experts' linear layers
+    have biases (gpt-oss); the first ``dense_layers`` layers are dense
     and then every ``moe_frequency``-th layer is an MoE layer. ``tied_embeddings``
     shares the input embedding with the output layer. ``dropout``: the model trains with
     hidden and attention dropout (Megatron-LM's default, 0.1; Llama-style recipes set
@@ -156,6 +157,7 @@ class Transformer:
     shared_experts: int = 0
     moe_ffn: int = 0
     capacity_factor: float = 0.0
+    expert_bias: bool = False
     dense_layers: int = 0
     moe_frequency: int = 1
     tied_embeddings: bool = False
@@ -340,7 +342,15 @@ class Transformer:
             shared = (Gemm(tokens, _split(up, tp), h), Gemm(tokens, h, _split(f, tp)))
         return (*attention, *shared, Gemm(tokens, self.experts, h))
 
-    def expert_gemms(self, tokens: float, *, ep: int = 1, etp: int = 1) -> tuple[Gemm, ...]:
+    def expert_gemms(
+        self,
+        tokens: float,
+        *,
+        ep: int = 1,
+        etp: int = 1,
+        align: int = 1,
+        random_routing: bool = False,
+    ) -> tuple[Gemm, ...]:
         """One MoE layer's routed-expert GEMMs on one of ``ep`` expert-parallel ranks, as
         grouped GEMMs over its experts / ep experts: ``tokens`` tokens per rank, each
         routed to ``top_k`` experts (times ``capacity_factor`` when it pads experts to
@@ -352,14 +362,31 @@ class Transformer:
         (the dispatcher gathers them over the expert TP group): etp times the tokens,
         1/etp of the FFN, the same FLOPs.
 
+        ``random_routing`` (dropless only): each token's experts drawn at random, as the
+        published runs force it, so the ranks' loads differ and every all-to-all waits
+        for the busiest rank: its experts take :meth:`busiest_rank_copies` / local
+        experts each instead of the mean. ``align``: each expert's tokens padded to a
+        multiple of it (fp8: Transformer Engine's ``Fp8Padding``, 32 rows for MXFP8, 16
+        otherwise, transformer_engine/pytorch/module/fp8_padding.py; HybridEP's
+        ``pad_multiple`` the same): a dropless expert's count is not a multiple of it, its
+        remainder taken as uniform, so (align - 1) / 2 rows more on average; an expert
+        padded to capacity to the next multiple.
+
         >>> m = Transformer(layers=2, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32)
         >>> [g.as_list() for g in m.expert_gemms(16, ep=2)]
         [[16, 32, 64, 2, 1], [16, 64, 32, 2, 1]]
         >>> [g.as_list() for g in m.expert_gemms(16, ep=2, etp=2)]
         [[32, 16, 64, 2, 1], [32, 64, 16, 2, 1]]
+        >>> [g.as_list() for g in m.expert_gemms(16, ep=2, align=16)]  # 16 + 7.5, rounded up
+        [[24, 32, 64, 2, 1], [24, 64, 32, 2, 1]]
         """
-        routed = tokens * self.top_k * (self.capacity_factor or 1.0)
-        per_expert = math.ceil(routed * ep * etp / self.experts)
+        if self.capacity_factor:
+            routed = tokens * self.top_k * self.capacity_factor
+            per_expert = math.ceil(routed * ep * etp / self.experts)
+            per_expert = math.ceil(per_expert / align) * align
+        else:
+            routed = self.busiest_rank_copies(tokens, ep) if random_routing else tokens * self.top_k
+            per_expert = math.ceil(routed * ep * etp / self.experts + (align - 1) / 2)
         local = self.experts // ep
         f, h = self.expert_ffn // etp, self.hidden
         up = (2 if self.gated else 1) * f
@@ -376,6 +403,35 @@ class Transformer:
             for n, k in ((up, h), (h, f))
             for side, count in rounds
         )
+
+    def busiest_rank_copies(self, tokens: float, ep: int) -> float:
+        """Expected routed copies the busiest of ``ep`` expert-parallel ranks receives in
+        one dropless MoE layer when each of the group's ``tokens`` x ``ep`` tokens picks
+        its ``top_k`` experts at random (Megatron-Core's ``moe_router_force_load_balancing``:
+        ``RandomSTE`` replaces the router's logits with normal noise, a different seed per
+        rank, megatron/core/transformer/moe/moe_utils.py, so the top k are a uniform
+        k-subset of the E experts).
+
+        A token's experts on one rank of E / ep are hypergeometric, variance
+        k (1/ep)(1 - 1/ep)(E - k)/(E - 1); over N = tokens x ep independent tokens a
+        rank gets tokens x k on average. The ranks' counts sum to N k, so their
+        covariance is a (I - J/ep) (exchangeable with a fixed sum), which is that of ep
+        independent normals of variance a less their mean: the busiest is the mean plus
+        sqrt(a) times :func:`expected_max_normal` (ep), a = N k (E - k) / (ep (E - 1))
+        (the normal approximation of the counts).
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=128, top_k=8, moe_ffn=32)
+        >>> round(m.busiest_rank_copies(4096, 8) / (4096 * 8), 4)  # Qwen3 30B at EP 8
+        1.0076
+        >>> m.busiest_rank_copies(4096, 1)  # one rank holds every expert
+        32768
+        """
+        mean = tokens * self.top_k
+        if ep <= 1:
+            return mean
+        e, k = self.experts, self.top_k
+        spread = tokens * ep * k * (e - k) / (ep * (e - 1))
+        return mean + math.sqrt(spread) * expected_max_normal(ep)
 
     def dispatch_copies(self, ep: int, *, dispatcher: str = "alltoall", domain: int = 8) -> float:
         """Copies of each token's hidden vector one of ``ep`` expert-parallel ranks sends
@@ -530,6 +586,67 @@ class Transformer:
         moves = (14 if local_experts > 1 else 6) * self.hidden
         return dense + shared + copies * (gated * f + moves) + routed * 2 * self.hidden
 
+    def expert_padding_bytes(
+        self,
+        tokens: float,
+        *,
+        ep: int = 1,
+        etp: int = 1,
+        tp: int = 1,
+        sequence_parallel: bool = False,
+        align: int = 16,
+    ) -> float:
+        """HBM bytes one MoE layer's forward spends on one rank padding its experts'
+        tokens for fp8 GEMMs, as Megatron-Core's ``TEGroupedMLP`` does with Transformer
+        Engine's ``Fp8Padding`` and ``Fp8Unpadding`` (megatron/core/transformer/moe/
+        experts.py at core_v0.13.0-core_v0.16.0; transformer_engine/pytorch/module/
+        fp8_padding.py: ``fused_multi_row_padding`` into a new buffer unless every
+        expert's count already is a multiple of ``align``): the routed copies a rank
+        holds (b s / t with sequence parallelism, top_k each, etp times with expert TP)
+        read and written once padded (4 h bytes) and the experts' output read and
+        written once unpadded (4 h), the routing probabilities padded too (fp32: 8); the
+        backward the same kernels the other way, as many bytes. None when every
+        expert's count is a multiple of ``align`` (capacity padding to such a count); a
+        dropless expert's count, with random routing, is not.
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32)
+        >>> m.expert_padding_bytes(16) == 16 * 2 * (8 * 64 + 8)
+        True
+        """
+        if align <= 1:
+            return 0.0
+        if self.capacity_factor:
+            routed = tokens * self.top_k * self.capacity_factor
+            if math.ceil(routed * ep * etp / self.experts) % align == 0:
+                return 0.0
+        copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
+        return copies * (self.capacity_factor or 1.0) * (8 * self.hidden + 8)
+
+    def expert_bias_bytes(
+        self, tokens: float, *, tp: int = 1, sequence_parallel: bool = False, etp: int = 1
+    ) -> tuple[float, float]:
+        """HBM bytes (forward, backward) one MoE layer spends on one rank adding its experts'
+        second bias, weighted by the routing probability, when the experts have biases
+        (``expert_bias``): Megatron-Core's ``TEGroupedMLP._apply_bias`` (experts.py,
+        core_v0.16.0: fc2 returns its biases apart, ``skip_bias_add``) splits the output
+        by expert and, per expert, multiplies the bias by the probabilities (writes 2 h
+        bytes a routed copy) and adds it (reads 4 h, writes 2 h), then concatenates them
+        (reads and writes 2 h): 12 h a copy. Backward, autograd's: the product's two
+        gradients, each a multiply (reads 2 h, writes 2 h) and a sum (reads 2 h), and the
+        split's gradient, a concatenation (reads and writes 2 h): 16 h. (fc1's bias is
+        added inside its GEMM.)
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32,
+        ...                 expert_bias=True)
+        >>> m.expert_bias_bytes(16) == (16 * 2 * 12 * 64, 16 * 2 * 16 * 64)
+        True
+        """
+        if not self.expert_bias:
+            return 0.0, 0.0
+        copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
+        copies *= self.capacity_factor or 1.0
+        return copies * 12 * self.hidden, copies * 16 * self.hidden
+
     def cross_entropy_bytes(
         self, tokens: float, *, tp: int = 1, impl: str = "unfused", backward: bool = False
     ) -> float:
@@ -633,6 +750,29 @@ STREAMS = 4
 #: (:meth:`Transformer.dispatch_copies`): ``alltoall`` (``moe_token_dispatcher_type``
 #: "alltoall") and the "flex" dispatcher's backends (``moe_flex_dispatcher_backend``).
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
+
+
+def expected_max_normal(n: int) -> float:
+    """Expected largest of ``n`` independent standard normal draws,
+    the integral of x n phi(x) Phi(x)^(n-1) over the line (Simpson's rule on [-12, 12],
+    4,800 intervals: the tails beyond hold under 1e-30).
+
+    >>> expected_max_normal(1), round(expected_max_normal(2), 6)  # 0; 1/sqrt(pi)
+    (0.0, 0.56419)
+    """
+    if n <= 1:
+        return 0.0
+    steps, low, high = 4800, -12.0, 12.0
+    width = (high - low) / steps
+
+    def density(x: float) -> float:
+        cdf = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+        return x * n * math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * cdf ** (n - 1)
+
+    total = density(low) + density(high)
+    for i in range(1, steps):
+        total += (4 if i % 2 else 2) * density(low + i * width)
+    return total * width / 3
 
 
 def _split(size: int, parts: int) -> int:
