@@ -183,10 +183,17 @@ def schedule_digest(schedule: Schedule) -> bytes:
         repr((schedule.op, schedule.algorithm, schedule.ranks, schedule.size_bytes)).encode()
     )
     digest.update(repr(sorted(schedule.params.items(), key=lambda kv: kv[0])).encode())
-    for name in (
+    names = (
         "src", "dst", "nbytes", "segment", "reduce", "dep_ptr", "dep_idx", "dep_sent",
         "segment_owner", "channel", "step", "chunk", "path",
-    ):  # fmt: skip
+    )  # fmt: skip
+    return _arrays_digest(digest, schedule, names)
+
+
+def _arrays_digest(digest: hashlib.blake2b, schedule: Schedule, names: tuple[str, ...]) -> bytes:
+    """``digest`` updated with each of ``schedule``'s arrays ``names`` (dtype, shape and
+    bytes; a mark for a missing one), then its value."""
+    for name in names:
         array = getattr(schedule, name)
         if array is None:
             digest.update(b"-/")
@@ -213,16 +220,8 @@ def timing_digest(schedule: Schedule, reducing: bool) -> bytes:
     reducer bandwidth move the same bytes after the same ops, so they share one."""
     digest = hashlib.blake2b(digest_size=20)
     digest.update(repr((schedule.ranks, schedule.n_ops, reducing)).encode())
-    for name in (*_TIMED_ARRAYS, "reduce") if reducing else _TIMED_ARRAYS:
-        array = getattr(schedule, name)
-        if array is None:
-            digest.update(b"-/")
-            continue
-        array = np.ascontiguousarray(array)
-        digest.update(f"{array.dtype.str}{array.shape}".encode())
-        digest.update(array.tobytes())
-        digest.update(b"/")
-    return digest.digest()
+    names = (*_TIMED_ARRAYS, "reduce") if reducing else _TIMED_ARRAYS
+    return _arrays_digest(digest, schedule, names)
 
 
 @dataclass
