@@ -1,0 +1,722 @@
+"""A schedule replayed under the protocol model in Python scalars: the same events as
+:class:`~simulator.collective.replay.ScheduleReplay` on a
+:class:`~simulator.network.flows.FlowNetwork`, without their numpy passes.
+
+Why not without events. The exact event-free passes (:mod:`.ring_pass`,
+:mod:`.contention_free`) need flows that never meet, and the data-parallel rings of a
+training step do meet: NCCL's channels leave a server through the same NICs and NVLink
+ports (on the MLPerf GPT-3 175B fp8 run's DP reduce-scatter, 8 channels over 2 NVLink
+link classes, 4 on each NIC), and the protocol's proxies, one host thread per GPU
+(NCCL's proxy.cc), post their messages one after another, so the flows sharing a link
+start a proxy slot apart and change each other's max-min rates as they come and go.
+Their times are those of the events; only the cost per event can go.
+
+What the reference pays per event is fixed numpy work (a few dozen small array calls
+in the network's settle and wake, the replay's launch, release and delivery), about
+300 us per op on that call, for groups of a dozen flows. Here the same steps run on
+Python lists and floats, with a heap of (time, sequence) in place of SimPy's queue
+(the same order: SimPy's timeouts are keyed by time, then creation):
+
+* the replay (:class:`~simulator.collective.replay.ScheduleReplay`): an op is launched
+  when its last dependency is met (all ready at once, in op order); a transfer that
+  crosses the network waits for its sender's proxy (:func:`.replay.proxy_queue`, both
+  its branches' arithmetic) less one message's handling; on delivery (the route's
+  latency after its last byte) it waits for the protocol's step latency beyond the
+  route's, the channel rate, and with Simple for its receiver's proxy;
+* the network (:class:`~simulator.network.flows.FlowNetwork`): flows added at one
+  instant are rated together after everything queued for it (inside a completion, at
+  its end); a flow alone on every link of its route runs at its slowest link's share;
+  otherwise the flows connected to the links that changed (the same search, with its
+  six-round cut-off) get max-min rates by progressive filling (:mod:`~simulator.network
+  .maxmin`'s arithmetic: each link's load summed in incidence order, the same 1e-12
+  ties), the bytes they have left brought up to date first; flows ending within a
+  relative 1e-12 of the earliest end with it; flow slots are reused as the network
+  reuses them (the order of a completion's ops); per-link bytes, busy time, last idle
+  instant and flow-seconds are kept as it keeps them, on link classes' representatives
+  when flows are aggregated.
+
+It is tested against the reference replay on fresh networks (tests/test_scalar_replay.py):
+every op's start, sent and done time and every link record equal to 1e-12 relative (in
+practice bit for bit). Scope, else :func:`replay_scalar` returns None and the caller
+runs the reference: no reducer with a finite bandwidth (reductions are flows of their
+own), no NVLS switch or SHARP paths, no flow over no link, no rate caps, holds or
+faults (a fresh scratch network's state).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..algorithms.schedule import (
+    PATH_DOWN,
+    PATH_SHARP_DOWN,
+    PATH_SHARP_UP,
+    PATH_UP,
+    Schedule,
+    successors,
+)
+from ..library.protocol import Protocol
+from ..network.flows import FlowNetwork
+from .replay import NET_OVERHEAD_S, route_ops
+
+# As in simulator.network.flows (_SAME_TIME, _SMALL, _MAX_COMPONENT_ROUNDS),
+# simulator.network.maxmin (_TIE) and simulator.collective.replay (_FEW, the proxy wait's
+# 1e-12): the reference's constants, so that its events come out the same.
+_SAME_TIME = 1e-12
+_SMALL = 32
+_ROUNDS = 6
+_TIE = 1e-12
+_FEW = 16
+_WAIT = 1e-12
+_INF = float("inf")
+
+
+@dataclass
+class ScalarTimes:
+    """What :func:`replay_scalar` found: every op's start, sent and done time (seconds from
+    the start), when each rank (``0..period-1`` with a period) was done, the per-link
+    records the network would hold (indexed by link id; with link classes, on the
+    representatives), and the flows run and those they stand for."""
+
+    start_s: np.ndarray
+    sent_s: np.ndarray
+    end_s: np.ndarray
+    rank_done_s: np.ndarray
+    link_bytes: np.ndarray
+    link_busy: np.ndarray
+    link_idle_at: np.ndarray
+    link_flow_s: np.ndarray
+    flows: int
+    represented: float
+
+
+def replay_scalar(
+    network: FlowNetwork,
+    schedule: Schedule,
+    *,
+    rank_map: np.ndarray | None = None,
+    reduce_bandwidth: np.ndarray | None = None,
+    protocol: Protocol | None = None,
+    weight: float | None = None,
+    period: int | None = None,
+    link_class: np.ndarray | None = None,
+    class_size: np.ndarray | None = None,
+) -> ScalarTimes | None:
+    """Replay ``schedule`` on ``network`` as :class:`~.replay.ScheduleReplay` does (same
+    arguments; ``weight``: every op's flow stands for that many, which needs
+    ``link_class`` and ``class_size``, the network's link classes), without touching the
+    network's state; None outside the module's scope (the caller runs the reference)."""
+    n = schedule.n_ops
+    if n == 0 or (weight is not None and link_class is None):
+        return None
+    if np.isin(schedule.path, (PATH_UP, PATH_DOWN, PATH_SHARP_UP, PATH_SHARP_DOWN)).any():
+        return None
+    rank_map = np.arange(schedule.ranks) if rank_map is None else np.asarray(rank_map)
+    src, dst = rank_map[schedule.src], rank_map[schedule.dst]
+    if schedule.reduce.any() and reduce_bandwidth is not None:
+        receivers = dst if period is None else rank_map[schedule.dst % period]
+        if np.isfinite(np.asarray(reduce_bandwidth, dtype=float)[receivers[schedule.reduce]]).any():
+            return None  # reductions would be flows on reducer links
+    routes = route_ops(network.router, schedule, np.arange(n), src, dst)
+    ptr = network.router.arrays()[0]
+    if (ptr[routes + 1] == ptr[routes]).any():
+        return None
+    if period is None:
+        local_dst, local_src = dst, src
+    else:
+        fold = rank_map[np.arange(schedule.ranks) % period]
+        local_dst, local_src = fold[schedule.dst], fold[schedule.src]
+    replay = _Replay(
+        network, schedule, routes, protocol, weight, local_dst, local_src, link_class, class_size
+    )
+    replay.run()
+    end = np.array(replay.end_s)
+    if np.isnan(end).any():
+        return None  # a deadlock: the reference reports it
+    p = schedule.ranks if period is None else period
+    done = np.full(p, -np.inf)
+    np.maximum.at(done, schedule.src % p, end)
+    np.maximum.at(done, schedule.dst % p, end)
+    done[np.isinf(done)] = 0.0  # ranks with no transfer are done at the start
+    net = replay.net
+    size = len(network.links)
+    records = []
+    for values in (net.link_bytes, net.link_busy, net.link_idle_at, net.link_flow_s):
+        array = np.zeros(size)
+        if values:
+            keys = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
+            array[keys] = np.fromiter(values.values(), dtype=float, count=len(values))
+        records.append(array)
+    return ScalarTimes(
+        np.array(replay.start_s),
+        np.array(replay.sent_s),
+        end,
+        done,
+        *records,
+        flows=net.flows,
+        represented=net.represented,
+    )
+
+
+class _Clock:
+    """SimPy's queue without its events: callbacks keyed by (time, creation order)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._queue: list = []
+        self._seq = 0
+
+    def timeout(self, delay: float, action, argument) -> None:
+        """Call ``action(argument)`` at ``now + delay`` (SimPy's arithmetic)."""
+        heapq.heappush(self._queue, (self.now + delay, self._seq, action, argument))
+        self._seq += 1
+
+    def run(self) -> None:
+        """Process every callback in order."""
+        queue = self._queue
+        while queue:
+            time, _, action, argument = heapq.heappop(queue)
+            self.now = time
+            action(argument)
+
+
+class _Net:
+    """The flow network's model and records in Python scalars (see the module
+    docstring); flows carry their owner's op ids and call ``on_sent`` and, one route
+    latency later, ``on_delivered``."""
+
+    def __init__(
+        self,
+        network: FlowNetwork,
+        clock: _Clock,
+        route_links: list[list[int]],
+        route_coef: list[list[float]] | None,
+        route_latency: list[float],
+    ) -> None:
+        self.clock = clock
+        self.capacity = network.capacity.tolist()
+        self.n_links = len(network.links)
+        # Per route (by index into these lists): the links its flows load and, with
+        # classes, each entry's load per unit of rate (None: 1, unweighted).
+        self.route_links = route_links
+        self.route_coef = route_coef
+        self.route_latency = route_latency
+        self.on_sent = None
+        self.on_delivered = None
+        # Flow slots (reused as the FlowNetwork reuses its pool).
+        self.f_op: list[int] = []
+        self.f_route: list[int] = []
+        self.f_bytes: list[float] = []
+        self.f_left: list[float] = []
+        self.f_rate: list[float] = []
+        self.f_last: list[float] = []
+        self.f_entries: list[list] = []
+        self.finish: dict[int, float] = {}  # active slot -> finish time
+        self.free: list[list[int]] = []
+        self.top = 0
+        # Incidence: per link its entries [sequence, slot, load] in incidence order.
+        self.on_link: dict[int, list] = {}
+        self.seq = 0
+        self.pending: list[list[int]] = []
+        self.settle_scheduled = False
+        self.in_wake = False
+        self.generation = 0
+        self.flows = 0
+        self.represented = 0.0
+        # Records (link id -> value; absent: 0).
+        self.link_bytes: dict[int, float] = {}
+        self.link_busy: dict[int, float] = {}
+        self.link_idle_at: dict[int, float] = {}
+        self.link_flow_s: dict[int, float] = {}
+        self.changed: dict[int, float] = {}
+        self.since: dict[int, float] = {}
+
+    # -- flows --------------------------------------------------------------------------
+    def _take(self, count: int) -> list[int]:
+        taken: list[int] = []
+        while count and self.free:
+            block = self.free.pop()
+            use, rest = block[:count], block[count:]
+            if rest:
+                self.free.append(rest)
+            taken += use
+            count -= len(use)
+        if count:
+            grow = self.top + count - len(self.f_op)
+            if grow > 0:
+                for values, fill in (
+                    (self.f_op, -1),
+                    (self.f_route, -1),
+                    (self.f_bytes, 0.0),
+                    (self.f_left, 0.0),
+                    (self.f_rate, 0.0),
+                    (self.f_last, 0.0),
+                    (self.f_entries, None),
+                ):
+                    values.extend([fill] * grow)
+            taken += range(self.top, self.top + count)
+            self.top += count
+        return taken
+
+    def add_flows(self, ops: list[int], routes: list[int], nbytes: list[float], weight) -> None:
+        """FlowNetwork.add_flows: one flow per op from now."""
+        slots = self._take(len(ops))
+        now = self.clock.now
+        for slot, op, route, size in zip(slots, ops, routes, nbytes, strict=True):
+            self.f_op[slot] = op
+            self.f_route[slot] = route
+            self.f_bytes[slot] = size
+            self.f_left[slot] = size
+            self.f_rate[slot] = 0.0
+            self.f_last[slot] = now
+        self.flows += len(ops)
+        self.represented += len(ops) if weight is None else weight * len(ops)
+        self.pending.append(slots)
+        if not self.settle_scheduled and not self.in_wake:
+            self.settle_scheduled = True
+            self.clock.timeout(0.0, self._settle_event, None)
+
+    def _settle_event(self, _argument) -> None:
+        self.settle_scheduled = False
+        self._settle([])
+
+    def _count(self, links: list[int], now: float) -> dict[int, int]:
+        """FlowNetwork._count_link_flows' flow-seconds over ``links`` (entries, repeats
+        allowed); returns each link's flow count before the change."""
+        before = {}
+        for link in links:
+            if link not in before:
+                before[link] = len(self.on_link.get(link, ()))
+        for link, count in before.items():
+            # Flow-seconds: the count so far times the time since it last changed.
+            self.link_flow_s[link] = self.link_flow_s.get(link, 0.0) + count * (
+                now - self.changed.get(link, 0.0)
+            )
+            self.changed[link] = now
+        return before
+
+    def _settle(self, finished: list[int]) -> None:
+        """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them."""
+        now = self.clock.now
+        new = [slot for slots in self.pending for slot in slots]
+        self.pending = []
+        on_link = self.on_link
+        seeds: list[int] = []
+        if finished:
+            gone = sorted(entry for slot in finished for entry in self.f_entries[slot])
+            gone_links = [entry[3] for entry in gone]
+            before = self._count(gone_links, now)
+            dead = set(finished)
+            for link in before:
+                on_link[link] = [e for e in on_link[link] if e[1] not in dead]
+            for link, count in before.items():
+                if count > 0 and not on_link[link]:
+                    self.link_busy[link] = self.link_busy.get(link, 0.0) + (now - self.since[link])
+                    self.link_idle_at[link] = now
+            for slot in finished:
+                self.f_entries[slot] = None
+        if new:
+            new_links = []
+            for slot in new:
+                route = self.f_route[slot]
+                links = self.route_links[route]
+                coefs = self.route_coef[route] if self.route_coef is not None else None
+                entries = []
+                for j, link in enumerate(links):
+                    entries.append((self.seq, slot, 1 if coefs is None else coefs[j], link))
+                    self.seq += 1
+                self.f_entries[slot] = entries
+                new_links += links
+            before = self._count(new_links, now)
+            for slot in new:
+                for entry in self.f_entries[slot]:
+                    on_link.setdefault(entry[3], []).append(entry)
+            for link, count in before.items():
+                if count == 0:
+                    self.since[link] = now
+        if finished:
+            seeds += [link for link in gone_links if on_link[link]]
+        if new:
+            crowded = self._rate_alone(new, now)
+            for slot in crowded:
+                seeds += [entry[3] for entry in self.f_entries[slot]]
+            new = crowded
+        if seeds:
+            affected = self._component(seeds)
+            affected.update(new)
+            self._recompute(sorted(affected), now)
+        elif new:
+            self._recompute(new, now)
+        self._schedule_wake()
+
+    def _rate_alone(self, new: list[int], now: float) -> list[int]:
+        """Rate the new flows alone on every link at their slowest link's share; the
+        others are returned."""
+        crowded = []
+        on_link, capacity = self.on_link, self.capacity
+        for slot in new:
+            entries = self.f_entries[slot]
+            if any(len(on_link[entry[3]]) != 1 for entry in entries):
+                crowded.append(slot)
+                continue
+            rate = _INF
+            for _, _, load, link in entries:
+                share = capacity[link] / load if self.route_coef is not None else capacity[link]
+                if share < rate:
+                    rate = share
+            self.f_rate[slot] = rate
+            self.f_last[slot] = now
+            left = self.f_left[slot]
+            self.finish[slot] = now + (left / rate if left > 0 else 0.0)
+        return crowded
+
+    def _component(self, seeds: list[int]) -> set[int]:
+        """The flows connected to ``seeds`` through shared links, as the FlowNetwork's
+        search finds them (every flow when it has not closed in six rounds over more
+        than a few entries)."""
+        on_link = self.on_link
+        total = sum(len(entries) for entries in on_link.values())
+        if total == 0:
+            return set()
+        # The FlowNetwork searches in at most six rounds unless the incidence is small
+        # against the network (its plain-Python branch searches to the end).
+        cut_off = 8 * total > self.n_links or total > _SMALL
+        reached = set(seeds)
+        found: set[int] = set()
+        rounds = 0
+        while True:
+            rounds += 1
+            if cut_off and rounds > _ROUNDS:
+                return {e[1] for entries in on_link.values() for e in entries}
+            for link in reached:
+                for entry in on_link.get(link, ()):
+                    found.add(entry[1])
+            grown = {entry[3] for slot in found for entry in self.f_entries[slot]}
+            if grown <= reached:
+                return found
+            reached |= grown
+
+    def _recompute(self, slots: list[int], now: float) -> None:
+        """FlowNetwork._recompute: bytes left brought up to now, max-min rates by
+        progressive filling (maxmin's arithmetic), finish times."""
+        f_left, f_rate, f_last = self.f_left, self.f_rate, self.f_last
+        for slot in slots:
+            elapsed = now - f_last[slot]
+            if elapsed > 0 and f_rate[slot] > 0:
+                left = f_left[slot] - f_rate[slot] * elapsed
+                f_left[slot] = left if left > 0.0 else 0.0
+            f_last[slot] = now
+        # The entries of these flows in incidence order.
+        entries = sorted(entry for slot in slots for entry in self.f_entries[slot])
+        remaining = {}
+        for entry in entries:
+            remaining[entry[3]] = self.capacity[entry[3]]
+        rate = dict.fromkeys(slots, _INF)
+        tie = 1 + _TIE
+        while entries:
+            count: dict[int, float] = {}
+            for _, _, load, link in entries:
+                count[link] = count.get(link, 0) + load
+            level = _INF
+            shares = {}
+            for link, total in count.items():
+                if not total > 0:
+                    continue
+                left = remaining[link]
+                share = (left if left > 0.0 else 0.0) / total
+                shares[link] = share
+                if share < level:
+                    level = share
+            if level == _INF:
+                break
+            bound = level * tie
+            bottleneck = {link for link, share in shares.items() if share <= bound}
+            frozen = {entry[1] for entry in entries if entry[3] in bottleneck}
+            for slot in frozen:
+                rate[slot] = level
+            taken: dict[int, float] = {}
+            rest = []
+            for entry in entries:
+                if entry[1] in frozen:
+                    taken[entry[3]] = taken.get(entry[3], 0) + entry[2]
+                else:
+                    rest.append(entry)
+            for link, total in taken.items():
+                remaining[link] -= total * level
+            entries = rest
+        for slot in slots:
+            value = rate[slot]
+            f_rate[slot] = value
+            left = f_left[slot]
+            self.finish[slot] = now + (left / value if left > 0 else 0.0)
+
+    def _schedule_wake(self) -> None:
+        self.generation += 1
+        if not self.finish:
+            return
+        target = min(self.finish.values())
+        if target == _INF:
+            return
+        now = self.clock.now
+        self.clock.timeout(max(target - now, 0.0), self._wake, (self.generation, target))
+
+    def _wake(self, argument: tuple[int, float]) -> None:
+        generation, target = argument
+        if generation != self.generation:
+            return
+        bound = target + _SAME_TIME * abs(target)
+        done = sorted(slot for slot, end in self.finish.items() if end <= bound)
+        # Bytes per link, entry by entry in incidence order.
+        carried = sorted(entry for slot in done for entry in self.f_entries[slot])
+        for _, slot, load, link in carried:
+            size = self.f_bytes[slot] if self.route_coef is None else self.f_bytes[slot] * load
+            self.link_bytes[link] = self.link_bytes.get(link, 0.0) + size
+        ops = [self.f_op[slot] for slot in done]
+        delays = [self.route_latency[self.f_route[slot]] for slot in done]
+        for slot in done:
+            del self.finish[slot]
+            self.f_op[slot] = -1
+        self.in_wake = True
+        try:
+            self.on_sent(ops)
+            _deliver_later(self.clock, self.on_delivered, ops, delays)
+        finally:
+            self.in_wake = False
+        self._settle(done)
+        self.free.append(done)
+
+
+def _deliver_later(clock: _Clock, action, ops: list[int], delays: list[float]) -> None:
+    """FlowNetwork._deliver_later: one timeout per distinct delay (sorted), its ops in
+    the order given."""
+    if len(ops) == 1 or min(delays) == max(delays):
+        clock.timeout(delays[0], action, ops)
+        return
+    for value in sorted(set(delays)):
+        clock.timeout(value, action, [op for op, d in zip(ops, delays, strict=True) if d == value])
+
+
+def _proxy_queue(free: dict, ranks: list[int], busy: list[float], now: float) -> list[float]:
+    """:func:`~.replay.proxy_queue` on Python floats, each of its two branches' sums."""
+    if len(ranks) <= _FEW:
+        result = []
+        for rank, value in zip(ranks, busy, strict=True):
+            done = max(now, free.get(rank, 0.0)) + value
+            free[rank] = done
+            result.append(done)
+        return result
+    order = sorted(range(len(ranks)), key=ranks.__getitem__)  # stable
+    result = [0.0] * len(ranks)
+    running = 0.0
+    previous = None
+    start = before = 0.0
+    for index in order:
+        rank = ranks[index]
+        if rank != previous:
+            start = max(now, free.get(rank, 0.0))
+            before = running
+            previous = rank
+        running += busy[index]
+        done = start + running - before
+        result[index] = done
+        free[rank] = done
+    return result
+
+
+class _Replay:
+    """:class:`~.replay.ScheduleReplay`'s launch, proxy, delivery and release steps on a
+    :class:`_Net` (see the module docstring)."""
+
+    def __init__(
+        self,
+        network: FlowNetwork,
+        schedule: Schedule,
+        routes: np.ndarray,
+        protocol: Protocol | None,
+        weight: float | None,
+        local_dst: np.ndarray,
+        local_src: np.ndarray,
+        link_class: np.ndarray | None,
+        class_size: np.ndarray | None,
+    ) -> None:
+        n = schedule.n_ops
+        self.clock = _Clock()
+        ptr, flat, latency = network.router.arrays()
+        # The distinct routes, renumbered 0..m-1 for the network's per-route lists.
+        unique, inverse = np.unique(routes, return_inverse=True)
+        self.route = inverse.tolist()
+        route_links, route_coef = [], None if link_class is None else []
+        for r in unique.tolist():
+            links = flat[ptr[r] : ptr[r + 1]]
+            if link_class is None:
+                route_links.append(links.tolist())
+            else:
+                # Each copy loads one link of a class: weight / |class| per link crossed.
+                route_links.append(link_class[links].tolist())
+                route_coef.append((float(weight or 1.0) / class_size[links]).tolist())
+        self.net = _Net(network, self.clock, route_links, route_coef, latency[unique].tolist())
+        self.net.on_sent = self.on_sent
+        self.net.on_delivered = self.on_delivered
+        self.weight = weight
+        self.protocol = protocol
+        self.nbytes = schedule.nbytes.tolist()
+        wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
+        self.wire = wire.tolist()
+        self.local_dst = local_dst.tolist()
+        self.local_src = local_src.tolist()
+        self.proxy_free: dict[int, float] = {}
+        if protocol is not None:
+            classes = network.route_classes(unique)
+            overhead = 0.0
+            if "network" in classes and protocol.net_floor:
+                overhead = NET_OVERHEAD_S * (3 if protocol.name == "Simple" else 1)
+            hops = np.array([protocol.hop_s[cls] for cls in classes], dtype=float)[inverse]
+            wanted = np.maximum(hops, overhead)
+            self.crosses = np.array([cls == "network" for cls in classes], dtype=bool)[
+                inverse
+            ].tolist()
+            self.extra = np.maximum(wanted - latency[routes], 0.0).tolist()
+            self.hop = wanted.tolist()
+            messages = np.maximum(1.0, np.ceil(schedule.nbytes / protocol.message_bytes))
+            self.busy = (messages * protocol.proxy_s).tolist()
+        (done_ptr, done_idx), (sent_ptr, sent_idx) = successors(schedule)
+        self.done_succ = _lists(done_ptr, done_idx)
+        self.sent_succ = _lists(sent_ptr, sent_idx)
+        self.pending = np.diff(schedule.dep_ptr).tolist()
+        nan = float("nan")
+        self.start_s = [nan] * n
+        self.sent_s = [nan] * n
+        self.end_s = [nan] * n
+        self.flow_start = [0.0] * n
+
+    def run(self) -> None:
+        """Launch the ops without dependencies at 0 and run every event."""
+        self._launch([op for op, count in enumerate(self.pending) if count == 0])
+        self.clock.run()
+
+    def _launch(self, ops: list[int]) -> None:
+        if not ops:
+            return
+        now = self.clock.now
+        for op in ops:
+            self.start_s[op] = now
+        proto = self.protocol
+        if proto is not None and proto.proxy_s > 0:
+            crossing = [op for op in ops if self.crosses[op]]
+            if crossing:
+                self._send([op for op in ops if not self.crosses[op]])
+                ready = _proxy_queue(
+                    self.proxy_free,
+                    [self.local_src[op] for op in crossing],
+                    [self.busy[op] for op in crossing],
+                    now,
+                )
+                self._at(self._proxy_wait(ready, now), self._send, crossing)
+                return
+        self._send(ops)
+
+    def _proxy_wait(self, ready: list[float], now: float) -> list[float]:
+        proxy = self.protocol.proxy_s
+        waits = []
+        for value in ready:
+            wait = value - now - proxy
+            waits.append(wait if wait > _WAIT else 0.0)
+        return waits
+
+    def _send(self, ops: list[int]) -> None:
+        if ops:
+            now = self.clock.now
+            for op in ops:
+                self.flow_start[op] = now
+            self.net.add_flows(
+                ops, [self.route[op] for op in ops], [self.wire[op] for op in ops], self.weight
+            )
+
+    def _at(self, delays: list[float], action, ops: list[int]) -> None:
+        """ScheduleReplay._at: ``action`` on the ops of equal delays, after that delay
+        (at once for none)."""
+        clock = self.clock
+        if len(delays) == 1:
+            if delays[0] <= 0.0:
+                action(ops)
+            else:
+                clock.timeout(delays[0], action, ops)
+            return
+        delays = [d if d > 0.0 else 0.0 for d in delays]
+        values = [delays[0]] if min(delays) == max(delays) else sorted(set(delays))
+        for value in values:
+            if len(values) == 1:
+                pick = ops
+            else:
+                pick = [op for op, delay in zip(ops, delays, strict=True) if delay == value]
+            if value == 0.0:
+                action(pick)
+            else:
+                clock.timeout(value, action, pick)
+
+    def on_sent(self, ops: list[int]) -> None:
+        now = self.clock.now
+        for op in ops:
+            self.sent_s[op] = now
+        self._release(ops, self.sent_succ)
+
+    def on_delivered(self, ops: list[int]) -> None:
+        proto = self.protocol
+        if proto is None:
+            self._complete(ops)
+            return
+        now = self.clock.now
+        delay = [self.extra[op] for op in ops]
+        if proto.channel_rate != _INF:
+            for j, op in enumerate(ops):
+                copied = self.flow_start[op] + self.hop[op]
+                copied += self.nbytes[op] / proto.channel_rate
+                if copied - now > delay[j]:
+                    delay[j] = copied - now
+        if proto.proxy_s > 0:
+            network = [j for j, op in enumerate(ops) if self.crosses[op]]
+            if network:
+                ready = _proxy_queue(
+                    self.proxy_free,
+                    [self.local_dst[ops[j]] for j in network],
+                    [self.busy[ops[j]] for j in network],
+                    now,
+                )
+                if proto.name == "Simple":
+                    for j, wait in zip(network, self._proxy_wait(ready, now), strict=True):
+                        if wait > delay[j]:
+                            delay[j] = wait
+        if not any(delay):
+            self._complete(ops)
+            return
+        self._at(delay, self._complete, ops)
+
+    def _complete(self, ops: list[int]) -> None:
+        if not ops:
+            return
+        now = self.clock.now
+        for op in ops:
+            self.end_s[op] = now
+        self._release(ops, self.done_succ)
+
+    def _release(self, ops: list[int], succ_lists: list[list[int]]) -> None:
+        succ = [s for op in ops for s in succ_lists[op]]
+        if not succ:
+            return
+        pending = self.pending
+        for s in succ:
+            pending[s] -= 1
+        ready = [s for s in succ if pending[s] == 0]
+        if len(ready) > 1:
+            ready = sorted(set(ready))
+        self._launch(ready)
+
+
+def _lists(ptr: np.ndarray, idx: np.ndarray) -> list[list[int]]:
+    """A CSR's rows as Python lists."""
+    flat = idx.tolist()
+    bounds = ptr.tolist()
+    return [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
