@@ -56,6 +56,7 @@ from ..algorithms.schedule import (
     PATH_SHARP_UP,
     PATH_UP,
     Schedule,
+    csr_gather,
     successors,
 )
 from ..library.protocol import Protocol
@@ -121,7 +122,7 @@ def replay_scalar(
         if np.isfinite(np.asarray(reduce_bandwidth, dtype=float)[receivers[schedule.reduce]]).any():
             return None  # reductions would be flows on reducer links
     routes = route_ops(network.router, schedule, np.arange(n), src, dst)
-    ptr = network.router.arrays()[0]
+    ptr, flat, _ = network.router.arrays()
     if (ptr[routes + 1] == ptr[routes]).any():
         return None
     if period is None:
@@ -129,6 +130,11 @@ def replay_scalar(
     else:
         fold = rank_map[np.arange(schedule.ranks) % period]
         local_dst, local_src = fold[schedule.dst], fold[schedule.src]
+    if link_class is not None:
+        links = csr_gather(ptr, flat, np.unique(routes))
+        coefs = float(weight or 1.0) / np.asarray(class_size, dtype=float)[links]
+        if not _dyadic(coefs):
+            return None  # loads whose sums may round: the order of the sums would matter
     replay = _Replay(
         network, schedule, routes, protocol, weight, local_dst, local_src, link_class, class_size
     )
@@ -186,7 +192,13 @@ class _Clock:
 class _Net:
     """The flow network's model and records in Python scalars (see the module
     docstring); flows carry their owner's op ids and call ``on_sent`` and, one route
-    latency later, ``on_delivered``."""
+    latency later, ``on_delivered``.
+
+    Flows on one route load the same links alike, so max-min fills by route: a route's
+    flows freeze together, and a link's load is the route's load times its flow count.
+    That is the FlowNetwork's sum entry by entry, to the bit, because every load is a
+    dyadic number of a few bits (checked by :func:`replay_scalar`): every partial sum is
+    exact, whatever its order."""
 
     def __init__(
         self,
@@ -197,12 +209,31 @@ class _Net:
         route_latency: list[float],
     ) -> None:
         self.clock = clock
-        self.capacity = network.capacity.tolist()
+        capacity = network.capacity.tolist()
+        self.capacity = capacity
         self.n_links = len(network.links)
-        # Per route (by index into these lists): the links its flows load and, with
-        # classes, each entry's load per unit of rate (None: 1, unweighted).
+        self.weighted = route_coef is not None
+        # Per route (by index into these lists): its entries (links it loads, in order,
+        # and each one's load per unit of rate: 1 unweighted, else weight / class size),
+        # per link its load and number of entries, and the rate of a flow alone on it.
         self.route_links = route_links
-        self.route_coef = route_coef
+        self.route_coef = route_coef or [[1] * len(links) for links in route_links]
+        self.route_load: list[dict[int, float]] = []
+        self.route_entries: list[dict[int, int]] = []
+        self.route_alone: list[float] = []
+        for links, coefs in zip(route_links, self.route_coef, strict=True):
+            load: dict[int, float] = {}
+            entries: dict[int, int] = {}
+            rate = _INF
+            for link, coef in zip(links, coefs, strict=True):
+                load[link] = load.get(link, 0) + coef
+                entries[link] = entries.get(link, 0) + 1
+                share = capacity[link] / coef if self.weighted else capacity[link]
+                if share < rate:
+                    rate = share
+            self.route_load.append(load)
+            self.route_entries.append(entries)
+            self.route_alone.append(rate)
         self.route_latency = route_latency
         self.on_sent = None
         self.on_delivered = None
@@ -213,12 +244,14 @@ class _Net:
         self.f_left: list[float] = []
         self.f_rate: list[float] = []
         self.f_last: list[float] = []
-        self.f_entries: list[list] = []
+        self.f_seq: list[int] = []  # order in the incidence (its entries are contiguous)
         self.finish: dict[int, float] = {}  # active slot -> finish time
         self.free: list[list[int]] = []
         self.top = 0
-        # Incidence: per link its entries [sequence, slot, load] in incidence order.
-        self.on_link: dict[int, list] = {}
+        # Incidence: per link its entry count and its flows' slots.
+        self.link_n: dict[int, int] = {}
+        self.link_slots: dict[int, dict[int, None]] = {}
+        self.entries = 0
         self.seq = 0
         self.pending: list[list[int]] = []
         self.settle_scheduled = False
@@ -254,7 +287,7 @@ class _Net:
                     (self.f_left, 0.0),
                     (self.f_rate, 0.0),
                     (self.f_last, 0.0),
-                    (self.f_entries, None),
+                    (self.f_seq, 0),
                 ):
                     values.extend([fill] * grow)
             taken += range(self.top, self.top + count)
@@ -283,67 +316,57 @@ class _Net:
         self.settle_scheduled = False
         self._settle([])
 
-    def _count(self, links: list[int], now: float) -> dict[int, int]:
-        """FlowNetwork._count_link_flows' flow-seconds over ``links`` (entries, repeats
-        allowed); returns each link's flow count before the change."""
-        before = {}
-        for link in links:
-            if link not in before:
-                before[link] = len(self.on_link.get(link, ()))
-        for link, count in before.items():
+    def _change(self, slots: list[int], sign: int, now: float) -> None:
+        """FlowNetwork._count_link_flows for the entries of ``slots`` leaving (-1) or
+        joining (+1): flow-seconds, busy time and idle instants."""
+        delta: dict[int, int] = {}
+        for slot in slots:
+            for link, count in self.route_entries[self.f_route[slot]].items():
+                delta[link] = delta.get(link, 0) + count
+        link_n, flow_s, changed = self.link_n, self.link_flow_s, self.changed
+        for link, count in delta.items():
+            before = link_n.get(link, 0)
             # Flow-seconds: the count so far times the time since it last changed.
-            self.link_flow_s[link] = self.link_flow_s.get(link, 0.0) + count * (
-                now - self.changed.get(link, 0.0)
-            )
-            self.changed[link] = now
-        return before
+            flow_s[link] = flow_s.get(link, 0.0) + before * (now - changed.get(link, 0.0))
+            changed[link] = now
+            after = before + sign * count
+            link_n[link] = after
+            if sign > 0 and before == 0:
+                self.since[link] = now
+            elif sign < 0 and after == 0 and before > 0:
+                self.link_busy[link] = self.link_busy.get(link, 0.0) + (now - self.since[link])
+                self.link_idle_at[link] = now
+        self.entries += sign * sum(delta.values())
 
     def _settle(self, finished: list[int]) -> None:
         """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them."""
         now = self.clock.now
         new = [slot for slots in self.pending for slot in slots]
         self.pending = []
-        on_link = self.on_link
-        seeds: list[int] = []
+        link_slots = self.link_slots
         if finished:
-            gone = sorted(entry for slot in finished for entry in self.f_entries[slot])
-            gone_links = [entry[3] for entry in gone]
-            before = self._count(gone_links, now)
-            dead = set(finished)
-            for link in before:
-                on_link[link] = [e for e in on_link[link] if e[1] not in dead]
-            for link, count in before.items():
-                if count > 0 and not on_link[link]:
-                    self.link_busy[link] = self.link_busy.get(link, 0.0) + (now - self.since[link])
-                    self.link_idle_at[link] = now
+            self._change(finished, -1, now)
             for slot in finished:
-                self.f_entries[slot] = None
+                for link in self.route_entries[self.f_route[slot]]:
+                    del link_slots[link][slot]
         if new:
-            new_links = []
             for slot in new:
-                route = self.f_route[slot]
-                links = self.route_links[route]
-                coefs = self.route_coef[route] if self.route_coef is not None else None
-                entries = []
-                for j, link in enumerate(links):
-                    entries.append((self.seq, slot, 1 if coefs is None else coefs[j], link))
-                    self.seq += 1
-                self.f_entries[slot] = entries
-                new_links += links
-            before = self._count(new_links, now)
+                self.f_seq[slot] = self.seq
+                self.seq += 1
+            self._change(new, +1, now)
             for slot in new:
-                for entry in self.f_entries[slot]:
-                    on_link.setdefault(entry[3], []).append(entry)
-            for link, count in before.items():
-                if count == 0:
-                    self.since[link] = now
+                for link in self.route_entries[self.f_route[slot]]:
+                    link_slots.setdefault(link, {})[slot] = None
+        seeds: set[int] = set()
         if finished:
-            seeds += [link for link in gone_links if on_link[link]]
+            for slot in finished:
+                seeds.update(
+                    link for link in self.route_entries[self.f_route[slot]] if self.link_n[link]
+                )
         if new:
-            crowded = self._rate_alone(new, now)
-            for slot in crowded:
-                seeds += [entry[3] for entry in self.f_entries[slot]]
-            new = crowded
+            new = self._rate_alone(new, now)
+            for slot in new:
+                seeds.update(self.route_entries[self.f_route[slot]])
         if seeds:
             affected = self._component(seeds)
             affected.update(new)
@@ -353,73 +376,80 @@ class _Net:
         self._schedule_wake()
 
     def _rate_alone(self, new: list[int], now: float) -> list[int]:
-        """Rate the new flows alone on every link at their slowest link's share; the
-        others are returned."""
+        """Rate the new flows alone on every link (one entry on each) at their slowest
+        link's share; the others are returned."""
         crowded = []
-        on_link, capacity = self.on_link, self.capacity
+        link_n = self.link_n
         for slot in new:
-            entries = self.f_entries[slot]
-            if any(len(on_link[entry[3]]) != 1 for entry in entries):
+            route = self.f_route[slot]
+            if any(link_n[link] != 1 for link in self.route_entries[route]):
                 crowded.append(slot)
                 continue
-            rate = _INF
-            for _, _, load, link in entries:
-                share = capacity[link] / load if self.route_coef is not None else capacity[link]
-                if share < rate:
-                    rate = share
+            rate = self.route_alone[route]
             self.f_rate[slot] = rate
             self.f_last[slot] = now
             left = self.f_left[slot]
             self.finish[slot] = now + (left / rate if left > 0 else 0.0)
         return crowded
 
-    def _component(self, seeds: list[int]) -> set[int]:
+    def _component(self, seeds: set[int]) -> set[int]:
         """The flows connected to ``seeds`` through shared links, as the FlowNetwork's
-        search finds them (every flow when it has not closed in six rounds over more
-        than a few entries)."""
-        on_link = self.on_link
-        total = sum(len(entries) for entries in on_link.values())
-        if total == 0:
+        search finds them (every flow when it has not closed in six rounds, unless the
+        incidence is small against the network: its plain-Python branch goes on)."""
+        if self.entries == 0:
             return set()
-        # The FlowNetwork searches in at most six rounds unless the incidence is small
-        # against the network (its plain-Python branch searches to the end).
-        cut_off = 8 * total > self.n_links or total > _SMALL
+        cut_off = 8 * self.entries > self.n_links or self.entries > _SMALL
+        link_slots, f_route, route_entries = self.link_slots, self.f_route, self.route_entries
         reached = set(seeds)
+        frontier = reached
         found: set[int] = set()
         rounds = 0
         while True:
             rounds += 1
             if cut_off and rounds > _ROUNDS:
-                return {e[1] for entries in on_link.values() for e in entries}
-            for link in reached:
-                for entry in on_link.get(link, ()):
-                    found.add(entry[1])
-            grown = {entry[3] for slot in found for entry in self.f_entries[slot]}
-            if grown <= reached:
+                return {slot for slots in link_slots.values() for slot in slots}
+            fresh = set()
+            for link in frontier:
+                for slot in link_slots.get(link, ()):
+                    if slot not in found:
+                        fresh.add(slot)
+            found |= fresh
+            grown = set()
+            for slot in fresh:
+                grown.update(route_entries[f_route[slot]])
+            frontier = grown - reached
+            if not frontier:
                 return found
-            reached |= grown
+            reached |= frontier
 
     def _recompute(self, slots: list[int], now: float) -> None:
         """FlowNetwork._recompute: bytes left brought up to now, max-min rates by
-        progressive filling (maxmin's arithmetic), finish times."""
-        f_left, f_rate, f_last = self.f_left, self.f_rate, self.f_last
+        progressive filling (maxmin's arithmetic, by route: see the class docstring),
+        finish times."""
+        f_left, f_rate, f_last, f_route = self.f_left, self.f_rate, self.f_last, self.f_route
+        groups: dict[int, int] = {}
         for slot in slots:
             elapsed = now - f_last[slot]
             if elapsed > 0 and f_rate[slot] > 0:
                 left = f_left[slot] - f_rate[slot] * elapsed
                 f_left[slot] = left if left > 0.0 else 0.0
             f_last[slot] = now
-        # The entries of these flows in incidence order.
-        entries = sorted(entry for slot in slots for entry in self.f_entries[slot])
+            route = f_route[slot]
+            groups[route] = groups.get(route, 0) + 1
+        route_load, capacity = self.route_load, self.capacity
         remaining = {}
-        for entry in entries:
-            remaining[entry[3]] = self.capacity[entry[3]]
-        rate = dict.fromkeys(slots, _INF)
+        for route in groups:
+            for link in route_load[route]:
+                remaining[link] = capacity[link]
+        level_of = dict.fromkeys(groups, _INF)
+        live = list(groups)
         tie = 1 + _TIE
-        while entries:
+        while live:
             count: dict[int, float] = {}
-            for _, _, load, link in entries:
-                count[link] = count.get(link, 0) + load
+            for route in live:
+                flows = groups[route]
+                for link, load in route_load[route].items():
+                    count[link] = count.get(link, 0) + flows * load
             level = _INF
             shares = {}
             for link, total in count.items():
@@ -434,21 +464,22 @@ class _Net:
                 break
             bound = level * tie
             bottleneck = {link for link, share in shares.items() if share <= bound}
-            frozen = {entry[1] for entry in entries if entry[3] in bottleneck}
-            for slot in frozen:
-                rate[slot] = level
             taken: dict[int, float] = {}
             rest = []
-            for entry in entries:
-                if entry[1] in frozen:
-                    taken[entry[3]] = taken.get(entry[3], 0) + entry[2]
-                else:
-                    rest.append(entry)
+            for route in live:
+                load = route_load[route]
+                if bottleneck.isdisjoint(load):
+                    rest.append(route)
+                    continue
+                level_of[route] = level
+                flows = groups[route]
+                for link, value in load.items():
+                    taken[link] = taken.get(link, 0) + flows * value
             for link, total in taken.items():
                 remaining[link] -= total * level
-            entries = rest
+            live = rest
         for slot in slots:
-            value = rate[slot]
+            value = level_of[f_route[slot]]
             f_rate[slot] = value
             left = f_left[slot]
             self.finish[slot] = now + (left / value if left > 0 else 0.0)
@@ -470,10 +501,12 @@ class _Net:
         bound = target + _SAME_TIME * abs(target)
         done = sorted(slot for slot, end in self.finish.items() if end <= bound)
         # Bytes per link, entry by entry in incidence order.
-        carried = sorted(entry for slot in done for entry in self.f_entries[slot])
-        for _, slot, load, link in carried:
-            size = self.f_bytes[slot] if self.route_coef is None else self.f_bytes[slot] * load
-            self.link_bytes[link] = self.link_bytes.get(link, 0.0) + size
+        for slot in sorted(done, key=self.f_seq.__getitem__):
+            route = self.f_route[slot]
+            size = self.f_bytes[slot]
+            for link, coef in zip(self.route_links[route], self.route_coef[route], strict=True):
+                carried = size * coef if self.weighted else size
+                self.link_bytes[link] = self.link_bytes.get(link, 0.0) + carried
         ops = [self.f_op[slot] for slot in done]
         delays = [self.route_latency[self.f_route[slot]] for slot in done]
         for slot in done:
@@ -713,6 +746,13 @@ class _Replay:
         if len(ready) > 1:
             ready = sorted(set(ready))
         self._launch(ready)
+
+
+def _dyadic(values: np.ndarray) -> bool:
+    """Whether every value is a multiple of 2**-20 below 2**20: sums of thousands of
+    them are then exact in doubles, whatever their order."""
+    scaled = np.asarray(values, dtype=float) * 2.0**20
+    return bool(np.all((scaled == np.floor(scaled)) & (np.abs(values) < 2.0**20)))
 
 
 def _lists(ptr: np.ndarray, idx: np.ndarray) -> list[list[int]]:

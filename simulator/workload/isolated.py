@@ -53,6 +53,7 @@ import simpy
 
 from ..algorithms.schedule import Schedule
 from ..collective.replay import ScheduleReplay, route_ops, route_pairs
+from ..collective.scalar_replay import replay_scalar
 from ..library.protocol import Protocol
 from ..network.faults import fault_plan
 from ..network.flows import FlowNetwork, FlowState, network_tables
@@ -877,9 +878,33 @@ class IsolatedCalls:
         period: int | None,
         adopted: FlowState | None = None,
     ) -> Timing | None:
-        """:meth:`_time_alone` with every flow on every link of its route."""
-        network = self.network
+        """:meth:`_time_alone` with every flow on every link of its route: its events in
+        Python scalars (:mod:`~simulator.collective.scalar_replay`, the same times and
+        records) where that replay's scope allows, else the reference replay."""
         scratch = self._scratch_network()
+        if adopted is None:
+            scalar = replay_scalar(
+                scratch,
+                schedule,
+                rank_map=ranks,
+                reduce_bandwidth=self.reduce_bandwidth,
+                protocol=protocol,
+                weight=None if self.replicas is None else float(self.copies),
+                period=period,
+                link_class=None if self.replicas is None else self.replicas.link_class,
+                class_size=None if self.replicas is None else self.replicas.class_size,
+            )
+            if scalar is not None:
+                records = (
+                    scalar.link_bytes,
+                    scalar.link_busy,
+                    scalar.link_idle_at,
+                    scalar.link_flow_s,
+                )
+                return self._timing(
+                    footprint, scalar.rank_done_s, np.zeros(0), records, scalar.flows,
+                    scalar.represented,
+                )  # fmt: skip
         env = simpy.Environment()
         scratch.reset_clock(env)
         represented = scratch.stats.represented_flows
@@ -917,6 +942,27 @@ class IsolatedCalls:
         if not finished.triggered or np.isnan(done_at).any() or np.isnan(sent_at).any():
             return None
         scratch.close_link_records()
+        # Flows taken over were counted when they started on the real network.
+        flows, represented = scratch.stats.flows, scratch.stats.represented_flows - represented
+        if adopted is not None:
+            flows -= len(adopted.slots)
+            represented -= float(adopted.weight.sum()) if self.replicas else len(adopted.slots)
+        records = (scratch.link_bytes, scratch.link_busy, scratch.link_idle_at, scratch.link_flow_s)
+        return self._timing(footprint, done_at, sent_at, records, flows, represented)
+
+    def _timing(
+        self,
+        footprint: np.ndarray,
+        done_at: np.ndarray,
+        sent_at: np.ndarray,
+        records: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        flows: int,
+        represented: float,
+    ) -> Timing:
+        """A call's :class:`Timing` from its run alone on the scratch network: when each
+        rank was done and each flow taken over sent, and the scratch's per-link bytes,
+        busy time, last idle instant and flow-seconds (indexed by scratch link id)."""
+        network, scratch = self.network, self._scratch_network()
         # The footprint on the scratch network: the same ids for the graph's links, its
         # own for reducers (numbered as it created them).
         ids = footprint.copy()
@@ -929,19 +975,14 @@ class IsolatedCalls:
         sent = [
             (float(t), np.flatnonzero(sent_group == i)) for i, t in enumerate(sent_offsets.tolist())
         ]
-        used = scratch.link_busy[ids] > 0
-        release = np.where(used, scratch.link_idle_at[ids], 0.0)
-        # Flows taken over were counted when they started on the real network.
-        flows, represented = scratch.stats.flows, scratch.stats.represented_flows - represented
-        if adopted is not None:
-            flows -= len(adopted.slots)
-            represented -= float(adopted.weight.sum()) if self.replicas else len(adopted.slots)
+        nbytes, busy, idle_at, flow_s = records
+        used = busy[ids] > 0
         return Timing(
             done=done,
-            release_s=release,
-            nbytes=scratch.link_bytes[ids].copy(),
-            busy_s=scratch.link_busy[ids].copy(),
-            flow_s=scratch.link_flow_s[ids].copy(),
+            release_s=np.where(used, idle_at[ids], 0.0),
+            nbytes=nbytes[ids].copy(),
+            busy_s=busy[ids].copy(),
+            flow_s=flow_s[ids].copy(),
             flows=flows,
             represented=represented,
             sent=sent,
