@@ -1,0 +1,147 @@
+"""A schedule replayed in Python scalars (simulator.collective.scalar_replay): held to the
+reference replay (ScheduleReplay on a FlowNetwork, every flow an event) bit for bit,
+every op's start, sent and done time and every link's bytes, busy time, last idle
+instant and flow-seconds, on NCCL-like rings whose channels share NICs and NVLink ports
+under each protocol (the proxies stagger them, so flows meet and change each other's
+rates), with slow links, odd channel counts and a quotient on link classes; and shown
+to hand over to the reference outside its scope."""
+
+import numpy as np
+import pytest
+import simpy
+
+from simulator.algorithms import build_schedule
+from simulator.collective.replay import ScheduleReplay
+from simulator.collective.run import find_symmetry, rank_layout
+from simulator.collective.scalar_replay import replay_scalar
+from simulator.library.protocol import calibration_of
+from simulator.network.faults import apply_faults
+from simulator.network.flows import FlowNetwork
+from simulator.topology import load_topology
+from simulator.topology.graph import gpu_nodes
+
+
+def _network(graph, protocol):
+    """A fresh network as a scratch for calls timed alone is (flow-seconds kept), with
+    the calibrated efficiencies when a protocol runs."""
+    efficiency = None if protocol is None else calibration_of(graph).efficiency
+    return FlowNetwork(simpy.Environment(), graph, link_efficiency=efficiency, flow_seconds=True)
+
+
+def _compare(graph, schedule, protocol, reduce_bandwidth=None, symmetric=False):
+    """Run the reference and the scalar replay of ``schedule`` on fresh networks and
+    assert that every time and record is the same double; returns the scalar times."""
+    proto = None if protocol is None else calibration_of(graph).protocol(protocol)
+    ranks = len(gpu_nodes(graph))
+    bandwidth = np.full(ranks, np.inf) if reduce_bandwidth is None else reduce_bandwidth
+    reference, network = _network(graph, proto), _network(graph, proto)
+    options, scalar_options = {}, {}
+    if symmetric:
+        quotient, classes = find_symmetry(reference, schedule, bandwidth)
+        reference.set_link_classes(classes.link_class, classes.class_size)
+        weights = quotient.weights(np.arange(quotient.schedule.n_ops))
+        assert (weights == weights[0]).all()
+        schedule = quotient.schedule
+        options = {"weight": weights, "period": quotient.period}
+        scalar_options = {
+            "weight": float(weights[0]),
+            "period": quotient.period,
+            "link_class": classes.link_class,
+            "class_size": classes.class_size,
+        }
+    replay = ScheduleReplay(
+        reference, schedule, reduce_bandwidth=bandwidth, protocol=proto, **options
+    )
+    replay.start()
+    reference.env.run()
+    assert replay.finished.triggered
+    reference.close_link_records()
+    times = replay_scalar(
+        network, schedule, reduce_bandwidth=bandwidth, protocol=proto, **scalar_options
+    )
+    assert times is not None
+    for ours, theirs in (
+        (times.start_s, replay.start_s),
+        (times.sent_s, replay.sent_s),
+        (times.end_s, replay.end_s),
+        (times.link_bytes, reference.link_bytes),
+        (times.link_busy, reference.link_busy),
+        (times.link_idle_at, reference.link_idle_at),
+        (times.link_flow_s, reference.link_flow_s),
+    ):
+        np.testing.assert_array_equal(ours, theirs)
+    assert times.flows == reference.stats.flows
+    assert times.represented == reference.stats.represented_flows
+    # The scalar replay leaves the network it reads untouched.
+    assert network.stats.flows == 0 and not network.link_bytes.any()
+    return times
+
+
+@pytest.mark.parametrize(
+    ("preset", "servers", "size", "channels", "chunks"),
+    [
+        ("dgx-h100", 2, 64e3, 2, 1),  # LL's range: small blocks, latency-bound
+        ("dgx-h100", 3, 6e6, 3, 1),  # odd channel count, three servers
+        ("dgx-a100", 2, 1e6, 5, 1),
+        ("hgx-b200", 2, 3e7, 4, 2),  # Simple's range: several proxy messages a chunk
+    ],
+)
+@pytest.mark.parametrize("protocol", ["LL", "LL128", "Simple", None])
+def test_rings_equal_the_reference_bit_for_bit(preset, servers, size, channels, chunks, protocol):
+    """NCCL-like rings over servers (PXN hops through the NICs): every channel's hop
+    between servers shares its GPU's NVLink port with another channel's hop inside the
+    server, and their sends wait for one proxy, so flows meet at staggered instants."""
+    graph = load_topology(preset, servers)
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        schedule = build_schedule(
+            "ring", op, rank_layout(graph), size, chunks=chunks, channels=channels
+        )
+        _compare(graph, schedule, protocol)
+
+
+@pytest.mark.parametrize("protocol", ["LL128", "Simple"])
+def test_rings_with_slow_links_equal_the_reference(protocol):
+    """Random links slowed to 30% (seeded): channels drift apart and queue behind the
+    slow hops, so rates change at many distinct instants."""
+    graph = apply_faults(load_topology("dgx-h100", 2), "random:q=0.1,fraction=0.3,seed=5")
+    schedule = build_schedule("ring", "all_reduce", rank_layout(graph), 2e7, chunks=2, channels=3)
+    _compare(graph, schedule, protocol)
+
+
+def test_a_quotient_on_link_classes_equals_the_reference():
+    """Four servers, symmetric under a one-server shift: the quotient's flows stand for
+    four each and load link classes (as the workload's data-parallel calls run); its
+    records are the representatives'."""
+    graph = load_topology("dgx-h100", 4)
+    schedule = build_schedule(
+        "ring", "reduce_scatter", rank_layout(graph), 3e7, chunks=2, channels=4
+    )
+    times = _compare(graph, schedule, "Simple", symmetric=True)
+    assert len(times.rank_done_s) < schedule.ranks
+
+
+def test_rank_done_is_the_last_transfer_of_each_rank():
+    """A rank is done when the last transfer it sends or receives is done."""
+    graph = load_topology("dgx-h100", 2)
+    schedule = build_schedule("ring", "all_gather", rank_layout(graph), 4e6, channels=2)
+    times = _compare(graph, schedule, "Simple")
+    for rank in range(schedule.ranks):
+        mine = (schedule.src == rank) | (schedule.dst == rank)
+        assert times.rank_done_s[rank] == times.end_s[mine].max()
+
+
+def test_outside_its_scope_it_hands_over():
+    """Reductions at a finite bandwidth are flows on reducer links, and loads that are
+    not short dyadic numbers would make the order of sums matter: None (the caller then
+    runs the reference)."""
+    graph = load_topology("dgx-h100", 2)
+    layout = rank_layout(graph)
+    schedule = build_schedule("ring", "reduce_scatter", layout, 4e6, channels=2)
+    network = _network(graph, None)
+    reducing = np.full(schedule.ranks, 1e12)
+    assert replay_scalar(network, schedule, reduce_bandwidth=reducing) is None
+    classes = np.arange(len(network.links))
+    thirds = np.full(len(network.links), 3.0)
+    assert (
+        replay_scalar(network, schedule, weight=1.0, link_class=classes, class_size=thirds) is None
+    )
