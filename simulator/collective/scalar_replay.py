@@ -28,19 +28,22 @@ Python lists and floats, with a heap of (time, sequence) in place of SimPy's que
   its end); a flow alone on every link of its route runs at its slowest link's share;
   otherwise the flows connected to the links that changed (the same search, with its
   six-round cut-off) get max-min rates by progressive filling (:mod:`~simulator.network
-  .maxmin`'s arithmetic: each link's load summed in incidence order, the same 1e-12
-  ties), the bytes they have left brought up to date first; flows ending within a
-  relative 1e-12 of the earliest end with it; flow slots are reused as the network
-  reuses them (the order of a completion's ops); per-link bytes, busy time, last idle
-  instant and flow-seconds are kept as it keeps them, on link classes' representatives
-  when flows are aggregated.
+  .maxmin`'s arithmetic and 1e-12 ties, filled by route: see :class:`_Net`), the bytes
+  they have left brought up to date first; flows ending within a relative 1e-12 of the
+  earliest end with it; flow slots are reused as the network reuses them (which sets the
+  order of a completion's ops, and so of its receivers' proxy queue); per-link bytes,
+  busy time, last idle instant and flow-seconds are kept as it keeps them, on link
+  classes' representatives when flows are aggregated.
 
-It is tested against the reference replay on fresh networks (tests/test_scalar_replay.py):
-every op's start, sent and done time and every link record equal to 1e-12 relative (in
-practice bit for bit). Scope, else :func:`replay_scalar` returns None and the caller
-runs the reference: no reducer with a finite bandwidth (reductions are flows of their
-own), no NVLS switch or SHARP paths, no flow over no link, no rate caps, holds or
-faults (a fresh scratch network's state).
+Tested against the reference replay on fresh networks (tests/test_scalar_replay.py):
+every op's start, sent and done time and every link record the same double. (Inside a
+workload the reference's scratch network is shared by the calls timed alone, so its
+slot pool, and with it the order of simultaneous completions, depends on the calls
+before; the scalar replay always starts from an empty pool.) Scope, else
+:func:`replay_scalar` returns None and the caller runs the reference: no reducer with a
+finite bandwidth (reductions are flows of their own), no NVLS switch or SHARP paths,
+no flow over no link, link-class loads that are short dyadic numbers (weight / class
+size: 8/8, 8/16, ...), no rate caps, holds or faults (a scratch network's state).
 """
 
 from __future__ import annotations
