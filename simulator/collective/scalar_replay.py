@@ -81,20 +81,31 @@ _INF = float("inf")
 @dataclass
 class ScalarTimes:
     """What :func:`replay_scalar` found: every op's start, sent and done time (seconds from
-    the start), when each rank (``0..period-1`` with a period) was done, the per-link
-    records the network would hold (indexed by link id; with link classes, on the
-    representatives), and the flows run and those they stand for."""
+    the start), when each rank (``0..period-1`` with a period) was done, the flows run
+    and those they stand for, and the per-link records the network would hold on the
+    links used (``links``, ids; with link classes, the representatives): bytes, busy
+    time, last idle instant and flow-seconds (see :meth:`records`)."""
 
     start_s: np.ndarray
     sent_s: np.ndarray
     end_s: np.ndarray
     rank_done_s: np.ndarray
+    flows: int
+    represented: float
+    links: np.ndarray
     link_bytes: np.ndarray
     link_busy: np.ndarray
     link_idle_at: np.ndarray
     link_flow_s: np.ndarray
-    flows: int
-    represented: float
+
+    def records(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Bytes, busy time, last idle instant and flow-seconds of links ``ids`` (0 for
+        a link the replay did not use), as the network's arrays would give them."""
+        ids = np.asarray(ids, dtype=np.int64)
+        where = np.minimum(np.searchsorted(self.links, ids), max(len(self.links) - 1, 0))
+        hit = self.links[where] == ids if len(self.links) else np.zeros(len(ids), dtype=bool)
+        values = (self.link_bytes, self.link_busy, self.link_idle_at, self.link_flow_s)
+        return tuple(np.where(hit, v[where], 0.0) if len(v) else np.zeros(len(ids)) for v in values)
 
 
 def replay_scalar(
@@ -151,22 +162,20 @@ def replay_scalar(
     np.maximum.at(done, schedule.dst % p, end)
     done[np.isinf(done)] = 0.0  # ranks with no transfer are done at the start
     net = replay.net
-    size = len(network.links)
-    records = []
-    for values in (net.link_bytes, net.link_busy, net.link_idle_at, net.link_flow_s):
-        array = np.zeros(size)
-        if values:
-            keys = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
-            array[keys] = np.fromiter(values.values(), dtype=float, count=len(values))
-        records.append(array)
+    links = np.array(sorted(net.link_n), dtype=np.int64)
+    records = [
+        np.array([values.get(link, 0.0) for link in links.tolist()], dtype=float)
+        for values in (net.link_bytes, net.link_busy, net.link_idle_at, net.link_flow_s)
+    ]
     return ScalarTimes(
         np.array(replay.start_s),
         np.array(replay.sent_s),
         end,
         done,
+        net.flows,
+        net.represented,
+        links,
         *records,
-        flows=net.flows,
-        represented=net.represented,
     )
 
 
@@ -212,7 +221,10 @@ class _Net:
         route_latency: list[float],
     ) -> None:
         self.clock = clock
-        capacity = network.capacity.tolist()
+        # The capacity of the links the routes load (not the whole network's: a
+        # 16,384-GPU cluster has a million links).
+        used = sorted({link for links in route_links for link in links})
+        capacity = dict(zip(used, network.capacity[used].tolist(), strict=True))
         self.capacity = capacity
         self.n_links = len(network.links)
         self.weighted = route_coef is not None

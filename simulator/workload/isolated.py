@@ -895,14 +895,8 @@ class IsolatedCalls:
                 class_size=None if self.replicas is None else self.replicas.class_size,
             )
             if scalar is not None:
-                records = (
-                    scalar.link_bytes,
-                    scalar.link_busy,
-                    scalar.link_idle_at,
-                    scalar.link_flow_s,
-                )
                 return self._timing(
-                    footprint, scalar.rank_done_s, np.zeros(0), records, scalar.flows,
+                    footprint, scalar.rank_done_s, np.zeros(0), scalar.records, scalar.flows,
                     scalar.represented,
                 )  # fmt: skip
         env = simpy.Environment()
@@ -947,7 +941,11 @@ class IsolatedCalls:
         if adopted is not None:
             flows -= len(adopted.slots)
             represented -= float(adopted.weight.sum()) if self.replicas else len(adopted.slots)
-        records = (scratch.link_bytes, scratch.link_busy, scratch.link_idle_at, scratch.link_flow_s)
+
+        def records(ids: np.ndarray) -> tuple[np.ndarray, ...]:
+            arrays = (scratch.link_bytes, scratch.link_busy, scratch.link_idle_at)
+            return tuple(values[ids].copy() for values in (*arrays, scratch.link_flow_s))
+
         return self._timing(footprint, done_at, sent_at, records, flows, represented)
 
     def _timing(
@@ -955,13 +953,13 @@ class IsolatedCalls:
         footprint: np.ndarray,
         done_at: np.ndarray,
         sent_at: np.ndarray,
-        records: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        records: Callable[[np.ndarray], tuple[np.ndarray, ...]],
         flows: int,
         represented: float,
     ) -> Timing:
         """A call's :class:`Timing` from its run alone on the scratch network: when each
-        rank was done and each flow taken over sent, and the scratch's per-link bytes,
-        busy time, last idle instant and flow-seconds (indexed by scratch link id)."""
+        rank was done and each flow taken over sent, and ``records(ids)``: the bytes,
+        busy time, last idle instant and flow-seconds of scratch links ``ids``."""
         network, scratch = self.network, self._scratch_network()
         # The footprint on the scratch network: the same ids for the graph's links, its
         # own for reducers (numbered as it created them).
@@ -975,14 +973,13 @@ class IsolatedCalls:
         sent = [
             (float(t), np.flatnonzero(sent_group == i)) for i, t in enumerate(sent_offsets.tolist())
         ]
-        nbytes, busy, idle_at, flow_s = records
-        used = busy[ids] > 0
+        nbytes, busy, idle_at, flow_s = records(ids)
         return Timing(
             done=done,
-            release_s=np.where(used, idle_at[ids], 0.0),
-            nbytes=nbytes[ids].copy(),
-            busy_s=busy[ids].copy(),
-            flow_s=flow_s[ids].copy(),
+            release_s=np.where(busy > 0, idle_at, 0.0),
+            nbytes=nbytes,
+            busy_s=busy,
+            flow_s=flow_s,
             flows=flows,
             represented=represented,
             sent=sent,
