@@ -146,3 +146,38 @@ def test_outside_its_scope_it_hands_over():
     assert (
         replay_scalar(network, schedule, weight=1.0, link_class=classes, class_size=thirds) is None
     )
+
+
+def test_a_training_step_is_the_same_with_calls_timed_by_the_scalar_replay(monkeypatch):
+    """Megatron-Core's defaults with one replica standing for four: the step's calls
+    timed alone by the scalar replay (the data-parallel rings' quotients on link
+    classes among them) give every op the times the reference replay of each call
+    gives, and the same link records and flows."""
+    from simulator.workload import isolated
+    from simulator.workload.engine import WorkloadReplay
+    from simulator.workload.generators import megatron
+    from simulator.workload.model import Transformer
+
+    small = Transformer(layers=8, hidden=2048, seq=1024, vocab=32000, heads=16)
+    workload = megatron(
+        small, tp=8, pp=2, dp=4, global_batch=16, defaults="megatron-core", replicas=True
+    )
+    graph = load_topology("dgx-h100", 8)
+    used = []
+    original = isolated.replay_scalar
+
+    def counted(*args, **kwargs):
+        times = original(*args, **kwargs)
+        used.append(times is not None and kwargs.get("period") is not None)
+        return times
+
+    monkeypatch.setattr(isolated, "replay_scalar", counted)
+    fast = WorkloadReplay(workload, graph).run()
+    assert any(used)  # a spanning call's quotient went through the scalar replay
+    monkeypatch.setattr(isolated, "SCALAR_WIDTH", -1)
+    slow = WorkloadReplay(workload, graph).run()
+    for name in ("issue_s", "start_s", "end_s"):
+        np.testing.assert_array_equal(getattr(fast.records, name), getattr(slow.records, name))
+    for name in ("bytes", "busy_s"):
+        np.testing.assert_array_equal(fast.links[name], slow.links[name])
+    assert fast.stats.flows == slow.stats.flows
