@@ -66,14 +66,15 @@ from .replicas import ReplicaSymmetry, unique_rows
 #: transfer costs about as much to simulate as to replay, and pipeline sends, which
 #: often overlap on a GPU's links, would only cause conflicts.
 MIN_OPS = 2
-#: Calls timed alone whose steps hold at most this many transfers each (a ring's
-#: channels x positions) run on the scalar replay (simulator.collective.scalar_replay),
-#: wider ones on the reference, whose numpy passes cost the same for a step of one flow
-#: or of hundreds. Either gives the same times. Measured (s CPU a call, reference ->
-#: scalar): the GPT-3 fp8 TP 4 row's DP all-gather, 16 a step, 0.42 -> 0.12; the Llama 3
-#: 405B CP 16 row's 128-rank reduce-scatter, 64 a step, 2.2 -> 1.3, and its 24-channel
-#: reduce-scatter, 192 a step, 0.15 -> 0.29.
-SCALAR_WIDTH = 128
+#: Ring calls timed alone whose steps hold at most this many transfers each (channels x
+#: positions) run on the scalar replay (simulator.collective.scalar_replay), others on
+#: the reference, whose numpy passes cost the same for a step of one flow or of
+#: hundreds. Either gives the same times. Measured (s CPU a call, reference -> scalar):
+#: the GPT-3 fp8 TP 4 row's DP all-gather, 16 a step, 0.42 -> 0.12; the Llama 3 405B
+#: CP 16 row's 128-rank reduce-scatter, 64 a step, 2.2 -> 1.3; wider ones gain nothing
+#: or lose (128 a step on the Qwen3 30B row, 0.074 -> 0.10; 192 a step, 0.15 -> 0.29),
+#: and so do its all-to-alls (1.27 -> 2.08: large groups of flows meet at each event).
+SCALAR_WIDTH = 64
 #: At most this many flows in flight on a call's links are taken over with it (a
 #: pipeline send or two per rank: a data-parallel call over 16 replicas, every replica
 #: simulated, meets 16); with more, the call is simulated flow by flow.
@@ -890,7 +891,11 @@ class IsolatedCalls:
         Python scalars (:mod:`~simulator.collective.scalar_replay`, the same times and
         records) where that replay's scope allows, else the reference replay."""
         scratch = self._scratch_network()
-        if adopted is None and _step_width(schedule) <= SCALAR_WIDTH:
+        if (
+            adopted is None
+            and schedule.algorithm == "ring"
+            and _step_width(schedule) <= SCALAR_WIDTH
+        ):
             scalar = replay_scalar(
                 scratch,
                 schedule,
