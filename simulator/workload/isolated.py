@@ -12,7 +12,9 @@ one run of the call alone on a scratch network, shared by every call with the sa
 schedule (what a replay reads of it, not its labels: a ring's reduce-scatter on GPUs
 without a reducer bandwidth is timed as its all-gather), protocol and *signature*: the
 same routes up to renaming the links, over links of the same bandwidth, latency and type,
-and reducers of the same bandwidth.
+and reducers of the same bandwidth. A ring of a few dozen transfers a step (a
+data-parallel ring's channels) runs there in Python scalars
+(:mod:`~simulator.collective.scalar_replay`: the same events, to the same times).
 
 Checked, not assumed. A call replayed this way *holds* its links on the real network until
 its timing says it lets each go; a flow started on a held link, or a call launched onto
