@@ -181,3 +181,16 @@ def test_a_training_step_is_the_same_with_calls_timed_by_the_scalar_replay(monke
     for name in ("bytes", "busy_s"):
         np.testing.assert_array_equal(fast.links[name], slow.links[name])
     assert fast.stats.flows == slow.stats.flows
+
+
+def test_a_rings_step_width_is_its_channels_times_its_positions():
+    """What picks the scalar replay for a call (isolated.SCALAR_WIDTH): a ring's
+    transfers per step and chunk, C channels x p positions."""
+    from simulator.workload.isolated import _step_width
+
+    layout = rank_layout(load_topology("dgx-h100", 2))
+    for channels, chunks in ((1, 1), (3, 2), (8, 4)):
+        schedule = build_schedule(
+            "ring", "all_reduce", layout, 1e6, chunks=chunks, channels=channels
+        )
+        assert _step_width(schedule) == channels * 16
