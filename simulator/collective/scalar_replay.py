@@ -49,6 +49,7 @@ size: 8/8, 8/16, ...), no rate caps, holds or faults (a scratch network's state)
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -610,11 +611,11 @@ class _Replay:
         self.net.on_delivered = self.on_delivered
         self.weight = weight
         self.protocol = protocol
-        self.nbytes = schedule.nbytes.tolist()
+        self.nbytes = _shared(schedule.nbytes)
         wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
-        self.wire = wire.tolist()
-        self.local_dst = local_dst.tolist()
-        self.local_src = local_src.tolist()
+        self.wire = _shared(wire)
+        self.local_dst = _shared(local_dst)
+        self.local_src = _shared(local_src)
         self.proxy_free: dict[int, float] = {}
         if protocol is not None:
             classes = network.route_classes(unique)
@@ -623,16 +624,15 @@ class _Replay:
                 overhead = NET_OVERHEAD_S * (3 if protocol.name == "Simple" else 1)
             hops = np.array([protocol.hop_s[cls] for cls in classes], dtype=float)[inverse]
             wanted = np.maximum(hops, overhead)
-            self.crosses = np.array([cls == "network" for cls in classes], dtype=bool)[
-                inverse
-            ].tolist()
-            self.extra = np.maximum(wanted - latency[routes], 0.0).tolist()
-            self.hop = wanted.tolist()
+            self.crosses = _shared(np.array([cls == "network" for cls in classes])[inverse])
+            self.extra = _shared(np.maximum(wanted - latency[routes], 0.0))
+            self.hop = _shared(wanted)
             messages = np.maximum(1.0, np.ceil(schedule.nbytes / protocol.message_bytes))
-            self.busy = (messages * protocol.proxy_s).tolist()
+            self.busy = _shared(messages * protocol.proxy_s)
         (done_ptr, done_idx), (sent_ptr, sent_idx) = successors(schedule)
-        self.done_succ = _lists(done_ptr, done_idx)
-        self.sent_succ = _lists(sent_ptr, sent_idx)
+        # CSR in machine ints (8 bytes an entry, not a Python list and int per op).
+        self.done_succ = (array("q", done_ptr.tolist()), array("q", done_idx.tolist()))
+        self.sent_succ = (array("q", sent_ptr.tolist()), array("q", sent_idx.tolist()))
         self.pending = np.diff(schedule.dep_ptr).tolist()
         nan = float("nan")
         self.start_s = [nan] * n
@@ -750,8 +750,12 @@ class _Replay:
             self.end_s[op] = now
         self._release(ops, self.done_succ)
 
-    def _release(self, ops: list[int], succ_lists: list[list[int]]) -> None:
-        succ = [s for op in ops for s in succ_lists[op]]
+    def _release(self, ops: list[int], csr: tuple[array, array]) -> None:
+        ptr, idx = csr
+        if len(ops) == 1:
+            succ = idx[ptr[ops[0]] : ptr[ops[0] + 1]].tolist()
+        else:
+            succ = [s for op in ops for s in idx[ptr[op] : ptr[op + 1]]]
         if not succ:
             return
         pending = self.pending
@@ -770,8 +774,10 @@ def _dyadic(values: np.ndarray) -> bool:
     return bool(np.all((scaled == np.floor(scaled)) & (np.abs(values) < 2.0**20)))
 
 
-def _lists(ptr: np.ndarray, idx: np.ndarray) -> list[list[int]]:
-    """A CSR's rows as Python lists."""
-    flat = idx.tolist()
-    bounds = ptr.tolist()
-    return [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
+def _shared(values: np.ndarray) -> list:
+    """``values.tolist()`` with one Python object per distinct value: a ring's ops carry
+    a handful of sizes, latencies and ranks, and tens of thousands of ops would
+    otherwise hold a float or int object each (24 MiB on a 40,640-op call)."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    objects = distinct.tolist()
+    return [objects[i] for i in inverse.ravel().tolist()]
