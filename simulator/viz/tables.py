@@ -195,13 +195,21 @@ def finite(value: Any) -> Any:
 
 
 def to_csv(rows: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> str:
-    """Rows as CSV with a header line."""
+    """Rows as CSV with a header line: ``keys``, else every key of any row in the order
+    first seen (rows of different kinds, such as the bench's collective and workload
+    scenarios, leave the cells they do not have empty).
+
+    >>> print(to_csv([{"a": 1}, {"a": 2, "b": 3}]), end="")
+    a,b
+    1,
+    2,3
+    """
     out = io.StringIO()
-    keys = list(keys or (rows[0].keys() if rows else []))
+    keys = list(keys or dict.fromkeys(key for row in rows for key in row))
     writer = csv.DictWriter(out, fieldnames=keys, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: row[key] for key in keys})
+        writer.writerow({key: row.get(key, "") for key in keys})
     return out.getvalue()
 
 
