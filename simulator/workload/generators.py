@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CcsimError, unknown_choice
@@ -106,6 +107,150 @@ def flash_core_kernels(
     return [*again, [*kernel, 1]]
 
 
+@dataclass(frozen=True)
+class UbOverlap:
+    """How Transformer Engine's userbuffers overlap one linear GEMM with its TP
+    communication (``initialize_ub``'s per-GEMM ``ub_cfgs``, transformer_engine/pytorch/
+    module/base.py): ``method`` "ring_exchange" (the GEMM in TP chunks while the next
+    chunk moves peer to peer by copy engine; a reduce-scatter then sums the chunks in a
+    kernel of its own), "pipeline" (the GEMM in ``num_splits`` chunks, each chunk's
+    reduce-scatter on ``num_sm`` multiprocessors after it; the last one exposed) or
+    "bulk" (the whole communication beside the whole GEMM on ``num_sm``
+    multiprocessors); ``set_sm_margin``: the GEMM leaves those ``num_sm`` to the
+    communication (``_math_sms``, comm_gemm_overlap.cpp)."""
+
+    method: str
+    num_sm: int = 1
+    set_sm_margin: bool = False
+    num_splits: int = 4
+
+
+_RING = UbOverlap("ring_exchange")
+_RING_MARGIN = UbOverlap("ring_exchange", 1, True)
+
+
+def _bulk(num_sm: int) -> UbOverlap:
+    return UbOverlap("bulk", num_sm, False)
+
+
+def _pipeline(num_sm: int) -> UbOverlap:
+    return UbOverlap("pipeline", num_sm, True, 4)
+
+
+#: Transformer Engine's own choice where a recipe gives no ``ub_cfgs`` (Megatron-LM
+#: without ``--tp-comm-overlap-cfg``): ring exchange (1 SM, no margin, copy engines,
+#: TP chunks) for the all-gather GEMMs qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad;
+#: pipeline (16 SMs, margin, 4 chunks) for proj_fprop and fc2_fprop; bulk (16 SMs,
+#: margin) for qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad (get_default_config,
+#: transformer_engine/pytorch/module/base.py, TE commit d0067d0). proj_wgrad and
+#: fc2_wgrad run plain ("external": beside the dgrad's ring exchange).
+UB_TE_DEFAULT: dict[str, UbOverlap] = {
+    "qkv_fprop": _RING,
+    "fc1_fprop": _RING,
+    "proj_dgrad": _RING,
+    "fc2_dgrad": _RING,
+    "proj_fprop": _pipeline(16),
+    "fc2_fprop": _pipeline(16),
+    "qkv_dgrad": UbOverlap("bulk", 16, True),
+    "qkv_wgrad": UbOverlap("bulk", 16, True),
+    "fc1_dgrad": UbOverlap("bulk", 16, True),
+    "fc1_wgrad": UbOverlap("bulk", 16, True),
+}
+
+
+def _nemo(qkv_dgrad: int, qkv_wgrad: int, fc1_dgrad: int, fc1_wgrad: int,
+          proj_fprop: UbOverlap, fc2_fprop: UbOverlap) -> dict[str, UbOverlap]:  # fmt: skip
+    """One of NeMo's configs: its bulk SMs (no margin) and its two reduce-scatter GEMMs;
+    the four all-gather GEMMs ring exchange in every H100 config."""
+    return {
+        "qkv_fprop": _RING,
+        "fc1_fprop": _RING,
+        "proj_dgrad": _RING,
+        "fc2_dgrad": _RING,
+        "proj_fprop": proj_fprop,
+        "fc2_fprop": fc2_fprop,
+        "qkv_dgrad": _bulk(qkv_dgrad),
+        "qkv_wgrad": _bulk(qkv_wgrad),
+        "fc1_dgrad": _bulk(fc1_dgrad),
+        "fc1_wgrad": _bulk(fc1_wgrad),
+    }
+
+
+#: NeMo's (and Megatron-Bridge's) H100 userbuffer configs by (precision, hidden, TP):
+#: nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py (NeMo commit
+#: 8cfedd7): userbuffers_{bf16,fp8}_h100_h8192_tp4_mbs1_seqlen8192 (Llama 3 70B),
+#: _h16384_tp8_cp2_mbs1_seqlen8192 (Llama 3.1 405B), _h6144_tp2_mbs2_seqlen2048 (GPT-3
+#: 20B), _h12288_tp4_mbs1_seqlen2048 (GPT-3 175B). Other shapes take TE's defaults.
+UB_NEMO_H100: dict[tuple[str, int, int], dict[str, UbOverlap]] = {
+    ("bf16", 8192, 4): _nemo(4, 24, 2, 4, _pipeline(24), _pipeline(16)),
+    ("fp8", 8192, 4): _nemo(4, 24, 2, 4, _RING_MARGIN, _RING_MARGIN),
+    ("bf16", 16384, 8): _nemo(2, 24, 2, 2, _pipeline(24), _pipeline(8)),
+    ("fp8", 16384, 8): _nemo(2, 24, 2, 2, _RING_MARGIN, _RING_MARGIN),
+    ("bf16", 6144, 2): _nemo(8, 16, 4, 16, _pipeline(16), _pipeline(24)),
+    ("fp8", 6144, 2): _nemo(8, 16, 4, 16, _pipeline(16), _pipeline(24)),
+    ("bf16", 12288, 4): _nemo(4, 4, 2, 4, _pipeline(24), _RING_MARGIN),
+    ("fp8", 12288, 4): _nemo(4, 4, 2, 4, _RING_MARGIN, _RING_MARGIN),
+}
+
+#: The ways ``tp_comm_overlap`` runs TP collectives beside the GEMMs: "ideal" (on their
+#: own stream at no cost to the GEMMs: a bound) and "userbuffers" (as Transformer
+#: Engine runs them, :func:`userbuffers_config`).
+TP_COMM_OVERLAPS = ("ideal", "userbuffers")
+
+#: A transformer layer's linear GEMMs in :meth:`Transformer.linear_gemms` order.
+_LINEAR_NAMES = ("qkv", "proj", "fc1", "fc2")
+
+
+def userbuffers_config(m: Transformer, tp: int, precision: str) -> dict[str, UbOverlap]:
+    """The userbuffer config a recipe runs ``m`` with on ``tp`` ranks: NeMo's for its
+    shape (:data:`UB_NEMO_H100`), else Transformer Engine's defaults
+    (:data:`UB_TE_DEFAULT`).
+
+    >>> userbuffers_config(MODELS["gpt3-175b"], 4, "fp8")["proj_fprop"].method
+    'ring_exchange'
+    >>> userbuffers_config(MODELS["gpt3-175b"], 8, "bf16")["proj_fprop"].method
+    'pipeline'
+    """
+    return UB_NEMO_H100.get((precision, m.hidden, tp), UB_TE_DEFAULT)
+
+
+def _ub_gemm(g: Gemm, how: UbOverlap | None, tp: int) -> Gemm:
+    """``g`` as userbuffers runs it: chunked (ring exchange: into TP chunks; pipeline:
+    into its splits) and beside a communication kernel's SMs where it sets a margin."""
+    if how is None:
+        return g
+    splits = {"ring_exchange": tp, "pipeline": how.num_splits}.get(how.method, 1)
+    return g.overlapped(splits, how.num_sm if how.set_sm_margin else 0)
+
+
+def userbuffers_exposed(
+    how: Mapping[str, UbOverlap], tp: int, activation: float
+) -> tuple[float, float]:
+    """Per layer forward, what userbuffers leaves exposed on the compute stream beside
+    its overlapped GEMMs: (bytes of memory-bound reduction kernels, bytes of
+    reduce-scatter). A ring-exchange reduce-scatter GEMM (proj_fprop, fc2_fprop) sums
+    the TP partial outputs it received in a kernel of its own after the exchange
+    (``reduce_bf16``, CommOverlapP2PBase::split_overlap_rs): it reads TP chunks of
+    ``activation`` / TP bytes and writes one. A pipelined one reduce-scatters its last
+    chunk after its last GEMM chunk, nothing left to hide it (split_overlap_rs): 1 /
+    num_splits of its ``activation`` bytes. The backward's overlaps leave nothing
+    exposed: its all-gathers ring-exchange ahead of their chunks and its bulk
+    reduce-scatters run beside the weight gradient.
+
+    >>> userbuffers_exposed(UB_NEMO_H100[("fp8", 12288, 4)], 4, 1000.0)
+    (2500.0, 0.0)
+    >>> userbuffers_exposed(UB_TE_DEFAULT, 8, 1000.0)
+    (0.0, 500.0)
+    """
+    reduce = rs = 0.0
+    for name in ("proj_fprop", "fc2_fprop"):
+        if how[name].method == "ring_exchange":
+            reduce += (tp + 1) / tp * activation
+        elif how[name].method == "pipeline":
+            rs += activation / how[name].num_splits
+    return reduce, rs
+
+
 def pass_work(
     m: Transformer,
     micro_batch: int,
@@ -121,6 +266,7 @@ def pass_work(
     core: bool = True,
     moe: bool = False,
     fp8_block: int = 0,
+    userbuffers: Mapping[str, UbOverlap] | None = None,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -140,6 +286,8 @@ def pass_work(
     ``moe`` takes MoE layers' GEMMs that every rank runs itself (attention, shared
     experts, router: :meth:`~simulator.workload.model.Transformer.moe_linear_gemms`);
     their routed experts are the caller's (:func:`megatron` with ``ep``).
+    ``userbuffers`` (a dense, non-MLA layer's): its linear GEMMs as Transformer
+    Engine's TP overlap runs them (:class:`UbOverlap`, :func:`_ub_gemm`).
     """
     if moe:
         linear = list(m.moe_linear_gemms(micro_batch, tp=tp, cp=cp))
@@ -148,13 +296,26 @@ def pass_work(
     if precision == "fp8":
         linear = [g.in_bits(8, fp8_block) for g in linear]
     scores = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
-    layer = linear + scores
-    if forward:
-        gemms = layer
+    ub = userbuffers if userbuffers and not moe and len(linear) == 4 else None
+    if ub:
+        names = _LINEAR_NAMES
+        fprop = [_ub_gemm(g, ub[f"{n}_fprop"], tp) for n, g in zip(names, linear, strict=True)]
+        grads = []
+        for n, g in zip(names, linear, strict=True):
+            dgrad, wgrad = g.backward()
+            grads += [
+                _ub_gemm(dgrad, ub[f"{n}_dgrad"], tp),
+                _ub_gemm(wgrad, ub.get(f"{n}_wgrad"), tp),
+            ]
     else:
-        gemms = [grad for g in layer for grad in g.backward()]
+        fprop = linear
+        grads = [grad for g in linear for grad in g.backward()]
+    if forward:
+        gemms = fprop + scores
+    else:
+        gemms = grads + [grad for g in scores for grad in g.backward()]
         if recompute == "full":
-            gemms = layer + gemms
+            gemms = fprop + scores + gemms
         elif recompute == "selective":
             gemms = scores + gemms
     # A pass over no layers (a chunk holding only the embedding or the loss) runs none.
@@ -632,7 +793,7 @@ def megatron(
     virtual_stages: int = 1,
     flash_attention: bool | None = None,
     overlap_grad_reduce: bool | None = None,
-    tp_comm_overlap: bool | None = None,
+    tp_comm_overlap: bool | str | None = None,
     overlap_param_gather: bool | None = None,
     defaults: str = "megatron-core",
     precision: str = "bf16",
@@ -865,7 +1026,12 @@ def megatron(
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
-    ``comm_slowdown`` while they overlap). The
+    ``comm_slowdown`` while they overlap). True or "ideal" (the default where it is on)
+    takes that overlap as free to the GEMMs, a bound; "userbuffers" runs the dense
+    layers' linear GEMMs as Transformer Engine's userbuffers do
+    (:func:`userbuffers_config`: chunked beside the exchange, on the SMs its
+    communication kernels leave, :func:`pass_work`) and adds what it leaves exposed
+    (:func:`userbuffers_exposed`) to the compute stream. The
     workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
@@ -891,6 +1057,20 @@ def megatron(
     flash_attention = chosen["flash_attention"]
     overlap_grad_reduce = chosen["overlap_grad_reduce"]
     tp_comm_overlap = chosen["tp_comm_overlap"]
+    if isinstance(tp_comm_overlap, str) and tp_comm_overlap not in TP_COMM_OVERLAPS:
+        raise unknown_choice("tp_comm_overlap", tp_comm_overlap, TP_COMM_OVERLAPS)
+    if tp_comm_overlap and tp > 1 and not chosen["sequence_parallel"]:
+        raise CcsimError(
+            "tp_comm_overlap needs sequence parallelism (Transformer Engine overlaps its "
+            "all-gathers and reduce-scatters): set sequence_parallel or drop tp_comm_overlap"
+        )
+    # Nothing to overlap on one TP rank; True is the ideal overlap (the default's).
+    ub = (
+        userbuffers_config(m, tp, precision)
+        if tp_comm_overlap == "userbuffers" and tp > 1
+        else None
+    )
+    tp_comm_overlap = bool(tp_comm_overlap) and tp > 1
     overlap_param_gather = chosen["overlap_param_gather"]
     cross_entropy = chosen["cross_entropy"]
     v = virtual_stages
@@ -1067,6 +1247,7 @@ def megatron(
             core=cp == 1,
             moe=moe,
             fp8_block=MXFP8_BLOCK if fp8_recipe == "mxfp8" else 0,
+            userbuffers=ub,
         )
 
     def work(forward: bool, logits: bool, layers: int, moe: int = 0) -> dict[str, Any]:
@@ -1205,6 +1386,13 @@ def megatron(
     activation = tokens * m.hidden * BF16
     tp_fwd_layer = 2 * activation
     tp_bwd_layer = (4 if recompute == "full" else 2) * activation
+    # Userbuffers' exposed work per dense layer: its reduction kernels (memory traffic
+    # on the compute stream) and the reduce-scatter of pipelined GEMMs' last chunks,
+    # forward (and in the backward's recomputed forward).
+    ub_reduce, ub_rs = userbuffers_exposed(ub, tp, activation) if ub else (0.0, 0.0)
+    fwd_layer_bytes += ub_reduce
+    bwd_layer_bytes += ub_reduce if recompute == "full" else 0.0
+    ub_rs_exposed = {True: ub_rs, False: ub_rs if recompute == "full" else 0.0}
     replicas = dp * cp  # ranks holding the same weights
     sharded = (distributed_optimizer or fsdp) and replicas > 1
     sharded_weights = fsdp and replicas > 1
@@ -1578,6 +1766,9 @@ def megatron(
                     # TP collectives after the pass's kernels on the compute stream,
                     # or (tp_comm_overlap) on their own stream beside its GEMMs.
                     tp_prev = deps if tp_comm_overlap else after
+                    # Userbuffers' pipelined last chunks: their reduce-scatter after the
+                    # pass's kernels on the compute stream, the rest beside them.
+                    exposed = (layers - moe) * ub_rs_exposed[forward]
                     for op_name in tp_ops:
                         tp_prev = [
                             b.op(
@@ -1588,9 +1779,24 @@ def megatron(
                                 op=op_name,
                                 group=tp_groups[(stage, d, q)],
                                 bytes=(layers - (0 if m.shared_experts else moe / 2))
-                                * (tp_fwd_layer if forward else tp_bwd_layer),
+                                * (tp_fwd_layer if forward else tp_bwd_layer)
+                                - (exposed if op_name == "reduce_scatter" else 0.0),
                                 stream="tp" if tp_comm_overlap else "compute",
                                 label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
+                            )
+                        ]
+                    if exposed:
+                        after = [
+                            b.op(
+                                f"r{r}.tp.{name}.exposed",
+                                r,
+                                "collective",
+                                after,
+                                op="reduce_scatter",
+                                group=tp_groups[(stage, d, q)],
+                                bytes=exposed,
+                                stream="compute",
+                                label=f"TP exposed {'fwd' if forward else 'bwd'} mb {i}",
                             )
                         ]
                     after = after + tp_prev if tp_comm_overlap else tp_prev
