@@ -1059,10 +1059,11 @@ def megatron(
     tp_comm_overlap = chosen["tp_comm_overlap"]
     if isinstance(tp_comm_overlap, str) and tp_comm_overlap not in TP_COMM_OVERLAPS:
         raise unknown_choice("tp_comm_overlap", tp_comm_overlap, TP_COMM_OVERLAPS)
-    if tp_comm_overlap and tp > 1 and not chosen["sequence_parallel"]:
+    if tp_comm_overlap == "userbuffers" and tp > 1 and not chosen["sequence_parallel"]:
         raise CcsimError(
-            "tp_comm_overlap needs sequence parallelism (Transformer Engine overlaps its "
-            "all-gathers and reduce-scatters): set sequence_parallel or drop tp_comm_overlap"
+            "tp_comm_overlap userbuffers needs sequence parallelism (Transformer Engine "
+            "overlaps its all-gathers and reduce-scatters): set sequence_parallel, or "
+            "tp_comm_overlap ideal"
         )
     # Nothing to overlap on one TP rank; True is the ideal overlap (the default's).
     ub = (
