@@ -107,7 +107,8 @@ def test_userbuffers_moves_the_pipelined_last_chunks_onto_the_compute_stream():
     """TE's defaults on this shape: the forward's two reduce-scatters of a = 512 x 1024 x
     2 bytes per layer keep 3/4 beside the GEMMs and put 1/4 each on the compute stream
     after them; the bytes on the wire are the ideal's. Its GEMMs are the ideal's, chunked
-    (all-gather GEMMs in TP chunks, pipelined ones in 4) and with margins of 16 SMs."""
+    (all-gather GEMMs in TP chunks, pipelined ones in 4), on every SM (TE 1.x sets no
+    margin by default)."""
     ideal = _ops(megatron(SMALL, tp=4, pp=1, dp=1, global_batch=2, tp_comm_overlap="ideal"))
     ub = _ops(megatron(SMALL, tp=4, pp=1, dp=1, global_batch=2, tp_comm_overlap="userbuffers"))
     a = 512 * 1024 * 2
@@ -122,10 +123,19 @@ def test_userbuffers_moves_the_pipelined_last_chunks_onto_the_compute_stream():
     chunked = ub["r0.f0"].gemms
     assert [(g.m, g.n, g.k, g.count) for g in chunked] == [(g.m, g.n, g.k, g.count) for g in plain]
     # qkv ring exchange, proj pipeline, fc1 ring exchange, fc2 pipeline
-    assert [(g.splits, g.margin) for g in chunked[:4]] == [(4, 0), (4, 16), (4, 0), (4, 16)]
+    assert [(g.splits, g.margin) for g in chunked[:4]] == [(4, 0)] * 4
     # backward: per GEMM (dgrad, wgrad): qkv bulk both, proj ring + plain, fc1 bulk, fc2 ring
     grads = [(g.splits, g.margin) for g in ub["r0.b0"].gemms[:8]]
-    assert grads == [(1, 16), (1, 16), (4, 0), (1, 0), (1, 16), (1, 16), (4, 0), (1, 0)]
+    assert grads == [(1, 0), (1, 0), (4, 0), (1, 0), (1, 0), (1, 0), (4, 0), (1, 0)]
+    # NeMo's bf16 Llama 3 70B config pipelines proj_fprop beside 24 SMs with a margin
+    model = Transformer(layers=1, hidden=8192, seq=1024, vocab=0, heads=64)
+    nemo = _ops(megatron(model, tp=4, pp=1, dp=1, global_batch=1, tp_comm_overlap="userbuffers"))
+    assert [(g.splits, g.margin) for g in nemo["r0.f0"].gemms[:4]] == [
+        (4, 0),
+        (4, 24),
+        (4, 0),
+        (4, 16),
+    ]
 
 
 def test_userbuffers_reduction_kernels_are_memory_traffic():

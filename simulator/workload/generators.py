@@ -138,23 +138,27 @@ def _pipeline(num_sm: int) -> UbOverlap:
 
 
 #: Transformer Engine's own choice where a recipe gives no ``ub_cfgs`` (Megatron-LM
-#: without ``--tp-comm-overlap-cfg``): ring exchange (1 SM, no margin, copy engines,
-#: TP chunks) for the all-gather GEMMs qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad;
-#: pipeline (16 SMs, margin, 4 chunks) for proj_fprop and fc2_fprop; bulk (16 SMs,
-#: margin) for qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad (get_default_config,
-#: transformer_engine/pytorch/module/base.py, TE commit d0067d0). proj_wgrad and
-#: fc2_wgrad run plain ("external": beside the dgrad's ring exchange).
+#: without ``--tp-comm-overlap-cfg``): ring exchange (1 SM, copy engines, TP chunks) for
+#: the all-gather GEMMs qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; pipeline (16 SMs, 4
+#: chunks) for proj_fprop and fc2_fprop; bulk (16 SMs) for qkv_dgrad, qkv_wgrad,
+#: fc1_dgrad, fc1_wgrad; none with an SM margin, as in TE v1.9 to v1.13
+#: (get_default_config in transformer_engine/pytorch/module/base.py; v1.8's add_ub
+#: defaults alike), the releases the Megatron-LM README's and NeMo 24.x's runs used. TE
+#: 2.0 on (commit 544dd14, 2025-02) gives pipeline and bulk a margin (``set_sm_margin =
+#: not method == "ring_exchange"``); the generator does not know a run's TE release,
+#: and the recipes of that era (Megatron-Bridge) give their own configs
+#: (:data:`UB_NEMO_H100`). proj_wgrad and fc2_wgrad run plain.
 UB_TE_DEFAULT: dict[str, UbOverlap] = {
     "qkv_fprop": _RING,
     "fc1_fprop": _RING,
     "proj_dgrad": _RING,
     "fc2_dgrad": _RING,
-    "proj_fprop": _pipeline(16),
-    "fc2_fprop": _pipeline(16),
-    "qkv_dgrad": UbOverlap("bulk", 16, True),
-    "qkv_wgrad": UbOverlap("bulk", 16, True),
-    "fc1_dgrad": UbOverlap("bulk", 16, True),
-    "fc1_wgrad": UbOverlap("bulk", 16, True),
+    "proj_fprop": UbOverlap("pipeline", 16, False, 4),
+    "fc2_fprop": UbOverlap("pipeline", 16, False, 4),
+    "qkv_dgrad": _bulk(16),
+    "qkv_wgrad": _bulk(16),
+    "fc1_dgrad": _bulk(16),
+    "fc1_wgrad": _bulk(16),
 }
 
 
