@@ -8,15 +8,11 @@ from simulator.errors import CcsimError
 from simulator.topology import ring_graph
 from simulator.workload import run_workload
 from simulator.workload.devices import DEVICES
-from simulator.workload.generators import (
-    UB_NEMO_H100,
-    UB_TE_DEFAULT,
-    megatron,
-    userbuffers_exposed,
-)
+from simulator.workload.generators import megatron
 from simulator.workload.kernels import Gemm, gemm_time
 from simulator.workload.model import Transformer
 from simulator.workload.trace import WorkloadError, parse_workload
+from simulator.workload.userbuffers import UB_NEMO_H100, UB_TE_DEFAULT, userbuffers_exposed
 
 H100 = DEVICES["H100"]
 # One H100 wave of 256 x 128 tiles over k: every SM one tile at its share of the
