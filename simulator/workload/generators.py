@@ -34,6 +34,14 @@ from .memory import (
 from .model import DISPATCHERS, MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
 from .pipeline import pipeline_order, pipeline_steps
 from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
+from .userbuffers import (
+    LINEAR_NAMES,
+    TP_COMM_OVERLAPS,
+    UbOverlap,
+    ub_gemm,
+    userbuffers_config,
+    userbuffers_exposed,
+)
 
 BF16 = 2  # bytes per parameter, gradient and activation element
 
@@ -121,6 +129,7 @@ def pass_work(
     core: bool = True,
     moe: bool = False,
     fp8_block: int = 0,
+    userbuffers: Mapping[str, UbOverlap] | None = None,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -140,6 +149,8 @@ def pass_work(
     ``moe`` takes MoE layers' GEMMs that every rank runs itself (attention, shared
     experts, router: :meth:`~simulator.workload.model.Transformer.moe_linear_gemms`);
     their routed experts are the caller's (:func:`megatron` with ``ep``).
+    ``userbuffers`` (a dense, non-MLA layer's): its linear GEMMs as Transformer
+    Engine's TP overlap runs them (:class:`~.userbuffers.UbOverlap`, :func:`~.userbuffers.ub_gemm`).
     """
     if moe:
         linear = list(m.moe_linear_gemms(micro_batch, tp=tp, cp=cp))
@@ -148,13 +159,26 @@ def pass_work(
     if precision == "fp8":
         linear = [g.in_bits(8, fp8_block) for g in linear]
     scores = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
-    layer = linear + scores
-    if forward:
-        gemms = layer
+    ub = userbuffers if userbuffers and not moe and len(linear) == 4 else None
+    if ub:
+        names = LINEAR_NAMES
+        fprop = [ub_gemm(g, ub[f"{n}_fprop"], tp) for n, g in zip(names, linear, strict=True)]
+        grads = []
+        for n, g in zip(names, linear, strict=True):
+            dgrad, wgrad = g.backward()
+            grads += [
+                ub_gemm(dgrad, ub[f"{n}_dgrad"], tp),
+                ub_gemm(wgrad, ub.get(f"{n}_wgrad"), tp),
+            ]
     else:
-        gemms = [grad for g in layer for grad in g.backward()]
+        fprop = linear
+        grads = [grad for g in linear for grad in g.backward()]
+    if forward:
+        gemms = fprop + scores
+    else:
+        gemms = grads + [grad for g in scores for grad in g.backward()]
         if recompute == "full":
-            gemms = layer + gemms
+            gemms = fprop + scores + gemms
         elif recompute == "selective":
             gemms = scores + gemms
     # A pass over no layers (a chunk holding only the embedding or the loss) runs none.
@@ -632,7 +656,7 @@ def megatron(
     virtual_stages: int = 1,
     flash_attention: bool | None = None,
     overlap_grad_reduce: bool | None = None,
-    tp_comm_overlap: bool | None = None,
+    tp_comm_overlap: bool | str | None = None,
     overlap_param_gather: bool | None = None,
     defaults: str = "megatron-core",
     precision: str = "bf16",
@@ -865,7 +889,12 @@ def megatron(
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
-    ``comm_slowdown`` while they overlap). The
+    ``comm_slowdown`` while they overlap). True or "ideal" (the default where it is on)
+    takes that overlap as free to the GEMMs, a bound; "userbuffers" runs the dense
+    layers' linear GEMMs as Transformer Engine's userbuffers do
+    (:func:`~.userbuffers.userbuffers_config`: chunked beside the exchange, on the SMs its
+    communication kernels leave, :func:`pass_work`) and adds what it leaves exposed
+    (:func:`~.userbuffers.userbuffers_exposed`) to the compute stream. The
     workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
@@ -891,6 +920,21 @@ def megatron(
     flash_attention = chosen["flash_attention"]
     overlap_grad_reduce = chosen["overlap_grad_reduce"]
     tp_comm_overlap = chosen["tp_comm_overlap"]
+    if isinstance(tp_comm_overlap, str) and tp_comm_overlap not in TP_COMM_OVERLAPS:
+        raise unknown_choice("tp_comm_overlap", tp_comm_overlap, TP_COMM_OVERLAPS)
+    if tp_comm_overlap == "userbuffers" and tp > 1 and not chosen["sequence_parallel"]:
+        raise CcsimError(
+            "tp_comm_overlap userbuffers needs sequence parallelism (Transformer Engine "
+            "overlaps its all-gathers and reduce-scatters): set sequence_parallel, or "
+            "tp_comm_overlap ideal"
+        )
+    # Nothing to overlap on one TP rank; True is the ideal overlap (the default's).
+    ub = (
+        userbuffers_config(m, tp, precision)
+        if tp_comm_overlap == "userbuffers" and tp > 1
+        else None
+    )
+    tp_comm_overlap = bool(tp_comm_overlap) and tp > 1
     overlap_param_gather = chosen["overlap_param_gather"]
     cross_entropy = chosen["cross_entropy"]
     v = virtual_stages
@@ -1067,6 +1111,7 @@ def megatron(
             core=cp == 1,
             moe=moe,
             fp8_block=MXFP8_BLOCK if fp8_recipe == "mxfp8" else 0,
+            userbuffers=ub,
         )
 
     def work(forward: bool, logits: bool, layers: int, moe: int = 0) -> dict[str, Any]:
@@ -1205,6 +1250,13 @@ def megatron(
     activation = tokens * m.hidden * BF16
     tp_fwd_layer = 2 * activation
     tp_bwd_layer = (4 if recompute == "full" else 2) * activation
+    # Userbuffers' exposed work per dense layer: its reduction kernels (memory traffic
+    # on the compute stream) and the reduce-scatter of pipelined GEMMs' last chunks,
+    # forward (and in the backward's recomputed forward).
+    ub_reduce, ub_rs = userbuffers_exposed(ub, tp, activation) if ub else (0.0, 0.0)
+    fwd_layer_bytes += ub_reduce
+    bwd_layer_bytes += ub_reduce if recompute == "full" else 0.0
+    ub_rs_exposed = {True: ub_rs, False: ub_rs if recompute == "full" else 0.0}
     replicas = dp * cp  # ranks holding the same weights
     sharded = (distributed_optimizer or fsdp) and replicas > 1
     sharded_weights = fsdp and replicas > 1
@@ -1578,6 +1630,9 @@ def megatron(
                     # TP collectives after the pass's kernels on the compute stream,
                     # or (tp_comm_overlap) on their own stream beside its GEMMs.
                     tp_prev = deps if tp_comm_overlap else after
+                    # Userbuffers' pipelined last chunks: their reduce-scatter after the
+                    # pass's kernels on the compute stream, the rest beside them.
+                    exposed = (layers - moe) * ub_rs_exposed[forward]
                     for op_name in tp_ops:
                         tp_prev = [
                             b.op(
@@ -1588,9 +1643,24 @@ def megatron(
                                 op=op_name,
                                 group=tp_groups[(stage, d, q)],
                                 bytes=(layers - (0 if m.shared_experts else moe / 2))
-                                * (tp_fwd_layer if forward else tp_bwd_layer),
+                                * (tp_fwd_layer if forward else tp_bwd_layer)
+                                - (exposed if op_name == "reduce_scatter" else 0.0),
                                 stream="tp" if tp_comm_overlap else "compute",
                                 label=f"TP {'fwd' if forward else 'bwd'} mb {i}",
+                            )
+                        ]
+                    if exposed:
+                        after = [
+                            b.op(
+                                f"r{r}.tp.{name}.exposed",
+                                r,
+                                "collective",
+                                after,
+                                op="reduce_scatter",
+                                group=tp_groups[(stage, d, q)],
+                                bytes=exposed,
+                                stream="compute",
+                                label=f"TP exposed {'fwd' if forward else 'bwd'} mb {i}",
                             )
                         ]
                     after = after + tp_prev if tp_comm_overlap else tp_prev

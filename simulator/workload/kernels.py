@@ -29,7 +29,7 @@ host's launch gaps between kernels.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..errors import CcsimError
@@ -80,7 +80,11 @@ class Gemm:
     operands of ``bits`` (16: bf16 at the device's 16-bit peak; 8: fp8 at its fp8 peak,
     as Transformer Engine runs linear layers). ``block``: fp8 operands scaled per block
     of that many elements along K (32: MXFP8, at :data:`MXFP8_GEMM_SLOWDOWN` of the
-    per-tensor rate; 0: one scale per tensor)."""
+    per-tensor rate; 0: one scale per tensor). ``splits``: each kernel run as that many
+    kernels over m / splits rows each, as Transformer Engine's userbuffer overlap chunks
+    a GEMM beside its communication; ``margin``: multiprocessors left to a
+    communication kernel running beside it (TE's ``set_sm_margin``), the GEMM's tiles
+    run on the others (:func:`gemm_time`)."""
 
     m: int
     n: int
@@ -89,6 +93,8 @@ class Gemm:
     count: int = 1
     bits: int = 16
     block: int = 0
+    splits: int = 1
+    margin: int = 0
 
     @property
     def flops(self) -> float:
@@ -115,20 +121,30 @@ class Gemm:
 
     def times(self, count: int) -> Gemm:
         """The same kernel run ``count`` times as often (e.g. once per layer)."""
-        return Gemm(self.m, self.n, self.k, self.batch, self.count * count, self.bits, self.block)
+        return replace(self, count=self.count * count)
 
     def in_bits(self, bits: int, block: int = 0) -> Gemm:
         """The same kernel with operands of ``bits`` (scaled per ``block`` elements)."""
-        return Gemm(self.m, self.n, self.k, self.batch, self.count, bits, block)
+        return replace(self, bits=bits, block=block)
+
+    def overlapped(self, splits: int = 1, margin: int = 0) -> Gemm:
+        """The same kernel chunked into ``splits`` along m, beside a communication
+        kernel that holds ``margin`` multiprocessors."""
+        return replace(self, splits=splits, margin=margin)
 
     def as_list(self) -> list[int]:
         """The trace form ``[m, n, k, batch, count]`` (``bits`` appended when not 16,
-        then ``block`` when not 0).
+        then ``block`` when not 0, then ``splits`` and ``margin`` when either is not
+        their default, with every field before them).
 
         >>> Gemm(8, 4, 2).in_bits(8, 32).as_list()
         [8, 4, 2, 1, 1, 8, 32]
+        >>> Gemm(8, 4, 2).overlapped(4, 16).as_list()
+        [8, 4, 2, 1, 1, 16, 0, 4, 16]
         """
         form = [self.m, self.n, self.k, self.batch, self.count]
+        if self.splits != 1 or self.margin:
+            return [*form, self.bits, self.block, self.splits, self.margin]
         if self.block:
             return [*form, self.bits, self.block]
         return form if self.bits == 16 else [*form, self.bits]
@@ -200,6 +216,15 @@ def waves(gemm: Gemm, tile: tuple[int, int], units: int) -> int:
 def gemm_time(device: Device, gemm: Gemm) -> float:
     """Seconds ``gemm`` takes on ``device`` (see the module docstring).
 
+    A GEMM with a ``margin`` runs its tiles on the device's multiprocessors less the
+    margin, each as fast as before (the waves grow; Transformer Engine's ``_math_sms``,
+    transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp). One of
+    ``splits`` chunks pays its own tiles (each chunk's m cut to the tile) and its own
+    kernel's fixed time and re-reads the other operand, but the chunks' tiles share
+    waves: TE issues them round-robin on several compute streams (as many as the
+    splits, up to ``NVTE_COMM_OVERLAP_MAX_STREAMS``, 3: comm_gemm_overlap.h), so one chunk's last
+    wave fills with the next one's tiles.
+
     >>> from .devices import DEVICES
     >>> a100 = DEVICES["A100"]
     >>> big = Gemm(8192, 8192, 8192)  # 32 x 64 = 2048 tiles: 18.96 -> 19 waves
@@ -222,15 +247,29 @@ def gemm_time(device: Device, gemm: Gemm) -> float:
     # A tile's fixed cost (pipeline fill, epilogue) as K elements at the 16-bit rate, so
     # that an fp8 tile pays the same time for it as a bf16 one.
     overhead = device.tile_k_overhead / (device.peak_flops * device.efficiency)
+    units = device.units - gemm.margin
+    if units < 1:
+        raise CcsimError(
+            f"a GEMM beside communication on {gemm.margin} multiprocessors leaves none of "
+            f"{device.name}'s {device.units}: lower num_sm"
+        )
+    chunk = replace(gemm, m=-(-gemm.m // gemm.splits), count=1, splits=1, margin=0)
     tile_m, tile_n = device.tile
     best = math.inf
     for tile in ((tile_m, tile_n), (tile_n, tile_m)):
-        cut = (min(tile[0], _round_up(gemm.m, MIN_TILE)), min(tile[1], _round_up(gemm.n, MIN_TILE)))
+        cut = (
+            min(tile[0], _round_up(chunk.m, MIN_TILE)),
+            min(tile[1], _round_up(gemm.n, MIN_TILE)),
+        )
+        # One wave: every multiprocessor running a tile, each at its share of the rate.
         per_wave = device.units * 2.0 * cut[0] * cut[1]
         per_wave_s = per_wave * (gemm.k / (peak * efficiency) + overhead)
-        best = min(best, waves(gemm, tile, device.units) * per_wave_s)
-    memory = gemm.hbm_bytes / gemm.count / device.stream_bandwidth
-    return gemm.count * (max(best, memory) + device.gemm_kernel_s)
+        tiles = waves(chunk, tile, 1) * gemm.splits
+        best = min(best, math.ceil(tiles / units) * per_wave_s)
+    # Each chunk reads its rows and the whole other operand and writes its rows.
+    operand = gemm.k * gemm.n * gemm.batch * gemm.bits / 8
+    memory = (gemm.hbm_bytes / gemm.count + (gemm.splits - 1) * operand) / device.stream_bandwidth
+    return gemm.count * (max(best, memory) + gemm.splits * device.gemm_kernel_s)
 
 
 def gemms_time(device: Device, gemms: tuple[Gemm, ...]) -> float:

@@ -433,22 +433,27 @@ def _gemms(
     usage = (
         "give a list of [m, n, k], [m, n, k, batch], [m, n, k, batch, count] or "
         "[m, n, k, batch, count, bits] (bits 16 or 8), or [m, n, k, batch, count, 8, 32] "
-        "(MXFP8's 1 x 32 block-scaled fp8)"
+        "(MXFP8's 1 x 32 block-scaled fp8), or [m, n, k, batch, count, bits, block, splits, "
+        "margin] (block 0 or 32, a GEMM chunked beside communication: Gemm)"
     )
     if not isinstance(raw, list) or not raw:
         raise WorkloadError(f"{where()}: 'gemms' must be a non-empty list; {usage}")
     key = []
     for entry in raw:
+        overlapped = isinstance(entry, list | tuple) and len(entry) == 9
         if (
             not isinstance(entry, list | tuple)
-            or not 3 <= len(entry) <= 7
-            or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in entry)
+            or not (3 <= len(entry) <= 7 or overlapped)
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in entry)
+            or any(x < 1 for x in (entry[:5] + entry[7:8] if overlapped else entry))
             or (len(entry) >= 6 and entry[5] not in (8, 16))
             or (len(entry) == 7 and (entry[5], entry[6]) != (8, 32))
+            or (overlapped and (entry[6] not in (0, 32) or entry[8] < 0))
+            or (overlapped and entry[6] == 32 and entry[5] != 8)
         ):
             raise WorkloadError(
                 f"{where()}: GEMM {shown(entry)} is not a list of 3 to 7 positive integers "
-                f"(bits 16 or 8; block 32 with bits 8); " + usage
+                f"(bits 16 or 8; block 32 with bits 8) or of 9 (splits >= 1, margin >= 0); " + usage
             )
         key.append(tuple(entry))
     frozen = tuple(key)
