@@ -77,3 +77,31 @@ def test_an_unknown_graph_scope_is_one_line_with_exit_code_2(tmp_path, capsys):
     assert code == 2
     assert len(err.splitlines()) == 1
     assert "--cuda-graphs" in err and "bogus" in err and "full_iteration" in err
+
+
+def test_tp_comm_overlap_model_reaches_the_generator(tmp_path):
+    # --tp-comm-overlap-model userbuffers builds what tp_comm_overlap="userbuffers"
+    # builds, op for op, and differs from the ideal overlap (its GEMMs run in chunks).
+    argv = ["generate", "megatron", "--model", "llama3-8b", "--tp", "2", "--pp", "1",
+            "--dp", "1", "--global-batch", "2", "--micro-batch", "1"]  # fmt: skip
+    traces = {}
+    for name in ("ideal", "userbuffers"):
+        out = tmp_path / f"{name}.json"
+        assert main([*argv, "--tp-comm-overlap-model", name, "--out", str(out)]) == 0
+        traces[name] = json.loads(out.read_text())["ops"]
+    api = megatron(model="llama3-8b", tp=2, pp=1, dp=1, global_batch=2, micro_batch=1,
+                   tp_comm_overlap="userbuffers")  # fmt: skip
+    api_path = tmp_path / "api.json"
+    api.save(str(api_path))
+    assert traces["userbuffers"] == json.loads(api_path.read_text())["ops"]
+    assert traces["userbuffers"] != traces["ideal"]
+
+
+def test_tp_comm_overlap_model_without_the_overlap_is_one_line_exit_2(tmp_path, capsys):
+    argv = ["generate", "megatron", "--model", "llama3-8b", "--tp", "2", "--pp", "1",
+            "--dp", "1", "--global-batch", "2", "--no-tp-comm-overlap",
+            "--tp-comm-overlap-model", "userbuffers",
+            "--out", str(tmp_path / "x.json")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--no-tp-comm-overlap" in err

@@ -434,6 +434,15 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "it off)",
     )
     gen.add_argument(
+        "--tp-comm-overlap-model",
+        choices=("ideal", "userbuffers"),
+        default=None,
+        help="megatron, with --tp-comm-overlap: 'ideal' (the default) takes the "
+        "overlap as free to the GEMMs, a bound; 'userbuffers' runs the linear GEMMs as "
+        "Transformer Engine's userbuffers do (chunked, on the SMs the communication "
+        "leaves) with what they leave exposed",
+    )
+    gen.add_argument(
         "--overlap-p2p-comm",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -598,6 +607,17 @@ def _flops_row(
     return row
 
 
+def _tp_comm_overlap(args: argparse.Namespace) -> bool | str | None:
+    """``--[no-]tp-comm-overlap`` with ``--tp-comm-overlap-model``: the generator's
+    ``tp_comm_overlap`` (None: Megatron-Core's default, on with sequence parallelism)."""
+    model = getattr(args, "tp_comm_overlap_model", None)
+    if model is None:
+        return args.tp_comm_overlap
+    if args.tp_comm_overlap is False:
+        raise CcsimError("--tp-comm-overlap-model needs the overlap on: drop --no-tp-comm-overlap")
+    return model
+
+
 def _graph_scopes(text: str) -> tuple[str, ...]:
     """``--cuda-graphs``' comma-separated scopes, each one of :data:`GRAPH_SCOPES`."""
     scopes = tuple(part.strip() for part in text.split(",") if part.strip())
@@ -630,7 +650,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "account_for_loss_in_pipeline_split": args.account_for_loss_in_pipeline_split,
         "flash_attention": args.flash_attention,
         "overlap_grad_reduce": args.overlap_grad_reduce,
-        "tp_comm_overlap": args.tp_comm_overlap,
+        "tp_comm_overlap": _tp_comm_overlap(args),
         "overlap_param_gather": args.overlap_param_gather,
         "defaults": args.defaults,
         "precision": args.precision,
