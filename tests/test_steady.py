@@ -125,3 +125,27 @@ def test_an_op_out_of_step_fails_the_check():
     )
     period, why = steady_period(run.workload, beside, 4, 2, 19)
     assert np.isnan(period) and "runs beside" in why
+
+
+def test_the_period_does_not_depend_on_the_hash_seed():
+    # Streams are named; iterating a set of names follows PYTHONHASHSEED, and the period
+    # (read off the first op compared) differed by an ulp between processes. The same
+    # inputs must give the same bits in every process.
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from simulator.workload.steady import run_steady\n"
+        f"o = {{**{BASE!r}, 'pp': 4, 'virtual_stages': 1, 'dp': 2, 'global_batch': 48}}\n"
+        "s = run_steady(o, 'dgx-h100', nodes=4)\n"
+        "print(repr(s.period_s), repr(s.step_s))\n"
+    )
+    outputs = set()
+    for seed in ("0", "1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        outputs.add(done.stdout)
+    assert len(outputs) == 1, outputs

@@ -214,7 +214,9 @@ def steady_period(
         for sigma in range(offset, offset + steps):
             for kind, k in (("f", sigma + w), ("b", sigma)):
                 a, b = index(kind, k), index(kind, k + steps)
-                for stream in streams[rank]:
+                # Sorted: a set of names iterates in an order that depends on the
+                # process's hash seed, and the period is read off the first op compared.
+                for stream in sorted(streams[rank]):
                     these = by_pass.get((rank, stream, *a), [])
                     those = by_pass.get((rank, stream, *b), [])
                     if len(these) != len(those):
