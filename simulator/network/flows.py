@@ -29,7 +29,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from .maxmin import max_min_rates
+from .maxmin import INF, SMALL_ENTRIES, max_min_rates, small_rates_list
 from .routing import LinkTable, Router, path_class
 
 #: No holders (see FlowNetwork.holders); never written to.
@@ -113,6 +113,10 @@ class FlowNetwork:
     Flows are identified to their owner by an op id; owners register with
     :meth:`register` and hand flows over with :meth:`add_flows`.
     """
+
+    #: Events that touch a few flows are handled in Python floats (the same bits as the
+    #: array path, which False selects for every event: tests hold them equal).
+    scalar_events: bool = True
 
     def __init__(
         self,
@@ -753,6 +757,9 @@ class FlowNetwork:
         where the caller has it."""
         if len(slots) == 0:
             return
+        if self.scalar_events and len(slots) <= SMALL_ENTRIES:
+            if self._recompute_small(slots, now, in_set):
+                return
         self.stats.recomputes += 1
         self.stats.recomputed_flows += len(slots)
         # Bring the bytes left up to now at the old rates.
@@ -802,6 +809,62 @@ class FlowNetwork:
             with np.errstate(divide="ignore", invalid="ignore"):
                 duration = np.where(left > 0, left / rate, 0.0)
         self._f_finish[slots] = now + duration
+
+    def _recompute_small(self, slots: np.ndarray, now: float, in_set: np.ndarray | None) -> bool:
+        """:meth:`_recompute` of a few flows in Python floats, to the same bits: the same
+        operations on the same doubles in the same order (bytes left brought up to now,
+        the local link numbering in sorted link order, :func:`small_rates_list` for the
+        max-min, ``left / rate`` where bytes are left), read and written back in a few
+        numpy calls rather than the dozens of passes the array path makes. False (nothing
+        changed) where the incidence is beyond :data:`SMALL_ENTRIES` entries or a share
+        is NaN: the array path then does it all."""
+        if in_set is None:
+            local = self._local
+            if len(local) != self._cap:
+                local = self._local = np.full(self._cap, -1, dtype=np.int64)
+            local[slots] = 0
+            in_set = local[self._inc_flow] >= 0
+            local[slots] = -1
+        entry_flow = self._inc_flow[in_set].tolist()
+        if len(entry_flow) > SMALL_ENTRIES:
+            return False
+        entry_link = self._inc_link[in_set].tolist()
+        ids = slots.tolist()
+        where = {slot: index for index, slot in enumerate(ids)}
+        flows = [where[slot] for slot in entry_flow]
+        links = sorted(set(entry_link))
+        number = {link: index for index, link in enumerate(links)}
+        capacity = self.capacity[links].tolist() if links else []
+        coef = None if self._inc_coef is None else self._inc_coef[in_set].tolist()
+        cap = self._f_cap[slots].tolist() if self._capped else None
+        rate = small_rates_list(
+            flows, [number[link] for link in entry_link], len(ids), capacity, coef, cap
+        )
+        if rate is None:
+            return False
+        self.stats.recomputes += 1
+        self.stats.recomputed_flows += len(ids)
+        # Bytes left up to now at the old rates (np.maximum's choice kept: x when x >= 0).
+        last = self._f_last[slots].tolist()
+        old = self._f_rate[slots].tolist()
+        left = self._f_left[slots].tolist()
+        finish = []
+        for index, rate_now in enumerate(rate):
+            elapsed = now - last[index]
+            if elapsed > 0 and old[index] > 0:
+                value = left[index] - old[index] * elapsed
+                left[index] = value if value >= 0.0 or value != value else 0.0
+            remains = left[index]
+            if remains > 0:
+                duration = remains / rate_now if rate_now != 0.0 else INF
+            else:
+                duration = 0.0
+            finish.append(now + duration)
+        self._f_left[slots] = left
+        self._f_last[slots] = now
+        self._f_rate[slots] = rate
+        self._f_finish[slots] = finish
+        return True
 
     def _schedule_wake(self) -> None:
         self._generation += 1
