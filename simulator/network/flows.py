@@ -647,6 +647,14 @@ class FlowNetwork:
         at its slowest link (with link classes, that link's capacity over the flow's load
         on it) and changes no other flow's rate. Returns which of ``new`` are not (None:
         none)."""
+        if self.scalar_events and len(new_link) <= _SMALL:
+            return self._rate_alone_small(new, lengths, new_link)
+        return self._rate_alone_arrays(new, lengths, new_link)
+
+    def _rate_alone_arrays(
+        self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
+    ) -> np.ndarray | None:
+        """:meth:`_rate_alone` in numpy passes (any number of flows)."""
         alone_entry = self._link_flows[new_link] == 1
         crossing = lengths > 0
         alone = np.ones(len(new), dtype=bool)
@@ -673,9 +681,57 @@ class FlowNetwork:
         self.stats.recomputed_flows += len(flows)
         return None if rated.all() else ~rated
 
+    def _rate_alone_small(
+        self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
+    ) -> np.ndarray | None:
+        """:meth:`_rate_alone` of a few entries in Python floats: each flow's least share
+        over its route (a minimum: no rounding), then its cap and finish time, as the
+        array path computes them."""
+        alone_entry = (self._link_flows[new_link] == 1).tolist()
+        share = self.capacity[new_link]
+        if self._inc_coef is not None:
+            share = share / self._inc_coef[len(self._inc_coef) - len(new_link) :]
+        shares = share.tolist()
+        if any(value != value for value in shares):
+            return self._rate_alone_arrays(new, lengths, new_link)  # NaN: numpy's minimum
+        caps = self._f_cap[new].tolist() if self._capped else None
+        picked, rates, rated = [], [], []
+        first = 0
+        for index, length in enumerate(lengths.tolist()):
+            end = first + length
+            if length and all(alone_entry[first:end]):
+                rate = min(shares[first:end])
+                if caps is not None and not caps[index] >= rate:
+                    rate = caps[index]  # np.minimum: the cap when below (or NaN)
+                picked.append(index)
+                rates.append(rate)
+                rated.append(True)
+            else:
+                rated.append(False)
+            first = end
+        if not picked:
+            return np.ones(len(new), dtype=bool)
+        now = self.env.now
+        flows = new[picked]
+        left = self._f_left[flows].tolist()
+        finish = []
+        for remains, rate in zip(left, rates, strict=True):
+            if remains > 0:
+                finish.append(now + (remains / rate if rate != 0.0 else INF))
+            else:
+                finish.append(now + 0.0)
+        self._f_rate[flows] = rates
+        self._f_last[flows] = now
+        self._f_finish[flows] = finish
+        self.stats.recomputed_flows += len(picked)
+        return None if len(picked) == len(new) else ~np.array(rated)
+
     def _count_link_flows(self, links: np.ndarray, sign: int, now: float) -> None:
         """Update per-link active-flow counts and busy time."""
         if len(links) == 0:
+            return
+        if self.scalar_events and len(links) <= _SMALL:
+            self._count_link_flows_small(links, sign, now)
             return
         if self.flow_seconds:
             touched = np.unique(links)
@@ -692,6 +748,37 @@ class FlowNetwork:
             idle = links[(after == 0) & (before > 0)]
             self.link_busy[idle] += now - self._link_since[idle]
             self.link_idle_at[idle] = now
+
+    def _count_link_flows_small(self, links: np.ndarray, sign: int, now: float) -> None:
+        """:meth:`_count_link_flows` of a few links: each distinct link's count read once,
+        changed by its multiplicity and written back, in a handful of numpy calls (a
+        link listed twice is counted twice and its records changed once, as the array
+        path's buffered fancy-index updates do)."""
+        ids = links.tolist()
+        distinct = list(dict.fromkeys(ids))
+        where = np.array(distinct, dtype=np.int64)
+        before = self._link_flows[where]
+        if self.flow_seconds:
+            self.link_flow_s[where] += before * (now - self._link_changed[where])
+            self._link_changed[where] = now
+        counts = before.tolist()
+        after = dict(zip(distinct, counts, strict=True))
+        for link in ids:
+            after[link] += sign
+        self._link_flows[where] = list(after.values())
+        if sign > 0:
+            starting = [link for link, count in zip(distinct, counts, strict=True) if count == 0]
+            if starting:
+                self._link_since[starting] = now
+        else:
+            idle = [
+                link
+                for link, count in zip(distinct, counts, strict=True)
+                if count > 0 and after[link] == 0
+            ]
+            if idle:
+                self.link_busy[idle] += now - self._link_since[idle]
+                self.link_idle_at[idle] = now
 
     def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
