@@ -10,13 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from test_flows_shortcuts import CASES, records, run
 
 from simulator.collective.simulate import simulate_collective
 from simulator.network.faults import apply_faults
 from simulator.network.flows import FlowNetwork
 from simulator.topology import load_topology
-
-from test_flows_shortcuts import CASES, records, run
 
 FABRICS = {
     "leaf-spine": {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 2},

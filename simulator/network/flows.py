@@ -844,9 +844,9 @@ class FlowNetwork:
         where the caller has it."""
         if len(slots) == 0:
             return
-        if self.scalar_events and len(slots) <= SMALL_ENTRIES:
-            if self._recompute_small(slots, now, in_set):
-                return
+        small = self.scalar_events and len(slots) <= SMALL_ENTRIES
+        if small and self._recompute_small(slots, now, in_set):
+            return
         self.stats.recomputes += 1
         self.stats.recomputed_flows += len(slots)
         # Bring the bytes left up to now at the old rates.
