@@ -730,9 +730,6 @@ class FlowNetwork:
         """Update per-link active-flow counts and busy time."""
         if len(links) == 0:
             return
-        if self.scalar_events and len(links) <= _SMALL:
-            self._count_link_flows_small(links, sign, now)
-            return
         if self.flow_seconds:
             touched = np.unique(links)
             count = self._link_flows[touched]
@@ -748,37 +745,6 @@ class FlowNetwork:
             idle = links[(after == 0) & (before > 0)]
             self.link_busy[idle] += now - self._link_since[idle]
             self.link_idle_at[idle] = now
-
-    def _count_link_flows_small(self, links: np.ndarray, sign: int, now: float) -> None:
-        """:meth:`_count_link_flows` of a few links: each distinct link's count read once,
-        changed by its multiplicity and written back, in a handful of numpy calls (a
-        link listed twice is counted twice and its records changed once, as the array
-        path's buffered fancy-index updates do)."""
-        ids = links.tolist()
-        distinct = list(dict.fromkeys(ids))
-        where = np.array(distinct, dtype=np.int64)
-        before = self._link_flows[where]
-        if self.flow_seconds:
-            self.link_flow_s[where] += before * (now - self._link_changed[where])
-            self._link_changed[where] = now
-        counts = before.tolist()
-        after = dict(zip(distinct, counts, strict=True))
-        for link in ids:
-            after[link] += sign
-        self._link_flows[where] = list(after.values())
-        if sign > 0:
-            starting = [link for link, count in zip(distinct, counts, strict=True) if count == 0]
-            if starting:
-                self._link_since[starting] = now
-        else:
-            idle = [
-                link
-                for link, count in zip(distinct, counts, strict=True)
-                if count > 0 and after[link] == 0
-            ]
-            if idle:
-                self.link_busy[idle] += now - self._link_since[idle]
-                self.link_idle_at[idle] = now
 
     def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
