@@ -20,7 +20,6 @@ SimPy events cannot be cancelled.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -195,11 +194,6 @@ class FlowNetwork:
         # Scratch for _recompute (-1 per slot between calls) and _entries_of (False).
         self._local = np.zeros(0, dtype=np.int64)
         self._dead = np.zeros(0, dtype=bool)
-        # With scalar events: (finish, slot) for every finite finish time written, oldest
-        # first out; an entry is stale when its slot's finish has changed since (see
-        # _note_finish). The next completion and the flows done at a wake-up are read
-        # off it instead of two passes over the whole slot pool per event.
-        self._finish_heap: list[tuple[float, int]] = []
         # The route over each link alone, once made (-1: not yet; see add_link_loads).
         self._link_route = np.full(n_links, -1, dtype=np.int64)
 
@@ -414,7 +408,6 @@ class FlowNetwork:
         self.env = env
         self._generation += 1
         self._settle_scheduled = False
-        self._finish_heap = []
         self.link_bytes[:] = 0.0
         self.link_busy[:] = 0.0
         self.link_idle_at[:] = 0.0
@@ -685,7 +678,6 @@ class FlowNetwork:
         left = self._f_left[flows]
         with np.errstate(divide="ignore", invalid="ignore"):
             self._f_finish[flows] = now + np.where(left > 0, left / rate, 0.0)
-        self._note_finish(flows)
         self.stats.recomputed_flows += len(flows)
         return None if rated.all() else ~rated
 
@@ -731,7 +723,6 @@ class FlowNetwork:
         self._f_rate[flows] = rates
         self._f_last[flows] = now
         self._f_finish[flows] = finish
-        self._note_finish(flows, finish)
         self.stats.recomputed_flows += len(picked)
         return None if len(picked) == len(new) else ~np.array(rated)
 
@@ -871,7 +862,6 @@ class FlowNetwork:
             with np.errstate(divide="ignore", invalid="ignore"):
                 duration = np.where(left > 0, left / rate, 0.0)
         self._f_finish[slots] = now + duration
-        self._note_finish(slots)
 
     def _recompute_small(self, slots: np.ndarray, now: float, in_set: np.ndarray | None) -> bool:
         """:meth:`_recompute` of a few flows in Python floats, to the same bits: the same
@@ -927,49 +917,13 @@ class FlowNetwork:
         self._f_last[slots] = now
         self._f_rate[slots] = rate
         self._f_finish[slots] = finish
-        self._note_finish(slots, finish)
         return True
-
-    def _note_finish(self, slots: np.ndarray, finish: list[float] | None = None) -> None:
-        """Put the finish times just written for ``slots`` on the finish heap (scalar
-        events only). Stale entries are dropped as they reach the top; when they
-        outnumber the pool the heap is rebuilt from the finish times themselves."""
-        if not self.scalar_events:
-            return
-        heap = self._finish_heap
-        if finish is None:
-            finish = self._f_finish[slots].tolist()
-        if len(heap) > 4 * self._top + 1024 or len(finish) > len(heap) // 4 + 64:
-            # Rebuilt from every slot (a batch too large to push one by one, or stale
-            # entries piling up): the heap then holds exactly the live finish times.
-            live = self._f_finish[: self._top]
-            slots_live = np.flatnonzero(live < np.inf)
-            heap[:] = zip(live[slots_live].tolist(), slots_live.tolist(), strict=True)
-            heapq.heapify(heap)
-            return
-        for value, slot in zip(finish, slots.tolist(), strict=True):
-            if value < INF:
-                heapq.heappush(heap, (value, slot))
-
-    def _next_finish(self) -> float:
-        """The least finish time in flight (inf: none), from the finish heap: stale
-        entries (their slot's finish changed since) are popped on the way."""
-        heap, finish = self._finish_heap, self._f_finish
-        while heap:
-            value, slot = heap[0]
-            if finish[slot] == value:
-                return value
-            heapq.heappop(heap)
-        return INF
 
     def _schedule_wake(self) -> None:
         self._generation += 1
         if self._top == 0:
             return
-        if self.scalar_events:
-            target = self._next_finish()
-        else:
-            target = float(self._f_finish[: self._top].min())
+        target = float(self._f_finish[: self._top].min())
         if not math.isfinite(target):  # (on a Python float: no numpy call per event)
             return
         generation = self._generation
@@ -980,11 +934,8 @@ class FlowNetwork:
     def _wake(self, generation: int, target: float) -> None:
         if generation != self._generation:
             return  # rates changed since this wake-up was scheduled
-        bound = target + _SAME_TIME * abs(target)
-        if self.scalar_events:
-            done = self._done_by(bound)
-        else:
-            done = np.flatnonzero(self._f_finish[: self._top] <= bound)
+        finish = self._f_finish[: self._top]
+        done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
         # Record bytes per link before the incidence forgets these flows.
         on = self._entries_of(done)
         incidence = self._inc_flow
@@ -1022,17 +973,6 @@ class FlowNetwork:
             self._in_wake = False
         self._settle(done, (incidence, on))
         self._free.append(done)  # only now: the settle above still names these slots
-
-    def _done_by(self, bound: float) -> np.ndarray:
-        """The slots whose finish time is at most ``bound``, in slot order (as a pass
-        over the pool finds them), popped off the finish heap."""
-        heap, finish = self._finish_heap, self._f_finish
-        done = set()
-        while heap and heap[0][0] <= bound:
-            value, slot = heapq.heappop(heap)
-            if finish[slot] == value:
-                done.add(slot)
-        return np.array(sorted(done), dtype=np.int64)
 
     def _deliver_later(
         self, callback: Callable[[np.ndarray], None], ops: np.ndarray, delay: np.ndarray
