@@ -810,9 +810,14 @@ class FlowNetwork:
         where the caller has it."""
         if len(slots) == 0:
             return
-        small = self.scalar_events and len(slots) <= SMALL_ENTRIES
-        if small and self._recompute_small(slots, now, in_set):
-            return
+        if self.scalar_events and len(slots) <= SMALL_ENTRIES:
+            if in_set is None:
+                in_set = self._entries_of(slots)
+            # (Counted first: a few flows over long routes are the array path's, and
+            # finding that out after reading the entries out cost more than it saved.)
+            small = np.count_nonzero(in_set) <= SMALL_ENTRIES
+            if small and self._recompute_small(slots, now, in_set):
+                return
         self.stats.recomputes += 1
         self.stats.recomputed_flows += len(slots)
         # Bring the bytes left up to now at the old rates.
@@ -863,24 +868,15 @@ class FlowNetwork:
                 duration = np.where(left > 0, left / rate, 0.0)
         self._f_finish[slots] = now + duration
 
-    def _recompute_small(self, slots: np.ndarray, now: float, in_set: np.ndarray | None) -> bool:
+    def _recompute_small(self, slots: np.ndarray, now: float, in_set: np.ndarray) -> bool:
         """:meth:`_recompute` of a few flows in Python floats, to the same bits: the same
         operations on the same doubles in the same order (bytes left brought up to now,
         the local link numbering in sorted link order, :func:`small_rates_list` for the
         max-min, ``left / rate`` where bytes are left), read and written back in a few
         numpy calls rather than the dozens of passes the array path makes. False (nothing
-        changed) where the incidence is beyond :data:`SMALL_ENTRIES` entries or a share
-        is NaN: the array path then does it all."""
-        if in_set is None:
-            local = self._local
-            if len(local) != self._cap:
-                local = self._local = np.full(self._cap, -1, dtype=np.int64)
-            local[slots] = 0
-            in_set = local[self._inc_flow] >= 0
-            local[slots] = -1
+        changed) where a share is NaN: the array path then does it all. ``in_set``: the
+        mask of the flows' incidence entries, at most :data:`SMALL_ENTRIES` of them."""
         entry_flow = self._inc_flow[in_set].tolist()
-        if len(entry_flow) > SMALL_ENTRIES:
-            return False
         entry_link = self._inc_link[in_set].tolist()
         ids = slots.tolist()
         where = {slot: index for index, slot in enumerate(ids)}
