@@ -13,6 +13,15 @@ only in the part of the network it touches: the connected component, in the flow
 incidence, of the links whose flows changed. Work per event is numpy passes over that
 component, not a Python loop over flows.
 
+Most events touch a handful of flows, and there numpy's fixed cost per call, not the
+length of the passes, is the price. With ``scalar_events`` (the default), such events'
+rate recomputation (up to ``SMALL_ENTRIES`` incidence entries) and the rating of new
+flows alone on their routes run in Python floats, the same operations in the same order,
+so the results are the array path's to the bit (tests/test_flows_scalar.py). Tried and
+dropped, both bit-identical: per-link flow counts in Python (slower: index arrays built
+from lists cost what the passes did) and a heap of finish times instead of the two passes
+over the slot pool per event (slower: a push per finish written).
+
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
 SimPy events cannot be cancelled.
