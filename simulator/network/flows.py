@@ -13,6 +13,15 @@ only in the part of the network it touches: the connected component, in the flow
 incidence, of the links whose flows changed. Work per event is numpy passes over that
 component, not a Python loop over flows.
 
+Most events touch a handful of flows, and there numpy's fixed cost per call, not the
+length of the passes, is the price. With ``scalar_events`` (the default), such events'
+rate recomputation (up to ``SMALL_ENTRIES`` incidence entries) and the rating of new
+flows alone on their routes run in Python floats, the same operations in the same order,
+so the results are the array path's to the bit (tests/test_flows_scalar.py). Tried and
+dropped, both bit-identical: per-link flow counts in Python (slower: index arrays built
+from lists cost what the passes did) and a heap of finish times instead of the two passes
+over the slot pool per event (slower: a push per finish written).
+
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
 SimPy events cannot be cancelled.
@@ -29,7 +38,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from .maxmin import max_min_rates
+from .maxmin import INF, SMALL_ENTRIES, max_min_rates, small_rates_list
 from .routing import LinkTable, Router, path_class
 
 #: No holders (see FlowNetwork.holders); never written to.
@@ -113,6 +122,10 @@ class FlowNetwork:
     Flows are identified to their owner by an op id; owners register with
     :meth:`register` and hand flows over with :meth:`add_flows`.
     """
+
+    #: Events that touch a few flows are handled in Python floats (the same bits as the
+    #: array path, which False selects for every event: tests hold them equal).
+    scalar_events: bool = True
 
     def __init__(
         self,
@@ -643,6 +656,14 @@ class FlowNetwork:
         at its slowest link (with link classes, that link's capacity over the flow's load
         on it) and changes no other flow's rate. Returns which of ``new`` are not (None:
         none)."""
+        if self.scalar_events and len(new_link) <= _SMALL:
+            return self._rate_alone_small(new, lengths, new_link)
+        return self._rate_alone_arrays(new, lengths, new_link)
+
+    def _rate_alone_arrays(
+        self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
+    ) -> np.ndarray | None:
+        """:meth:`_rate_alone` in numpy passes (any number of flows)."""
         alone_entry = self._link_flows[new_link] == 1
         crossing = lengths > 0
         alone = np.ones(len(new), dtype=bool)
@@ -668,6 +689,51 @@ class FlowNetwork:
             self._f_finish[flows] = now + np.where(left > 0, left / rate, 0.0)
         self.stats.recomputed_flows += len(flows)
         return None if rated.all() else ~rated
+
+    def _rate_alone_small(
+        self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
+    ) -> np.ndarray | None:
+        """:meth:`_rate_alone` of a few entries in Python floats: each flow's least share
+        over its route (a minimum: no rounding), then its cap and finish time, as the
+        array path computes them."""
+        alone_entry = (self._link_flows[new_link] == 1).tolist()
+        share = self.capacity[new_link]
+        if self._inc_coef is not None:
+            share = share / self._inc_coef[len(self._inc_coef) - len(new_link) :]
+        shares = share.tolist()
+        if any(value != value for value in shares):
+            return self._rate_alone_arrays(new, lengths, new_link)  # NaN: numpy's minimum
+        caps = self._f_cap[new].tolist() if self._capped else None
+        picked, rates, rated = [], [], []
+        first = 0
+        for index, length in enumerate(lengths.tolist()):
+            end = first + length
+            if length and all(alone_entry[first:end]):
+                rate = min(shares[first:end])
+                if caps is not None and not caps[index] >= rate:
+                    rate = caps[index]  # np.minimum: the cap when below (or NaN)
+                picked.append(index)
+                rates.append(rate)
+                rated.append(True)
+            else:
+                rated.append(False)
+            first = end
+        if not picked:
+            return np.ones(len(new), dtype=bool)
+        now = self.env.now
+        flows = new[picked]
+        left = self._f_left[flows].tolist()
+        finish = []
+        for remains, rate in zip(left, rates, strict=True):
+            if remains > 0:
+                finish.append(now + (remains / rate if rate != 0.0 else INF))
+            else:
+                finish.append(now + 0.0)
+        self._f_rate[flows] = rates
+        self._f_last[flows] = now
+        self._f_finish[flows] = finish
+        self.stats.recomputed_flows += len(picked)
+        return None if len(picked) == len(new) else ~np.array(rated)
 
     def _count_link_flows(self, links: np.ndarray, sign: int, now: float) -> None:
         """Update per-link active-flow counts and busy time."""
@@ -753,6 +819,14 @@ class FlowNetwork:
         where the caller has it."""
         if len(slots) == 0:
             return
+        if self.scalar_events and len(slots) <= SMALL_ENTRIES:
+            if in_set is None:
+                in_set = self._entries_of(slots)
+            # (Counted first: a few flows over long routes are the array path's, and
+            # finding that out after reading the entries out cost more than it saved.)
+            small = np.count_nonzero(in_set) <= SMALL_ENTRIES
+            if small and self._recompute_small(slots, now, in_set):
+                return
         self.stats.recomputes += 1
         self.stats.recomputed_flows += len(slots)
         # Bring the bytes left up to now at the old rates.
@@ -802,6 +876,53 @@ class FlowNetwork:
             with np.errstate(divide="ignore", invalid="ignore"):
                 duration = np.where(left > 0, left / rate, 0.0)
         self._f_finish[slots] = now + duration
+
+    def _recompute_small(self, slots: np.ndarray, now: float, in_set: np.ndarray) -> bool:
+        """:meth:`_recompute` of a few flows in Python floats, to the same bits: the same
+        operations on the same doubles in the same order (bytes left brought up to now,
+        the local link numbering in sorted link order, :func:`small_rates_list` for the
+        max-min, ``left / rate`` where bytes are left), read and written back in a few
+        numpy calls rather than the dozens of passes the array path makes. False (nothing
+        changed) where a share is NaN: the array path then does it all. ``in_set``: the
+        mask of the flows' incidence entries, at most :data:`SMALL_ENTRIES` of them."""
+        entry_flow = self._inc_flow[in_set].tolist()
+        entry_link = self._inc_link[in_set].tolist()
+        ids = slots.tolist()
+        where = {slot: index for index, slot in enumerate(ids)}
+        flows = [where[slot] for slot in entry_flow]
+        links = sorted(set(entry_link))
+        number = {link: index for index, link in enumerate(links)}
+        capacity = self.capacity[links].tolist() if links else []
+        coef = None if self._inc_coef is None else self._inc_coef[in_set].tolist()
+        cap = self._f_cap[slots].tolist() if self._capped else None
+        rate = small_rates_list(
+            flows, [number[link] for link in entry_link], len(ids), capacity, coef, cap
+        )
+        if rate is None:
+            return False
+        self.stats.recomputes += 1
+        self.stats.recomputed_flows += len(ids)
+        # Bytes left up to now at the old rates (np.maximum's choice kept: x when x >= 0).
+        last = self._f_last[slots].tolist()
+        old = self._f_rate[slots].tolist()
+        left = self._f_left[slots].tolist()
+        finish = []
+        for index, rate_now in enumerate(rate):
+            elapsed = now - last[index]
+            if elapsed > 0 and old[index] > 0:
+                value = left[index] - old[index] * elapsed
+                left[index] = value if value >= 0.0 or value != value else 0.0
+            remains = left[index]
+            if remains > 0:
+                duration = remains / rate_now if rate_now != 0.0 else INF
+            else:
+                duration = 0.0
+            finish.append(now + duration)
+        self._f_left[slots] = left
+        self._f_last[slots] = now
+        self._f_rate[slots] = rate
+        self._f_finish[slots] = finish
+        return True
 
     def _schedule_wake(self) -> None:
         self._generation += 1

@@ -134,13 +134,32 @@ def _small_rates(
     flow's private link after the others), in Python loops instead of numpy passes.
     None where a share is NaN (numpy's ``min`` and ``maximum`` treat NaN their own way):
     the caller then takes the numpy path."""
-    flows = inc_flow.tolist()
-    links = inc_link.tolist()
-    remaining = [float(c) for c in np.asarray(capacity).tolist()]
+    rate = small_rates_list(
+        inc_flow.tolist(),
+        inc_link.tolist(),
+        n_flows,
+        [float(c) for c in np.asarray(capacity).tolist()],
+        None if weight is None else np.asarray(weight, float).tolist(),
+        None if cap is None else np.asarray(cap, dtype=float).tolist(),
+    )
+    return None if rate is None else np.array(rate, dtype=float)
+
+
+def small_rates_list(
+    flows: list[int],
+    links: list[int],
+    n_flows: int,
+    remaining: list[float],
+    weight: list[float] | None,
+    cap: list[float] | None,
+) -> list[float] | None:
+    """:func:`_small_rates` on Python lists (the caller's scalar path hands them over
+    without building arrays): ``remaining`` (each link's capacity, as floats) and
+    ``flows``/``links`` may be changed in place. None where a share is NaN."""
     # Integer counts without weights, as np.bincount gives (the same quotients).
-    loads: list = [1] * len(flows) if weight is None else np.asarray(weight, float).tolist()
+    loads: list = [1] * len(flows) if weight is None else weight
     if cap is not None:
-        for flow, limit in enumerate(np.asarray(cap, dtype=float).tolist()):
+        for flow, limit in enumerate(cap):
             if limit != INF:
                 flows.append(flow)
                 links.append(len(remaining))
@@ -182,4 +201,4 @@ def _small_rates(
         for link, total in taken.items():
             remaining[link] -= total * level
         entries = rest
-    return np.array(rate, dtype=float)
+    return rate
