@@ -1,7 +1,6 @@
 """The flow network's shortcuts change no record: a recomputation handed its flows'
-incidence entries by the component search (instead of finding them again), the local
-search over per-link sets (instead of whole-incidence passes), and a bundle's
-single-link routes read from a per-network table (instead of one
+incidence entries by the component search (instead of finding them again), and a
+bundle's single-link routes read from a per-network table (instead of one
 ``Router.route_over`` call per link), each held bit for bit to the plain computation,
 every op's times and every link's records: jobs on hashed fabrics (a 2:1 leaf-spine,
 where they meet; a fat-tree) and jobs that meet nowhere (rail placement on a
@@ -37,10 +36,10 @@ def run(case: str):
     return run_jobs([Job("A", step, placement), Job("B", step, placement)], graph)
 
 
-def plain_component(self, seeds, also):
+def plain_component(self, seeds):
     """The component search without its entries: _recompute finds them itself."""
-    slots, _ = COMPONENT(self, seeds, also)
-    return slots, None
+    flows, _ = COMPONENT(self, seeds)
+    return flows, None
 
 
 def plain_single_link_routes(self, links):
@@ -66,8 +65,6 @@ def test_shortcuts_change_no_record(case, monkeypatch):
     fast = run(case)
     monkeypatch.setattr(FlowNetwork, "_component", plain_component)
     monkeypatch.setattr(FlowNetwork, "_single_link_routes", plain_single_link_routes)
-    # ... and each event's component and entries found by whole-incidence passes.
-    monkeypatch.setattr(FlowNetwork, "_local_search", False)
     plain = run(case)
     assert records(fast) == records(plain)
     assert [job.step_together_s for job in fast.jobs] == [job.step_together_s for job in plain.jobs]
@@ -78,8 +75,8 @@ def test_shortcuts_change_no_record(case, monkeypatch):
 
 
 def test_entries_of_the_component_are_those_of_its_slots():
-    """Where the whole-incidence search hands entries over, they are exactly the
-    incidence entries of the slots it found (what _recompute would compute)."""
+    """Where the search hands entries over, they are exactly the incidence entries of
+    the slots it found (what _recompute would compute)."""
     import simpy
 
     graph = load_topology("dgx-h100", 4, fabric=CASES["fat-tree-packed"][0])
@@ -101,11 +98,10 @@ def test_entries_of_the_component_are_those_of_its_slots():
     network.add_flows(owner, np.arange(60), routes, rng.uniform(1e6, 1e8, 60))
     env.run(until=env.now + 1e-9)  # the flows taken in
     checked = 0
-    inc_flow, inc_link = network._whole_incidence()
     for seed in range(40):
-        seeds = inc_link[rng.integers(0, len(inc_link), 1 + seed % 3)]
-        flows, entries = network._component_whole(seeds)
+        seeds = network._inc_link[rng.integers(0, len(network._inc_link), 1 + seed % 3)]
+        flows, entries = network._component(seeds)
         if entries is not None:
-            assert entries.tolist() == flows[inc_flow].tolist()
+            assert entries.tolist() == flows[network._inc_flow].tolist()
             checked += 1
     assert checked > 0

@@ -7,18 +7,11 @@ when its bytes have been transmitted at its (changing) rate: it is then *sent*, 
 links are free of it. It is *delivered* one route latency later.
 
 Scale: flows are kept in flat numpy arrays (a pool of slots) and the active flow-link
-incidence in a store of parallel arrays, each flow's entries side by side in the order
-flows were taken in (an ended flow's entries are marked dead and squeezed out once they
-outnumber the live ones). Flows are added and completed in batches (all flows of a
-collective step that start together are one call), and a change recomputes rates only
-in the part of the network it touches: the connected component, in the flow-link
-incidence, of the links whose flows changed. While events stay small, each link's flows
-are also kept as a set, so that an event's work follows the flows and links it touches
-(a walk over those sets, and the component's entries read from each flow's place in the
-store) rather than numpy passes over the whole incidence; an event that changes much of
-the incidence drops the sets and uses whole-incidence passes, and the next small one
-builds them again. Both ways give the same flows and the same entries in the same order,
-so the same rates to the bit (``tests/test_flows_incremental.py``).
+incidence in two parallel arrays. Flows are added and completed in batches (all flows
+of a collective step that start together are one call), and a change recomputes rates
+only in the part of the network it touches: the connected component, in the flow-link
+incidence, of the links whose flows changed. Work per event is numpy passes over that
+component, not a Python loop over flows.
 
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
@@ -64,15 +57,6 @@ _PER_LINK = (
 _MAX_COMPONENT_ROUNDS = 6
 # Up to this many incidence entries, link sets are built in Python rather than sorted.
 _SMALL = 32
-# Up to this many flows, a flow's entries are found in Python rather than numpy.
-_FEW = 16
-# What FlowNetwork._walk returns for a component still growing after the rounds allowed.
-_EVERY = object()
-# An event that adds and removes more incidence entries than this, and than half of
-# those live, drops the per-link sets (keeping them would cost a Python step per entry,
-# more than the whole-incidence numpy passes it saves); a smaller one keeps or rebuilds
-# them.
-_SET_CHURN = 64
 
 
 class FlowOwner(Protocol):
@@ -114,16 +98,6 @@ class FlowState:
     weight: np.ndarray
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``arange(start, start + length)`` of each pair, concatenated.
-
-    >>> _ranges(np.array([5, 0]), np.array([2, 3]))
-    array([5, 6, 0, 1, 2])
-    """
-    ends = lengths.cumsum()
-    return (starts + lengths - ends).repeat(lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
-
-
 def network_tables(graph: nx.Graph) -> tuple[LinkTable, Router]:
     """``graph``'s link table and a router, to be given to every
     :class:`FlowNetwork` of ``graph`` (``tables=``): each copies the table and shares
@@ -139,11 +113,6 @@ class FlowNetwork:
     Flows are identified to their owner by an op id; owners register with
     :meth:`register` and hand flows over with :meth:`add_flows`.
     """
-
-    #: False: every event finds its component and its flows' entries by passes over the
-    #: whole incidence (no per-link sets), as before they were kept: the reference that
-    #: tests hold the local search equal to, bit for bit.
-    _local_search: bool = True
 
     def __init__(
         self,
@@ -200,30 +169,15 @@ class FlowNetwork:
         # Aggregation over symmetric ranks (None: every flow is one flow on its own links).
         self._link_class: np.ndarray | None = None
         self._class_size: np.ndarray | None = None
-        # Whether incidence entries weigh on their links (link classes, weighted flows):
-        # max-min is then given each entry's load per unit of its flow's rate.
-        self._weighted = False
+        self._inc_coef: np.ndarray | None = None
         # Flow pool (slots are reused once their flow is sent).
         self._cap = 0
         self._alloc(1024)
         self._free: list[np.ndarray] = []
         self._top = 0
-        # Active incidence, one entry per (flow, link) pair: a store of flow slot (-1: dead
-        # entry), link and load per unit of rate, used up to _e_top; each flow's entries
-        # side by side (from _f_start[slot], _f_len[slot] of them), flows in the order they
-        # were taken in, which is the order max-min sums loads in.
-        self._e_flow = np.zeros(0, dtype=np.int64)
-        self._e_link = np.zeros(0, dtype=np.int64)
-        self._e_coef = np.zeros(0)
-        self._e_top = 0
-        self._e_live = 0
-        # Bumped whenever entries die or move (positions found before are then stale).
-        self._e_version = 0
-        # Each link's flow slots (None: not kept now, see _SET_CHURN), and each route's
-        # links as the entries name them (representatives, with link classes).
-        self._on_link: dict[int, set[int]] | None = {}
-        self._slot_links: dict[int, tuple[int, ...]] | None = {}
-        self._route_entries: dict[int, tuple[int, ...]] = {}
+        # Active incidence: flow slot and link, one entry per (flow, link) pair.
+        self._inc_flow = np.zeros(0, dtype=np.int64)
+        self._inc_link = np.zeros(0, dtype=np.int64)
         self._owners: list[FlowOwner | None] = []
         self._pending: list[np.ndarray] = []
         self._settle_scheduled = False
@@ -233,7 +187,7 @@ class FlowNetwork:
         self._seed_links = np.zeros(0, dtype=np.int64)
         # Flows with a rate cap ever added (none: max-min needs no caps).
         self._capped = 0
-        # Scratch for _recompute (-1 per slot between calls) and _entries (False).
+        # Scratch for _recompute (-1 per slot between calls) and _entries_of (False).
         self._local = np.zeros(0, dtype=np.int64)
         self._dead = np.zeros(0, dtype=bool)
         # The route over each link alone, once made (-1: not yet; see add_link_loads).
@@ -257,8 +211,6 @@ class FlowNetwork:
         grow("_f_finish", float, np.inf)
         grow("_f_weight", float, 1.0)
         grow("_f_cap", float, np.inf)
-        grow("_f_start", np.int64, 0)
-        grow("_f_len", np.int64, 0)
         self._cap = capacity
 
     def _take_slots(self, count: int) -> np.ndarray:
@@ -314,7 +266,7 @@ class FlowNetwork:
             raise RuntimeError("set_link_classes must come before the first flow")
         self._link_class = np.asarray(link_class, dtype=np.int64).copy()
         self._class_size = np.asarray(class_size, dtype=float).copy()
-        self._weighted = True
+        self._inc_coef = np.zeros(0)
 
     def reducer_route(self, rank: int, bandwidth: float, class_size: int = 1) -> int:
         """Route over rank's reducer: a virtual link of the GPU's reduce bandwidth that
@@ -387,10 +339,9 @@ class FlowNetwork:
         """Slots of the flows in flight on any of ``links`` (with link classes: their
         representatives), sorted; flows started at this instant and not yet taken in are
         not among them."""
-        inc_flow, inc_link = self._whole_incidence()
-        if len(inc_link) == 0:
+        if len(self._inc_link) == 0:
             return np.zeros(0, dtype=np.int64)
-        return np.unique(inc_flow[np.isin(inc_link, links)])
+        return np.unique(self._inc_flow[np.isin(self._inc_link, links)])
 
     def flow_state(self, slots: np.ndarray) -> FlowState:
         """What the flows in ``slots`` still have to do from now (see :class:`FlowState`)."""
@@ -399,13 +350,14 @@ class FlowNetwork:
         left = np.maximum(self._f_left[slots] - self._f_rate[slots] * elapsed, 0.0)
         ptr, flat, _ = self.router.arrays()
         routes = self._f_route[slots]
+        on = np.isin(self._inc_flow, slots)
         return FlowState(
             slots=slots,
             owners=self._f_owner[slots].copy(),
             ops=self._f_op[slots].copy(),
             routes=routes.copy(),
             route_links=[flat[ptr[r] : ptr[r + 1]].copy() for r in routes.tolist()],
-            links=np.unique(self._e_link[self._entries(slots)]),
+            links=np.unique(self._inc_link[on]),
             left=left,
             weight=self._f_weight[slots].copy(),
         )
@@ -418,15 +370,19 @@ class FlowNetwork:
         link with them (their rates would change)."""
         slots = state.slots
         now = self.env.now
-        gone = self._entries(slots)
+        dead = np.zeros(self._cap, dtype=bool)
+        dead[slots] = True
+        gone = dead[self._inc_flow]
         carried_by = np.zeros(self._cap)
         carried_by[slots] = self._f_bytes[slots] - state.left
-        carried = carried_by[self._e_flow[gone]]
-        if self._weighted:
-            carried = carried * self._e_coef[gone]
-        gone_links = self._e_link[gone]
-        np.add.at(self.link_bytes, gone_links, carried)
-        self._drop_entries(gone, slots)
+        carried = carried_by[self._inc_flow[gone]]
+        if self._inc_coef is not None:
+            carried = carried * self._inc_coef[gone]
+            self._inc_coef = self._inc_coef[~gone]
+        np.add.at(self.link_bytes, self._inc_link[gone], carried)
+        gone_links = self._inc_link[gone]
+        self._inc_flow = self._inc_flow[~gone]
+        self._inc_link = self._inc_link[~gone]
         self._count_link_flows(gone_links, -1, now)
         self._f_finish[slots] = np.inf
         self._f_op[slots] = -1
@@ -443,7 +399,7 @@ class FlowNetwork:
     def reset_clock(self, env: simpy.Environment) -> None:
         """Start over on a new clock with zeroed records; no flow may be in flight. (For
         a scratch network that times calls alone, one after another.)"""
-        if self._e_live or self._pending or np.isfinite(self._f_finish[: self._top]).any():
+        if len(self._inc_flow) or self._pending or np.isfinite(self._f_finish[: self._top]).any():
             raise RuntimeError("reset_clock with flows in flight")
         self.env = env
         self._generation += 1
@@ -522,7 +478,8 @@ class FlowNetwork:
         its route k times its rate and counts k times its bytes: it stands for k identical
         flows side by side (a merged schedule's ops, see
         :class:`~simulator.algorithms.schedule.Merged`). Unweighted flows are unchanged."""
-        self._weighted = True
+        if self._inc_coef is None:
+            self._inc_coef = np.ones(len(self._inc_flow))
 
     def add_link_loads(
         self,
@@ -549,8 +506,9 @@ class FlowNetwork:
             weight = copies * self._class_size[links]
         else:
             weight = copies
-            # From now on every incidence entry carries its load per unit of rate.
-            self._weighted = True
+            if self._inc_coef is None:
+                # From now on every incidence entry carries its load per unit of rate.
+                self._inc_coef = np.ones(len(self._inc_flow))
         before = self.stats.represented_flows
         self.add_flows(owner, np.arange(len(links)), routes, nbytes / copies, weight, cap / copies)
         self.stats.represented_flows = before + represented
@@ -591,11 +549,11 @@ class FlowNetwork:
         self._settle_scheduled = False
         self._settle(np.zeros(0, dtype=np.int64))
 
-    def _settle(self, finished: np.ndarray, entries: tuple[int, np.ndarray] | None = None) -> None:
+    def _settle(self, finished: np.ndarray, entries: tuple | None = None) -> None:
         """Take in pending flows, drop ``finished`` ones, recompute affected rates.
-        ``entries``: (store version, positions) of the finished flows' entries, as
-        :meth:`_wake` found them; used only if no entry died or moved since (a call
-        launched from the owners' callbacks may have withdrawn flows)."""
+        ``entries``: (incidence array, mask) of the finished flows' entries, as
+        :meth:`_wake` found them; used only if the incidence is still that array (a call
+        launched from the owners' callbacks may have withdrawn flows since)."""
         now = self.env.now
         new = np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
         self._pending = []
@@ -603,214 +561,88 @@ class FlowNetwork:
         # Links whose flows changed (ids; work per event must not grow with the network).
         seeds = [self._seed_links]
         self._seed_links = np.zeros(0, dtype=np.int64)
-        gone = finished[:0]
+
         if len(finished):
-            if entries is not None and entries[0] == self._e_version:
+            if entries is not None and entries[0] is self._inc_flow:
                 gone = entries[1]
             else:
-                gone = self._entries(finished)
-        churn = len(gone)
+                gone = self._entries_of(finished)
+            gone_links = self._inc_link[gone]
+            seeds.append(gone_links)
+            kept = ~gone
+            self._inc_flow = self._inc_flow[kept]
+            self._inc_link = self._inc_link[kept]
+            if self._inc_coef is not None:
+                self._inc_coef = self._inc_coef[kept]
+            self._count_link_flows(gone_links, -1, now)
         if len(new):
             rows = self._f_route[new]
             lengths = ptr[rows + 1] - ptr[rows]
-            churn += int(lengths.sum())
-        # The per-link sets cost a Python step per entry added or removed: kept through
-        # small events only (see _SET_CHURN).
-        keep_sets = self._local_search and churn <= max(_SET_CHURN, self._e_live // 2)
-        if not keep_sets:
-            self._on_link = self._slot_links = None
-
-        if len(finished):
-            gone_links = self._e_link[gone]
-            seeds.append(gone_links)
-            self._drop_entries(gone, finished)
-            self._count_link_flows(gone_links, -1, now)
-        coef = None
-        if len(new):
             new_flow = np.repeat(new, lengths)
-            new_link = route_links[_ranges(ptr[rows], lengths)]
+            offsets = np.repeat(ptr[rows] - (np.cumsum(lengths) - lengths), lengths)
+            new_link = route_links[offsets + np.arange(int(lengths.sum()))]
             if self._link_class is not None:
                 # Each copy of the flow loads one link of a class; together they load
                 # every link of it weight / |class| times per link crossed.
                 coef = self._f_weight[new_flow] / self._class_size[new_link]
                 new_link = self._link_class[new_link]
-            elif self._weighted:
+                self._inc_coef = np.concatenate([self._inc_coef, coef])
+            elif self._inc_coef is not None:
                 # Weighted flows without link classes (bundles): k copies on each link.
-                coef = self._f_weight[new_flow]
+                self._inc_coef = np.concatenate([self._inc_coef, self._f_weight[new_flow]])
             seeds.append(new_link)
             if self.on_conflict is not None:
                 held = self._held_until[new_link] > now
                 if held.any():
                     self.on_conflict(np.unique(self._held_by[new_link[held]]))
-            self._append_entries(new, lengths, new_flow, new_link, coef)
+            self._inc_flow = np.concatenate([self._inc_flow, new_flow])
+            self._inc_link = np.concatenate([self._inc_link, new_link])
             self._count_link_flows(new_link, +1, now)
             # Flows with no link (both ends on one node) are sent at once.
             self._f_rate[new[lengths == 0]] = np.inf
-        if keep_sets and self._on_link is None:
-            self._build_sets()
 
         if len(finished):
             # Links the ended flows leave with nobody on them change nobody's rate.
             seeds[1] = gone_links[self._link_flows[gone_links] > 0]
         if len(new):
-            left = self._rate_alone(new, lengths, new_link, coef)
+            left = self._rate_alone(new, lengths, new_link)
             if left is None:  # every new flow is alone: none changes another's rate
                 seeds[-1], new = new_link[:0], new[:0]
             elif not left.all():
                 seeds[-1], new = new_link[np.repeat(left, lengths)], new[left]
         seeds = [links for links in seeds if len(links)]
         if seeds:
-            # (The new flows are among the component's: their links are seeds; a flow
-            # over no link has no entry, so the entries stay those of the slots.)
-            affected, entries = self._component(np.concatenate(seeds), new)
-            self._recompute(affected, now, entries)
+            affected, entries = self._component(np.concatenate(seeds))
+            if len(new):
+                # (Already among them: their links are seeds. A flow over no link has
+                # no entry, so the entries stay those of the slots.)
+                affected[new] = True
+            self._recompute(np.flatnonzero(affected[: self._top]), now, entries)
         elif len(new):
             self._recompute(new, now)
         self._schedule_wake()
 
-    # -- incidence store ----------------------------------------------------------------------
-    def _entries(self, slots: np.ndarray) -> np.ndarray:
-        """Store positions of the live incidence entries of the flows in ``slots``, in
-        incidence order (the order max-min and the records sum them in)."""
-        if not self._local_search:
-            # The reference: a mask over the whole incidence, as before flows kept places.
-            inc_flow, _ = self._whole_incidence()
-            dead = self._dead
-            if len(dead) != self._cap:
-                dead = self._dead = np.zeros(self._cap, dtype=bool)
-            dead[slots] = True
-            at = np.flatnonzero(dead[inc_flow])
-            dead[slots] = False
-            return at
-        # Each flow's entries lie side by side from its start, flows in incidence order.
-        starts = self._f_start[slots]
-        if len(slots) <= _FEW:
-            # A few flows (a ring's hop, a median component): Python beats numpy's
-            # fixed cost per call here.
-            places = sorted(zip(starts.tolist(), self._f_len[slots].tolist(), strict=True))
-            return np.array(
-                [at for start, length in places for at in range(start, start + length)],
-                dtype=np.int64,
-            )
-        order = starts.argsort()
-        return _ranges(starts[order], self._f_len[slots][order])
-
-    def _whole_incidence(self) -> tuple[np.ndarray, np.ndarray]:
-        """The live incidence (flow slots, links) as whole arrays, in incidence order
-        (the store squeezed first): for events that touch most of it, and rare calls."""
-        if self._e_live != self._e_top:
-            self._compact()
-        return self._e_flow[: self._e_top], self._e_link[: self._e_top]
-
-    def _compact(self) -> None:
-        """Squeeze dead entries out of the store (in order) and move flows' starts."""
-        top, live = self._e_top, self._e_live
-        keep = self._e_flow[:top] >= 0
-        flow = self._e_flow[:top][keep]
-        self._e_flow[:live] = flow
-        self._e_link[:live] = self._e_link[:top][keep]
-        self._e_coef[:live] = self._e_coef[:top][keep]
-        self._e_top = live
-        self._e_version += 1
-        if live:
-            # A flow's entries are one run (a slot has one flow at a time).
-            first = np.flatnonzero(np.concatenate(([True], flow[1:] != flow[:-1])))
-            self._f_start[flow[first]] = first
-
-    def _append_entries(
-        self,
-        slots: np.ndarray,
-        lengths: np.ndarray,
-        flow: np.ndarray,
-        link: np.ndarray,
-        coef: np.ndarray | None,
-    ) -> None:
-        """Add the entries of the flows ``slots`` (``lengths`` each: ``flow``, ``link``,
-        ``coef``, None: load 1) at the end of the store, and to the per-link sets."""
-        n = len(flow)
-        if self._e_top + n > len(self._e_flow):
-            self._compact()
-            if 2 * (self._e_top + n) > len(self._e_flow):
-                # Room for as many again: squeezing is then rare (amortised per entry).
-                size = max(2 * (self._e_top + n), 1024)
-                for name in ("_e_flow", "_e_link", "_e_coef"):
-                    old = getattr(self, name)
-                    grown = np.zeros(size, dtype=old.dtype)
-                    grown[: self._e_top] = old[: self._e_top]
-                    setattr(self, name, grown)
-        top = self._e_top
-        end = top + n
-        self._e_flow[top:end] = flow
-        self._e_link[top:end] = link
-        self._e_coef[top:end] = 1.0 if coef is None else coef
-        self._f_start[slots] = top + np.cumsum(lengths) - lengths
-        self._f_len[slots] = lengths
-        self._e_top = end
-        self._e_live += n
-        if self._on_link is not None:
-            self._add_to_sets(slots[lengths > 0])
-
-    def _add_to_sets(self, slots: np.ndarray) -> None:
-        """Put the flows ``slots`` (with entries) on their links' sets."""
-        on, slot_links = self._on_link, self._slot_links
-        for slot, route in zip(slots.tolist(), self._f_route[slots].tolist(), strict=True):
-            links = slot_links[slot] = self._route_entries_of(route)
-            for link in links:
-                members = on.get(link)
-                if members is None:
-                    on[link] = {slot}
-                else:
-                    members.add(slot)
-
-    def _drop_entries(self, at: np.ndarray, slots: np.ndarray) -> None:
-        """Mark the entries at store positions ``at`` dead (all those of the flows
-        ``slots``), and take those flows off the per-link sets."""
-        flows = self._e_flow[at]
-        on = self._on_link
-        if on is not None:
-            slot_links = self._slot_links
-            for slot in slots.tolist():
-                for link in slot_links.pop(slot, ()):
-                    members = on.get(link)
-                    if members is not None:  # (None: a route crossing the link twice)
-                        members.discard(slot)
-                        if not members:
-                            del on[link]
-        self._e_flow[at] = -1
-        self._f_len[flows] = 0
-        self._e_live -= len(at)
-        self._e_version += 1
-
-    def _build_sets(self) -> None:
-        """Each link's flow slots, from the whole incidence (after events that dropped
-        them, see _SET_CHURN)."""
-        self._on_link, self._slot_links = {}, {}
-        self._add_to_sets(np.flatnonzero(self._f_len[: self._top] > 0))
-
-    def _route_entries_of(self, route: int) -> tuple[int, ...]:
-        """The links route ``route``'s entries name (representatives, with link
-        classes), read once per route."""
-        links = self._route_entries.get(route)
-        if links is None:
-            ptr, flat, _ = self.router.arrays()
-            row = flat[ptr[route] : ptr[route + 1]]
-            if self._link_class is not None:
-                row = self._link_class[row]
-            links = self._route_entries[route] = tuple(row.tolist())
-        return links
+    def _entries_of(self, slots: np.ndarray) -> np.ndarray:
+        """Mask of the incidence entries of the flows in ``slots``."""
+        if len(slots) == 1:  # one flow ends (a drifting ring's hop): one comparison
+            return self._inc_flow == slots[0]
+        # A scratch mask over slots, all False between calls (not allocated per call).
+        dead = self._dead
+        if len(dead) != self._cap:
+            dead = self._dead = np.zeros(self._cap, dtype=bool)
+        dead[slots] = True
+        entries = dead[self._inc_flow]
+        dead[slots] = False
+        return entries
 
     def _rate_alone(
-        self,
-        new: np.ndarray,
-        lengths: np.ndarray,
-        new_link: np.ndarray,
-        coef: np.ndarray | None,
+        self, new: np.ndarray, lengths: np.ndarray, new_link: np.ndarray
     ) -> np.ndarray | None:
         """Rate the new flows that are alone on every link of their route (the common
         case in a chain of steps) without a component search or max-min: such a flow runs
-        at its slowest link (with link classes or weights, that link's capacity over the
-        flow's load ``coef`` on it) and changes no other flow's rate. Returns which of
-        ``new`` are not (None: none)."""
+        at its slowest link (with link classes, that link's capacity over the flow's load
+        on it) and changes no other flow's rate. Returns which of ``new`` are not (None:
+        none)."""
         alone_entry = self._link_flows[new_link] == 1
         crossing = lengths > 0
         alone = np.ones(len(new), dtype=bool)
@@ -823,8 +655,8 @@ class FlowNetwork:
             return np.ones(len(new), dtype=bool)
         now = self.env.now
         share = self.capacity[new_link]
-        if coef is not None:
-            share = share / coef
+        if self._inc_coef is not None:
+            share = share / self._inc_coef[len(self._inc_coef) - len(new_link) :]
         rate = np.minimum.reduceat(share, firsts[crossing])[np.cumsum(crossing)[picked] - 1]
         flows = new[picked]
         if self._capped:
@@ -857,92 +689,29 @@ class FlowNetwork:
             self.link_busy[idle] += now - self._link_since[idle]
             self.link_idle_at[idle] = now
 
-    def _component(
-        self, seeds: np.ndarray, also: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Flow slots connected (through shared links) to the ``seeds`` links (ids), with
-        the slots ``also``, sorted; and the mask over the whole incidence
-        (:meth:`_whole_incidence`) of their entries where the search found it (None:
-        :meth:`_recompute` finds them from the slots).
-
-        The search grows round by round (the flows on the links reached, then their
-        links); one still growing after ``_MAX_COMPONENT_ROUNDS`` rounds is taken to be
-        every flow, except in a handful of entries, where it runs to the end. The walk
-        over the per-link sets and the passes over the whole incidence count rounds
-        alike, so they give the same flows."""
-        if len(seeds) == 0 or self._e_live == 0:
-            return np.sort(also), None
-        live = self._e_live
-        # As the whole-incidence search's branches bound it (see _component_whole).
-        capped = 8 * live > len(self.links) or live > _SMALL
-        if self._on_link is not None:
-            found = self._walk(seeds, _MAX_COMPONENT_ROUNDS if capped else live + 1)
-            if found is not None:
-                if found is _EVERY:
-                    flows = self._f_len[: self._top] > 0
-                    flows[also] = True
-                    return np.flatnonzero(flows), None
-                found.update(also.tolist())
-                return np.array(sorted(found), dtype=np.int64), None
-        flows, entries = self._component_whole(seeds)
-        flows[also] = True
-        return np.flatnonzero(flows[: self._top]), entries
-
-    def _walk(self, seeds: np.ndarray, rounds: int) -> set[int] | object | None:
-        """The component of ``seeds`` by a walk over the per-link sets: its flow slots,
-        :data:`_EVERY` if still growing after ``rounds`` rounds, or None once the walk
-        has stepped over more entries than the whole-incidence passes would cost."""
-        on = self._on_link
-        reached = set(seeds.tolist())
-        frontier = reached
-        found: set[int] = set()
-        slot_links = self._slot_links
-        budget = max(_SET_CHURN, self._e_live // 2)
-        for _ in range(rounds):
-            fresh: set[int] = set()
-            for link in frontier:
-                members = on.get(link)
-                if members:
-                    fresh.update(members)
-            fresh -= found
-            if not fresh:
-                return found
-            found |= fresh
-            grown: set[int] = set()
-            for slot in fresh:
-                grown.update(slot_links[slot])
-            budget -= len(fresh) + len(grown)
-            grown -= reached
-            if not grown:
-                return found
-            if budget < 0:
-                return None
-            reached |= grown
-            frontier = grown
-        return _EVERY
-
-    def _component_whole(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """:meth:`_component` by numpy passes over the whole incidence: the mask over
-        slots of the flows found, and the mask of their entries where the search found
-        it (None: :meth:`_recompute` finds them)."""
-        inc_flow, inc_link = self._whole_incidence()
+    def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
+        mask over slots, and the mask of their incidence entries where the search found
+        it (None: :meth:`_recompute` finds it)."""
         flows = np.zeros(self._cap, dtype=bool)
-        if 8 * len(inc_link) > len(self.links):
+        if len(seeds) == 0 or len(self._inc_link) == 0:
+            return flows, None
+        if 8 * len(self._inc_link) > len(self.links):
             # Much of the network is busy: masks over all links are cheapest.
             links = np.zeros(len(self.links), dtype=bool)
             links[seeds] = True
             for _ in range(_MAX_COMPONENT_ROUNDS):
-                hit = links[inc_link]
-                flows[inc_flow[hit]] = True
+                hit = links[self._inc_link]
+                flows[self._inc_flow[hit]] = True
                 # The links the flows found cross: done when all were reached already.
-                entries = flows[inc_flow]
-                reached = inc_link[entries]
+                entries = flows[self._inc_flow]
+                reached = self._inc_link[entries]
                 if links[reached].all():
                     return flows, entries
                 links[reached] = True
-        elif len(inc_link) <= _SMALL:
+        elif len(self._inc_link) <= _SMALL:
             # A handful of flows (a quotient's step): plain Python sets.
-            pairs = list(zip(inc_flow.tolist(), inc_link.tolist(), strict=True))
+            pairs = list(zip(self._inc_flow.tolist(), self._inc_link.tolist(), strict=True))
             reached, found = set(seeds.tolist()), set()
             grew = True
             while grew:
@@ -965,8 +734,8 @@ class FlowNetwork:
             mark[links] = True
             try:
                 for _ in range(_MAX_COMPONENT_ROUNDS):
-                    flows[inc_flow[mark[inc_link]]] = True
-                    grown = inc_link[flows[inc_flow]]
+                    flows[self._inc_flow[mark[self._inc_link]]] = True
+                    grown = self._inc_link[flows[self._inc_flow]]
                     new = grown[~mark[grown]]
                     if len(new) == 0:
                         return flows, None
@@ -975,13 +744,13 @@ class FlowNetwork:
                     links = np.concatenate([links, new])
             finally:
                 mark[links] = False
-        flows[inc_flow] = True  # the change reaches most of the network
+        flows[self._inc_flow] = True  # the change reaches most of the network
         return flows, None
 
     def _recompute(self, slots: np.ndarray, now: float, in_set: np.ndarray | None = None) -> None:
         """New rates and finish times of the flows in ``slots`` (sorted, or in the order
-        they were added), from ``now``. ``in_set``: the mask over the whole incidence of
-        their entries, where the caller has it."""
+        they were added), from ``now``. ``in_set``: the mask of their incidence entries,
+        where the caller has it."""
         if len(slots) == 0:
             return
         self.stats.recomputes += 1
@@ -995,20 +764,17 @@ class FlowNetwork:
                 self._f_left[moved] - self._f_rate[moved] * elapsed[moving], 0.0
             )
         self._f_last[slots] = now
-        # Their entries, in incidence order.
-        if in_set is None:
-            at = self._entries(slots)
-        else:
-            at = np.flatnonzero(in_set)
         # Each slot's number among ``slots`` (-1: not among them), in a scratch array
         # that is all -1 between calls (allocating one per call cost more than the rest).
         local = self._local
         if len(local) != self._cap:
             local = self._local = np.full(self._cap, -1, dtype=np.int64)
         local[slots] = np.arange(len(slots))
-        inc_flow = local[self._e_flow[at]]
+        if in_set is None:
+            in_set = local[self._inc_flow] >= 0
+        inc_flow = local[self._inc_flow[in_set]]
         local[slots] = -1
-        used = self._e_link[at]
+        used = self._inc_link[in_set]
         if len(used) <= _SMALL:
             # A few entries (a quotient's step, a small collective): Python beats numpy's
             # sort-based unique here, with the same sorted result.
@@ -1023,7 +789,7 @@ class FlowNetwork:
             links = np.flatnonzero(mark)
             mark[links] = False
             inc_link = np.searchsorted(links, used)
-        coef = self._e_coef[at] if self._weighted else None
+        coef = None if self._inc_coef is None else self._inc_coef[in_set]
         cap = self._f_cap[slots] if self._capped else None
         rate = max_min_rates(inc_flow, inc_link, len(slots), self.capacity[links], coef, cap)
         self._f_rate[slots] = rate
@@ -1055,12 +821,12 @@ class FlowNetwork:
         finish = self._f_finish[: self._top]
         done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
         # Record bytes per link before the incidence forgets these flows.
-        on = self._entries(done)
-        version = self._e_version
-        carried = self._f_bytes[self._e_flow[on]]
-        if self._weighted:
-            carried = carried * self._e_coef[on]
-        np.add.at(self.link_bytes, self._e_link[on], carried)
+        on = self._entries_of(done)
+        incidence = self._inc_flow
+        carried = self._f_bytes[self._inc_flow[on]]
+        if self._inc_coef is not None:
+            carried = carried * self._inc_coef[on]
+        np.add.at(self.link_bytes, self._inc_link[on], carried)
         ops, owners, routes = self._f_op[done], self._f_owner[done], self._f_route[done]
         self._f_finish[done] = np.inf
         self._f_op[done] = -1
@@ -1089,7 +855,7 @@ class FlowNetwork:
                     self._deliver_later(target.on_delivered, delivered, delay)
         finally:
             self._in_wake = False
-        self._settle(done, (version, on))
+        self._settle(done, (incidence, on))
         self._free.append(done)  # only now: the settle above still names these slots
 
     def _deliver_later(
