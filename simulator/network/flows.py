@@ -13,6 +13,13 @@ only in the part of the network it touches: the connected component, in the flow
 incidence, of the links whose flows changed. Work per event is numpy passes over that
 component, not a Python loop over flows.
 
+Tried and dropped (commit 3eccf6f, bit-identical): keeping each link's flows as Python
+sets and each flow's place in an incidence store, so that an event's search and entries
+follow the flows it touches instead of passes over the whole incidence. It was not faster
+on ``ccsim bench jobs-2x1024-leaf-spine`` (thousands of entries, a median of 6 flows an
+event): an event's cost there is numpy's fixed cost per call (about a hundred calls), not
+the length of its passes, and the sets cost a Python step per entry added or removed.
+
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
 SimPy events cannot be cancelled.
