@@ -20,7 +20,10 @@ flows alone on their routes run in Python floats, the same operations in the sam
 so the results are the array path's to the bit (tests/test_flows_scalar.py). Tried and
 dropped, both bit-identical: per-link flow counts in Python (slower: index arrays built
 from lists cost what the passes did) and a heap of finish times instead of the two passes
-over the slot pool per event (slower: a push per finish written).
+over the slot pool per event (slower: a push per finish written). Also tried and dropped
+(commit 3eccf6f, bit-identical): each link's flows kept as Python sets and each flow's
+place in an incidence store, so that an event's search follows the flows it touches: the
+sets cost a Python step per entry added or removed, and it ran 5-10% slower.
 
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
