@@ -70,18 +70,21 @@ def test_prefetch_hides_all_but_the_first_gather_and_the_last_scatter():
 
 
 def test_fsdp_memory_by_hand():
-    """TP 1, PP 1, DP 4: per rank 1/4 of the layers' weights (2 bytes), gradients (4) and
-    optimizer state (12), the whole embedding, plus the gathered weights of the layer
-    running and those prefetched and one layer's unsharded gradients. Megatron-FSDP
-    prefetches until max(1e9, 2 x 12.6M) / 2 = 500M parameters are on their way: 40
-    layers of 12.6M, more than the 8 there are, so all 8 are gathered."""
+    """TP 1, PP 1, DP 4: per rank 1/4 of every parameter's weights (2 bytes), gradients
+    (4) and optimizer state (12), the embedding and output layer (untied, 32000 x 1024
+    each) included; plus the gathered weights of the layer running and those prefetched,
+    the embedding and output layer gathered whole, and the unsharded gradients the
+    reduce-scatter queue keeps. Megatron-FSDP prefetches until max(1e9, 2 x 12.6M) / 2 =
+    500M parameters are on their way and queues up to 1e9 of gradients: more than the 8
+    layers there are, so all 8 are gathered; of the gradients, 7 layers' and a vocabulary
+    matrix's (the output layer's first in the backward, 32.8M > a layer's 12.6M)."""
     got = megatron_memory(SMALL, tp=1, pp=1, dp=4, micro_batch=1, micro_batches=1, fsdp=True)
     layer = 12 * 1024**2
-    layers = 8 * layer
-    embedding = 32000 * 1024
-    assert got.weights == pytest.approx((layers / 4 + embedding + 8 * layer) * 2)
-    assert got.gradients == pytest.approx((layers / 4 + embedding + layer) * 4)
-    assert got.optimizer == pytest.approx((layers / 4 + embedding) * 12)
+    vocab = 32000 * 1024
+    params = 8 * layer + 2 * vocab
+    assert got.weights == pytest.approx((params / 4 + 8 * layer + 2 * vocab) * 2)
+    assert got.gradients == pytest.approx((params / 4 + 7 * layer + vocab) * 4)
+    assert got.optimizer == pytest.approx(params / 4 * 12)
     with pytest.raises(CcsimError, match="drop distributed_optimizer"):
         megatron(SMALL, tp=1, pp=1, dp=2, global_batch=2, fsdp=True, distributed_optimizer=True)
 

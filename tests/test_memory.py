@@ -8,7 +8,12 @@ from simulator.viz.tables import breakdown_table
 from simulator.workload import run_workload
 from simulator.workload.devices import DEVICES, Device
 from simulator.workload.generators import megatron
-from simulator.workload.memory import layer_activation_bytes, megatron_memory
+from simulator.workload.memory import (
+    fsdp_gathered_units,
+    fsdp_gradient_units,
+    layer_activation_bytes,
+    megatron_memory,
+)
 from simulator.workload.model import MODELS, Transformer
 
 GPT3 = MODELS["gpt3-175b"]  # s 2048, h 12288, a 96, V 51200, 96 layers
@@ -132,16 +137,92 @@ def test_fp8_keeps_the_linear_inputs_as_fp8(flash, saved):
     assert bf16 - fp8 == pytest.approx(saved * SBH, rel=1e-12)
 
 
-def test_fsdp_holds_two_gathered_layers_and_one_layers_gradients():
-    """Megatron-FSDP gathers one layer at a time (and prefetches the next): sharded
-    states plus 2 layers' bf16 weights and one layer's gradients, not the whole model."""
-    dp = 64
-    m = megatron_memory(GPT3, tp=1, pp=1, dp=dp, micro_batch=1, micro_batches=1, fsdp=True,
-                        recompute="full", grad_reduce="bf16")  # fmt: skip
-    layers = GPT3.layers * GPT3.layer_params
-    embedding = GPT3.vocab * GPT3.hidden
-    assert m.weights == pytest.approx((layers / dp + embedding + 2 * GPT3.layer_params) * 2)
-    assert m.gradients == pytest.approx((layers / dp + embedding + GPT3.layer_params) * 2)
+# Llama 3 70B by hand (Meta's config: h 8192, FFN 28672 SwiGLU, 64 heads of 128, 8 KV
+# heads, vocabulary 128256, untied): a layer's Q and O are h x h, K and V h x 1024, its
+# MLP three h x FFN matrices (norms left out, as ccsim does).
+LLAMA70 = MODELS["llama3-70b"]
+LLAMA70_LAYER = 2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672  # 855,638,016
+LLAMA70_VOCAB = 128256 * 8192  # one vocabulary matrix, 1,050,673,152
+
+
+def test_an_untied_model_holds_its_embedding_and_output_layer():
+    """Without pipelining the one stage holds the input embedding and the output layer,
+    two vocabulary matrices for an untied model (Llama 3) and one for a tied one (GPT-3);
+    with pipelining the first stage holds the embedding and the last the output layer."""
+    one = megatron_memory(LLAMA70, tp=8, pp=1, dp=1, micro_batch=1, micro_batches=1)
+    assert one.weights == pytest.approx(2 * (80 * LLAMA70_LAYER + 2 * LLAMA70_VOCAB) / 8)
+    assert one.optimizer == pytest.approx(12 * (80 * LLAMA70_LAYER + 2 * LLAMA70_VOCAB) / 8)
+    tied = megatron_memory(GPT3, tp=8, pp=1, dp=1, micro_batch=1, micro_batches=1)
+    assert tied.weights == pytest.approx(2 * (96 * 12 * 12288**2 + 51200 * 12288) / 8)
+    # PP 2: the first stage's 40 layers and embedding (the last's 40 layers and output
+    # layer weigh the same; the first holds more micro-batches' activations).
+    two = megatron_memory(LLAMA70, tp=8, pp=2, dp=1, micro_batch=1, micro_batches=2)
+    assert two.weights == pytest.approx(2 * (40 * LLAMA70_LAYER + LLAMA70_VOCAB) / 8)
+    # PP 4 with uneven stages (19, 21, 21, 19): the first and last stages hold 19 layers
+    # and one vocabulary matrix each; a middle one's 21 layers weigh more than either.
+    uneven = dict(tp=8, pp=4, dp=1, micro_batch=1, micro_batches=1, first_stage_layers=19,
+                  last_stage_layers=19)  # fmt: skip
+    stages = megatron_memory(LLAMA70, **uneven)
+    assert stages.weights == pytest.approx(2 * 21 * LLAMA70_LAYER / 8)
+    edge = megatron_memory(LLAMA70, **{**uneven, "first_stage_layers": 17, "last_stage_layers": 17})
+    # (17, 23, 23, 17): 23 layers against 17 and a matrix, 23 x 855.6M > 17 x 855.6M + 1.05B.
+    assert edge.weights == pytest.approx(2 * 23 * LLAMA70_LAYER / 8)
+
+
+def test_fsdp_shards_every_parameter_and_holds_the_gathered_ones():
+    """Megatron-FSDP over 64 ranks, Llama 3 70B at TP 1 as Megatron-Bridge's GB200 recipe
+    runs it (communication unit 8e8, double buffers, bf16 gradients): every parameter's
+    weights, gradients and optimizer state are a 64th; besides, 2 gathered layers (a
+    layer of 855.6M is past the 4e8 prefetch after one), the embedding and output layer
+    gathered whole in bf16, and at the start of the backward the output layer's unsharded
+    gradient with the first layer's (1.05B + 855.6M, more than two layers' 1.71B)."""
+    all_params = 80 * LLAMA70_LAYER + 2 * LLAMA70_VOCAB
+    run = dict(tp=1, pp=1, dp=64, micro_batch=2, micro_batches=2, fsdp=True, grad_reduce="bf16",
+               fsdp_communication_unit=8e8, fsdp_double_buffer=True)  # fmt: skip
+    m = megatron_memory(LLAMA70, **run)
+    held = 2 * LLAMA70_VOCAB * 2
+    assert m.weights == pytest.approx(all_params / 64 * 2 + 2 * LLAMA70_LAYER * 2 + held)
+    assert m.gradients == pytest.approx((all_params / 64 + LLAMA70_VOCAB + LLAMA70_LAYER) * 2)
+    assert m.optimizer == pytest.approx(all_params / 64 * 12)
+    # fp8 (Transformer Engine casts of the gathered layers, 2 bytes each) ...
+    fp8 = megatron_memory(LLAMA70, **run, precision="fp8")
+    assert fp8.weights - m.weights == pytest.approx(2 * 2 * LLAMA70_LAYER)
+    # ... and fp8 parameters (fp8_param_gather): the layers sharded and gathered as 1-byte
+    # fp8, a gathered layer's fp8 transpose beside it; the embeddings stay bf16.
+    fp8_params = megatron_memory(LLAMA70, **run, precision="fp8", fp8_params=True)
+    assert fp8_params.weights == pytest.approx(
+        (80 * LLAMA70_LAYER * 1 + 2 * LLAMA70_VOCAB * 2) / 64 + 2 * LLAMA70_LAYER * 2 + held
+    )
+    assert (fp8_params.gradients, fp8_params.optimizer) == (fp8.gradients, fp8.optimizer)
+
+
+def test_fsdp_units_follow_megatron_fsdps_prefetch_and_reduce_queue():
+    """Megatron-FSDP's default communication unit is max(1e9, 2 x layer): Llama 3 8B's
+    218.1M layers (h 4096, FFN 14336, 8 KV heads of 128) prefetch 3 (3 x 218M >= 5e8)
+    beside the one running and queue 4 layers' gradients (4 x 218M <= 1e9) besides the one
+    queued last and the one accumulating; double buffers hold 2 of each."""
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    assert MODELS["llama3-8b"].layer_params == layer
+    assert (fsdp_gathered_units(layer), fsdp_gradient_units(layer)) == (4, 6)
+    assert fsdp_gathered_units(layer, double_buffer=True) == 2
+    assert fsdp_gradient_units(layer, double_buffer=True) == 2
+    # Llama 3 70B without the recipe's unit: 2 x 855.6M, one prefetched, two queued.
+    assert fsdp_gathered_units(LLAMA70_LAYER) == 2
+    assert fsdp_gradient_units(LLAMA70_LAYER) == 4
+    # A unit smaller than a layer: nothing waits in the queue, no layer prefetched
+    # beyond the next (8e8 / 2 = 4e8 < 855.6M).
+    assert fsdp_gradient_units(LLAMA70_LAYER, communication_unit=8e8) == 2
+    assert fsdp_gathered_units(LLAMA70_LAYER, communication_unit=8e8) == 2
+    # With Llama 3 8B on 8 ranks at the defaults, the GPU holds those units.
+    m8 = MODELS["llama3-8b"]
+    got = megatron_memory(m8, tp=1, pp=1, dp=8, micro_batch=1, micro_batches=1, fsdp=True,
+                          grad_reduce="bf16")  # fmt: skip
+    vocab = 128256 * 4096
+    params = 32 * layer + 2 * vocab
+    assert got.weights == pytest.approx(params / 8 * 2 + 4 * layer * 2 + 2 * vocab * 2)
+    # Five layers' gradients and a vocabulary matrix's (5 x 218.1M + 525.3M = 1.62B) are
+    # more than six layers' (1.31B): the matrix's sets them.
+    assert got.gradients == pytest.approx((params / 8 + 5 * layer + vocab) * 2)
 
 
 def test_fp8_parameters_replace_the_bf16_weights():

@@ -9,8 +9,11 @@ parameters and fp32 gradients:
   weights, momentum and variance 12); 6 + 12/d with it, the 12 bytes of optimizer state
   sharded over the d data-parallel ranks. The parameters counted are those of the most
   loaded rank: a pipeline stage's share of the layers split over tensor parallelism,
-  plus the input embedding (vocab x hidden / tp) on the first stage (Megatron's
-  ``theoretical_memory_usage.py``). Recipes that keep gradients or the optimizer's
+  plus the input embedding (vocab x hidden / tp) on the first stage and the output layer
+  (another vocab x hidden / tp) on the last (Megatron's ``theoretical_memory_usage.py``):
+  both on the one stage without pipelining, unless the model ties them (one matrix;
+  ``Transformer.tied_embeddings``, GPT's). Llama 3 70B at PP 1 thus holds 80 layers and
+  2 x 128256 x 8192 vocabulary parameters. Recipes that keep gradients or the optimizer's
   state in other dtypes say so (``grad_reduce``, ``optimizer_state``): NeMo's Nemotron-4
   340B recipe, bf16 gradients and bf16 moments without main weights, holds 2 + 2 + 4/d
   bytes per parameter where Megatron's formula (which assumes fp32 for both) counts
@@ -42,11 +45,18 @@ holds the output layer's vocab x hidden / tp as well) and the estimate is that o
 stage with the largest total, which need not be the first once a middle stage holds more
 layers.
 
-FSDP (``fsdp``): the layers' weights, fp32 gradients and optimizer state are sharded
-over the DP x CP ranks; each rank also holds the gathered bf16 weights of the unit
-running and those Megatron-FSDP prefetches (:func:`fsdp_gathered_units`; a unit is a
-transformer layer), at most its stage's layers, and one unit's unsharded gradients; the
-embedding stays replicated.
+FSDP (``fsdp``, Megatron-FSDP's optim_grads_params): every parameter's weights, main
+gradients and optimizer state are sharded over the DP x CP ranks, the embedding and
+output layer included. Each rank also holds the gathered weights of the unit running
+and those Megatron-FSDP prefetches (:func:`fsdp_gathered_units`; a unit is a
+transformer layer), at most its stage's layers; the unsharded gradients of the units
+its reduce-scatter queue keeps (:func:`fsdp_gradient_units`); and the embedding and
+output layer whole in bf16, which are not units and stay gathered through the step.
+With ``fp8_params`` the layers' weights are sharded and gathered as 1-byte fp8 (and a
+gathered unit's fp8 transpose for its backward); without, in bf16 with fp8 casts of the
+gathered units. ``fsdp_communication_unit`` and ``fsdp_double_buffer`` are Megatron's
+``suggested_communication_unit_size`` and ``fsdp_double_buffer`` (Megatron-Bridge's
+Llama 3 recipes set 8e8 and True).
 
 Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
 of the tokens; its attention runs flash-style, without stored scores) and shards the
@@ -175,29 +185,77 @@ def layer_activation_bytes(
     return sbh * (rest + split / t + scores / t)
 
 
-#: Megatron-FSDP's all-gather prefetch, in parameters: the suggested communication unit
-#: is twice the mean FSDP unit's parameters but at least 1e9, and the all-gather prefetch
-#: half of it (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py,
-#: suggested_communication_unit_size and suggested_AG_prefetch_size).
+#: Megatron-FSDP's communication unit, in parameters, where the configuration leaves it
+#: unset (``suggested_communication_unit_size`` None): twice the mean FSDP unit's
+#: parameters but at least 1e9; the all-gather prefetch is half the unit and the
+#: gradients' reduce-scatter queue holds up to a unit (NVIDIA/Megatron-LM@2edffadb,
+#: megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py lines 383-408).
 FSDP_MIN_COMMUNICATION_UNIT = 1e9
+#: FSDP units the double buffers hold (``fsdp_double_buffer``: ``UB_BUFFER_NUM = 2`` in
+#: megatron_fsdp/param_and_grad_buffer.py line 2115 at the same commit): weights,
+#: transposes and gradients each get a fixed pool of two units' buffers, and gathers that
+#: would need a third unit are not prefetched.
+FSDP_DOUBLE_BUFFER_UNITS = 2
 
 
-def fsdp_gathered_units(unit_params: float) -> int:
+def fsdp_communication_unit(unit_params: float, communication_unit: float | None = None) -> float:
+    """Megatron-FSDP's communication unit in parameters: ``communication_unit`` where the
+    configuration sets it (its ``suggested_communication_unit_size``, taken as is), else
+    max(1e9, 2 x ``unit_params``) (:data:`FSDP_MIN_COMMUNICATION_UNIT`).
+
+    >>> fsdp_communication_unit(855.6e6), fsdp_communication_unit(855.6e6, 8e8)
+    (1711200000.0, 800000000.0)
+    """
+    if communication_unit is not None:
+        return float(communication_unit)
+    return max(FSDP_MIN_COMMUNICATION_UNIT, 2 * unit_params)
+
+
+def fsdp_gathered_units(
+    unit_params: float, *, communication_unit: float | None = None, double_buffer: bool = False
+) -> int:
     """FSDP units (transformer layers of ``unit_params`` parameters per rank) gathered at
     once: the one running and those prefetched. A unit's pre-forward (pre-backward) hook
     all-gathers it and then the next units in pass order, one at a time, until those
-    prefetched hold at least the prefetch size, max(1e9, 2 x unit) / 2 parameters
-    (``AllGatherPipeline.all_gather_params`` in megatron_fsdp/param_and_grad_buffer.py);
-    units gathered already are skipped, so in a steady state each hook gathers one new
-    unit, k ahead of the one running.
+    prefetched hold at least the prefetch size, half the communication unit
+    (:func:`fsdp_communication_unit`; ``AllGatherPipeline.all_gather_params`` in
+    megatron_fsdp/param_and_grad_buffer.py); units gathered already are skipped, so in a
+    steady state each hook gathers one new unit, k ahead of the one running. With
+    ``double_buffer`` no more than two units are gathered (``need_skip_prefetch``).
 
     >>> fsdp_gathered_units(218e6)  # Llama 3 8B's layer: 3 x 218M >= 500M prefetched
     4
     >>> fsdp_gathered_units(2e9)  # a layer above 1e9 / 2: one prefetched
     2
+    >>> fsdp_gathered_units(218e6, double_buffer=True)
+    2
     """
-    prefetch = max(FSDP_MIN_COMMUNICATION_UNIT, 2 * unit_params) / 2
-    return 1 + max(1, math.ceil(prefetch / unit_params))
+    prefetch = fsdp_communication_unit(unit_params, communication_unit) // 2
+    units = 1 + math.ceil(prefetch / unit_params)
+    return min(units, FSDP_DOUBLE_BUFFER_UNITS) if double_buffer else units
+
+
+def fsdp_gradient_units(
+    unit_params: float, *, communication_unit: float | None = None, double_buffer: bool = False
+) -> int:
+    """FSDP units whose unsharded gradients are held at once in the backward pass: the
+    unit accumulating its gradients, the one just handed to the reduce-scatter queue, and
+    those already queued. Before a unit's reduce-scatter is queued the oldest queued ones
+    are waited for and freed while the queue holds more than a communication unit of
+    parameters (``GradReducePipeline.wait_for_previous_grad_reduce`` in
+    megatron_fsdp/param_and_grad_buffer.py, NVIDIA/Megatron-LM@2edffadb lines 3479-3503),
+    so floor(unit / layer) stay queued. With ``double_buffer`` the gradients' pool holds
+    two units (``_enforce_double_buffer_limit``, lines 3511-3531). Buckets' padding is
+    left out.
+
+    >>> fsdp_gradient_units(855.6e6, communication_unit=8e8)  # Llama 3 70B's recipe
+    2
+    >>> fsdp_gradient_units(218e6)  # Llama 3 8B: four 218M layers queued within 1e9
+    6
+    """
+    queued = math.floor(fsdp_communication_unit(unit_params, communication_unit) / unit_params)
+    units = queued + 2
+    return min(units, FSDP_DOUBLE_BUFFER_UNITS) if double_buffer else units
 
 
 def optimizer_state_bytes(name: str) -> int:
@@ -428,6 +486,8 @@ def megatron_memory(
     account_for_loss: bool = False,
     activation_offload_layers: int = 0,
     moe_a2a_overlap: bool = False,
+    fsdp_communication_unit: float | None = None,
+    fsdp_double_buffer: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -454,7 +514,11 @@ def megatron_memory(
     and come back for their backward (Transformer Engine's ``get_cpu_offload_context``);
     each micro-batch in flight keeps the rest on the GPU, at least one layer.
     ``moe_a2a_overlap`` (Megatron-Core's combined 1F1B): one more warm-up forward a
-    stage, so one more micro-batch's activations held.
+    stage, so one more micro-batch's activations held. ``fsdp_communication_unit`` (in
+    parameters; None: Megatron-FSDP's default, :func:`fsdp_communication_unit`) and
+    ``fsdp_double_buffer`` set how many FSDP units are gathered and how many units'
+    gradients wait for their reduce-scatter (:func:`fsdp_gathered_units`,
+    :func:`fsdp_gradient_units`).
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -499,14 +563,66 @@ def megatron_memory(
     if not model.dropout:
         embedding_dropout = 0.0  # dropout 0: no mask
 
+    def fsdp_stage(layers: int, dense: int, vocab: float, activations: float) -> MemoryEstimate:
+        # Megatron-FSDP (optim_grads_params) shards every parameter over the DP x CP
+        # ranks, the embedding and output layer included: weights, main gradients and
+        # optimizer state (ParamAndGradBuffer's buffers are built for every parameter
+        # group, megatron_fsdp/param_and_grad_buffer.py lines 2237-2320 at
+        # NVIDIA/Megatron-LM@2edffadb). Its units are the transformer layers
+        # (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py line 126: fsdp_unit_modules =
+        # [TransformerLayer]).
+        replicas = dp * cp
+        linear = dense * model.layer_params / tp
+        embedding = vocab / tp
+        unit = model.layer_params / tp
+        sizes = dict(communication_unit=fsdp_communication_unit, double_buffer=fsdp_double_buffer)
+        gathered = min(fsdp_gathered_units(unit, **sizes), max(layers, 1)) * unit
+        # fp8 parameters are kept (and sharded) as 1-byte fp8 data (the weight buffer
+        # of an fp8 parameter group is uint8, lines 2209-2211); embeddings stay bf16.
+        linear_bytes = 1 if fp8_params else WEIGHT_BYTES
+        sharded_weights = (linear * linear_bytes + embedding * WEIGHT_BYTES) / replicas
+        if fp8_params:
+            # The gathered units' fp8 data and the transpose made for their backward
+            # (fp8_create_transpose_cache in megatron_fsdp.py line 462), dropped after
+            # (keep_fp8_transpose_cache off, as Megatron-Bridge sets it).
+            unit_weights = (1 + 1) * gathered
+        else:
+            unit_weights = WEIGHT_BYTES * gathered
+            if precision == "fp8":
+                # bf16 weights gathered afresh each micro-batch: fp8 casts (and their
+                # transposes) of the gathered units only.
+                unit_weights += FP8_COPY_BYTES * gathered
+        # The embedding and output layer are not FSDP units: gathered at their first
+        # forward, they stay so until the next step's parameter sync ("Non-unit modules
+        # should remain persistently allocated", AllGatherPipeline.release_bucket, line
+        # 4157; its reset() in start_param_sync, megatron_fsdp.py line 1242), in bf16.
+        held = embedding * WEIGHT_BYTES
+        # Unsharded gradients: the units' (fsdp_gradient_units); where the stage holds
+        # a vocabulary matrix, its gradient (the output layer's first in the backward,
+        # the embedding's last) takes the place of the unit accumulating, if larger.
+        units = min(fsdp_gradient_units(unit, **sizes), max(layers, 1))
+        matrix = model.vocab * model.hidden / tp if vocab else 0.0
+        unsharded = max(units * unit, (units - 1) * unit + matrix)
+        return MemoryEstimate(
+            weights=sharded_weights + unit_weights + held,
+            gradients=((linear + embedding) / replicas + unsharded) * gradient_bytes,
+            optimizer=(linear + embedding) / replicas * optimizer_bytes,
+            activations=activations,
+        )
+
     def stage_memory(stage: int) -> MemoryEstimate:
         # The stage's layers (chunks s, s + p, ... when interleaved), MoE ones apart.
         layers = split[stage]
         moe = sum(model.moe_layer(k) for c in range(v) for k in chunk_layer_range(chunks, stage, c))
         dense = layers - moe
         shared = (model.moe_layer_params - experts) if moe else 0.0
-        # The input embedding on the first stage, the output layer on the last.
-        vocab = model.vocab * model.hidden if stage in (0, pp - 1) else 0
+        # The input embedding on the first stage, the output layer on the last: both on
+        # one stage without pipelining unless they are tied (one matrix); Megatron keeps a
+        # copy of a tied embedding on the last stage (shared_embedding_or_output_weight).
+        matrices = int(stage == 0) + int(stage == pp - 1)
+        if model.tied_embeddings:
+            matrices = min(matrices, 1)
+        vocab = matrices * model.vocab * model.hidden
         params = (dense * model.layer_params + moe * shared + vocab) / tp
         expert_params = moe * experts / (ep * etp)
         per_layer = dense_layer
@@ -541,25 +657,7 @@ def megatron_memory(
         # Context parallelism: each rank keeps the activations of its s / cp tokens.
         activations /= cp
         if fsdp:
-            # The layers' weights, gradients and optimizer state sharded over DP x CP,
-            # plus the gathered weights of the layer running and those prefetched (no
-            # more than the stage holds) and one layer's full gradients before they are
-            # reduce-scattered (Megatron-FSDP's unit modules are the transformer layers).
-            replicas = dp * cp
-            sharded = dense * model.layer_params / tp
-            embedding = vocab / tp
-            unit = model.layer_params / tp
-            gathered = min(fsdp_gathered_units(unit), max(layers, 1)) * unit
-            if precision == "fp8":
-                # Weights gathered afresh each micro-batch: fp8 casts of the gathered
-                # units only (Megatron-Bridge turns keep_fp8_transpose_cache off).
-                fp8_copies = FP8_COPY_BYTES * gathered
-            return MemoryEstimate(
-                weights=(sharded / replicas + embedding + gathered) * WEIGHT_BYTES + fp8_copies,
-                gradients=(sharded / replicas + embedding + unit) * gradient_bytes,
-                optimizer=(sharded / replicas + embedding) * optimizer_bytes,
-                activations=activations,
-            )
+            return fsdp_stage(layers, dense, vocab, activations)
         return MemoryEstimate(
             weights=(params + expert_params) * WEIGHT_BYTES + fp8_copies,
             gradients=(params + expert_params) * gradient_bytes,
