@@ -225,6 +225,45 @@ def test_fsdp_units_follow_megatron_fsdps_prefetch_and_reduce_queue():
     assert got.gradients == pytest.approx((params / 8 + 5 * layer + vocab) * 2)
 
 
+def test_fp8_weights_keep_a_transpose_only_where_the_gemms_need_it():
+    """Per-tensor fp8 weights keep a transpose for the backward only on GPUs whose fp8
+    GEMMs are TN-only (Hopper): 1 byte per linear parameter less on Blackwell, with or
+    without fp8 parameters. MXFP8's columnwise copy is a second quantization, kept on
+    every GPU."""
+    options = dict(tp=8, pp=8, dp=16, micro_batch=1, micro_batches=64, precision="fp8",
+                   distributed_optimizer=True)  # fmt: skip
+    linear = GPT3.layers / 8 * GPT3.layer_params / 8
+    hopper = megatron_memory(GPT3, **options)
+    blackwell = megatron_memory(GPT3, **options, fp8_transpose=False)
+    assert hopper.weights - blackwell.weights == pytest.approx(linear, rel=1e-12)
+    mxfp8 = megatron_memory(GPT3, **options, fp8_transpose=False, fp8_recipe="mxfp8")
+    assert mxfp8.weights == hopper.weights
+    # fp8 parameters on Blackwell: 1 byte per linear parameter, no bf16 copy, no
+    # transpose; the first stage's embedding stays bf16.
+    params = (12 * 12 * 12288**2 + 51200 * 12288) / 8
+    fp8_params = megatron_memory(GPT3, **options, fp8_transpose=False, fp8_params=True)
+    assert fp8_params.weights == pytest.approx(2 * params - linear, rel=1e-12)
+
+
+@pytest.mark.parametrize(("in_flight", "held"), [(0, 40), (1, 41)])
+def test_offloaded_activations_leave_the_rest_on_the_gpu(in_flight, held):
+    """Llama 3 70B as Megatron-Bridge's GB200 fp8 recipe runs it (TP 1, FSDP 64, micro-
+    batch 2, 40 of 80 layers offloaded): a layer keeps 29 s b h bytes (fp8 casts of the
+    QKV, projection and MLP inputs 1 + 1 + 1 + 3.5, the two norms' bf16 inputs 2 + 2,
+    flash attention's Q, K, V and output 2 + 0.5 + 2, SwiGLU's 2 x 3.5h bf16 input 14), and
+    the GPU holds 40 layers' (Transformer Engine from v2.10) or 41 (up to v2.9, the last
+    offloaded layer not yet freed when the last layer runs)."""
+    sbh = 8192 * 2 * 8192
+    per_layer = layer_activation_bytes(LLAMA70, micro_batch=2, flash_attention=True,
+                                       precision="fp8")  # fmt: skip
+    assert per_layer == pytest.approx(29 * sbh, rel=1e-12)
+    m = megatron_memory(LLAMA70, tp=1, pp=1, dp=64, micro_batch=2, micro_batches=2,
+                        fsdp=True, recompute="none", flash_attention=True, precision="fp8",
+                        activation_offload_layers=40,
+                        activation_offload_in_flight=in_flight)  # fmt: skip
+    assert m.activations == pytest.approx(held * 29 * sbh, rel=1e-12)
+
+
 def test_fp8_parameters_replace_the_bf16_weights():
     """--fp8-param-gather: each linear weight is 1 byte plus its 1-byte fp8 transpose, in
     place of 2 (bf16) + 2 (fp8 copy and transpose): 2 bytes less per linear parameter; the

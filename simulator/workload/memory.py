@@ -65,9 +65,10 @@ distributed optimizer over the DP x CP ranks.
 fp8 (Transformer Engine's recipe): the bf16 weights, fp32 gradients and optimizer state
 stay; the linear layers' weights are also kept as fp8 copies and their transposes for
 the step (TE casts them at the first micro-batch and reuses them, ``is_first_microbatch``),
-2 more bytes per linear parameter. The inputs of the linear layers are kept as their fp8
-casts (1 byte per element) for the weight gradients, except that flash attention keeps its
-bf16 output too (see :func:`layer_activation_bytes`).
+2 more bytes per linear parameter (1 where the GPU's fp8 GEMMs need no transpose and the
+recipe is per-tensor, :func:`fp8_weight_bytes`). The inputs of the linear layers are
+kept as their fp8 casts (1 byte per element) for the weight gradients, except that flash
+attention keeps its bf16 output too (see :func:`layer_activation_bytes`).
 
 Dropout (``Transformer.dropout``): Korthikanti et al.'s count includes the masks of the
 two dropouts after attention and after the MLP (s b h bytes each); models trained with
@@ -113,8 +114,27 @@ GRAD_REDUCE = {"fp32": (GRADIENT_BYTES, OPTIMIZER_BYTES), "bf16": (2, 12), "fp16
 #:   (``store_params``: "store a distributed copy of the parameters as optimizer state"),
 #:   6: what NeMo sets whenever ``fp8_params`` keeps the model's weights in fp8.
 OPTIMIZER_STATE = {"fp32": OPTIMIZER_BYTES, "bf16": 4, "bf16-master": 6}
-#: fp8 training keeps each linear weight as fp8 and its fp8 transpose: 2 bytes more.
-FP8_COPY_BYTES = 2
+
+
+def fp8_weight_bytes(*, fp8_transpose: bool = True, fp8_recipe: str = "tensorwise") -> int:
+    """Bytes per linear parameter of a weight's fp8 copies: its rowwise fp8 data and,
+    where the GEMMs need it, a columnwise copy for the backward. A per-tensor fp8 weight
+    keeps a transpose only where the GPU's fp8 GEMMs are TN-only (``fp8_transpose``:
+    Hopper; Transformer Engine v2.14, transformer_engine/pytorch/csrc/quantizer.cpp line
+    265: ``with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported``); MXFP8
+    scales blocks along each axis, so its columnwise copy is a second quantization on
+    every GPU (Megatron-FSDP's ``fp8_need_transpose_data`` is true for MXFP8 tensors,
+    megatron_fsdp/mixed_precision.py lines 183-185 at NVIDIA/Megatron-LM@2edffadb).
+    Block scales (1 byte per 32) are left out.
+
+    >>> fp8_weight_bytes(), fp8_weight_bytes(fp8_transpose=False)
+    (2, 1)
+    >>> fp8_weight_bytes(fp8_transpose=False, fp8_recipe="mxfp8")
+    2
+    """
+    return 1 + int(fp8_transpose or fp8_recipe == "mxfp8")
+
+
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -488,6 +508,9 @@ def megatron_memory(
     moe_a2a_overlap: bool = False,
     fsdp_communication_unit: float | None = None,
     fsdp_double_buffer: bool = False,
+    fp8_transpose: bool = True,
+    fp8_recipe: str = "tensorwise",
+    activation_offload_in_flight: int = 0,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -518,7 +541,16 @@ def megatron_memory(
     parameters; None: Megatron-FSDP's default, :func:`fsdp_communication_unit`) and
     ``fsdp_double_buffer`` set how many FSDP units are gathered and how many units'
     gradients wait for their reduce-scatter (:func:`fsdp_gathered_units`,
-    :func:`fsdp_gradient_units`).
+    :func:`fsdp_gradient_units`). ``fp8_transpose`` and ``fp8_recipe`` say which fp8
+    copies a weight keeps (:func:`fp8_weight_bytes`: the transpose only on TN-only GPUs,
+    MXFP8's columnwise copy everywhere). ``activation_offload_in_flight``: offloaded
+    layers whose activations are still on the GPU at the peak. Transformer Engine from
+    v2.10 frees offloaded layer i before layer L - k + i runs and reloads it after, so
+    that exactly L - k layers' are held (``DefaultOffloadSynchronizer``,
+    transformer_engine/pytorch/cpu_offload.py lines 586-610 at v2.13): 0, the default.
+    Up to v2.9 (``AsyncDoubleBufferGroupOffloadHandler``, cpu_offload.py lines 340-350
+    and 516-531 at v2.9) offloaded layer i is freed only when layer 2i + 1 (L = 2k)
+    commits, so the last offloaded layer is still held while the last layer runs: 1.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -558,6 +590,7 @@ def megatron_memory(
             precision=precision,
         )
 
+    fp8_copy = fp8_weight_bytes(fp8_transpose=fp8_transpose, fp8_recipe=fp8_recipe)
     dense_layer = activation(model)
     embedding_dropout = model.seq * micro_batch * model.hidden / (tp if sequence_parallel else 1)
     if not model.dropout:
@@ -578,20 +611,22 @@ def megatron_memory(
         sizes = dict(communication_unit=fsdp_communication_unit, double_buffer=fsdp_double_buffer)
         gathered = min(fsdp_gathered_units(unit, **sizes), max(layers, 1)) * unit
         # fp8 parameters are kept (and sharded) as 1-byte fp8 data (the weight buffer
-        # of an fp8 parameter group is uint8, lines 2209-2211); embeddings stay bf16.
-        linear_bytes = 1 if fp8_params else WEIGHT_BYTES
+        # of an fp8 parameter group is uint8, lines 2209-2211), MXFP8's with a sharded
+        # columnwise buffer beside it (line 2256); embeddings stay bf16.
+        linear_bytes = (1 + int(fp8_recipe == "mxfp8")) if fp8_params else WEIGHT_BYTES
         sharded_weights = (linear * linear_bytes + embedding * WEIGHT_BYTES) / replicas
         if fp8_params:
-            # The gathered units' fp8 data and the transpose made for their backward
-            # (fp8_create_transpose_cache in megatron_fsdp.py line 462), dropped after
-            # (keep_fp8_transpose_cache off, as Megatron-Bridge sets it).
-            unit_weights = (1 + 1) * gathered
+            # The gathered units' fp8 data and the columnwise copy made for their
+            # backward where the GPU needs one (fp8_create_transpose_cache in
+            # megatron_fsdp.py line 462), dropped after (keep_fp8_transpose_cache off,
+            # as Megatron-Bridge sets it).
+            unit_weights = fp8_copy * gathered
         else:
             unit_weights = WEIGHT_BYTES * gathered
             if precision == "fp8":
                 # bf16 weights gathered afresh each micro-batch: fp8 casts (and their
-                # transposes) of the gathered units only.
-                unit_weights += FP8_COPY_BYTES * gathered
+                # columnwise copies) of the gathered units only.
+                unit_weights += fp8_copy * gathered
         # The embedding and output layer are not FSDP units: gathered at their first
         # forward, they stay so until the next step's parameter sync ("Non-unit modules
         # should remain persistently allocated", AllGatherPipeline.release_bucket, line
@@ -645,14 +680,16 @@ def megatron_memory(
             held = peak_held(stage, pp, micro_batches, chunks[stage], extra)
             activations = held * per_layer + in_flight * dropout
         linear = (dense * model.layer_params + moe * shared) / tp + expert_params
-        fp8_copies = FP8_COPY_BYTES * linear if precision == "fp8" else 0.0
+        fp8_copies = fp8_copy * linear if precision == "fp8" else 0.0
         if fp8_params:
-            # The fp8 weight (1 byte) and its fp8 transpose (1) replace the bf16 weight
-            # counted in ``weights`` and the copies.
-            fp8_copies = (1 + 1 - WEIGHT_BYTES) * linear
+            # The fp8 weight (1 byte) and its columnwise copy where kept replace the bf16
+            # weight counted in ``weights`` and the copies.
+            fp8_copies = (fp8_copy - WEIGHT_BYTES) * linear
         if activation_offload_layers > 0:
-            # Offloaded layers' activations live in host memory between their passes.
+            # Offloaded layers' activations live in host memory between their passes,
+            # but for those Transformer Engine still holds at the peak.
             offloaded = min(activation_offload_layers, max(layers - 1, 0))
+            offloaded -= min(max(activation_offload_in_flight, 0), offloaded)
             activations -= in_flight * offloaded * per_layer
         # Context parallelism: each rank keeps the activations of its s / cp tokens.
         activations /= cp
