@@ -93,6 +93,11 @@ def test_bad_recompute_and_stages_are_refused():
         layer_activation_bytes(GPT3, micro_batch=1, recompute="some")
     with pytest.raises(CcsimError, match="96 layers do not split into 7"):
         megatron_memory(GPT3, tp=8, pp=7, dp=1, micro_batch=1, micro_batches=8)
+    # DeepSeek-V3's 25.09 GB200 row as printed (EP 64 over PP 8 of 256 GPUs: 32 ranks a
+    # stage): one line, not a division by zero.
+    with pytest.raises(CcsimError, match="ep 64 x etp 1 must divide TP x CP x DP"):
+        megatron_memory(MODELS["deepseek-v3-like"], tp=1, pp=1, dp=32, ep=64, micro_batch=1,
+                        micro_batches=1)  # fmt: skip
 
 
 def test_the_megatron_generator_reports_its_memory_beside_the_step():

@@ -576,6 +576,12 @@ def megatron_memory(
     optimizer = optimizer_bytes / (dp * cp if distributed_optimizer else 1)
     # Experts are sharded over the expert-data-parallel ranks: TP x CP x DP / (EP x ETP)
     # (the generator's expert grid, Megatron-Core's).
+    if model.experts and (tp * dp * cp) % (ep * etp):
+        raise CcsimError(
+            f"ep {ep} x etp {etp} must divide TP x CP x DP ({tp * cp * dp}): expert-parallel "
+            "ranks are carved out of a stage's ranks, as Megatron-Core's expert grid does; "
+            "pick an ep that divides them"
+        )
     expert_dp = tp * dp * cp // (ep * etp)
     expert_optimizer = optimizer_bytes / (expert_dp if distributed_optimizer else 1)
 
