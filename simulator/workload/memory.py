@@ -644,6 +644,10 @@ def megatron_memory(
         units = min(fsdp_gradient_units(unit, **sizes), max(layers, 1))
         matrix = model.vocab * model.hidden / tp if vocab else 0.0
         unsharded = max(units * unit, (units - 1) * unit + matrix)
+        # Optimizer state: fp32 main weights (megatron_fsdp_main_params_dtype, fp32 by
+        # default: distributed_data_parallel_config.py line 176) and Adam's moments; main
+        # gradients in the compute dtype (bf16, also for fp8 parameters: lines 2209-2211)
+        # unless grad_reduce_in_fp32 (mcore_fsdp_adapter.py lines 90-100).
         return MemoryEstimate(
             weights=sharded_weights + unit_weights + held,
             gradients=((linear + embedding) / replicas + unsharded) * gradient_bytes,
