@@ -321,7 +321,9 @@ def test_distributed_optimizer_shards_the_step():
     loss = (38 + 14) * SMALL.seq * SMALL.vocab / A100_HBM
     expected = m * (passes + logits + loss) + 16 * params / dp / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
-    assert workload.memory.optimizer == pytest.approx(12 * params / dp)
+    # The optimizer holds the untied output layer's state beside the embedding's.
+    output_layer = SMALL.vocab * SMALL.hidden
+    assert workload.memory.optimizer == pytest.approx(12 * (params + output_layer) / dp)
 
 
 def test_megatron_reports_model_flops_as_megatron_lm_counts_them():
@@ -520,13 +522,14 @@ def test_gradients_are_reduced_in_their_dtype(grad_reduce, grad, state):
     (reduce,) = [op for op in _collectives(step, 0) if op.label.startswith("DP")]
     assert (reduce.op, reduce.nbytes) == ("all_reduce", grad * params)
     memory = step.memory
-    assert memory.weights + memory.gradients + memory.optimizer == pytest.approx(state * params)
+    held = params + SMALL.vocab * SMALL.hidden  # the untied output layer's too
+    assert memory.weights + memory.gradients + memory.optimizer == pytest.approx(state * held)
     sharded = megatron(
         SMALL, tp=1, pp=1, dp=4, global_batch=4, grad_reduce=grad_reduce, distributed_optimizer=True
     ).memory
     kept = 2 + grad  # bf16 weights and the gradients stay whole
     total = sharded.weights + sharded.gradients + sharded.optimizer
-    assert total == pytest.approx((kept + (state - kept) / 4) * params)
+    assert total == pytest.approx((kept + (state - kept) / 4) * held)
 
 
 def test_an_unknown_gradient_dtype_is_refused():
