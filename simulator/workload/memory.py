@@ -53,10 +53,10 @@ transformer layer), at most its stage's layers; the unsharded gradients of the u
 its reduce-scatter queue keeps (:func:`fsdp_gradient_units`); and the embedding and
 output layer whole in bf16, which are not units and stay gathered through the step.
 With ``fp8_params`` the layers' weights are sharded and gathered as 1-byte fp8 (and a
-gathered unit's fp8 transpose for its backward); without, in bf16 with fp8 casts of the
-gathered units. ``fsdp_communication_unit`` and ``fsdp_double_buffer`` are Megatron's
-``suggested_communication_unit_size`` and ``fsdp_double_buffer`` (Megatron-Bridge's
-Llama 3 recipes set 8e8 and True).
+gathered unit's columnwise copy for its backward where the GPU needs one); without, in
+bf16 with fp8 casts of the gathered units. ``fsdp_communication_unit`` and
+``fsdp_double_buffer`` are Megatron's ``suggested_communication_unit_size`` and
+``fsdp_double_buffer`` (Megatron-Bridge's Llama 3 70B recipes set 8e8 and True).
 
 Context parallelism over cp ranks divides every activation by cp (each rank holds s / cp
 of the tokens; its attention runs flash-style, without stored scores) and shards the
