@@ -106,20 +106,51 @@ def test_each_source_runs_with_the_gradients_and_sharding_its_recipe_sets():
     assert generator_options(BY_ID["bridge-25.11-llama3-8b-h100-fp8-8"])["fsdp"] is True
 
 
+def test_recipe_settings_that_set_memory_and_gradients_come_from_their_sources():
+    """DGX Cloud's v25.05 runs (NeMo 6f2c6fd) build their recipes in performance mode,
+    which reduces gradients in bf16 whatever the precision (Llama 3.1 405B), where v25.01's
+    bf16 runs keep fp32 and Grok-1's unread recipe keeps the fp32 rule; Megatron-Bridge's
+    Llama 3 70B FSDP recipe sets double buffers and an 8e8 communication unit, its fp8
+    precision configs fp8 parameters; Transformer Engine up to 2.9 (Bridge 25.11) holds
+    one offloaded layer more."""
+    dgxc = generator_options(BY_ID["dgxc-v25.05.04-llama31-405b-gb200-bf16-128"])
+    assert dgxc["grad_reduce"] == "bf16"
+    assert "grad_reduce" not in generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
+    grok = [run for run in RUNS if run.id.startswith("dgxc-v25.05.04-grok1-314b-h100-bf16")]
+    assert grok and "grad_reduce" not in generator_options(grok[0])
+    fsdp = generator_options(BY_ID["bridge-26.04.01-llama3-70b-gb200-fp8-64"])
+    assert fsdp["fsdp"] and fsdp["fsdp_double_buffer"] and fsdp["fsdp_communication_unit"] == 8e8
+    assert fsdp["fp8_param_gather"] is True
+    assert "activation_offload_in_flight" not in fsdp
+    older = [run for run in RUNS if run.id.startswith("bridge-25.11-llama3-70b-gb200-fp8")]
+    assert older and generator_options(older[0])["activation_offload_in_flight"] == 1
+    bf16 = BY_ID["bridge-26.04.01-gpt-oss-120b-h100-bf16-64"]
+    assert "fp8_param_gather" not in generator_options(bf16)
+
+
 def test_published_configurations_fit_in_memory():
-    """Every H100 run the sources published ran, so each must fit in 80 GiB by ccsim's
-    memory model; the Nemotron-4 340B runs on 128 GPUs (TP 8, PP 8, VP 12, DP 2) do with
-    the bf16 gradients and bf16 optimizer state their recipes set."""
+    """Every run the sources published ran, so each must fit its GPU (80 GiB H100, 180
+    GB B200, 186 GB GB200) by ccsim's memory model; the Nemotron-4 340B runs on 128 H100
+    (TP 8, PP 8, VP 12, DP 2) do with the bf16 gradients and bf16 optimizer state their
+    recipes set, Llama 3 70B on 64 GB200 (Megatron-FSDP, 40 layers offloaded) with the
+    double buffers, communication unit and fp8 parameters Megatron-Bridge's recipe sets,
+    and DGX Cloud's v25.05 Llama 3.1 405B on 128 GB200 in bf16 with the bf16 gradients
+    NeMo's performance recipe sets."""
+    from simulator.errors import CcsimError
     from simulator.workload.devices import DEVICES
     from simulator.workload.generators import megatron, megatron_step_memory
 
-    over = []
+    over, impossible = [], []
     for run in RUNS:
-        if run.gpu != "H100":
+        try:
+            memory = megatron_step_memory(**generator_options(run))
+        except CcsimError:
+            impossible.append(run.id)
             continue
-        memory = megatron_step_memory(**generator_options(run))
         if not memory.fits(DEVICES[run.gpu].memory_bytes):
             over.append(run.id)
+    # The table's DeepSeek-V3 row prints EP 64 over a stage of 32 ranks (PP 8 of 256).
+    assert impossible == ["bridge-25.09-deepseek-v3-gb200-mxfp8-256"]
     # The shortcut is the generator's own figure (a small run, built in full).
     run = BY_ID["dgxc-v25.01-llama3-70b-h100-fp8-64"]
     assert megatron(**generator_options(run)).memory == megatron_step_memory(

@@ -371,6 +371,31 @@ BF16_GRADIENTS_FP8 = (
     "nemo-performance-summary",
     "nemo-long-sequence-performance",
 )
+#: ... and for every precision from DGX Cloud's v25.05 benchmarks on (container
+#: nemo:25.04.01, NeMo checked out at 6f2c6fd: dgxc-benchmarking@1f6d9f40e411,
+#: llama3.1/setup.sh line 54), whose performance scripts build each model with
+#: ``pretrain_recipe(performance_mode=True)`` (scripts/performance/llm/pretrain_*.py, e.g.
+#: pretrain_llama31_405b.py line 65), and whose ``pretrain_performance_optimizations``
+#: set ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` (recipes/llama31_405b.py
+#: line 253, llama3_70b.py 246, llama3_8b.py 242, nemotron4_15b.py 222,
+#: nemotron4_340b.py 226, deepseek_v3.py 160, gpt3_175b.py 244).
+#: Grok-1's script builds another recipe, not read: it keeps the rule above.
+BF16_GRADIENTS_FROM = {"nvidia-dgxc-benchmarking": (25, 4)}
+BF16_GRADIENT_RECIPES = (
+    "llama31-405b",
+    "llama3-70b",
+    "llama3-8b",
+    "nemotron4-15b",
+    "nemotron4-340b",
+    "deepseek-v3",
+    "gpt3-175b",
+)
+
+
+def _release(entry: Mapping[str, Any]) -> tuple[int, int]:
+    """A run's framework release as (YY, MM) from its container's tag; (0, 0) if none."""
+    match = re.search(r"(\d\d)\.(\d\d)", str(entry.get("container", "")))
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
 def _cross_entropy(entry: Mapping[str, Any]) -> str | None:
@@ -390,8 +415,7 @@ def _cross_entropy(entry: Mapping[str, Any]) -> str | None:
     settings = entry.get("settings") or {}
     if settings.get("cross_entropy") in ("unfused", "fused", "te"):
         return str(settings["cross_entropy"])
-    match = re.search(r"(\d\d)\.(\d\d)", str(entry.get("container", "")))
-    release = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    release = _release(entry)
     kind = entry.get("source_kind")
     if kind == "megatron-bridge-performance-summary":
         return "te" if release >= (25, 11) else "fused"
@@ -415,6 +439,53 @@ def _fp8_recipe(entry: Mapping[str, Any]) -> dict[str, Any]:
         recipe = "delayed"
     gpu = str(entry.get("gpu", "")).split("-")[0]
     return {"fp8_recipe": recipe, "fp8_transpose": gpu not in ("B200", "GB200")}
+
+
+def _bridge_fp8_params(entry: Mapping[str, Any]) -> bool:
+    """Whether a Megatron-Bridge fp8 row keeps its weights in fp8 (Megatron's
+    fp8_param_gather): its precision configs set it, bf16_with_fp8_current_scaling_mixed
+    and bf16_with_mxfp8_mixed (src/megatron/bridge/training/mixed_precision.py, e.g.
+    lines 308 and 270 at v0.4.2 c8101293; the same at r0.1.0 684a6861 and v0.2.0-v0.5.1),
+    except where a model's performance config turns it off: Kimi (from v0.3.1,
+    scripts/performance/configs/kimi/kimi_llm_pretrain.py line 44) and gpt-oss (from
+    v0.5.0, gpt_oss_llm_pretrain.py line 108). The 26.08 rows' flat recipes were not
+    read: left at Megatron-Core's default (off)."""
+    if entry.get("source_kind") != "megatron-bridge-performance-summary":
+        return False
+    release = _release(entry)
+    name = str((entry.get("model") or {}).get("name", ""))
+    if release >= (26, 8) or name.startswith("kimi"):
+        return False
+    return not (name.startswith("gpt-oss") and release >= (26, 6))
+
+
+def _memory_options(entry: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """Recipe settings that set a run's memory only (megatron_memory's), from its sources.
+
+    * Megatron-Bridge's Llama 3 70B and 3.1 405B recipes run Megatron-FSDP with double
+      buffers, 70B with a communication unit of 8e8 (scripts/performance/configs/llama/
+      llama3_llm_pretrain.py lines 108-112 at v0.4.2 c8101293, the same from v0.2.0;
+      25.09: scripts/performance/run_script.py lines 169-177 at r0.1.0 684a6861, which
+      also turns on nccl_ub, hence double buffers, for 8B on H100);
+    * Transformer Engine up to v2.9 (Megatron-Bridge v0.2.0's uv.lock: 2.9.0, the 25.11
+      container; 25.09's earlier) holds one offloaded layer more at the peak
+      (memory.megatron_memory's activation_offload_in_flight).
+    """
+    memory: dict[str, Any] = {}
+    if entry.get("source_kind") != "megatron-bridge-performance-summary":
+        return memory
+    name = str((entry.get("model") or {}).get("name", ""))
+    release = _release(entry)
+    if options.get("fsdp"):
+        if name in ("llama3-70b", "llama31-405b"):
+            memory["fsdp_double_buffer"] = True
+        if name == "llama3-70b":
+            memory["fsdp_communication_unit"] = 8e8
+        if name == "llama3-8b" and release == (25, 9) and str(entry.get("gpu")) == "H100":
+            memory["fsdp_double_buffer"] = True
+    if options.get("activation_offload_layers") and release <= (25, 11):
+        memory["activation_offload_in_flight"] = 1
+    return memory
 
 
 def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -445,6 +516,11 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         and (
             kind in BF16_GRADIENTS
             or (kind in BF16_GRADIENTS_FP8 and entry.get("precision") == "fp8")
+            or (
+                kind in BF16_GRADIENTS_FROM
+                and _release(entry) >= BF16_GRADIENTS_FROM[kind]
+                and (entry.get("model") or {}).get("name") in BF16_GRADIENT_RECIPES
+            )
         )
     ):
         options["grad_reduce"] = "bf16"
@@ -453,6 +529,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options["cross_entropy"] = cross_entropy
     if entry.get("precision") == "fp8":
         options.update(_fp8_recipe(entry))
+        if _bridge_fp8_params(entry) and "fp8_param_gather" not in options:
+            options["fp8_param_gather"] = True
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
         # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces
@@ -463,6 +541,7 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     options.update(_layout(entry))
     if entry.get("moe"):
         options.update(_moe_options(entry))
+    options.update(_memory_options(entry, options))
     model = entry.get("model") or {}
     if model.get("name") == "deepseek-v3" and "tp_comm_overlap" not in settings:
         # Megatron-Bridge's DeepSeek-V3 recipes turn TE's TP overlap off

@@ -594,6 +594,11 @@ def megatron_step_memory(
     account_for_embedding_in_pipeline_split: bool = False,
     account_for_loss_in_pipeline_split: bool = False,
     activation_offload_layers: int = 0,
+    fp8_recipe: str = "tensorwise",
+    fp8_transpose: bool = True,
+    fsdp_communication_unit: float | None = None,
+    fsdp_double_buffer: bool = False,
+    activation_offload_in_flight: int = 0,
     **given: Any,
 ) -> MemoryEstimate:
     """The memory :func:`megatron` would report for these arguments, without building the
@@ -638,6 +643,11 @@ def megatron_step_memory(
         account_for_loss=account_for_loss_in_pipeline_split,
         activation_offload_layers=activation_offload_layers,
         moe_a2a_overlap=bool(given.get("moe_a2a_overlap", False)),
+        fp8_recipe=fp8_recipe,
+        fp8_transpose=fp8_transpose,
+        fsdp_communication_unit=fsdp_communication_unit,
+        fsdp_double_buffer=fsdp_double_buffer,
+        activation_offload_in_flight=activation_offload_in_flight,
         **{name: chosen[name] for name in names},
     )
 
@@ -686,6 +696,9 @@ def megatron(
     overlap_p2p_comm: bool | None = None,
     host_op_s: float = HOST_OP_S,
     cuda_graphs: tuple[str, ...] = (),
+    fsdp_communication_unit: float | None = None,
+    fsdp_double_buffer: bool = False,
+    activation_offload_in_flight: int = 0,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -882,10 +895,14 @@ def megatron(
     traffic on the last stage (:meth:`~simulator.workload.model.Transformer.cross_entropy_bytes`):
     "unfused" (Megatron-Core's default), "fused" (``--cross-entropy-loss-fusion``, NeMo's
     recipes) or "te" (Transformer Engine's kernels, Megatron-Bridge's recipes).
-    ``activation_offload_layers`` keeps that many layers' activations in host memory
-    (Megatron-Core's ``cpu_offloading_num_layers``): it lowers the memory only; the
-    copies are taken as hidden behind the passes (Transformer Engine overlaps them on
-    their own stream; on GB200 over NVLink-C2C).
+    ``fsdp_communication_unit``, ``fsdp_double_buffer`` and
+    ``activation_offload_in_flight`` set the memory estimate only
+    (:func:`~simulator.workload.memory.megatron_memory`: Megatron-FSDP's
+    ``suggested_communication_unit_size`` and ``fsdp_double_buffer``; offloaded layers
+    still on the GPU at the peak). ``activation_offload_layers`` keeps that many layers'
+    activations in host memory (Megatron-Core's ``cpu_offloading_num_layers``): it
+    lowers the memory only; the copies are taken as hidden behind the passes (Transformer
+    Engine overlaps them on their own stream; on GB200 over NVLink-C2C).
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -1925,6 +1942,11 @@ def megatron(
         account_for_loss=account_for_loss_in_pipeline_split,
         activation_offload_layers=activation_offload_layers,
         moe_a2a_overlap=moe_a2a_overlap,
+        fp8_recipe=fp8_recipe,
+        fp8_transpose=fp8_transpose,
+        fsdp_communication_unit=fsdp_communication_unit,
+        fsdp_double_buffer=fsdp_double_buffer,
+        activation_offload_in_flight=activation_offload_in_flight,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
