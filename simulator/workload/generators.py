@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import defaultdict
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -197,6 +198,12 @@ def pass_work(
 
 
 PRECISIONS = ("bf16", "fp8")
+#: Where a rank's pipeline sends and receives run (``megatron(p2p_streams=...)``):
+#: "peer", one FIFO stream per neighbour carrying both directions' transfers with it,
+#: as PyTorch runs an un-batched isend/irecv (ProcessGroupNCCL::pointToPoint: the
+#: communicator and stream of key getKeySendRecv(rank, peer), "lowRank:highRank");
+#: "split", a stream each for sends to and receives from each neighbour.
+P2P_STREAMS = ("peer", "split")
 
 #: Rows each expert's tokens are padded to a multiple of before fp8 grouped GEMMs, by
 #: whether the recipe is MXFP8: Transformer Engine's ``Fp8Padding`` takes "32 for MXFP8
@@ -684,6 +691,8 @@ def megatron(
     moe_host_layer_s: float | None = None,
     moe_routing: str = "random",
     overlap_p2p_comm: bool | None = None,
+    p2p_streams: str | None = None,
+    p2p_send_wait: bool | None = None,
     host_op_s: float = HOST_OP_S,
     cuda_graphs: tuple[str, ...] = (),
 ) -> Workload:
@@ -947,6 +956,38 @@ def megatron(
         )
     # Megatron-LM turns overlap_p2p_comm off without interleaving (arguments.py).
     early_recv = v > 1 and (defaults != "sc21" if overlap_p2p_comm is None else overlap_p2p_comm)
+    if p2p_streams is None:
+        p2p_streams = "peer" if early_recv else "split"
+    if p2p_streams not in P2P_STREAMS:
+        raise CcsimError(
+            f"p2p_streams must be {' or '.join(P2P_STREAMS)} (null: peer with "
+            f"overlap_p2p_comm), not {p2p_streams!r}"
+        )
+    if p2p_send_wait is not None and not isinstance(p2p_send_wait, bool):
+        raise CcsimError(
+            f"p2p_send_wait must be true, false or null (on with overlap_p2p_comm), "
+            f"not {p2p_send_wait!r}"
+        )
+    # Only where the receives are posted a pass ahead: without overlap_p2p_comm each
+    # exchange is waited as soon as it is posted.
+    send_wait = early_recv and (p2p_send_wait is None or p2p_send_wait)
+
+    def p2p_stream(*, send: bool, forward: bool) -> str:
+        """The stream of a pipeline send or receive (see :data:`P2P_STREAMS`)."""
+        if p2p_streams == "split":
+            if send:
+                return "pp.send.next" if forward else "pp.send.prev"
+            return "pp.recv.prev" if forward else "pp.recv.next"
+        if pp == 2:
+            # Both neighbours are one rank: Megatron-Core issues one side's sends and
+            # the other's receives on the world group instead, so that they overlap
+            # (p2p_communication.py, _p2p_ops, since 3ee489d, May 2024): a rank's
+            # sends run on one pair's stream, its receives on the other's.
+            return "pp.send" if send else "pp.recv"
+        # A forward sends to the next stage and receives from the previous; a
+        # backward the other way round.
+        return "pp.next" if send == forward else "pp.prev"
+
     if precision not in PRECISIONS:
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
     if grad_reduce not in GRAD_REDUCE:
@@ -1392,13 +1433,46 @@ def megatron(
             experts_reduced = False  # bucket by bucket, with overlap_grad_reduce
             units_done: list[str] = []  # each layer's (FSDP unit's) compute op, in order
             gathers_started: set[int] = set()
+            sent: dict[str, str] = {}  # the last send of each direction ("f", "b")
+
+            def post_recv(
+                kind: str,
+                c: int,
+                i: int,
+                deps: list[str],
+                stage: int = stage,
+                r: int = r,
+                d: int = d,
+                t: int = t,
+                q: int = q,
+            ) -> str | None:
+                """The receive of pass (kind, c, i), posted after ``deps`` (None: the
+                first virtual stage's forwards and the last's backwards receive
+                nothing)."""
+                forward = kind == "f"
+                here = c * pp + stage
+                source = here - 1 if forward else here + 1
+                if not 0 <= source < pp * v:
+                    return None
+                what = "act" if forward else "grad"
+                return b.op(
+                    f"r{r}.recv.{kind}{i}" if v == 1 else f"r{r}.recv.{kind}{c}.{i}",
+                    r,
+                    "recv",
+                    deps,
+                    peer=rank_of(source % pp, d, t, q),
+                    bytes=activation / tp,
+                    tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
+                    stream=p2p_stream(send=False, forward=forward),
+                )
 
             def one_pass(
                 kind: str,
                 c: int,
                 i: int,
                 after: list[str],
-                posted: list[str] | None = None,
+                posted: str | bool | None = False,
+                waits: list[str] | None = None,
                 # (this rank's, bound now: the pass is built before the loop moves on)
                 stage: int = stage,
                 r: int = r,
@@ -1409,9 +1483,14 @@ def megatron(
                 gathers_started: set[int] = gathers_started,
                 units_done: list[str] = units_done,
                 reduces: list[str] = reduces,
+                sent: dict[str, str] = sent,
             ) -> Generator[None, None, list[str]]:
                 """The ops of one pass after ``after``; pauses where a combined step
-                runs the other pass's (:func:`_expert_layers`)."""
+                runs the other pass's (:func:`_expert_layers`). ``posted``: the pass's
+                receive if it was posted already (False: post it now, after
+                ``after``); ``waits``: what else the pass's compute waits for (the
+                previous send of its direction, :func:`megatron`'s
+                ``p2p_send_wait``)."""
                 nonlocal experts_reduced
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
@@ -1420,20 +1499,10 @@ def megatron(
                 # previous. Virtual stage c p + s runs on stage s.
                 forward = kind == "f"
                 here = c * pp + stage
-                source, target = (here - 1, here + 1) if forward else (here + 1, here - 1)
+                target = here + 1 if forward else here - 1
                 what = "act" if forward else "grad"
-                recv = None
-                if 0 <= source < pp * v:
-                    recv = b.op(
-                        f"r{r}.recv.{tag}",
-                        r,
-                        "recv",
-                        after if posted is None else posted,
-                        peer=rank_of(source % pp, d, t, q),
-                        bytes=activation / tp,
-                        tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
-                        stream="pp.recv.prev" if forward else "pp.recv.next",
-                    )
+                recv = post_recv(kind, c, i, after) if posted is False else posted
+                sent.pop(kind, None)  # (the send handles waited are the last call's)
                 # The last backward of a chunk completes its gradients; with
                 # overlap_grad_reduce it runs bucket by bucket, each bucket's DP
                 # collective starting as soon as its layers are done.
@@ -1472,7 +1541,7 @@ def megatron(
                     # The output layer after the last layer forward, before the first
                     # backward.
                     logits = here == pp * v - 1 and n == (len(pieces) - 1 if forward else 0)
-                    deps = [recv, *after]
+                    deps = [recv, *after, *(waits or [])]
                     if gathered:
                         params = piece_params
                         if (n == 0 and here == 0) or (n == len(pieces) - 1 and here == pp * v - 1):
@@ -1713,7 +1782,7 @@ def megatron(
                             )
                         )
                 if 0 <= target < pp * v:
-                    b.op(
+                    sent[kind] = b.op(
                         f"r{r}.send.{tag}",
                         r,
                         "send",
@@ -1721,27 +1790,55 @@ def megatron(
                         peer=rank_of(target % pp, d, t, q),
                         bytes=activation / tp,
                         tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
-                        stream="pp.send.next" if forward else "pp.send.prev",
+                        stream=p2p_stream(send=True, forward=forward),
                     )
                 return after
 
-            # With overlap_p2p_comm, where each pass's receive is posted: when the
-            # rank's last pass of the same direction ended (None: none yet).
-            ended: dict[str, list[str]] = {}
+            # With overlap_p2p_comm, each pass's receive is posted when the rank's last
+            # pass of the same direction ends, right after that pass's send (as
+            # send_forward_recv_forward and send_backward_recv_backward issue them), so
+            # that on a stream per peer it queues between the sends as on the GPU.
+            early_ok = {group[0] for group in groups if early_recv and len(group) == 1}
+            posts_after: dict[tuple, list[tuple]] = defaultdict(list)
+            coming: dict[str, tuple] = {}
+            for entry in reversed(order):
+                if entry[0] in coming:
+                    posts_after[entry].append(coming[entry[0]])
+                coming[entry[0]] = entry
+            first_b = next((n for n, entry in enumerate(order) if entry[0] == "b"), None)
+            if (
+                early_recv
+                and not moe_a2a_overlap
+                and first_b is not None
+                and first_b < len(order) - 1
+                and order[first_b + 1][0] == "f"
+                and first_b >= 2
+            ):
+                # With a steady state the first backward's receive is posted after the
+                # last warm-up forward (the pass before the first steady one), by its
+                # send_backward_recv_backward (schedules.py,
+                # forward_backward_pipelining_with_interleaving, warm-up loop at
+                # k == num_warmup_microbatches - 1).
+                posts_after[order[first_b - 2]].append(order[first_b])
+            pending: dict[tuple, str | None] = {}  # receives posted a pass ahead
             for group in groups:
                 # A combined step's two passes both start after what came before; what
                 # comes next waits for both.
-                early = early_recv and len(group) == 1
-                posts = [ended.get(entry[0]) if early else None for entry in group]
+                waits = [
+                    sent.get(entry[0]) if send_wait and entry in early_ok else None
+                    for entry in group
+                ]
                 ends = _interleave(
                     [
-                        one_pass(*entry, after, post)
-                        for entry, post in zip(group, posts, strict=True)
+                        one_pass(*entry, after, pending.pop(entry, False), [w] if w else None)
+                        for entry, w in zip(group, waits, strict=True)
                     ]
                 )
                 after = [op for end in ends for op in end]
                 for entry in group:
-                    ended[entry[0]] = after
+                    for nxt in posts_after[entry]:
+                        if nxt in early_ok and nxt not in pending:
+                            pending[nxt] = post_recv(*nxt, after)
             if sharded_weights and stage in (0, pp - 1) and m.vocab:
                 # The replicated embedding's gradients, reduced once at the end.
                 reduces.append(
