@@ -204,6 +204,17 @@ PRECISIONS = ("bf16", "fp8")
 #: communicator and stream of key getKeySendRecv(rank, peer), "lowRank:highRank");
 #: "split", a stream each for sends to and receives from each neighbour.
 P2P_STREAMS = ("peer", "split")
+#: Delayed scaling's amax all-reduce (``megatron(amax_reduction=...)``): "stage", over
+#: the TP x DP x CP ranks of a pipeline stage (Megatron-Core's fp8 group,
+#: parallel_state.get_amax_reduction_group, unless tp_only_amax_red); "tp", over the
+#: TP group alone (tp_only_amax_red); "off", none.
+AMAX_REDUCTIONS = ("stage", "tp", "off")
+#: fp32 amaxes a Transformer Engine module reduces per fp8 GEMM: 3 forward (input,
+#: weight, output) and 2 backward (output and input gradients)
+#: (TransformerEngine v1.12, transformer_engine/pytorch/module/base.py:487,
+#: ``num_fp8_tensors``); a Megatron-Core layer has 4 fp8 GEMMs (QKV, projection, FC1,
+#: FC2).
+AMAX_BYTES_PER_LAYER = {True: 4 * 3 * 4, False: 4 * 2 * 4}
 
 #: Rows each expert's tokens are padded to a multiple of before fp8 grouped GEMMs, by
 #: whether the recipe is MXFP8: Transformer Engine's ``Fp8Padding`` takes "32 for MXFP8
@@ -693,6 +704,7 @@ def megatron(
     overlap_p2p_comm: bool | None = None,
     p2p_streams: str | None = None,
     p2p_send_wait: bool | None = None,
+    amax_reduction: str | None = None,
     host_op_s: float = HOST_OP_S,
     cuda_graphs: tuple[str, ...] = (),
 ) -> Workload:
@@ -823,6 +835,26 @@ def megatron(
     ``send_forward_recv_forward(..., overlap_p2p_comm=True)`` posts the next forward's
     receive, waited just before that forward, a backward later), so the transfer runs
     beside the pass in between; off, a receive is posted when the pass before ends.
+    The first backward's receive is posted after the last warm-up forward (the same
+    schedule's ``send_backward_recv_backward`` at its last warm-up step), and each
+    receive is issued right after the send of the pass that posts it, as on the GPU.
+    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else
+    "split"): "peer" runs a rank's sends to and receives from one neighbour on one FIFO
+    stream, as PyTorch runs each un-batched isend/irecv on the stream of its peer pair
+    (ProcessGroupNCCL::pointToPoint), so a receive posted a pass ahead holds the
+    next send to that neighbour behind it until its data comes (at PP 2, sends and
+    receives on a stream each, as Megatron-Core puts one side on the world group);
+    "split", a stream each for sends and receives per neighbour (ccsim before
+    2026-11-27). ``p2p_send_wait`` (None: on with overlap_p2p_comm) makes each pass
+    also wait for the send of the last pass of its direction, whose handle Megatron
+    waits with the receive's.
+    ``amax_reduction`` (:data:`AMAX_REDUCTIONS`; None: "off") adds, with fp8 delayed
+    scaling, Transformer Engine's blocking all-reduce of the pass's amaxes after each
+    pass (at the chunk's fp8_autocast exit and after its backward; TE 1.6 and later
+    reduce over Megatron-Core's fp8 group, the stage's TP x DP x CP ranks: "stage"; or
+    the TP group with tp_only_amax_red: "tp"). It is off by default for the CPU it
+    costs: its small all-reduce's tree breaks the replicas' symmetry (see
+    :mod:`~simulator.workload.replicas`).
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -971,6 +1003,20 @@ def megatron(
     # Only where the receives are posted a pass ahead: without overlap_p2p_comm each
     # exchange is waited as soon as it is posted.
     send_wait = early_recv and (p2p_send_wait is None or p2p_send_wait)
+
+    if amax_reduction is None:
+        # Off by default although Transformer Engine 1.6 and later reduce over the
+        # stage: the small all-reduce's tree schedule has no replica symmetry, so a
+        # step replays every replica (5.7 times the CPU on DGX Cloud's GPT-3 175B at
+        # DP 4) for 0.9% of its time there (issue 31's session 2026-11-27).
+        amax_reduction = "off"
+    if amax_reduction not in AMAX_REDUCTIONS:
+        raise CcsimError(
+            f"amax_reduction must be {', '.join(AMAX_REDUCTIONS)} (null: off), "
+            f"not {amax_reduction!r}"
+        )
+    if amax_reduction != "off" and not (precision == "fp8" and fp8_recipe == "delayed"):
+        amax_reduction = "off"  # only delayed scaling keeps amaxes to reduce
 
     def p2p_stream(*, send: bool, forward: bool) -> str:
         """The stream of a pipeline send or receive (see :data:`P2P_STREAMS`)."""
@@ -1361,6 +1407,19 @@ def megatron(
         for t in range(tp):
             members = [rank_of(stage, d, t, q) for d in range(dp) for q in range(cp)]
             dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
+    # Delayed scaling's amax all-reduce: over each stage's TP x DP x CP ranks (in rank
+    # order: a replica's ranks, then the next replica's), or each TP group.
+    amax_groups: dict[tuple, str] = {}
+    if amax_reduction == "stage" and tp * dp * cp > 1:
+        for stage in range(pp):
+            members = [
+                rank_of(stage, d, t, q) for d in range(dp) for q in range(cp) for t in range(tp)
+            ]
+            group = b.group(f"amax.s{stage}", "DP", members)
+            for d, q in itertools.product(range(dp), range(cp)):
+                amax_groups[(stage, d, q)] = group
+    elif amax_reduction == "tp" and tp > 1:
+        amax_groups = tp_groups
     # Tied embeddings (GPT's; Megatron-LM's default, share_embeddings_and_output_weights):
     # the first stage's input embedding and the last stage's output layer are one weight,
     # whose gradients Megatron all-reduces between those two stages once the DP reduction
@@ -1781,6 +1840,26 @@ def megatron(
                                 label="DP gradients",
                             )
                         )
+                amax_group = amax_groups.get((stage, d, q))
+                if amax_group is not None and chunk:
+                    # Transformer Engine reduces the pass's amaxes as the chunk's fp8
+                    # region ends (fp8_autocast exit) and as its first fp8 module's
+                    # backward ends, a blocking all-reduce the compute stream waits for
+                    # (v1.12 fp8.py, reduce_and_update_fp8_tensors:
+                    # all_reduce(..., async_op=False)).
+                    after = [
+                        b.op(
+                            f"r{r}.amax.{tag}",
+                            r,
+                            "collective",
+                            after,
+                            op="all_reduce",
+                            group=amax_group,
+                            bytes=chunk * AMAX_BYTES_PER_LAYER[forward],
+                            stream="compute",
+                            label=f"fp8 amax {'fwd' if forward else 'bwd'} mb {i}",
+                        )
+                    ]
                 if 0 <= target < pp * v:
                     sent[kind] = b.op(
                         f"r{r}.send.{tag}",
