@@ -452,6 +452,29 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "interleaving, off with --defaults sc21)",
     )
     gen.add_argument(
+        "--p2p-streams",
+        choices=("peer", "split"),
+        default=None,
+        help="megatron: 'peer' runs a rank's pipeline sends to and receives from one "
+        "neighbour on one FIFO stream, as PyTorch runs un-batched isend/irecv; 'split' a "
+        "stream each (default: peer with --overlap-p2p-comm, else split)",
+    )
+    gen.add_argument(
+        "--p2p-send-wait",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="megatron, with --overlap-p2p-comm: each pass also waits for the send of the "
+        "last pass of its direction, as Megatron waits that call's handles (default: on)",
+    )
+    gen.add_argument(
+        "--amax-reduction",
+        choices=("stage", "tp", "off"),
+        default=None,
+        help="megatron, fp8 delayed scaling: Transformer Engine's blocking amax all-reduce "
+        "after each pass over the stage's TP x DP x CP ranks ('stage'), the TP group "
+        "('tp') or none (default: off)",
+    )
+    gen.add_argument(
         "--overlap-param-gather",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -668,6 +691,9 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "moe_a2a_overlap": args.moe_a2a_overlap,
         "moe_host_sync": args.moe_host_sync,
         "overlap_p2p_comm": args.overlap_p2p_comm,
+        "p2p_streams": args.p2p_streams,
+        "p2p_send_wait": args.p2p_send_wait,
+        "amax_reduction": args.amax_reduction,
         "fsdp": args.fsdp,
     }
     if args.host_op_s is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import defaultdict
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -197,6 +198,23 @@ def pass_work(
 
 
 PRECISIONS = ("bf16", "fp8")
+#: Where a rank's pipeline sends and receives run (``megatron(p2p_streams=...)``):
+#: "peer", one FIFO stream per neighbour carrying both directions' transfers with it,
+#: as PyTorch runs an un-batched isend/irecv (ProcessGroupNCCL::pointToPoint: the
+#: communicator and stream of key getKeySendRecv(rank, peer), "lowRank:highRank");
+#: "split", a stream each for sends to and receives from each neighbour.
+P2P_STREAMS = ("peer", "split")
+#: Delayed scaling's amax all-reduce (``megatron(amax_reduction=...)``): "stage", over
+#: the TP x DP x CP ranks of a pipeline stage (Megatron-Core's fp8 group,
+#: parallel_state.get_amax_reduction_group, unless tp_only_amax_red); "tp", over the
+#: TP group alone (tp_only_amax_red); "off", none.
+AMAX_REDUCTIONS = ("stage", "tp", "off")
+#: fp32 amaxes a Transformer Engine module reduces per fp8 GEMM: 3 forward (input,
+#: weight, output) and 2 backward (output and input gradients)
+#: (TransformerEngine v1.12, transformer_engine/pytorch/module/base.py:487,
+#: ``num_fp8_tensors``); a Megatron-Core layer has 4 fp8 GEMMs (QKV, projection, FC1,
+#: FC2).
+AMAX_BYTES_PER_LAYER = {True: 4 * 3 * 4, False: 4 * 2 * 4}
 
 #: Rows each expert's tokens are padded to a multiple of before fp8 grouped GEMMs, by
 #: whether the recipe is MXFP8: Transformer Engine's ``Fp8Padding`` takes "32 for MXFP8
@@ -694,6 +712,9 @@ def megatron(
     moe_host_layer_s: float | None = None,
     moe_routing: str = "random",
     overlap_p2p_comm: bool | None = None,
+    p2p_streams: str | None = None,
+    p2p_send_wait: bool | None = None,
+    amax_reduction: str | None = None,
     host_op_s: float = HOST_OP_S,
     cuda_graphs: tuple[str, ...] = (),
     fsdp_communication_unit: float | None = None,
@@ -827,6 +848,26 @@ def megatron(
     ``send_forward_recv_forward(..., overlap_p2p_comm=True)`` posts the next forward's
     receive, waited just before that forward, a backward later), so the transfer runs
     beside the pass in between; off, a receive is posted when the pass before ends.
+    The first backward's receive is posted after the last warm-up forward (the same
+    schedule's ``send_backward_recv_backward`` at its last warm-up step), and each
+    receive is issued right after the send of the pass that posts it, as on the GPU.
+    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else
+    "split"): "peer" runs a rank's sends to and receives from one neighbour on one FIFO
+    stream, as PyTorch runs each un-batched isend/irecv on the stream of its peer pair
+    (ProcessGroupNCCL::pointToPoint), so a receive posted a pass ahead holds the
+    next send to that neighbour behind it until its data comes (at PP 2, sends and
+    receives on a stream each, as Megatron-Core puts one side on the world group);
+    "split", a stream each for sends and receives per neighbour (ccsim before
+    2026-11-27). ``p2p_send_wait`` (None: on with overlap_p2p_comm) makes each pass
+    also wait for the send of the last pass of its direction, whose handle Megatron
+    waits with the receive's.
+    ``amax_reduction`` (:data:`AMAX_REDUCTIONS`; None: "off") adds, with fp8 delayed
+    scaling, Transformer Engine's blocking all-reduce of the pass's amaxes after each
+    pass (at the chunk's fp8_autocast exit and after its backward; TE 1.6 and later
+    reduce over Megatron-Core's fp8 group, the stage's TP x DP x CP ranks: "stage"; or
+    the TP group with tp_only_amax_red: "tp"). It is off by default for the CPU it
+    costs: its small all-reduce's tree breaks the replicas' symmetry (see
+    :mod:`~simulator.workload.replicas`).
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -964,6 +1005,52 @@ def megatron(
         )
     # Megatron-LM turns overlap_p2p_comm off without interleaving (arguments.py).
     early_recv = v > 1 and (defaults != "sc21" if overlap_p2p_comm is None else overlap_p2p_comm)
+    if p2p_streams is None:
+        p2p_streams = "peer" if early_recv else "split"
+    if p2p_streams not in P2P_STREAMS:
+        raise CcsimError(
+            f"p2p_streams must be {' or '.join(P2P_STREAMS)} (null: peer with "
+            f"overlap_p2p_comm), not {p2p_streams!r}"
+        )
+    if p2p_send_wait is not None and not isinstance(p2p_send_wait, bool):
+        raise CcsimError(
+            f"p2p_send_wait must be true, false or null (on with overlap_p2p_comm), "
+            f"not {p2p_send_wait!r}"
+        )
+    # Only where the receives are posted a pass ahead: without overlap_p2p_comm each
+    # exchange is waited as soon as it is posted.
+    send_wait = early_recv and (p2p_send_wait is None or p2p_send_wait)
+
+    if amax_reduction is None:
+        # Off by default although Transformer Engine 1.6 and later reduce over the
+        # stage: the small all-reduce's tree schedule has no replica symmetry, so a
+        # step replays every replica (5.7 times the CPU on DGX Cloud's GPT-3 175B at
+        # DP 4) for 0.9% of its time there (issue 31's session 2026-11-27).
+        amax_reduction = "off"
+    if amax_reduction not in AMAX_REDUCTIONS:
+        raise CcsimError(
+            f"amax_reduction must be {', '.join(AMAX_REDUCTIONS)} (null: off), "
+            f"not {amax_reduction!r}"
+        )
+    if amax_reduction != "off" and not (precision == "fp8" and fp8_recipe == "delayed"):
+        amax_reduction = "off"  # only delayed scaling keeps amaxes to reduce
+
+    def p2p_stream(*, send: bool, forward: bool) -> str:
+        """The stream of a pipeline send or receive (see :data:`P2P_STREAMS`)."""
+        if p2p_streams == "split":
+            if send:
+                return "pp.send.next" if forward else "pp.send.prev"
+            return "pp.recv.prev" if forward else "pp.recv.next"
+        if pp == 2:
+            # Both neighbours are one rank: Megatron-Core issues one side's sends and
+            # the other's receives on the world group instead, so that they overlap
+            # (p2p_communication.py, _p2p_ops, since 3ee489d, May 2024): a rank's
+            # sends run on one pair's stream, its receives on the other's.
+            return "pp.send" if send else "pp.recv"
+        # A forward sends to the next stage and receives from the previous; a
+        # backward the other way round.
+        return "pp.next" if send == forward else "pp.prev"
+
     if precision not in PRECISIONS:
         raise CcsimError(f"precision must be bf16 or fp8, not {precision!r}")
     if grad_reduce not in GRAD_REDUCE:
@@ -1337,6 +1424,19 @@ def megatron(
         for t in range(tp):
             members = [rank_of(stage, d, t, q) for d in range(dp) for q in range(cp)]
             dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
+    # Delayed scaling's amax all-reduce: over each stage's TP x DP x CP ranks (in rank
+    # order: a replica's ranks, then the next replica's), or each TP group.
+    amax_groups: dict[tuple, str] = {}
+    if amax_reduction == "stage" and tp * dp * cp > 1:
+        for stage in range(pp):
+            members = [
+                rank_of(stage, d, t, q) for d in range(dp) for q in range(cp) for t in range(tp)
+            ]
+            group = b.group(f"amax.s{stage}", "DP", members)
+            for d, q in itertools.product(range(dp), range(cp)):
+                amax_groups[(stage, d, q)] = group
+    elif amax_reduction == "tp" and tp > 1:
+        amax_groups = tp_groups
     # Tied embeddings (GPT's; Megatron-LM's default, share_embeddings_and_output_weights):
     # the first stage's input embedding and the last stage's output layer are one weight,
     # whose gradients Megatron all-reduces between those two stages once the DP reduction
@@ -1409,13 +1509,46 @@ def megatron(
             experts_reduced = False  # bucket by bucket, with overlap_grad_reduce
             units_done: list[str] = []  # each layer's (FSDP unit's) compute op, in order
             gathers_started: set[int] = set()
+            sent: dict[str, str] = {}  # the last send of each direction ("f", "b")
+
+            def post_recv(
+                kind: str,
+                c: int,
+                i: int,
+                deps: list[str],
+                stage: int = stage,
+                r: int = r,
+                d: int = d,
+                t: int = t,
+                q: int = q,
+            ) -> str | None:
+                """The receive of pass (kind, c, i), posted after ``deps`` (None: the
+                first virtual stage's forwards and the last's backwards receive
+                nothing)."""
+                forward = kind == "f"
+                here = c * pp + stage
+                source = here - 1 if forward else here + 1
+                if not 0 <= source < pp * v:
+                    return None
+                what = "act" if forward else "grad"
+                return b.op(
+                    f"r{r}.recv.{kind}{i}" if v == 1 else f"r{r}.recv.{kind}{c}.{i}",
+                    r,
+                    "recv",
+                    deps,
+                    peer=rank_of(source % pp, d, t, q),
+                    bytes=activation / tp,
+                    tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
+                    stream=p2p_stream(send=False, forward=forward),
+                )
 
             def one_pass(
                 kind: str,
                 c: int,
                 i: int,
                 after: list[str],
-                posted: list[str] | None = None,
+                posted: str | bool | None = False,
+                waits: list[str] | None = None,
                 # (this rank's, bound now: the pass is built before the loop moves on)
                 stage: int = stage,
                 r: int = r,
@@ -1426,9 +1559,14 @@ def megatron(
                 gathers_started: set[int] = gathers_started,
                 units_done: list[str] = units_done,
                 reduces: list[str] = reduces,
+                sent: dict[str, str] = sent,
             ) -> Generator[None, None, list[str]]:
                 """The ops of one pass after ``after``; pauses where a combined step
-                runs the other pass's (:func:`_expert_layers`)."""
+                runs the other pass's (:func:`_expert_layers`). ``posted``: the pass's
+                receive if it was posted already (False: post it now, after
+                ``after``); ``waits``: what else the pass's compute waits for (the
+                previous send of its direction, :func:`megatron`'s
+                ``p2p_send_wait``)."""
                 nonlocal experts_reduced
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
@@ -1437,20 +1575,10 @@ def megatron(
                 # previous. Virtual stage c p + s runs on stage s.
                 forward = kind == "f"
                 here = c * pp + stage
-                source, target = (here - 1, here + 1) if forward else (here + 1, here - 1)
+                target = here + 1 if forward else here - 1
                 what = "act" if forward else "grad"
-                recv = None
-                if 0 <= source < pp * v:
-                    recv = b.op(
-                        f"r{r}.recv.{tag}",
-                        r,
-                        "recv",
-                        after if posted is None else posted,
-                        peer=rank_of(source % pp, d, t, q),
-                        bytes=activation / tp,
-                        tag=f"{what}{i}" if v == 1 else f"{what}{min(here, source)}.{i}",
-                        stream="pp.recv.prev" if forward else "pp.recv.next",
-                    )
+                recv = post_recv(kind, c, i, after) if posted is False else posted
+                sent.pop(kind, None)  # (the send handles waited are the last call's)
                 # The last backward of a chunk completes its gradients; with
                 # overlap_grad_reduce it runs bucket by bucket, each bucket's DP
                 # collective starting as soon as its layers are done.
@@ -1489,7 +1617,7 @@ def megatron(
                     # The output layer after the last layer forward, before the first
                     # backward.
                     logits = here == pp * v - 1 and n == (len(pieces) - 1 if forward else 0)
-                    deps = [recv, *after]
+                    deps = [recv, *after, *(waits or [])]
                     if gathered:
                         params = piece_params
                         if (n == 0 and here == 0) or (n == len(pieces) - 1 and here == pp * v - 1):
@@ -1729,8 +1857,28 @@ def megatron(
                                 label="DP gradients",
                             )
                         )
+                amax_group = amax_groups.get((stage, d, q))
+                if amax_group is not None and chunk:
+                    # Transformer Engine reduces the pass's amaxes as the chunk's fp8
+                    # region ends (fp8_autocast exit) and as its first fp8 module's
+                    # backward ends, a blocking all-reduce the compute stream waits for
+                    # (v1.12 fp8.py, reduce_and_update_fp8_tensors:
+                    # all_reduce(..., async_op=False)).
+                    after = [
+                        b.op(
+                            f"r{r}.amax.{tag}",
+                            r,
+                            "collective",
+                            after,
+                            op="all_reduce",
+                            group=amax_group,
+                            bytes=chunk * AMAX_BYTES_PER_LAYER[forward],
+                            stream="compute",
+                            label=f"fp8 amax {'fwd' if forward else 'bwd'} mb {i}",
+                        )
+                    ]
                 if 0 <= target < pp * v:
-                    b.op(
+                    sent[kind] = b.op(
                         f"r{r}.send.{tag}",
                         r,
                         "send",
@@ -1738,27 +1886,55 @@ def megatron(
                         peer=rank_of(target % pp, d, t, q),
                         bytes=activation / tp,
                         tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
-                        stream="pp.send.next" if forward else "pp.send.prev",
+                        stream=p2p_stream(send=True, forward=forward),
                     )
                 return after
 
-            # With overlap_p2p_comm, where each pass's receive is posted: when the
-            # rank's last pass of the same direction ended (None: none yet).
-            ended: dict[str, list[str]] = {}
+            # With overlap_p2p_comm, each pass's receive is posted when the rank's last
+            # pass of the same direction ends, right after that pass's send (as
+            # send_forward_recv_forward and send_backward_recv_backward issue them), so
+            # that on a stream per peer it queues between the sends as on the GPU.
+            early_ok = {group[0] for group in groups if early_recv and len(group) == 1}
+            posts_after: dict[tuple, list[tuple]] = defaultdict(list)
+            coming: dict[str, tuple] = {}
+            for entry in reversed(order):
+                if entry[0] in coming:
+                    posts_after[entry].append(coming[entry[0]])
+                coming[entry[0]] = entry
+            first_b = next((n for n, entry in enumerate(order) if entry[0] == "b"), None)
+            if (
+                early_recv
+                and not moe_a2a_overlap
+                and first_b is not None
+                and first_b < len(order) - 1
+                and order[first_b + 1][0] == "f"
+                and first_b >= 2
+            ):
+                # With a steady state the first backward's receive is posted after the
+                # last warm-up forward (the pass before the first steady one), by its
+                # send_backward_recv_backward (schedules.py,
+                # forward_backward_pipelining_with_interleaving, warm-up loop at
+                # k == num_warmup_microbatches - 1).
+                posts_after[order[first_b - 2]].append(order[first_b])
+            pending: dict[tuple, str | None] = {}  # receives posted a pass ahead
             for group in groups:
                 # A combined step's two passes both start after what came before; what
                 # comes next waits for both.
-                early = early_recv and len(group) == 1
-                posts = [ended.get(entry[0]) if early else None for entry in group]
+                waits = [
+                    sent.get(entry[0]) if send_wait and entry in early_ok else None
+                    for entry in group
+                ]
                 ends = _interleave(
                     [
-                        one_pass(*entry, after, post)
-                        for entry, post in zip(group, posts, strict=True)
+                        one_pass(*entry, after, pending.pop(entry, False), [w] if w else None)
+                        for entry, w in zip(group, waits, strict=True)
                     ]
                 )
                 after = [op for end in ends for op in end]
                 for entry in group:
-                    ended[entry[0]] = after
+                    for nxt in posts_after[entry]:
+                        if nxt in early_ok and nxt not in pending:
+                            pending[nxt] = post_recv(*nxt, after)
             if sharded_weights and stage in (0, pp - 1) and m.vocab:
                 # The replicated embedding's gradients, reduced once at the end.
                 reduces.append(
