@@ -47,8 +47,9 @@ def test_prefetch_hides_all_but_the_first_gather_and_the_last_scatter():
     """DP 2 on a 2-GPU ring at 2 TB/s: a ring all-gather or reduce-scatter of X bytes over
     2 ranks takes X / 2 / 2 TB/s, an all-reduce twice that. With prefetching, only the
     first layer's gather, the last layer's reduce-scatter and then the replicated
-    embedding's all-reduce stay outside compute: the step is the plain step's compute
-    plus those, with the optimizer over half the layers and the whole embedding. Weights
+    embedding's and (untied) output layer's all-reduce stay outside compute: the step is
+    the plain step's compute plus those, with the optimizer over half the layers and the
+    whole vocabulary matrices. Weights
     are gathered in bf16 (2 bytes a parameter), gradients reduced in fp32 (4)."""
     plain = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4, recompute="none",
                      distributed_optimizer=True)  # fmt: skip
@@ -57,11 +58,11 @@ def test_prefetch_hides_all_but_the_first_gather_and_the_last_scatter():
     _, compute_only = run_workload(plain, free, algorithm="ring", comm_slowdown=0.0)
     _, sharded = run_workload(fsdp, _ring(2e12), algorithm="ring", comm_slowdown=0.0)
     layers = 8 * 12 * 1024**2 * 2  # bytes of the layers' bf16 weights
-    embedding = 32000 * 1024 * 2
+    embedding = 2 * 32000 * 1024 * 2  # bf16 embedding and output layer
     # The plain step's optimizer covers half of everything; FSDP's half the layers and
     # the whole embedding.
-    plain_opt = 16 * (8 * 12 * 1024**2 + 32000 * 1024) / 2 / HBM
-    fsdp_opt = 16 * (8 * 12 * 1024**2 / 2 + 32000 * 1024) / HBM
+    plain_opt = 16 * (8 * 12 * 1024**2 + 2 * 32000 * 1024) / 2 / HBM
+    fsdp_opt = 16 * (8 * 12 * 1024**2 / 2 + 2 * 32000 * 1024) / HBM
     expected = compute_only.step_s - plain_opt + fsdp_opt
     expected += layers / 8 / 2 / 2e12  # the first layer's gather
     expected += 2 * layers / 8 / 2 / 2e12  # the last layer's reduce-scatter, fp32

@@ -307,7 +307,8 @@ def test_distributed_optimizer_shards_the_step():
     unfused loss over them (38 + 14 bytes a logit at HBM bandwidth)."""
     dp, m = 4, 2
     workload = megatron(SMALL, tp=1, pp=1, dp=dp, global_batch=dp * m, distributed_optimizer=True)
-    params = SMALL.layers * SMALL.layer_params + SMALL.vocab * SMALL.hidden
+    # The layers, the input embedding and the untied output layer: one stage holds all.
+    params = SMALL.layers * SMALL.layer_params + 2 * SMALL.vocab * SMALL.hidden
     dp_calls = [op for op in _collectives(workload, 0) if op.label.startswith("DP")]
     assert [(op.op, op.nbytes) for op in dp_calls] == [
         ("reduce_scatter", 4 * params),
@@ -321,9 +322,7 @@ def test_distributed_optimizer_shards_the_step():
     loss = (38 + 14) * SMALL.seq * SMALL.vocab / A100_HBM
     expected = m * (passes + logits + loss) + 16 * params / dp / A100_HBM
     assert result.step_s == pytest.approx(expected, rel=1e-6)
-    # The optimizer holds the untied output layer's state beside the embedding's.
-    output_layer = SMALL.vocab * SMALL.hidden
-    assert workload.memory.optimizer == pytest.approx(12 * (params + output_layer) / dp)
+    assert workload.memory.optimizer == pytest.approx(12 * params / dp)
 
 
 def test_megatron_reports_model_flops_as_megatron_lm_counts_them():
@@ -471,8 +470,9 @@ def test_overlap_grad_reduce_hides_all_but_the_last_bucket():
     layers: the last backward runs as two buckets of 4 layers (the first with the
     logits' backward) and the first bucket's all-reduce (4 layers x 4 bytes of fp32
     gradients, 0.2 ms) hides behind the second bucket's backward (0.8 ms); only the last
-    bucket (4 layers and the embedding) is left after the backward. So the step shrinks
-    by exactly the first bucket's all-reduce, and the same bytes are reduced."""
+    bucket (4 layers, the embedding and the untied output layer) is left after the
+    backward. So the step shrinks by exactly the first bucket's all-reduce, and the same
+    bytes are reduced."""
     plain = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4)
     overlap = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4, overlap_grad_reduce=True)
 
@@ -480,7 +480,7 @@ def test_overlap_grad_reduce_hides_all_but_the_last_bucket():
         return [op.nbytes for op in _collectives(workload, 0) if op.label.startswith("DP")]
 
     first = 4 * SMALL.layer_params * 4
-    last = (4 * SMALL.layer_params + SMALL.vocab * SMALL.hidden) * 4
+    last = (4 * SMALL.layer_params + 2 * SMALL.vocab * SMALL.hidden) * 4
     assert reduced(overlap) == [first, last]
     assert sum(reduced(plain)) == first + last
     graph = _priced_ring(2, 1e12)
@@ -517,12 +517,13 @@ def test_gradients_are_reduced_in_their_dtype(grad_reduce, grad, state):
     parameters with fp32 gradients, 20 for fp16 ones (fp32 master weights and gradients
     in the optimizer), 16 with bf16 gradients; with the distributed optimizer over d = 4
     ranks, 6 + 12/d and 4 + 16/d (4 + 12/d)."""
-    params = SMALL.layers * SMALL.layer_params + SMALL.vocab * SMALL.hidden
+    # The layers, the input embedding and the untied output layer: one stage holds all.
+    params = SMALL.layers * SMALL.layer_params + 2 * SMALL.vocab * SMALL.hidden
     step = megatron(SMALL, tp=1, pp=1, dp=4, global_batch=4, grad_reduce=grad_reduce)
     (reduce,) = [op for op in _collectives(step, 0) if op.label.startswith("DP")]
     assert (reduce.op, reduce.nbytes) == ("all_reduce", grad * params)
     memory = step.memory
-    held = params + SMALL.vocab * SMALL.hidden  # the untied output layer's too
+    held = params
     assert memory.weights + memory.gradients + memory.optimizer == pytest.approx(state * held)
     sharded = megatron(
         SMALL, tp=1, pp=1, dp=4, global_batch=4, grad_reduce=grad_reduce, distributed_optimizer=True

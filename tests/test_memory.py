@@ -383,7 +383,7 @@ def test_the_optimizer_state_sets_the_optimizer_steps_traffic():
         w = megatron(small, tp=1, pp=1, dp=2, micro_batch=1, global_batch=4, **options)
         return next(op.mem_bytes for op in w.ops if op.id == "r0.opt")
 
-    shard = (4 * small.layer_params + 32000 * 1024) / 2
+    shard = (4 * small.layer_params + 2 * 32000 * 1024) / 2  # untied: embedding and output
     assert step_bytes() == pytest.approx(16 * shard, rel=1e-12)
     assert step_bytes(optimizer_state="bf16") == pytest.approx(8 * shard, rel=1e-12)
     with pytest.raises(CcsimError, match="optimizer_state must be one of fp32, bf16"):

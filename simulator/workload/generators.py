@@ -1443,6 +1443,16 @@ def megatron(
     # is done (finalize_model_grads -> _allreduce_word_embedding_grads, in
     # megatron/core/distributed/finalize_model_grads.py), over each pipeline's pair.
     emb_groups: dict[tuple, str] = {}
+    vocab_matrix = m.vocab * m.hidden / tp
+    # The output layer is a matrix of its own unless the model ties it to the input
+    # embedding on one stage (a tied model's last stage keeps a copy at PP > 1).
+    output_matrix = 0 if m.tied_embeddings and pp == 1 else 1
+
+    def vocab_matrices(stage: int) -> int:
+        """Vocabulary matrices a rank of ``stage`` holds: the input embedding on the
+        first, the output layer on the last (both on one stage without pipelining)."""
+        return int(stage == 0) + (output_matrix if stage == pp - 1 else 0)
+
     if m.tied_embeddings and m.vocab and pp > 1:
         for d, t, q in itertools.product(range(dp), range(tp), range(cp)):
             members = [rank_of(0, d, t, q), rank_of(pp - 1, d, t, q)]
@@ -1485,9 +1495,9 @@ def megatron(
         # Parameters one rank of this stage holds (embeddings on the first and last):
         # with MoE layers, the experts' apart (reduced over their own ranks).
         stage_moe = sum(moe_layers(c * pp + stage) for c in range(v))
-        stage_params = (split[stage] - stage_moe) * m.layer_params / tp + (
-            m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0
-        )
+        stage_params = (split[stage] - stage_moe) * m.layer_params / tp + vocab_matrices(
+            stage
+        ) * vocab_matrix
         stage_params += stage_moe * moe_params if m.is_moe else 0.0
         stage_layer_params = (split[stage] - stage_moe) * m.layer_params / tp
         stage_experts = stage_moe * expert_params
@@ -1620,8 +1630,12 @@ def megatron(
                     deps = [recv, *after, *(waits or [])]
                     if gathered:
                         params = piece_params
-                        if (n == 0 and here == 0) or (n == len(pieces) - 1 and here == pp * v - 1):
-                            params += m.vocab * m.hidden / tp
+                        # The embedding before the first piece, the output layer
+                        # after the last.
+                        if n == 0 and here == 0:
+                            params += vocab_matrix
+                        if n == len(pieces) - 1 and here == pp * v - 1:
+                            params += output_matrix * vocab_matrix
                         deps.append(
                             b.op(
                                 f"r{r}.dp.params.{c}.{n}",
@@ -1827,8 +1841,10 @@ def megatron(
                         # Megatron fills buckets from the last layer back; the
                         # embedding's gradients come with the last bucket.
                         grads = piece_params
-                        if n == len(pieces) - 1 and here in (0, pp * v - 1):
-                            grads += m.vocab * m.hidden / tp
+                        if n == len(pieces) - 1:
+                            grads += (
+                                int(here == 0) + output_matrix * int(here == pp * v - 1)
+                            ) * vocab_matrix
                         if piece_experts and edp is not None:
                             experts_reduced = True
                             reduces.append(
@@ -1936,7 +1952,7 @@ def megatron(
                         if nxt in early_ok and nxt not in pending:
                             pending[nxt] = post_recv(*nxt, after)
             if sharded_weights and stage in (0, pp - 1) and m.vocab:
-                # The replicated embedding's gradients, reduced once at the end.
+                # The replicated embeddings' gradients, reduced once at the end.
                 reduces.append(
                     b.op(
                         f"r{r}.dp",
@@ -1945,7 +1961,7 @@ def megatron(
                         after,
                         op="all_reduce",
                         group=dp_groups[(stage, t)],
-                        bytes=m.vocab * m.hidden / tp * grad,
+                        bytes=vocab_matrices(stage) * vocab_matrix * grad,
                         stream="dp",
                         label="DP gradients",
                     )
@@ -1995,7 +2011,7 @@ def megatron(
                     )
                 ]
             expert_replicas = width // ep
-            embedding = m.vocab * m.hidden / tp if stage in (0, pp - 1) else 0.0
+            embedding = vocab_matrices(stage) * vocab_matrix
             if sharded_weights:  # FSDP shards the layers; the embedding stays whole
                 optimizer_params = (stage_params - embedding) / replicas + embedding
             else:
