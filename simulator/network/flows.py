@@ -69,6 +69,11 @@ _PER_LINK = (
 _MAX_COMPONENT_ROUNDS = 6
 # Up to this many incidence entries, link sets are built in Python rather than sorted.
 _SMALL = 32
+# Up to this many entries leave the incidence at once, it is cut around them (a copy of
+# the slices between) rather than compressed by a mask: at 1,024 GPUs a job the incidence
+# holds ~3,200 entries and most events end 1 or 2 flows, where numpy's masked copy of each
+# of its arrays cost several times the slices' (one pass over a mask per array).
+_FEW_GONE = 16
 
 
 class FlowOwner(Protocol):
@@ -129,6 +134,10 @@ class FlowNetwork:
     #: Events that touch a few flows are handled in Python floats (the same bits as the
     #: array path, which False selects for every event: tests hold them equal).
     scalar_events: bool = True
+    #: A few finished flows' entries leave the incidence by cutting it around them, and
+    #: a small component's slots are read off its entries (False: a masked copy and a
+    #: pass over the pool, as before; tests hold the two equal).
+    cut_entries: bool = True
 
     def __init__(
         self,
@@ -567,7 +576,7 @@ class FlowNetwork:
 
     def _settle(self, finished: np.ndarray, entries: tuple | None = None) -> None:
         """Take in pending flows, drop ``finished`` ones, recompute affected rates.
-        ``entries``: (incidence array, mask) of the finished flows' entries, as
+        ``entries``: (incidence array, positions) of the finished flows' entries, as
         :meth:`_wake` found them; used only if the incidence is still that array (a call
         launched from the owners' callbacks may have withdrawn flows since)."""
         now = self.env.now
@@ -585,11 +594,7 @@ class FlowNetwork:
                 gone = self._entries_of(finished)
             gone_links = self._inc_link[gone]
             seeds.append(gone_links)
-            kept = ~gone
-            self._inc_flow = self._inc_flow[kept]
-            self._inc_link = self._inc_link[kept]
-            if self._inc_coef is not None:
-                self._inc_coef = self._inc_coef[kept]
+            self._drop_entries(gone)
             self._count_link_flows(gone_links, -1, now)
         if len(new):
             rows = self._f_route[new]
@@ -629,25 +634,60 @@ class FlowNetwork:
         seeds = [links for links in seeds if len(links)]
         if seeds:
             affected, entries = self._component(np.concatenate(seeds))
-            if len(new):
-                # (Already among them: their links are seeds. A flow over no link has
-                # no entry, so the entries stay those of the slots.)
-                affected[new] = True
-            self._recompute(np.flatnonzero(affected[: self._top]), now, entries)
+            if entries is not None and len(entries) <= SMALL_ENTRIES and self.cut_entries:
+                # A few entries: their flows (every flow the search found has one) and
+                # the new ones, sorted, without a pass over the pool's slots.
+                found = set(self._inc_flow[entries].tolist())
+                found.update(new.tolist())
+                self._recompute(np.array(sorted(found), dtype=np.int64), now, entries)
+            else:
+                if len(new):
+                    # (Already among them: their links are seeds. A flow over no link
+                    # has no entry, so the entries stay those of the slots.)
+                    affected[new] = True
+                self._recompute(np.flatnonzero(affected[: self._top]), now, entries)
         elif len(new):
             self._recompute(new, now)
         self._schedule_wake()
 
+    def _drop_entries(self, gone: np.ndarray) -> None:
+        """Take the incidence entries at positions ``gone`` (sorted) out, keeping the
+        others in their order (the order max-min sums each link's loads in)."""
+        if len(gone) > _FEW_GONE or not self.cut_entries:
+            kept = np.ones(len(self._inc_flow), dtype=bool)
+            kept[gone] = False
+            self._inc_flow = self._inc_flow[kept]
+            self._inc_link = self._inc_link[kept]
+            if self._inc_coef is not None:
+                self._inc_coef = self._inc_coef[kept]
+            return
+        # The slices between the entries that go (a flow's entries are side by side:
+        # added together, and kept in order since).
+        cuts, start = [], 0
+        for position in gone.tolist():
+            if position > start:
+                cuts.append((start, position))
+            start = position + 1
+        cuts.append((start, len(self._inc_flow)))
+
+        def cut(values: np.ndarray) -> np.ndarray:
+            return np.concatenate([values[a:b] for a, b in cuts])
+
+        self._inc_flow = cut(self._inc_flow)
+        self._inc_link = cut(self._inc_link)
+        if self._inc_coef is not None:
+            self._inc_coef = cut(self._inc_coef)
+
     def _entries_of(self, slots: np.ndarray) -> np.ndarray:
-        """Mask of the incidence entries of the flows in ``slots``."""
+        """Positions (sorted) of the incidence entries of the flows in ``slots``."""
         if len(slots) == 1:  # one flow ends (a drifting ring's hop): one comparison
-            return self._inc_flow == slots[0]
+            return np.flatnonzero(self._inc_flow == slots[0])
         # A scratch mask over slots, all False between calls (not allocated per call).
         dead = self._dead
         if len(dead) != self._cap:
             dead = self._dead = np.zeros(self._cap, dtype=bool)
         dead[slots] = True
-        entries = dead[self._inc_flow]
+        entries = np.flatnonzero(dead[self._inc_flow])
         dead[slots] = False
         return entries
 
@@ -760,8 +800,8 @@ class FlowNetwork:
 
     def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
-        mask over slots, and the mask of their incidence entries where the search found
-        it (None: :meth:`_recompute` finds it)."""
+        mask over slots, and the positions of their incidence entries where the search
+        found them (None: :meth:`_recompute` finds them)."""
         flows = np.zeros(self._cap, dtype=bool)
         if len(seeds) == 0 or len(self._inc_link) == 0:
             return flows, None
@@ -776,7 +816,7 @@ class FlowNetwork:
                 entries = flows[self._inc_flow]
                 reached = self._inc_link[entries]
                 if links[reached].all():
-                    return flows, entries
+                    return flows, np.flatnonzero(entries)
                 links[reached] = True
         elif len(self._inc_link) <= _SMALL:
             # A handful of flows (a quotient's step): plain Python sets.
@@ -804,10 +844,11 @@ class FlowNetwork:
             try:
                 for _ in range(_MAX_COMPONENT_ROUNDS):
                     flows[self._inc_flow[mark[self._inc_link]]] = True
-                    grown = self._inc_link[flows[self._inc_flow]]
+                    entries = flows[self._inc_flow]
+                    grown = self._inc_link[entries]
                     new = grown[~mark[grown]]
                     if len(new) == 0:
-                        return flows, None
+                        return flows, np.flatnonzero(entries)
                     new = np.unique(new)
                     mark[new] = True
                     links = np.concatenate([links, new])
@@ -818,8 +859,8 @@ class FlowNetwork:
 
     def _recompute(self, slots: np.ndarray, now: float, in_set: np.ndarray | None = None) -> None:
         """New rates and finish times of the flows in ``slots`` (sorted, or in the order
-        they were added), from ``now``. ``in_set``: the mask of their incidence entries,
-        where the caller has it."""
+        they were added), from ``now``. ``in_set``: the positions of their incidence
+        entries, where the caller has them."""
         if len(slots) == 0:
             return
         if self.scalar_events and len(slots) <= SMALL_ENTRIES:
@@ -827,7 +868,7 @@ class FlowNetwork:
                 in_set = self._entries_of(slots)
             # (Counted first: a few flows over long routes are the array path's, and
             # finding that out after reading the entries out cost more than it saved.)
-            small = np.count_nonzero(in_set) <= SMALL_ENTRIES
+            small = len(in_set) <= SMALL_ENTRIES
             if small and self._recompute_small(slots, now, in_set):
                 return
         self.stats.recomputes += 1
@@ -887,7 +928,7 @@ class FlowNetwork:
         max-min, ``left / rate`` where bytes are left), read and written back in a few
         numpy calls rather than the dozens of passes the array path makes. False (nothing
         changed) where a share is NaN: the array path then does it all. ``in_set``: the
-        mask of the flows' incidence entries, at most :data:`SMALL_ENTRIES` of them."""
+        positions of the flows' incidence entries, at most :data:`SMALL_ENTRIES` of them."""
         entry_flow = self._inc_flow[in_set].tolist()
         entry_link = self._inc_link[in_set].tolist()
         ids = slots.tolist()
