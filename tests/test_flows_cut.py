@@ -81,3 +81,79 @@ def test_cut_entries_change_no_job_record(case, monkeypatch):
     plain = run(case)
     assert records(fast) == records(plain)
     assert [job.step_together_s for job in fast.jobs] == [job.step_together_s for job in plain.jobs]
+
+
+def link_loads_run(cut: bool, seed: int, classes: bool) -> tuple:
+    """Waves of one-link flows (:meth:`FlowNetwork.add_link_loads`, as bundles carry a
+    call's traffic), with routed flows now and then, on 4 dgx-h100 servers over a 2:1
+    leaf-spine: the component of a few links is then often their one-link flows alone.
+    Returns the send times, the link records and how often that shortcut was taken."""
+    graph = load_topology("dgx-h100", 4, fabric=FABRICS["leaf-spine"])
+    env = simpy.Environment()
+    network = FlowNetwork(env, graph, flow_seconds=True)
+    network.cut_entries = cut
+    n_links = len(network.links)
+    if classes:
+        network.set_link_classes(np.arange(n_links), np.where(np.arange(n_links) % 3, 1, 2))
+    rng = np.random.default_rng(seed)
+    logs = [Log(env), Log(env)]
+    owners = [network.register(log) for log in logs]
+    taken = [0]
+    found = FlowNetwork._one_link_flows_on
+
+    def counted(self, seeds):
+        entries = found(self, seeds)
+        taken[0] += entries is not None
+        return entries
+
+    def source():
+        for index in range(80):
+            # A few links drawn from a small pool, so that loads meet on them.
+            count = int(rng.integers(1, 4)) if index % 20 != 9 else 30
+            links = rng.choice(40, count, replace=False)
+            nbytes = rng.uniform(1e5, 3e7, count)
+            cap = np.where(rng.random(count) < 0.5, rng.uniform(1e9, 3e10, count), np.inf)
+            copies = rng.choice([1.0, 2.0], count)
+            network.add_link_loads(owners[index % 2], links, nbytes, cap, count, copies)
+            if index % 7 == 3:
+                src = rng.integers(0, 32, 3)
+                routes = network.route_ids(src, (src + 1 + rng.integers(0, 31, 3)) % 32)
+                network.add_flows(owners[0], np.arange(3) + 1000 * index, routes, np.full(3, 4e6))
+            yield env.timeout(float(rng.choice([0.0, 1e-6, 3e-5, 2e-4])))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FlowNetwork, "_one_link_flows_on", counted)
+        env.process(source())
+        env.run()
+    network.close_link_records()
+    return (
+        [log.sent for log in logs],
+        network.link_bytes.tobytes(),
+        network.link_busy.tobytes(),
+        network.link_idle_at.tobytes(),
+        network.link_flow_s.tobytes(),
+        network.stats,
+    ), taken[0]
+
+
+class Log:
+    """An owner that notes when each of its ops is sent."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.sent: list[tuple[int, float]] = []
+
+    def on_sent(self, ops: np.ndarray) -> None:
+        self.sent += [(op, self.env.now) for op in ops.tolist()]
+
+    def on_delivered(self, ops: np.ndarray) -> None:
+        pass
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("classes", [False, True])
+def test_one_link_components_equal_the_search(seed, classes):
+    cut, taken = link_loads_run(True, seed, classes)
+    plain, never = link_loads_run(False, seed, classes)
+    assert cut == plain
+    assert taken > 20 and never == 0  # the shortcut was taken (only) where asked for

@@ -74,6 +74,11 @@ _SMALL = 32
 # holds ~3,200 entries and most events end 1 or 2 flows, where numpy's masked copy of each
 # of its arrays cost several times the slices' (one pass over a mask per array).
 _FEW_GONE = 16
+# Up to this many seed links, a component search first looks for the flows on them by
+# comparisons: where each of those flows crosses one link only (a call's traffic on one
+# link, as bundles carry it), they are the component, found without the search's
+# gathers over the incidence.
+_FEW_SEEDS = 4
 
 
 class FlowOwner(Protocol):
@@ -805,6 +810,11 @@ class FlowNetwork:
         flows = np.zeros(self._cap, dtype=bool)
         if len(seeds) == 0 or len(self._inc_link) == 0:
             return flows, None
+        if self.cut_entries and len(seeds) <= _FEW_SEEDS and len(self._inc_link) > _SMALL:
+            entries = self._one_link_flows_on(seeds)
+            if entries is not None:
+                flows[self._inc_flow[entries]] = True
+                return flows, entries
         if 8 * len(self._inc_link) > len(self.links):
             # Much of the network is busy: masks over all links are cheapest.
             links = np.zeros(len(self.links), dtype=bool)
@@ -856,6 +866,23 @@ class FlowNetwork:
                 mark[links] = False
         flows[self._inc_flow] = True  # the change reaches most of the network
         return flows, None
+
+    def _one_link_flows_on(self, seeds: np.ndarray) -> np.ndarray | None:
+        """Positions of the incidence entries on the ``seeds`` links, where every flow
+        they belong to crosses one link only (None otherwise): those flows are then the
+        component of the seeds, and these entries all of theirs (a flow has one entry per
+        link of its route)."""
+        inc_link = self._inc_link
+        first, *rest = seeds.tolist()
+        hit = inc_link == first
+        for link in rest:
+            hit |= inc_link == link
+        entries = np.flatnonzero(hit)
+        ptr = self.router.arrays()[0]
+        routes = self._f_route[self._inc_flow[entries]]
+        if (ptr[routes + 1] - ptr[routes] != 1).any():
+            return None
+        return entries
 
     def _recompute(self, slots: np.ndarray, now: float, in_set: np.ndarray | None = None) -> None:
         """New rates and finish times of the flows in ``slots`` (sorted, or in the order
