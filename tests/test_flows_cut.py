@@ -157,3 +157,17 @@ def test_one_link_components_equal_the_search(seed, classes):
     plain, never = link_loads_run(False, seed, classes)
     assert cut == plain
     assert taken > 20 and never == 0  # the shortcut was taken (only) where asked for
+
+
+def test_all_equal_is_numpys_min_equals_max():
+    """The few-values test of one owner / one latency says what ``min() == max()`` says,
+    NaN included, for short arrays (Python) and long ones (numpy)."""
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        n = int(rng.integers(1, 40))
+        values = rng.choice([1.0, 2.0, np.nan, np.inf], n, p=[0.7, 0.1, 0.1, 0.1])
+        if rng.random() < 0.5:
+            values[:] = values[0]
+        assert flows._all_equal(values) == (values.min() == values.max())
+        ints = np.where(np.isfinite(values), values, 3.0).astype(np.int64)  # owners' ids
+        assert flows._all_equal(ints) == (ints.min() == ints.max())

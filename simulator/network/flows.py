@@ -1025,7 +1025,7 @@ class FlowNetwork:
         latency = self.route_latency(routes)
         self._in_wake = True
         try:
-            if len(done) == 1 or owners.min() == owners.max():
+            if len(done) == 1 or _all_equal(owners):
                 # One owner (a collective's step): its flows as they are, no sort.
                 split = [(int(owners[0]), None)]
             else:
@@ -1058,7 +1058,7 @@ class FlowNetwork:
             event = self.env.timeout(float(delay[0]))
             event.callbacks.append(lambda _event: callback(ops))
             return
-        if delay.min() == delay.max():  # one route latency for all: no sort
+        if _all_equal(delay):  # one route latency for all: no sort
             delays, group = delay[:1], np.zeros(len(delay), dtype=np.int64)
         else:
             delays, group = np.unique(delay, return_inverse=True)
@@ -1090,6 +1090,20 @@ class FlowNetwork:
             "bytes": carried.tolist(),
             "busy_s": busy.tolist(),
         }
+
+
+def _all_equal(values: np.ndarray) -> bool:
+    """Whether every one of ``values`` (not empty) equals the first, as
+    ``values.min() == values.max()`` says (False where one is NaN): in Python for a few
+    (two numpy reductions cost more than the comparisons), in numpy for more.
+
+    >>> _all_equal(np.array([2.0, 2.0])), _all_equal(np.array([2.0, np.nan]))
+    (True, False)
+    """
+    if len(values) > 16:
+        return bool(values.min() == values.max())
+    first, *rest = values.tolist()
+    return first == first and all(value == first for value in rest)
 
 
 def run_env(
