@@ -787,6 +787,11 @@ class FlowNetwork:
         """Update per-link active-flow counts and busy time."""
         if len(links) == 0:
             return
+        if self.scalar_events and len(links) <= _FEW_SEEDS:
+            few = links.tolist()
+            if len(set(few)) == len(few):
+                self._count_few_link_flows(few, sign, now)
+                return
         if self.flow_seconds:
             touched = np.unique(links)
             count = self._link_flows[touched]
@@ -802,6 +807,24 @@ class FlowNetwork:
             idle = links[(after == 0) & (before > 0)]
             self.link_busy[idle] += now - self._link_since[idle]
             self.link_idle_at[idle] = now
+
+    def _count_few_link_flows(self, links: list[int], sign: int, now: float) -> None:
+        """:meth:`_count_link_flows` of a few distinct links, one element at a time (the
+        same operations on the same numbers as the passes, without their calls)."""
+        counts = self._link_flows
+        for link in links:
+            before = int(counts[link])
+            if self.flow_seconds:
+                changed = self._link_changed
+                self.link_flow_s[link] += before * (now - float(changed[link]))
+                changed[link] = now
+            counts[link] = before + sign
+            if sign > 0:
+                if before == 0:
+                    self._link_since[link] = now
+            elif before + sign == 0 and before > 0:
+                self.link_busy[link] += now - float(self._link_since[link])
+                self.link_idle_at[link] = now
 
     def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
