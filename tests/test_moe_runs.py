@@ -102,8 +102,10 @@ def test_expert_groups_follow_megatron_cores_expert_grid():
 )
 def test_one_replica_and_one_tp_rank_give_the_full_steps_time(kw):
     """The shortcuts (replicas; TP shadows, or with TP 1 the EP group's first rank
-    standing for the group) replay fewer ops and give the same step, to the bit, as
-    every rank built, on 2 DGX H100."""
+    standing for the group) replay fewer ops and give the same step as every rank built,
+    on 2 DGX H100: to rounding, as :mod:`simulator.workload.replicas` promises (a flow of
+    weight dp loads each link of its class dp / |class| times, where the full build adds
+    the dp images' loads one by one; TP 2 x EP 16 lands one ulp apart)."""
     m = Transformer(layers=4, hidden=1024, seq=1024, vocab=32000, heads=8, kv_heads=2,
                     gated=True, ffn=2048, experts=16, top_k=4, moe_ffn=512,
                     dropout=False)  # fmt: skip
@@ -114,4 +116,4 @@ def test_one_replica_and_one_tp_rank_give_the_full_steps_time(kw):
                         shadows=fast, **kw)  # fmt: skip
         steps[fast] = (len(step.ops), run_workload(step, "dgx-h100", nodes=nodes)[1].step_s)
     assert steps[True][0] < steps[False][0]
-    assert steps[True][1] == steps[False][1]
+    assert steps[True][1] == pytest.approx(steps[False][1], rel=1e-15, abs=0)
