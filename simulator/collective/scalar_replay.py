@@ -270,6 +270,7 @@ class _Net:
         self.link_n: dict[int, int] = {}
         self.route_slots: list[dict[int, None]] = [{} for _ in route_links]
         self.link_routes: dict[int, dict[int, None]] = {}
+        self.active: dict[int, None] = {}  # the routes with flows
         self.entries = 0
         self.seq = 0
         self.pending: list[list[int]] = []
@@ -387,6 +388,7 @@ class _Net:
                 del route_slots[route][slot]
             for route in gone:
                 if not route_slots[route]:
+                    del self.active[route]
                     for link in route_entries[route]:
                         del link_routes[link][route]
         joined: dict[int, int] = {}
@@ -398,6 +400,7 @@ class _Net:
                 joined[route] = joined.get(route, 0) + 1
                 route_slots[route][slot] = None
             for route in joined:
+                self.active[route] = None
                 for link in route_entries[route]:
                     link_routes.setdefault(link, {})[route] = None
         self._change(gone, joined, now)
@@ -412,11 +415,8 @@ class _Net:
             for route in {f_route[slot] for slot in new}:
                 seeds.update(route_entries[route])
         if seeds:
-            affected = self._component(seeds)
-            affected.update(new)
-            self._recompute(sorted(affected), now)
-        elif new:
-            self._recompute(new, now)
+            # (The crowded new flows' routes are among those found: their links seed.)
+            self._recompute(self._component(seeds), now)
         self._schedule_wake()
 
     def _rate_alone(self, new: list[int], now: float) -> list[int]:
@@ -436,22 +436,20 @@ class _Net:
             self.finish[slot] = now + (left / rate if left > 0 else 0.0)
         return crowded
 
-    def _component(self, seeds: set[int]) -> set[int]:
-        """The flows connected to ``seeds`` through shared links, as the FlowNetwork's
-        search finds them (every flow when it has not closed in six rounds, unless the
-        incidence is small against the network: its plain-Python branch goes on).
+    def _component(self, seeds: set[int]) -> set[int] | dict[int, None]:
+        """The routes of the flows connected to ``seeds`` through shared links, as the
+        FlowNetwork's search finds the flows (every flow when it has not closed in six
+        rounds, unless the incidence is small against the network: its plain-Python
+        branch goes on).
 
         It searches routes, not flows: a round reaches a flow exactly when it reaches
         the flow's route (the flows of a route are on the same links), so the rounds,
-        and with them the cut-off, are the flow search's."""
+        and with them the cut-off, are the flow search's, and the flows found are
+        every flow of the routes found."""
         if self.entries == 0:
             return set()
         cut_off = 8 * self.entries > self.n_links or self.entries > _SMALL
-        link_routes, route_entries, route_slots = (
-            self.link_routes,
-            self.route_entries,
-            self.route_slots,
-        )
+        link_routes, route_entries = self.link_routes, self.route_entries
         reached = set(seeds)
         frontier = reached
         found: set[int] = set()
@@ -459,7 +457,7 @@ class _Net:
         while True:
             rounds += 1
             if cut_off and rounds > _ROUNDS:
-                return {slot for slots in route_slots for slot in slots}
+                return self.active
             fresh = set()
             for link in frontier:
                 routes = link_routes.get(link)
@@ -472,23 +470,26 @@ class _Net:
                 grown.update(route_entries[route])
             frontier = grown - reached
             if not frontier:
-                return {slot for route in found for slot in route_slots[route]}
+                return found
             reached |= frontier
 
-    def _recompute(self, slots: list[int], now: float) -> None:
-        """FlowNetwork._recompute: bytes left brought up to now, max-min rates by
-        progressive filling (maxmin's arithmetic, by route: see the class docstring),
-        finish times."""
-        f_left, f_rate, f_last, f_route = self.f_left, self.f_rate, self.f_last, self.f_route
+    def _recompute(self, routes, now: float) -> None:
+        """FlowNetwork._recompute on every flow of ``routes``: bytes left brought up to
+        now, max-min rates by progressive filling (maxmin's arithmetic, by route: see
+        the class docstring), finish times. (Each flow's values are its own, so the
+        order the flows are visited in changes none.)"""
+        f_left, f_rate, f_last = self.f_left, self.f_rate, self.f_last
+        route_slots = self.route_slots
         groups: dict[int, int] = {}
-        for slot in slots:
-            elapsed = now - f_last[slot]
-            if elapsed > 0 and f_rate[slot] > 0:
-                left = f_left[slot] - f_rate[slot] * elapsed
-                f_left[slot] = left if left > 0.0 else 0.0
-            f_last[slot] = now
-            route = f_route[slot]
-            groups[route] = groups.get(route, 0) + 1
+        for route in routes:
+            slots = route_slots[route]
+            groups[route] = len(slots)
+            for slot in slots:
+                elapsed = now - f_last[slot]
+                if elapsed > 0 and f_rate[slot] > 0:
+                    left = f_left[slot] - f_rate[slot] * elapsed
+                    f_left[slot] = left if left > 0.0 else 0.0
+                f_last[slot] = now
         route_load, capacity = self.route_load, self.capacity
         remaining = {}
         for route in groups:
@@ -531,11 +532,12 @@ class _Net:
             for link, total in taken.items():
                 remaining[link] -= total * level
             live = rest
-        for slot in slots:
-            value = level_of[f_route[slot]]
-            f_rate[slot] = value
-            left = f_left[slot]
-            self.finish[slot] = now + (left / value if left > 0 else 0.0)
+        finish = self.finish
+        for route, value in level_of.items():
+            for slot in route_slots[route]:
+                f_rate[slot] = value
+                left = f_left[slot]
+                finish[slot] = now + (left / value if left > 0 else 0.0)
 
     def _schedule_wake(self) -> None:
         self.generation += 1
