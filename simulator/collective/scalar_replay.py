@@ -351,12 +351,25 @@ class _Net:
         for route, flows in gone.items():
             for link, count in route_entries[route].items():
                 minus[link] = minus.get(link, 0) + flows * count
+        link_n, flow_s, changed = self.link_n, self.link_flow_s, self.changed
+        since, busy, idle_at = self.since, self.link_busy, self.link_idle_at
+        if gone == joined:
+            # As many flows join each route as leave it (a ring's next chunk on the
+            # route of the one done): every count is back where it was, and a link
+            # whose count passes through 0 closes its busy time and opens the next.
+            for link, down in minus.items():
+                before = link_n[link]
+                flow_s[link] = flow_s.get(link, 0.0) + before * (now - changed.get(link, 0.0))
+                changed[link] = now
+                if before == down:
+                    busy[link] = busy.get(link, 0.0) + (now - since[link])
+                    idle_at[link] = now
+                    since[link] = now
+            return
         plus: dict[int, int] = {}
         for route, flows in joined.items():
             for link, count in route_entries[route].items():
                 plus[link] = plus.get(link, 0) + flows * count
-        link_n, flow_s, changed = self.link_n, self.link_flow_s, self.changed
-        since, busy, idle_at = self.since, self.link_busy, self.link_idle_at
         for link in minus.keys() | plus.keys() if minus and plus else minus or plus:
             before = link_n.get(link, 0)
             # Flow-seconds: the count so far times the time since it last changed.
