@@ -56,3 +56,20 @@ def test_footprint_is_the_links_of_every_ops_route_in_first_use_order():
     assert footprint.tolist() == expected
     moved = np.concatenate([ranks[8:], ranks[:8]])
     assert calls._footprint(schedule, None, moved, None)[1] == signature
+
+
+def test_signature_tells_apart_calls_whose_routes_differ():
+    """The signature holds each row's route (the schedule's digest fixing which ops are
+    on which row): the same ring over ranks interleaved across the servers crosses the
+    network on every hop, so its routes, and its timing, differ, and so does its
+    signature; the same call twice has one signature."""
+    graph = load_topology("dgx-h100", 4)
+    network = FlowNetwork(simpy.Environment(), graph)
+    calls = IsolatedCalls(network, np.full(32, np.inf), set())
+    schedule = build_schedule("ring", "all_gather", rank_layout(graph), 2**24, chunks=2, channels=4)
+    ranks = np.arange(32)
+    interleaved = ranks.reshape(4, 8).T.reshape(-1)  # 0, 8, 16, 24, 1, 9, ...
+    _, signature = calls._footprint(schedule, None, ranks, None)
+    _, other = calls._footprint(schedule, None, interleaved, None)
+    assert other != signature
+    assert calls._footprint(schedule, None, interleaved.copy(), None)[1] == other

@@ -194,3 +194,30 @@ def test_a_rings_step_width_is_its_channels_times_its_positions():
             "ring", "all_reduce", layout, 1e6, chunks=chunks, channels=channels
         )
         assert _step_width(schedule) == channels * 16
+
+
+@pytest.mark.parametrize("protocol", ["LL128", "Simple"])
+def test_the_searchs_cut_off_equals_the_reference(monkeypatch, protocol):
+    """Where the search for connected flows has not closed within its rounds, every flow
+    is rated again. Rings this size close within six rounds, so both the network's and
+    the scalar replay's cut-off are brought down to one round (the same constant on both
+    sides): the scalar replay's search by route must cut off where the network's flow
+    search does, and rate the same flows."""
+    import simulator.collective.scalar_replay as scalar
+    import simulator.network.flows as flows
+
+    monkeypatch.setattr(flows, "_MAX_COMPONENT_ROUNDS", 1)
+    monkeypatch.setattr(scalar, "_ROUNDS", 1)
+    cut = []
+    component = scalar._Net._component
+
+    def counted(self, seeds):
+        found = component(self, seeds)
+        cut.append(found is self.active)
+        return found
+
+    monkeypatch.setattr(scalar._Net, "_component", counted)
+    graph = load_topology("dgx-h100", 2)
+    schedule = build_schedule("ring", "all_reduce", rank_layout(graph), 2e7, chunks=2, channels=3)
+    _compare(graph, schedule, protocol)
+    assert any(cut) and not all(cut)  # both branches taken

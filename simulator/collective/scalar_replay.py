@@ -264,9 +264,13 @@ class _Net:
         self.finish: dict[int, float] = {}  # active slot -> finish time
         self.free: list[list[int]] = []
         self.top = 0
-        # Incidence: per link its entry count and its flows' slots.
+        # Incidence: per link its entry count; per route its flows' slots, and per link
+        # the routes with flows on it (flows on one route cross the same links, so the
+        # search for connected flows can go by route: see _component).
         self.link_n: dict[int, int] = {}
-        self.link_slots: dict[int, dict[int, None]] = {}
+        self.route_slots: list[dict[int, None]] = [{} for _ in route_links]
+        self.link_routes: dict[int, dict[int, None]] = {}
+        self.active: dict[int, None] = {}  # the routes with flows
         self.entries = 0
         self.seq = 0
         self.pending: list[list[int]] = []
@@ -332,63 +336,100 @@ class _Net:
         self.settle_scheduled = False
         self._settle([])
 
-    def _change(self, slots: list[int], sign: int, now: float) -> None:
-        """FlowNetwork._count_link_flows for the entries of ``slots`` leaving (-1) or
-        joining (+1): flow-seconds, busy time and idle instants."""
-        delta: dict[int, int] = {}
-        for slot in slots:
-            for link, count in self.route_entries[self.f_route[slot]].items():
-                delta[link] = delta.get(link, 0) + count
+    def _change(self, gone: dict[int, int], joined: dict[int, int], now: float) -> None:
+        """FlowNetwork._count_link_flows for the entries of the flows leaving, then of
+        those joining, at ``now`` (``gone`` and ``joined``: their count per route):
+        flow-seconds, busy time and idle instants.
+
+        One pass over the links for both (the network makes two): on a link both touch,
+        the second pass adds its count times ``now - now``, +0.0, to flow-seconds that
+        are never -0.0, which changes no bit; busy time still closes (leaving ones
+        first) and opens (joining ones) at ``now`` where the count passes through 0.
+        Counts are integers, so grouping by route changes none."""
+        route_entries = self.route_entries
+        minus: dict[int, int] = {}
+        for route, flows in gone.items():
+            for link, count in route_entries[route].items():
+                minus[link] = minus.get(link, 0) + flows * count
         link_n, flow_s, changed = self.link_n, self.link_flow_s, self.changed
-        for link, count in delta.items():
+        since, busy, idle_at = self.since, self.link_busy, self.link_idle_at
+        if gone == joined:
+            # As many flows join each route as leave it (a ring's next chunk on the
+            # route of the one done): every count is back where it was, and a link
+            # whose count passes through 0 closes its busy time and opens the next.
+            for link, down in minus.items():
+                before = link_n[link]
+                flow_s[link] = flow_s.get(link, 0.0) + before * (now - changed.get(link, 0.0))
+                changed[link] = now
+                if before == down:
+                    busy[link] = busy.get(link, 0.0) + (now - since[link])
+                    idle_at[link] = now
+                    since[link] = now
+            return
+        plus: dict[int, int] = {}
+        for route, flows in joined.items():
+            for link, count in route_entries[route].items():
+                plus[link] = plus.get(link, 0) + flows * count
+        for link in minus.keys() | plus.keys() if minus and plus else minus or plus:
             before = link_n.get(link, 0)
             # Flow-seconds: the count so far times the time since it last changed.
             flow_s[link] = flow_s.get(link, 0.0) + before * (now - changed.get(link, 0.0))
             changed[link] = now
-            after = before + sign * count
-            link_n[link] = after
-            if sign > 0 and before == 0:
-                self.since[link] = now
-            elif sign < 0 and after == 0 and before > 0:
-                self.link_busy[link] = self.link_busy.get(link, 0.0) + (now - self.since[link])
-                self.link_idle_at[link] = now
-        self.entries += sign * sum(delta.values())
+            down = minus.get(link, 0)
+            after = before - down
+            if down and after == 0:
+                busy[link] = busy.get(link, 0.0) + (now - since[link])
+                idle_at[link] = now
+            up = plus.get(link, 0)
+            if up and after == 0:
+                since[link] = now
+            link_n[link] = after + up
+        self.entries += sum(plus.values()) - sum(minus.values())
 
     def _settle(self, finished: list[int]) -> None:
         """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them."""
         now = self.clock.now
         new = [slot for slots in self.pending for slot in slots]
         self.pending = []
-        link_slots = self.link_slots
+        f_route, route_slots, link_routes = self.f_route, self.route_slots, self.link_routes
+        route_entries = self.route_entries
+        gone: dict[int, int] = {}
         if finished:
-            self._change(finished, -1, now)
             for slot in finished:
-                for link in self.route_entries[self.f_route[slot]]:
-                    del link_slots[link][slot]
+                route = f_route[slot]
+                gone[route] = gone.get(route, 0) + 1
+                del route_slots[route][slot]
+            for route in gone:
+                if not route_slots[route]:
+                    del self.active[route]
+                    for link in route_entries[route]:
+                        del link_routes[link][route]
+        joined: dict[int, int] = {}
         if new:
             for slot in new:
                 self.f_seq[slot] = self.seq
                 self.seq += 1
-            self._change(new, +1, now)
-            for slot in new:
-                for link in self.route_entries[self.f_route[slot]]:
-                    link_slots.setdefault(link, {})[slot] = None
+                route = f_route[slot]
+                joined[route] = joined.get(route, 0) + 1
+                route_slots[route][slot] = None
+            for route in joined:
+                self.active[route] = None
+                for link in route_entries[route]:
+                    link_routes.setdefault(link, {})[route] = None
+        self._change(gone, joined, now)
+        # The links the finished flows leave that still carry flows (the new ones
+        # counted, as the FlowNetwork counts them before it looks).
         seeds: set[int] = set()
-        if finished:
-            for slot in finished:
-                seeds.update(
-                    link for link in self.route_entries[self.f_route[slot]] if self.link_n[link]
-                )
+        link_n = self.link_n
+        for route in gone:
+            seeds.update(link for link in route_entries[route] if link_n[link])
         if new:
             new = self._rate_alone(new, now)
-            for slot in new:
-                seeds.update(self.route_entries[self.f_route[slot]])
+            for route in {f_route[slot] for slot in new}:
+                seeds.update(route_entries[route])
         if seeds:
-            affected = self._component(seeds)
-            affected.update(new)
-            self._recompute(sorted(affected), now)
-        elif new:
-            self._recompute(new, now)
+            # (The crowded new flows' routes are among those found: their links seed.)
+            self._recompute(self._component(seeds), now)
         self._schedule_wake()
 
     def _rate_alone(self, new: list[int], now: float) -> list[int]:
@@ -408,14 +449,20 @@ class _Net:
             self.finish[slot] = now + (left / rate if left > 0 else 0.0)
         return crowded
 
-    def _component(self, seeds: set[int]) -> set[int]:
-        """The flows connected to ``seeds`` through shared links, as the FlowNetwork's
-        search finds them (every flow when it has not closed in six rounds, unless the
-        incidence is small against the network: its plain-Python branch goes on)."""
+    def _component(self, seeds: set[int]) -> set[int] | dict[int, None]:
+        """The routes of the flows connected to ``seeds`` through shared links, as the
+        FlowNetwork's search finds the flows (every flow when it has not closed in six
+        rounds, unless the incidence is small against the network: its plain-Python
+        branch goes on).
+
+        It searches routes, not flows: a round reaches a flow exactly when it reaches
+        the flow's route (the flows of a route are on the same links), so the rounds,
+        and with them the cut-off, are the flow search's, and the flows found are
+        every flow of the routes found."""
         if self.entries == 0:
             return set()
         cut_off = 8 * self.entries > self.n_links or self.entries > _SMALL
-        link_slots, f_route, route_entries = self.link_slots, self.f_route, self.route_entries
+        link_routes, route_entries = self.link_routes, self.route_entries
         reached = set(seeds)
         frontier = reached
         found: set[int] = set()
@@ -423,35 +470,39 @@ class _Net:
         while True:
             rounds += 1
             if cut_off and rounds > _ROUNDS:
-                return {slot for slots in link_slots.values() for slot in slots}
+                return self.active
             fresh = set()
             for link in frontier:
-                for slot in link_slots.get(link, ()):
-                    if slot not in found:
-                        fresh.add(slot)
+                routes = link_routes.get(link)
+                if routes:
+                    fresh.update(routes)
+            fresh -= found
             found |= fresh
             grown = set()
-            for slot in fresh:
-                grown.update(route_entries[f_route[slot]])
+            for route in fresh:
+                grown.update(route_entries[route])
             frontier = grown - reached
             if not frontier:
                 return found
             reached |= frontier
 
-    def _recompute(self, slots: list[int], now: float) -> None:
-        """FlowNetwork._recompute: bytes left brought up to now, max-min rates by
-        progressive filling (maxmin's arithmetic, by route: see the class docstring),
-        finish times."""
-        f_left, f_rate, f_last, f_route = self.f_left, self.f_rate, self.f_last, self.f_route
+    def _recompute(self, routes, now: float) -> None:
+        """FlowNetwork._recompute on every flow of ``routes``: bytes left brought up to
+        now, max-min rates by progressive filling (maxmin's arithmetic, by route: see
+        the class docstring), finish times. (Each flow's values are its own, so the
+        order the flows are visited in changes none.)"""
+        f_left, f_rate, f_last = self.f_left, self.f_rate, self.f_last
+        route_slots = self.route_slots
         groups: dict[int, int] = {}
-        for slot in slots:
-            elapsed = now - f_last[slot]
-            if elapsed > 0 and f_rate[slot] > 0:
-                left = f_left[slot] - f_rate[slot] * elapsed
-                f_left[slot] = left if left > 0.0 else 0.0
-            f_last[slot] = now
-            route = f_route[slot]
-            groups[route] = groups.get(route, 0) + 1
+        for route in routes:
+            slots = route_slots[route]
+            groups[route] = len(slots)
+            for slot in slots:
+                elapsed = now - f_last[slot]
+                if elapsed > 0 and f_rate[slot] > 0:
+                    left = f_left[slot] - f_rate[slot] * elapsed
+                    f_left[slot] = left if left > 0.0 else 0.0
+                f_last[slot] = now
         route_load, capacity = self.route_load, self.capacity
         remaining = {}
         for route in groups:
@@ -494,11 +545,12 @@ class _Net:
             for link, total in taken.items():
                 remaining[link] -= total * level
             live = rest
-        for slot in slots:
-            value = level_of[f_route[slot]]
-            f_rate[slot] = value
-            left = f_left[slot]
-            self.finish[slot] = now + (left / value if left > 0 else 0.0)
+        finish = self.finish
+        for route, value in level_of.items():
+            for slot in route_slots[route]:
+                f_rate[slot] = value
+                left = f_left[slot]
+                finish[slot] = now + (left / value if left > 0 else 0.0)
 
     def _schedule_wake(self) -> None:
         self.generation += 1

@@ -301,6 +301,7 @@ class IsolatedCalls:
         self._timing_digests: dict[tuple[int, bool], tuple[Schedule, bytes]] = {}
         # Per schedule by id: its distinct (src, dst, channel, path) rows (_rows).
         self._row_cache: dict[int, tuple] = {}
+        self._reducing_cache: dict[int, tuple] = {}
         self._scratch: FlowNetwork | None = None
         # The last call's routes found by _footprint: (schedule, ranks, routes).
         self._last_routes: tuple[Schedule, bytes, np.ndarray] | None = None
@@ -754,8 +755,8 @@ class IsolatedCalls:
         # route's first op is the first of its rows' first ops.
         unique, route_of_row = np.unique(row_routes, return_inverse=True)
         first = np.full(len(unique), schedule.n_ops, dtype=np.int64)
-        np.minimum.at(first, route_of_row.reshape(-1), row_first)
-        op_route = route_of_row.reshape(-1)[op_row]
+        route_of_row = route_of_row.reshape(-1)
+        np.minimum.at(first, route_of_row, row_first)
         # Routes numbered by first use, so that the numbering is the same for every group
         # with the same schedule.
         by_use = np.argsort(first, kind="stable")
@@ -774,7 +775,7 @@ class IsolatedCalls:
         link_number[link_order] = np.arange(len(links))
         footprint = links[link_order]
         # Reducers of the ranks that reduce (created now, as the replay would).
-        reducing = np.unique(schedule.dst[schedule.reduce]) if schedule.reduce.any() else []
+        reducing = self._reducing(schedule)
         reducer_positions, reducer_bandwidth, reducers = [], [], []
         if period is not None:
             reducing = np.unique(np.asarray(reducing, dtype=np.int64) % period)
@@ -799,7 +800,9 @@ class IsolatedCalls:
         )
         for part in (
             np.array([period or 0, self.copies], dtype=np.int64),
-            renumber[op_route].astype(np.int64),
+            # Each row's route (its ops' routes: the timing digest fixes which ops are
+            # on which row, src, dst, channel and path being among its arrays).
+            renumber[route_of_row].astype(np.int64),
             lengths.astype(np.int64),
             link_number[local],
             attributes,
@@ -819,6 +822,16 @@ class IsolatedCalls:
         if known is None:
             known = self._timing_digests[key] = (schedule, timing_digest(schedule, reducing))
         return known[1]
+
+    def _reducing(self, schedule: Schedule) -> np.ndarray | list:
+        """The ranks ``schedule`` reduces on (its reducing ops' receivers), once per
+        schedule."""
+        found = self._reducing_cache.get(id(schedule))
+        if found is None:
+            reducing = np.unique(schedule.dst[schedule.reduce]) if schedule.reduce.any() else []
+            # (The schedule kept so that its id stays its own.)
+            found = self._reducing_cache[id(schedule)] = (reducing, schedule)
+        return found[0]
 
     def _rows(self, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A schedule's distinct (src, dst, channel, path) rows, each op's row and each
