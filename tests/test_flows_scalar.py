@@ -115,17 +115,25 @@ def test_scalar_events_equal_the_array_path(kind, fabric, seed):
         assert scalar[-2]  # flows did start on held links
 
 
-def test_scalar_events_equal_the_array_path_under_timed_faults(monkeypatch):
+#: The flow network's shortcut switches, each held to the path it replaces: small events
+#: in Python floats (``scalar_events``) and finished entries cut out as slices
+#: (``cut_entries``, also tests/test_flows_cut.py).
+SWITCHES = ("scalar_events", "cut_entries")
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_shortcuts_equal_the_reference_under_timed_faults(switch, monkeypatch):
     """A ring and a hierarchical all-reduce on a leaf-spine whose links slow down and
-    recover mid-collective: the same end time and link records."""
+    recover mid-collective: the same end time and link records with the shortcut on and
+    off."""
     graph = load_topology("dgx-h100", 4, fabric=FABRICS["leaf-spine"])
     faulted = apply_faults(
         graph, ["link=leaf0-spine0:0.5,t0=20us,t1=300us", "node=s1/nic0:0.25,t0=50us"]
     )
     results = {}
-    for scalar in (True, False):
-        monkeypatch.setattr(FlowNetwork, "scalar_events", scalar)
-        results[scalar] = [
+    for on in (True, False):
+        monkeypatch.setattr(FlowNetwork, switch, on)
+        results[on] = [
             simulate_collective(faulted, "all_reduce", 64e6, algorithm, chunks=4)
             for algorithm in ("ring", "hierarchical")
         ]
@@ -134,10 +142,11 @@ def test_scalar_events_equal_the_array_path_under_timed_faults(monkeypatch):
         assert fast.links == plain.links
 
 
+@pytest.mark.parametrize("switch", SWITCHES)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_scalar_events_change_no_job_record(case, monkeypatch):
+def test_shortcuts_change_no_job_record(case, switch, monkeypatch):
     fast = run(case)
-    monkeypatch.setattr(FlowNetwork, "scalar_events", False)
+    monkeypatch.setattr(FlowNetwork, switch, False)
     plain = run(case)
     assert records(fast) == records(plain)
     assert [job.step_together_s for job in fast.jobs] == [job.step_together_s for job in plain.jobs]
