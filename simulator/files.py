@@ -21,7 +21,9 @@ Reading (:func:`read_text`, :func:`load_data`, :func:`parse_data`)
     safe loader, and refused before any Python object is built when it nests deeper
     than :data:`MAX_DEPTH`, uses more than :data:`MAX_ALIASES` aliases, refers to itself
     or would expand (aliases followed) past :data:`MAX_NODES` values: a "billion laughs"
-    file costs nothing. Deep JSON is refused the same way.
+    file costs nothing. Deep JSON is refused the same way. ccsim's own bundled data
+    (``trusted``) skips the limits and is parsed by libyaml's safe loader where PyYAML
+    has it: the same values, seven times faster on the 9,000-line published-runs file.
 """
 
 from __future__ import annotations
@@ -294,11 +296,19 @@ class _LimitedLoader(yaml.SafeLoader):
 
 
 def parse_data(
-    text: str, *, source: str = "<text>", fmt: str = "yaml", error: type = CcsimError
+    text: str,
+    *,
+    source: str = "<text>",
+    fmt: str = "yaml",
+    error: type = CcsimError,
+    trusted: bool = False,
 ) -> Any:
     """Parse YAML (``fmt="yaml"``) or JSON text safely (see the module docstring).
 
-    ``source`` names the text in messages; a problem raises ``error``.
+    ``source`` names the text in messages; a problem raises ``error``. ``trusted``: the
+    text is ccsim's own bundled data, never a user's: YAML is parsed by PyYAML's C safe
+    loader (libyaml; its pure-Python one where PyYAML was built without it) and without
+    the size and alias limits, which cost more than the parse itself in Python.
 
     >>> parse_data("a: [1, 2]")
     {'a': [1, 2]}
@@ -323,7 +333,10 @@ def parse_data(
             raise error(f"{source}: not valid JSON: {problem}") from None
     loader = None
     try:
-        loader = _LimitedLoader(text)  # checks the characters first
+        if trusted:
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        else:
+            loader = _LimitedLoader(text)  # checks the characters first
         return loader.get_single_data()
     except yaml.reader.ReaderError as problem:
         raise error(
@@ -350,15 +363,25 @@ def parse_data(
 
 
 def load_data(
-    path: str | Path, *, what: str = "file", fmt: str | None = None, error: type = CcsimError
+    path: str | Path,
+    *,
+    what: str = "file",
+    fmt: str | None = None,
+    error: type = CcsimError,
+    trusted: bool = False,
 ) -> Any:
     """Read a YAML or JSON file safely: :func:`read_text`, then :func:`parse_data`.
 
     ``fmt`` is ``"yaml"`` or ``"json"``; by default a ``.json`` file is JSON and any
     other is YAML. Problems raise ``error`` naming the file and ``what`` it is.
+    ``trusted``: a file ccsim ships (see :func:`parse_data`).
     """
     path = Path(path)
     fmt = fmt or ("json" if path.suffix.lower() == ".json" else "yaml")
     return parse_data(
-        read_text(path, what=what, error=error), source=str(path), fmt=fmt, error=error
+        read_text(path, what=what, error=error),
+        source=str(path),
+        fmt=fmt,
+        error=error,
+        trusted=trusted,
     )

@@ -285,3 +285,17 @@ def test_bad_yaml_is_one_line(text, words):
 def test_the_loader_is_pyyaml_safe_load_on_ordinary_input():
     text = "a: 1\nb: [x, 2.5, null, true]\nc: {d: '1K'}\n"
     assert parse_data(text) == yaml.safe_load(text)
+
+
+def test_bundled_data_parses_to_the_same_values_trusted_or_not():
+    # The bundled published-runs file is parsed by libyaml when trusted: the values must
+    # be the ones the limited pure-Python loader (a user's file) builds.
+    from simulator.validate.training import PUBLISHED
+
+    text = PUBLISHED.read_text()
+    assert parse_data(text, trusted=True) == parse_data(text)
+
+
+def test_trusted_parsing_still_names_bad_yaml():
+    with pytest.raises(CcsimError, match=r"x\.yaml: not valid YAML: .*\(line \d+, column \d+\)"):
+        parse_data("a: [1, 2", source="x.yaml", trusted=True)
