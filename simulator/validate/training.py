@@ -381,6 +381,30 @@ BF16_GRADIENTS_FP8 = (
 #: nemotron4_340b.py 226, deepseek_v3.py 160, gpt3_175b.py 244).
 #: Grok-1's script builds another recipe, not read: it keeps the rule above.
 BF16_GRADIENTS_FROM = {"nvidia-dgxc-benchmarking": (25, 4)}
+#: DGX Cloud's earlier benchmarks (v25.01, dgxc-benchmarking@143b90dd91f9: containers
+#: before 25.04) ran NeMo 1's hydra configs, which reduce gradients in bf16 in both
+#: precisions too (Apex's distributed_fused_adam with ``optim.grad_sync_dtype: bf16``:
+#: nemo_megatron/gpt3_175b_hydra.yaml line 155, llama3.1/llama3.1_8b.yaml 157,
+#: llama3.1_70b.yaml 161, llama3.1_405b.yaml 164, nemotron/nemotron4-15b-synth.yaml 193,
+#: nemotron4-340b-synth.yaml 185). GPT-3 175B's keeps its weights in fp8 when it runs in
+#: fp8 (``model.fp8_params: true``, gpt3_175b_hydra.yaml line 221), and the launchers of
+#: GPT-3 175B and Nemotron-4 340B turn cuDNN's fused attention off
+#: (``NVTE_FUSED_ATTN=0``: nemo_megatron/configure.sh line 31, nemotron/configure.sh line
+#: 70 for 340b; Llama 3.1's and Nemotron-4 15B's set it to 1), so Transformer Engine runs
+#: FlashAttention-2's kernels.
+DGXC_HYDRA_BEFORE = (25, 4)
+DGXC_HYDRA_FP8_PARAMS = ("gpt3-175b",)
+DGXC_HYDRA_FLASH2 = ("gpt3-175b", "nemotron4-340b")
+
+
+def _dgxc_hydra(entry: Mapping[str, Any]) -> bool:
+    """Whether a run is one of DGX Cloud's v25.01 benchmarks (NeMo 1's hydra configs)."""
+    return (
+        entry.get("source_kind") == "nvidia-dgxc-benchmarking"
+        and _release(entry) < DGXC_HYDRA_BEFORE
+    )
+
+
 BF16_GRADIENT_RECIPES = (
     "llama31-405b",
     "llama3-70b",
@@ -516,6 +540,7 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         and (
             kind in BF16_GRADIENTS
             or (kind in BF16_GRADIENTS_FP8 and entry.get("precision") == "fp8")
+            or _dgxc_hydra(entry)
             or (
                 kind in BF16_GRADIENTS_FROM
                 and _release(entry) >= BF16_GRADIENTS_FROM[kind]
@@ -527,10 +552,14 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     cross_entropy = _cross_entropy(entry)
     if cross_entropy:
         options["cross_entropy"] = cross_entropy
+    model_name = str((entry.get("model") or {}).get("name", ""))
     if entry.get("precision") == "fp8":
         options.update(_fp8_recipe(entry))
-        if _bridge_fp8_params(entry) and "fp8_param_gather" not in options:
+        hydra_fp8_params = _dgxc_hydra(entry) and model_name in DGXC_HYDRA_FP8_PARAMS
+        if (_bridge_fp8_params(entry) or hydra_fp8_params) and "fp8_param_gather" not in options:
             options["fp8_param_gather"] = True
+    if _dgxc_hydra(entry) and model_name in DGXC_HYDRA_FLASH2:
+        options["attention_backend"] = "flash2"
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
         # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces

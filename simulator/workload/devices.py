@@ -47,6 +47,10 @@ class Device:
     #: sequence length: (tokens, forward, backward) rows, interpolated in log2(tokens)
     #: (:data:`ATTENTION_H100`; () uses H100's fractions).
     attention: tuple[tuple[int, float, float], ...] = ()
+    #: The same for FlashAttention-2's kernels (the ``flash-attn`` package), which
+    #: Transformer Engine runs where a recipe turns cuDNN's off (``NVTE_FUSED_ATTN=0``):
+    #: (:data:`ATTENTION_H100_FA2`; () uses H100's fractions).
+    attention_flash2: tuple[tuple[int, float, float], ...] = ()
     #: Main-loop time each GEMM output tile costs beyond its ``k``, as K elements at the
     #: 16-bit rate: the pipeline's fill and the epilogue's store, paid per tile whatever
     #: ``k`` is (0: none; :data:`H100_TILE_K_OVERHEAD`).
@@ -69,17 +73,24 @@ class Device:
         """
         return self.memory_bandwidth * self.memory_efficiency
 
-    def attention_rate(self, tokens: int, backward: bool = False) -> float:
+    def attention_rate(self, tokens: int, backward: bool = False, backend: int = 0) -> float:
         """FLOP/s of fused causal attention over sequences of ``tokens`` (forward, or
-        ``backward``): the :attr:`attention` table's fraction of the 16-bit peak,
-        interpolated in log2 of the length and held at the table's ends.
+        ``backward``): the :attr:`attention` table's fraction of the 16-bit peak
+        (``backend`` 0, cuDNN's fused attention; 1, FlashAttention-2's,
+        :attr:`attention_flash2`), interpolated in log2 of the length and held at the
+        table's ends.
 
         >>> round(DEVICES["H100"].attention_rate(4096) / 1e12)
         518
         >>> round(DEVICES["H100"].attention_rate(2 ** 20, backward=True) / 1e12)
         467
+        >>> round(DEVICES["H100"].attention_rate(2048, backend=1) / 1e12)  # FA2, causal 2k
+        298
         """
-        table = self.attention or ATTENTION_H100
+        if backend == 1:
+            table = self.attention_flash2 or ATTENTION_H100_FA2
+        else:
+            table = self.attention or ATTENTION_H100
         column = 2 if backward else 1
         x = math.log2(max(tokens, 1))
         points = [(math.log2(row[0]), row[column]) for row in table]
@@ -150,6 +161,22 @@ ATTENTION_H100: tuple[tuple[int, float, float], ...] = tuple(
         (4096, 518, 609, 499),
         (8192, 529, 600, 518),
         (16384, 539, 595, 516),
+    )
+)
+# FlashAttention-2 on H100 SXM5, the same figures (Shah et al. 2024, figures 5 and 6, head
+# size 128, bf16, the "FlashAttention-2" bars): causal forward 191, 260, 298, 319, 333,
+# 335 TFLOP/s at 512 to 16k tokens, non-causal forward 309, 350, 362, 368, 370, 370,
+# non-causal backward 214, 260, 291, 310, 318, 322; the causal backward derived as for
+# cuDNN above (0.60-0.66 of cuDNN's rates from 1k tokens on).
+ATTENTION_H100_FA2: tuple[tuple[int, float, float], ...] = tuple(
+    (tokens, fwd * 1e12 / _H100_PEAK, bwd * fwd / nc_fwd * 1e12 / _H100_PEAK)
+    for tokens, fwd, nc_fwd, bwd in (
+        (512, 191, 309, 214),
+        (1024, 260, 350, 260),
+        (2048, 298, 362, 291),
+        (4096, 319, 368, 310),
+        (8192, 333, 370, 318),
+        (16384, 335, 370, 322),
     )
 )
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import CcsimError, unknown_choice
 from .host import HOST_OP_S, Launch, moe_forward_launches, moe_layer_host_s, moe_layer_ops
-from .kernels import Gemm
+from .kernels import ATTENTION_BACKENDS, Gemm
 from .memory import (
     GRAD_REDUCE,
     GRADIENT_BYTES,
@@ -98,6 +98,7 @@ def flash_core_kernels(
     forward: bool,
     recompute: str = "none",
     cp: int = 1,
+    backend: int = 0,
 ) -> list[list[int]]:
     """The flash-attention kernels of one pass over ``layers`` layers on one TP (and CP)
     rank, in the trace's ``attention`` form (:class:`~simulator.workload.kernels.Attention`):
@@ -105,14 +106,16 @@ def flash_core_kernels(
     the b s / cp tokens a CP rank holds queries for against the whole sequence (Megatron
     balances the causal work over CP ranks by giving each two opposite chunks); backward
     its backward kernel, after the forward's again with full or selective recomputation.
+    ``backend``: the kernels' library (:data:`~simulator.workload.kernels.ATTENTION_BACKENDS`).
     """
     batch = micro_batch * math.ceil(m.attention_heads / tp)
     # (MLA: the mean of its query/key and value head sizes, the same FLOPs.)
     kernel = [batch, m.seq // cp, m.seq, round(m.core_width), layers]
+    tail = [backend] if backend else []
     if forward:
-        return [[*kernel, 0]]
-    again = [[*kernel, 0]] if recompute in ("full", "selective") else []
-    return [*again, [*kernel, 1]]
+        return [[*kernel, 0, *tail]]
+    again = [[*kernel, 0, *tail]] if recompute in ("full", "selective") else []
+    return [*again, [*kernel, 1, *tail]]
 
 
 def pass_work(
@@ -131,6 +134,7 @@ def pass_work(
     moe: bool = False,
     fp8_block: int = 0,
     userbuffers: Mapping[str, UbOverlap] | None = None,
+    attention_backend: int = 0,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -152,6 +156,7 @@ def pass_work(
     their routed experts are the caller's (:func:`megatron` with ``ep``).
     ``userbuffers`` (a dense, non-MLA layer's): its linear GEMMs as Transformer
     Engine's TP overlap runs them (:class:`~.userbuffers.UbOverlap`, :func:`~.userbuffers.ub_gemm`).
+    ``attention_backend``: the fused attention's library (:func:`flash_core_kernels`).
     """
     if moe:
         linear = list(m.moe_linear_gemms(micro_batch, tp=tp, cp=cp))
@@ -192,7 +197,14 @@ def pass_work(
     work: dict[str, Any] = {"gemms": [g.as_list() for g in gemms]}
     if flash_attention and core and layers:
         work["attention"] = flash_core_kernels(
-            m, micro_batch, tp=tp, layers=layers, forward=forward, recompute=recompute, cp=cp
+            m,
+            micro_batch,
+            tp=tp,
+            layers=layers,
+            forward=forward,
+            recompute=recompute,
+            cp=cp,
+            backend=attention_backend,
         )
     return work
 
@@ -720,6 +732,7 @@ def megatron(
     fsdp_communication_unit: float | None = None,
     fsdp_double_buffer: bool = False,
     activation_offload_in_flight: int = 0,
+    attention_backend: str = "cudnn",
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -756,7 +769,11 @@ def megatron(
     micro-batch (k // p v) p + k mod p for its k-th, and passes activations from the last
     stage back to the first between chunks; the bubble shrinks to (p - 1)/v passes.
     ``flash_attention`` drops the attention scores' HBM traffic (off by default, as in
-    the SC'21 runs the bundled GPT-3 preset follows). ``overlap_grad_reduce``
+    the SC'21 runs the bundled GPT-3 preset follows); ``attention_backend``
+    (:data:`~simulator.workload.kernels.ATTENTION_BACKENDS`) times its kernels as
+    cuDNN's fused attention ("cudnn", Transformer Engine's choice on Hopper and later)
+    or FlashAttention-2's ("flash2", what TE runs under ``NVTE_FUSED_ATTN=0``).
+    ``overlap_grad_reduce``
     (Megatron-LM's ``--overlap-grad-reduce``) runs each chunk's last backward bucket by
     bucket (buckets of whole layers holding max(40M, 1M x dp) parameters, Megatron's
     default size, filled from the last layer back; the embedding's gradients join the
@@ -1005,6 +1022,9 @@ def megatron(
         )
     # Megatron-LM turns overlap_p2p_comm off without interleaving (arguments.py).
     early_recv = v > 1 and (defaults != "sc21" if overlap_p2p_comm is None else overlap_p2p_comm)
+    if attention_backend not in ATTENTION_BACKENDS:
+        raise unknown_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
+    backend = ATTENTION_BACKENDS.index(attention_backend)
     if p2p_streams is None:
         p2p_streams = "peer" if early_recv else "split"
     if p2p_streams not in P2P_STREAMS:
@@ -1216,6 +1236,7 @@ def megatron(
             moe=moe,
             fp8_block=MXFP8_BLOCK if fp8_recipe == "mxfp8" else 0,
             userbuffers=ub,
+            attention_backend=backend,
         )
 
     def work(forward: bool, logits: bool, layers: int, moe: int = 0) -> dict[str, Any]:
@@ -1768,6 +1789,7 @@ def megatron(
                                 forward=forward,
                                 recompute=recompute,
                                 cp=cp,
+                                backend=backend,
                             ),
                             forward=forward,
                             recompute=recompute,

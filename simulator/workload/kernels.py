@@ -54,8 +54,9 @@ class Device(Protocol):
         """Bytes/s a memory-bound kernel moves."""
         ...
 
-    def attention_rate(self, tokens: int, backward: bool = False) -> float:
-        """FLOP/s of fused causal attention over sequences of ``tokens``."""
+    def attention_rate(self, tokens: int, backward: bool = False, backend: int = 0) -> float:
+        """FLOP/s of fused causal attention over sequences of ``tokens`` (``backend``: an
+        index into :data:`ATTENTION_BACKENDS`)."""
         ...
 
 
@@ -150,13 +151,21 @@ class Gemm:
         return form if self.bits == 16 else [*form, self.bits]
 
 
+#: Fused attention kernels by the code the trace gives them (``Attention.backend``):
+#: cuDNN's (Transformer Engine's choice on Hopper and later when both are available,
+#: ``get_attention_backend`` in transformer_engine/pytorch/attention.py) and
+#: FlashAttention-2's (the ``flash-attn`` package TE runs when ``NVTE_FUSED_ATTN=0``).
+ATTENTION_BACKENDS = ("cudnn", "flash2")
+
+
 @dataclass(frozen=True)
 class Attention:
     """``count`` fused causal attention kernels (flash attention, as Transformer Engine
-    runs it through cuDNN), each over ``batch`` sequence-heads of ``queries`` query tokens
-    against ``keys`` key tokens of head size ``head_dim``; ``backward`` 1 for the
-    backward kernel (it recomputes the scores: 5 products against the forward's 2, 2.5
-    times its FLOPs; FlashAttention-2, Dao 2023, section 3.1)."""
+    runs it through cuDNN, or FlashAttention-2's with ``backend`` 1), each over ``batch``
+    sequence-heads of ``queries`` query tokens against ``keys`` key tokens of head size
+    ``head_dim``; ``backward`` 1 for the backward kernel (it recomputes the scores: 5
+    products against the forward's 2, 2.5 times its FLOPs; FlashAttention-2, Dao 2023,
+    section 3.1)."""
 
     batch: int
     queries: int
@@ -164,6 +173,8 @@ class Attention:
     head_dim: int
     count: int = 1
     backward: int = 0
+    #: The kernels' library, an index into :data:`ATTENTION_BACKENDS`.
+    backend: int = 0
 
     @property
     def flops(self) -> float:
@@ -177,8 +188,10 @@ class Attention:
         return forward * (2.5 if self.backward else 1.0)
 
     def as_list(self) -> list[int]:
-        """The trace form ``[batch, queries, keys, head_dim, count, backward]``."""
-        return [self.batch, self.queries, self.keys, self.head_dim, self.count, self.backward]
+        """The trace form ``[batch, queries, keys, head_dim, count, backward]``, and the
+        backend after them where it is not cuDNN's."""
+        form = [self.batch, self.queries, self.keys, self.head_dim, self.count, self.backward]
+        return [*form, self.backend] if self.backend else form
 
 
 def attention_time(device: Device, kernel: Attention) -> float:
@@ -191,7 +204,8 @@ def attention_time(device: Device, kernel: Attention) -> float:
     >>> round(k.flops / attention_time(h100, k) / 1e12)  # cuDNN, causal, 4k: 518 TFLOP/s
     518
     """
-    return kernel.flops / device.attention_rate(kernel.queries, bool(kernel.backward))
+    rate = device.attention_rate(kernel.queries, bool(kernel.backward), kernel.backend)
+    return kernel.flops / rate
 
 
 def kernels_time(

@@ -465,22 +465,27 @@ def _gemms(
 
 def _attention(raw: Any, where: Callable[[], str], cache: dict[Any, Any]) -> tuple[Attention, ...]:
     """A compute op's ``attention`` field: a list of [batch, queries, keys, head_dim,
-    count, backward] (positive integers, backward 0 or 1), each a fused attention kernel
+    count, backward] (positive integers, backward 0 or 1) and optionally the backend (0
+    cuDNN's, 1 FlashAttention-2's), each a fused attention kernel
     (:class:`~simulator.workload.kernels.Attention`); checked once per list object."""
     seen = cache.get(id(raw))
     if seen is not None and seen[0] is raw:
         return seen[1]
-    usage = "give a list of [batch, queries, keys, head_dim, count, backward (0 or 1)]"
+    usage = (
+        "give a list of [batch, queries, keys, head_dim, count, backward (0 or 1)], "
+        "optionally then the backend (0 cuDNN, 1 FlashAttention-2)"
+    )
     if not isinstance(raw, list) or not raw:
         raise WorkloadError(f"{where()}: 'attention' must be a non-empty list; {usage}")
     kernels = []
     for entry in raw:
         if (
             not isinstance(entry, list | tuple)
-            or len(entry) != 6
+            or len(entry) not in (6, 7)
             or any(isinstance(x, bool) or not isinstance(x, int) for x in entry)
             or min(entry[:5]) < 1
             or entry[5] not in (0, 1)
+            or entry[6:] not in ([], [0], [1], (), (0,), (1,))
         ):
             raise WorkloadError(f"{where()}: attention kernel {shown(entry)} is malformed; {usage}")
         kernels.append(Attention(*entry))
