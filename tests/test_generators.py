@@ -580,3 +580,26 @@ def test_a_tp_that_does_not_split_the_heads_is_refused(model, tp, message, tmp_p
     argv = ["generate", "megatron", "--model", model, "--tp", str(tp), "--out", str(out)]
     assert main(argv) == 2 and not out.exists()
     assert message in capsys.readouterr().err
+
+
+def test_flash_attention_2_costs_its_kernels_time_at_the_fa3_papers_h100_rates():
+    """One H100 running Llama 3 8B's step (8,192 tokens, 32 heads of 128, 32 layers):
+    with FlashAttention-2's kernels instead of cuDNN's the step grows by exactly the
+    attention FLOPs at the two libraries' rates, read off Shah et al. 2024 (figures 5 and
+    6, head size 128, causal forward at 8k: FA2 333 and cuDNN 529 TFLOP/s; backward, the
+    non-causal 318 and 518 scaled by causal / non-causal forward, 333/370 and 529/600)."""
+    steps = {
+        backend: run_workload(
+            megatron_core("llama3-8b", tp=1, pp=1, dp=1, global_batch=1, attention_backend=backend),
+            "dgx-h100",
+            nodes=1,
+        )[1].step_s
+        for backend in ("cudnn", "flash2")
+    }
+    s, heads, d, layers = 8192, 32, 128, 32
+    forward = 2 * s * s * d * heads  # half of 4 s^2 d: the causal mask's skipped blocks
+    fa2 = forward / 333e12 + 2.5 * forward / (318e12 * 333 / 370)
+    cudnn = forward / 529e12 + 2.5 * forward / (518e12 * 529 / 600)
+    assert steps["flash2"] - steps["cudnn"] == pytest.approx(layers * (fa2 - cudnn), rel=1e-9)
+    with pytest.raises(CcsimError, match="unknown attention_backend 'fa3'; valid choices: cudnn"):
+        megatron_core("llama3-8b", tp=1, pp=1, dp=1, global_batch=1, attention_backend="fa3")

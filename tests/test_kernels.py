@@ -149,3 +149,26 @@ def test_memory_bound_ops_run_at_h100s_measured_stream_bandwidth():
         graph.nodes[node]["model"] = "H100"
     _, result = run_workload(workload, graph, algorithm="ring")
     assert result.step_s == pytest.approx(29e9 / 2.90e12, rel=1e-12)
+
+
+def test_a_trace_attention_kernel_names_its_library_and_keeps_it_round_trip():
+    """An attention kernel of 2 x 4,096 tokens x 128 on one H100: 2 q k d x batch causal
+    FLOPs at cuDNN's 518 TFLOP/s (6 entries) or FlashAttention-2's 319 (a 7th, 1; the FA3
+    paper's causal forward at 4k); the 7th entry survives export, and any other value is
+    refused with the form."""
+    from simulator.topology import ring_graph
+
+    graph = ring_graph(2, 1e12, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "H100"
+    flops = 2 * 4096 * 4096 * 128 * 2
+    for kernel, rate in (
+        ([2, 4096, 4096, 128, 1, 0], 518e12),
+        ([2, 4096, 4096, 128, 1, 0, 1], 319e12),
+    ):
+        workload = parse_workload(_one_op(attention=[kernel]))
+        _, result = run_workload(workload, graph, algorithm="ring")
+        assert result.step_s == pytest.approx(flops / rate, rel=1e-12)
+        assert workload.to_dict()["ops"][0]["attention"] == [kernel]
+    with pytest.raises(WorkloadError, match=r"optionally then the backend \(0 cuDNN, 1 Flash"):
+        parse_workload(_one_op(attention=[[2, 4096, 4096, 128, 1, 0, 2]]))

@@ -93,13 +93,13 @@ def test_cli_runs_the_matching_runs_and_scores_them(capsys):
 
 def test_each_source_runs_with_the_gradients_and_sharding_its_recipe_sets():
     """Megatron-Bridge's performance scripts reduce gradients in bf16 (set_basic_perf_
-    overrides); NeMo 2.0's do so for fp8 runs only; Megatron-LM's own runs keep its fp32
-    default. A run whose table gives an FSDP group runs Megatron-FSDP. Dropout stays on
-    only for Megatron-LM's runs (its default, 0.1)."""
+    overrides); NeMo 2.0's do so for fp8 runs; Megatron-LM's own runs keep its fp32
+    default. A run whose table gives an FSDP
+    group runs Megatron-FSDP. Dropout stays on only for Megatron-LM's runs (its default,
+    0.1)."""
     bridge = BY_ID["bridge-26.04-llama3-70b-h100-fp8-64"]
     assert generator_options(bridge)["grad_reduce"] == "bf16"
     assert generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-fp8-64"])["grad_reduce"] == "bf16"
-    assert "grad_reduce" not in generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
     readme = BY_ID["megatron-lm-readme-gpt-70b-h100-bf16-768"]
     assert "grad_reduce" not in generator_options(readme)
     assert readme.model.dropout and not bridge.model.dropout
@@ -108,14 +108,28 @@ def test_each_source_runs_with_the_gradients_and_sharding_its_recipe_sets():
 
 def test_recipe_settings_that_set_memory_and_gradients_come_from_their_sources():
     """DGX Cloud's v25.05 runs (NeMo 6f2c6fd) build their recipes in performance mode,
-    which reduces gradients in bf16 whatever the precision (Llama 3.1 405B), where v25.01's
-    bf16 runs keep fp32 and Grok-1's unread recipe keeps the fp32 rule; Megatron-Bridge's
+    which reduces gradients in bf16 whatever the precision (Llama 3.1 405B), as v25.01's
+    NeMo 1 hydra configs do (optim.grad_sync_dtype: bf16), while Grok-1's unread recipe
+    keeps the fp32 rule; v25.01's GPT-3 175B keeps fp8 weights (fp8_params) and it and
+    Nemotron-4 340B run FlashAttention-2 (NVTE_FUSED_ATTN=0), Llama 3.1 cuDNN's; Megatron-Bridge's
     Llama 3 70B FSDP recipe sets double buffers and an 8e8 communication unit, its fp8
     precision configs fp8 parameters; Transformer Engine up to 2.9 (Bridge 25.11) holds
     one offloaded layer more."""
     dgxc = generator_options(BY_ID["dgxc-v25.05.04-llama31-405b-gb200-bf16-128"])
     assert dgxc["grad_reduce"] == "bf16"
-    assert "grad_reduce" not in generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
+    llama = generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
+    assert llama["grad_reduce"] == "bf16" and "attention_backend" not in llama
+    gpt3 = generator_options(BY_ID["dgxc-v25.01-gpt3-175b-h100-fp8-128"])
+    assert gpt3["fp8_param_gather"] is True and gpt3["attention_backend"] == "flash2"
+    gpt3_bf16 = generator_options(BY_ID["dgxc-v25.01-gpt3-175b-h100-bf16-128"])
+    assert gpt3_bf16["grad_reduce"] == "bf16" and "fp8_param_gather" not in gpt3_bf16
+    assert (
+        generator_options(BY_ID["dgxc-v25.01-nemotron4-340b-h100-bf16-128"])["attention_backend"]
+        == "flash2"
+    )
+    assert "attention_backend" not in generator_options(
+        BY_ID["dgxc-v25.05.04-llama31-405b-gb200-bf16-128"]
+    )
     grok = [run for run in RUNS if run.id.startswith("dgxc-v25.05.04-grok1-314b-h100-bf16")]
     assert grok and "grad_reduce" not in generator_options(grok[0])
     fsdp = generator_options(BY_ID["bridge-26.04.01-llama3-70b-gb200-fp8-64"])
