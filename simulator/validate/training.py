@@ -386,14 +386,15 @@ BF16_GRADIENTS_FROM = {"nvidia-dgxc-benchmarking": (25, 4)}
 #: precisions too (Apex's distributed_fused_adam with ``optim.grad_sync_dtype: bf16``:
 #: nemo_megatron/gpt3_175b_hydra.yaml line 155, llama3.1/llama3.1_8b.yaml 157,
 #: llama3.1_70b.yaml 161, llama3.1_405b.yaml 164, nemotron/nemotron4-15b-synth.yaml 193,
-#: nemotron4-340b-synth.yaml 185). GPT-3 175B's keeps its weights in fp8 when it runs in
-#: fp8 (``model.fp8_params: true``, gpt3_175b_hydra.yaml line 221), and the launchers of
+#: nemotron4-340b-synth.yaml 185). GPT-3 175B's and Nemotron-4's keep their weights in
+#: fp8 when they run in fp8 (``model.fp8_params: true``, gpt3_175b_hydra.yaml line 221;
+#: ``+model.fp8_params=${FP8_ENABLED}``, nemotron/configure.sh line 109), and the launchers of
 #: GPT-3 175B and Nemotron-4 340B turn cuDNN's fused attention off
 #: (``NVTE_FUSED_ATTN=0``: nemo_megatron/configure.sh line 31, nemotron/configure.sh line
 #: 70 for 340b; Llama 3.1's and Nemotron-4 15B's set it to 1), so Transformer Engine runs
 #: FlashAttention-2's kernels.
 DGXC_HYDRA_BEFORE = (25, 4)
-DGXC_HYDRA_FP8_PARAMS = ("gpt3-175b",)
+DGXC_HYDRA_FP8_PARAMS = ("gpt3-175b", "nemotron4-15b", "nemotron4-340b")
 DGXC_HYDRA_FLASH2 = ("gpt3-175b", "nemotron4-340b")
 
 
