@@ -603,3 +603,20 @@ def test_flash_attention_2_costs_its_kernels_time_at_the_fa3_papers_h100_rates()
     assert steps["flash2"] - steps["cudnn"] == pytest.approx(layers * (fa2 - cudnn), rel=1e-9)
     with pytest.raises(CcsimError, match="unknown attention_backend 'fa3'; valid choices: cudnn"):
         megatron_core("llama3-8b", tp=1, pp=1, dp=1, global_batch=1, attention_backend="fa3")
+
+
+def test_generate_names_the_attention_backend_in_the_trace(tmp_path, capsys):
+    """``ccsim generate megatron --attention-backend flash2`` marks every attention kernel
+    of the trace FlashAttention-2's (a 7th entry, 1); cuDNN's, the default, adds none."""
+    from simulator.cli import main
+
+    for backend, tail in (("flash2", [1]), ("cudnn", [])):
+        out = tmp_path / f"{backend}.json"
+        argv = ["generate", "megatron", "--model", "llama3-8b", "--tp", "1", "--pp", "1"]
+        argv += ["--dp", "1", "--global-batch", "1", "--attention-backend", backend]
+        assert main([*argv, "--out", str(out)]) == 0
+        kernels = [k for op in load_workload(out).ops for k in op.attention]
+        assert len(kernels) == 2 and all(k.as_list()[6:] == tail for k in kernels)
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "megatron", "--attention-backend", "fa3"])
+    assert exit_.value.code == 2 and "invalid choice: 'fa3'" in capsys.readouterr().err

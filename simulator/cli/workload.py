@@ -26,6 +26,7 @@ from ..workload.devices import Device, device_for
 from ..workload.generators import GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
 from ..workload.host import GRAPH_SCOPES
+from ..workload.kernels import ATTENTION_BACKENDS
 from ..workload.memory import OPTIMIZER_STATE, MemoryEstimate
 from ..workload.metrics import Breakdown
 from ..workload.model import DISPATCHERS
@@ -475,6 +476,13 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "('tp') or none (default: off)",
     )
     gen.add_argument(
+        "--attention-backend",
+        choices=ATTENTION_BACKENDS,
+        default=None,
+        help="megatron: the fused attention's kernels, cuDNN's (Transformer Engine's choice "
+        "on Hopper and later, the default) or FlashAttention-2's (TE with NVTE_FUSED_ATTN=0)",
+    )
+    gen.add_argument(
         "--overlap-param-gather",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -694,6 +702,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "p2p_streams": args.p2p_streams,
         "p2p_send_wait": args.p2p_send_wait,
         "amax_reduction": args.amax_reduction,
+        "attention_backend": args.attention_backend,
         "fsdp": args.fsdp,
     }
     if args.host_op_s is not None:
