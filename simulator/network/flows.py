@@ -39,6 +39,16 @@ event, 11.6 against 16.7 us per count update. Tried and dropped: a heap of finis
 above 4,096 slots (the passes over the pool cost ~4% of that run, but the heap's pushes
 cost more: 49.3 against 42.6 s of CPU in network events) and element-by-element reads
 and writes in the small rate recomputation (52.5 against 53.3 us a call, within noise).
+Also tried and dropped (bit-identical, the row at DP 8, each event timed both ways in one
+process): a lower bound on the finish times of each block of 256 slots, so that the next
+completion and the flows finishing then read a block or two rather than the pool (the
+bounds go stale as recomputations raise finish times: 23-28 us an event to find the least
+against 9 us for the pass, 34 against 12 us for the finished slots); a few deliveries of
+several delays grouped in Python (3x faster a call, but 19 such calls a row); capacities
+kept as a Python list for the scalar path (1.6 us a call); and ``small_rates_list``
+re-summing only the links a round changes (no faster at 7-9 entries). A pass over the
+~3,500-entry incidence costs 2-5 us here and one over the pool 5-7 us; an event's cost is
+its Python steps, in the network, its owners' callbacks and SimPy, more than its passes.
 
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
