@@ -1102,6 +1102,29 @@ class IsolatedCalls:
                     scratch.router, list(links), latency
                 )
             stand_in[r] = route
+        if not positions:
+            # Its events in Python scalars where that replay's scope allows (no reducer
+            # flows, no switch paths): the same times as the reference below.
+            scalar = replay_scalar(
+                scratch,
+                schedule,
+                rank_map=ranks,
+                reduce_bandwidth=self.reduce_bandwidth,
+                protocol=protocol,
+                stand_in=stand_in[shape.op_route],
+            )
+            if scalar is not None:
+                assert scalar.flow_start_s is not None
+                wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
+                return rd.ReducedRun(
+                    flow_start=scalar.flow_start_s,
+                    sent=scalar.sent_s,
+                    done_at=scalar.rank_done_s,
+                    reducers=np.zeros((0, 4)),
+                    wire=np.broadcast_to(np.asarray(wire, dtype=float), (schedule.n_ops,)).copy(),
+                    flows=scalar.flows,
+                    represented=scalar.represented,
+                )
         env = simpy.Environment()
         scratch.reset_clock(env)
         represented = scratch.stats.represented_flows
