@@ -574,7 +574,7 @@ class _Net:
             for link, total in taken.items():
                 remaining[link] -= total * level
             live = rest
-        finish, route_end = self.finish, self.route_end
+        finish = self.finish
         for route, value in level_of.items():
             first = _INF
             for slot in route_slots[route]:
@@ -726,9 +726,7 @@ class _Replay:
                 # Each copy loads one link of a class: weight / |class| per link crossed.
                 route_links.append(link_class[links].tolist())
                 route_coef.append((float(weight or 1.0) / class_size[links]).tolist())
-        self.net = _Net(
-            network, self.clock, route_links, route_coef, latency[flow_unique].tolist()
-        )
+        self.net = _Net(network, self.clock, route_links, route_coef, latency[flow_unique].tolist())
         self.net.on_sent = self.on_sent
         self.net.on_delivered = self.on_delivered
         self.weight = weight
