@@ -100,6 +100,9 @@ class ScalarTimes:
     link_flow_s: np.ndarray
     #: When each op's flow started (its start, plus any wait for its proxy).
     flow_start_s: np.ndarray | None = None
+    #: With ``sent_limit``: when the replay stopped (None: it ran to its end). Times
+    #: not reached by then are NaN.
+    stopped_s: float | None = None
 
     def records(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Bytes, busy time, last idle instant and flow-seconds of links ``ids`` (0 for
@@ -123,6 +126,7 @@ def replay_scalar(
     link_class: np.ndarray | None = None,
     class_size: np.ndarray | None = None,
     stand_in: np.ndarray | None = None,
+    sent_limit: int | None = None,
 ) -> ScalarTimes | None:
     """Replay ``schedule`` on ``network`` as :class:`~.replay.ScheduleReplay` does (same
     arguments; ``weight``: every op's flow stands for that many, which needs
@@ -132,7 +136,11 @@ def replay_scalar(
     ``stand_in`` (per op, a route id of ``network``) replays
     :class:`~simulator.workload.reduced.StandInReplay` instead: op ``i``'s flow takes
     route ``stand_in[i]`` (its kept links, delivered after that route's latency) while
-    its own route still sets the protocol's path class and step latency."""
+    its own route still sets the protocol's path class and step latency.
+
+    ``sent_limit``: stop after the event in which that many flows have been sent (a
+    look at the run's beginning, which is the whole run's up to then); the result's
+    ``stopped_s`` says when, its times not reached are NaN and it has no records."""
     n = schedule.n_ops
     if n == 0 or (weight is not None and link_class is None):
         return None
@@ -171,8 +179,22 @@ def replay_scalar(
         class_size,
         flow_routes,
     )
-    replay.run()
+    replay.run(sent_limit)
     end = np.array(replay.end_s)
+    if replay.stopped:
+        empty = np.zeros(0)
+        return ScalarTimes(
+            np.array(replay.start_s),
+            np.array(replay.sent_s),
+            end,
+            np.full(schedule.ranks if period is None else period, np.nan),
+            replay.net.flows,
+            replay.net.represented,
+            empty.astype(np.int64),
+            empty, empty, empty, empty,
+            flow_start_s=np.array(replay.flow_start),
+            stopped_s=replay.clock.now,
+        )  # fmt: skip
     if np.isnan(end).any():
         return None  # a deadlock: the reference reports it
     p = schedule.ranks if period is None else period
@@ -206,6 +228,7 @@ class _Clock:
         self.now = 0.0
         self._queue: list = []
         self._seq = 0
+        self.stop = False
 
     def timeout(self, delay: float, action, argument) -> None:
         """Call ``action(argument)`` at ``now + delay`` (SimPy's arithmetic)."""
@@ -213,9 +236,10 @@ class _Clock:
         self._seq += 1
 
     def run(self) -> None:
-        """Process every callback in order."""
+        """Process every callback in order (until ``stop`` is set)."""
         queue = self._queue
-        while queue:
+        self.stop = False
+        while queue and not self.stop:
             time, _, action, argument = heapq.heappop(queue)
             self.now = time
             action(argument)
@@ -761,10 +785,14 @@ class _Replay:
         self.start_s = [nan] * n
         self.sent_s = [nan] * n
         self.end_s = [nan] * n
-        self.flow_start = [0.0] * n
+        self.flow_start = [nan] * n
+        self.sent_left: int | None = None
+        self.stopped = False
 
-    def run(self) -> None:
-        """Launch the ops without dependencies at 0 and run every event."""
+    def run(self, sent_limit: int | None = None) -> None:
+        """Launch the ops without dependencies at 0 and run every event (or until
+        ``sent_limit`` flows have been sent)."""
+        self.sent_left = sent_limit
         self._launch([op for op, count in enumerate(self.pending) if count == 0])
         self.clock.run()
 
@@ -832,6 +860,10 @@ class _Replay:
         now = self.clock.now
         for op in ops:
             self.sent_s[op] = now
+        if self.sent_left is not None:
+            self.sent_left -= len(ops)
+            if self.sent_left <= 0:
+                self.stopped = self.clock.stop = True
         self._release(ops, self.sent_succ)
 
     def on_delivered(self, ops: list[int]) -> None:
