@@ -35,7 +35,14 @@ Python lists and floats, with a heap of (time, sequence) in place of SimPy's que
   busy time, last idle instant and flow-seconds are kept as it keeps them, on link
   classes' representatives when flows are aggregated.
 
-Tested against the reference replay on fresh networks (tests/test_scalar_replay.py):
+The same replay runs calls timed on their binding links (``stand_in``: each flow on its
+kept links, :class:`~simulator.workload.reduced.StandInReplay`), and can stop once a
+number of flows have been sent (``sent_limit``), a look at a run's beginning. A wide ring
+keeps thousands of flows in flight, rated a few dozen at a time: the next ends come
+from a heap of each route's earliest, not from a scan of every flow at each event.
+
+Tested against the reference replay on fresh networks (tests/test_scalar_replay.py;
+on binding links, tests/test_reduced_scalar.py):
 every op's start, sent and done time and every link record the same double. (Inside a
 workload the reference's scratch network is shared by the calls timed alone, so its
 slot pool, and with it the order of simultaneous completions, depends on the calls
