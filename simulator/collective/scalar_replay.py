@@ -35,7 +35,14 @@ Python lists and floats, with a heap of (time, sequence) in place of SimPy's que
   busy time, last idle instant and flow-seconds are kept as it keeps them, on link
   classes' representatives when flows are aggregated.
 
-Tested against the reference replay on fresh networks (tests/test_scalar_replay.py):
+The same replay runs calls timed on their binding links (``stand_in``: each flow on its
+kept links, :class:`~simulator.workload.reduced.StandInReplay`), and can stop once a
+number of flows have been sent (``sent_limit``), a look at a run's beginning. A wide ring
+keeps thousands of flows in flight, rated a few dozen at a time: the next ends come
+from a heap of each route's earliest, not from a scan of every flow at each event.
+
+Tested against the reference replay on fresh networks (tests/test_scalar_replay.py;
+on binding links, tests/test_reduced_scalar.py):
 every op's start, sent and done time and every link record the same double. (Inside a
 workload the reference's scratch network is shared by the calls timed alone, so its
 slot pool, and with it the order of simultaneous completions, depends on the calls
@@ -98,6 +105,11 @@ class ScalarTimes:
     link_busy: np.ndarray
     link_idle_at: np.ndarray
     link_flow_s: np.ndarray
+    #: When each op's flow started (its start, plus any wait for its proxy).
+    flow_start_s: np.ndarray | None = None
+    #: With ``sent_limit``: when the replay stopped (None: it ran to its end). Times
+    #: not reached by then are NaN.
+    stopped_s: float | None = None
 
     def records(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Bytes, busy time, last idle instant and flow-seconds of links ``ids`` (0 for
@@ -120,11 +132,22 @@ def replay_scalar(
     period: int | None = None,
     link_class: np.ndarray | None = None,
     class_size: np.ndarray | None = None,
+    stand_in: np.ndarray | None = None,
+    sent_limit: int | None = None,
 ) -> ScalarTimes | None:
     """Replay ``schedule`` on ``network`` as :class:`~.replay.ScheduleReplay` does (same
     arguments; ``weight``: every op's flow stands for that many, which needs
     ``link_class`` and ``class_size``, the network's link classes), without touching the
-    network's state; None outside the module's scope (the caller runs the reference)."""
+    network's state; None outside the module's scope (the caller runs the reference).
+
+    ``stand_in`` (per op, a route id of ``network``) replays
+    :class:`~simulator.workload.reduced.StandInReplay` instead: op ``i``'s flow takes
+    route ``stand_in[i]`` (its kept links, delivered after that route's latency) while
+    its own route still sets the protocol's path class and step latency.
+
+    ``sent_limit``: stop after the event in which that many flows have been sent (a
+    look at the run's beginning, which is the whole run's up to then); the result's
+    ``stopped_s`` says when, its times not reached are NaN and it has no records."""
     n = schedule.n_ops
     if n == 0 or (weight is not None and link_class is None):
         return None
@@ -137,8 +160,9 @@ def replay_scalar(
         if np.isfinite(np.asarray(reduce_bandwidth, dtype=float)[receivers[schedule.reduce]]).any():
             return None  # reductions would be flows on reducer links
     routes = route_ops(network.router, schedule, np.arange(n), src, dst)
+    flow_routes = routes if stand_in is None else np.asarray(stand_in, dtype=np.int64)
     ptr, flat, _ = network.router.arrays()
-    if (ptr[routes + 1] == ptr[routes]).any():
+    if (ptr[flow_routes + 1] == ptr[flow_routes]).any():
         return None
     if period is None:
         local_dst, local_src = dst, src
@@ -146,15 +170,38 @@ def replay_scalar(
         fold = rank_map[np.arange(schedule.ranks) % period]
         local_dst, local_src = fold[schedule.dst], fold[schedule.src]
     if link_class is not None:
-        links = csr_gather(ptr, flat, np.unique(routes))
+        links = csr_gather(ptr, flat, np.unique(flow_routes))
         coefs = float(weight or 1.0) / np.asarray(class_size, dtype=float)[links]
         if not _dyadic(coefs):
             return None  # loads whose sums may round: the order of the sums would matter
     replay = _Replay(
-        network, schedule, routes, protocol, weight, local_dst, local_src, link_class, class_size
+        network,
+        schedule,
+        routes,
+        protocol,
+        weight,
+        local_dst,
+        local_src,
+        link_class,
+        class_size,
+        flow_routes,
     )
-    replay.run()
+    replay.run(sent_limit)
     end = np.array(replay.end_s)
+    if replay.stopped:
+        empty = np.zeros(0)
+        return ScalarTimes(
+            np.array(replay.start_s),
+            np.array(replay.sent_s),
+            end,
+            np.full(schedule.ranks if period is None else period, np.nan),
+            replay.net.flows,
+            replay.net.represented,
+            empty.astype(np.int64),
+            empty, empty, empty, empty,
+            flow_start_s=np.array(replay.flow_start),
+            stopped_s=replay.clock.now,
+        )  # fmt: skip
     if np.isnan(end).any():
         return None  # a deadlock: the reference reports it
     p = schedule.ranks if period is None else period
@@ -177,6 +224,7 @@ def replay_scalar(
         net.represented,
         links,
         *records,
+        flow_start_s=np.array(replay.flow_start),
     )
 
 
@@ -187,6 +235,7 @@ class _Clock:
         self.now = 0.0
         self._queue: list = []
         self._seq = 0
+        self.stop = False
 
     def timeout(self, delay: float, action, argument) -> None:
         """Call ``action(argument)`` at ``now + delay`` (SimPy's arithmetic)."""
@@ -194,9 +243,10 @@ class _Clock:
         self._seq += 1
 
     def run(self) -> None:
-        """Process every callback in order."""
+        """Process every callback in order (until ``stop`` is set)."""
         queue = self._queue
-        while queue:
+        self.stop = False
+        while queue and not self.stop:
             time, _, action, argument = heapq.heappop(queue)
             self.now = time
             action(argument)
@@ -262,6 +312,13 @@ class _Net:
         self.f_last: list[float] = []
         self.f_seq: list[int] = []  # order in the incidence (its entries are contiguous)
         self.finish: dict[int, float] = {}  # active slot -> finish time
+        # Per route with flows, the earliest finish of its flows, and a heap of
+        # (finish, route) of every value it took: the next ends are found from it
+        # instead of a scan of ``finish`` at each event (thousands of flows in flight
+        # on a wide ring, a few dozen routes rated at once). An entry is current while
+        # ``route_end`` still holds its value for its route; others are dropped.
+        self.route_end: dict[int, float] = {}
+        self.ends: list[tuple[float, int]] = []
         self.free: list[list[int]] = []
         self.top = 0
         # Incidence: per link its entry count; per route its flows' slots, and per link
@@ -446,7 +503,10 @@ class _Net:
             self.f_rate[slot] = rate
             self.f_last[slot] = now
             left = self.f_left[slot]
-            self.finish[slot] = now + (left / rate if left > 0 else 0.0)
+            end = self.finish[slot] = now + (left / rate if left > 0 else 0.0)
+            # (The route's other flows keep their ends.)
+            if route not in self.route_end or end < self.route_end[route]:
+                self._set_route_end(route, end)
         return crowded
 
     def _component(self, seeds: set[int]) -> set[int] | dict[int, None]:
@@ -547,16 +607,35 @@ class _Net:
             live = rest
         finish = self.finish
         for route, value in level_of.items():
+            first = _INF
             for slot in route_slots[route]:
                 f_rate[slot] = value
                 left = f_left[slot]
-                finish[slot] = now + (left / value if left > 0 else 0.0)
+                end = finish[slot] = now + (left / value if left > 0 else 0.0)
+                if end < first:
+                    first = end
+            self._set_route_end(route, first)
+
+    def _set_route_end(self, route: int, end: float) -> None:
+        """Note ``end`` as the earliest finish of ``route``'s flows."""
+        if self.route_end.get(route) == end:
+            return
+        self.route_end[route] = end
+        heapq.heappush(self.ends, (end, route))
+        if len(self.ends) > 4 * len(self.route_end) + 1024:
+            # Mostly entries no longer current: rebuilt from the current ones.
+            self.ends = [(value, r) for r, value in self.route_end.items()]
+            heapq.heapify(self.ends)
 
     def _schedule_wake(self) -> None:
         self.generation += 1
         if not self.finish:
             return
-        target = min(self.finish.values())
+        # min(finish.values()): the first current entry.
+        ends, route_end = self.ends, self.route_end
+        while route_end.get(ends[0][1]) != ends[0][0]:
+            heapq.heappop(ends)
+        target = ends[0][0]
         if target == _INF:
             return
         now = self.clock.now
@@ -567,7 +646,17 @@ class _Net:
         if generation != self.generation:
             return
         bound = target + _SAME_TIME * abs(target)
-        done = sorted(slot for slot, end in self.finish.items() if end <= bound)
+        # The slots whose finish is within ``bound``: on the routes whose earliest
+        # finish is (every current entry up to it).
+        ends, route_end, finish = self.ends, self.route_end, self.finish
+        routes = set()
+        while ends and ends[0][0] <= bound:
+            end, route = heapq.heappop(ends)
+            if route_end.get(route) == end:
+                routes.add(route)
+        done = sorted(
+            slot for route in routes for slot in self.route_slots[route] if finish[slot] <= bound
+        )
         # Bytes per link, entry by entry in incidence order.
         for slot in sorted(done, key=self.f_seq.__getitem__):
             route = self.f_route[slot]
@@ -580,6 +669,14 @@ class _Net:
         for slot in done:
             del self.finish[slot]
             self.f_op[slot] = -1
+        for route in routes:
+            # The earliest finish of the route's flows that go on.
+            rest = [finish[slot] for slot in self.route_slots[route] if slot in finish]
+            if rest:
+                route_end[route] = _INF  # (never current: the value below is pushed)
+                self._set_route_end(route, min(rest))
+            else:
+                del route_end[route]
         self.in_wake = True
         try:
             self.on_sent(ops)
@@ -642,15 +739,17 @@ class _Replay:
         local_src: np.ndarray,
         link_class: np.ndarray | None,
         class_size: np.ndarray | None,
+        flow_routes: np.ndarray,
     ) -> None:
         n = schedule.n_ops
         self.clock = _Clock()
         ptr, flat, latency = network.router.arrays()
-        # The distinct routes, renumbered 0..m-1 for the network's per-route lists.
-        unique, inverse = np.unique(routes, return_inverse=True)
-        self.route = inverse.tolist()
+        # The distinct routes the flows take, renumbered 0..m-1 for the network's
+        # per-route lists (the ops' own routes but with stand-ins).
+        flow_unique, flow_inverse = np.unique(flow_routes, return_inverse=True)
+        self.route = flow_inverse.reshape(-1).tolist()
         route_links, route_coef = [], None if link_class is None else []
-        for r in unique.tolist():
+        for r in flow_unique.tolist():
             links = flat[ptr[r] : ptr[r + 1]]
             if link_class is None:
                 route_links.append(links.tolist())
@@ -658,7 +757,7 @@ class _Replay:
                 # Each copy loads one link of a class: weight / |class| per link crossed.
                 route_links.append(link_class[links].tolist())
                 route_coef.append((float(weight or 1.0) / class_size[links]).tolist())
-        self.net = _Net(network, self.clock, route_links, route_coef, latency[unique].tolist())
+        self.net = _Net(network, self.clock, route_links, route_coef, latency[flow_unique].tolist())
         self.net.on_sent = self.on_sent
         self.net.on_delivered = self.on_delivered
         self.weight = weight
@@ -670,6 +769,9 @@ class _Replay:
         self.local_src = _shared(local_src)
         self.proxy_free: dict[int, float] = {}
         if protocol is not None:
+            # The protocol's path classes and latencies follow the ops' own routes.
+            unique, inverse = np.unique(routes, return_inverse=True)
+            inverse = inverse.reshape(-1)
             classes = network.route_classes(unique)
             overhead = 0.0
             if "network" in classes and protocol.net_floor:
@@ -690,10 +792,14 @@ class _Replay:
         self.start_s = [nan] * n
         self.sent_s = [nan] * n
         self.end_s = [nan] * n
-        self.flow_start = [0.0] * n
+        self.flow_start = [nan] * n
+        self.sent_left: int | None = None
+        self.stopped = False
 
-    def run(self) -> None:
-        """Launch the ops without dependencies at 0 and run every event."""
+    def run(self, sent_limit: int | None = None) -> None:
+        """Launch the ops without dependencies at 0 and run every event (or until
+        ``sent_limit`` flows have been sent)."""
+        self.sent_left = sent_limit
         self._launch([op for op, count in enumerate(self.pending) if count == 0])
         self.clock.run()
 
@@ -761,6 +867,10 @@ class _Replay:
         now = self.clock.now
         for op in ops:
             self.sent_s[op] = now
+        if self.sent_left is not None:
+            self.sent_left -= len(ops)
+            if self.sent_left <= 0:
+                self.stopped = self.clock.stop = True
         self._release(ops, self.sent_succ)
 
     def on_delivered(self, ops: list[int]) -> None:

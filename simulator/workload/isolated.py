@@ -77,6 +77,21 @@ MIN_OPS = 2
 #: or lose (128 a step on the Qwen3 30B row, 0.074 -> 0.10; 192 a step, 0.15 -> 0.29),
 #: and so do its all-to-alls (1.27 -> 2.08: large groups of flows meet at each event).
 SCALAR_WIDTH = 64
+#: Calls timed on their binding links (simulator.workload.reduced) run on the scalar
+#: replay where its scope allows (the same doubles as the reference StandInReplay, which
+#: tests compare it with by turning this off). Measured on the Llama 3.1 405B FSDP
+#: GB200 row's DP all-gather (64 ranks, 62 channels, 250,000 transfers; 122,000
+#: events of some 84 flows each): 50 s -> 18 s of CPU a run.
+SCALAR_REDUCED = True
+#: A call timed on its binding links (simulator.workload.reduced) of at least this many
+#: transfers first replays its first PROBE_SHARE of sends (scalar replay): when these
+#: already load every dropped link that could bind beyond its capacity, the next round
+#: keeps them all without the whole run, which would find the same (see
+#: IsolatedCalls._binding_early). Measured on the Llama 3.1 405B FSDP GB200 row's
+#: 250,000-transfer DP all-gather: all 64 suspects over within its first 2% of time;
+#: the round it spares costs 18 s of CPU, the probe 1 s.
+PROBE_OPS = 10_000
+PROBE_SHARE = 1 / 16
 #: At most this many flows in flight on a call's links are taken over with it (a
 #: pipeline send or two per rank: a data-parallel call over 16 replicas, every replica
 #: simulated, meets 16); with more, the call is simulated flow by flow.
@@ -1052,6 +1067,12 @@ class IsolatedCalls:
                 lambda links: [network.links.kind[i] for i in links.tolist()],
             )
             if signature not in self._store.reduced:
+                early = self._binding_early(
+                    schedule, protocol, ranks, shape, reduced, positions, kept, entries
+                )
+                if early:
+                    kept |= early
+                    continue
                 self._store.reduced[signature] = self._run_reduced(
                     schedule, protocol, ranks, shape, reduced, positions, bandwidths
                 )
@@ -1064,6 +1085,64 @@ class IsolatedCalls:
                 return self._reduced_timing(run, footprint, entries)
             kept |= binding
         return _UNSETTLED
+
+    def _binding_early(
+        self,
+        schedule: Schedule,
+        protocol: Protocol | None,
+        ranks: np.ndarray,
+        shape: rd.RouteShape,
+        reduced: list[tuple[int, ...]],
+        positions: list[int],
+        kept: set[int],
+        entries: tuple[np.ndarray, np.ndarray],
+    ) -> set[int]:
+        """The dropped links that the run on ``reduced`` would find binding, if its
+        first :data:`PROBE_SHARE` of sends already shows every link that could be
+        (:func:`~simulator.workload.reduced.suspect_links`) to be: then the whole run
+        would find the same ones, and need not be made. Empty otherwise (a call too
+        small to gain, out of the scalar replay's scope, or a suspect not yet over)."""
+        if positions or schedule.n_ops < PROBE_OPS:
+            return set()
+        suspects = set(rd.suspect_links(shape, kept, self.network.capacity))
+        if not suspects:
+            return set()
+        probe = replay_scalar(
+            self._scratch_network(),
+            schedule,
+            rank_map=ranks,
+            reduce_bandwidth=self.reduce_bandwidth,
+            protocol=protocol,
+            stand_in=self._stand_ins(shape, reduced)[shape.op_route],
+            sent_limit=max(1, int(schedule.n_ops * PROBE_SHARE)),
+        )
+        if probe is None or probe.stopped_s is None:
+            return set()  # (it ran to its end: the run itself is made as usual)
+        assert probe.flow_start_s is not None
+        stop = probe.stopped_s
+        # Flows not started by then start and end there (no interval); those not sent
+        # end there: the whole run's intervals cut at the stop.
+        lo = np.where(np.isnan(probe.flow_start_s), stop, probe.flow_start_s)
+        hi = np.where(np.isnan(probe.sent_s), stop, probe.sent_s)
+        cut = rd.ReducedRun(lo, hi, probe.rank_done_s, np.zeros((0, 4)), np.zeros(0), 0, 0.0)
+        binding = rd.binding_links(shape, kept, cut, self.network.capacity, entries)
+        return binding if binding == suspects else set()
+
+    def _stand_ins(self, shape: rd.RouteShape, reduced: list[tuple[int, ...]]) -> np.ndarray:
+        """The scratch network's stand-in route of each of the call's distinct routes
+        reduced to ``reduced`` (made once per kept links and latency)."""
+        scratch = self._scratch_network()
+        routes_in = self._store.derived.setdefault(("stand-in routes", id(scratch)), {})
+        stand_in = np.empty(len(reduced), dtype=np.int64)
+        for r, (links, latency) in enumerate(zip(reduced, shape.latency.tolist(), strict=True)):
+            key = (links, latency)
+            route = routes_in.get(key)  # type: ignore[union-attr]
+            if route is None:
+                route = routes_in[key] = add_stand_in_route(  # type: ignore[index]
+                    scratch.router, list(links), latency
+                )
+            stand_in[r] = route
+        return stand_in
 
     def _reducers(self, schedule: Schedule, ranks: np.ndarray) -> tuple[list[int], list[float]]:
         """Positions of the call's ranks that reduce on a reducer, and its bandwidth (as
@@ -1092,16 +1171,30 @@ class IsolatedCalls:
         routes (delivered after their whole routes' latency); None if it does not
         finish."""
         scratch = self._scratch_network()
-        routes_in = self._store.derived.setdefault(("stand-in routes", id(scratch)), {})
-        stand_in = np.empty(len(reduced), dtype=np.int64)
-        for r, (links, latency) in enumerate(zip(reduced, shape.latency.tolist(), strict=True)):
-            key = (links, latency)
-            route = routes_in.get(key)  # type: ignore[union-attr]
-            if route is None:
-                route = routes_in[key] = add_stand_in_route(  # type: ignore[index]
-                    scratch.router, list(links), latency
+        stand_in = self._stand_ins(shape, reduced)
+        if SCALAR_REDUCED and not positions:
+            # Its events in Python scalars where that replay's scope allows (no reducer
+            # flows, no switch paths): the same times as the reference below.
+            scalar = replay_scalar(
+                scratch,
+                schedule,
+                rank_map=ranks,
+                reduce_bandwidth=self.reduce_bandwidth,
+                protocol=protocol,
+                stand_in=stand_in[shape.op_route],
+            )
+            if scalar is not None:
+                assert scalar.flow_start_s is not None
+                wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
+                return rd.ReducedRun(
+                    flow_start=scalar.flow_start_s,
+                    sent=scalar.sent_s,
+                    done_at=scalar.rank_done_s,
+                    reducers=np.zeros((0, 4)),
+                    wire=np.broadcast_to(np.asarray(wire, dtype=float), (schedule.n_ops,)).copy(),
+                    flows=scalar.flows,
+                    represented=scalar.represented,
                 )
-            stand_in[r] = route
         env = simpy.Environment()
         scratch.reset_clock(env)
         represented = scratch.stats.represented_flows

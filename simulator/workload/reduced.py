@@ -184,6 +184,21 @@ def incidence(shape: RouteShape) -> tuple[np.ndarray, np.ndarray]:
     return inc_op, inc_link
 
 
+def suspect_links(shape: RouteShape, kept: set[int], capacity: np.ndarray) -> list[int]:
+    """Dropped links whose flows' anchors, all at once, add up to more than its
+    capacity: the only ones :func:`binding_links` may find (most links pass here)."""
+    anchors: dict[int, set[int]] = {}
+    for chain, anchor in zip(shape.links, shape.anchor.tolist(), strict=True):
+        for link in chain.tolist():
+            if link not in kept:
+                anchors.setdefault(link, set()).add(anchor)
+    return [
+        link
+        for link, mine in anchors.items()
+        if sum(float(capacity[a]) for a in mine) > capacity[link] * (1 + _SLACK)
+    ]
+
+
 def binding_links(
     shape: RouteShape,
     kept: set[int],
@@ -192,19 +207,11 @@ def binding_links(
     entries: tuple[np.ndarray, np.ndarray],
 ) -> set[int]:
     """Dropped links on which, at some instant, the anchors of the flows then on it
-    (each once) add up to more than its capacity: those that may have limited a flow."""
-    # First, all of a link's anchors at once (no time), from the distinct routes: most
-    # links pass here.
-    anchors: dict[int, set[int]] = {}
-    for chain, anchor in zip(shape.links, shape.anchor.tolist(), strict=True):
-        for link in chain.tolist():
-            if link not in kept:
-                anchors.setdefault(link, set()).add(anchor)
-    suspects = [
-        link
-        for link, mine in anchors.items()
-        if sum(float(capacity[a]) for a in mine) > capacity[link] * (1 + _SLACK)
-    ]
+    (each once) add up to more than its capacity: those that may have limited a flow.
+    A run stopped early (its flows not started then starting and ending there, those
+    not sent ending there) gives some of them: its intervals are the full run's cut
+    there, and an instant's load only grows as intervals grow or are added."""
+    suspects = suspect_links(shape, kept, capacity)
     if not suspects:
         return set()
     # Then over time, for the links that could be over.
