@@ -130,6 +130,16 @@ def test_recipe_settings_that_set_memory_and_gradients_come_from_their_sources()
     assert "attention_backend" not in generator_options(
         BY_ID["dgxc-v25.05.04-llama31-405b-gb200-bf16-128"]
     )
+    # NeMo 24.07's launcher disables cuDNN's attention for every job (conf/config.yaml
+    # line 72 at tag 24.07) but the 16-node GPT-3 175B script, which turns it back on;
+    # Nemotron-3's scripts leave Apex's gradient dtype at fp32; the GPT-3 configs keep
+    # dropout 0.1.
+    nemo = {run.id: generator_options(run) for run in RUNS if run.id.startswith("nemo-24.07")}
+    assert nemo["nemo-24.07-gpt3-175b-h100-fp8-128"]["attention_backend"] == "cudnn"
+    assert nemo["nemo-24.07-llama3-8b-h100-fp8-8"]["attention_backend"] == "flash2"
+    assert "grad_reduce" not in nemo["nemo-24.07-nemotron3-8b-h100-fp8-64"]
+    assert nemo["nemo-24.07-llama3-70b-h100-fp8-64"]["grad_reduce"] == "bf16"
+    assert BY_ID["nemo-24.07-gpt3-5b-h100-fp8-64"].model.dropout
     grok = [run for run in RUNS if run.id.startswith("dgxc-v25.05.04-grok1-314b-h100-bf16")]
     assert grok and "grad_reduce" not in generator_options(grok[0])
     fsdp = generator_options(BY_ID["bridge-26.04.01-llama3-70b-gb200-fp8-64"])

@@ -354,6 +354,7 @@ _SETTINGS = {
     "distributed_optimizer": "distributed_optimizer",
     "fp8_params": "fp8_param_gather",
     "optimizer_state": "optimizer_state",
+    "attention_backend": "attention_backend",
 }
 
 
@@ -530,8 +531,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
                 # memory-bound parts, not modelled (none).
                 modules = value.split(":", 1)[1].replace(" ", "").split(",")
                 options[name] = "selective" if "core_attn" in modules else "none"
-        elif key == "optimizer_state" and isinstance(value, str):
-            options[name] = value  # checked by the generator (OPTIMIZER_STATE)
+        elif key in ("optimizer_state", "attention_backend") and isinstance(value, str):
+            options[name] = value  # checked by the generator (OPTIMIZER_STATE, ATTENTION_BACKENDS)
     offload = settings.get("activation_cpu_offload_layers")
     if isinstance(offload, int) and not isinstance(offload, bool) and offload > 0:
         options["activation_offload_layers"] = offload
