@@ -152,9 +152,22 @@ class Device:
 # (305, 408, 465, 499, 518, 516) times the forward's causal / non-causal ratio at the same
 # length (non-causal forward 497, 574, 617, 609, 600, 595). As fractions of 989 TFLOP/s.
 _H100_PEAK = 989e12
-ATTENTION_H100: tuple[tuple[int, float, float], ...] = tuple(
-    (tokens, fwd * 1e12 / _H100_PEAK, bwd * fwd / nc_fwd * 1e12 / _H100_PEAK)
-    for tokens, fwd, nc_fwd, bwd in (
+
+
+def _attention_fractions(
+    rows: tuple[tuple[int, float, float, float], ...],
+) -> tuple[tuple[int, float, float], ...]:
+    """(tokens, forward, backward) fractions of H100's 16-bit peak from a figure's
+    (tokens, causal forward, non-causal forward, non-causal backward) TFLOP/s: the causal
+    backward is the non-causal one times the forward's causal / non-causal ratio."""
+    return tuple(
+        (tokens, fwd * 1e12 / _H100_PEAK, bwd * fwd / nc_fwd * 1e12 / _H100_PEAK)
+        for tokens, fwd, nc_fwd, bwd in rows
+    )
+
+
+ATTENTION_H100: tuple[tuple[int, float, float], ...] = _attention_fractions(
+    (
         (512, 315, 497, 305),
         (1024, 410, 574, 408),
         (2048, 484, 617, 465),
@@ -168,9 +181,8 @@ ATTENTION_H100: tuple[tuple[int, float, float], ...] = tuple(
 # 335 TFLOP/s at 512 to 16k tokens, non-causal forward 309, 350, 362, 368, 370, 370,
 # non-causal backward 214, 260, 291, 310, 318, 322; the causal backward derived as for
 # cuDNN above (0.60-0.66 of cuDNN's rates from 1k tokens on).
-ATTENTION_H100_FA2: tuple[tuple[int, float, float], ...] = tuple(
-    (tokens, fwd * 1e12 / _H100_PEAK, bwd * fwd / nc_fwd * 1e12 / _H100_PEAK)
-    for tokens, fwd, nc_fwd, bwd in (
+ATTENTION_H100_FA2: tuple[tuple[int, float, float], ...] = _attention_fractions(
+    (
         (512, 191, 309, 214),
         (1024, 260, 350, 260),
         (2048, 298, 362, 291),
