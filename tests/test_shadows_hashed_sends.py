@@ -15,8 +15,7 @@ from simulator.network.routing import LinkTable, Router
 from simulator.topology.builders import fabric_spec
 from simulator.topology.graph import servers_of_ranks
 from simulator.topology.presets import preset, preset_graph
-from simulator.workload import WorkloadReplay
-from simulator.workload import engine
+from simulator.workload import WorkloadReplay, engine
 from simulator.workload.generators import megatron
 from simulator.workload.metrics import breakdown
 from simulator.workload.shadows import crosses_hashed
