@@ -62,7 +62,7 @@ from .devices import Device, graph_device
 from .isolated import EVERY_CALL, Call, IsolatedCalls, TakeOver, TimingStore
 from .kernels import kernels_time
 from .replicas import Asymmetric, ReplicaSymmetry, replica_symmetry, replicas_per_server
-from .shadows import ShadowCheck, ShadowsUnlike, shadow_images
+from .shadows import ShadowCheck, ShadowsUnlike, sends_hash, shadow_images
 from .trace import Op, Workload, WorkloadError
 
 
@@ -352,6 +352,10 @@ class WorkloadReplay:
             why = "a compute_scale was given (it may single out ranks)"
             if compute_scale is None:
                 why = "the topology has faults" if fault_plan(graph) is not None else ""
+                if not why and sends_hash(workload, servers_of_ranks(graph), self.network.router):
+                    # Known before the run: the shadows' sends would be hashed onto other
+                    # paths than their masters' (see simulator.workload.shadows).
+                    why = "a master's pipeline send crosses servers over several shortest paths"
                 if not why:
                     self._images, why = shadow_images(workload)
             if self._images is None:

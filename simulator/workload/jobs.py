@@ -70,6 +70,7 @@ from .engine import OpRecord, WorkloadReplay, WorkloadRun
 from .isolated import TimingStore
 from .metrics import Breakdown, breakdown
 from .placement import PlacementError, place_jobs
+from .shadows import crosses_hashed
 from .trace import Group, Op, Replicas, Shadows, Workload
 
 
@@ -545,11 +546,7 @@ def _routes_hash(workload: Workload, gpus: np.ndarray, servers: list, router: Ro
     for send, receive in workload.pairs:
         if ops[send].rank in masters:
             ends.add((ops[send].rank, ops[receive].rank))
-    placed = [(int(gpus[a]), int(gpus[b])) for a, b in sorted(ends)]
-    crossing = np.array([(a, b) for a, b in placed if servers[a] != servers[b]], dtype=np.int64)
-    if len(crossing) == 0:
-        return False
-    return not bool(router.single_path(crossing[:, 0], crossing[:, 1]).all())
+    return crosses_hashed([(int(gpus[a]), int(gpus[b])) for a, b in sorted(ends)], servers, router)
 
 
 def _whole_where_unlike(workload: Workload, run: WorkloadRun) -> Workload:

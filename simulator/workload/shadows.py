@@ -22,17 +22,26 @@ would otherwise start at other times than the master's). Where one does not (a s
 NIC on one rail, ECMP hashing the images elsewhere), the replay is run again with every
 rank's ops built (:meth:`~simulator.workload.engine.WorkloadReplay.run`), at once
 where a shadow ends after its master (:class:`ShadowsUnlike`), else at the end. Faulted
-clusters and per-rank compute scaling build every rank from the start.
+clusters and per-rank compute scaling build every rank from the start, and so does a
+master's pipeline send that crosses servers over several shortest paths
+(:func:`sends_hash`): ECMP hashes the master's send and each image's onto spines of
+their own, where they meet the other cross-server traffic (a stage's data-parallel
+reduction, on a stage split between two NVL72 racks) each differently, and the replay
+would find out only late in the step (issue 31: 52 s of CPU for a 405B step on 128
+GB200s, the first replay wasted). That test is a guess about CPU time only: the step is
+the same either way (every rank built is the reference), and it may build every rank
+where the hashed paths happen to be met alike.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from ..network.routing import Router
 from .trace import Workload
 
 #: Relative difference under which a shadow's end counts as its master's (times are
@@ -77,6 +86,37 @@ def shadow_images(workload: Workload) -> tuple[dict[str, tuple[str, ...]] | None
             found.append(image)
         images[name] = tuple(found)
     return images, ""
+
+
+def crosses_hashed(
+    pairs: Iterable[tuple[int, int]], servers: list[int] | None, router: Router
+) -> bool:
+    """Whether some (source, destination) GPU pair of ``pairs`` is on two servers that
+    several shortest paths join (ECMP then hashes each connection onto one of them);
+    ``servers`` is each GPU's server (None: every GPU its own)."""
+    crossing = [(a, b) for a, b in pairs if servers is None or servers[a] != servers[b]]
+    if not crossing:
+        return False
+    ends = np.array(crossing, dtype=np.int64)
+    return not bool(router.single_path(ends[:, 0], ends[:, 1]).all())
+
+
+def sends_hash(workload: Workload, servers: list[int] | None, router: Router) -> bool:
+    """Whether a master's send in ``workload`` (given by TP masters) crosses servers over
+    several shortest paths: its images' sends are then hashed onto other paths than the
+    master's, and the shadows are unlike as soon as other traffic meets them there
+    (see the module's docstring). Groups' calls are not looked at: their hashed paths
+    are met alike on the published H100 clusters, where the shadows stand in."""
+    shadows = workload.shadows
+    if shadows is None:
+        return False
+    masters, ops = shadows.masters, workload.ops
+    ends = {
+        (ops[send].rank, ops[receive].rank)
+        for send, receive in workload.pairs
+        if ops[send].rank in masters
+    }
+    return crosses_hashed(sorted(ends), servers, router)
 
 
 class ShadowCheck:
