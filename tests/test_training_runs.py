@@ -188,6 +188,30 @@ def test_published_configurations_fit_in_memory():
     assert over == ["bridge-25.11-gpt-oss-120b-h100-bf16-64"]
 
 
+def test_loss_weights_and_gradients_as_the_runs_configs_state():
+    """What the runs' own configs say (cited in validate/training.py): DGX Cloud's v25.01
+    Llama 3.1 launcher keeps fp8 weights (+model.fp8_params), its hydra configs fuse the
+    loss but GPT-3 175B's, which names no fusion, runs Megatron-Core's unfused default;
+    v25.05's NeMo 2 scripts keep fp8 weights in fp8 (bf16_with_fp8_mixed) but not in
+    bf16, and not for Grok-1's unread recipe; NVIDIA's MLPerf GPT-3 reduces gradients in
+    bf16 (grad_sync_dtype)."""
+    llama = generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-fp8-64"])
+    assert llama["fp8_param_gather"] is True and llama["cross_entropy"] == "fused"
+    assert "fp8_param_gather" not in generator_options(BY_ID["dgxc-v25.01-llama3-70b-h100-bf16-64"])
+    for rid in ("dgxc-v25.01-gpt3-175b-h100-fp8-128", "dgxc-v25.01-gpt3-175b-h100-bf16-128"):
+        assert "cross_entropy" not in generator_options(BY_ID[rid])
+    nemotron = generator_options(BY_ID["dgxc-v25.05.04-nemotron4-340b-gb200-fp8-256"])
+    assert nemotron["fp8_param_gather"] is True
+    bf16 = generator_options(BY_ID["dgxc-v25.05.04-nemotron4-340b-gb200-bf16-256"])
+    assert "fp8_param_gather" not in bf16
+    assert "fp8_param_gather" not in generator_options(
+        BY_ID["dgxc-v25.05.04-grok1-314b-h100-fp8-512"]
+    )
+    for run in RUNS:
+        if run.kind == "mlperf-training":
+            assert generator_options(run)["grad_reduce"] == "bf16", run.id
+
+
 def test_nemotron4_340b_runs_with_its_recipes_settings():
     """DGX Cloud's v25.01 recipe (nemotron4-340b-synth.yaml with configure.sh's
     overrides) and NeMo-Launcher 24.07's nemotron_340b.yaml: selective recompute,

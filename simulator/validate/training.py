@@ -362,7 +362,15 @@ _SETTINGS = {
 #: Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py,
 #: set_basic_perf_overrides: mixed_precision.grad_reduce_in_fp32 = False and
 #: ddp.grad_reduce_in_fp32 = False) ...
-BF16_GRADIENTS = ("megatron-bridge-performance-summary",)
+BF16_GRADIENTS = (
+    "megatron-bridge-performance-summary",
+    # NVIDIA's MLPerf GPT-3 submissions (v3.0-v4.1), all on Apex's distributed_fused_adam
+    # (USE_DIST_OPTIMIZER=True) with grad_sync_dtype: bf16 (training_results_v3.0
+    # NVIDIA/benchmarks/gpt3/implementations/pytorch/conf/megatron_gpt_config.yaml line 228;
+    # v3.1 .../pytorch/conf/optim/distributed_fused_adam.yaml line 6; v4.0 and v4.1
+    # .../nemo/conf/optim/distributed_fused_adam.yaml line 8, as in b200_n8_preview_nemo).
+    "mlperf-training",
+)
 #: ... and, for fp8 runs only, NeMo 2.0's (scripts/performance/llm/pretrain_*.py: with
 #: compute_dtype fp8, bf16_with_fp8_mixed() and grad_reduce_in_fp32 = False), which DGX
 #: Cloud's benchmarks and NeMo's performance tables run; their bf16 runs keep NeMo's
@@ -395,7 +403,35 @@ BF16_GRADIENTS_FROM = {"nvidia-dgxc-benchmarking": (25, 4)}
 #: 70 for 340b; Llama 3.1's and Nemotron-4 15B's set it to 1), so Transformer Engine runs
 #: FlashAttention-2's kernels.
 DGXC_HYDRA_BEFORE = (25, 4)
-DGXC_HYDRA_FP8_PARAMS = ("gpt3-175b", "nemotron4-15b", "nemotron4-340b")
+DGXC_HYDRA_FP8_PARAMS = (
+    "gpt3-175b",
+    "nemotron4-15b",
+    "nemotron4-340b",
+    # llama3.1/configure.sh line 122: ``+model.fp8_params=$FP8_ENABLED``.
+    "llama31-8b",
+    "llama31-70b",
+    "llama31-405b",
+)
+#: The hydra configs that fuse the loss (``cross_entropy_loss_fusion: true``:
+#: llama3.1/llama3.1_8b.yaml line 86, llama3.1_70b.yaml 101, llama3.1_405b.yaml 107,
+#: nemotron/nemotron4-15b-synth.yaml 122, nemotron4-340b-synth.yaml 216).
+#: nemo_megatron/gpt3_175b_hydra.yaml does not set it, and NeMo copies only the keys a
+#: config has, so GPT-3 175B ran Megatron-Core's default, unfused (its launcher pulls
+#: nemo:24.05, nemo_megatron/launch.sh lines 39-41, though the table's title says 24.11).
+DGXC_HYDRA_FUSED_LOSS = (
+    "llama31-8b",
+    "llama31-70b",
+    "llama31-405b",
+    "nemotron4-15b",
+    "nemotron4-340b",
+)
+#: DGX Cloud's benchmarks from v25.05 (NeMo 2's performance scripts, NeMo at 6f2c6fd
+#: and b4148d2) run fp8 with the scripts' default recipe "ds", bf16_with_fp8_mixed()
+#: (scripts/performance/utils.py lines 426-430 at b4148d2), which keeps the weights in
+#: fp8 (``cfg.fp8_param_gather = True``, nemo/collections/llm/recipes/precision/
+#: mixed_precision.py line 70 at both commits; since NeMo 9d4e41e, 2025-04-10). Grok-1's
+#: script builds another recipe, not read.
+DGXC_NEMO2_FP8_PARAMS_FROM = (25, 4)
 DGXC_HYDRA_FLASH2 = ("gpt3-175b", "nemotron4-340b")
 
 
@@ -441,6 +477,9 @@ def _cross_entropy(entry: Mapping[str, Any]) -> str | None:
     settings = entry.get("settings") or {}
     if settings.get("cross_entropy") in ("unfused", "fused", "te"):
         return str(settings["cross_entropy"])
+    if _dgxc_hydra(entry):
+        name = (entry.get("model") or {}).get("name")
+        return "fused" if name in DGXC_HYDRA_FUSED_LOSS else None
     release = _release(entry)
     kind = entry.get("source_kind")
     if kind == "megatron-bridge-performance-summary":
@@ -558,7 +597,13 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     if entry.get("precision") == "fp8":
         options.update(_fp8_recipe(entry))
         hydra_fp8_params = _dgxc_hydra(entry) and model_name in DGXC_HYDRA_FP8_PARAMS
-        if (_bridge_fp8_params(entry) or hydra_fp8_params) and "fp8_param_gather" not in options:
+        nemo2_fp8_params = (
+            kind == "nvidia-dgxc-benchmarking"
+            and _release(entry) >= DGXC_NEMO2_FP8_PARAMS_FROM
+            and not model_name.startswith("grok")
+        )
+        fp8_params = _bridge_fp8_params(entry) or hydra_fp8_params or nemo2_fp8_params
+        if fp8_params and "fp8_param_gather" not in options:
             options["fp8_param_gather"] = True
     if _dgxc_hydra(entry) and model_name in DGXC_HYDRA_FLASH2:
         options["attention_backend"] = "flash2"
