@@ -48,10 +48,11 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from ..topology import load_topology
+
 # (Imported here, not in run_steady: the bench times run_steady alone, and the
 # generators' import is seconds of CPU that is not the step's.)
 from . import run_workload
-from ..topology import load_topology
 from .engine import WorkloadRun
 from .generators import megatron
 from .isolated import TimingStore
