@@ -357,7 +357,7 @@ def later_period(
             return period_s, offset, ""
         if not also.startswith(NOT_PERIODIC):
             break
-    reach = f" (nor at steady steps {first + stride}-{last})" if last > first else ""
+    reach = f" (nor later, up to steady step {last})" if last > first else ""
     return float("nan"), first, why + reach
 
 
