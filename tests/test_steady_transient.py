@@ -4,8 +4,8 @@ full step's replay, the reference.
 
 The pipeline: Llama 3.1 405B's 126 layers with the embedding and the loss counted as
 layers (Megatron-Bridge's ``account_for_*_in_pipeline_split``), 128 over PP 8 x VP 2,
-so the first and last chunks hold 7 layers and the others 8. Its full replays (32 to
-128 micro-batches) repeat every 16 steady steps exactly only from steady step 20 on,
+so the first and last chunks hold 7 layers and the others 8. Its full replays (40, 56
+and 64 micro-batches seen) repeat every 16 steady steps exactly only from steady step 20 on,
 the uneven stages settling first; the bridge-26.x rows on 1,024 H100 do so from step
 ~136 of 64-step periods.
 """
