@@ -433,6 +433,9 @@ PUBLISHED_STEPS = (
     # Megatron-FSDP on 128 GB200 NVL72 GPUs: a 64-rank, 62-channel DP all-gather timed
     # alone on its binding links (250,000 transfers).
     ("llama31-405b-fsdp-gb200", "bridge-25.09-llama31-405b-gb200-fp8-128"),
+    # Megatron-Bridge's Llama 3.1 405B on 1,024 H100 (PP 8 x VP 8, 192 micro-batches):
+    # uneven stages, a steady state periodic only after a transient of ~136 steady steps.
+    ("llama31-405b-h100-1024", "bridge-26.04.01-llama31-405b-h100-fp8-1024"),
 )
 
 SCENARIOS.update(

@@ -22,12 +22,21 @@ two whole periods of steady steps on every stage and a margin (:func:`short_micr
 and every op of the first period's steps (each rank's: compute, tensor-parallel calls,
 pipeline sends and receives) must start and end ``T`` before the same op of the second
 period's, to :data:`PERIOD_TOLERANCE`, with none of the step's own ops running beside
-them (:func:`steady_period`). Where one does not (the pipeline still filling, calls of
-the step's ends reaching into the steady state, a host that launches ahead of the GPUs
-by more each micro-batch, as MoE steps with the host's launches modelled do), or the
-step has too few micro-batches to gain, the full step is built and replayed
+them (:func:`steady_period`). A steady state may repeat exactly only after a
+transient: uneven stages (Megatron-Bridge's Llama 3.1 405B, the embedding and the loss
+counted as layers) settle over a few periods, 136 steady steps of 64-step periods on
+1,024 H100. So where the middle pair is not periodic, later pairs are compared too, up
+to the end's half of the margin (:func:`later_period`): any pair that repeats will do,
+since the steps before it are the same in the short step and the full one. Where none
+does, one longer short step whose pairs can start two periods later still is replayed,
+if it spares half the step or more (:data:`LONGER_AT_MOST`). Where that fails too (the
+pipeline still filling, calls of the step's ends reaching into the steady state, ranks
+drifting apart by a little every period, a host that launches ahead of the GPUs by more
+each micro-batch, as MoE steps with the host's launches modelled do), or the step has
+too few micro-batches to gain, the full step is built and replayed
 (:attr:`SteadyStep.why` says why). The full replay stays the reference:
-``tests/test_steady.py`` holds the two equal on small pipelines.
+``tests/test_steady.py`` and ``tests/test_steady_transient.py`` hold the two equal on
+small pipelines.
 
 What is exact and what is rounded: the short step's replay is the same replay; the
 step time adds ``n T`` to it, where the full replay adds the same durations to larger
@@ -48,11 +57,14 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from ..topology import load_topology
+
 # (Imported here, not in run_steady: the bench times run_steady alone, and the
 # generators' import is seconds of CPU that is not the step's.)
 from . import run_workload
 from .engine import WorkloadRun
 from .generators import megatron
+from .isolated import TimingStore
 from .metrics import Breakdown
 from .trace import Workload
 
@@ -62,6 +74,20 @@ from .trace import Workload
 #: a real repeat differs from the period by a few ulps of the clock (1e-16 s per second
 #: of clock), while a step that is not periodic differs by nanoseconds or more.
 PERIOD_TOLERANCE = 1e-12
+
+#: The start of :func:`steady_period`'s reason where the shifts differ from the period
+#: (the only failure :func:`later_period` looks past).
+NOT_PERIODIC = "the steady state is not periodic"
+
+#: Offsets :func:`later_period` tries per period of steady steps (every eighth of one:
+#: a transient's end is found to within an eighth of a period, at a few tens of
+#: milliseconds of CPU per offset on a 1,024-GPU step).
+OFFSET_STRIDE = 8
+
+#: The longest second short step :func:`run_steady` replays, as a fraction of the step's
+#: micro-batches: a second attempt that fails adds its replay to the full step's, so it
+#: is made only where it would spare at least half the step.
+LONGER_AT_MOST = 0.5
 
 #: Relative difference the tests allow between the extrapolated step and the full
 #: replay's (float rounding of the clock over the step's ops; see the module docstring).
@@ -94,6 +120,7 @@ class SteadyStep:
     run: WorkloadRun
     breakdown: Breakdown
     why: str = ""
+    tried: tuple[str, ...] = ()
 
 
 def period_micro_batches(pp: int, v: int) -> int:
@@ -107,14 +134,18 @@ def period_micro_batches(pp: int, v: int) -> int:
     return 1 if v == 1 else pp
 
 
-def short_micro_batches(micro: int, pp: int, v: int, extra_warmup: int = 0) -> int | None:
+def short_micro_batches(
+    micro: int, pp: int, v: int, extra_warmup: int = 0, reach: int = 0
+) -> int | None:
     """The fewest micro-batches ``m_s`` (``micro`` less a whole number of periods, see
     :func:`period_micro_batches`) whose step has two periods of steady steps on every
     stage (the first stage's warm-up is the longest) and a margin of half a period or
     ``pp`` steps, whichever is more: the two compared periods lie in the middle, away
     from the first steady steps, whose ops (and receives posted in the warm-up) still
     feel the pipeline filling, and from the last, beside which the first gradient
-    reductions start. None when that is not fewer than ``micro``.
+    reductions start. With ``reach``, the compared periods can also start as late as
+    steady step ``reach`` and keep the end's half of the margin
+    (:func:`latest_offset`). None when that is not fewer than ``micro``.
 
     >>> short_micro_batches(128, 8, 12)  # 2 x 7 + 11 x 8 = 102 warm-up forwards
     32
@@ -122,14 +153,47 @@ def short_micro_batches(micro: int, pp: int, v: int, extra_warmup: int = 0) -> i
     (None, 16)
     >>> short_micro_batches(32, 8, 1)  # 1F1B: 7 warm-up forwards, 2 + 8 steps more
     17
+    >>> short_micro_batches(192, 8, 8, reach=106)  # 70 + 2 x 64 + 106 + 16 = 320 passes
+    40
     """
     warmup = warmup_forwards(pp, v, extra_warmup)
     steps = period_micro_batches(pp, v) * v  # steady steps a period
-    need = 2 * steps + max((steps + 1) // 2, pp) + warmup
+    margin = _margin(pp, v)
+    need = 2 * steps + max(margin, reach + margin - margin // 2) + warmup
     periods = (micro * v - need) // steps
     if periods < 1:
         return None
     return micro - periods * period_micro_batches(pp, v)
+
+
+def _margin(pp: int, v: int) -> int:
+    """Steady steps kept clear of the two compared periods, the first half before them
+    and the rest after (see :func:`short_micro_batches`)."""
+    return max((period_micro_batches(pp, v) * v + 1) // 2, pp)
+
+
+def middle_offset(micro: int, pp: int, v: int, extra_warmup: int = 0) -> int:
+    """The first of the two compared periods' steady steps in the middle of a step of
+    ``micro`` micro-batches: as many steady steps before them as after.
+
+    >>> middle_offset(32, 8, 8)  # 256 - 70 = 186 steady steps: 29 + 2 x 64 + 29
+    29
+    """
+    steps = period_micro_batches(pp, v) * v
+    return (micro * v - warmup_forwards(pp, v, extra_warmup) - 2 * steps) // 2
+
+
+def latest_offset(micro: int, pp: int, v: int, extra_warmup: int = 0) -> int:
+    """The latest first steady step of the two compared periods in a step of ``micro``
+    micro-batches that keeps the end's half of the margin after them.
+
+    >>> latest_offset(32, 8, 8), latest_offset(48, 8, 8)  # 186 - 128 - 16, 314 - 144
+    (42, 170)
+    """
+    steps = period_micro_batches(pp, v) * v
+    margin = _margin(pp, v)
+    steady = micro * v - warmup_forwards(pp, v, extra_warmup)
+    return steady - 2 * steps - (margin - margin // 2)
 
 
 def warmup_forwards(pp: int, v: int, extra_warmup: int = 0) -> int:
@@ -160,6 +224,108 @@ def pass_of(op_id: str, v: int) -> tuple[str, int, int] | None:
     return None if found is None else (found.group(1), 0, int(found.group(2)))
 
 
+class _Passes:
+    """A Megatron step's ops indexed once by (rank, stream, pass, chunk, micro-batch),
+    for :meth:`period` to compare the steady steps at many offsets of one replay."""
+
+    def __init__(self, workload: Workload, pp: int, v: int):
+        self.workload, self.pp, self.v = workload, pp, v
+        # Per (rank, stream, pass, chunk, micro-batch): the ops in order.
+        self.by_pass: dict[tuple, list[int]] = defaultdict(list)
+        own: list[int] = []
+        self.warmup: dict[int, int] = {}
+        forwards: dict[int, set] = defaultdict(set)
+        for op in workload.ops:
+            found = pass_of(op.id, v)
+            if found is None:
+                own.append(op.index)
+                continue
+            kind, chunk, micro = found
+            rank = op.rank
+            # Warm-up forwards counted by their compute (a receive may be posted early).
+            if op.kind == "compute":
+                if kind == "b":
+                    self.warmup.setdefault(rank, len(forwards[rank]))
+                elif rank not in self.warmup:
+                    forwards[rank].add((chunk, micro))
+            self.by_pass[(rank, op.stream, kind, chunk, micro)].append(op.index)
+        self.own = np.asarray(own, dtype=np.int64)
+        # Sorted: a set of names iterates in an order that depends on the process's
+        # hash seed, and the period is read off the first op compared.
+        streams: dict[int, set] = defaultdict(set)
+        for rank, stream, *_ in self.by_pass:
+            streams[rank].add(stream)
+        self.streams = {rank: sorted(names) for rank, names in streams.items()}
+
+    def _index(self, kind: str, k: int) -> tuple[str, int, int]:
+        pp, v = self.pp, self.v
+        chunk = (k % (pp * v)) // pp
+        if kind == "b":
+            chunk = v - 1 - chunk
+        return kind, chunk, (k // (pp * v)) * pp + k % pp
+
+    def period(self, run: WorkloadRun, offset: int) -> tuple[float, str]:
+        """:func:`steady_period` of ``run`` (a replay of this index's workload) at
+        ``offset``."""
+        if not self.warmup:
+            return float("nan"), "the step has no backward passes named as Megatron's"
+        steps = period_micro_batches(self.pp, self.v) * self.v
+        ops, by_pass = self.workload.ops, self.by_pass
+        first: list[int] = []
+        second: list[int] = []
+        for rank, w in self.warmup.items():
+            for sigma in range(offset, offset + steps):
+                for kind, k in (("f", sigma + w), ("b", sigma)):
+                    a, b = self._index(kind, k), self._index(kind, k + steps)
+                    for stream in self.streams[rank]:
+                        these = by_pass.get((rank, stream, *a), [])
+                        those = by_pass.get((rank, stream, *b), [])
+                        if len(these) != len(those):
+                            return float("nan"), (
+                                f"rank {rank}'s {kind} passes {a[1:]} and {b[1:]} have "
+                                "different ops"
+                            )
+                        first += these
+                        second += those
+        if not first:
+            return float("nan"), "no steady steps to compare"
+        records = run.records
+        first_ids, second_ids = np.asarray(first), np.asarray(second)
+        for i, j in zip(first, second, strict=True):
+            a, b = ops[i], ops[j]
+            if (a.kind, a.op, a.group, a.nbytes, a.flops, a.stream) != (
+                b.kind,
+                b.op,
+                b.group,
+                b.nbytes,
+                b.flops,
+                b.stream,
+            ):
+                return float("nan"), f"ops {a.id} and {b.id} differ"
+        starts = records.start_s[second_ids] - records.start_s[first_ids]
+        ends = records.end_s[second_ids] - records.end_s[first_ids]
+        shifts = np.concatenate([starts, ends])
+        if not np.isfinite(shifts).all():
+            return float("nan"), "some steady op never ran"
+        period_s = float(shifts[0])
+        clock = float(np.nanmax(records.end_s[second_ids]))
+        spread = float(np.abs(shifts - period_s).max())
+        if spread > PERIOD_TOLERANCE * max(1.0, clock):
+            return float("nan"), (
+                f"{NOT_PERIODIC}: ops repeat {spread:.3g} s apart from "
+                f"the period of {period_s:.9g} s"
+            )
+        # The compared periods' span: a step's own op running in it would be in one
+        # period and not in those added.
+        low = float(np.nanmin(records.start_s[first_ids]))
+        own = self.own
+        beside = (records.end_s[own] > low) & (records.start_s[own] < clock)
+        if beside.any():
+            name = ops[int(own[np.flatnonzero(beside)[0]])].id
+            return float("nan"), f"{name} runs beside the compared steady steps"
+        return period_s, ""
+
+
 def steady_period(
     workload: Workload, run: WorkloadRun, pp: int, v: int, offset: int
 ) -> tuple[float, str]:
@@ -175,93 +341,33 @@ def steady_period(
     the same op ``P`` steps on; and none of the step's own ops (data-parallel calls at
     its ends, the optimizer) may run while they do.
     """
-    steps = period_micro_batches(pp, v) * v
-    ops = workload.ops
-    # Per (rank, stream, pass, chunk, micro-batch): the ops in order.
-    by_pass: dict[tuple, list[int]] = defaultdict(list)
-    own: list[int] = []
-    warmup: dict[int, int] = {}
-    forwards: dict[int, set] = defaultdict(set)
-    for op in ops:
-        found = pass_of(op.id, v)
-        if found is None:
-            own.append(op.index)
-            continue
-        kind, chunk, micro = found
-        rank = op.rank
-        # Warm-up forwards counted by their compute (a receive may be posted early).
-        if op.kind == "compute":
-            if kind == "b":
-                warmup.setdefault(rank, len(forwards[rank]))
-            elif rank not in warmup:
-                forwards[rank].add((chunk, micro))
-        by_pass[(rank, op.stream, kind, chunk, micro)].append(op.index)
-    if not warmup:
-        return float("nan"), "the step has no backward passes named as Megatron's"
+    return _Passes(workload, pp, v).period(run, offset)
 
-    def index(kind: str, k: int) -> tuple[str, int, int]:
-        chunk = (k % (pp * v)) // pp
-        if kind == "b":
-            chunk = v - 1 - chunk
-        return kind, chunk, (k // (pp * v)) * pp + k % pp
 
-    first: list[int] = []
-    second: list[int] = []
-    streams: dict[int, set] = defaultdict(set)
-    for rank, stream, *_ in by_pass:
-        streams[rank].add(stream)
-    for rank, w in warmup.items():
-        for sigma in range(offset, offset + steps):
-            for kind, k in (("f", sigma + w), ("b", sigma)):
-                a, b = index(kind, k), index(kind, k + steps)
-                # Sorted: a set of names iterates in an order that depends on the
-                # process's hash seed, and the period is read off the first op compared.
-                for stream in sorted(streams[rank]):
-                    these = by_pass.get((rank, stream, *a), [])
-                    those = by_pass.get((rank, stream, *b), [])
-                    if len(these) != len(those):
-                        return float("nan"), (
-                            f"rank {rank}'s {kind} passes {a[1:]} and {b[1:]} have different ops"
-                        )
-                    first += these
-                    second += those
-    if not first:
-        return float("nan"), "no steady steps to compare"
-    records = run.records
-    first_ids, second_ids = np.asarray(first), np.asarray(second)
-    for i, j in zip(first_ids.tolist(), second_ids.tolist(), strict=True):
-        a, b = ops[i], ops[j]
-        if (a.kind, a.op, a.group, a.nbytes, a.flops, a.stream) != (
-            b.kind,
-            b.op,
-            b.group,
-            b.nbytes,
-            b.flops,
-            b.stream,
-        ):
-            return float("nan"), f"ops {a.id} and {b.id} differ"
-    starts = records.start_s[second_ids] - records.start_s[first_ids]
-    ends = records.end_s[second_ids] - records.end_s[first_ids]
-    shifts = np.concatenate([starts, ends])
-    if not np.isfinite(shifts).all():
-        return float("nan"), "some steady op never ran"
-    period_s = float(shifts[0])
-    clock = float(np.nanmax(records.end_s[second_ids]))
-    spread = float(np.abs(shifts - period_s).max())
-    if spread > PERIOD_TOLERANCE * max(1.0, clock):
-        return float("nan"), (
-            f"the steady state is not periodic: ops repeat {spread:.3g} s apart from "
-            f"the period of {period_s:.9g} s"
-        )
-    # The compared periods' span: a step's own op running in it would be in one
-    # period and not in those added.
-    low = float(np.nanmin(records.start_s[first_ids]))
-    own_ids = np.asarray(own, dtype=np.int64)
-    beside = (records.end_s[own_ids] > low) & (records.start_s[own_ids] < clock)
-    if beside.any():
-        name = ops[int(own_ids[np.flatnonzero(beside)[0]])].id
-        return float("nan"), f"{name} runs beside the compared steady steps"
-    return period_s, ""
+def later_period(
+    workload: Workload, run: WorkloadRun, pp: int, v: int, first: int, last: int
+) -> tuple[float, int, str]:
+    """The period of ``run``'s steady state (:func:`steady_period`) at the first offset
+    from ``first`` to ``last`` (every :data:`OFFSET_STRIDE`-th of a period, and
+    ``last``) where it is periodic, and that offset, and ''; or NaN, ``first`` and why
+    not at ``first``. Offsets are tried past ``first`` only while the replay is
+    :data:`NOT_PERIODIC` (a transient dying out); ops that differ or a step's own ops
+    beside the compared steps end the search.
+    """
+    passes = _Passes(workload, pp, v)
+    period_s, why = passes.period(run, first)
+    if not why or not why.startswith(NOT_PERIODIC):
+        return period_s, first, why
+    stride = max(1, period_micro_batches(pp, v) * v // OFFSET_STRIDE)
+    later = list(range(first + stride, last, stride))
+    for offset in [*later, *([last] if last > first else [])]:
+        period_s, also = passes.period(run, offset)
+        if not also:
+            return period_s, offset, ""
+        if not also.startswith(NOT_PERIODIC):
+            break
+    reach = f" (nor later, up to steady step {last})" if last > first else ""
+    return float("nan"), first, why + reach
 
 
 def run_steady(
@@ -277,6 +383,12 @@ def run_steady(
     periodic (see the module docstring), else (and with ``shortcut`` False) replaying
     the full step. ``arguments`` go to :func:`~simulator.workload.run_workload`
     (``bundles``, ``nccl``, ...).
+
+    The short step is compared in the middle of its steady steps, then, while it is not
+    periodic there, at later steady steps up to the end's margin (a transient dying
+    out: :func:`later_period`). Where none is periodic yet, one longer short step whose
+    compared periods can start two periods later still is replayed, if it spares at
+    least half the step (:data:`LONGER_AT_MOST`); then the full step.
     """
     pp = int(options.get("pp", 8))
     v = int(options.get("virtual_stages", 1))
@@ -287,30 +399,46 @@ def run_steady(
     extra = 1 if options.get("moe_a2a_overlap") else 0
     short = short_micro_batches(micro, pp, v, extra) if pp > 1 else None
     why = "too few micro-batches for two steady periods and more"
+    if short is not None and shortcut and not options.get("fsdp"):
+        # One graph and one store of calls' timings alone for every replay of the step
+        # (the results are the same; the later replays time no call twice).
+        topology = load_topology(topology, nodes)
+        nodes = None
+        if arguments.get("timings") is None:
+            arguments = {**arguments, "timings": TimingStore(topology)}
     if not shortcut:
         why = "the full step asked for"
     elif short is not None and not options.get("fsdp"):
-        workload = megatron(**{**options, "global_batch": short * micro_batch * dp})
-        run, result = run_workload(workload, topology, nodes=nodes, **arguments)
-        # The compared periods in the middle of the steady steps the short step has.
         steps = period_micro_batches(pp, v) * v
-        steady = short * v - warmup_forwards(pp, v, extra)
-        period_s, why = steady_period(run.workload, run, pp, v, (steady - 2 * steps) // 2)
-        if why:
-            why = f"{short} of {micro} micro-batches: {why}"
-            del run, result  # (the full step's replay needs the memory)
-        else:
-            periods = (micro - short) // period_micro_batches(pp, v)
-            return SteadyStep(
-                step_s=result.step_s + periods * period_s,
-                micro_batches=micro,
-                simulated=short,
-                period_s=period_s,
-                periods=periods,
-                workload=workload,
-                run=run,
-                breakdown=result,
+        tried: list[str] = []
+        while short is not None:
+            workload = megatron(**{**options, "global_batch": short * micro_batch * dp})
+            run, result = run_workload(workload, topology, nodes=nodes, **arguments)
+            latest = latest_offset(short, pp, v, extra)
+            period_s, _, why = later_period(
+                run.workload, run, pp, v, middle_offset(short, pp, v, extra), latest
             )
+            if not why:
+                periods = (micro - short) // period_micro_batches(pp, v)
+                return SteadyStep(
+                    step_s=result.step_s + periods * period_s,
+                    micro_batches=micro,
+                    simulated=short,
+                    period_s=period_s,
+                    periods=periods,
+                    workload=workload,
+                    run=run,
+                    breakdown=result,
+                    tried=tuple(tried),
+                )
+            tried.append(f"{short} of {micro} micro-batches: {why}")
+            del run, result  # (the next replay needs the memory)
+            longer = None
+            if why.startswith(NOT_PERIODIC) and len(tried) == 1:
+                # A transient outlasting the short step: give it two periods more.
+                longer = short_micro_batches(micro, pp, v, extra, reach=latest + 2 * steps)
+            short = longer if longer is not None and longer <= micro * LONGER_AT_MOST else None
+        why = "; ".join(tried)
     elif short is not None:
         why = "FSDP gathers weights per micro-batch (not checked here)"
     workload = megatron(**options)
