@@ -110,7 +110,9 @@ class FlowOwner(Protocol):
     """What a network calls back when flows it was given are sent and delivered.
 
     An owner may also define ``wants_delivery(ops) -> bool array``: the ops whose
-    delivery it is told of (default all), when it times the others itself."""
+    delivery it is told of (default all), when it times the others itself; or set
+    ``delivers = False`` where nothing waits for its flows to arrive (a bundle's): the
+    network then schedules no delivery for them and never calls ``on_delivered``."""
 
     def on_sent(self, ops: np.ndarray) -> None: ...
 
@@ -1070,7 +1072,7 @@ class FlowNetwork:
         ops, owners, routes = self._f_op[done], self._f_owner[done], self._f_route[done]
         self._f_finish[done] = np.inf
         self._f_op[done] = -1
-        latency = self.route_latency(routes)
+        latency = None
         self._in_wake = True
         try:
             if len(done) == 1 or _all_equal(owners):
@@ -1080,6 +1082,13 @@ class FlowNetwork:
                 split = [(owner, owners == owner) for owner in np.unique(owners).tolist()]
             for owner, mine in split:
                 target = self._owners[owner]  # on_sent may finish and release it
+                if not getattr(target, "delivers", True):
+                    # Nothing waits for these to arrive: no SimPy event that would call a
+                    # no-op (it changed nothing: events keep their order without it).
+                    target.on_sent(ops if mine is None else ops[mine])
+                    continue
+                if latency is None:
+                    latency = self.route_latency(routes)
                 if mine is None:
                     # A copy for each, as the masks give: on_sent may keep its array.
                     delivered, delay = ops.copy(), latency
