@@ -50,6 +50,17 @@ re-summing only the links a round changes (no faster at 7-9 entries). A pass ove
 ~3,500-entry incidence costs 2-5 us here and one over the pool 5-7 us; an event's cost is
 its Python steps, in the network, its owners' callbacks and SimPy, more than its passes.
 
+Fewer events, looked for on the same row at DP 8 (two 64-GPU-a-stage jobs, 52,593
+network events): concurrent events hardly coincide (49 instants of two settles, the rest
+one), so merging their recomputations saves nothing; half the recomputations (19,296 of
+38,467) leave every rate as it was (bundles' flows held by their caps), but skipping them
+would keep each flow's old finish time, ``last + left / rate``, where the recomputation
+writes ``now + (left - rate * elapsed) / rate``, a last bit apart, so they are kept (the
+max-min of such problems is cheap now: :func:`~.maxmin.small_rates_list`); 16% of wake-up
+schedules repeat the pending wake-up's time (a new SimPy event each, the old one stale),
+worth about 0.2% of the run. What was a whole event for nothing: a delivery per bundle
+wake-up whose callback did nothing; owners with ``delivers = False`` get none.
+
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
 SimPy events cannot be cancelled.
