@@ -50,6 +50,17 @@ re-summing only the links a round changes (no faster at 7-9 entries). A pass ove
 ~3,500-entry incidence costs 2-5 us here and one over the pool 5-7 us; an event's cost is
 its Python steps, in the network, its owners' callbacks and SimPy, more than its passes.
 
+Fewer events, looked for on the same row at DP 8 (two 64-GPU-a-stage jobs, 52,593
+network events): concurrent events hardly coincide (49 instants of two settles, the rest
+one), so merging their recomputations saves nothing; half the recomputations (19,296 of
+38,467) leave every rate as it was (bundles' flows held by their caps), but skipping them
+would keep each flow's old finish time, ``last + left / rate``, where the recomputation
+writes ``now + (left - rate * elapsed) / rate``, a last bit apart, so they are kept (the
+max-min of such problems is cheap now: :func:`~.maxmin.small_rates_list`); 16% of wake-up
+schedules repeat the pending wake-up's time (a new SimPy event each, the old one stale),
+worth about 0.2% of the run. What was a whole event for nothing: a delivery per bundle
+wake-up whose callback did nothing; owners with ``delivers = False`` get none.
+
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
 SimPy events cannot be cancelled.
@@ -110,7 +121,9 @@ class FlowOwner(Protocol):
     """What a network calls back when flows it was given are sent and delivered.
 
     An owner may also define ``wants_delivery(ops) -> bool array``: the ops whose
-    delivery it is told of (default all), when it times the others itself."""
+    delivery it is told of (default all), when it times the others itself; or set
+    ``delivers = False`` where nothing waits for its flows to arrive (a bundle's): the
+    network then schedules no delivery for them and never calls ``on_delivered``."""
 
     def on_sent(self, ops: np.ndarray) -> None: ...
 
@@ -1070,7 +1083,7 @@ class FlowNetwork:
         ops, owners, routes = self._f_op[done], self._f_owner[done], self._f_route[done]
         self._f_finish[done] = np.inf
         self._f_op[done] = -1
-        latency = self.route_latency(routes)
+        latency = None
         self._in_wake = True
         try:
             if len(done) == 1 or _all_equal(owners):
@@ -1080,6 +1093,13 @@ class FlowNetwork:
                 split = [(owner, owners == owner) for owner in np.unique(owners).tolist()]
             for owner, mine in split:
                 target = self._owners[owner]  # on_sent may finish and release it
+                if not getattr(target, "delivers", True):
+                    # Nothing waits for these to arrive: no SimPy event that would call a
+                    # no-op (it changed nothing: events keep their order without it).
+                    target.on_sent(ops if mine is None else ops[mine])
+                    continue
+                if latency is None:
+                    latency = self.route_latency(routes)
                 if mine is None:
                     # A copy for each, as the masks give: on_sent may keep its array.
                     delivered, delay = ops.copy(), latency

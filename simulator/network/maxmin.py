@@ -154,26 +154,50 @@ def small_rates_list(
     cap: list[float] | None,
 ) -> list[float] | None:
     """:func:`_small_rates` on Python lists (the caller's scalar path hands them over
-    without building arrays): ``remaining`` (each link's capacity, as floats) and
-    ``flows``/``links`` may be changed in place. None where a share is NaN."""
-    # Integer counts without weights, as np.bincount gives (the same quotients).
-    loads: list = [1] * len(flows) if weight is None else weight
+    without building arrays): ``remaining`` (each link's capacity, as floats) may be
+    changed in place. None where a share is NaN.
+
+    The rounds of :func:`max_min_rates` on the same doubles: each link's load is the sum
+    of its live entries' loads in entry order (integer counts without weights, as
+    ``np.bincount`` gives), its share ``max(remaining, 0) / load``, the level the least
+    share, and the flows on links within the tie of it freeze there. Work per round
+    follows the flows it freezes: a link's load is summed again only when it loses
+    entries (the same entries in the same order give the same sum), and caps, each a
+    private link of one entry whose share is the cap itself, are taken in sorted order
+    rather than scanned every round. Most calls here are bundles' one-link flows, each
+    capped at its own pace, with one round per distinct cap.
+
+    >>> small_rates_list([0, 1, 2], [0, 0, 0], 3, [10.0], None, [1.0, 2.0, INF])
+    [1.0, 2.0, 7.0]
+    """
+    loads = [1] * len(flows) if weight is None else weight
+    # Each link's live entries (flow, load) in entry order, and each flow's links.
+    on_link: dict[int, list[tuple[int, float]]] = {}
+    flow_links: list[list[int]] = [[] for _ in range(n_flows)]
+    for flow, link, load in zip(flows, links, loads, strict=True):
+        entries = on_link.get(link)
+        if entries is None:
+            on_link[link] = [(flow, load)]
+        else:
+            entries.append((flow, load))
+        flow_links[flow].append(link)
+    count = {link: _load(entries) for link, entries in on_link.items()}
+    # Caps as (share, flow), least first: a private link's share is its cap (its load is
+    # one), NaN's shares are NaN (numpy's path then).
+    limits = []
     if cap is not None:
         for flow, limit in enumerate(cap):
             if limit != INF:
-                flows.append(flow)
-                links.append(len(remaining))
-                remaining.append(limit)
-                loads.append(1 if weight is None else 1.0)
-    rate = [INF] * n_flows
-    entries = list(zip(flows, links, loads, strict=True))
+                if limit != limit:
+                    return None
+                limits.append((limit if limit > 0.0 else 0.0, flow))
+        limits.sort()
+    n_limits, first = len(limits), 0
+    rate = [INF] * n_flows  # INF until frozen (a frozen flow's level is finite)
     tie = 1 + _TIE
-    while entries:
-        count: dict[int, float] = {}
-        for _, link, load in entries:
-            count[link] = count.get(link, 0) + load
+    while count or first < n_limits:
         level = INF
-        shares = {}
+        shares = []
         for link, total in count.items():
             if not total > 0:
                 continue  # a link that only zero weights cross limits nobody
@@ -181,24 +205,50 @@ def small_rates_list(
             share = (left if left > 0.0 else 0.0) / total
             if share != share or left != left:
                 return None
-            shares[link] = share
+            shares.append((share, link))
             if share < level:
                 level = share
+        if first < n_limits and limits[first][0] < level:
+            level = limits[first][0]
         if level == INF:
             break  # every remaining flow crosses only infinite links
         bound = level * tie
-        bottleneck = {link for link, share in shares.items() if share <= bound}
-        frozen = {flow for flow, link, _ in entries if link in bottleneck}
+        frozen = set()
+        for share, link in shares:
+            if share <= bound:
+                frozen.update(flow for flow, _ in on_link[link])
+        while first < n_limits and limits[first][0] <= bound:
+            flow = limits[first][1]
+            if rate[flow] == INF:
+                frozen.add(flow)
+            first += 1
+        touched = set()
         for flow in frozen:
             rate[flow] = level
-        taken: dict[int, float] = {}
-        rest = []
-        for entry in entries:
-            if entry[0] in frozen:
-                taken[entry[1]] = taken.get(entry[1], 0) + entry[2]
+            touched.update(flow_links[flow])
+        while first < n_limits and rate[limits[first][1]] != INF:
+            first += 1  # caps of flows their links froze
+        for link in touched:
+            taken = 0
+            rest = []
+            for entry in on_link[link]:
+                if entry[0] in frozen:
+                    taken = taken + entry[1]
+                else:
+                    rest.append(entry)
+            remaining[link] -= taken * level
+            if rest:
+                on_link[link] = rest
+                count[link] = _load(rest)
             else:
-                rest.append(entry)
-        for link, total in taken.items():
-            remaining[link] -= total * level
-        entries = rest
+                del on_link[link], count[link]
     return rate
+
+
+def _load(entries: list[tuple[int, float]]) -> float:
+    """A link's load: its entries' loads summed in order from an integer zero (as the
+    numpy path's ``bincount`` sums them; an integer count without weights)."""
+    total = 0
+    for _, load in entries:
+        total = total + load
+    return total

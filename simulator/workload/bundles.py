@@ -56,6 +56,10 @@ class Bundle:
     the call kept there at once alone (on average while busy), each link's flow counting
     as that many in the share. Starts now."""
 
+    #: Nothing waits for a bundle's flows to arrive (its ranks' offsets after the last
+    #: link use are added where it ends): the network schedules no delivery events.
+    delivers = False
+
     def __init__(
         self,
         network: FlowNetwork,
@@ -101,8 +105,8 @@ class Bundle:
             self._finish()
 
     def on_delivered(self, ops: np.ndarray) -> None:
-        """Nothing waits for a bundle's flows to arrive: its ranks' offsets after the
-        last link use (latency, the last reduction) are added where it ends."""
+        """Never called (``delivers``): its ranks' offsets after the last link use
+        (latency, the last reduction) are added where it ends."""
 
     def _finish(self) -> None:
         env = self.network.env
