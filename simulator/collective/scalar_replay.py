@@ -553,24 +553,23 @@ class _Net:
         order the flows are visited in changes none.)"""
         f_left, f_rate, f_last = self.f_left, self.f_rate, self.f_last
         route_slots = self.route_slots
-        groups: dict[int, int] = {}
-        for route in routes:
-            slots = route_slots[route]
-            groups[route] = len(slots)
-            for slot in slots:
-                elapsed = now - f_last[slot]
-                if elapsed > 0 and f_rate[slot] > 0:
-                    left = f_left[slot] - f_rate[slot] * elapsed
-                    f_left[slot] = left if left > 0.0 else 0.0
-                f_last[slot] = now
+        groups = {route: len(route_slots[route]) for route in routes}
         level_of = dict.fromkeys(groups, _INF)
         self._fill(groups, level_of)
+        # One pass a flow (the filling reads no flow's bytes): its bytes left brought up
+        # to now at the rate it had, then its new rate and finish.
         finish = self.finish
         for route, value in level_of.items():
             first = _INF
             for slot in route_slots[route]:
-                f_rate[slot] = value
                 left = f_left[slot]
+                rate = f_rate[slot]
+                elapsed = now - f_last[slot]
+                if elapsed > 0 and rate > 0:
+                    left = left - rate * elapsed
+                    left = f_left[slot] = left if left > 0.0 else 0.0
+                f_last[slot] = now
+                f_rate[slot] = value
                 end = finish[slot] = now + (left / value if left > 0 else 0.0)
                 if end < first:
                     first = end
