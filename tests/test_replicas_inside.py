@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.network.routing import LinkTable, Router
 from simulator.topology import load_topology
 from simulator.topology.builders import fabric_spec
-from simulator.topology.graph import gpu_nodes
+from simulator.topology.graph import gpu_nodes, servers_of_ranks
 from simulator.topology.presets import preset, preset_graph
 from simulator.topology.symmetry import gpu_permutation
 from simulator.workload import WorkloadReplay
 from simulator.workload.generators import megatron
 from simulator.workload.metrics import breakdown
+from simulator.workload.replicas import _cross_server_pairs
+from simulator.workload.shadows import crosses_hashed
 
 #: Relative difference allowed between an op's time with one replica standing for all
 #: and with every replica built: the aggregated flows' rates are the same sums in
@@ -131,3 +134,25 @@ def test_gpu_permutation_moves_nics_and_rails_with_their_gpus():
             data["bandwidth"] /= 2
     assert gpu_permutation(slow, swap) is None
     assert gpu_permutation(graph, {gpus[0]: gpus[1]}) is None  # not every GPU
+
+
+def test_group_pairs_across_racks_are_found_and_hashed():
+    """The pairs the up-front check looks at: every two ranks of a group on two racks.
+    TP 4 DP 8 on two racks of 16 (no pipeline): a DP group holds the TP position t of
+    every replica, ranks t, t + 4, ..., t + 28, half on each rack, so 4 x 4 pairs each
+    way; rail t + 4 of rack 0 meets rail t of rack 1 only over the spines (hashed)."""
+    graph = racks(16, 2)
+    workload = megatron(
+        model="llama3-8b", micro_batch=1, global_batch=8, tp=4, pp=1, dp=8, replicas=True
+    )
+    servers = servers_of_ranks(graph)
+    pairs = _cross_server_pairs(workload, servers)
+    expected = {
+        (a, b)
+        for t in range(4)
+        for a in range(t, 32, 4)
+        for b in range(t, 32, 4)
+        if (a < 16) != (b < 16)
+    }
+    assert set(pairs) == expected
+    assert crosses_hashed(pairs, servers, Router(graph, LinkTable(graph)))

@@ -289,10 +289,12 @@ def _gpu_maps(
     side in one NVL72 rack), or None, None and why not. Kept in ``derived``.
 
     Refused before the run, as a guess about CPU time (the run would find it at the
-    first such send and start again, every replica built): a pipeline send between
-    servers that several shortest paths join, which ECMP hashes per pair of GPUs, so
-    that the images of its route are not the routes of its images
-    (:func:`~simulator.workload.shadows.crosses_hashed`)."""
+    first such call and start again, every replica built): a pipeline send, or two
+    ranks of a group, on servers that several shortest paths join, which ECMP hashes
+    per pair of GPUs, so that the images of a route are not the routes of the images
+    (:func:`~simulator.workload.shadows.crosses_hashed`). A map of whole servers keeps
+    each GPU's position, and with it, on the published clusters, the hashed routes'
+    images; this one moves GPUs to other rails."""
     graph = network.graph
     links = network.links
     key = ("gpu permutation", shift.tobytes(), len(links))
@@ -309,10 +311,29 @@ def _gpu_maps(
     if phi is None:
         return None, None, "moving the GPUs so maps the topology elsewhere"
     ops = workload.ops
+    servers = servers_of_ranks(graph)
     ends = sorted({(ops[send].rank, ops[receive].rank) for send, receive in workload.pairs})
-    if crosses_hashed(ends, servers_of_ranks(graph), network.router):
+    if crosses_hashed(ends, servers, network.router):
         return None, None, "a pipeline send crosses servers over several shortest paths"
+    if crosses_hashed(_cross_server_pairs(workload, servers), servers, network.router):
+        return None, None, "a group's ranks are on servers joined by several shortest paths"
     return phi, psi, ""
+
+
+def _cross_server_pairs(workload: Workload, servers: list[int] | None) -> list[tuple[int, int]]:
+    """Every (rank, rank) pair of a group of ``workload`` on two servers, once."""
+    if servers is None:
+        return []
+    where = np.asarray(servers, dtype=np.int64)
+    found: set[tuple[int, int]] = set()
+    for group in workload.groups.values():
+        ranks = np.asarray(group.ranks, dtype=np.int64)
+        if len(ranks) < 2 or len(np.unique(where[ranks])) < 2:
+            continue
+        a, b = np.meshgrid(ranks, ranks, indexing="ij")
+        apart = where[a] != where[b]
+        found.update(zip(a[apart].tolist(), b[apart].tolist(), strict=True))
+    return sorted(found)
 
 
 def replica_symmetry(
