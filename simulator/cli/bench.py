@@ -433,6 +433,10 @@ PUBLISHED_STEPS = (
     # Megatron-FSDP on 128 GB200 NVL72 GPUs: a 64-rank, 62-channel DP all-gather timed
     # alone on its binding links (250,000 transfers).
     ("llama31-405b-fsdp-gb200", "bridge-25.09-llama31-405b-gb200-fp8-128"),
+    # DGX Cloud's Llama 3.1 405B on 512 GB200 (8 NVL72 racks of 64): each pipeline
+    # stage fills a rack with its 8 data-parallel replicas side by side, one of which
+    # stands for all by moving GPUs inside the racks (simulator.workload.replicas).
+    ("llama31-405b-gb200-512", "dgxc-v25.05.04-llama31-405b-gb200-fp8-512"),
 )
 
 SCENARIOS.update(
