@@ -15,10 +15,10 @@ full workload (to rounding), and says why not when it is not:
   replicas side by side), sigma's map of the GPUs extends to such a map of the whole
   graph, each NIC going with its GPU and each rail's leaf with its NICs
   (:func:`~simulator.topology.symmetry.gpu_permutation`; refused up front where a
-  pipeline send crosses servers over paths ECMP hashes, see :func:`_gpu_maps`; issue
-  31: DGX Cloud's Llama 3.1 405B on 512 GB200, 33 s -> 7 s of CPU, the same step). The
-  links then fall into
-  *classes*, the orbits of the link map, on which
+  pipeline send or a group crosses servers over paths ECMP hashes, see
+  :func:`_gpu_maps`; issue 31: DGX Cloud's Llama 3.1 405B on 512 GB200, 35 s -> 6-8 s
+  of CPU, the same step). The links then fall into *classes*, the orbits of the link
+  map, on which
   :meth:`~simulator.network.flows.FlowNetwork.set_link_classes` aggregates flows: a flow
   of weight ``dp`` loads each link of its class ``dp / |class|`` times per link it
   crosses, which is exactly how its ``dp`` images load them (the images of a route are
