@@ -148,22 +148,27 @@ def test_a_ring_over_whole_servers_takes_replicas_one_by_one():
     _assert_same(full, run_one.workload, run_full, run_one)
 
 
-def test_a_ring_that_never_repeats_falls_back_to_every_replica():
+def test_replicas_sharing_servers_stand_for_all_by_moving_gpus():
     # The two replicas of TP 4 share both servers: no fewer than all of them move whole
-    # servers, so every replica is simulated.
+    # servers, but moving GPU i to GPU i + 4 in each server (its NIC and rail with it)
+    # maps the cluster onto itself, so one replica stands for both (issue 31), op for
+    # op and link for link.
     full, _one, run_full, run_one = _both("dgx-a100", 2, tp=4, pp=2, dp=2, global_batch=2)
-    assert run_one.replicas["simulated"] == "all"
-    assert len(run_one.workload.ops) == len(full.ops)
-    assert breakdown(run_one).step_s == breakdown(run_full).step_s
+    assert run_one.replicas == {"count": 2, "simulated": 1}
+    _assert_same(full, run_one.workload, run_full, run_one)
 
 
-def test_replicas_that_do_not_fill_servers_fall_back():
-    kw = dict(tp=2, pp=1, dp=4, global_batch=4)
+def test_replicas_inside_one_server_stand_for_all():
+    # Four replicas of TP 2 in one server: moving GPU i to GPU i + 2 (NIC and rail with
+    # it) maps the server onto itself, so one stands for the four (issue 31; before,
+    # every replica was built), op for op and link for link with the full build.
+    kw = dict(tp=2, pp=1, dp=4, global_batch=4, defaults="sc21")
+    full = megatron("llama3-8b", **kw)
     one = megatron("llama3-8b", replicas=True, **kw)
-    run = WorkloadReplay(one, load_topology("dgx-a100", 1)).run()
-    assert run.replicas["simulated"] == "all"
-    assert "splits server" in run.replicas["why"]
-    assert len(run.workload.ops) == len(megatron("llama3-8b", **kw).ops)
+    graph = load_topology("dgx-a100", 1)
+    run_full, run_one = (WorkloadReplay(w, graph).run() for w in (full, one))
+    assert run_one.replicas == {"count": 4, "simulated": 1}
+    _assert_same(full, one, run_full, run_one)
 
 
 def test_mixture_of_experts_builds_whole_ep_groups_of_replicas():

@@ -436,6 +436,10 @@ PUBLISHED_STEPS = (
     # Megatron-Bridge's Llama 3.1 405B on 1,024 H100 (PP 8 x VP 8, 192 micro-batches):
     # uneven stages, a steady state periodic only after a transient of ~136 steady steps.
     ("llama31-405b-h100-1024", "bridge-26.04.01-llama31-405b-h100-fp8-1024"),
+    # DGX Cloud's Llama 3.1 405B on 512 GB200 (8 NVL72 racks of 64): each pipeline
+    # stage fills a rack with its 8 data-parallel replicas side by side, one of which
+    # stands for all by moving GPUs inside the racks (simulator.workload.replicas).
+    ("llama31-405b-gb200-512", "dgxc-v25.05.04-llama31-405b-gb200-fp8-512"),
 )
 
 SCENARIOS.update(

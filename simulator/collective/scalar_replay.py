@@ -553,68 +553,98 @@ class _Net:
         order the flows are visited in changes none.)"""
         f_left, f_rate, f_last = self.f_left, self.f_rate, self.f_last
         route_slots = self.route_slots
-        groups: dict[int, int] = {}
-        for route in routes:
-            slots = route_slots[route]
-            groups[route] = len(slots)
-            for slot in slots:
-                elapsed = now - f_last[slot]
-                if elapsed > 0 and f_rate[slot] > 0:
-                    left = f_left[slot] - f_rate[slot] * elapsed
-                    f_left[slot] = left if left > 0.0 else 0.0
-                f_last[slot] = now
-        route_load, capacity = self.route_load, self.capacity
-        remaining = {}
-        for route in groups:
-            for link in route_load[route]:
-                remaining[link] = capacity[link]
+        groups = {route: len(route_slots[route]) for route in routes}
         level_of = dict.fromkeys(groups, _INF)
-        live = list(groups)
-        tie = 1 + _TIE
-        while live:
-            count: dict[int, float] = {}
-            for route in live:
-                flows = groups[route]
-                for link, load in route_load[route].items():
-                    count[link] = count.get(link, 0) + flows * load
-            level = _INF
-            shares = {}
-            for link, total in count.items():
-                if not total > 0:
-                    continue
-                left = remaining[link]
-                share = (left if left > 0.0 else 0.0) / total
-                shares[link] = share
-                if share < level:
-                    level = share
-            if level == _INF:
-                break
-            bound = level * tie
-            bottleneck = {link for link, share in shares.items() if share <= bound}
-            taken: dict[int, float] = {}
-            rest = []
-            for route in live:
-                load = route_load[route]
-                if bottleneck.isdisjoint(load):
-                    rest.append(route)
-                    continue
-                level_of[route] = level
-                flows = groups[route]
-                for link, value in load.items():
-                    taken[link] = taken.get(link, 0) + flows * value
-            for link, total in taken.items():
-                remaining[link] -= total * level
-            live = rest
+        self._fill(groups, level_of)
+        # One pass a flow (the filling reads no flow's bytes): its bytes left brought up
+        # to now at the rate it had, then its new rate and finish.
         finish = self.finish
         for route, value in level_of.items():
             first = _INF
             for slot in route_slots[route]:
-                f_rate[slot] = value
                 left = f_left[slot]
+                rate = f_rate[slot]
+                elapsed = now - f_last[slot]
+                if elapsed > 0 and rate > 0:
+                    left = left - rate * elapsed
+                    left = f_left[slot] = left if left > 0.0 else 0.0
+                f_last[slot] = now
+                f_rate[slot] = value
                 end = finish[slot] = now + (left / value if left > 0 else 0.0)
                 if end < first:
                     first = end
             self._set_route_end(route, first)
+
+    def _fill(self, groups: dict[int, int], level_of: dict[int, float]) -> None:
+        """Progressive filling of ``groups`` (route -> its flow count): each route's
+        level in ``level_of`` (left at infinity if no link bounds it).
+
+        Each round, every link with routes still unfrozen has the share its capacity
+        left gives them (capacity left / their load, at least 0); the least share is the
+        round's level, the links within a relative 1e-12 of it are its bottlenecks, and
+        the routes crossing a bottleneck freeze at that level, taking their load times
+        the level off each of their links. Maxmin's rounds, to the same doubles, kept
+        incrementally: a round changes the capacity left and the load only on the links
+        of the routes it freezes, so only those links' shares are computed again (a
+        heap holds every link's current share) and each route's links are visited twice
+        (counted in, taken off), not once a round. A link's load is a sum of route loads
+        times flow counts, exact whatever its order (the loads are short dyadic
+        numbers, checked by :func:`replay_scalar`), so taking the frozen routes' loads
+        off leaves exactly the sum over the routes still unfrozen that a round recounts;
+        the capacity left takes off each round's total per link, as the rounds do."""
+        route_load, capacity = self.route_load, self.capacity
+        remaining: dict[int, float] = {}
+        count: dict[int, float] = {}
+        users: dict[int, list[int]] = {}
+        for route, flows in groups.items():
+            for link, load in route_load[route].items():
+                if link in count:
+                    count[link] += flows * load
+                    users[link].append(route)
+                else:
+                    remaining[link] = capacity[link]
+                    count[link] = flows * load
+                    users[link] = [route]
+        share: dict[int, float] = {}
+        heap = []
+        for link, total in count.items():
+            if total > 0:
+                left = remaining[link]
+                value = share[link] = (left if left > 0.0 else 0.0) / total
+                heap.append((value, link))
+        heapq.heapify(heap)
+        tie = 1 + _TIE
+        frozen: set[int] = set()
+        while heap:
+            # The least current share (an entry is current while ``share`` holds it).
+            level, link = heap[0]
+            if share.get(link) != level:
+                heapq.heappop(heap)
+                continue
+            bound = level * tie
+            taken: dict[int, float] = {}
+            while heap and heap[0][0] <= bound:
+                value, link = heapq.heappop(heap)
+                if share.get(link) != value:
+                    continue
+                for route in users[link]:
+                    if route in frozen:
+                        continue
+                    frozen.add(route)
+                    level_of[route] = level
+                    flows = groups[route]
+                    for other, load in route_load[route].items():
+                        taken[other] = taken.get(other, 0) + flows * load
+            for other, total in taken.items():
+                remaining[other] -= total * level
+                rest = count[other] - total
+                count[other] = rest
+                if rest > 0:
+                    left = remaining[other]
+                    value = share[other] = (left if left > 0.0 else 0.0) / rest
+                    heapq.heappush(heap, (value, other))
+                else:
+                    share.pop(other, None)
 
     def _set_route_end(self, route: int, end: float) -> None:
         """Note ``end`` as the earliest finish of ``route``'s flows."""

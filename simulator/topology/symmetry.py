@@ -86,11 +86,40 @@ def server_permutation(graph: nx.Graph, image: list[int] | tuple[int, ...]) -> d
         for a, b in zip(members[s], members[image[s]], strict=True):
             phi[a] = b
     outside = [node for node, data in graph.nodes(data=True) if data.get("server") is None]
-    # Fabric nodes, by the images of their neighbours: first those next to servers (a
-    # leaf, by its NICs), then those next to those (a spine, by its leaves), and so on.
-    # Nodes with the same neighbours (twins) may only map onto themselves.
+    return _extended(graph, phi, outside)
+
+
+def gpu_permutation(graph: nx.Graph, image: dict) -> dict | None:
+    """The node map sending each GPU to ``image[gpu]`` (a permutation of the GPUs, which
+    may move them inside their servers), or None when it extends to no map of ``graph``
+    onto itself.
+
+    Every other node, in a server or not, follows the images of its neighbours, as
+    fabric nodes do in :func:`server_permutation`: a GPU's NIC goes with its GPU, the
+    leaf of a rail with its NICs, a switch that every GPU of a server reaches stays.
+
+    >>> from simulator.topology import load_topology
+    >>> g = load_topology("dgx-h100", 2)
+    >>> swap = {f"s{s}/gpu{i}": f"s{s}/gpu{(i + 4) % 8}" for s in range(2) for i in range(8)}
+    >>> phi = gpu_permutation(g, swap)
+    >>> phi["s0/gpu1"], phi["s1/nic1"], phi["leaf1"]
+    ('s0/gpu5', 's1/nic5', 'leaf5')
+    """
+    gpus = set(gpu_nodes(graph))
+    if set(image) != gpus or set(image.values()) != gpus:
+        return None
+    rest = [node for node in graph.nodes if node not in gpus]
+    return _extended(graph, dict(image), rest)
+
+
+def _extended(graph: nx.Graph, phi: dict, left: list) -> dict | None:
+    """``phi`` (a map of some of ``graph``'s nodes) extended to the nodes ``left`` by the
+    images of their neighbours, or None where that fails or the map is not an
+    automorphism."""
+    # First the nodes next to those mapped (a leaf, by its NICs), then those next to
+    # those (a spine, by its leaves), and so on. Nodes with the same neighbours (twins)
+    # may only map onto themselves.
     known = set(phi)
-    left = list(outside)
     for _ in range(8):
         keys = {node: frozenset(v for v in graph.neighbors(node) if v in known) for node in left}
         lookup: dict = {}

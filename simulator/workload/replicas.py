@@ -10,8 +10,15 @@ full workload (to rounding), and says why not when it is not:
 
 * **The cluster.** sigma moves whole servers, and the server permutation it induces maps
   the graph onto itself with every node and link attribute
-  (:func:`~simulator.topology.symmetry.server_permutation`). The links then fall into
-  *classes*, the orbits of the link map, on which
+  (:func:`~simulator.topology.symmetry.server_permutation`); or, where no few replicas
+  together move whole servers (a GB200 NVL72 rack holding a pipeline stage of ``dp``
+  replicas side by side), sigma's map of the GPUs extends to such a map of the whole
+  graph, each NIC going with its GPU and each rail's leaf with its NICs
+  (:func:`~simulator.topology.symmetry.gpu_permutation`; refused up front where a
+  pipeline send or a group crosses servers over paths ECMP hashes, see
+  :func:`_gpu_maps`; issue 31: DGX Cloud's Llama 3.1 405B on 512 GB200, 35 s -> 6-8 s
+  of CPU, the same step). The links then fall into *classes*, the orbits of the link
+  map, on which
   :meth:`~simulator.network.flows.FlowNetwork.set_link_classes` aggregates flows: a flow
   of weight ``dp`` loads each link of its class ``dp / |class|`` times per link it
   crosses, which is exactly how its ``dp`` images load them (the images of a route are
@@ -45,7 +52,8 @@ from ..network.faults import fault_plan
 from ..network.flows import FlowNetwork
 from ..network.routing import Router
 from ..topology.graph import gpu_nodes, servers_of_ranks
-from ..topology.symmetry import server_permutation
+from ..topology.symmetry import gpu_permutation, server_permutation
+from .shadows import crosses_hashed
 from .trace import Workload
 
 
@@ -273,6 +281,61 @@ def _maps(
     return derived[key]
 
 
+def _gpu_maps(
+    workload: Workload, network: FlowNetwork, shift: np.ndarray, derived: dict
+) -> tuple[dict | None, np.ndarray | None, str]:
+    """The node and link maps of moving every GPU to its rank's image in the next
+    replica where that moves GPUs inside their servers (data-parallel ranks side by
+    side in one NVL72 rack), or None, None and why not. Kept in ``derived``.
+
+    Refused before the run, as a guess about CPU time (the run would find it at the
+    first such call and start again, every replica built): a pipeline send, or two
+    ranks of a group, on servers that several shortest paths join, which ECMP hashes
+    per pair of GPUs, so that the images of a route are not the routes of the images
+    (:func:`~simulator.workload.shadows.crosses_hashed`). A map of whole servers keeps
+    each GPU's position, and with it, on the published clusters, the hashed routes'
+    images; this one moves GPUs to other rails."""
+    graph = network.graph
+    links = network.links
+    key = ("gpu permutation", shift.tobytes(), len(links))
+    if key not in derived:
+        gpus = gpu_nodes(graph)
+        phi = gpu_permutation(graph, {gpus[r]: gpus[t] for r, t in enumerate(shift.tolist())})
+        psi = None
+        if phi is not None:
+            index = links.index
+            pairs = zip(links.src_node, links.dst_node, strict=True)
+            psi = np.array([index[(phi[a], phi[b])] for a, b in pairs], dtype=np.int64)
+        derived[key] = (phi, psi)
+    phi, psi = derived[key]
+    if phi is None:
+        return None, None, "moving the GPUs so maps the topology elsewhere"
+    ops = workload.ops
+    servers = servers_of_ranks(graph)
+    ends = sorted({(ops[send].rank, ops[receive].rank) for send, receive in workload.pairs})
+    if crosses_hashed(ends, servers, network.router):
+        return None, None, "a pipeline send crosses servers over several shortest paths"
+    if crosses_hashed(_cross_server_pairs(workload, servers), servers, network.router):
+        return None, None, "a group's ranks are on servers joined by several shortest paths"
+    return phi, psi, ""
+
+
+def _cross_server_pairs(workload: Workload, servers: list[int] | None) -> list[tuple[int, int]]:
+    """Every (rank, rank) pair of a group of ``workload`` on two servers, once."""
+    if servers is None:
+        return []
+    where = np.asarray(servers, dtype=np.int64)
+    found: set[tuple[int, int]] = set()
+    for group in workload.groups.values():
+        ranks = np.asarray(group.ranks, dtype=np.int64)
+        if len(ranks) < 2 or len(np.unique(where[ranks])) < 2:
+            continue
+        a, b = np.meshgrid(ranks, ranks, indexing="ij")
+        apart = where[a] != where[b]
+        found.update(zip(a[apart].tolist(), b[apart].tolist(), strict=True))
+    return sorted(found)
+
+
 def replica_symmetry(
     workload: Workload, network: FlowNetwork, derived: dict | None = None
 ) -> tuple[ReplicaSymmetry | None, str]:
@@ -294,18 +357,28 @@ def replica_symmetry(
     if servers is None:
         return None, "the topology's GPUs have no servers"
     image: dict[int, int] = {}
+    inside = ""
     for rank, target in enumerate(shift.tolist()):
         moved_inside = target != rank and servers[target] == servers[rank]
         if moved_inside or image.setdefault(servers[rank], servers[target]) != servers[target]:
-            return None, (
+            inside = (
                 f"moving every rank to the next replica splits server {servers[rank]} "
                 "(a replica's ranks must fill whole servers)"
             )
-    n = len(set(servers))
-    perm = [image.get(s, s) for s in range(n)]
-    phi, psi = _maps(graph, network, perm, {} if derived is None else derived)
-    if phi is None or any(phi[gpus[r]] != gpus[t] for r, t in enumerate(shift.tolist())):
-        return None, "the topology does not look the same from every replica"
+            break
+    if not inside:
+        n = len(set(servers))
+        perm = [image.get(s, s) for s in range(n)]
+        phi, psi = _maps(graph, network, perm, {} if derived is None else derived)
+        if phi is None or any(phi[gpus[r]] != gpus[t] for r, t in enumerate(shift.tolist())):
+            return None, "the topology does not look the same from every replica"
+    elif replicas_per_server(workload, graph) is not None:
+        # A few replicas together move whole servers: the caller takes them together.
+        return None, inside
+    else:
+        phi, psi, why = _gpu_maps(workload, network, shift, {} if derived is None else derived)
+        if phi is None:
+            return None, f"{inside}, and {why}"
     assert psi is not None
     # Orbits of the link map: the smallest id reached, and after how many steps each
     # link comes back (its orbit's size; the map to the power ``count`` is the identity).
