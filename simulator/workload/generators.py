@@ -868,13 +868,13 @@ def megatron(
     The first backward's receive is posted after the last warm-up forward (the same
     schedule's ``send_backward_recv_backward`` at its last warm-up step), and each
     receive is issued right after the send of the pass that posts it, as on the GPU.
-    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else
-    "split"): "peer" runs a rank's sends to and receives from one neighbour on one FIFO
-    stream, as PyTorch runs each un-batched isend/irecv on the stream of its peer pair
-    (ProcessGroupNCCL::pointToPoint), so a receive posted a pass ahead holds the
-    next send to that neighbour behind it until its data comes (at PP 2, sends and
-    receives on a stream each, as Megatron-Core puts one side on the world group);
-    "split", a stream each for sends and receives per neighbour (ccsim before
+    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else and
+    with moe_a2a_overlap "split"): "peer" runs a rank's sends to and receives from one
+    neighbour on one FIFO stream, as PyTorch runs each un-batched isend/irecv on the
+    stream of its peer pair (ProcessGroupNCCL::pointToPoint), so a receive posted a pass
+    ahead holds the next send to that neighbour behind it until its data comes (at PP 2,
+    sends and receives on a stream each, as Megatron-Core puts one side on the world
+    group); "split", a stream each for sends and receives per neighbour (ccsim before
     2026-11-27). ``p2p_send_wait`` (None: on with overlap_p2p_comm) makes each pass
     also wait for the send of the last pass of its direction, whose handle Megatron
     waits with the receive's.
@@ -1026,7 +1026,12 @@ def megatron(
         raise unknown_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
     backend = ATTENTION_BACKENDS.index(attention_backend)
     if p2p_streams is None:
-        p2p_streams = "peer" if early_recv else "split"
+        # Combined 1F1B (moe_a2a_overlap) issues a step's forward and backward side by
+        # side; ccsim's issue order for them on one FIFO stream per neighbour deadlocks
+        # (a send to the next stage queued behind a receive its peer posts later), where
+        # the runs complete: their order on the peer stream is not modelled, so the
+        # passes' transfers run on a stream each.
+        p2p_streams = "peer" if early_recv and not moe_a2a_overlap else "split"
     if p2p_streams not in P2P_STREAMS:
         raise CcsimError(
             f"p2p_streams must be {' or '.join(P2P_STREAMS)} (null: peer with "
