@@ -111,3 +111,21 @@ def test_a_heldout_table_agrees_with_nccl_tests_definitions(name):
             ), (size, column)
             checked += 1
     assert checked >= len(rows)
+
+
+def test_a_sidecar_naming_an_operation_ccsim_does_not_run_is_refused_as_it_loads(tmp_path):
+    """nccl-tests' binary names (alltoall) are not ccsim's operations (all_to_all): the
+    sidecar's op is checked when it loads, one line naming the file, field and the valid
+    operations, not an algorithm error at run time."""
+    from simulator.errors import CcsimError
+
+    name = "GB200-1N-A2A-a4x-prod"
+    text = (FOLDER / f"{name}.yaml").read_text().replace("op: all_to_all", "op: alltoall")
+    assert "op: alltoall" in text
+    (tmp_path / f"{name}.yaml").write_text(text)
+    (tmp_path / f"{name}.csv").write_text((FOLDER / f"{name}.csv").read_text())
+    with pytest.raises(CcsimError) as error:
+        load_case(tmp_path / f"{name}.yaml")
+    message = str(error.value)
+    assert message.startswith(f"{name}.yaml: op 'alltoall' is not an operation ccsim runs")
+    assert "all_to_all" in message and "\n" not in message

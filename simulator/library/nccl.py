@@ -393,6 +393,7 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
     has_nvlink = nvlink > 0
     total = max(nvlink, pcie)
     per_server = len(gpus) // nodes
+    net_max_bw = 0.0  # the network's fastest path a GPU has, NCCL's system->maxBw
     if nodes == 1:
         max_bw = nvlink if has_nvlink else pcie
         ring = _search(_speeds(arch, False), max_bw, total, 1.0, MAX_CHANNELS // 2, arch)
@@ -406,6 +407,7 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
             if not nics or not any(nics):
                 raise CcsimError("a server has no NIC: NCCL cannot run across servers")
             max_bw = min(max(nics), pcie) if pcie else max(nics)
+            net_max_bw = min(net_max_bw, max_bw) if net_max_bw else max_bw
             # One ring per NIC (graph search over NETs, search.cc:1155-1184).
             # A ring crosses each GPU's NVLinks on all hops but the one to the NIC.
             found = _search(_speeds(arch, True), max_bw, total, share, len(nics), arch)
@@ -429,8 +431,12 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
         # "NVLS search only tries to find NIC:GPU combinations to compute the heads"), so
         # a server with 4 NICs for 8 GPUs has 4 heads (the "NVLS Head 0-3" of the 2 x 8
         # H100, 4-NIC log in NVIDIA/nccl#1357).
+        # Its own search (init.cc:1209-1215), from the network's speed as every search
+        # starts (search.cc:1172-1179), not the ring's: the ring's channel duplication,
+        # which halves its speed, skips the NVLS graph (ncclTopoDupChannels,
+        # search.cc:1038, all at v2.30.7-1).
         speeds = _speeds(arch, nodes > 1)
-        cap = ring.bw_inter if nodes > 1 else max(speeds)
+        cap = net_max_bw if nodes > 1 else max(speeds)
         heads = min(per_server, NVLS_MAX_ARITY)
         if nodes > 1:
             heads = min(heads, len(_server_nics(graph, graph.nodes[first].get("server"))))

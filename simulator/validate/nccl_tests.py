@@ -58,7 +58,7 @@ import numpy as np
 from ..algorithms import build_schedule
 from ..collective.guards import check_collective
 from ..collective.policy import NcclPolicy
-from ..collective.run import bus_factor, rank_layout, run_schedule
+from ..collective.run import COLLECTIVE_OPS, bus_factor, rank_layout, run_schedule
 from ..collective.tuner import AutoTuner
 from ..errors import CcsimError, shown
 from ..files import load_data, read_text
@@ -169,6 +169,11 @@ def load_case(sidecar: Path) -> Case:
     for key in ("preset", "op", "algorithm", "protocol", "csv", "column", "nccl_version"):
         if key in settings and not isinstance(settings[key], str):
             raise CcsimError(f"{sidecar.name}: {key} must be a name, got {shown(settings[key])}")
+    if "op" in settings and settings["op"] not in COLLECTIVE_OPS:
+        raise CcsimError(
+            f"{sidecar.name}: op {shown(settings['op'])} is not an operation ccsim runs; "
+            f"valid: {', '.join(COLLECTIVE_OPS)}"
+        )
     for key in ("nodes", "gpus_per_process"):
         value = settings.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
