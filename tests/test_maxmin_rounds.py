@@ -7,19 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_maxmin_small import numpy_rates
 
 from simulator.network import maxmin
-from simulator.network.maxmin import _small_rates, max_min_rates
-
-
-def numpy_rates(*args):
-    """The numpy path alone (the small path switched off)."""
-    before = maxmin.SMALL_ENTRIES
-    maxmin.SMALL_ENTRIES = -1
-    try:
-        return max_min_rates(*args)
-    finally:
-        maxmin.SMALL_ENTRIES = before
+from simulator.network.maxmin import _small_rates
 
 
 def same_as_numpy(inc_flow, inc_link, n_flows, capacity, weight=None, cap=None):

@@ -272,13 +272,17 @@ def _maps(
     key = ("server permutation", tuple(perm), len(links))
     if key not in derived:
         phi = server_permutation(graph, perm)
-        psi = None
-        if phi is not None:
-            index = links.index
-            pairs = zip(links.src_node, links.dst_node, strict=True)
-            psi = np.array([index[(phi[a], phi[b])] for a, b in pairs], dtype=np.int64)
-        derived[key] = (phi, psi)
+        derived[key] = (phi, _link_map(links, phi))
     return derived[key]
+
+
+def _link_map(links, phi: dict | None) -> np.ndarray | None:
+    """Each link's id's image under the node map ``phi`` (None where ``phi`` is)."""
+    if phi is None:
+        return None
+    index = links.index
+    pairs = zip(links.src_node, links.dst_node, strict=True)
+    return np.array([index[(phi[a], phi[b])] for a, b in pairs], dtype=np.int64)
 
 
 def _gpu_maps(
@@ -301,12 +305,7 @@ def _gpu_maps(
     if key not in derived:
         gpus = gpu_nodes(graph)
         phi = gpu_permutation(graph, {gpus[r]: gpus[t] for r, t in enumerate(shift.tolist())})
-        psi = None
-        if phi is not None:
-            index = links.index
-            pairs = zip(links.src_node, links.dst_node, strict=True)
-            psi = np.array([index[(phi[a], phi[b])] for a, b in pairs], dtype=np.int64)
-        derived[key] = (phi, psi)
+        derived[key] = (phi, _link_map(links, phi))
     phi, psi = derived[key]
     if phi is None:
         return None, None, "moving the GPUs so maps the topology elsewhere"
