@@ -44,10 +44,13 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "training" / "publish
 #: of another source that set one says so itself (``use: calibration``).
 CALIBRATION_SOURCES = ("megatron-lm-readme",)
 
-#: The preset each GPU of the runs trains on: 8 GPUs a server (H100, B200) or an NVL72
-#: rack, 72 GPUs in one NVLink domain (GB200; :func:`nvl72_racks` says how many of them a
-#: run is given), one 400G NIC per GPU.
-PRESETS = {"H100": "dgx-h100", "B200": "hgx-b200", "GB200": "gb200-nvl72"}
+#: The preset each GPU of the runs trains on: 8 GPUs a server (H100, H200, B200) or an
+#: NVL72 rack, 72 GPUs in one NVLink domain (GB200; :func:`nvl72_racks` says how many of
+#: them a run is given), one 400G NIC per GPU. H200 (MLPerf Training v5.0's Nebius rows,
+#: 8x H200-SXM-141GB a node, its systems/nebius_soperator_8xH200_n64_ngc25.01_nemo.json)
+#: trains on the bundled HGX H200 preset and ccsim's H200 device (H100's compute,
+#: 141 GB at 4.8 TB/s: simulator.workload.devices); nothing was set from its rows.
+PRESETS = {"H100": "dgx-h100", "H200": "hgx-h200", "B200": "hgx-b200", "GB200": "gb200-nvl72"}
 
 #: GPUs per GB200 compute tray (NVIDIA DGX GB200 user guide: two Grace CPUs and four
 #: Blackwell GPUs a tray) and trays per NVL72 rack (18: 72 GPUs).
@@ -720,7 +723,7 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
     # once, it is the same workload without the first build. (GB200's NVLink domains are
     # racks: only mixture-of-experts runs ask for whole trays there.)
     unit = max(1, 8 // (run.tp * run.cp))
-    if unit > 1 and run.dp % unit == 0 and (run.ep > 1 or run.gpu in ("H100", "B200")):
+    if unit > 1 and run.dp % unit == 0 and (run.ep > 1 or run.gpu in ("H100", "H200", "B200")):
         options["replicas"] = unit
     if run.ep > 1:
         options["ep"] = run.ep
