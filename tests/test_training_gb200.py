@@ -31,10 +31,12 @@ def test_racks_hold_the_largest_segment_of_trays_that_divides_the_job(gpus, plac
 
 
 def test_every_bundled_gb200_dense_run_is_built():
-    """The data file's 46 dense GB200 pretraining runs in bf16 or fp8 (9 bf16, 37 fp8)
-    build; none is skipped for want of a preset."""
+    """The data file's 55 dense GB200 pretraining runs in bf16 or fp8 (9 bf16, 46 fp8:
+    37, then 9 MLPerf v5.0/v5.1 Llama 3.1 rows) build; none is skipped for want of a
+    preset."""
     gb200 = [run for run in RUNS if run.gpu == "GB200" and not run.model.is_moe]
-    assert len(gb200) == 46
+    assert len(gb200) == 55
+    assert sum(run.id.startswith("mlperf-v5") for run in gb200) == 9
     assert sum(run.precision == "bf16" for run in gb200) == 9
 
 
