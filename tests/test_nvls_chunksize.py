@@ -10,6 +10,7 @@ with its cited constants (a loop of channels x heads x chunk, a + b x heads us o
 synchronisation and heads x chunk at one block's rate per step).
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -21,6 +22,7 @@ from simulator.library.nccl import NVLS_CTA_GBPS, NVLS_STEP_US
 from simulator.library.nccl_env import parse_nccl_env
 from simulator.library.protocol import calibration_of
 from simulator.topology import load_topology
+from simulator.validate.nccl_tests import BUNDLED, load_case, run_case
 
 GiB = 2**30
 SETTING = "NCCL_NVLS_CHUNKSIZE=524288"
@@ -132,3 +134,18 @@ def test_from_six_gib_the_larger_chunk_takes_fewer_loops():
     result = NcclPolicy(env=SETTING).simulate(graph, "all_reduce", 8 * GiB)
     assert result.params["message_bytes"] == 524288
     assert result.time_s * 1e6 == pytest.approx(pipeline_us(8 * GiB, 524288) + launch_us, rel=0.02)
+
+
+def test_a_sidecar_that_states_the_setting_runs_with_it():
+    """The held-out A4 B200 job sets NCCL_NVLS_CHUNKSIZE=524288 (its sidecar's ``nccl``):
+    ``ccsim validate`` runs its 4 GiB size with 64 KiB chunks, slower than the default's
+    128 KiB by the hand pipeline's ratio."""
+    case = load_case(BUNDLED.parent / "nccl-tests-heldout2" / "B200-1N-AR-gke-a4-deepep.yaml")
+    assert case.settings["nccl"] == SETTING
+    row = [m for m in case.measured if m[0] == 4 * GiB]
+    chunked = run_case(dataclasses.replace(case, measured=row))
+    settings = {k: v for k, v in case.settings.items() if k != "nccl"}
+    plain = run_case(dataclasses.replace(case, measured=row, settings=settings))
+    ratio = chunked.simulated_us[0] / plain.simulated_us[0]
+    hand = pipeline_us(4 * GiB, 65536) / pipeline_us(4 * GiB, 131072)
+    assert ratio == pytest.approx(hand, rel=0.005)
