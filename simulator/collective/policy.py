@@ -126,7 +126,8 @@ class NcclPolicy:
         Bytes/s of local reductions (see :func:`simulator.simulate_collective`).
     env : NcclEnv or str, optional
         NCCL's environment settings (:mod:`simulator.library.nccl_env`): NCCL_ALGO,
-        NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice.
+        NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice;
+        NCCL_NVLS_CHUNKSIZE sets NVLS's and NVLSTree's chunk (:func:`nvls_chunk`).
     version : str, optional
         The NCCL version whose send/receive rules the all-to-all follows ("2.28.7": LL
         below 16 KiB x channels per peer; default 2.30.7's rules,
