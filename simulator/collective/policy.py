@@ -66,7 +66,8 @@ from .tuner import topology_key
 POLICIES = ("nccl", "hccl")
 
 #: Data bytes NCCL moves per pipeline step and channel: the library's STEP_BYTES, with
-#: Simple tree at 512 KiB and NVLS at most 128 KiB (enqueue.cc:2182-2321 at v2.30.7).
+#: Simple tree at 512 KiB and NVLS at most NCCL_NVLS_CHUNKSIZE (enqueue.cc:2182-2321 at
+#: v2.30.7).
 PIPELINE_BYTES = STEP_BYTES
 #: NCCL_NVLS_CHUNKSIZE's default (transport/nvls.cc:160 at v2.30.7).
 NVLS_CHUNK = 128 * 1024
