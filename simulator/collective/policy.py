@@ -66,9 +66,19 @@ from .tuner import topology_key
 POLICIES = ("nccl", "hccl")
 
 #: Data bytes NCCL moves per pipeline step and channel: the library's STEP_BYTES, with
-#: Simple tree at 512 KiB and NVLS at most 128 KiB (enqueue.cc:2182-2321 at v2.30.7).
+#: Simple tree at 512 KiB and NVLS at most NCCL_NVLS_CHUNKSIZE (enqueue.cc:2182-2321 at
+#: v2.30.7).
 PIPELINE_BYTES = STEP_BYTES
+#: NCCL_NVLS_CHUNKSIZE's default (transport/nvls.cc:160 at v2.30.7).
 NVLS_CHUNK = 128 * 1024
+#: NVLS's chunk starts from one step of the Simple buffer, DEFAULT_BUFFSIZE 4 MiB over
+#: NCCL_STEPS = 8 (init.cc:813, device.h:26; chunkSteps is 1 off Ring,
+#: enqueue.cc:2222-2223) before NCCL_NVLS_CHUNKSIZE caps it (enqueue.cc:2263-2267):
+#: a larger setting leaves NVLS at 512 KiB. NVLSTree takes the setting as it is.
+NVLS_MAX_CHUNK = (4 << 20) // 8
+#: Every chunk is rounded down to a multiple of the Simple grain (enqueue.cc:2321,
+#: ``ncclProtoGrainSize``, device.h:328-333).
+SIMPLE_GRAIN = 512
 TREE_CHUNK = 512 * 1024
 #: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
 #: longer moves (a k-chunk pipeline is within (stages - 1)/k of its limit) and flows grow.
@@ -117,7 +127,8 @@ class NcclPolicy:
         Bytes/s of local reductions (see :func:`simulator.simulate_collective`).
     env : NcclEnv or str, optional
         NCCL's environment settings (:mod:`simulator.library.nccl_env`): NCCL_ALGO,
-        NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice.
+        NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice;
+        NCCL_NVLS_CHUNKSIZE sets NVLS's and NVLSTree's chunk (:func:`nvls_chunk`).
     version : str, optional
         The NCCL version whose send/receive rules the all-to-all follows ("2.28.7": LL
         below 16 KiB x channels per peer; default 2.30.7's rules,
@@ -244,8 +255,10 @@ class NcclPolicy:
         if name not in algorithm_names():  # the NCCL tree schedule, where missing
             name = "tree"
         channels = self.channels or choice.channels
+        # NCCL_NVLS_CHUNKSIZE, where the user (or the network stack's setup) sets it.
+        nvls_bytes = self.env_for(system).nvls_chunk or NVLS_CHUNK
         chunks = self.chunks or pipeline_chunks(
-            choice, op, float(size_bytes), system.ranks, channels, system.nodes
+            choice, op, float(size_bytes), system.ranks, channels, system.nodes, nvls_bytes
         )
         # ccsim's nvls and nvls-tree schedules already spread over every GPU's NVLinks
         # and NICs, so their channels are identical copies on the same links: one
@@ -259,7 +272,7 @@ class NcclPolicy:
                 op, choice.algorithm, choice.protocol, float(size_bytes), system.arch
             ),
             "message_bytes": message_bytes(
-                choice, float(size_bytes), system.ranks, channels, system.nodes
+                choice, float(size_bytes), system.ranks, channels, system.nodes, nvls_bytes
             ),
         }
         if choice.tuner_line:  # NCCL_TUNER_CONFIG_FILE's rule on this line chose
@@ -653,10 +666,17 @@ def protocol_model(graph: nx.Graph, protocol: str, params: dict[str, Any]) -> st
 
 
 def pipeline_chunks(
-    choice: NcclChoice, op: str, size_bytes: float, ranks: int, channels: int, nodes: int = 1
+    choice: NcclChoice,
+    op: str,
+    size_bytes: float,
+    ranks: int,
+    channels: int,
+    nodes: int = 1,
+    nvls_bytes: int = NVLS_CHUNK,
 ) -> int:
     """Chunks per step of the ccsim schedule: the data one channel moves in one step of
-    the algorithm, cut at NCCL's pipeline granularity (at most :data:`MAX_CHUNKS`).
+    the algorithm, cut at NCCL's pipeline granularity (at most :data:`MAX_CHUNKS`);
+    ``nvls_bytes`` is NCCL_NVLS_CHUNKSIZE (:func:`nvls_chunk`).
 
     >>> from simulator.library.nccl import NcclChoice
     >>> pipeline_chunks(NcclChoice("NVLS", "Simple", 16, 640, 0.0), "all_reduce", 2**30, 8, 16)
@@ -671,23 +691,29 @@ def pipeline_chunks(
     else:
         per_rank = ranks if op in ("all_reduce", "all_gather", "reduce_scatter") else 1
         step = size_bytes / (channels * per_rank)
-    grain = message_bytes(choice, size_bytes, ranks, channels, nodes)
+    grain = message_bytes(choice, size_bytes, ranks, channels, nodes, nvls_bytes)
     return int(min(MAX_CHUNKS, max(1, math.ceil(step / grain))))
 
 
 def message_bytes(
-    choice: NcclChoice, size_bytes: float, ranks: int, channels: int, nodes: int = 1
+    choice: NcclChoice,
+    size_bytes: float,
+    ranks: int,
+    channels: int,
+    nodes: int = 1,
+    nvls_bytes: int = NVLS_CHUNK,
 ) -> float:
     """The data one NCCL step carries for this call: its pipeline grain, and what one
     network message holds (enqueue.cc:2182-2477 at v2.30.7; Ring/Simple sends a slice
-    of two 512 KiB steps).
+    of two 512 KiB steps); NVLS and NVLSTree by NCCL_NVLS_CHUNKSIZE = ``nvls_bytes``.
 
     >>> from simulator.library.nccl import NcclChoice
     >>> message_bytes(NcclChoice("Ring", "Simple", 24, 544, 0.0), 2**30, 16, 24, 2)
     1048576.0
     """
     if choice.algorithm in ("NVLS", "NVLSTree"):
-        return nvls_chunk(choice.algorithm, size_bytes, channels * nvls_heads(ranks, nodes))
+        ops = channels * nvls_heads(ranks, nodes)
+        return nvls_chunk(choice.algorithm, size_bytes, ops, nvls_bytes)
     if choice.algorithm == "Tree":
         if choice.protocol == "LL128":
             return tree_ll128_chunk(size_bytes, channels, ranks, nodes)
@@ -706,27 +732,40 @@ def nvls_heads(ranks: int, nodes: int) -> int:
     return min(ranks // nodes, NVLS_MAX_ARITY)
 
 
-def nvls_chunk(algorithm: str, size_bytes: float, ops: int) -> float:
-    """NCCL's NVLS / NVLSTree chunk: 128 KiB (NCCL_NVLS_CHUNKSIZE), capped for small
-    calls so that each of the ``ops`` = channels x heads pieces gets several chunks
-    (enqueue.cc:2258-2285 at v2.30.7).
+def nvls_chunk(algorithm: str, size_bytes: float, ops: int, setting: int = NVLS_CHUNK) -> float:
+    """NCCL's NVLS / NVLSTree chunk for a call of ``size_bytes`` run as ``ops`` =
+    channels x heads pieces, under NCCL_NVLS_CHUNKSIZE = ``setting`` (default 128 KiB):
+    NVLS starts from one Simple step (:data:`NVLS_MAX_CHUNK`, 512 KiB) cut to the
+    setting, NVLSTree from the setting itself; both are then cut while a piece would
+    get too few chunks (enqueue.cc:2258-2285 at v2.30.7) and rounded down to the Simple
+    grain (enqueue.cc:2321). NVLSTree's own ceiling (nvlsTreeMaxChunkSize) is not
+    followed (:data:`simulator.library.nccl.NVLS_CHANNELS` says why).
+
+    A larger setting raises the size below which the chunk is cut: NCCL compares the
+    call with 64 x ops x chunk, so 8 B200s (24 channels x 8 heads) keep 64 KiB chunks
+    up to 1.5 GiB by default and up to 6 GiB with 512 KiB.
 
     >>> nvls_chunk("NVLS", 2**30, 128), nvls_chunk("NVLS", 2**20, 128)
     (131072.0, 16384.0)
     >>> nvls_chunk("NVLSTree", 64 * 2**20, 128), nvls_chunk("NVLSTree", 4 * 2**20, 128)
     (131072.0, 32768.0)
+    >>> nvls_chunk("NVLS", 2**31, 192), nvls_chunk("NVLS", 2**31, 192, 524288)
+    (131072.0, 65536.0)
+    >>> nvls_chunk("NVLS", 2**34, 192, 2**20), nvls_chunk("NVLSTree", 2**34, 192, 2**20)
+    (524288.0, 1048576.0)
     """
-    chunk = float(NVLS_CHUNK)
+    start = min(NVLS_MAX_CHUNK, setting) if algorithm == "NVLS" else setting
+    chunk = float(start)
     if algorithm == "NVLS":
         caps = ((64, 65536), (8, 32768), (2, 16384))
     else:
         caps = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
     # Each test compares with the chunk as the tests before it left it (NCCL lowers
-    # chunkSize in place), not with the 128 KiB it started from.
+    # chunkSize in place), not with the chunk it started from.
     for factor, cap in caps:
         if size_bytes < factor * ops * chunk and chunk > cap:
             chunk = float(cap)
-    return chunk
+    return float(int(chunk) // SIMPLE_GRAIN * SIMPLE_GRAIN)
 
 
 def tree_ll128_chunk(size_bytes: float, channels: int, ranks: int, nodes: int) -> float:

@@ -167,7 +167,8 @@ COLLNET_THREAD_THRESHOLD = 512
 # :func:`blackwell_nvls_channels`. Not followed: NVLSTree's largest chunk,
 # nvlsTreeMaxChunkSize (64 KiB from 4 servers on, transport/nvls.cc:226-232): with it
 # ccsim's 4- and 8-server H100 plateaus fall 25-30% below the bundled runs (the chunk's
-# per-message costs were set at 128 KiB), so the policy keeps 128 KiB.
+# per-message costs were set at 128 KiB), so the policy keeps NCCL_NVLS_CHUNKSIZE (128
+# KiB unless the user sets it, simulator.collective.policy.nvls_chunk).
 NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several)
 
 # NVLS all-reduce inside one NVLink domain, thread block by thread block

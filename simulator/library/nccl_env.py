@@ -15,6 +15,16 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   disables them without it (tuning.cc:504-506).
 * ``NCCL_NVLS_ENABLE``: 0 turns NVLink SHARP off, so NVLS and NVLSTree are never chosen
   (transport/nvls.cc:262); 1 and 2 (the default: where supported) leave it to the machine.
+* ``NCCL_NVLS_CHUNKSIZE``: the largest chunk (bytes) of NVLS and NVLSTree, default 128
+  KiB (``NCCL_PARAM(NvlsChunkSize, ...)``, transport/nvls.cc:160, read whenever the user
+  sets it, nvls.cc:206-224; the same variable since v2.21). It does not enter NCCL's
+  tuning model (tuning.cc never reads it), so the algorithm NCCL picks is unchanged; it
+  moves the chunk each NVLS loop moves (enqueue.cc:2258-2285):
+  :func:`simulator.collective.policy.nvls_chunk`. NCCL reads it with ``strtoll`` (decimal
+  or 0x hex) and rounds the chunk down to the 512-byte Simple grain (enqueue.cc:2321,
+  device.h:328-333); ccsim refuses a value below one grain, which would leave NCCL no
+  chunk at all, and one above 2^31 - 1, which NCCL's ``int nvlsChunkSize`` (comm.h:631)
+  cannot hold.
 * ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS`` and ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS``:
   the communicator's channels become ``max(min(n, MAX_NCHANNELS, MAX_CTAS),
   MIN_NCHANNELS, MIN_CTAS)`` (graph/connect.cc:501-505) and NVLS's ``max(MIN_CTAS,
@@ -68,6 +78,7 @@ SUPPORTED = (
     "NCCL_ALGO",
     "NCCL_PROTO",
     "NCCL_NVLS_ENABLE",
+    "NCCL_NVLS_CHUNKSIZE",
     "NCCL_MIN_NCHANNELS",
     "NCCL_MAX_NCHANNELS",
     "NCCL_MIN_CTAS",
@@ -88,6 +99,10 @@ FUNCTIONS = {
 ENV_ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 #: The channel bounds, as :attr:`NcclEnv.channel_bounds` names them.
 CHANNEL_VARIABLES = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
+#: NCCL_NVLS_CHUNKSIZE's bounds: the Simple protocol's grain (``ncclProtoGrainSize``,
+#: device.h:328-333 at v2.30.7; NCCL rounds every chunk down to a multiple of it,
+#: enqueue.cc:2321) and the largest ``int`` (``nvlsChunkSize``, comm.h:631).
+NVLS_CHUNK_RANGE = (512, 2**31 - 1)
 _SYNTAX = "a comma list, ^ to exclude, per function as allreduce:tree,ring;allgather:ring"
 _START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -107,6 +122,8 @@ class NcclEnv:
         None where the variable is not set.
     nvls : bool
         Whether NVLink SHARP may be used (NCCL_NVLS_ENABLE not 0).
+    nvls_chunk : int or None
+        NCCL_NVLS_CHUNKSIZE in bytes; None: NCCL's default (128 KiB).
     channel_bounds : tuple of four int or None
         NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_MIN_CTAS, NCCL_MAX_CTAS.
     version : str or None
@@ -119,6 +136,7 @@ class NcclEnv:
     algorithms: Lists | None = None
     protocols: Lists | None = None
     nvls: bool = True
+    nvls_chunk: int | None = None
     channel_bounds: tuple[int | None, ...] = (None, None, None, None)
     version: str | None = None
     #: NCCL_COLLNET_ENABLE=1: CollNet (SHARP) joins NCCL's choice where the fabric
@@ -322,6 +340,7 @@ def parse_nccl_env(
             "NCCL_PXN_DISABLE=1 is not modelled (ccsim's rings always leave a server as "
             "PXN sends); valid: 0"
         )
+    nvls_chunk = _nvls_chunk(given)
     bounds = tuple(_channels(given, name) for name in CHANNEL_VARIABLES)
     tuner = None
     if "NCCL_TUNER_CONFIG_FILE" in given:
@@ -337,6 +356,7 @@ def parse_nccl_env(
         algorithms=algorithms,
         protocols=protocols,
         nvls=nvls,
+        nvls_chunk=nvls_chunk,
         channel_bounds=bounds,
         collnet=collnet,
         tuner=tuner,
@@ -423,6 +443,26 @@ def _flag(given: Mapping[str, str], name: str, valid: tuple[int, ...]) -> int | 
     if text.strip().lstrip("-").isdigit() and int(text) in valid:
         return int(text)
     raise CcsimError(f"{name}={text}: valid values: {', '.join(map(str, valid))}")
+
+
+def _nvls_chunk(given: Mapping[str, str]) -> int | None:
+    """NCCL_NVLS_CHUNKSIZE in bytes, read as NCCL's ``strtoll(value, NULL, 0)`` reads it
+    (decimal or 0x hex; param.cc:95), within :data:`NVLS_CHUNK_RANGE`."""
+    name = "NCCL_NVLS_CHUNKSIZE"
+    if name not in given:
+        return None
+    text = given[name]
+    low, high = NVLS_CHUNK_RANGE
+    try:
+        value = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise CcsimError(
+            f"{name}={text}: expected a whole number of bytes from {low} (the Simple "
+            f"protocol's grain) to {high}, such as {name}=524288 (NCCL's default: 131072)"
+        )
+    return value
 
 
 def _channels(given: Mapping[str, str], name: str) -> int | None:
