@@ -475,27 +475,12 @@ class WorkloadReplay:
             self._streams[sid].append(op.index)
             self._stream_of[op.index] = sid
         self._stream_pos: list[int] = [0] * len(self._streams)
-        # Ends of compute ops: one reused event per stream (_ComputeEnd), and for each
-        # compute op the compute op after it on its stream where nothing but that op
-        # waits for it (-1 otherwise), with the times it is among that op's deps: that
-        # op starts at the end of this one once its other deps are done
-        # (_compute_end). Only without comm_slowdown, where compute ends never move.
+        # Ends of compute ops: one reused event per stream (_ComputeEnd), and the next
+        # compute op on a stream started straight from the end of the one before it
+        # where nothing else held it back (_compute_end). Only without comm_slowdown,
+        # where compute ends never move.
         self._chained = chained and not self.comm_slowdown
-        self._link: list[int] = []
-        self._link_deps: list[int] = []
-        self._ends: list[_ComputeEnd | None] = []
-        if self._chained:
-            self._link = [-1] * n
-            self._link_deps = [0] * n
-            self._ends = [None] * len(self._streams)
-            successors = self._successors
-            for queue in self._streams:
-                for a, b in zip(queue, queue[1:]):
-                    if ops[a].kind == "compute" and ops[b].kind == "compute":
-                        after = successors[a]
-                        if all(succ == b for succ in after):
-                            self._link[a] = b
-                            self._link_deps[a] = len(after)
+        self._ends: list[_ComputeEnd | None] = [None] * len(self._streams)
         self._issued = bytearray(n)
         instance_of = [-1] * n
         for k, members in enumerate(workload.instances):
@@ -756,25 +741,37 @@ class WorkloadReplay:
         event.callbacks.append(lambda _e: self._compute_done(rank, job, generation))
 
     def _compute_end(self, event: _ComputeEnd) -> None:
-        """A compute op ended (``chained``): where the next op on its stream is a compute
-        op that only it held back, start that op at once, as :meth:`_finish` and
-        :meth:`_try_issue` would (the same records and counts, the same
-        ``compute_scale`` call at the same time); otherwise finish it the general way."""
+        """A compute op ended (``chained``). Where the next op on its stream is a compute
+        op that waits for nothing else and that nothing but it waits for (the end's
+        only successors, if any, are that op), start that op at once, as :meth:`_finish`
+        and :meth:`_try_issue` would: the same records and counts, the same
+        ``compute_scale`` call at the same time. Otherwise finish it the general way."""
         index = event.index
-        after = self._link[index]
-        deps_left = self._deps_left
-        if after < 0 or deps_left[after] != self._link_deps[index]:
-            self._finish(index)
-            return
-        now = self.env.now
-        records = self.records
-        records.end_s[index] = now
-        self._done += 1
-        self._stream_pos[self._stream_of[index]] += 1
-        deps_left[after] = 0
-        self._issued[after] = 1
-        records.issue_s[after] = now
-        self._start_compute(self.workload.ops[after])
+        sid = self._stream_of[index]
+        queue = self._streams[sid]
+        position = self._stream_pos[sid] + 1
+        if position < len(queue):
+            after = queue[position]
+            successors = self._successors[index]
+            ops = self.workload.ops
+            op = ops[after]
+            deps_left = self._deps_left
+            if (
+                op.kind == "compute"
+                and deps_left[after] == len(successors)
+                and all(succ == after for succ in successors)
+            ):
+                now = self.env.now
+                records = self.records
+                records.end_s[index] = now
+                self._done += 1
+                self._stream_pos[sid] = position
+                deps_left[after] = 0
+                self._issued[after] = 1
+                records.issue_s[after] = now
+                self._start_compute(op)
+                return
+        self._finish(index)
 
     def _compute_done(self, rank: int, job: _Compute, generation: int) -> None:
         if generation != job.generation:
