@@ -530,6 +530,7 @@ class WorkloadReplay:
         if self.isolated is not None:
             self.isolated._live.clear()
         self._shadow_check = ShadowCheck()
+        self._ends.clear()  # each holds the replay's _compute_end
 
     # -- running ---------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> WorkloadRun:
