@@ -438,7 +438,7 @@ class Router:
         """Route id of the pair's only shortest path, or -2 - g for multipath group g."""
         paths = self._paths.get((s, d))
         if paths is None:
-            paths = self._paths[(s, d)] = self._shortest_paths(s, d)
+            paths = self._shortest_paths(s, d)
         if isinstance(paths, tuple):
             return self.route_over(paths)
         self._groups.append(_Multipath(s, d, self.nodes[s], self.nodes[d], paths))
@@ -447,7 +447,14 @@ class Router:
     def _shortest_paths(self, s: int, d: int) -> tuple[int, ...] | dict:
         """The pair's only shortest path as link ids, or, where there are several, their
         next-hop DAG (node -> next nodes in graph order); read from the graph alone, so
-        shared by routers built ``like`` one another."""
+        kept in ``_paths`` shared by routers built ``like`` one another.
+
+        In a Graph (not a DiGraph) every hop costs the same both ways and the routing
+        policies' costs are the nodes entered between the two ends, the same nodes
+        either way: the shortest paths from ``d`` to ``s`` are these reversed. Their
+        entry is kept too, read off this search (each node's next hops towards ``s``
+        are its predecessors here): a pipeline's sends and their gradients' come back
+        over the same pair (tests/test_routing_mirror.py holds it to the search)."""
         first, last = self.nodes[s], self.nodes[d]
         pred = self._predecessors(first, last)
         on_path, stack = {last}, [last]
@@ -456,18 +463,30 @@ class Router:
                 if before not in on_path:
                     on_path.add(before)
                     stack.append(before)
+        mirror = not self.graph.is_directed() and (d, s) not in self._paths
+        index = self.links.index
         if all(len(pred.get(node, ())) <= 1 for node in on_path):
             path = [last]
             while path[-1] != first:
                 path.append(pred[path[-1]][0])
-            index = self.links.index
-            return tuple(index[pair] for pair in pairwise(path[::-1]))
+            if mirror:
+                # (The path from ``d`` back to ``s`` is unique too.)
+                self._paths[(d, s)] = tuple(index[pair] for pair in pairwise(path))
+            found = self._paths[(s, d)] = tuple(index[pair] for pair in pairwise(path[::-1]))
+            return found
         next_hops: dict = {}
+        back: dict = {}
         for node in on_path:
-            for before in pred.get(node, ()):
-                next_hops.setdefault(before, []).append(node)
+            before = pred.get(node, ())
+            for hop in before:
+                next_hops.setdefault(hop, []).append(node)
+            if mirror and before:
+                back[node] = sorted(before, key=self._order.__getitem__)
         for options in next_hops.values():
             options.sort(key=self._order.__getitem__)
+        if mirror:
+            self._paths[(d, s)] = back
+        self._paths[(s, d)] = next_hops
         return next_hops
 
     def _pick(self, group: int, label: int) -> int:

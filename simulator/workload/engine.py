@@ -123,6 +123,24 @@ class _Compute:
         self.generation = 0
 
 
+class _ComputeEnd(simpy.Event):
+    """The end of the compute op running on one stream (``index``), one event object per
+    stream scheduled again for each of its ops: a stream runs one op at a time, and
+    without ``comm_slowdown`` an op's end, once scheduled, never moves. It takes the
+    place of a :class:`simpy.Timeout` and a closure per op; it is scheduled with the same
+    delay at the same moment, so it holds the same place in SimPy's queue (time, then
+    order of scheduling) as the timeout would."""
+
+    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]):
+        super().__init__(env)
+        self._ok = True  # (a triggered event's: SimPy's step checks it after callbacks)
+        self._value = None
+        self.index = -1
+        #: The callback list, handed to SimPy again at each scheduling (its step sets
+        #: ``callbacks`` to None once it has run them and never changes the list).
+        self.armed = [callback]
+
+
 #: Attempts whose conflicts send single calls back to be simulated flow by flow; from
 #: then on, their whole groups (see :meth:`WorkloadReplay.run`).
 CALLS_THEN_GROUPS = 30
@@ -254,6 +272,13 @@ class WorkloadReplay:
         TimingStore`): a store given to several replays on this graph (a search's
         candidates) times each distinct call once for all of them; results are the same
         with or without one. Default: a store of this replay's own.
+    chained : bool
+        Without ``comm_slowdown``, end compute ops by one reused event per stream, and
+        start a compute op whose predecessor on its stream is a compute op that nothing
+        else waits for straight from that predecessor's end, rather than through the
+        general bookkeeping of ends and issues (:meth:`_compute_end`). The same events at
+        the same times in the same order, so the same results to the bit; False runs
+        every op through the general path (the reference, tests/test_engine_chained.py).
 
     A workload given by one data-parallel replica (``megatron(replicas=True)``) is
     simulated once for all where the cluster, the routes and every spanning call look
@@ -276,6 +301,7 @@ class WorkloadReplay:
         bundles: bool = True,
         nccl: NcclEnv | str | None = None,
         timings: TimingStore | None = None,
+        chained: bool = True,
         _excluded: frozenset = frozenset(),
     ):
         nccl = parse_nccl_env(nccl)
@@ -289,7 +315,7 @@ class WorkloadReplay:
             algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
             reduce_bandwidth=reduce_bandwidth, protocol=protocol,
             compute_scale=compute_scale, isolated=isolated, bundles=bundles, nccl=nccl,
-            timings=timings,
+            timings=timings, chained=chained,
         )  # fmt: skip
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
@@ -449,6 +475,12 @@ class WorkloadReplay:
             self._streams[sid].append(op.index)
             self._stream_of[op.index] = sid
         self._stream_pos: list[int] = [0] * len(self._streams)
+        # Ends of compute ops: one reused event per stream (_ComputeEnd), and the next
+        # compute op on a stream started straight from the end of the one before it
+        # where nothing else held it back (_compute_end). Only without comm_slowdown,
+        # where compute ends never move.
+        self._chained = chained and not self.comm_slowdown
+        self._ends: list[_ComputeEnd | None] = [None] * len(self._streams)
         self._issued = bytearray(n)
         instance_of = [-1] * n
         for k, members in enumerate(workload.instances):
@@ -498,6 +530,7 @@ class WorkloadReplay:
         if self.isolated is not None:
             self.isolated._live.clear()
         self._shadow_check = ShadowCheck()
+        self._ends.clear()  # each holds the replay's _compute_end
 
     # -- running ---------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> WorkloadRun:
@@ -687,6 +720,17 @@ class WorkloadReplay:
         work = self._work(op)
         if self.compute_scale is not None:  # a straggler or jitter (faults)
             work *= self.compute_scale(op.rank, op.index, self.env.now)
+        if self._chained:
+            sid = self._stream_of[op.index]
+            end = self._ends[sid]
+            if end is None:
+                end = self._ends[sid] = _ComputeEnd(self.env, self._compute_end)
+            end.index = op.index
+            end.callbacks = end.armed
+            # The delay a Timeout of ``work / rate`` would have (the rate is 1 here:
+            # x / 1.0 is x), scheduled now as it would be: the same time and place.
+            self.env.schedule(end, simpy.events.NORMAL, work)
+            return
         job = _Compute(op.index, work, self.env.now, self._rate(op.rank))
         self._computing[op.rank].append(job)
         self._schedule_compute(op.rank, job)
@@ -696,6 +740,39 @@ class WorkloadReplay:
         generation = job.generation
         event = self.env.timeout(job.left / job.rate)
         event.callbacks.append(lambda _e: self._compute_done(rank, job, generation))
+
+    def _compute_end(self, event: _ComputeEnd) -> None:
+        """A compute op ended (``chained``). Where the next op on its stream is a compute
+        op that waits for nothing else and that nothing but it waits for (the end's
+        only successors, if any, are that op), start that op at once, as :meth:`_finish`
+        and :meth:`_try_issue` would: the same records and counts, the same
+        ``compute_scale`` call at the same time. Otherwise finish it the general way."""
+        index = event.index
+        sid = self._stream_of[index]
+        queue = self._streams[sid]
+        position = self._stream_pos[sid] + 1
+        if position < len(queue):
+            after = queue[position]
+            successors = self._successors[index]
+            ops = self.workload.ops
+            op = ops[after]
+            deps_left = self._deps_left
+            if (
+                op.kind == "compute"
+                and deps_left[after] == len(successors)
+                and all(succ == after for succ in successors)
+            ):
+                now = self.env.now
+                records = self.records
+                records.end_s[index] = now
+                self._done += 1
+                self._stream_pos[sid] = position
+                deps_left[after] = 0
+                self._issued[after] = 1
+                records.issue_s[after] = now
+                self._start_compute(op)
+                return
+        self._finish(index)
 
     def _compute_done(self, rank: int, job: _Compute, generation: int) -> None:
         if generation != job.generation:
