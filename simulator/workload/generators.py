@@ -34,7 +34,16 @@ from .memory import (
 )
 from .model import DISPATCHERS, MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
 from .pipeline import pipeline_order, pipeline_steps
-from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
+from .trace import (
+    FORMAT,
+    Op,
+    Replicas,
+    Shadows,
+    Workload,
+    parse_workload,
+    trusted_op,
+    trusted_workload,
+)
 from .userbuffers import (
     LINEAR_NAMES,
     TP_COMM_OVERLAPS,
@@ -48,7 +57,10 @@ BF16 = 2  # bytes per parameter, gradient and activation element
 
 
 class _Builder:
-    """Collects ops in trace format with readable ids."""
+    """Collects ops with readable ids: in trace format, or, ``trusted`` (this module's
+    generators), as :class:`~simulator.workload.trace.Op` objects made as each op comes
+    (the workload is then the one :func:`parse_workload` builds from the trace format
+    with ``trusted``, without making and reading that plain data)."""
 
     def __init__(self, name: str, ranks: int, description: str, trusted: bool = False):
         self.channels = 1  # parallel rings per collective (set by generators that take it)
@@ -63,6 +75,11 @@ class _Builder:
             "groups": {},
             "ops": [],
         }
+        # Trusted: the ops made so far, each one's dependencies (ids), and the GEMM and
+        # attention tuples they share (trusted_op's cache).
+        self._ops: list[Op] = []
+        self._deps: list[list[str] | None] = []
+        self._cache: dict[Any, Any] = {}
 
     def group(self, name: str, kind: str, ranks: list[int]) -> str:
         self.data["groups"][name] = {"kind": kind, "ranks": ranks}
@@ -71,21 +88,34 @@ class _Builder:
     def op(
         self, op_id: str, rank: int, kind: str, deps: list[str] | None = None, **fields: Any
     ) -> str:
-        entry = {"id": op_id, "rank": rank, "kind": kind, **fields}
         if kind == "collective" and self.channels != 1 and "channels" not in fields:
-            entry["channels"] = self.channels
+            fields["channels"] = self.channels
+        if self.trusted:
+            ops = self._ops
+            ops.append(
+                trusted_op(len(ops), op_id, rank, kind, fields, self.data["name"], self._cache)
+            )
+            self._deps.append([d for d in deps if d] if deps else None)
+            return op_id
+        entry = {"id": op_id, "rank": rank, "kind": kind, **fields}
         if deps:
             entry["deps"] = [d for d in deps if d]
         self.data["ops"].append(entry)
         return op_id
 
     def build(self, replicas: Replicas | None = None, shadows: Shadows | None = None) -> Workload:
+        if self.trusted:
+            if not self._ops:
+                # (The checks' message: a generator never builds nothing.)
+                return parse_workload(self.data, origin=self.data["name"])
+            return trusted_workload(
+                self.data, self._ops, self._deps, replicas=replicas, shadows=shadows
+            )
         return parse_workload(
             self.data,
             origin=self.data["name"],
             replicas=replicas,
             shadows=shadows,
-            trusted=self.trusted,
         )
 
 
