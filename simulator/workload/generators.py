@@ -1224,6 +1224,12 @@ def megatron(
         account_for_embedding=account_for_embedding_in_pipeline_split,
         account_for_loss=account_for_loss_in_pipeline_split,
     )
+    # Each chunk's layers (by stage and chunk), found once: every pass of a chunk asks.
+    spans = {
+        (stage, c): chunk_layer_range(chunks, stage, c)
+        for stage in range(pp)
+        for c in range(len(chunks[stage]))
+    }
     split = tuple(sum(stage) for stage in chunks)
     global_batch = global_batch or micro_batch * dp * 4 * pp
     micro = global_batch // (micro_batch * dp)
@@ -1311,7 +1317,7 @@ def megatron(
 
     def moe_layers(here: int) -> int:
         """MoE layers of virtual stage ``here`` (chunk here // pp of stage here % pp)."""
-        return sum(m.moe_layer(k) for k in chunk_layer_range(chunks, here % pp, here // pp))
+        return sum(m.moe_layer(k) for k in spans[(here % pp, here // pp)])
 
     # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
     # shards with TP) and its experts' grouped GEMMs.
@@ -1459,6 +1465,7 @@ def megatron(
     # layer's gather may start once the layer that many units before it in the step has
     # run, whose buffer it takes.
     fsdp_window = fsdp_gathered_units(m.layer_params / tp)
+    dense_params = m.layer_params  # (a property summed anew each time: read once)
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     # Megatron's --overlap-param-gather: the distributed optimizer's updated parameters
     # are all-gathered bucket by bucket while the next step's first forward runs (its
@@ -1680,7 +1687,7 @@ def megatron(
                     pieces = (buckets(chunk) or [0])[::-1]
                 if sharded_weights and chunk > 1:
                     pieces = [1] * chunk  # Megatron-FSDP: one unit (layer) at a time
-                span = chunk_layer_range(chunks, stage, c)
+                span = spans[(stage, c)]
                 for n, layers in enumerate(pieces):
                     # The piece's MoE layers (forward pieces from the chunk's first layer
                     # on, backward ones from its last back), and the parameters it
@@ -1691,7 +1698,7 @@ def megatron(
                         done = sum(pieces[: n + (0 if forward else 1)])
                         start = span.start + done if forward else span.stop - done
                         moe = sum(m.moe_layer(k) for k in range(start, start + layers))
-                    piece_params = (layers - moe) * m.layer_params / tp + moe * moe_params
+                    piece_params = (layers - moe) * dense_params / tp + moe * moe_params
                     piece_experts = moe * expert_params
                     t_e, e_e, d_e = expert_coords(r - stage * width)
                     edp = edp_groups.get((stage, t_e, e_e))
@@ -1736,8 +1743,8 @@ def megatron(
                                     label="DP expert parameters",
                                 )
                             )
-                    layer_bytes = layers * m.layer_params / tp * BF16  # gathered weights
-                    layer_grads = layers * m.layer_params / tp * grad
+                    layer_bytes = layers * dense_params / tp * BF16  # gathered weights
+                    layer_grads = layers * dense_params / tp * grad
                     gather = None
                     if sharded_weights and layers:
                         # Prefetched: the gather waits for the layer fsdp_window units
