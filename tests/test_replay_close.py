@@ -11,7 +11,7 @@ import pytest
 
 from simulator.topology import load_topology
 from simulator.workload import WorkloadReplay, run_workload
-from simulator.workload.collection import THRESHOLDS, fewer_collections, paused_collections
+from simulator.workload.collection import THRESHOLDS, fewer_collections
 from simulator.workload.generators import megatron
 
 
@@ -47,29 +47,6 @@ def test_fewer_collections_puts_the_thresholds_back():
     with pytest.raises(RuntimeError), fewer_collections():
         raise RuntimeError("a point that fails")
     assert gc.get_threshold() == before
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_paused_collections_puts_the_collector_back(enabled):
-    """A build pauses the collector and leaves it as it found it (on or off), also
-    when nested (megatron's fallback builds run inside another) or when it fails."""
-    was = gc.isenabled()
-    try:
-        gc.enable() if enabled else gc.disable()
-        with paused_collections():
-            assert not gc.isenabled()
-            with paused_collections():
-                assert not gc.isenabled()
-            assert not gc.isenabled()
-        assert gc.isenabled() == enabled
-        with pytest.raises(RuntimeError), paused_collections():
-            raise RuntimeError("a build that fails")
-        assert gc.isenabled() == enabled
-        megatron(model="llama3-8b", tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
-        assert gc.isenabled() == enabled
-    finally:
-        if was:
-            gc.enable()
 
 
 def test_run_workload_gives_the_same_step_with_fewer_collections():
