@@ -8,12 +8,6 @@ every live object each time: measured on `ccsim search`'s heaviest candidates (L
 a 20-25 s candidate, the young generations' thousands of collections 0.9 s more
 (`gc.callbacks`). Raising the young generations' thresholds makes full collections
 rare while a replay runs: every result is the same, only the time changes.
-
-Building a step's workload is the other case: it makes nothing but objects that live
-(a 572,064-op Llama 3.1 405B step on 128 GB200s, ~11 s of CPU), so every collection
-during it is wasted, and the full ones walk a heap that grows by a quarter between
-them; :func:`paused_collections` turns the collector off for such a build (3.6 s of
-that build's 11 s measured; cycles made meanwhile are freed at the next collection).
 """
 
 from __future__ import annotations
@@ -41,18 +35,3 @@ def fewer_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*was)
-
-
-@contextmanager
-def paused_collections() -> Iterator[None]:
-    """Run the block with the cyclic collector off (as it was after): for code that
-    allocates only what it keeps, such as a generator building a workload. Reference
-    counting still frees everything else at once; cycles wait for the next
-    collection."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()

@@ -12,15 +12,13 @@ trace runs on A100s or H100s.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Generator, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import CcsimError, unknown_choice
-from .collection import paused_collections
 from .host import HOST_OP_S, Launch, moe_forward_launches, moe_layer_host_s, moe_layer_ops
 from .kernels import ATTENTION_BACKENDS, Gemm
 from .memory import (
@@ -56,20 +54,6 @@ from .userbuffers import (
 )
 
 BF16 = 2  # bytes per parameter, gradient and activation element
-
-_Made = TypeVar("_Made")
-
-
-def _built_without_collections(generator: Callable[..., _Made]) -> Callable[..., _Made]:
-    """``generator`` run with the cyclic collector paused: a build keeps what it makes,
-    so collections during it only cost time (:func:`paused_collections`)."""
-
-    @functools.wraps(generator)
-    def build(*args: Any, **kwargs: Any) -> _Made:
-        with paused_collections():
-            return generator(*args, **kwargs)
-
-    return build
 
 
 class _Builder:
@@ -728,7 +712,6 @@ def megatron_step_memory(
     )
 
 
-@_built_without_collections
 def megatron(
     model: str | Transformer = "gpt3-175b",
     *,
@@ -2524,7 +2507,6 @@ def _ring_attention(
     return [kernels, *prev]
 
 
-@_built_without_collections
 def moe(
     *,
     ranks: int = 16,
