@@ -12,23 +12,32 @@ from simulator.workload.trace import FORMAT, WorkloadError, parse_workload
 
 
 @pytest.fixture
-def both_ways(monkeypatch):
-    """Every workload a generator builds, built again with every check: (fast, checked)
-    pairs."""
-    built = []
-    original = generators._Builder.build
+def builds(monkeypatch):
+    """Every workload a generator builds, in order: ``builds(make, trusted)`` runs
+    ``make`` with the generators' builders as they are (trusted: ops made directly) or
+    made to write the trace format's plain data and parse it with every check."""
+    original = generators._Builder.__init__
 
-    def build(self, replicas=None, shadows=None):
-        assert self.trusted  # the generators' builders say so
-        fast = original(self, replicas, shadows)
-        self.trusted = False
-        checked = original(self, replicas, shadows)
-        self.trusted = True
-        built.append((fast, checked))
-        return fast
+    def run(make, trusted):
+        built = []
+        build = generators._Builder.build
 
-    monkeypatch.setattr(generators._Builder, "build", build)
-    return built
+        def init(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            assert self.trusted  # the generators' builders say so
+            self.trusted = trusted
+
+        def recorded(self, replicas=None, shadows=None):
+            built.append(build(self, replicas, shadows))
+            return built[-1]
+
+        with monkeypatch.context() as patch:
+            patch.setattr(generators._Builder, "__init__", init)
+            patch.setattr(generators._Builder, "build", recorded)
+            make()
+        return built
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -45,17 +54,40 @@ def both_ways(monkeypatch):
         lambda: megatron(
             "mixtral-8x7b", tp=1, pp=2, dp=4, ep=4, micro_batch=1, global_batch=8,
         ),
+        lambda: megatron(
+            "llama3-8b", tp=2, pp=1, dp=4, micro_batch=1, global_batch=8, fsdp=True,
+        ),
+        lambda: megatron(
+            "llama3-8b", tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, precision="fp8",
+            overlap_param_gather=True, tp_comm_overlap=True, amax_reduction="stage",
+        ),
     ],
 )  # fmt: skip
-def test_trusted_build_equals_the_checked_one(both_ways, make):
-    make()
-    assert both_ways
-    for fast, checked in both_ways:
+def test_trusted_build_equals_the_checked_one(builds, make):
+    fast_builds, checked_builds = builds(make, True), builds(make, False)
+    assert len(fast_builds) == len(checked_builds) > 0
+    for fast, checked in zip(fast_builds, checked_builds, strict=True):
         assert len(fast.ops) == len(checked.ops) > 0
         assert fast.ops == checked.ops  # every field, deps included
         assert fast.instances == checked.instances
         assert fast.pairs == checked.pairs
         assert fast.groups == checked.groups
+        assert (fast.name, fast.ranks, fast.description) == (
+            checked.name,
+            checked.ranks,
+            checked.description,
+        )
+        assert fast.replicas == checked.replicas and fast.shadows == checked.shadows
+
+
+def test_trusted_plain_data_equals_the_checked_one():
+    """Plain data parsed with ``trusted`` (what a generator's builder once made) gives
+    the ops every check gives."""
+    data = megatron("llama3-8b", tp=2, pp=2, dp=2, micro_batch=1, global_batch=8).to_dict()
+    fast = parse_workload(data, trusted=True)
+    checked = parse_workload(data)
+    assert fast.ops == checked.ops
+    assert fast.instances == checked.instances and fast.pairs == checked.pairs
 
 
 def test_a_file_is_still_checked():

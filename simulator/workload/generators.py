@@ -34,7 +34,16 @@ from .memory import (
 )
 from .model import DISPATCHERS, MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
 from .pipeline import pipeline_order, pipeline_steps
-from .trace import FORMAT, Replicas, Shadows, Workload, parse_workload
+from .trace import (
+    FORMAT,
+    Op,
+    Replicas,
+    Shadows,
+    Workload,
+    parse_workload,
+    trusted_op,
+    trusted_workload,
+)
 from .userbuffers import (
     LINEAR_NAMES,
     TP_COMM_OVERLAPS,
@@ -48,7 +57,10 @@ BF16 = 2  # bytes per parameter, gradient and activation element
 
 
 class _Builder:
-    """Collects ops in trace format with readable ids."""
+    """Collects ops with readable ids: in trace format, or, ``trusted`` (this module's
+    generators), as :class:`~simulator.workload.trace.Op` objects made as each op comes
+    (the workload is then the one :func:`parse_workload` builds from the trace format
+    with ``trusted``, without making and reading that plain data)."""
 
     def __init__(self, name: str, ranks: int, description: str, trusted: bool = False):
         self.channels = 1  # parallel rings per collective (set by generators that take it)
@@ -63,6 +75,11 @@ class _Builder:
             "groups": {},
             "ops": [],
         }
+        # Trusted: the ops made so far, each one's dependencies (ids), and the GEMM and
+        # attention tuples they share (trusted_op's cache).
+        self._ops: list[Op] = []
+        self._deps: list[list[str] | None] = []
+        self._cache: dict[Any, Any] = {}
 
     def group(self, name: str, kind: str, ranks: list[int]) -> str:
         self.data["groups"][name] = {"kind": kind, "ranks": ranks}
@@ -71,21 +88,34 @@ class _Builder:
     def op(
         self, op_id: str, rank: int, kind: str, deps: list[str] | None = None, **fields: Any
     ) -> str:
-        entry = {"id": op_id, "rank": rank, "kind": kind, **fields}
         if kind == "collective" and self.channels != 1 and "channels" not in fields:
-            entry["channels"] = self.channels
+            fields["channels"] = self.channels
+        if self.trusted:
+            ops = self._ops
+            ops.append(
+                trusted_op(len(ops), op_id, rank, kind, fields, self.data["name"], self._cache)
+            )
+            self._deps.append([d for d in deps if d] if deps else None)
+            return op_id
+        entry = {"id": op_id, "rank": rank, "kind": kind, **fields}
         if deps:
             entry["deps"] = [d for d in deps if d]
         self.data["ops"].append(entry)
         return op_id
 
     def build(self, replicas: Replicas | None = None, shadows: Shadows | None = None) -> Workload:
+        if self.trusted:
+            if not self._ops:
+                # (The checks' message: a generator never builds nothing.)
+                return parse_workload(self.data, origin=self.data["name"])
+            return trusted_workload(
+                self.data, self._ops, self._deps, replicas=replicas, shadows=shadows
+            )
         return parse_workload(
             self.data,
             origin=self.data["name"],
             replicas=replicas,
             shadows=shadows,
-            trusted=self.trusted,
         )
 
 
@@ -1177,6 +1207,12 @@ def megatron(
         account_for_embedding=account_for_embedding_in_pipeline_split,
         account_for_loss=account_for_loss_in_pipeline_split,
     )
+    # Each chunk's layers (by stage and chunk), found once: every pass of a chunk asks.
+    spans = {
+        (stage, c): chunk_layer_range(chunks, stage, c)
+        for stage in range(pp)
+        for c in range(len(chunks[stage]))
+    }
     split = tuple(sum(stage) for stage in chunks)
     global_batch = global_batch or micro_batch * dp * 4 * pp
     micro = global_batch // (micro_batch * dp)
@@ -1264,7 +1300,7 @@ def megatron(
 
     def moe_layers(here: int) -> int:
         """MoE layers of virtual stage ``here`` (chunk here // pp of stage here % pp)."""
-        return sum(m.moe_layer(k) for k in chunk_layer_range(chunks, here % pp, here // pp))
+        return sum(m.moe_layer(k) for k in spans[(here % pp, here // pp)])
 
     # Mixture of experts: the tokens a rank dispatches per MoE layer (sequence-parallel
     # shards with TP) and its experts' grouped GEMMs.
@@ -1412,6 +1448,7 @@ def megatron(
     # layer's gather may start once the layer that many units before it in the step has
     # run, whose buffer it takes.
     fsdp_window = fsdp_gathered_units(m.layer_params / tp)
+    dense_params = m.layer_params  # (a property summed anew each time: read once)
     tp_ops = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
     # Megatron's --overlap-param-gather: the distributed optimizer's updated parameters
     # are all-gathered bucket by bucket while the next step's first forward runs (its
@@ -1633,7 +1670,7 @@ def megatron(
                     pieces = (buckets(chunk) or [0])[::-1]
                 if sharded_weights and chunk > 1:
                     pieces = [1] * chunk  # Megatron-FSDP: one unit (layer) at a time
-                span = chunk_layer_range(chunks, stage, c)
+                span = spans[(stage, c)]
                 for n, layers in enumerate(pieces):
                     # The piece's MoE layers (forward pieces from the chunk's first layer
                     # on, backward ones from its last back), and the parameters it
@@ -1644,7 +1681,7 @@ def megatron(
                         done = sum(pieces[: n + (0 if forward else 1)])
                         start = span.start + done if forward else span.stop - done
                         moe = sum(m.moe_layer(k) for k in range(start, start + layers))
-                    piece_params = (layers - moe) * m.layer_params / tp + moe * moe_params
+                    piece_params = (layers - moe) * dense_params / tp + moe * moe_params
                     piece_experts = moe * expert_params
                     t_e, e_e, d_e = expert_coords(r - stage * width)
                     edp = edp_groups.get((stage, t_e, e_e))
@@ -1689,8 +1726,8 @@ def megatron(
                                     label="DP expert parameters",
                                 )
                             )
-                    layer_bytes = layers * m.layer_params / tp * BF16  # gathered weights
-                    layer_grads = layers * m.layer_params / tp * grad
+                    layer_bytes = layers * dense_params / tp * BF16  # gathered weights
+                    layer_grads = layers * dense_params / tp * grad
                     gather = None
                     if sharded_weights and layers:
                         # Prefetched: the gather waits for the layer fsdp_window units

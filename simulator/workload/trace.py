@@ -361,7 +361,7 @@ def parse_workload(
     gemm_cache: dict[tuple, tuple[Gemm, ...]] = {}
     for index, raw in enumerate(raw_ops):
         if trusted:
-            op = _trusted_op(raw, index, origin, gemm_cache)
+            op = trusted_op(index, raw["id"], raw["rank"], raw["kind"], raw, origin, gemm_cache)
             ids[op.id] = index
             ops.append(op)
             continue
@@ -372,11 +372,12 @@ def parse_workload(
             )
         ids[op.id] = index
         ops.append(op)
+    if trusted:
+        return trusted_workload(
+            data, ops, [raw.get("deps") for raw in raw_ops], groups, origin, replicas, shadows
+        )
     for op, raw in zip(ops, raw_ops, strict=True):
         deps = raw.get("deps", [])
-        if trusted:
-            op.deps.extend(ids[dep] for dep in deps)
-            continue
         if not isinstance(deps, list):
             raise WorkloadError(f"{origin}: op {shown(op.id)}: 'deps' must be a list of op ids")
         for dep in deps:
@@ -395,8 +396,41 @@ def parse_workload(
         shadows=shadows,
     )
     _match(workload, origin)
-    if not trusted:
-        _check_acyclic(workload, origin)
+    _check_acyclic(workload, origin)
+    return workload
+
+
+def trusted_workload(
+    data: dict[str, Any],
+    ops: list[Op],
+    deps: list[list[str] | None],
+    groups: dict[str, Group] | None = None,
+    origin: str | None = None,
+    replicas: Replicas | None = None,
+    shadows: Shadows | None = None,
+) -> Workload:
+    """The :class:`Workload` of a generator's ``ops`` (made by :func:`trusted_op`, in
+    order, each op's ``deps`` given by id): what :func:`parse_workload` builds with
+    ``trusted``, without going through the trace format's plain data (``data`` gives
+    the name, description, ranks and groups only; its ``ops`` are not read). Calls
+    are matched as always."""
+    origin = data["name"] if origin is None else origin
+    if groups is None:
+        groups = _parse_groups(data.get("groups", {}), data["ranks"], origin)
+    ids = {op.id: op.index for op in ops}
+    for op, names in zip(ops, deps, strict=True):
+        if names:
+            op.deps.extend([ids[name] for name in names])
+    workload = Workload(
+        name=str(data.get("name", Path(origin).stem)),
+        ranks=data["ranks"],
+        ops=ops,
+        groups=groups,
+        description=str(data.get("description", "")),
+        replicas=replicas,
+        shadows=shadows,
+    )
+    _match(workload, origin)
     return workload
 
 
@@ -596,41 +630,78 @@ def _parse_op(
     return op
 
 
-def _trusted_op(raw: dict, index: int, origin: str, gemm_cache: dict[tuple, Any]) -> Op:
-    """An op of a generator's data, converted as :func:`_parse_op` converts it, without
-    its checks (see ``trusted`` in :func:`parse_workload`)."""
-    kind = raw["kind"]
+def trusted_op(
+    index: int,
+    op_id: str,
+    rank: int,
+    kind: str,
+    fields: dict[str, Any],
+    origin: str,
+    gemm_cache: dict[Any, Any],
+) -> Op:
+    """An op of a generator's (its other ``fields`` as the trace format names them),
+    converted as :func:`_parse_op` converts it, without its checks (see ``trusted`` in
+    :func:`parse_workload`). ``gemm_cache`` is shared by the ops of one workload: equal
+    GEMM and attention lists become one tuple."""
+    get = fields.get
     op = Op(
-        index=index,
-        id=str(raw["id"]),
-        rank=raw["rank"],
-        kind=kind,
-        stream=str(raw.get("stream", "compute" if kind == "compute" else "comm")),
-        label=str(raw.get("label", "")),
+        index,
+        str(op_id),
+        rank,
+        kind,
+        str(get("stream", "compute" if kind == "compute" else "comm")),
+        [],
+        str(get("label", "")),
     )
-    where = lambda: f"{origin}: op {shown(op.id)}"  # noqa: E731
     if kind == "compute":
-        if "duration" in raw:
-            op.duration = parse_time(raw["duration"], field=f"{where()} duration")
+        if "duration" in fields:
+            where = lambda: f"{origin}: op {shown(op.id)}"  # noqa: E731
+            op.duration = parse_time(fields["duration"], field=f"{where()} duration")
         else:
-            op.flops = float(raw.get("flops", 0.0))
-            op.mem_bytes = _size(raw.get("bytes", 0), where)
-            if "gemms" in raw:
-                op.gemms = _gemms(raw["gemms"], where, gemm_cache)
-            if "attention" in raw:
-                op.attention = _attention(raw["attention"], where, gemm_cache)
+            op.flops = float(get("flops", 0.0))
+            op.mem_bytes = _trusted_size(get("bytes", 0), op, origin)
+            gemms = get("gemms")
+            if gemms is not None:
+                seen = gemm_cache.get(id(gemms))
+                if seen is not None and seen[0] is gemms:
+                    op.gemms = seen[1]
+                else:
+                    op.gemms = _gemms(gemms, lambda: f"{origin}: op {shown(op.id)}", gemm_cache)
+            attention = get("attention")
+            if attention is not None:
+                op.attention = _trusted_attention(attention, gemm_cache)
     elif kind == "collective":
-        op.op = str(raw.get("op", ""))
-        op.group = str(raw.get("group", ""))
-        op.nbytes = _size(raw.get("bytes", 0), where)
-        op.algorithm = raw.get("algorithm")
-        op.chunks = int(raw.get("chunks", 1))
-        op.channels = int(raw.get("channels", 1))
+        op.op = str(get("op", ""))
+        op.group = str(get("group", ""))
+        op.nbytes = _trusted_size(get("bytes", 0), op, origin)
+        op.algorithm = get("algorithm")
+        op.chunks = int(get("chunks", 1))
+        op.channels = int(get("channels", 1))
     else:
-        op.peer = raw["peer"]
-        op.nbytes = _size(raw.get("bytes", 0), where)
-        op.tag = str(raw.get("tag", ""))
+        op.peer = fields["peer"]
+        op.nbytes = _trusted_size(get("bytes", 0), op, origin)
+        op.tag = str(get("tag", ""))
     return op
+
+
+def _trusted_size(value: Any, op: Op, origin: str) -> float:
+    """:func:`_size` of a generator's op (its error message built only if needed)."""
+    if type(value) in (int, float) and math.isfinite(value):
+        return float(value)
+    return _size(value, lambda: f"{origin}: op {shown(op.id)}")
+
+
+def _trusted_attention(raw: list, cache: dict[Any, Any]) -> tuple[Attention, ...]:
+    """A generator's ``attention`` field as :func:`_attention` converts it, unchecked;
+    equal lists (a generator makes a new one per pass) share one tuple."""
+    seen = cache.get(id(raw))
+    if seen is not None and seen[0] is raw:
+        return seen[1]
+    key = ("attention", *(tuple(entry) for entry in raw))
+    frozen = cache.get(key)
+    if frozen is None:
+        frozen = cache[key] = tuple(Attention(*entry) for entry in raw)
+    return frozen
 
 
 def _size(value: Any, where: Callable[[], str]) -> float:
