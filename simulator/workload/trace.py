@@ -386,16 +386,7 @@ def parse_workload(
                     f"{origin}: op {shown(op.id)} depends on unknown op {shown(dep)}"
                 )
             op.deps.append(ids[str(dep)])
-    workload = Workload(
-        name=str(data.get("name", Path(origin).stem)),
-        ranks=ranks,
-        ops=ops,
-        groups=groups,
-        description=str(data.get("description", "")),
-        replicas=replicas,
-        shadows=shadows,
-    )
-    _match(workload, origin)
+    workload = _workload(data, origin, ranks, ops, groups, replicas, shadows)
     _check_acyclic(workload, origin)
     return workload
 
@@ -421,9 +412,24 @@ def trusted_workload(
     for op, names in zip(ops, deps, strict=True):
         if names:
             op.deps.extend([ids[name] for name in names])
+    return _workload(data, origin, data["ranks"], ops, groups, replicas, shadows)
+
+
+def _workload(
+    data: dict[str, Any],
+    origin: str,
+    ranks: int,
+    ops: list[Op],
+    groups: dict[str, Group],
+    replicas: Replicas | None,
+    shadows: Shadows | None,
+) -> Workload:
+    """The :class:`Workload` of parsed or trusted ``ops``, named and described by
+    ``data``, with its collective calls matched (both :func:`parse_workload` and
+    :func:`trusted_workload` end here)."""
     workload = Workload(
         name=str(data.get("name", Path(origin).stem)),
-        ranks=data["ranks"],
+        ranks=ranks,
         ops=ops,
         groups=groups,
         description=str(data.get("description", "")),
