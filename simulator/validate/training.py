@@ -578,6 +578,11 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     offload = settings.get("activation_cpu_offload_layers")
     if isinstance(offload, int) and not isinstance(offload, bool) and offload > 0:
         options["activation_offload_layers"] = offload
+    # The distributed data parallel's gradient bucket, in parameters, where the run's
+    # recipe sets it (NeMo's optim.bucket_size; Megatron-Core's default otherwise).
+    bucket = settings.get("ddp_bucket_size")
+    if bucket is not None:
+        options["bucket_size"] = bucket  # checked by the generator
     kind = entry.get("source_kind")
     if settings.get("grad_reduce_in_fp32") is False or (
         "grad_reduce_in_fp32" not in settings

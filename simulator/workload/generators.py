@@ -763,6 +763,7 @@ def megatron(
     fsdp_double_buffer: bool = False,
     activation_offload_in_flight: int = 0,
     attention_backend: str = "cudnn",
+    bucket_size: int | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -805,11 +806,14 @@ def megatron(
     or FlashAttention-2's ("flash2", what TE runs under ``NVTE_FUSED_ATTN=0``).
     ``overlap_grad_reduce``
     (Megatron-LM's ``--overlap-grad-reduce``) runs each chunk's last backward bucket by
-    bucket (buckets of whole layers holding max(40M, 1M x dp) parameters, Megatron's
-    default size, filled from the last layer back; the embedding's gradients join the
-    last one) and starts each bucket's DP collective as soon as its layers are done, so
-    all but the last bucket hide behind the rest of the backward; without it the
-    gradients are reduced in one call after the last backward, as in SC'21.
+    bucket (buckets of whole layers holding ``bucket_size`` parameters or more, by
+    default max(40M, 1M x dp x cp), Megatron's default size; filled from the last layer
+    back; the embedding's gradients join the last one) and starts each bucket's DP
+    collective as soon as its layers are done, so all but the last bucket hide behind
+    the rest of the backward; without it the gradients are reduced in one call after the
+    last backward, as in SC'21. ``bucket_size`` (parameters; Megatron-Core's
+    ``DistributedDataParallelConfig.bucket_size``, ``--ddp-bucket-size``) is a run's own
+    setting where its recipe gives one (NeMo's ``optim.bucket_size``).
     ``cp`` > 1 adds Megatron's context parallelism (ring attention): each sequence is
     split over ``cp`` ranks (ordered TP, CP, DP, PP fastest first, as Megatron's
     ``tp-cp-ep-dp-pp``), each holding b s / cp tokens (two opposite chunks, so causal
@@ -1426,9 +1430,9 @@ def megatron(
     replicas = dp * cp  # ranks holding the same weights
     sharded = (distributed_optimizer or fsdp) and replicas > 1
     sharded_weights = fsdp and replicas > 1
-    # Megatron's gradient buckets (DistributedDataParallelConfig.bucket_size: max(40M,
-    # 1M x dp) parameters, megatron/core/distributed/distributed_data_parallel.py), here
-    # whole layers of a chunk.
+    # Megatron's gradient buckets (DistributedDataParallelConfig.bucket_size, by default
+    # max(40M, 1M x dp x cp) parameters, megatron/core/distributed/
+    # distributed_data_parallel.py), here whole layers of a chunk.
     # (MoE: the layer's parameters a rank holds, its experts' and the rest, whose
     # buffers Megatron buckets alike.)
     rank_layer_params = m.layer_params / tp
@@ -1437,7 +1441,17 @@ def megatron(
         rank_layer_params = (m.moe_layer_params - m.experts * expert_mlp) / tp + (
             m.experts // ep * expert_mlp / etp
         )
-    bucket_layers = max(1, math.ceil(max(40e6, 1e6 * replicas) / rank_layer_params))
+    if bucket_size is None:
+        bucket_size = max(40_000_000, 1_000_000 * replicas)
+    elif isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
+        raise CcsimError(
+            f"bucket_size (parameters per gradient bucket, Megatron's --ddp-bucket-size) "
+            f"must be a positive integer or null for Megatron's default, not {bucket_size!r}"
+        )
+    # A bucket closes once it holds bucket_size parameters or more (Megatron adds a
+    # layer's parameters one by one and closes the bucket at the first that reaches it):
+    # whole layers here, so ceil(bucket_size / layer).
+    bucket_layers = max(1, math.ceil(bucket_size / rank_layer_params))
 
     def buckets(chunk: int) -> list[int]:
         """The layers of each gradient bucket of a chunk of ``chunk`` layers."""
