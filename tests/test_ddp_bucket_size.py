@@ -17,16 +17,16 @@ LAYER = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096
 VOCAB_MATRIX = 128256 * 4096  # the input embedding, and the untied output layer alike
 
 
-def dp_reduce_scatters(bucket_size):
-    """The DP gradient reduce-scatters of rank 0 of Llama 3 8B at CP 2 x DP 16, one
+def dp_reduce_scatters(bucket_size, dp=16):
+    """The DP gradient reduce-scatters of rank 0 of Llama 3 8B at CP 2 x ``dp``, one
     micro-batch, bf16 gradients (the MLPerf v5.1 8B runs' layout)."""
     workload = megatron(
         "llama3-8b",
         tp=1,
         pp=1,
         cp=2,
-        dp=16,
-        global_batch=16,
+        dp=dp,
+        global_batch=dp,
         precision="fp8",
         distributed_optimizer=True,
         overlap_grad_reduce=True,
@@ -69,6 +69,14 @@ def test_buckets_follow_the_size(bucket_size, layers):
     assert len(ops) == 32 // layers
     assert [op.nbytes for op in ops[:-1]] == [layers * LAYER * 2] * (32 // layers - 1)
     assert ops[-1].nbytes == (layers * LAYER + 2 * VOCAB_MATRIX) * 2
+
+
+def test_the_default_counts_dp_not_cp():
+    """Megatron-Core's default, max(40M, 1M x DP) with DP not counting CP
+    (distributed_data_parallel.py:62-65, parallel_state.py:1603 at core_v0.14.0): at CP 2
+    x DP 128 it is 128M, one layer a bucket (1M x 256 would make 256M, two)."""
+    assert math.ceil(128e6 / LAYER) == 1 and math.ceil(256e6 / LAYER) == 2
+    assert len(dp_reduce_scatters(None, dp=128)) == 32
 
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5e8, "768M", True])

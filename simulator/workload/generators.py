@@ -807,11 +807,11 @@ def megatron(
     ``overlap_grad_reduce``
     (Megatron-LM's ``--overlap-grad-reduce``) runs each chunk's last backward bucket by
     bucket (buckets of whole layers holding ``bucket_size`` parameters or more, by
-    default max(40M, 1M x dp x cp), Megatron's default size; filled from the last layer
-    back; the embedding's gradients join the last one) and starts each bucket's DP
-    collective as soon as its layers are done, so all but the last bucket hide behind
-    the rest of the backward; without it the gradients are reduced in one call after the
-    last backward, as in SC'21. ``bucket_size`` (parameters; Megatron-Core's
+    default max(40M, 1M x dp), Megatron's default size, CP not counted; filled from the
+    last layer back; the embedding's gradients join the last one) and starts each
+    bucket's DP collective as soon as its layers are done, so all but the last bucket
+    hide behind the rest of the backward; without it the gradients are reduced in one
+    call after the last backward, as in SC'21. ``bucket_size`` (parameters; Megatron-Core's
     ``DistributedDataParallelConfig.bucket_size``, ``--ddp-bucket-size``) is a run's own
     setting where its recipe gives one (NeMo's ``optim.bucket_size``).
     ``cp`` > 1 adds Megatron's context parallelism (ring attention): each sequence is
@@ -1431,7 +1431,7 @@ def megatron(
     sharded = (distributed_optimizer or fsdp) and replicas > 1
     sharded_weights = fsdp and replicas > 1
     # Megatron's gradient buckets (DistributedDataParallelConfig.bucket_size, by default
-    # max(40M, 1M x dp x cp) parameters, megatron/core/distributed/
+    # max(40M, 1M x dp) parameters, megatron/core/distributed/
     # distributed_data_parallel.py), here whole layers of a chunk.
     # (MoE: the layer's parameters a rank holds, its experts' and the rest, whose
     # buffers Megatron buckets alike.)
@@ -1442,7 +1442,11 @@ def megatron(
             m.experts // ep * expert_mlp / etp
         )
     if bucket_size is None:
-        bucket_size = max(40_000_000, 1_000_000 * replicas)
+        # Megatron-Core's default scales with the DP size without CP
+        # (distributed_data_parallel.py:62-65 at core_v0.14.0 calls
+        # get_data_parallel_world_size(), whose with_context_parallel is False,
+        # parallel_state.py:1603).
+        bucket_size = max(40_000_000, 1_000_000 * dp)
     elif isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
         raise CcsimError(
             f"bucket_size (parameters per gradient bucket, Megatron's --ddp-bucket-size) "
