@@ -468,7 +468,8 @@ def estimate(
             # parameter all-gather with the first forward, bucket by bucket (the
             # generator's default): what one backward and one forward pass do not
             # cover shows, and at least one bucket's share.
-            buckets = max(1, round(params / max(40e6, 1e6 * replicas)))
+            # (Megatron sizes buckets by the DP size without CP: the generator's default.)
+            buckets = max(1, round(params / max(40e6, 1e6 * c.dp)))
             window = pass_s(True) + pass_s(False)
             dp_s = max(dp_s - window, dp_s / buckets)
     shard = replicas if c.distributed_optimizer else 1
