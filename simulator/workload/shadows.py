@@ -49,6 +49,9 @@ from .trace import Workload
 #: the last bits of rounding).
 SAME = 1e-12
 
+#: Why the shadows are refused where :func:`sends_hash` holds.
+HASHED_SENDS = "a master's pipeline send crosses servers over several shortest paths"
+
 
 class ShadowsUnlike(Exception):
     """A shadow did not end with its master (the message says which and when): the
