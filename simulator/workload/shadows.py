@@ -30,7 +30,11 @@ reduction, on a stage split between two NVL72 racks) each differently, and the r
 would find out only late in the step (issue 31: 52 s of CPU for a 405B step on 128
 GB200s, the first replay wasted). That test is a guess about CPU time only: the step is
 the same either way (every rank built is the reference), and it may build every rank
-where the hashed paths happen to be met alike.
+where the hashed paths happen to be met alike. (They are not on the published GB200 405B
+rows: with every rank built, a TP group's ranks end the step 10 ms apart on 128 GPUs.)
+Where the replicas are refused too,
+:func:`~simulator.workload.replicas.neither_stands_in` says so from the masters' build,
+and :func:`~simulator.workload.steady.run_steady` builds every rank at once.
 """
 
 from __future__ import annotations
