@@ -451,11 +451,12 @@ def neither_stands_in(
 
     Why the answer carries over: the shadows are refused by
     :func:`~simulator.workload.shadows.sends_hash`, the replay's own test on this very
-    build. Building every TP rank keeps the groups and the replicas' shift (the
-    generator sets them before it drops the shadows' ops) and only adds sends, so each
-    refusal of :func:`replica_symmetry` that looks at the workload (a pipeline send or
-    a group crossing hashed paths, a group spanning the replicas unevenly) still holds
-    there; the others look at the shift and the cluster alone. Where some replicas
+    build. Building every TP rank (the same generator call without shadows) keeps the
+    groups and the replicas' shift and only adds the shadows' sends, so each refusal of
+    :func:`replica_symmetry` that looks at the workload (a pipeline send or a group
+    crossing hashed paths, a group spanning the replicas unevenly) still holds there;
+    the others look at the shift and the cluster alone
+    (``tests/test_steady_every_rank.py`` holds the refusal on both builds). Where some replicas
     together move whole servers (:func:`replicas_per_server`) the replay would try
     them, so None. A wrong None costs only CPU: the replay then decides as usual."""
     if workload.shadows is None or workload.replicas is None or workload.replicas.build is None:
