@@ -53,7 +53,7 @@ from ..network.flows import FlowNetwork
 from ..network.routing import Router
 from ..topology.graph import gpu_nodes, servers_of_ranks
 from ..topology.symmetry import gpu_permutation, server_permutation
-from .shadows import crosses_hashed
+from .shadows import HASHED_SENDS, crosses_hashed, sends_hash
 from .trace import Workload
 
 
@@ -437,3 +437,36 @@ def replicas_per_server(workload: Workload, graph: nx.Graph) -> int | None:
         if len(pairs) == len(np.unique(server)):  # each server goes to one server
             return k
     return None
+
+
+def neither_stands_in(
+    workload: Workload, network: FlowNetwork, derived: dict | None = None
+) -> tuple[str, str] | None:
+    """Why neither ``workload``'s TP masters nor its first replica (a workload given by
+    both) would stand in on ``network``, as the replay finds before its run: the
+    shadows' reason and the replicas', or None where either might (or the workload is
+    not given by both). Asked on the masters' build, it answers for the build of every
+    TP rank that the replay makes next, so a caller can build every rank at once and
+    skip that intermediate build (issue 31: 4.6 s of CPU on a 405B step on 128 GB200).
+
+    Why the answer carries over: the shadows are refused by
+    :func:`~simulator.workload.shadows.sends_hash`, the replay's own test on this very
+    build. Building every TP rank (the same generator call without shadows) keeps the
+    groups and the replicas' shift and only adds the shadows' sends, so each refusal of
+    :func:`replica_symmetry` that looks at the workload (a pipeline send or a group
+    crossing hashed paths, a group spanning the replicas unevenly) still holds there;
+    the others look at the shift and the cluster alone
+    (``tests/test_steady_every_rank.py`` holds the refusal on both builds). Where some replicas
+    together move whole servers (:func:`replicas_per_server`) the replay would try
+    them, so None. A wrong None costs only CPU: the replay then decides as usual."""
+    if workload.shadows is None or workload.replicas is None or workload.replicas.build is None:
+        return None
+    graph = network.graph
+    if fault_plan(graph) is not None:
+        return None  # (the replay refuses both for the faults, with its own words)
+    if not sends_hash(workload, servers_of_ranks(graph), network.router):
+        return None
+    symmetry, why = replica_symmetry(workload, network, derived)
+    if symmetry is not None or replicas_per_server(workload, graph) is not None:
+        return None
+    return HASHED_SENDS, why

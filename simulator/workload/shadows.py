@@ -30,7 +30,11 @@ reduction, on a stage split between two NVL72 racks) each differently, and the r
 would find out only late in the step (issue 31: 52 s of CPU for a 405B step on 128
 GB200s, the first replay wasted). That test is a guess about CPU time only: the step is
 the same either way (every rank built is the reference), and it may build every rank
-where the hashed paths happen to be met alike.
+where the hashed paths happen to be met alike. (They are not on the published GB200 405B
+rows: with every rank built, a TP group's ranks end the step 10 ms apart on 128 GPUs.)
+Where the replicas are refused too,
+:func:`~simulator.workload.replicas.neither_stands_in` says so from the masters' build,
+and :func:`~simulator.workload.steady.run_steady` builds every rank at once.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ from .trace import Workload
 #: the same sums in the same order where the images really are alike; this absorbs only
 #: the last bits of rounding).
 SAME = 1e-12
+
+#: Why the shadows are refused where :func:`sends_hash` holds.
+HASHED_SENDS = "a master's pipeline send crosses servers over several shortest paths"
 
 
 class ShadowsUnlike(Exception):

@@ -56,7 +56,9 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
+import simpy
 
+from ..network.flows import FlowNetwork
 from ..topology import load_topology
 
 # (Imported here, not in run_steady: the bench times run_steady alone, and the
@@ -66,6 +68,7 @@ from .engine import WorkloadRun
 from .generators import megatron
 from .isolated import TimingStore
 from .metrics import Breakdown
+from .replicas import neither_stands_in
 from .trace import Workload
 
 #: Largest difference (seconds, relative to the clock) between an op's shift from one
@@ -370,6 +373,37 @@ def later_period(
     return float("nan"), first, why + reach
 
 
+def _replayed(
+    options: dict[str, Any], graph: nx.Graph, arguments: dict[str, Any]
+) -> tuple[Workload, WorkloadRun, Breakdown]:
+    """Build ``megatron(**options)`` and replay it on ``graph`` (``arguments`` hold a
+    :class:`TimingStore` of it); returns the workload built, the run and its breakdown.
+
+    Where neither the TP masters nor one replica would stand in
+    (:func:`~simulator.workload.replicas.neither_stands_in`, asked on the masters'
+    build), every rank is built at once: the replay would otherwise build every TP rank
+    of one replica, find the replicas refused, and build every rank, the same workload
+    replayed the same way (issue 31: 4.6 s of CPU spared on DGX Cloud's 405B on 128
+    GB200). The run then says why, as the replay would have."""
+    workload = megatron(**options)
+    refused = None
+    if workload.shadows is not None and workload.replicas is not None:
+        store = arguments["timings"]
+        network = FlowNetwork(simpy.Environment(), graph, tables=store.tables())
+        refused = neither_stands_in(workload, network, store.derived)
+    if refused is None:
+        run, result = run_workload(workload, graph, **arguments)
+        return workload, run, result
+    shadows, replicas = workload.shadows, workload.replicas
+    assert shadows is not None and replicas is not None  # (neither_stands_in's premise)
+    every = megatron(**{**options, "replicas": False, "shadows": False})
+    run, result = run_workload(every, graph, **arguments)
+    run.shadows = {"count": shadows.count, "simulated": "all", "why": refused[0]}
+    dp = replicas.count * replicas.unit
+    run.replicas = {"count": dp, "simulated": "all", "why": refused[1]}
+    return every, run, result
+
+
 def run_steady(
     options: dict[str, Any],
     topology: str | Path | nx.Graph,
@@ -399,21 +433,20 @@ def run_steady(
     extra = 1 if options.get("moe_a2a_overlap") else 0
     short = short_micro_batches(micro, pp, v, extra) if pp > 1 else None
     why = "too few micro-batches for two steady periods and more"
-    if short is not None and shortcut and not options.get("fsdp"):
-        # One graph and one store of calls' timings alone for every replay of the step
-        # (the results are the same; the later replays time no call twice).
-        topology = load_topology(topology, nodes)
-        nodes = None
-        if arguments.get("timings") is None:
-            arguments = {**arguments, "timings": TimingStore(topology)}
+    # One graph and one store of calls' timings alone for every replay of the step (the
+    # results are the same; the later replays time no call twice).
+    graph = load_topology(topology, nodes)
+    if arguments.get("timings") is None or arguments["timings"].graph is not graph:
+        arguments = {**arguments, "timings": TimingStore(graph)}
     if not shortcut:
         why = "the full step asked for"
     elif short is not None and not options.get("fsdp"):
         steps = period_micro_batches(pp, v) * v
         tried: list[str] = []
         while short is not None:
-            workload = megatron(**{**options, "global_batch": short * micro_batch * dp})
-            run, result = run_workload(workload, topology, nodes=nodes, **arguments)
+            workload, run, result = _replayed(
+                {**options, "global_batch": short * micro_batch * dp}, graph, arguments
+            )
             latest = latest_offset(short, pp, v, extra)
             period_s, _, why = later_period(
                 run.workload, run, pp, v, middle_offset(short, pp, v, extra), latest
@@ -441,8 +474,7 @@ def run_steady(
         why = "; ".join(tried)
     elif short is not None:
         why = "FSDP gathers weights per micro-batch (not checked here)"
-    workload = megatron(**options)
-    run, result = run_workload(workload, topology, nodes=nodes, **arguments)
+    workload, run, result = _replayed(options, graph, arguments)
     return SteadyStep(
         step_s=result.step_s,
         micro_batches=micro,
