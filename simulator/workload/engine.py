@@ -928,6 +928,8 @@ class WorkloadReplay:
             slots = [i for i in range(size) if ranks[i] in masters]
             known = self._owners[(name, size)] = (owner, slots)
         owner, slots = known
+        if len(slots) == size == len(members):
+            return members, owner  # every position a master's, in order
         member_at = [-1] * size
         for i, index in zip(slots, members, strict=True):
             member_at[i] = index
@@ -971,8 +973,11 @@ class WorkloadReplay:
         check = self._shadow_check
         isolated = self.isolated
         assert isolated is not None
-        passives = [check.expected((k,), None) for _ in family]
-        dones = [_ImageEnds(check, k, name, self.env) for name, *_ in family]
+        key, env = (k,), self.env
+        passives, dones = [], []
+        for name, _, _, _ in family:
+            passives.append(check.expected(key, None))
+            dones.append(_ImageEnds(check, k, name, env))
         if isolated.run_family(family, proto, dones, passives):
             return
         for (name, schedule, ranks, period), done in zip(family, dones, strict=True):
