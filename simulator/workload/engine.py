@@ -1487,13 +1487,19 @@ class ServerIndex:
     def __init__(self, graph: nx.Graph):
         self.gpus = gpu_nodes(graph)
         self.nodes: dict[object, list[tuple[object, dict]]] = defaultdict(list)
+        #: The nodes of every server (those with a server).
+        self.nodes_in_servers: set[object] = set()
         for node, data in graph.nodes(data=True):
             server = data.get("server")
             if server is not None:
                 self.nodes[server].append((node, data))
+                self.nodes_in_servers.add(node)
         self.graph = graph
         self._signatures: dict[object, bytes | None] = {}
         self._position: dict[int, int] | None = None
+        #: What a node or link adds to a server's signature, by its place and data
+        #: (servers alike repeat the same few: formed once each).
+        self._parts: dict[tuple, bytes] = {}
 
     def group_shape(self, ranks: list[int]) -> tuple | None:
         """A key equal for groups whose communicator views are the same up to the names
@@ -1528,25 +1534,38 @@ class ServerIndex:
         digest = hashlib.blake2b(digest_size=16)
         for node, data in members:
             # A GPU's rank is the group's position in the view (the pattern says it).
-            attributes = sorted((k, repr(v)) for k, v in data.items() if k not in _RENAMED)
-            digest.update(repr((place[node], attributes)).encode())
+            digest.update(self._part(place[node], data, _RENAMED))
         signature: bytes | None = None
         inside = True
+        in_servers = self.nodes_in_servers
         for node, _ in members:
             for other in nx.all_neighbors(self.graph, node):
-                if other not in place and self.graph.nodes[other].get("server") is not None:
+                if other not in place and other in in_servers:
                     inside = False  # a link to another server's node: no shape key
         if inside:
+            directed = self.graph.is_directed()
             for u, v, data in self.graph.edges([node for node, _ in members], data=True):
                 if v in place:
                     ends = (place[u], place[v])
-                    ends = ends if self.graph.is_directed() else tuple(sorted(ends))
-                    digest.update(
-                        repr((ends, sorted((k, repr(x)) for k, x in data.items()))).encode()
-                    )
+                    digest.update(self._part(ends if directed else tuple(sorted(ends)), data))
             signature = digest.digest()
         self._signatures[server] = signature
         return signature
+
+    def _part(self, place: object, data: dict, leave: frozenset = frozenset()) -> bytes:
+        """A node's or link's bytes in a server's signature: its ``place`` and its
+        attributes but those in ``leave``, by name, each value by its repr."""
+        try:
+            key = (place, tuple(item for item in data.items() if item[0] not in leave))
+            found = self._parts.get(key)
+        except TypeError:  # (an unhashable value: formed each time)
+            key, found = None, None
+        if found is None:
+            attributes = sorted((k, repr(v)) for k, v in data.items() if k not in leave)
+            found = repr((place, attributes)).encode()
+            if key is not None:
+                self._parts[key] = found
+        return found
 
 
 #: Node attributes a communicator view does not keep as they are (the server's name; the
