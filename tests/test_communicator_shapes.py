@@ -63,14 +63,17 @@ def test_signatures_are_those_formed_afresh_for_each_server():
     """The parts of a signature kept from server to server (servers alike repeat them)
     give each server the signature formed from its own nodes and links alone: on
     servers alike, on one with a slower NVLink, one whose NIC's attributes come in
-    another order, and one with an attribute no dict key can hold (a list)."""
-    graph = load_topology("dgx-h100", 5)
+    another order, one with an attribute no dict key can hold (a list), and one whose
+    NVSwitch's ``nvls`` is 1 where the others' is True."""
+    graph = load_topology("dgx-h100", 6)
     graph.edges["s1/gpu0", "s1/nvswitch"]["bandwidth"] = 300e9
     data = graph.nodes["s2/nic1"]
     items = list(data.items())
     data.clear()
     data.update(reversed(items))
     graph.nodes["s3/nic2"]["lanes"] = [1, 2]
+    assert graph.nodes["s5/nvswitch"]["nvls"] is True
+    graph.nodes["s5/nvswitch"]["nvls"] = 1  # equal to True, but not the same attribute
     index = ServerIndex(graph)
     servers = sorted({d["server"] for _, d in graph.nodes(data=True) if "server" in d})
     for server in servers:
@@ -78,3 +81,4 @@ def test_signatures_are_those_formed_afresh_for_each_server():
     assert index._signature(0) == index._signature(2) == index._signature(4)
     assert index._signature(1) != index._signature(0)
     assert index._signature(3) != index._signature(0)
+    assert index._signature(5) != index._signature(0)

@@ -1556,7 +1556,8 @@ class ServerIndex:
         """A node's or link's bytes in a server's signature: its ``place`` and its
         attributes but those in ``leave``, by name, each value by its repr."""
         try:
-            key = (place, tuple(item for item in data.items() if item[0] not in leave))
+            # (Each value's type too: 1 and True, equal keys, have different reprs.)
+            key = (place, tuple((k, type(v), v) for k, v in data.items() if k not in leave))
             found = self._parts.get(key)
         except TypeError:  # (an unhashable value: formed each time)
             key, found = None, None
