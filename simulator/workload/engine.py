@@ -141,6 +141,29 @@ class _ComputeEnd(simpy.Event):
         self.armed = [callback]
 
 
+#: Members of a call up to which their start times are written one by one: a numpy
+#: assignment through a list of indices costs more than a few scalar writes.
+_FEW = 16
+
+
+class _Later(simpy.Event):
+    """``start()`` after ``delay`` (a call's launch overhead): scheduled as a
+    :class:`simpy.Timeout` of that delay would be, at the same moment, so it takes the
+    same place in SimPy's queue (time, then order of scheduling); one object rather
+    than a timeout and a closure around ``start``."""
+
+    def __init__(self, env: simpy.Environment, delay: float, start: Callable[[], None]):
+        super().__init__(env)
+        self._ok = True  # (a triggered event's: SimPy's step checks it after callbacks)
+        self._value = None
+        self.start = start
+        self.callbacks = [self._fire]
+        env.schedule(self, simpy.events.NORMAL, delay)
+
+    def _fire(self, _event: simpy.Event) -> None:
+        self.start()
+
+
 #: Attempts whose conflicts send single calls back to be simulated flow by flow; from
 #: then on, their whole groups (see :meth:`WorkloadReplay.run`).
 CALLS_THEN_GROUPS = 30
@@ -391,8 +414,9 @@ class WorkloadReplay:
             else:
                 self._shadows_report = {"count": workload.shadows.count, "simulated": 1}
         self._shadow_check = ShadowCheck()
-        # (group, positions) -> each position's master's position (_shadow_positions).
-        self._owners: dict[tuple[str, int], list[int]] = {}
+        # (group, positions) -> each position's master's position (_shadow_positions),
+        # and the positions of the masters (made once per group and size).
+        self._owners: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
         # Per group: its ranks as an array; per group and call: its schedule, protocol,
         # record and period (see _call_schedule).
         self._rank_arrays: dict[str, np.ndarray] = {}
@@ -497,6 +521,11 @@ class WorkloadReplay:
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
         self._p2p: dict[float, Schedule] = {}
+        # A send's bytes as the network takes them (per size), and its weight with one
+        # replica standing for all; its images' (per size, as many as the shadows).
+        self._p2p_bytes: dict[float, np.ndarray] = {}
+        self._p2p_weight: np.ndarray | None = None
+        self._image_arrays: dict[float, tuple[np.ndarray, np.ndarray | None]] = {}
         self._p2p_routes: dict[tuple[int, int], np.ndarray] = {}
         self._sends: int | None = None  # the network owner id of point-to-point flows
         self._image_sends: int | None = None  # and of the shadows' (see shadows.py)
@@ -807,7 +836,12 @@ class WorkloadReplay:
         first = self.workload.ops[members[0]]
         group = self.workload.groups[first.group]
         now = self.env.now
-        self.records.start_s[members] = now
+        start_s = self.records.start_s
+        if len(members) <= _FEW:
+            for index in members:
+                start_s[index] = now
+        else:
+            start_s[members] = now
         ranks = group.ranks
         if len(ranks) == 1 or first.nbytes == 0:
             for index in members:
@@ -815,8 +849,13 @@ class WorkloadReplay:
             return
         # A group spanning the replicas: its first replica's ranks (the first ``period``)
         # run the representatives of the schedule's transfers.
-        schedule, proto, self._choices[k], period = self._call_schedule(first, ranks, first.group)
-        self._set_comm(ranks[:period], +1)
+        key = (first.group, first.op, first.nbytes, first.chunks, first.channels, first.algorithm)
+        schedule, proto, self._choices[k], period = self._call_schedule(
+            first, ranks, first.group, key
+        )
+        slowdown = self.comm_slowdown
+        if slowdown:
+            self._set_comm(ranks[:period], +1)
         images = None if self._images is None else self._images.get(first.group)
         if images is None:
             member_at, owner = members, None
@@ -825,10 +864,12 @@ class WorkloadReplay:
             # ends when its master does (checked).
             member_at, owner = self._shadow_positions(first.group, ranks, members, period)
         check = self._shadow_check
+        finish = self._finish
 
         def rank_done(positions: np.ndarray) -> None:
             done = positions.tolist()
-            self._set_comm([ranks[i] for i in done], -1)
+            if slowdown:
+                self._set_comm([ranks[i] for i in done], -1)
             if owner is not None:
                 # Every position's end, shadows' too: an image on the other CP ranks'
                 # group is held to the position it stands for.
@@ -839,27 +880,35 @@ class WorkloadReplay:
                     check.shadow((k,), theirs, self.env.now, lambda: f"a TP shadow in call {k}")
                 done = ours
             for i in done:
-                self._finish(member_at[i])
+                finish(member_at[i])
 
         start = self._call_start(
             first.group, schedule, proto, self._ranks(first.group), rank_done, period, k
         )
+        if not images:
+            self._after_launch(proto, start)
+            return
         # The images start with the master's call (in the same callback, after the
         # same launch overhead, where their protocol is the master's): all at once
         # where they can (_start_family), else one by one.
-        together = [start]
-        family = self._family(first, images, proto) if images else None
+        family = self._family(first, images, proto, key)
         if family is not None:
-            together.append(lambda: self._start_family(k, family, proto))
-        else:
-            for name in images or ():
-                image = self._launch_image(k, first, name, proto)
-                if image is not None:
-                    together.append(image)
-        if len(together) == 1:
+
+            def together() -> None:
+                start()
+                self._start_family(k, family, proto)
+
+            self._after_launch(proto, together)
+            return
+        starts = [start]
+        for name in images:
+            image = self._launch_image(k, first, name, proto)
+            if image is not None:
+                starts.append(image)
+        if len(starts) == 1:
             self._after_launch(proto, start)
         else:
-            self._after_launch(proto, lambda: [call() for call in together])
+            self._after_launch(proto, lambda: [call() for call in starts])
 
     def _shadow_positions(
         self, name: str, ranks: list[int], members: list[int], period: int | None
@@ -868,47 +917,53 @@ class WorkloadReplay:
         (-1 for a shadow's), and each position's master's position (its own where the
         master is not in the group)."""
         size = len(ranks) if period is None else period
-        owner = self._owners.get((name, size))
-        if owner is None:
+        known = self._owners.get((name, size))
+        if known is None:
             shadows = self.workload.shadows
             master_of = shadows.master_of()
             position = {ranks[i]: i for i in range(size)}
-            owner = self._owners[(name, size)] = [
-                position.get(int(master_of[ranks[i]]), i) for i in range(size)
-            ]
-        masters = self.workload.shadows.masters
+            owner = [position.get(int(master_of[ranks[i]]), i) for i in range(size)]
+            # The positions of the masters, whose member ops fill them in order.
+            masters = shadows.masters
+            slots = [i for i in range(size) if ranks[i] in masters]
+            known = self._owners[(name, size)] = (owner, slots)
+        owner, slots = known
+        if len(slots) == size == len(members):
+            return members, owner  # every position a master's, in order
         member_at = [-1] * size
-        slots = [i for i in range(size) if ranks[i] in masters]
         for i, index in zip(slots, members, strict=True):
             member_at[i] = index
         return member_at, owner
 
-    def _family(self, first: Op, images: tuple[str, ...], proto: Protocol | None) -> list | None:
-        """The images of a master's call (its first member ``first``), each as (group,
-        schedule, ranks, period), where they can start passively together with it
-        (:meth:`_start_family`): calls replayed from timings, with bundles, each with
-        the master's protocol; else None. Decided once per group and call; the replica
-        check of their routes runs here, at launch, as for any call."""
+    def _family(
+        self, first: Op, images: tuple[str, ...], proto: Protocol | None, key: tuple
+    ) -> list | None:
+        """The images of a master's call (its first member ``first``, its call ``key`` as
+        :meth:`_call_schedule` has it), each as (group, schedule, ranks, period), where
+        they can start passively together with it (:meth:`_start_family`): calls
+        replayed from timings, with bundles, each with the master's protocol; else None.
+        Decided once per group and call, as is the replica check of their routes (at
+        the call's first launch, as for any call: a route checked once stays checked)."""
         if self.isolated is None or not self.bundles:
             return None
-        key = (first.group, first.op, first.nbytes, first.chunks, first.channels, first.algorithm)
         family = self._families.get(key, ())
-        if family == ():
-            family = []
-            for name in images:
-                ranks = self._ranks(name)
-                schedule, own, _, period = self._call_schedule(first, ranks, name)
-                if own is not proto:
-                    family = None
-                    break
-                family.append((name, schedule, ranks, period))
-            self._families[key] = family
+        if family != ():
+            return family
+        family = []
+        for name in images:
+            ranks = self._ranks(name)
+            schedule, own, _, period = self._call_schedule(first, ranks, name)
+            if own is not proto:
+                family = None
+                break
+            family.append((name, schedule, ranks, period))
         if family is not None and self.replicas is not None:
             for _, schedule, ranks, _ in family:
                 checked = (id(schedule), id(ranks))
                 if checked not in self._routes_checked:
                     self.replicas.check_routes(self.network, schedule, ranks)
                     self._routes_checked[checked] = (schedule, ranks)
+        self._families[key] = family
         return family
 
     def _start_family(self, k: int, family: list, proto: Protocol | None) -> None:
@@ -918,8 +973,11 @@ class WorkloadReplay:
         check = self._shadow_check
         isolated = self.isolated
         assert isolated is not None
-        passives = [check.expected((k,), None) for _ in family]
-        dones = [_ImageEnds(check, k, name, self.env) for name, *_ in family]
+        key, env = (k,), self.env
+        passives, dones = [], []
+        for name, _, _, _ in family:
+            passives.append(check.expected(key, None))
+            dones.append(_ImageEnds(check, k, name, env))
         if isolated.run_family(family, proto, dones, passives):
             return
         for (name, schedule, ranks, period), done in zip(family, dones, strict=True):
@@ -956,8 +1014,7 @@ class WorkloadReplay:
         if proto is None:
             start()
         else:
-            overhead = self.env.timeout(self.calibration.launch_s + proto.base_s)
-            overhead.callbacks.append(lambda _event: start())
+            _Later(self.env, self.calibration.launch_s + proto.base_s, start)
 
     def _call_start(
         self,
@@ -1043,13 +1100,15 @@ class WorkloadReplay:
         return schedule, proto, self._given[record_key]
 
     def _call_schedule(
-        self, first: Op, ranks: list[int], group: str
+        self, first: Op, ranks: list[int], group: str, key: tuple | None = None
     ) -> tuple[Schedule, Protocol | None, dict, int | None]:
         """A call's schedule, protocol and record, and the period of its group when the
         group spans the replicas: the schedule is then the representatives of the first
         ``period`` ranks' transfers (raises
-        :class:`~simulator.workload.replicas.Asymmetric` where it does not repeat)."""
-        key = (group, first.op, first.nbytes, first.chunks, first.channels, first.algorithm)
+        :class:`~simulator.workload.replicas.Asymmetric` where it does not repeat).
+        ``key``: the call's key below, where the caller has made it already."""
+        if key is None:
+            key = (group, first.op, first.nbytes, first.chunks, first.channels, first.algorithm)
         known = self._group_calls.get(key)
         if known is not None:
             return known
@@ -1238,17 +1297,26 @@ class WorkloadReplay:
         send, recv = self.workload.pairs[k]
         src, dst = self.workload.ops[send].rank, self.workload.ops[recv].rank
         now = self.env.now
-        self.records.start_s[[send, recv]] = now
+        start_s = self.records.start_s
+        start_s[send] = now
+        start_s[recv] = now
         nbytes = self.workload.ops[send].nbytes
-        self._set_comm([src, dst], +1)
+        if self.comm_slowdown:
+            self._set_comm([src, dst], +1)
         # One point-to-point transfer: a flow of the replay's own (no schedule to walk;
-        # it runs as a one-transfer schedule would, with no protocol).
+        # it runs as a one-transfer schedule would, with no protocol). The arrays of its
+        # bytes and weight are made once per size (the network copies what it is given).
         weight = None
+        sizes = self._p2p_bytes.get(nbytes)
+        if sizes is None:
+            sizes = self._p2p_bytes[nbytes] = np.array([float(nbytes)])
         if self.replicas is not None:
             schedule = self._p2p.get(nbytes)
             if schedule is None:
                 schedule = self._p2p[nbytes] = self._p2p_schedule(nbytes)
-            weight = np.array([float(self.replicas.count)])
+            weight = self._p2p_weight
+            if weight is None:
+                weight = self._p2p_weight = np.array([float(self.replicas.count)])
         route = self._p2p_routes.get((src, dst))
         if route is None:
             if self.replicas is not None:
@@ -1263,7 +1331,7 @@ class WorkloadReplay:
                 # A collective that meets a send in flight on its links may be timed
                 # together with it and take it over (simulator.workload.isolated).
                 self.isolated.adoptable.add(self._sends)
-        self.network.add_flows(self._sends, np.array([k]), route, np.array([float(nbytes)]), weight)
+        self.network.add_flows(self._sends, np.array([k]), route, sizes, weight)
         if self._images is not None:
             # The shadows' sends beside the master's (see simulator.workload.shadows),
             # started together: one call for all of them.
@@ -1273,13 +1341,13 @@ class WorkloadReplay:
             if self._image_sends is None:
                 self._image_sends = self.network.register(_Sends(self._image_send_done))
             n = len(routes)
-            self.network.add_flows(
-                self._image_sends,
-                np.full(n, k),
-                routes,
-                np.full(n, float(nbytes)),
-                None if weight is None else np.full(n, weight[0]),
-            )
+            images = self._image_arrays.get(nbytes)
+            if images is None or len(images[0]) != n:
+                images = self._image_arrays[nbytes] = (
+                    np.full(n, float(nbytes)),
+                    None if weight is None else np.full(n, weight[0]),
+                )
+            self.network.add_flows(self._image_sends, np.full(n, k), routes, *images)
 
     def _image_pair_routes(self, src: int, dst: int, schedule: Schedule | None) -> np.ndarray:
         """The routes of the shadows' images of a send from ``src`` to ``dst`` (found,
@@ -1304,7 +1372,8 @@ class WorkloadReplay:
             self._shadow_check.master(("send", k), [0], self.env.now)
         send, recv = self.workload.pairs[k]
         for index in (send, recv):
-            self._set_comm([self.workload.ops[index].rank], -1)
+            if self.comm_slowdown:
+                self._set_comm([self.workload.ops[index].rank], -1)
             self._finish(index)
 
     @staticmethod
@@ -1418,13 +1487,19 @@ class ServerIndex:
     def __init__(self, graph: nx.Graph):
         self.gpus = gpu_nodes(graph)
         self.nodes: dict[object, list[tuple[object, dict]]] = defaultdict(list)
+        #: The nodes of every server (those with a server).
+        self.nodes_in_servers: set[object] = set()
         for node, data in graph.nodes(data=True):
             server = data.get("server")
             if server is not None:
                 self.nodes[server].append((node, data))
+                self.nodes_in_servers.add(node)
         self.graph = graph
         self._signatures: dict[object, bytes | None] = {}
         self._position: dict[int, int] | None = None
+        #: What a node or link adds to a server's signature, by its place and data
+        #: (servers alike repeat the same few: formed once each).
+        self._parts: dict[tuple, bytes] = {}
 
     def group_shape(self, ranks: list[int]) -> tuple | None:
         """A key equal for groups whose communicator views are the same up to the names
@@ -1459,25 +1534,39 @@ class ServerIndex:
         digest = hashlib.blake2b(digest_size=16)
         for node, data in members:
             # A GPU's rank is the group's position in the view (the pattern says it).
-            attributes = sorted((k, repr(v)) for k, v in data.items() if k not in _RENAMED)
-            digest.update(repr((place[node], attributes)).encode())
+            digest.update(self._part(place[node], data, _RENAMED))
         signature: bytes | None = None
         inside = True
+        in_servers = self.nodes_in_servers
         for node, _ in members:
             for other in nx.all_neighbors(self.graph, node):
-                if other not in place and self.graph.nodes[other].get("server") is not None:
+                if other not in place and other in in_servers:
                     inside = False  # a link to another server's node: no shape key
         if inside:
+            directed = self.graph.is_directed()
             for u, v, data in self.graph.edges([node for node, _ in members], data=True):
                 if v in place:
                     ends = (place[u], place[v])
-                    ends = ends if self.graph.is_directed() else tuple(sorted(ends))
-                    digest.update(
-                        repr((ends, sorted((k, repr(x)) for k, x in data.items()))).encode()
-                    )
+                    digest.update(self._part(ends if directed else tuple(sorted(ends)), data))
             signature = digest.digest()
         self._signatures[server] = signature
         return signature
+
+    def _part(self, place: object, data: dict, leave: frozenset = frozenset()) -> bytes:
+        """A node's or link's bytes in a server's signature: its ``place`` and its
+        attributes but those in ``leave``, by name, each value by its repr."""
+        try:
+            # (Each value's type too: 1 and True, equal keys, have different reprs.)
+            key = (place, tuple((k, type(v), v) for k, v in data.items() if k not in leave))
+            found = self._parts.get(key)
+        except TypeError:  # (an unhashable value: formed each time)
+            key, found = None, None
+        if found is None:
+            attributes = sorted((k, repr(v)) for k, v in data.items() if k not in leave)
+            found = repr((place, attributes)).encode()
+            if key is not None:
+                self._parts[key] = found
+        return found
 
 
 #: Node attributes a communicator view does not keep as they are (the server's name; the
