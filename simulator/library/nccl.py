@@ -9,7 +9,7 @@ library would run, not the best schedule ccsim can find. Every constant cites th
 source line it comes from (file:line at v2.30.7, tag ``v2.30.7-1``). A run of an earlier
 release from v2.28.3 on (a sidecar's ``nccl_version``, ``--nccl-version``) gets the
 figures that release had where they differ (:data:`TUNING_RELEASES`: Blackwell's
-per-channel Ring/LL128 and NVLSTree caps and search speeds, NVLSTree's network latency).
+per-channel Ring/LL128 and NVLSTree caps, NVLSTree's network latency).
 
 Inputs NCCL measures on the machine are derived from the graph:
 
@@ -252,10 +252,10 @@ PCIE_SHARE = 48.0 / 63.0
 
 @dataclass(frozen=True)
 class TuningRelease:
-    """The tuning figures that changed between the NCCL releases whose tuning model is
+    """Tuning figures that changed between the NCCL releases whose tuning model is
     otherwise the one this module follows (v2.28.3 to v2.30.7: the same formulas in
-    tuning.cc and search.cc, only these values differ). ``first`` is the first release
-    (minor, patch) that has them."""
+    tuning.cc, these values differ). ``first`` is the first release (minor, patch) that
+    has them."""
 
     first: tuple[int, int]
     #: perChMaxRingLL128Bws and perChMaxNVLSTreeBws, Blackwell row (GB/s, N1/N2/N4).
@@ -263,37 +263,31 @@ class TuningRelease:
     nvls_tree_max_bw: tuple[float, float, float]
     #: hwLatencies[NET][NVLSTree][Simple] (us).
     nvls_tree_net_us: float
-    #: sm100SpeedArrayIntra / sm100SpeedArrayInter (search.cc).
-    speeds_intra: tuple[float, ...]
-    speeds_inter: tuple[float, ...]
 
 
-_SM100_INTRA_2_28 = (90, 80, 70, 60, 50, 40, 30, 24, 20, 19, 18)
-_SM100_INTER_2_28 = (96, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24,
-                     0.12)  # fmt: skip
 #: Each release's figures, oldest first, read at its tag (``vX.Y.Z-1``): tuning.cc lines
-#: 179/197/165 and search.cc 962-963 at v2.28.3; tuning.cc:179 at v2.28.7 (ring LL128,
-#: N2 34.6); tuning.cc:197 and 165 at v2.28.9 (NVLSTree N4 43.8, NET 20.9 us); tuning.cc:179
-#: and search.cc:986 at v2.29.2 (ring LL128 34.5/34.6/34.5; intra speed 45 added);
-#: tuning.cc:180 and search.cc:988 at v2.29.7 (ring LL128 40; inter speed 80 added);
-#: tuning.cc:205 and search.cc:996 at v2.30.3 (NVLSTree N4 80; inter speed 86 added),
-#: unchanged to v2.30.7, the release the tables above follow. A release before v2.28.3
-#: (whose NVLS and NVLSTree formulas differ, e.g. tuning.cc:251 and 292 at v2.25.1) is
-#: modelled with v2.30.7's figures, as before this table.
+#: 179, 197 and 165 at v2.28.3; tuning.cc:179 at v2.28.7 (ring LL128 N2 34.6); tuning.cc
+#: 197 and 165 at v2.28.9 (NVLSTree N4 43.8, NET 20.9 us); tuning.cc:179 at v2.29.2 (ring
+#: LL128 34.5/34.6/34.5); tuning.cc:180 at v2.29.7 (ring LL128 40); tuning.cc:205 at
+#: v2.30.3 (NVLSTree N4 80), unchanged to v2.30.7, the release the tables above follow. A
+#: release before v2.28.3 (whose NVLS and NVLSTree formulas differ, e.g. tuning.cc:251
+#: and 292 at v2.25.1) is modelled with v2.30.7's figures, as before this table.
+#: Not versioned: the search's speed arrays (sm100SpeedArrayInter gained 80 at v2.29.7
+#: and 86 at v2.30.3, search.cc:988 and 996; the intra one 45 at v2.29.2, search.cc:986).
+#: They act only through :func:`nccl_system`'s simplified search, which keeps every NVLS
+#: head across servers where NCCL forces all heads only inside one (minChannels =
+#: maxChannels when system->inter == 0, search.cc:1069-1072 at v2.29.2): with v2.28.9's
+#: array it would give the 2-server B300 run (2.28.9) 8 heads x 48 GB/s and a Ring where
+#: NCCL may keep fewer heads at 96, and its measured NIC-rate plateau (766 GB/s) says
+#: NVLSTree.
 TUNING_RELEASES = (
-    TuningRelease((28, 3), (73.4, 73.4, 73.4), (0.0, 96.0, 43.1), 14.0, _SM100_INTRA_2_28,
-                  _SM100_INTER_2_28),
-    TuningRelease((28, 7), (73.4, 34.6, 73.4), (0.0, 96.0, 43.1), 14.0, _SM100_INTRA_2_28,
-                  _SM100_INTER_2_28),
-    TuningRelease((28, 9), (73.4, 34.6, 73.4), (0.0, 96.0, 43.8), 20.9, _SM100_INTRA_2_28,
-                  _SM100_INTER_2_28),
-    TuningRelease((29, 2), (34.5, 34.6, 34.5), (0.0, 96.0, 43.8), 20.9, SPEEDS_INTRA["blackwell"],
-                  _SM100_INTER_2_28),
-    TuningRelease((29, 7), (40.0, 40.0, 40.0), (0.0, 96.0, 43.8), 20.9, SPEEDS_INTRA["blackwell"],
-                  (96, 80, *_SM100_INTER_2_28[1:])),
+    TuningRelease((28, 3), (73.4, 73.4, 73.4), (0.0, 96.0, 43.1), 14.0),
+    TuningRelease((28, 7), (73.4, 34.6, 73.4), (0.0, 96.0, 43.1), 14.0),
+    TuningRelease((28, 9), (73.4, 34.6, 73.4), (0.0, 96.0, 43.8), 20.9),
+    TuningRelease((29, 2), (34.5, 34.6, 34.5), (0.0, 96.0, 43.8), 20.9),
+    TuningRelease((29, 7), (40.0, 40.0, 40.0), (0.0, 96.0, 43.8), 20.9),
     TuningRelease((30, 3), RING_LL128_MAX_BW["blackwell"], NVLS_TREE_MAX_BW["blackwell"],
-                  HW_LATENCY["network"]["NVLSTree"][2], SPEEDS_INTRA["blackwell"],
-                  SPEEDS_INTER["blackwell"]),
+                  HW_LATENCY["network"]["NVLSTree"][2]),
 )  # fmt: skip
 
 
@@ -412,10 +406,7 @@ def gpu_arch(model: str | None) -> str:
     return "ampere"
 
 
-def _speeds(arch: str, inter: bool, version: str | None = None) -> tuple[float, ...]:
-    if arch == "blackwell":
-        release = tuning_release(version)
-        return release.speeds_inter if inter else release.speeds_intra
+def _speeds(arch: str, inter: bool) -> tuple[float, ...]:
     table = SPEEDS_INTER if inter else SPEEDS_INTRA
     return table["blackwell" if arch == "blackwell" else "hopper" if arch == "hopper" else "old"]
 
@@ -469,7 +460,7 @@ def nccl_system(graph: nx.Graph, version: str | None = None) -> NcclSystem:
     net_max_bw = 0.0  # the network's fastest path a GPU has, NCCL's system->maxBw
     if nodes == 1:
         max_bw = nvlink if has_nvlink else pcie
-        ring = _search(_speeds(arch, False, version), max_bw, total, 1.0, MAX_CHANNELS // 2, arch)
+        ring = _search(_speeds(arch, False), max_bw, total, 1.0, MAX_CHANNELS // 2, arch)
     else:
         # Every rank searches its own server's graph, and the communicator keeps the least
         # channel count and speeds any rank found (init.cc:1439-1442), so a server whose
@@ -483,7 +474,7 @@ def nccl_system(graph: nx.Graph, version: str | None = None) -> NcclSystem:
             net_max_bw = min(net_max_bw, max_bw) if net_max_bw else max_bw
             # One ring per NIC (graph search over NETs, search.cc:1155-1184).
             # A ring crosses each GPU's NVLinks on all hops but the one to the NIC.
-            found = _search(_speeds(arch, True, version), max_bw, total, share, len(nics), arch)
+            found = _search(_speeds(arch, True), max_bw, total, share, len(nics), arch)
             count = min(found.channels, len(nics) * max(1, found.channels // len(nics)))
             rings.append(SearchGraph(count, found.bw_intra, found.bw_inter))
         ring = SearchGraph(min(r.channels for r in rings), min(r.bw_intra for r in rings),
@@ -508,7 +499,7 @@ def nccl_system(graph: nx.Graph, version: str | None = None) -> NcclSystem:
         # starts (search.cc:1172-1179), not the ring's: the ring's channel duplication,
         # which halves its speed, skips the NVLS graph (ncclTopoDupChannels,
         # search.cc:1038, all at v2.30.7-1).
-        speeds = _speeds(arch, nodes > 1, version)
+        speeds = _speeds(arch, nodes > 1)
         cap = net_max_bw if nodes > 1 else max(speeds)
         heads = min(per_server, NVLS_MAX_ARITY)
         if nodes > 1:
@@ -545,9 +536,7 @@ def nccl_system(graph: nx.Graph, version: str | None = None) -> NcclSystem:
     sharp = any(data.get("sharp") for _, data in graph.nodes(data=True))
     if nodes > 1 and sharp:
         nvswitch = any(data.get("kind") == "nvswitch" for _, data in graph.nodes(data=True))
-        direct, chain = collnet_graphs(
-            arch, ring, total, per_server, len(nics), nvswitch, version=version
-        )
+        direct, chain = collnet_graphs(arch, ring, total, per_server, len(nics), nvswitch)
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
                       nvls_channels, nvlinks, net_count, net_gbps, simple_tree,
                       stack.nccl if stack is not None else "", direct, chain,
@@ -597,14 +586,7 @@ def nvls_head_ranks(graph: nx.Graph, server, heads: int) -> tuple[int, ...]:
 
 
 def collnet_graphs(
-    arch: str,
-    ring: SearchGraph,
-    nvlink_gbps: float,
-    per_server: int,
-    nics: int,
-    nvswitch: bool,
-    *,
-    version: str | None = None,
+    arch: str, ring: SearchGraph, nvlink_gbps: float, per_server: int, nics: int, nvswitch: bool
 ) -> tuple[SearchGraph | None, SearchGraph | None]:
     """CollNet's search graphs across servers whose fabric reduces in the network
     (init.cc:1189-1206 at v2.30.7), simplified as :func:`_search` is: (CollNet Direct,
@@ -626,7 +608,7 @@ def collnet_graphs(
     >>> (direct.channels, direct.bw_intra), (chain.channels, chain.bw_intra)
     ((8, 48), (16, 22))
     """
-    speeds = _speeds(arch, True, version)
+    speeds = _speeds(arch, True)
     inter = ring.bw_inter
 
     def raised(load: float) -> float:
