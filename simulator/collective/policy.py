@@ -130,9 +130,11 @@ class NcclPolicy:
         NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice;
         NCCL_NVLS_CHUNKSIZE sets NVLS's and NVLSTree's chunk (:func:`nvls_chunk`).
     version : str, optional
-        The NCCL version whose send/receive rules the all-to-all follows ("2.28.7": LL
-        below 16 KiB x channels per peer; default 2.30.7's rules,
-        :mod:`simulator.library.nccl_p2p`). The tuner's model is 2.30.7's either way.
+        The NCCL version that runs: the send/receive rules the all-to-all follows
+        ("2.28.7": LL below 16 KiB x channels per peer; default 2.30.7's rules,
+        :mod:`simulator.library.nccl_p2p`), and the tuning figures of its release from
+        v2.28.3 on (:func:`simulator.library.nccl.tuning_release`; earlier ones get
+        2.30.7's).
 
     Examples
     --------
@@ -216,7 +218,7 @@ class NcclPolicy:
         key = topology_key(graph)
         if key not in self._systems:
             # NCCL_NVLS_ENABLE and the channel bounds act on the communicator itself.
-            base = nccl_system(graph)
+            base = nccl_system(graph, self.version)
             self._systems[key] = self.env_for(base).apply(base)
         return self._systems[key]
 

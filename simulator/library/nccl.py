@@ -6,7 +6,10 @@ NCCL (v2.30.7, ``src/graph/tuning.cc`` and ``src/enqueue.cc``) predicts the time
 communicator, picks the smallest, then trims the channel count for small messages. This
 module re-derives that table from a topology graph so that ``--algo nccl`` runs what the
 library would run, not the best schedule ccsim can find. Every constant cites the NCCL
-source line it comes from (file:line at v2.30.7, tag ``v2.30.7-1``).
+source line it comes from (file:line at v2.30.7, tag ``v2.30.7-1``). A run of an earlier
+release from v2.28.3 on (a sidecar's ``nccl_version``, ``--nccl-version``) gets the
+figures that release had where they differ (:data:`TUNING_RELEASES`: Blackwell's
+per-channel Ring/LL128 and NVLSTree caps, NVLSTree's network latency).
 
 Inputs NCCL measures on the machine are derived from the graph:
 
@@ -49,6 +52,7 @@ from ..errors import CcsimError
 from ..topology import servers_of_ranks
 from ..topology.graph import gpu_nodes
 from ..topology.stacks import stack_of
+from .nccl_p2p import version_number
 from .nccl_tuner import TunerConfig
 
 #: NCCL's algorithms, in its own index order (include/nccl_common.h:72-90): ties in the
@@ -245,6 +249,62 @@ NVLINK_GBPS = {arch: NVLINK_SHARE[arch] * NVLINK_LINE_GBPS[arch] for arch in NVL
 # graph/topo.cc:545-556: PCIe as width x speed / 80 = 0.762 of the line rate per direction.
 PCIE_SHARE = 48.0 / 63.0
 
+
+@dataclass(frozen=True)
+class TuningRelease:
+    """Tuning figures that changed between the NCCL releases whose tuning model is
+    otherwise the one this module follows (v2.28.3 to v2.30.7: the same formulas in
+    tuning.cc, these values differ). ``first`` is the first release (minor, patch) that
+    has them."""
+
+    first: tuple[int, int]
+    #: perChMaxRingLL128Bws and perChMaxNVLSTreeBws, Blackwell row (GB/s, N1/N2/N4).
+    ring_ll128_max_bw: tuple[float, float, float]
+    nvls_tree_max_bw: tuple[float, float, float]
+    #: hwLatencies[NET][NVLSTree][Simple] (us).
+    nvls_tree_net_us: float
+
+
+#: Each release's figures, oldest first, read at its tag (``vX.Y.Z-1``): tuning.cc lines
+#: 179, 197 and 165 at v2.28.3; tuning.cc:179 at v2.28.7 (ring LL128 N2 34.6); tuning.cc
+#: 197 and 165 at v2.28.9 (NVLSTree N4 43.8, NET 20.9 us); tuning.cc:179 at v2.29.2 (ring
+#: LL128 34.5/34.6/34.5); tuning.cc:180 at v2.29.7 (ring LL128 40); tuning.cc:205 at
+#: v2.30.3 (NVLSTree N4 80), unchanged to v2.30.7, the release the tables above follow. A
+#: release before v2.28.3 (whose NVLS and NVLSTree formulas differ, e.g. tuning.cc:251
+#: and 292 at v2.25.1) is modelled with v2.30.7's figures, as before this table.
+#: Not versioned: the search's speed arrays (sm100SpeedArrayInter gained 80 at v2.29.7
+#: and 86 at v2.30.3, search.cc:988 and 996; the intra one 45 at v2.29.2, search.cc:986).
+#: They act only through :func:`nccl_system`'s simplified search, which keeps every NVLS
+#: head across servers where NCCL forces all heads only inside one (minChannels =
+#: maxChannels when system->inter == 0, search.cc:1069-1072 at v2.29.2): with v2.28.9's
+#: array it would give the 2-server B300 run (2.28.9) 8 heads x 48 GB/s and a Ring where
+#: NCCL may keep fewer heads at 96, and its measured NIC-rate plateau (766 GB/s) says
+#: NVLSTree.
+TUNING_RELEASES = (
+    TuningRelease((28, 3), (73.4, 73.4, 73.4), (0.0, 96.0, 43.1), 14.0),
+    TuningRelease((28, 7), (73.4, 34.6, 73.4), (0.0, 96.0, 43.1), 14.0),
+    TuningRelease((28, 9), (73.4, 34.6, 73.4), (0.0, 96.0, 43.8), 20.9),
+    TuningRelease((29, 2), (34.5, 34.6, 34.5), (0.0, 96.0, 43.8), 20.9),
+    TuningRelease((29, 7), (40.0, 40.0, 40.0), (0.0, 96.0, 43.8), 20.9),
+    TuningRelease((30, 3), RING_LL128_MAX_BW["blackwell"], NVLS_TREE_MAX_BW["blackwell"],
+                  HW_LATENCY["network"]["NVLSTree"][2]),
+)  # fmt: skip
+
+
+def tuning_release(version: str | None) -> TuningRelease:
+    """The tuning figures of NCCL ``version`` (None: the modelled v2.30.7).
+
+    >>> tuning_release("2.29.2").ring_ll128_max_bw, tuning_release(None).ring_ll128_max_bw
+    ((34.5, 34.6, 34.5), (40.0, 40.0, 40.0))
+    >>> tuning_release("2.27.3") == tuning_release("2.30.7")  # before v2.28.3: v2.30.7's
+    True
+    """
+    number = version_number(version)
+    if number < TUNING_RELEASES[0].first:
+        return TUNING_RELEASES[-1]
+    return [release for release in TUNING_RELEASES if release.first <= number][-1]
+
+
 _ARCH_PATTERNS = (
     ("blackwell", r"B100|B200|B300|GB200|GB300|RTX[- ]?50\d\d"),
     ("hopper", r"H100|H200|H800|H20\b|H20-|GH200"),
@@ -306,6 +366,8 @@ class NcclSystem:
     #: Local ranks of the NVLS heads across servers, where they are not the first ones
     #: (``()``: local ranks 0..heads-1; :func:`nvls_head_ranks`).
     nvls_head_ranks: tuple[int, ...] = ()
+    #: The NCCL release whose tuning figures apply (:func:`tuning_release`; None: v2.30.7).
+    version: str | None = None
 
     @property
     def ppn(self) -> float:
@@ -373,8 +435,9 @@ def _search(speeds, max_bw: float, total_bw: float, per_ring: float, rings_cap: 
     return SearchGraph(n, float(s), float(s))
 
 
-def nccl_system(graph: nx.Graph) -> NcclSystem:
-    """The inputs of NCCL's tuning model for a communicator over every GPU of ``graph``."""
+def nccl_system(graph: nx.Graph, version: str | None = None) -> NcclSystem:
+    """The inputs of NCCL's tuning model for a communicator over every GPU of ``graph``,
+    as NCCL ``version`` builds them (None: v2.30.7; :func:`tuning_release`)."""
     gpus = sorted(gpu_nodes(graph), key=lambda node: graph.nodes[node]["rank"])
     if len(gpus) < 2:
         raise CcsimError("NCCL's model needs at least 2 GPUs")
@@ -477,7 +540,7 @@ def nccl_system(graph: nx.Graph) -> NcclSystem:
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
                       nvls_channels, nvlinks, net_count, net_gbps, simple_tree,
                       stack.nccl if stack is not None else "", direct, chain,
-                      nvls_head_ranks=head_ranks)  # fmt: skip
+                      nvls_head_ranks=head_ranks, version=version)  # fmt: skip
 
 
 def nvls_head_ranks(graph: nx.Graph, server, heads: int) -> tuple[int, ...]:
@@ -640,6 +703,20 @@ def _enabled(system: NcclSystem, op: str, algorithm: str, protocol: str) -> bool
     return not (protocol == "LL128" and not system.nvlink)
 
 
+def _ring_ll128_max_bw(system: NcclSystem) -> tuple[float, float, float]:
+    """perChMaxRingLL128Bws for the system's GPUs, at its NCCL release on Blackwell."""
+    if system.arch == "blackwell":
+        return tuning_release(system.version).ring_ll128_max_bw
+    return RING_LL128_MAX_BW[system.arch]
+
+
+def _nvls_tree_max_bw(system: NcclSystem) -> tuple[float, float, float]:
+    """perChMaxNVLSTreeBws for the system's GPUs, at its NCCL release on Blackwell."""
+    if system.arch == "blackwell":
+        return tuning_release(system.version).nvls_tree_max_bw
+    return NVLS_TREE_MAX_BW[system.arch]
+
+
 def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> float:
     """Algorithm bandwidth (GB/s) NCCL assigns, tuning.cc:305-383."""
     graph = {
@@ -663,13 +740,13 @@ def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> fl
         inter = graph.bw_inter * (2 if system.nodes <= 2 and algorithm == "NVLSTree" else 1)
         bw = min(intra, inter)
         if algorithm == "NVLSTree":
-            bw = min(bw, NVLS_TREE_MAX_BW[arch][i2])
+            bw = min(bw, _nvls_tree_max_bw(system)[i2])
     bus = channels * bw
     ll_max = LL_MAX_BW[arch][i2] if system.nodes == 1 else LL_MAX_BW_INTEL[i2]
     if algorithm == "Ring" and protocol == "LL":
         bus = min(ll_max, bus * 0.5)
     if algorithm == "Ring" and protocol == "LL128":
-        bus = min(bus * 0.92, channels * RING_LL128_MAX_BW[arch][i2])
+        bus = min(bus * 0.92, channels * _ring_ll128_max_bw(system)[i2])
     if algorithm == "Tree" and op == "all_reduce":
         bus = min(bus * 0.92, channels * TREE_MAX_BW[arch][i2])
     if algorithm == "Tree" and protocol == "LL":
@@ -838,6 +915,8 @@ def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> floa
     intra = HW_LATENCY[intra_hw][algorithm][p]
     net_algo = "Tree" if system.ppn == 1 else algorithm
     inter = HW_LATENCY["network"][net_algo][p]
+    if net_algo == "NVLSTree" and protocol == "Simple":
+        inter = tuning_release(system.version).nvls_tree_net_us
     log_nodes = int(math.log2(system.nodes))
     if algorithm == "Ring":
         if op in ("broadcast", "reduce"):

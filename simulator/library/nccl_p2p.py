@@ -96,17 +96,27 @@ class P2pCall:
     channel_gbps: float  # data GB/s one channel moves to one peer, NCCL's sizing
 
 
+def version_number(version: str | None) -> tuple[int, int]:
+    """A NCCL version as (minor, patch), for comparing releases (None: the one modelled,
+    :data:`DEFAULT_VERSION`); a version given without its patch counts as its first.
+
+    >>> version_number("2.29.2"), version_number(None), version_number("2.28")
+    ((29, 2), (30, 7), (28, 0))
+    """
+    text = DEFAULT_VERSION if version is None else str(version)
+    match = re.fullmatch(r"2\.(\d+)(?:\.(\d+))?(-\d+)?", text.strip())
+    if not match:
+        raise CcsimError(f"NCCL version must look like 2.28.7, got {version!r}")
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
 def version_rules(version: str | None) -> str:
     """Which rules a NCCL version follows: "2.28" (before 2.29) or "2.29".
 
     >>> version_rules("2.28.7"), version_rules(None), version_rules("2.29.2")
     ('2.28', '2.29', '2.29')
     """
-    text = DEFAULT_VERSION if version is None else str(version)
-    match = re.fullmatch(r"2\.(\d+)(\.\d+)?(-\d+)?", text.strip())
-    if not match:
-        raise CcsimError(f"NCCL version must look like 2.28.7, got {version!r}")
-    return "2.28" if int(match.group(1)) < 29 else "2.29"
+    return "2.28" if version_number(version)[0] < 29 else "2.29"
 
 
 def p2p_call(
