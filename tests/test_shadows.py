@@ -125,3 +125,36 @@ def test_two_jobs_with_tp_and_cp_masters_merge_both_shifts():
         assert one.together.records.end_s[op.index] == every.together.records.end_s[j]
     assert np.allclose(one.together.links["bytes"], every.together.links["bytes"], atol=1.0)
     assert len(one.together.workload.ops) * 4 == len(every.together.workload.ops)
+
+
+def test_a_replay_started_over_leaves_no_cyclic_garbage():
+    """The slower-NIC case starts over with every rank built: the replay it started is
+    closed with the first, so neither is left for the cycle collector, and the step is
+    still the full build's."""
+    import gc
+
+    from simulator.network.flows import FlowNetwork
+
+    graph = load_topology("dgx-h100", 2)
+    graph.edges["s0/nic1", "leaf1"]["bandwidth"] /= 2
+    common = dict(model="llama3-8b", micro_batch=1, global_batch=16, tp=4, pp=1, dp=4)
+    full = breakdown(WorkloadReplay(megatron(**common), graph).run()).step_s
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        replay = WorkloadReplay(megatron(**common, shadows=True), graph)
+        run = replay.run()
+        assert run.shadows["simulated"] == "all"  # (it did start over)
+        assert breakdown(run).step_s == full
+        replay.close()
+        del replay, run
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        left = [type(t).__name__ for t in gc.garbage if isinstance(t, WorkloadReplay | FlowNetwork)]
+        assert left == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was:
+            gc.enable()

@@ -560,6 +560,13 @@ class WorkloadReplay:
             self.isolated._live.clear()
         self._shadow_check = ShadowCheck()
         self._ends.clear()  # each holds the replay's _compute_end
+        # A run stops once every op is done, and events may still wait in SimPy's queue
+        # (a compute end, a network wake-up whose callback holds the network): each
+        # refers back to the environment that queues it, a cycle through the replay's
+        # network. SimPy has no public call to drop them; its queue is a plain list.
+        queue = getattr(self.env, "_queue", None)
+        if isinstance(queue, list):
+            queue.clear()
 
     # -- running ---------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> WorkloadRun:
@@ -594,7 +601,7 @@ class WorkloadReplay:
             if again.replicas is None:
                 why = again._replicas_report.get("why", str(error))
                 again._replicas_report = {"count": dp, "simulated": "all", "why": why}
-            return again.run(progress)
+            return self._run_again(again, progress)
         if self.isolated is not None and self.isolated.conflicts:
             # Some calls timed alone shared links after all: this replay is not exact.
             # Run again with their groups simulated flow by flow (each attempt excludes
@@ -616,7 +623,7 @@ class WorkloadReplay:
             again._attempt = self._attempt + 1
             _starting_over(progress, "calls that were not alone after all, run flow by flow")
             again._replicas_report = again._replicas_report or self._replicas_report
-            return again.run(progress)
+            return self._run_again(again, progress)
         why = self._shadow_check.settle() if self._images is not None else ""
         if why and self._done == len(self.workload.ops):
             return self._every_tp_rank(why, progress)
@@ -670,7 +677,20 @@ class WorkloadReplay:
         again._attempt = self._attempt + 1
         _starting_over(progress, "TP ranks not alike, every rank built")
         again._shadows_report = {"count": shadows.count, "simulated": "all", "why": why}
-        return again.run(progress)
+        return self._run_again(again, progress)
+
+    def _run_again(
+        self, again: WorkloadReplay, progress: Callable[[float], None] | None
+    ) -> WorkloadRun:
+        """Run ``again`` in this replay's place and close both (see :meth:`close`): the
+        caller holds only this replay, so a replay started over would otherwise be left
+        as cyclic garbage for a full collection, which walks every op alive, to find
+        (issue 34: the GB200 405B rows start over twice). Only memory changes."""
+        self.close()
+        try:
+            return again.run(progress)
+        finally:
+            again.close()
 
     def _check_spanning_calls(self) -> None:
         """With one replica standing for all, check before the run that every distinct
