@@ -574,7 +574,27 @@ class WorkloadReplay:
 
         ``progress``, if given, is called with the simulated time (seconds) as it
         advances (the command line passes a progress bar's callback).
+
+        Where an attempt finds its stand-ins (TP masters, one replica, calls timed
+        alone) unlike what they stand for, a new replay starts over; each attempt given
+        up is closed (see :meth:`close`) and dropped before the next runs, so that only
+        one attempt's records are alive at a time and none is left as cyclic garbage
+        for a full collection (which walks every op alive) to find.
         """
+        replay = self
+        while True:
+            outcome = replay._attempt_run(progress)
+            if isinstance(outcome, WorkloadRun):
+                if replay is not self:
+                    replay.close()
+                return outcome
+            replay.close()
+            replay = outcome
+
+    def _attempt_run(
+        self, progress: Callable[[float], None] | None
+    ) -> WorkloadRun | WorkloadReplay:
+        """One attempt of :meth:`run`: its result, or the replay to start over with."""
         try:
             self._check_spanning_calls()
             for queue in self._streams:
@@ -601,7 +621,7 @@ class WorkloadReplay:
             if again.replicas is None:
                 why = again._replicas_report.get("why", str(error))
                 again._replicas_report = {"count": dp, "simulated": "all", "why": why}
-            return self._run_again(again, progress)
+            return again
         if self.isolated is not None and self.isolated.conflicts:
             # Some calls timed alone shared links after all: this replay is not exact.
             # Run again with their groups simulated flow by flow (each attempt excludes
@@ -623,7 +643,7 @@ class WorkloadReplay:
             again._attempt = self._attempt + 1
             _starting_over(progress, "calls that were not alone after all, run flow by flow")
             again._replicas_report = again._replicas_report or self._replicas_report
-            return self._run_again(again, progress)
+            return again
         why = self._shadow_check.settle() if self._images is not None else ""
         if why and self._done == len(self.workload.ops):
             return self._every_tp_rank(why, progress)
@@ -669,28 +689,15 @@ class WorkloadReplay:
             shadows=dict(self._shadows_report),
         )
 
-    def _every_tp_rank(self, why: str, progress: Callable[[float], None] | None) -> WorkloadRun:
-        """A shadow did not end with its master (``why``): build every TP rank and run
-        again (see simulator.workload.shadows)."""
+    def _every_tp_rank(self, why: str, progress: Callable[[float], None] | None) -> WorkloadReplay:
+        """A shadow did not end with its master (``why``): the replay with every TP rank
+        built, to run instead (see simulator.workload.shadows)."""
         shadows = self.workload.shadows
         again = WorkloadReplay(shadows.build(), self.graph, **self._arguments)
         again._attempt = self._attempt + 1
         _starting_over(progress, "TP ranks not alike, every rank built")
         again._shadows_report = {"count": shadows.count, "simulated": "all", "why": why}
-        return self._run_again(again, progress)
-
-    def _run_again(
-        self, again: WorkloadReplay, progress: Callable[[float], None] | None
-    ) -> WorkloadRun:
-        """Run ``again`` in this replay's place and close both (see :meth:`close`): the
-        caller holds only this replay, so a replay started over would otherwise be left
-        as cyclic garbage for a full collection, which walks every op alive, to find
-        (issue 34: the GB200 405B rows start over twice). Only memory changes."""
-        self.close()
-        try:
-            return again.run(progress)
-        finally:
-            again.close()
+        return again
 
     def _check_spanning_calls(self) -> None:
         """With one replica standing for all, check before the run that every distinct
