@@ -51,16 +51,7 @@ def test_stages_filling_racks_leave_the_decision_to_the_replay():
     """Stages that fill a rack send rail to rail over one path: the masters may stand
     in, so nothing is decided before the replay."""
     graph = racks(8, 2)
-    masters = megatron(
-        model="llama3-8b",
-        micro_batch=1,
-        tp=4,
-        pp=2,
-        dp=2,
-        global_batch=8,
-        shadows=True,
-        replicas=True,
-    )
+    masters = megatron(**{**HASHED, "pp": 2, "virtual_stages": 1}, global_batch=8)
     assert masters.shadows is not None and masters.replicas is not None
     assert neither_stands_in(masters, FlowNetwork(simpy.Environment(), graph)) is None
 
