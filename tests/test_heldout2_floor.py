@@ -10,8 +10,8 @@ measures 26.6 us. These tests pin NCCL's side of that comparison, so the 17 us t
 spends above it is known not to come from NCCL's tables:
 
 * latencies (src/graph/tuning.cc at v2.30.4-1): base Tree/LL 6.8 and Ring/LL 6.6 us
-  (line 146), NVLink step LL 0.6 us (line 159), network step Tree/LL 5.0 and Ring/LL
-  2.7 us (line 171); Tree all-reduce adds 2 ((ppn - 1) NVLink steps + log2(nodes)
+  (line 146), NVLink step LL 0.6 us (line 154), network step Tree/LL 5.0 and Ring/LL
+  2.7 us (line 166); Tree all-reduce adds 2 ((ppn - 1) NVLink steps + log2(nodes)
   network steps) (lines 389-392); Ring adds (2 (n - 1) - 2 (nodes - 1)) steps at
   max(NVLink step, net overhead) and 2 (nodes - 1) network steps (lines 378-387), the net
   overhead 1 us on Intel hosts (getNetOverhead, lines 222-227);
