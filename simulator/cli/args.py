@@ -146,8 +146,9 @@ def add_nccl_option(cmd: argparse.ArgumentParser, *, version: bool = True) -> No
         "continues the previous list; NCCL's syntax: ^ excludes, "
         "NCCL_ALGO=allreduce:tree,ring;allgather:ring per function). Supported: "
         + ", ".join(SUPPORTED)
-        + "; they restrict NCCL's choice, NCCL_NVLS_CHUNKSIZE sets its NVLS chunk in bytes "
-        "(default: NCCL's defaults)",
+        + "; they restrict NCCL's choice, NCCL_NVLS_CHUNKSIZE sets its NVLS chunk and "
+        "NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE its protocols' buffers, in "
+        "bytes (default: NCCL's defaults)",
     )
     if not version:
         return

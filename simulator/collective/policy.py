@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,13 @@ NVLS_MAX_CHUNK = (4 << 20) // 8
 #: ``ncclProtoGrainSize``, device.h:328-333).
 SIMPLE_GRAIN = 512
 TREE_CHUNK = 512 * 1024
+#: Each protocol's step data under NCCL's default buffers (LL 32 KiB, LL128 576,000 B,
+#: Simple 512 KiB: :meth:`~simulator.library.nccl_env.NcclEnv.step_bytes`).
+DEFAULT_STEPS = NcclEnv().steps()
+#: A Ring/Simple slice is two steps (ALLREDUCE_SLICESTEPS = ALLGATHER_SLICESTEPS =
+#: REDUCESCATTER_SLICESTEPS = NCCL_STEPS / 4, collectives.h at v2.30.7-1): what one
+#: network message carries.
+RING_SLICE_STEPS = 2
 #: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
 #: longer moves (a k-chunk pipeline is within (stages - 1)/k of its limit) and flows grow.
 MAX_CHUNKS = 32
@@ -257,11 +264,15 @@ class NcclPolicy:
         if name not in algorithm_names():  # the NCCL tree schedule, where missing
             name = "tree"
         channels = self.channels or choice.channels
-        # NCCL_NVLS_CHUNKSIZE, where the user (or the network stack's setup) sets it.
-        nvls_bytes = self.env_for(system).nvls_chunk or NVLS_CHUNK
+        # NCCL_NVLS_CHUNKSIZE and the protocols' buffers (NCCL_BUFFSIZE, ...), where the
+        # user (or the network stack's setup) sets them.
+        env = self.env_for(system)
+        nvls_bytes = env.nvls_chunk or NVLS_CHUNK
+        steps = env.steps()
         chunks = self.chunks or pipeline_chunks(
-            choice, op, float(size_bytes), system.ranks, channels, system.nodes, nvls_bytes
-        )
+            choice, op, float(size_bytes), system.ranks, channels, system.nodes, nvls_bytes,
+            steps,
+        )  # fmt: skip
         # ccsim's nvls and nvls-tree schedules already spread over every GPU's NVLinks
         # and NICs, so their channels are identical copies on the same links: one
         # carries the same bytes at the same rates (checked equal to 1e-12 in the tests)
@@ -274,7 +285,13 @@ class NcclPolicy:
                 op, choice.algorithm, choice.protocol, float(size_bytes), system.arch
             ),
             "message_bytes": message_bytes(
-                choice, float(size_bytes), system.ranks, channels, system.nodes, nvls_bytes
+                choice,
+                float(size_bytes),
+                system.ranks,
+                channels,
+                system.nodes,
+                nvls_bytes,
+                steps,
             ),
         }
         if choice.tuner_line:  # NCCL_TUNER_CONFIG_FILE's rule on this line chose
@@ -334,6 +351,7 @@ class NcclPolicy:
             ranks=system.ranks, nodes=system.nodes, channels=system.channels,
             nvlinks=system.nvlinks, net_count=system.net_count, net_gbps=system.net_gbps,
             size_bytes=size_bytes, nvlink_gbps=NVLINK_GBPS[system.arch], version=self.version,
+            steps=self.env_for(system).steps(),
         )  # fmt: skip
         parts = self.channels or call.channels
         per_part = size_bytes / system.ranks / parts
@@ -675,10 +693,13 @@ def pipeline_chunks(
     channels: int,
     nodes: int = 1,
     nvls_bytes: int = NVLS_CHUNK,
+    steps: Mapping[str, int] | None = None,
 ) -> int:
     """Chunks per step of the ccsim schedule: the data one channel moves in one step of
     the algorithm, cut at NCCL's pipeline granularity (at most :data:`MAX_CHUNKS`);
-    ``nvls_bytes`` is NCCL_NVLS_CHUNKSIZE (:func:`nvls_chunk`).
+    ``nvls_bytes`` is NCCL_NVLS_CHUNKSIZE (:func:`nvls_chunk`), ``steps`` the data of a
+    protocol's step (:meth:`~simulator.library.nccl_env.NcclEnv.steps`; None: NCCL's
+    default buffers).
 
     >>> from simulator.library.nccl import NcclChoice
     >>> pipeline_chunks(NcclChoice("NVLS", "Simple", 16, 640, 0.0), "all_reduce", 2**30, 8, 16)
@@ -693,7 +714,7 @@ def pipeline_chunks(
     else:
         per_rank = ranks if op in ("all_reduce", "all_gather", "reduce_scatter") else 1
         step = size_bytes / (channels * per_rank)
-    grain = message_bytes(choice, size_bytes, ranks, channels, nodes, nvls_bytes)
+    grain = message_bytes(choice, size_bytes, ranks, channels, nodes, nvls_bytes, steps)
     return int(min(MAX_CHUNKS, max(1, math.ceil(step / grain))))
 
 
@@ -704,23 +725,32 @@ def message_bytes(
     channels: int,
     nodes: int = 1,
     nvls_bytes: int = NVLS_CHUNK,
+    steps: Mapping[str, int] | None = None,
 ) -> float:
     """The data one NCCL step carries for this call: its pipeline grain, and what one
     network message holds (enqueue.cc:2182-2477 at v2.30.7; Ring/Simple sends a slice
-    of two 512 KiB steps); NVLS and NVLSTree by NCCL_NVLS_CHUNKSIZE = ``nvls_bytes``.
+    of two steps, :data:`RING_SLICE_STEPS`); NVLS and NVLSTree by NCCL_NVLS_CHUNKSIZE =
+    ``nvls_bytes``; ``steps`` is each protocol's step data under the connection buffers
+    the user sets (NCCL_BUFFSIZE, ...; None: :data:`DEFAULT_STEPS`).
 
     >>> from simulator.library.nccl import NcclChoice
     >>> message_bytes(NcclChoice("Ring", "Simple", 24, 544, 0.0), 2**30, 16, 24, 2)
     1048576.0
+    >>> message_bytes(NcclChoice("Tree", "Simple", 24, 544, 0.0), 2**30, 16, 24, 2,
+    ...               steps={"LL": 32768, "LL128": 576000, "Simple": 2 * 2**20})
+    2097152.0
     """
+    steps = DEFAULT_STEPS if steps is None else steps
     if choice.algorithm in ("NVLS", "NVLSTree"):
         ops = channels * nvls_heads(ranks, nodes)
-        return nvls_chunk(choice.algorithm, size_bytes, ops, nvls_bytes)
+        return nvls_chunk(choice.algorithm, size_bytes, ops, nvls_bytes, steps["Simple"])
     if choice.algorithm == "Tree":
         if choice.protocol == "LL128":
-            return tree_ll128_chunk(size_bytes, channels, ranks, nodes)
-        return float(TREE_CHUNK if choice.protocol == "Simple" else PIPELINE_BYTES[choice.protocol])
-    return float(PIPELINE_BYTES[choice.protocol])
+            return tree_ll128_chunk(size_bytes, channels, ranks, nodes, steps["LL128"])
+        return float(steps[choice.protocol])
+    if choice.protocol == "Simple":
+        return float(RING_SLICE_STEPS * steps["Simple"])
+    return float(steps[choice.protocol])
 
 
 def nvls_heads(ranks: int, nodes: int) -> int:
@@ -734,7 +764,13 @@ def nvls_heads(ranks: int, nodes: int) -> int:
     return min(ranks // nodes, NVLS_MAX_ARITY)
 
 
-def nvls_chunk(algorithm: str, size_bytes: float, ops: int, setting: int = NVLS_CHUNK) -> float:
+def nvls_chunk(
+    algorithm: str,
+    size_bytes: float,
+    ops: int,
+    setting: int = NVLS_CHUNK,
+    simple_step: int = NVLS_MAX_CHUNK,
+) -> float:
     """NCCL's NVLS / NVLSTree chunk for a call of ``size_bytes`` run as ``ops`` =
     channels x heads pieces, under NCCL_NVLS_CHUNKSIZE = ``setting`` (default 128 KiB):
     NVLS starts from one Simple step (:data:`NVLS_MAX_CHUNK`, 512 KiB) cut to the
@@ -756,7 +792,7 @@ def nvls_chunk(algorithm: str, size_bytes: float, ops: int, setting: int = NVLS_
     >>> nvls_chunk("NVLS", 2**34, 192, 2**20), nvls_chunk("NVLSTree", 2**34, 192, 2**20)
     (524288.0, 1048576.0)
     """
-    start = min(NVLS_MAX_CHUNK, setting) if algorithm == "NVLS" else setting
+    start = min(simple_step, setting) if algorithm == "NVLS" else setting
     chunk = float(start)
     if algorithm == "NVLS":
         caps = ((64, 65536), (8, 32768), (2, 16384))
@@ -770,16 +806,19 @@ def nvls_chunk(algorithm: str, size_bytes: float, ops: int, setting: int = NVLS_
     return float(int(chunk) // SIMPLE_GRAIN * SIMPLE_GRAIN)
 
 
-def tree_ll128_chunk(size_bytes: float, channels: int, ranks: int, nodes: int) -> float:
-    """NCCL's Tree/LL128 chunk: 576,000 B halved while a channel would get too few chunks
-    to fill the tree's pipeline (enqueue.cc:2286-2294 at v2.30.7).
+def tree_ll128_chunk(
+    size_bytes: float, channels: int, ranks: int, nodes: int, step: int = 576_000
+) -> float:
+    """NCCL's Tree/LL128 chunk: one LL128 step (``step``, 576,000 B of data by default)
+    halved while a channel would get too few chunks to fill the tree's pipeline
+    (enqueue.cc:2286-2294 at v2.30.7).
 
     >>> tree_ll128_chunk(4 * 2**20, 16, 16, 2)
     36000.0
     """
     ppn = ranks / nodes
     depth = 1 + int(math.log2(nodes)) + 0.1 * ppn
-    chunk = float(PIPELINE_BYTES["LL128"])
+    chunk = float(step)
     while size_bytes / (channels * chunk) < depth * 64 / ppn and chunk > 131072:
         chunk /= 2
     while size_bytes / (channels * chunk) < depth * 16 / ppn and chunk > 32768:

@@ -25,6 +25,18 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   device.h:328-333); ccsim refuses a value below one grain, which would leave NCCL no
   chunk at all, and one above 2^31 - 1, which NCCL's ``int nvlsChunkSize`` (comm.h:631)
   cannot hold.
+* ``NCCL_BUFFSIZE``, ``NCCL_LL_BUFFSIZE``, ``NCCL_LL128_BUFFSIZE``: each protocol's
+  connection buffer in bytes (Simple 4 MiB, LL 512 KiB, LL128 4,915,200 B by default;
+  ``computeBuffSizes``, init.cc:810-827 at v2.30.7-1), cut into NCCL_STEPS = 8 steps. A
+  step is the data a channel moves at a time (LL's lines half data, LL128's 120 of 128
+  bytes; enqueue.cc:2222-2227) and what one network message carries: a Ring/Simple slice
+  is two steps (1 MiB by default), a Tree/Simple chunk one, NVLS starts from one Simple
+  step, and send/receive's chunk is at most one (init.cc:841-843). The tuning model never
+  reads them (tuning.cc), so NCCL's choice is unchanged; ccsim's pipeline grain and its
+  proxy's messages follow them (:meth:`NcclEnv.step_bytes`). NCCL stores them as ``int``
+  (comm.h:629): ccsim refuses values above 2^31 - 1 and below 8 steps of the protocol's
+  grain (16, 1,920 or 512 bytes of data, device.h:328-333), which would leave a step
+  no data.
 * ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS`` and ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS``:
   the communicator's channels become ``max(min(n, MAX_NCHANNELS, MAX_CTAS),
   MIN_NCHANNELS, MIN_CTAS)`` (graph/connect.cc:501-505) and NVLS's ``max(MIN_CTAS,
@@ -79,6 +91,9 @@ SUPPORTED = (
     "NCCL_PROTO",
     "NCCL_NVLS_ENABLE",
     "NCCL_NVLS_CHUNKSIZE",
+    "NCCL_BUFFSIZE",
+    "NCCL_LL_BUFFSIZE",
+    "NCCL_LL128_BUFFSIZE",
     "NCCL_MIN_NCHANNELS",
     "NCCL_MAX_NCHANNELS",
     "NCCL_MIN_CTAS",
@@ -103,6 +118,18 @@ CHANNEL_VARIABLES = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS"
 #: device.h:328-333 at v2.30.7; NCCL rounds every chunk down to a multiple of it,
 #: enqueue.cc:2321) and the largest ``int`` (``nvlsChunkSize``, comm.h:631).
 NVLS_CHUNK_RANGE = (512, 2**31 - 1)
+#: NCCL's protocols in its own order (NCCL_PROTO_LL, LL128, SIMPLE: device.h), the
+#: variables setting their buffers, and the defaults (init.cc:810-813 at v2.30.7-1): LL 8
+#: lines x 512 threads x 8 steps x 16 B, LL128 120 elements x 640 threads x 8 steps x 8 B
+#: (device.h:92-93, 103-106), Simple 4 MiB.
+BUFFER_PROTOCOLS = ("LL", "LL128", "Simple")
+BUFFER_VARIABLES = ("NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_BUFFSIZE")
+DEFAULT_BUFFERS = (8 * 512 * 8 * 16, 120 * 640 * 8 * 8, 4 << 20)
+#: Steps a connection buffer is cut into (NCCL_STEPS, device.h:26).
+NCCL_STEPS = 8
+#: The data grain each chunk is rounded down to (``ncclProtoGrainSize``, device.h:328-333):
+#: LL 16 B; LL128 32 threads x 8 elements / 16 x 15 x 8 B = 1,920 B; Simple 512 B.
+PROTOCOL_GRAINS = {"LL": 16, "LL128": 1920, "Simple": 512}
 _SYNTAX = "a comma list, ^ to exclude, per function as allreduce:tree,ring;allgather:ring"
 _START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -126,6 +153,9 @@ class NcclEnv:
         NCCL_NVLS_CHUNKSIZE in bytes; None: NCCL's default (128 KiB).
     channel_bounds : tuple of four int or None
         NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_MIN_CTAS, NCCL_MAX_CTAS.
+    buffers : tuple of three int or None
+        NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE, NCCL_BUFFSIZE in bytes (None: NCCL's
+        default, :data:`DEFAULT_BUFFERS`).
     version : str or None
         The NCCL version that runs (``--nccl-version``, not an environment variable),
         whose rules differ where ccsim models both (send/receive, see
@@ -138,6 +168,7 @@ class NcclEnv:
     nvls: bool = True
     nvls_chunk: int | None = None
     channel_bounds: tuple[int | None, ...] = (None, None, None, None)
+    buffers: tuple[int | None, ...] = (None, None, None)
     version: str | None = None
     #: NCCL_COLLNET_ENABLE=1: CollNet (SHARP) joins NCCL's choice where the fabric
     #: reduces in the network.
@@ -175,6 +206,31 @@ class NcclEnv:
     def value(self, name: str) -> str | None:
         """The value given for variable ``name``, or None."""
         return dict(self.settings).get(name)
+
+    def step_bytes(self, protocol: str) -> int:
+        """The data one pipeline step of ``protocol`` carries on a channel: its buffer
+        over NCCL_STEPS, of which LL's lines carry half and LL128's 15 of 16 words,
+        rounded down to the protocol's grain (enqueue.cc:2222-2227 and 2321 at
+        v2.30.7-1).
+
+        >>> [NcclEnv().step_bytes(p) for p in BUFFER_PROTOCOLS]
+        [32768, 576000, 524288]
+        >>> parse_nccl_env("NCCL_BUFFSIZE=16777216").step_bytes("Simple")
+        2097152
+        """
+        i = BUFFER_PROTOCOLS.index(protocol)
+        buffer = self.buffers[i] if self.buffers[i] is not None else DEFAULT_BUFFERS[i]
+        step = buffer // NCCL_STEPS
+        if protocol == "LL":
+            step //= 2
+        elif protocol == "LL128":
+            step = step // 16 * 15
+        grain = PROTOCOL_GRAINS[protocol]
+        return step // grain * grain
+
+    def steps(self) -> dict[str, int]:
+        """:meth:`step_bytes` of every protocol, by name."""
+        return {protocol: self.step_bytes(protocol) for protocol in BUFFER_PROTOCOLS}
 
     def algorithms_for(self, op: str) -> tuple[str, ...] | None:
         """The algorithms ccsim models (:data:`~simulator.library.nccl.ALGORITHMS`) that
@@ -341,6 +397,15 @@ def parse_nccl_env(
             "PXN sends); valid: 0"
         )
     nvls_chunk = _nvls_chunk(given)
+    # A step must hold one grain of data: LL's lines are half flags, and LL128's grain
+    # is 15/16 of 2,048 bytes of lines.
+    least = {"LL": 2 * 16, "LL128": 2048, "Simple": 512}
+    buffers = tuple(
+        _bytes(given, name, NCCL_STEPS * least[protocol], 2**31 - 1, default)
+        for protocol, name, default in zip(
+            BUFFER_PROTOCOLS, BUFFER_VARIABLES, DEFAULT_BUFFERS, strict=True
+        )
+    )
     bounds = tuple(_channels(given, name) for name in CHANNEL_VARIABLES)
     tuner = None
     if "NCCL_TUNER_CONFIG_FILE" in given:
@@ -358,6 +423,7 @@ def parse_nccl_env(
         nvls=nvls,
         nvls_chunk=nvls_chunk,
         channel_bounds=bounds,
+        buffers=buffers,
         collnet=collnet,
         tuner=tuner,
     )
@@ -446,21 +512,27 @@ def _flag(given: Mapping[str, str], name: str, valid: tuple[int, ...]) -> int | 
 
 
 def _nvls_chunk(given: Mapping[str, str]) -> int | None:
-    """NCCL_NVLS_CHUNKSIZE in bytes, read as NCCL's ``strtoll(value, NULL, 0)`` reads it
-    (decimal or 0x hex; param.cc:95), within :data:`NVLS_CHUNK_RANGE`."""
-    name = "NCCL_NVLS_CHUNKSIZE"
+    """NCCL_NVLS_CHUNKSIZE in bytes, within :data:`NVLS_CHUNK_RANGE` (the lower bound:
+    the Simple protocol's grain)."""
+    low, high = NVLS_CHUNK_RANGE
+    return _bytes(given, "NCCL_NVLS_CHUNKSIZE", low, high, 131072)
+
+
+def _bytes(given: Mapping[str, str], name: str, low: int, high: int, default: int) -> int | None:
+    """Variable ``name`` in bytes, read as NCCL's ``strtoll(value, NULL, 0)`` reads it
+    (decimal or 0x hex; param.cc:95), from ``low`` to ``high``; None when not given.
+    ``default`` is NCCL's, shown as the example in the error."""
     if name not in given:
         return None
     text = given[name]
-    low, high = NVLS_CHUNK_RANGE
     try:
         value = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
     except ValueError:
         value = None
     if value is None or not low <= value <= high:
         raise CcsimError(
-            f"{name}={text}: expected a whole number of bytes from {low} (the Simple "
-            f"protocol's grain) to {high}, such as {name}=524288 (NCCL's default: 131072)"
+            f"{name}={text}: expected a whole number of bytes from {low} to {high}, such "
+            f"as {name}={default} (NCCL's default)"
         )
     return value
 

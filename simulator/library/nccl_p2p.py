@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import CcsimError
@@ -130,10 +131,15 @@ def p2p_call(
     size_bytes: float,
     nvlink_gbps: float = 0.0,
     version: str | None = None,
+    steps: Mapping[str, int] | None = None,
 ) -> P2pCall:
     """NCCL's channels, protocol and chunk for an all-to-all of ``size_bytes`` per rank
     on a communicator of ``ranks`` over ``nodes`` nodes with ``channels`` channels, GPUs
     of ``nvlinks`` NVLinks (0: PCIe) and ``net_count`` NICs of ``net_gbps`` in all.
+    ``steps`` is the data of an LL and a Simple step under the connection buffers the
+    user sets (:meth:`simulator.library.nccl_env.NcclEnv.steps`; None: NCCL's defaults):
+    the chunk is at most one Simple step (init.cc:841-843 at v2.30.7-1) and LL's step
+    is its buffer's eighth.
 
     >>> c = p2p_call(ranks=4, nodes=1, channels=32, nvlinks=18, net_count=2,
     ...              net_gbps=100.0, size_bytes=2**24, nvlink_gbps=40.1, version="2.28.7")
@@ -165,6 +171,10 @@ def p2p_call(
     while least * ranks > C and least > 1:
         least //= 2
     chunk = NVL_CHUNK if nodes == 1 and nvlinks > 0 else NET_CHUNK
+    ll_step = LL_STEP
+    if steps is not None:
+        chunk = min(chunk, steps["Simple"])
+        ll_step = 2 * steps["LL"]  # the step's lines, half of them flags
     nbytes = size_bytes / ranks
 
     def parts(step: int) -> int:
@@ -182,12 +192,12 @@ def p2p_call(
         ll = nbytes <= per_peer * LL_THRESHOLD
     else:
         ll = nbytes <= parts(chunk) * LL_THRESHOLD
-    step = LL_STEP if ll else chunk
+    step = ll_step if ll else chunk
     if nodes > 1 and not ll:
         # Network peers' chunk is tuned down for short messages (enqueue.cc:845-849).
         step = step // 4 if nbytes < step else step // 2 if nbytes < 8 * step else step
     # v2.28.7 sizes the parts with the protocol's step; later versions with Simple's.
-    n = parts(LL_STEP) if ll and rules == "2.28" else parts(chunk)
+    n = parts(ll_step) if ll and rules == "2.28" else parts(chunk)
     data = step / 2 if ll else step
     group = 8 if nodes > 1 or rules == "2.28" else ranks // nodes
     # NCCL sizes a peer's channels to carry its path: two per NVLink (paths.cc:827-831),
