@@ -681,6 +681,7 @@ class Transformer:
         recipe: str = "delayed",
         transpose: bool = True,
         sequence_parallel: bool = False,
+        te_activation: bool = False,
     ) -> float:
         """HBM bytes Transformer Engine's fp8 casts of one layer's pass move on one TP rank,
         beyond the bf16 kernels' (:meth:`layer_elementwise_bytes`), for the scaling
@@ -689,33 +690,57 @@ class Transformer:
         The GEMM inputs cast, per token: forward, the two LayerNorms' outputs (h, h / t
         with sequence parallelism: TE quantizes the local shard before its all-gather),
         the projection's input (a d / t, flash attention's bf16 output, a cast of its
-        own) and the activation before FC2 (f / t, written by the SwiGLU/GeLU kernel);
-        backward, every GEMM's output gradient, each a cast of its own: QKV's
-        (a + 2g) d / t, the projection's and FC2's h (gathered over TP) and FC1's f / t
-        (2f / t gated). ``transpose``: the GPU's fp8 GEMMs take only K-major operands
-        (Hopper), so a per-tensor cast also writes its transpose for the other GEMM that
-        reads it; Blackwell's take any layout (TE's ``nvte_is_non_tn_fp8_gemm_supported``,
-        compute capability 10.x: common/transformer_engine.cpp), one copy serves both.
+        own) and the activation before FC2 (f / t, a cast of its own: Megatron-Core runs
+        its own fused bias-SwiGLU/GeLU, which writes bf16, and hands it to TE's FC2
+        linear, megatron/core/transformer/mlp.py ``MLP.forward`` at core_r0.9.0 through
+        the current ``use_te_activation_func = False`` default; ``te_activation``: TE's
+        activation kernel quantizes it itself instead); backward, every GEMM's output
+        gradient, each a cast of its own: QKV's (a + 2g) d / t, the projection's and
+        FC2's h (gathered over TP) and FC1's f / t (2f / t gated). ``transpose``: the
+        GPU's fp8 GEMMs take only K-major operands (Hopper), so a per-tensor cast also
+        writes its transpose for the other GEMM that reads it; Blackwell's take any
+        layout (TE's ``nvte_is_non_tn_fp8_gemm_supported``, compute capability 10.x:
+        common/transformer_engine.cpp), one copy serves both.
+
+        Where a per-tensor norm output is all-gathered (sequence parallelism over
+        ``tp`` > 1 on such a GPU), the norm writes only the row-wise copy (TE v2.7
+        layernorm_linear.py lines 186-189: ``supports_only_rowwise_all_gather``; TE v1.11
+        lines 125-127, a uint8 ``ln_out``), and the backward transposes the gathered
+        tensor for the weight gradient (v1.11 line 591 ``tex.fp8_transpose(ln_out_total)``;
+        v2.7 line 800 ``ln_out_total.update_usage(columnwise_usage=True)``): one byte read
+        and one written per element of the two gathered inputs, 4h a token. MXFP8 gathers
+        its column-wise copy (unchanged).
+
         The weights' casts are once per step (TE caches them over micro-batches), left
-        out. With the defaults (delayed scaling, Hopper) the forward is 4 a d / t + f / t
+        out. With the defaults (delayed scaling, Hopper) the forward is 4 (a d + f) / t
         and the backward 4 bytes an element of every output gradient.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.fp8_cast_bytes(1), m.fp8_cast_bytes(1, backward=True)
-        (8192.0, 36864.0)
-        >>> m.fp8_cast_bytes(1, recipe="mxfp8", transpose=False)  # 4.0625 (2h + ad) + 1.0625 f
-        16832.0
+        (20480.0, 36864.0)
+        >>> m.fp8_cast_bytes(1, recipe="mxfp8", transpose=False)  # 4.0625 (2h + ad + f)
+        29120.0
+        >>> m.fp8_cast_bytes(1, tp=4, backward=True, sequence_parallel=True)  # 15360 + 4h
+        19456.0
         """
         h, d = self.hidden, self.head_dim
         f = self.ffn or 4 * h
+        gathered = sequence_parallel and tp > 1 and transpose and recipe != "mxfp8"
         standalone, norm, act = fp8_cast_cost(recipe, transpose=transpose)
+        if gathered:  # the norm's cast writes the row-wise copy alone
+            norm = fp8_cast_cost(recipe, transpose=False)[1]
         if not backward:
             normed = 2 * h / (tp if sequence_parallel else 1)  # QKV's and FC1's inputs
-            per_token = norm * normed + standalone * self.attention_heads * d / tp + act * f / tp
+            activation = act if te_activation else standalone
+            per_token = (
+                norm * normed + standalone * self.attention_heads * d / tp + activation * f / tp
+            )
         else:
             qkv = (self.attention_heads + 2 * self.query_groups) * d / tp
             up = (2 if self.gated else 1) * f / tp
             per_token = standalone * (qkv + 2 * h + up)
+            if gathered:  # the gathered inputs' transposes (1 byte read, 1 written)
+                per_token += 2 * (2 * h)
         return float(tokens * per_token)
 
     def step_flops(
