@@ -89,8 +89,12 @@ def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float,
     * *a cast of its own* reads the bf16 tensor (2) and writes W; current scaling
       ("tensorwise") first reads it once more for its amax (``nvte_compute_amax``, then
       ``nvte_quantize_v2``: Float8CurrentScalingQuantizer::quantize_impl): 2 more.
-    * *after a LayerNorm*: delayed scaling's norm kernel writes fp8 itself
-      (``Impl::FULLY_FUSED``: its output replaces the norm's bf16 one, max(0, W - 2));
+    * *after a LayerNorm*: delayed scaling's norm kernel writes the row-wise fp8 copy
+      itself (``Impl::FULLY_FUSED``: it replaces the norm's bf16 output) and a transpose
+      kernel reads it for the column-wise one (``nvte_transpose`` after the norm,
+      common/normalization/layernorm/ln_api.cpp lines 110-115 and rmsnorm_api.cpp
+      95-101 at v2.7; TE v1.11 transposes it in the backward, ``tex.fp8_transpose``):
+      max(0, W + (copies - 1) - 2);
       current scaling's writes bf16 and the amax, then a cast reads it
       (``FUSED_NORM_AMAX_FP8``: 2 + W); MXFP8's writes bf16, then a cast reads it
       (``UNFUSED`` unless NVTE_NORM_FWD_USE_CUDNN is set: 2 + W).
@@ -99,8 +103,8 @@ def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float,
       elementwise model already counts, as ccsim's earlier model did); current scaling
       writes bf16 and the amax, then casts (``FUSED_ACTIVATION_AMAX_FP8``: 2 + W).
 
-    >>> fp8_cast_cost("delayed")  # Hopper: cast_transpose, 2 + 1 + 1
-    (4.0, 0.0, 1.0)
+    >>> fp8_cast_cost("delayed")  # Hopper: cast_transpose, 2 + 1 + 1; norm 1 + 2 - 2
+    (4.0, 1.0, 1.0)
     >>> fp8_cast_cost("tensorwise", transpose=False)  # Blackwell: one copy
     (5.0, 3.0, 3.0)
     >>> fp8_cast_cost("mxfp8", transpose=False)  # two copies of 1 + 1/32 bytes
@@ -115,7 +119,7 @@ def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float,
     copies = 2 if (transpose or mx) else 1
     written = copies * (1 + (1 / MXFP8_BLOCK if mx else 0.0))
     if recipe == "delayed":
-        return (2 + written, max(0.0, written - 2), written - 1)
+        return (2 + written, max(0.0, written + (copies - 1) - 2), written - 1)
     if recipe == "tensorwise":
         return (4 + written, 2 + written, 2 + written)
     return (2 + written, 2 + written, written - 1)
@@ -712,12 +716,13 @@ class Transformer:
         its column-wise copy (unchanged).
 
         The weights' casts are once per step (TE caches them over micro-batches), left
-        out. With the defaults (delayed scaling, Hopper) the forward is 4 (a d + f) / t
-        and the backward 4 bytes an element of every output gradient.
+        out. With the defaults (delayed scaling, Hopper, no sequence parallelism) the
+        forward is 2h + 4 (a d + f) / t and the backward 4 bytes an element of every
+        output gradient.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.fp8_cast_bytes(1), m.fp8_cast_bytes(1, backward=True)
-        (20480.0, 36864.0)
+        (22528.0, 36864.0)
         >>> m.fp8_cast_bytes(1, recipe="mxfp8", transpose=False)  # 4.0625 (2h + ad + f)
         29120.0
         >>> m.fp8_cast_bytes(1, tp=4, backward=True, sequence_parallel=True)  # 15360 + 4h
