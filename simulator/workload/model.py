@@ -696,9 +696,10 @@ class Transformer:
         the projection's input (a d / t, flash attention's bf16 output, a cast of its
         own) and the activation before FC2 (f / t, a cast of its own: Megatron-Core runs
         its own fused bias-SwiGLU/GeLU, which writes bf16, and hands it to TE's FC2
-        linear, megatron/core/transformer/mlp.py ``MLP.forward`` at core_r0.9.0 through
-        the current ``use_te_activation_func = False`` default; ``te_activation``: TE's
-        activation kernel quantizes it itself instead); backward, every GEMM's output
+        linear: megatron/core/transformer/mlp.py lines 99-129 at core_r0.9.0, and
+        ``use_te_activation_func = False`` by default since, transformer_config.py line
+        1199 at d98e8a6; ``te_activation``: TE's activation kernel quantizes it itself,
+        as with that flag set); backward, every GEMM's output
         gradient, each a cast of its own: QKV's (a + 2g) d / t, the projection's and
         FC2's h (gathered over TP) and FC1's f / t (2f / t gated). ``transpose``: the
         GPU's fp8 GEMMs take only K-major operands (Hopper), so a per-tensor cast also
