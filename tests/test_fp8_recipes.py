@@ -33,20 +33,23 @@ def test_cast_bytes_per_element_follow_te_layouts():
     # norm or the activation the amax comes with the producer, the cast remains.
     assert fp8_cast_cost("tensorwise", transpose=False) == (5, 3, 3)
     assert fp8_cast_cost("tensorwise", transpose=True) == (6, 4, 4)
-    # delayed: cast_transpose 2 + 1 + 1 on Hopper, fused into the norm (no extra).
-    assert fp8_cast_cost("delayed", transpose=True) == (4, 0, 1)
+    # delayed: cast_transpose 2 + 1 + 1 on Hopper; after a norm the fused kernel's 1
+    # byte replaces the bf16 2 and a transpose reads 1 and writes 1 (+1), on Blackwell
+    # nothing more than the bf16 norm (1 - 2, floored at 0).
+    assert fp8_cast_cost("delayed", transpose=True) == (4, 1, 1)
     assert fp8_cast_cost("delayed", transpose=False) == (3, 0, 0)
 
 
 def test_layer_cast_bytes_closed_form():
     """One token of MODEL on one GPU. Forward casts: the two norms' outputs (2 x 1024),
-    the projection's input (1024, a cast of its own), the activation before FC2 (4096).
+    the projection's input (1024, a cast of its own), the activation before FC2 (4096, a
+    cast of its own: Megatron-Core's bias-SwiGLU writes bf16 for TE's FC2 to cast).
     Backward: the output gradients of QKV ((8 + 2 x 2) x 128 = 1536), the projection and
     FC2 (1024 each) and FC1 (2 x 4096, SwiGLU), 11,776 elements, each a cast of its own."""
     mx = 2.0625
     fwd = {
-        "mxfp8": (2 + mx) * 2048 + (2 + mx) * 1024 + (mx - 1) * 4096,  # 16,832
-        "tensorwise": 3 * 2048 + 5 * 1024 + 3 * 4096,  # 23,552
+        "mxfp8": (2 + mx) * 2048 + (2 + mx) * 1024 + (2 + mx) * 4096,  # 29,120
+        "tensorwise": 3 * 2048 + 5 * 1024 + 5 * 4096,  # 31,744
     }
     bwd = {"mxfp8": (2 + mx) * 11776, "tensorwise": 5 * 11776}
     for recipe in fwd:
@@ -54,12 +57,38 @@ def test_layer_cast_bytes_closed_form():
         assert got == pytest.approx(fwd[recipe], rel=1e-12)
         got = MODEL.fp8_cast_bytes(1, recipe=recipe, transpose=False, backward=True)
         assert got == pytest.approx(bwd[recipe], rel=1e-12)
-    assert fwd["mxfp8"] == 16832 and fwd["tensorwise"] == 23552
+    assert fwd["mxfp8"] == 29120 and fwd["tensorwise"] == 31744
+    # TE's own activation kernel quantizing (use_te_activation_func): 2 + 1 for it.
+    got = MODEL.fp8_cast_bytes(1, recipe="tensorwise", transpose=False, te_activation=True)
+    assert got == pytest.approx(3 * 2048 + 5 * 1024 + 3 * 4096)
     # Sequence parallelism over 4: the norms' outputs are cast as local shards.
     got = MODEL.fp8_cast_bytes(
         1, tp=4, recipe="tensorwise", transpose=False, sequence_parallel=True
     )
-    assert got == pytest.approx(3 * 512 + 5 * 256 + 3 * 1024)
+    assert got == pytest.approx(3 * 512 + 5 * 256 + 5 * 1024)
+
+
+def test_gathered_norm_output_is_transposed_in_the_backward():
+    """Hopper (transposed copies), sequence parallelism over 4: the norms write one
+    row-wise copy of their local shard (delayed: fused into the norm, 0 extra; current
+    scaling: 2 + 1), and the backward transposes the two gathered inputs (1 byte read,
+    1 written, 1024 elements each) beside the output gradients' casts: QKV 12 x 128 / 4
+    = 384, projection and FC2 1024 each, FC1 2 x 4096 / 4 = 2048, 4480 elements at 4
+    (delayed) or 6 (current scaling) bytes."""
+    sp = {"tp": 4, "transpose": True, "sequence_parallel": True}
+    assert MODEL.fp8_cast_bytes(1, recipe="delayed", **sp) == 0 * 512 + 4 * (256 + 1024)
+    assert MODEL.fp8_cast_bytes(1, recipe="tensorwise", **sp) == 3 * 512 + 6 * (256 + 1024)
+    transposes = 2 * 2 * 1024
+    got = MODEL.fp8_cast_bytes(1, recipe="delayed", backward=True, **sp)
+    assert got == 4 * 4480 + transposes
+    got = MODEL.fp8_cast_bytes(1, recipe="tensorwise", backward=True, **sp)
+    assert got == 6 * 4480 + transposes
+    # Without sequence parallelism nothing is gathered: no transposes added.
+    got = MODEL.fp8_cast_bytes(1, recipe="delayed", backward=True, tp=4)
+    assert got == 4 * 4480
+    # MXFP8 gathers its column-wise copy: unchanged by the gather.
+    mx = MODEL.fp8_cast_bytes(1, recipe="mxfp8", backward=True, tp=4, sequence_parallel=True)
+    assert mx == pytest.approx((4 + 2 / 32) * 4480)
 
 
 def test_mxfp8_gemm_runs_at_te_measured_ratio():

@@ -89,8 +89,12 @@ def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float,
     * *a cast of its own* reads the bf16 tensor (2) and writes W; current scaling
       ("tensorwise") first reads it once more for its amax (``nvte_compute_amax``, then
       ``nvte_quantize_v2``: Float8CurrentScalingQuantizer::quantize_impl): 2 more.
-    * *after a LayerNorm*: delayed scaling's norm kernel writes fp8 itself
-      (``Impl::FULLY_FUSED``: its output replaces the norm's bf16 one, max(0, W - 2));
+    * *after a LayerNorm*: delayed scaling's norm kernel writes the row-wise fp8 copy
+      itself (``Impl::FULLY_FUSED``: it replaces the norm's bf16 output) and a transpose
+      kernel reads it for the column-wise one (``nvte_transpose`` after the norm,
+      common/normalization/layernorm/ln_api.cpp lines 110-115 and rmsnorm_api.cpp
+      95-101 at v2.7; TE v1.11 transposes it in the backward, ``tex.fp8_transpose``):
+      max(0, W + (copies - 1) - 2);
       current scaling's writes bf16 and the amax, then a cast reads it
       (``FUSED_NORM_AMAX_FP8``: 2 + W); MXFP8's writes bf16, then a cast reads it
       (``UNFUSED`` unless NVTE_NORM_FWD_USE_CUDNN is set: 2 + W).
@@ -99,8 +103,8 @@ def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float,
       elementwise model already counts, as ccsim's earlier model did); current scaling
       writes bf16 and the amax, then casts (``FUSED_ACTIVATION_AMAX_FP8``: 2 + W).
 
-    >>> fp8_cast_cost("delayed")  # Hopper: cast_transpose, 2 + 1 + 1
-    (4.0, 0.0, 1.0)
+    >>> fp8_cast_cost("delayed")  # Hopper: cast_transpose, 2 + 1 + 1; norm 1 + 2 - 2
+    (4.0, 1.0, 1.0)
     >>> fp8_cast_cost("tensorwise", transpose=False)  # Blackwell: one copy
     (5.0, 3.0, 3.0)
     >>> fp8_cast_cost("mxfp8", transpose=False)  # two copies of 1 + 1/32 bytes
@@ -115,7 +119,7 @@ def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float,
     copies = 2 if (transpose or mx) else 1
     written = copies * (1 + (1 / MXFP8_BLOCK if mx else 0.0))
     if recipe == "delayed":
-        return (2 + written, max(0.0, written - 2), written - 1)
+        return (2 + written, max(0.0, written + (copies - 1) - 2), written - 1)
     if recipe == "tensorwise":
         return (4 + written, 2 + written, 2 + written)
     return (2 + written, 2 + written, written - 1)
@@ -681,6 +685,7 @@ class Transformer:
         recipe: str = "delayed",
         transpose: bool = True,
         sequence_parallel: bool = False,
+        te_activation: bool = False,
     ) -> float:
         """HBM bytes Transformer Engine's fp8 casts of one layer's pass move on one TP rank,
         beyond the bf16 kernels' (:meth:`layer_elementwise_bytes`), for the scaling
@@ -689,33 +694,59 @@ class Transformer:
         The GEMM inputs cast, per token: forward, the two LayerNorms' outputs (h, h / t
         with sequence parallelism: TE quantizes the local shard before its all-gather),
         the projection's input (a d / t, flash attention's bf16 output, a cast of its
-        own) and the activation before FC2 (f / t, written by the SwiGLU/GeLU kernel);
-        backward, every GEMM's output gradient, each a cast of its own: QKV's
-        (a + 2g) d / t, the projection's and FC2's h (gathered over TP) and FC1's f / t
-        (2f / t gated). ``transpose``: the GPU's fp8 GEMMs take only K-major operands
-        (Hopper), so a per-tensor cast also writes its transpose for the other GEMM that
-        reads it; Blackwell's take any layout (TE's ``nvte_is_non_tn_fp8_gemm_supported``,
-        compute capability 10.x: common/transformer_engine.cpp), one copy serves both.
+        own) and the activation before FC2 (f / t, a cast of its own: Megatron-Core runs
+        its own fused bias-SwiGLU/GeLU, which writes bf16, and hands it to TE's FC2
+        linear: megatron/core/transformer/mlp.py lines 99-129 at core_r0.9.0, and
+        ``use_te_activation_func = False`` by default since, transformer_config.py line
+        1199 at d98e8a6; ``te_activation``: TE's activation kernel quantizes it itself,
+        as with that flag set); backward, every GEMM's output
+        gradient, each a cast of its own: QKV's (a + 2g) d / t, the projection's and
+        FC2's h (gathered over TP) and FC1's f / t (2f / t gated). ``transpose``: the
+        GPU's fp8 GEMMs take only K-major operands (Hopper), so a per-tensor cast also
+        writes its transpose for the other GEMM that reads it; Blackwell's take any
+        layout (TE's ``nvte_is_non_tn_fp8_gemm_supported``, compute capability 10.x:
+        common/transformer_engine.cpp), one copy serves both.
+
+        Where a per-tensor norm output is all-gathered (sequence parallelism over
+        ``tp`` > 1 on such a GPU), the norm writes only the row-wise copy (TE v2.7
+        layernorm_linear.py lines 186-189: ``supports_only_rowwise_all_gather``; TE v1.11
+        lines 125-127, a uint8 ``ln_out``), and the backward transposes the gathered
+        tensor for the weight gradient (v1.11 line 591 ``tex.fp8_transpose(ln_out_total)``;
+        v2.7 line 800 ``ln_out_total.update_usage(columnwise_usage=True)``): one byte read
+        and one written per element of the two gathered inputs, 4h a token. MXFP8 gathers
+        its column-wise copy (unchanged).
+
         The weights' casts are once per step (TE caches them over micro-batches), left
-        out. With the defaults (delayed scaling, Hopper) the forward is 4 a d / t + f / t
-        and the backward 4 bytes an element of every output gradient.
+        out. With the defaults (delayed scaling, Hopper, no sequence parallelism) the
+        forward is 2h + 4 (a d + f) / t and the backward 4 bytes an element of every
+        output gradient.
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.fp8_cast_bytes(1), m.fp8_cast_bytes(1, backward=True)
-        (8192.0, 36864.0)
-        >>> m.fp8_cast_bytes(1, recipe="mxfp8", transpose=False)  # 4.0625 (2h + ad) + 1.0625 f
-        16832.0
+        (22528.0, 36864.0)
+        >>> m.fp8_cast_bytes(1, recipe="mxfp8", transpose=False)  # 4.0625 (2h + ad + f)
+        29120.0
+        >>> m.fp8_cast_bytes(1, tp=4, backward=True, sequence_parallel=True)  # 15360 + 4h
+        19456.0
         """
         h, d = self.hidden, self.head_dim
         f = self.ffn or 4 * h
+        gathered = sequence_parallel and tp > 1 and transpose and recipe != "mxfp8"
         standalone, norm, act = fp8_cast_cost(recipe, transpose=transpose)
+        if gathered:  # the norm's cast writes the row-wise copy alone
+            norm = fp8_cast_cost(recipe, transpose=False)[1]
         if not backward:
             normed = 2 * h / (tp if sequence_parallel else 1)  # QKV's and FC1's inputs
-            per_token = norm * normed + standalone * self.attention_heads * d / tp + act * f / tp
+            activation = act if te_activation else standalone
+            per_token = (
+                norm * normed + standalone * self.attention_heads * d / tp + activation * f / tp
+            )
         else:
             qkv = (self.attention_heads + 2 * self.query_groups) * d / tp
             up = (2 if self.gated else 1) * f / tp
             per_token = standalone * (qkv + 2 * h + up)
+            if gathered:  # the gathered inputs' transposes (1 byte read, 1 written)
+                per_token += 2 * (2 * h)
         return float(tokens * per_token)
 
     def step_flops(
