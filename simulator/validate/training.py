@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CcsimError
 from ..files import load_data
 from ..workload.host import GRAPH_SCOPES
-from ..workload.model import Transformer
+from ..workload.model import MODELS, Transformer
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -157,6 +157,13 @@ def measured_step(entry: Mapping[str, Any], model: Transformer) -> tuple[float, 
     raise CcsimError(f"published run {entry.get('id')}: no step time, tokens/s or TFLOP/s")
 
 
+#: A model's features the data file's rows do not carry, taken from the bundled model
+#: file of the same name (workloads/models/: gpt-oss-120b.yaml's sliding windows and
+#: clamped activation, from Megatron-Bridge's gpt-oss provider); other models' files
+#: leave them at their defaults (none).
+BUNDLED_FEATURES = ("window", "full_attention_every", "glu_clamp")
+
+
 def _model(entry: Mapping[str, Any]) -> Transformer | str:
     """The run's transformer, or why ccsim cannot build it."""
     data = entry.get("model") or {}
@@ -193,6 +200,9 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
         name=name,
     )
     fields.update(moe)
+    bundled = MODELS.get(name)
+    if bundled is not None:
+        fields.update({key: getattr(bundled, key) for key in BUNDLED_FEATURES})
     if _mtp_layers(entry):
         fields["layers"] += _mtp_layers(entry)
     return Transformer(**fields)
