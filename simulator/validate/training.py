@@ -579,10 +579,13 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
                 options[name] = word
             elif word == "selective:":
                 # Megatron-Core's recompute_modules: ccsim's "selective" is core_attn;
-                # the others (layernorm, moe_act, mla_up_proj, ...) re-run small or
-                # memory-bound parts, not modelled (none).
+                # "moe_act" re-runs the experts' activation in the backward
+                # (recompute_moe_act); the others (layernorm, mla_up_proj, ...) re-run
+                # small or memory-bound parts, not modelled (none).
                 modules = value.split(":", 1)[1].replace(" ", "").split(",")
                 options[name] = "selective" if "core_attn" in modules else "none"
+                if "moe_act" in modules and entry.get("moe"):
+                    options["recompute_moe_act"] = True
         elif key in ("optimizer_state", "attention_backend") and isinstance(value, str):
             options[name] = value  # checked by the generator (OPTIMIZER_STATE, ATTENTION_BACKENDS)
     offload = settings.get("activation_cpu_offload_layers")
