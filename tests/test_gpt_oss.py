@@ -32,6 +32,7 @@ def test_gpt_oss_model_file_is_megatron_bridges_provider():
     assert m.params == 36 * per_layer + 2 * 201_088 * 2880
     assert round(m.params / 1e9, 1) == 116.8
     assert (m.window, m.full_attention_every, m.glu_clamp, m.expert_bias) == (128, 2, True, True)
+    assert m.yarn_scale == 32.0
 
 
 def test_published_gpt_oss_runs_take_the_model_files_features():
@@ -143,3 +144,36 @@ def test_generator_adds_the_clamps_and_the_recomputed_activation():
     # Without the clamps the recompute is the activation's 6 f alone.
     _, bwd_plain = _elementwise(TINY, recompute_moe_act=True)
     assert bwd_plain - bwd == pytest.approx(copies * 6 * f)
+
+
+def test_unfused_yarn_rope_bytes_counted_op_by_op():
+    """gpt-oss's q and k: 64 x 64 + 8 x 64 = 4,608 bf16 elements a token. Forward
+    (rope_utils._apply_rotary_pos_emb_bshd): t * cos (2 + 2), the negated half (2 + 2 on
+    half the elements), the rotated concatenation (2 + 2), * sin (2 + 2), the sum
+    (4 + 2), the final concatenation (2 + 2); backward: two products' gradients
+    (2 + 2 each), the negation's (1 + 1), the chunk's concatenation (2 + 2), the empty
+    slice's zeros (2) and two gradient sums (4 + 2 each)."""
+    forward = 4 + 2 + 4 + 4 + 6 + 4
+    backward = 4 + 4 + 2 + 4 + 2 + 6 + 6
+    assert (forward, backward) == (24, 28)
+    elements = 4096 * 4608
+    assert GPT_OSS.unfused_rope_bytes(4096) == (elements * forward, elements * backward)
+    assert replace(GPT_OSS, yarn_scale=0.0).unfused_rope_bytes(4096) == (0.0, 0.0)
+
+
+def test_generator_adds_yarns_unfused_rope_unless_fused():
+    """TINY with YaRN: 8 heads + 8 groups of 64 = 1,024 elements a token; 4 layers x
+    1,024 tokens of 24 bytes an element forward, 28 backward, none with the fused
+    kernel (Megatron-Core before core_v0.16)."""
+    yarn = replace(TINY, yarn_scale=32.0)
+    fwd, bwd = _elementwise(TINY)
+    fwd_y, bwd_y = _elementwise(yarn)
+    elements = 4 * 1024 * 1024
+    assert (fwd_y - fwd, bwd_y - bwd) == pytest.approx((elements * 24, elements * 28))
+    assert _elementwise(yarn, fused_yarn_rope=True) == (fwd, bwd)
+
+
+def test_only_gpt_oss_25_11_runs_fuse_yarns_rope():
+    runs, _ = load_runs()
+    fused = {r.id for r in runs if r.options.get("fused_yarn_rope")}
+    assert fused == {r.id for r in runs if r.id.startswith("bridge-25.11-gpt-oss")}

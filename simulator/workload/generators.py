@@ -770,6 +770,7 @@ def megatron(
     moe_host_layer_s: float | None = None,
     moe_routing: str = "random",
     recompute_moe_act: bool = False,
+    fused_yarn_rope: bool = False,
     overlap_p2p_comm: bool | None = None,
     p2p_streams: str | None = None,
     p2p_send_wait: bool | None = None,
@@ -912,6 +913,10 @@ def megatron(
     kernels run again in the backward (:meth:`~simulator.workload.model.Transformer.
     expert_activation_bytes`, and gpt-oss's clamps, :meth:`~simulator.workload.model.
     Transformer.glu_clamp_bytes`); none with full recomputation, which re-runs it anyway.
+    ``fused_yarn_rope``: a YaRN model's rotary embedding runs TE's fused kernel, as
+    Megatron-Core before core_v0.16 did (ignoring YaRN's concentration factor); else,
+    as since, its unfused PyTorch path (:meth:`~simulator.workload.model.Transformer.
+    unfused_rope_bytes`).
     ``overlap_p2p_comm`` (None: on unless ``defaults`` is "sc21", as Megatron-LM's
     ``--no-overlap-p2p-communication`` default and Megatron-Bridge's and NeMo's
     comm-overlap config set it; only with ``virtual_stages`` > 1, as Megatron-LM turns it
@@ -1392,6 +1397,11 @@ def megatron(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
+    # YaRN's unfused rotary embedding (Transformer.unfused_rope_bytes), every layer.
+    rope_fwd, rope_bwd = (0.0, 0.0) if fused_yarn_rope else m.unfused_rope_bytes(tokens, tp=tp)
+    rope_bwd += rope_fwd if recompute == "full" else 0.0
+    fwd_layer_bytes += rope_fwd
+    bwd_layer_bytes += rope_bwd
     # An MoE layer's: its experts' activation over the routed copies and the
     # dispatcher's permutations instead of a dense MLP's (backward alike, twice).
     fwd_moe_bytes = bwd_moe_bytes = 0.0
@@ -1404,6 +1414,8 @@ def megatron(
             local_experts=m.experts // ep,
         )
         bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes
+        fwd_moe_bytes += rope_fwd
+        bwd_moe_bytes += rope_bwd
     if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)
         recipe = {
             "recipe": fp8_recipe,

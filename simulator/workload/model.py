@@ -145,7 +145,10 @@ class Transformer:
     window - 1 before it) in every layer but each ``full_attention_every``-th one, which
     attends to the whole causal prefix (0: every layer windowed;
     :meth:`windowed_layers`). ``glu_clamp``: the experts' gated activation clamps its
-    two halves first (gpt-oss, :meth:`glu_clamp_bytes`).
+    two halves first (gpt-oss, :meth:`glu_clamp_bytes`). ``yarn_scale``: YaRN's rotary
+    scaling factor (gpt-oss: 32; 0: plain rotary embeddings), whose attention
+    concentration Megatron-Core's fused rotary kernel does not take
+    (:meth:`unfused_rope_bytes`).
     """
 
     layers: int
@@ -174,6 +177,7 @@ class Transformer:
     v_head_dim: int = 0
     window: int = 0
     full_attention_every: int = 0
+    yarn_scale: float = 0.0
     name: str = ""
     source: str = ""
 
@@ -717,6 +721,33 @@ class Transformer:
         f = self.expert_ffn / etp  # one half of fc1's output on an expert-TP rank
         forward = copies * 16 * f
         return forward, copies * 30 * f + (forward if recompute else 0.0)
+
+    def unfused_rope_bytes(self, tokens: float, *, tp: int = 1) -> tuple[float, float]:
+        """HBM bytes (forward, backward) of one layer's rotary embedding on one TP rank
+        where Megatron-Core runs its unfused PyTorch path: YaRN (``yarn_scale`` > 1)
+        scales cos and sin by the concentration factor 0.1 ln(scale) + 1 (1.35 for
+        gpt-oss's 32, yarn_rotary_pos_embedding.py ``_yarn_get_concentration_factor``
+        with yarn_mscale None), which TE's fused kernel cannot take, so
+        ``apply_rotary_pos_emb`` falls back to ``_apply_rotary_pos_emb_bshd`` (rope_utils.py,
+        core_v0.16.0 on: "mscale ... is not supported by TE's fused RoPE"). Per bf16
+        element of q and k (a d / t + g d / t a token): forward ``t * cos`` (reads 2,
+        writes 2), ``_rotate_half``'s negation of one half (2 an element on average) and
+        concatenation (4), ``* sin`` (4), the sum (reads 4, writes 2) and the final
+        ``torch.cat`` with the empty pass-through part (4): 24 bytes. Backward
+        (autograd): the two products' gradients (4 each), the negation's (2), the
+        chunk's concatenation (4), the empty pass-through slice's zero-filled gradient
+        (2) and the three gradients' two sums (6 each): 28 bytes. (The fused kernel's own
+        traffic, 4 bytes an element each way, is left out, as for every model.)
+
+        >>> m = Transformer(layers=1, hidden=64, heads=4, kv_heads=2, head_size=16,
+        ...                 yarn_scale=32.0)
+        >>> m.unfused_rope_bytes(10) == (10 * 96 * 24, 10 * 96 * 28)
+        True
+        """
+        if self.yarn_scale <= 1:
+            return 0.0, 0.0
+        elements = tokens * (self.attention_heads + self.query_groups) * self.head_dim / tp
+        return elements * 24, elements * 28
 
     @property
     def windowed_layers(self) -> int:
