@@ -161,7 +161,12 @@ def measured_step(entry: Mapping[str, Any], model: Transformer) -> tuple[float, 
 #: file of the same name (workloads/models/: gpt-oss-120b.yaml's sliding windows and
 #: clamped activation, from Megatron-Bridge's gpt-oss provider); other models' files
 #: leave them at their defaults (none).
-BUNDLED_FEATURES = ("window", "full_attention_every", "glu_clamp")
+BUNDLED_FEATURES = ("window", "full_attention_every", "glu_clamp", "yarn_scale")
+#: The first release whose Megatron-Core runs a YaRN model's rotary embedding unfused
+#: (core_v0.16.0's rope_utils.py, "Fixes for gpt-oss (#2038)", 2025-11-22; NeMo 26.02
+#: ships main:0.16.0, 25.11 dev:0.15.0, whose fused path ignores the concentration
+#: factor: docs/releases/software-versions.md of Megatron-Bridge v0.6.0).
+YARN_UNFUSED_FROM = (26, 2)
 
 
 def _model(entry: Mapping[str, Any]) -> Transformer | str:
@@ -640,6 +645,9 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options.update(_moe_options(entry))
     options.update(_memory_options(entry, options))
     model = entry.get("model") or {}
+    bundled = MODELS.get(str(model.get("name", "")))
+    if bundled is not None and bundled.yarn_scale and _release(entry) < YARN_UNFUSED_FROM:
+        options["fused_yarn_rope"] = True
     if model.get("name") == "deepseek-v3" and "tp_comm_overlap" not in settings:
         # Megatron-Bridge's DeepSeek-V3 recipes turn TE's TP overlap off
         # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py:
