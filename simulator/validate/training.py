@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CcsimError
 from ..files import load_data
 from ..workload.host import GRAPH_SCOPES
-from ..workload.model import Transformer
+from ..workload.model import MODELS, Transformer
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -157,6 +157,18 @@ def measured_step(entry: Mapping[str, Any], model: Transformer) -> tuple[float, 
     raise CcsimError(f"published run {entry.get('id')}: no step time, tokens/s or TFLOP/s")
 
 
+#: A model's features the data file's rows do not carry, taken from the bundled model
+#: file of the same name (workloads/models/: gpt-oss-120b.yaml's sliding windows and
+#: clamped activation, from Megatron-Bridge's gpt-oss provider); other models' files
+#: leave them at their defaults (none).
+BUNDLED_FEATURES = ("window", "full_attention_every", "glu_clamp", "yarn_scale")
+#: The first release whose Megatron-Core runs a YaRN model's rotary embedding unfused
+#: (core_v0.16.0's rope_utils.py, "Fixes for gpt-oss (#2038)", 2025-11-22; NeMo 26.02
+#: ships main:0.16.0, 25.11 dev:0.15.0, whose fused path ignores the concentration
+#: factor: docs/releases/software-versions.md of Megatron-Bridge v0.6.0).
+YARN_UNFUSED_FROM = (26, 2)
+
+
 def _model(entry: Mapping[str, Any]) -> Transformer | str:
     """The run's transformer, or why ccsim cannot build it."""
     data = entry.get("model") or {}
@@ -193,6 +205,9 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
         name=name,
     )
     fields.update(moe)
+    bundled = MODELS.get(name)
+    if bundled is not None:
+        fields.update({key: getattr(bundled, key) for key in BUNDLED_FEATURES})
     if _mtp_layers(entry):
         fields["layers"] += _mtp_layers(entry)
     return Transformer(**fields)
@@ -569,10 +584,13 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
                 options[name] = word
             elif word == "selective:":
                 # Megatron-Core's recompute_modules: ccsim's "selective" is core_attn;
-                # the others (layernorm, moe_act, mla_up_proj, ...) re-run small or
-                # memory-bound parts, not modelled (none).
+                # "moe_act" re-runs the experts' activation in the backward
+                # (recompute_moe_act); the others (layernorm, mla_up_proj, ...) re-run
+                # small or memory-bound parts, not modelled (none).
                 modules = value.split(":", 1)[1].replace(" ", "").split(",")
                 options[name] = "selective" if "core_attn" in modules else "none"
+                if "moe_act" in modules and entry.get("moe"):
+                    options["recompute_moe_act"] = True
         elif key in ("optimizer_state", "attention_backend") and isinstance(value, str):
             options[name] = value  # checked by the generator (OPTIMIZER_STATE, ATTENTION_BACKENDS)
     offload = settings.get("activation_cpu_offload_layers")
@@ -627,6 +645,9 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options.update(_moe_options(entry))
     options.update(_memory_options(entry, options))
     model = entry.get("model") or {}
+    bundled = MODELS.get(str(model.get("name", "")))
+    if bundled is not None and bundled.yarn_scale and _release(entry) < YARN_UNFUSED_FROM:
+        options["fused_yarn_rope"] = True
     if model.get("name") == "deepseek-v3" and "tp_comm_overlap" not in settings:
         # Megatron-Bridge's DeepSeek-V3 recipes turn TE's TP overlap off
         # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py:

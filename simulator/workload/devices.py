@@ -73,12 +73,18 @@ class Device:
         """
         return self.memory_bandwidth * self.memory_efficiency
 
-    def attention_rate(self, tokens: int, backward: bool = False, backend: int = 0) -> float:
+    def attention_rate(
+        self, tokens: int, backward: bool = False, backend: int = 0, head_dim: int = 128
+    ) -> float:
         """FLOP/s of fused causal attention over sequences of ``tokens`` (forward, or
         ``backward``): the :attr:`attention` table's fraction of the 16-bit peak
         (``backend`` 0, cuDNN's fused attention; 1, FlashAttention-2's,
         :attr:`attention_flash2`), interpolated in log2 of the length and held at the
-        table's ends.
+        table's ends. Those tables are for heads of 128; heads of 64 or less run at the
+        fraction H100's measured head-64 kernels reach (:data:`ATTENTION_H100_HD64`,
+        :data:`ATTENTION_H100_FA2_HD64`) times the device's head-128 one over H100's,
+        sizes between at a linear mix of the two in the head size; larger heads keep the
+        head-128 rate (no other size is measured here).
 
         >>> round(DEVICES["H100"].attention_rate(4096) / 1e12)
         518
@@ -86,20 +92,31 @@ class Device:
         467
         >>> round(DEVICES["H100"].attention_rate(2048, backend=1) / 1e12)  # FA2, causal 2k
         298
+        >>> round(DEVICES["H100"].attention_rate(4096, head_dim=64) / 1e12)  # cuDNN, head 64
+        363
         """
         if backend == 1:
-            table = self.attention_flash2 or ATTENTION_H100_FA2
+            table, h100, small = (
+                self.attention_flash2 or ATTENTION_H100_FA2,
+                ATTENTION_H100_FA2,
+                ATTENTION_H100_FA2_HD64,
+            )
         else:
-            table = self.attention or ATTENTION_H100
+            table, h100, small = (
+                self.attention or ATTENTION_H100,
+                ATTENTION_H100,
+                ATTENTION_H100_HD64,
+            )
         column = 2 if backward else 1
-        x = math.log2(max(tokens, 1))
-        points = [(math.log2(row[0]), row[column]) for row in table]
-        if x <= points[0][0]:
-            return points[0][1] * self.peak_flops
-        for (x0, y0), (x1, y1) in itertools.pairwise(points):
-            if x <= x1:
-                return (y0 + (y1 - y0) * (x - x0) / (x1 - x0)) * self.peak_flops
-        return points[-1][1] * self.peak_flops
+        fraction = _log2_interpolated(table, tokens, column)
+        if head_dim < 128:
+            # Mix H100's measured head-64 / head-128 ratio in linearly from 128 down to 64.
+            ratio = _log2_interpolated(small, tokens, column) / _log2_interpolated(
+                h100, tokens, column
+            )
+            weight = min(1.0, (128 - head_dim) / 64)
+            fraction *= 1.0 + weight * (ratio - 1.0)
+        return fraction * self.peak_flops
 
     def peak(self, precision: str = "bf16") -> float:
         """Dense tensor peak FLOP/s of ``precision`` ("bf16"/"fp16", or "fp8"), the
@@ -191,6 +208,53 @@ ATTENTION_H100_FA2: tuple[tuple[int, float, float], ...] = _attention_fractions(
         (16384, 335, 370, 322),
     )
 )
+
+# The same figures' head-64 panels (Shah et al. 2024, figure 5 (a) and (d), figure 6 (a):
+# H100 SXM5, bf16, head size 64, batch x length 16k tokens, hidden 2,048), cuDNN: causal
+# forward 225, 288, 334, 363, 379, 388 TFLOP/s at 512 to 16k tokens, non-causal forward
+# 335, 373, 395, 408, 412, 413, non-causal backward 266, 348, 395, 417, 432, 433;
+# FlashAttention-2: 180, 229, 262, 284, 295, 299; 282, 306, 318, 321, 322, 324; 198, 238,
+# 264, 279, 287, 291. Read from the stored transcriptions of the paper's bar charts (the
+# search tool's pages corpus; their head-128 panels give exactly the figures above, which
+# is how the panels were matched). A head of 64 halves each tile's work against the same
+# softmax and memory traffic: cuDNN's causal forward at 4k runs at 0.70 of its head-128
+# rate, its backward at 0.87.
+ATTENTION_H100_HD64: tuple[tuple[int, float, float], ...] = _attention_fractions(
+    (
+        (512, 225, 335, 266),
+        (1024, 288, 373, 348),
+        (2048, 334, 395, 395),
+        (4096, 363, 408, 417),
+        (8192, 379, 412, 432),
+        (16384, 388, 413, 433),
+    )
+)
+ATTENTION_H100_FA2_HD64: tuple[tuple[int, float, float], ...] = _attention_fractions(
+    (
+        (512, 180, 282, 198),
+        (1024, 229, 306, 238),
+        (2048, 262, 318, 264),
+        (4096, 284, 321, 279),
+        (8192, 295, 322, 287),
+        (16384, 299, 324, 291),
+    )
+)
+
+
+def _log2_interpolated(
+    table: tuple[tuple[int, float, float], ...], tokens: int, column: int
+) -> float:
+    """A table's ``column`` at ``tokens``, linear in log2 of the length between its rows
+    and held at its ends."""
+    x = math.log2(max(tokens, 1))
+    points = [(math.log2(row[0]), row[column]) for row in table]
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
 
 # Hopper's GEMM time by shape beyond tiles and waves, FITTED to a public per-shape
 # measurement (not to any training run): OpenXLA's H100 matmul table

@@ -137,15 +137,31 @@ def flash_core_kernels(
     balances the causal work over CP ranks by giving each two opposite chunks); backward
     its backward kernel, after the forward's again with full or selective recomputation.
     ``backend``: the kernels' library (:data:`~simulator.workload.kernels.ATTENTION_BACKENDS`).
+
+    Sliding-window attention (``m.window``, gpt-oss): a windowed layer's kernel meets
+    :meth:`~simulator.workload.model.Transformer.window_keys` keys a query (cuDNN's
+    fused attention runs windows of (left, 0) with causal masks, Transformer Engine
+    v2.9-v2.18 ``nvte_get_fused_attn_backend``, so the band's tiles alone). Every
+    layer of a pass is built as the model's mean layer: of its sequence-heads, the
+    model's share of windowed layers (:attr:`~simulator.workload.model.Transformer.
+    windowed_layers`, rounded) run the windowed kernel, the others the full one, which
+    is the model's total over its layers exactly, a pipeline stage's to within half a
+    layer's difference (gpt-oss's 9-layer stages hold 4 or 5 windowed layers).
     """
     batch = micro_batch * math.ceil(m.attention_heads / tp)
-    # (MLA: the mean of its query/key and value head sizes, the same FLOPs.)
-    kernel = [batch, m.seq // cp, m.seq, round(m.core_width), layers]
     tail = [backend] if backend else []
+    # (MLA: the mean of its query/key and value head sizes, the same FLOPs.)
+    shapes = [(batch, m.seq)]
+    if m.window and m.window_keys() < m.seq:
+        windowed = round(batch * m.windowed_layers / m.layers)
+        shapes = [(batch - windowed, m.seq), (windowed, m.window_keys())]
+    kernels = [
+        [part, m.seq // cp, keys, round(m.core_width), layers] for part, keys in shapes if part
+    ]
     if forward:
-        return [[*kernel, 0, *tail]]
-    again = [[*kernel, 0, *tail]] if recompute in ("full", "selective") else []
-    return [*again, [*kernel, 1, *tail]]
+        return [[*k, 0, *tail] for k in kernels]
+    again = [[*k, 0, *tail] for k in kernels] if recompute in ("full", "selective") else []
+    return [*again, *([*k, 1, *tail] for k in kernels)]
 
 
 def pass_work(
@@ -753,6 +769,8 @@ def megatron(
     moe_a2a_overlap: bool = False,
     moe_host_layer_s: float | None = None,
     moe_routing: str = "random",
+    recompute_moe_act: bool = False,
+    fused_yarn_rope: bool = False,
     overlap_p2p_comm: bool | None = None,
     p2p_streams: str | None = None,
     p2p_send_wait: bool | None = None,
@@ -890,6 +908,15 @@ def megatron(
     busiest rank's tokens; "even", every expert the mean. fp8 expert GEMMs take each
     expert's tokens padded to :data:`FP8_ALIGN` rows, the alltoall and DeepEP paths
     copying them to pad and unpad (HybridEP pads in its dispatch).
+    ``recompute_moe_act``: Megatron-Core's ``recompute_modules`` "moe_act" (``TEGroupedMLP``
+    checkpoints the experts' activation, experts.py core_v0.15.0-0.19.0): its forward
+    kernels run again in the backward (:meth:`~simulator.workload.model.Transformer.
+    expert_activation_bytes`, and gpt-oss's clamps, :meth:`~simulator.workload.model.
+    Transformer.glu_clamp_bytes`); none with full recomputation, which re-runs it anyway.
+    ``fused_yarn_rope``: a YaRN model's rotary embedding runs TE's fused kernel, as
+    Megatron-Core before core_v0.16 did (ignoring YaRN's concentration factor); else,
+    as since, its unfused PyTorch path (:meth:`~simulator.workload.model.Transformer.
+    unfused_rope_bytes`).
     ``overlap_p2p_comm`` (None: on unless ``defaults`` is "sc21", as Megatron-LM's
     ``--no-overlap-p2p-communication`` default and Megatron-Bridge's and NeMo's
     comm-overlap config set it; only with ``virtual_stages`` > 1, as Megatron-LM turns it
@@ -1370,6 +1397,11 @@ def megatron(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
+    # YaRN's unfused rotary embedding (Transformer.unfused_rope_bytes), every layer.
+    rope_fwd, rope_bwd = (0.0, 0.0) if fused_yarn_rope else m.unfused_rope_bytes(tokens, tp=tp)
+    rope_bwd += rope_fwd if recompute == "full" else 0.0
+    fwd_layer_bytes += rope_fwd
+    bwd_layer_bytes += rope_bwd
     # An MoE layer's: its experts' activation over the routed copies and the
     # dispatcher's permutations instead of a dense MLP's (backward alike, twice).
     fwd_moe_bytes = bwd_moe_bytes = 0.0
@@ -1382,6 +1414,8 @@ def megatron(
             local_experts=m.experts // ep,
         )
         bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes
+        fwd_moe_bytes += rope_fwd
+        bwd_moe_bytes += rope_bwd
     if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)
         recipe = {
             "recipe": fp8_recipe,
@@ -1405,6 +1439,20 @@ def megatron(
         )
         fwd_moe_bytes += pad
         bwd_moe_bytes += (2 if recompute == "full" else 1) * pad
+    if m.is_moe:
+        # gpt-oss's clamped activation (Transformer.glu_clamp_bytes), its clamps again
+        # where the backward recomputes the activation; and the activation's own forward
+        # again with recompute_moe_act (full recomputation re-runs the whole forward).
+        act_again = recompute_moe_act and recompute != "full"
+        clamp_fwd, clamp_bwd = m.glu_clamp_bytes(
+            tokens, tp=tp, sequence_parallel=sequence_parallel, etp=etp, recompute=act_again
+        )
+        fwd_moe_bytes += clamp_fwd
+        bwd_moe_bytes += clamp_bwd + (clamp_fwd if recompute == "full" else 0.0)
+        if act_again:
+            bwd_moe_bytes += m.expert_activation_bytes(
+                tokens, tp=tp, sequence_parallel=sequence_parallel
+            )
     if m.is_moe and m.expert_bias:  # fc2's bias per expert (Transformer.expert_bias_bytes)
         bias_fwd, bias_bwd = m.expert_bias_bytes(
             tokens, tp=tp, sequence_parallel=sequence_parallel, etp=etp

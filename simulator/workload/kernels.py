@@ -54,9 +54,11 @@ class Device(Protocol):
         """Bytes/s a memory-bound kernel moves."""
         ...
 
-    def attention_rate(self, tokens: int, backward: bool = False, backend: int = 0) -> float:
-        """FLOP/s of fused causal attention over sequences of ``tokens`` (``backend``: an
-        index into :data:`ATTENTION_BACKENDS`)."""
+    def attention_rate(
+        self, tokens: int, backward: bool = False, backend: int = 0, head_dim: int = 128
+    ) -> float:
+        """FLOP/s of fused causal attention over sequences of ``tokens`` with heads of
+        ``head_dim`` (``backend``: an index into :data:`ATTENTION_BACKENDS`)."""
         ...
 
 
@@ -165,7 +167,8 @@ class Attention:
     sequence-heads of ``queries`` query tokens against ``keys`` key tokens of head size
     ``head_dim``; ``backward`` 1 for the backward kernel (it recomputes the scores: 5
     products against the forward's 2, 2.5 times its FLOPs; FlashAttention-2, Dao 2023,
-    section 3.1)."""
+    section 3.1). A sliding window's kernel gives as ``keys`` the count whose causal
+    FLOPs are the band's (:meth:`~.model.Transformer.window_keys`)."""
 
     batch: int
     queries: int
@@ -196,7 +199,12 @@ class Attention:
 
 def attention_time(device: Device, kernel: Attention) -> float:
     """Seconds ``kernel`` takes on ``device``: its FLOPs at the rate the device's fused
-    attention sustains at that sequence length (:meth:`~.devices.Device.attention_rate`).
+    attention sustains at that sequence length and head size
+    (:meth:`~.devices.Device.attention_rate`). The length is the shorter of the query
+    and key spans: a causal kernel's queries (a context-parallel rank's chunk against
+    the whole sequence), a sliding window's keys (each query tile meets a band of about
+    2 w keys, a short sequence's work per tile: the table's shortest length stands for
+    it, no banded kernel having been measured in the sources).
 
     >>> from .devices import DEVICES
     >>> h100 = DEVICES["H100"]
@@ -204,7 +212,8 @@ def attention_time(device: Device, kernel: Attention) -> float:
     >>> round(k.flops / attention_time(h100, k) / 1e12)  # cuDNN, causal, 4k: 518 TFLOP/s
     518
     """
-    rate = device.attention_rate(kernel.queries, bool(kernel.backward), kernel.backend)
+    span = min(kernel.queries, kernel.keys)
+    rate = device.attention_rate(span, bool(kernel.backward), kernel.backend, kernel.head_dim)
     return kernel.flops / rate
 
 

@@ -144,7 +144,15 @@ class Transformer:
     DeepSeek-V2/V3) where ``kv_lora_rank`` > 0: queries through a ``q_lora_rank``
     bottleneck (0: one projection), keys and values through a ``kv_lora_rank`` one,
     ``head_size`` the query/key head size without its ``qk_rope_dim`` rotary part and
-    ``v_head_dim`` the value head size (:meth:`attention_linear_gemms`).
+    ``v_head_dim`` the value head size (:meth:`attention_linear_gemms`). Sliding-window
+    attention (gpt-oss): ``window`` > 0 tokens a query attends to (itself and the
+    window - 1 before it) in every layer but each ``full_attention_every``-th one, which
+    attends to the whole causal prefix (0: every layer windowed;
+    :meth:`windowed_layers`). ``glu_clamp``: the experts' gated activation clamps its
+    two halves first (gpt-oss, :meth:`glu_clamp_bytes`). ``yarn_scale``: YaRN's rotary
+    scaling factor (gpt-oss: 32; 0: plain rotary embeddings), whose attention
+    concentration Megatron-Core's fused rotary kernel does not take
+    (:meth:`unfused_rope_bytes`).
     """
 
     layers: int
@@ -162,6 +170,7 @@ class Transformer:
     moe_ffn: int = 0
     capacity_factor: float = 0.0
     expert_bias: bool = False
+    glu_clamp: bool = False
     dense_layers: int = 0
     moe_frequency: int = 1
     tied_embeddings: bool = False
@@ -170,6 +179,9 @@ class Transformer:
     kv_lora_rank: int = 0
     qk_rope_dim: int = 0
     v_head_dim: int = 0
+    window: int = 0
+    full_attention_every: int = 0
+    yarn_scale: float = 0.0
     name: str = ""
     source: str = ""
 
@@ -650,6 +662,129 @@ class Transformer:
         copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
         copies *= self.capacity_factor or 1.0
         return copies * 12 * self.hidden, copies * 16 * self.hidden
+
+    def expert_activation_bytes(
+        self, tokens: float, *, tp: int = 1, sequence_parallel: bool = False
+    ) -> float:
+        """HBM bytes of one MoE layer's routed experts' activation forward on one rank, as
+        :meth:`moe_elementwise_bytes` counts it: per routed copy (``top_k`` a token,
+        times the capacity factor) 6 f bytes gated (reads gate and up, writes their
+        product), 4 f otherwise; what recomputing it (Megatron-Core's "moe_act") costs
+        again in the backward.
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32,
+        ...                 gated=True)
+        >>> m.expert_activation_bytes(16) == 16 * 2 * 6 * 32
+        True
+        """
+        if not self.is_moe:
+            return 0.0
+        copies = tokens / (tp if sequence_parallel else 1) * self.top_k
+        copies *= self.capacity_factor or 1.0
+        return copies * (6 if self.gated else 4) * self.expert_ffn
+
+    def glu_clamp_bytes(
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        sequence_parallel: bool = False,
+        etp: int = 1,
+        recompute: bool = False,
+    ) -> tuple[float, float]:
+        """HBM bytes (forward, backward) one MoE layer spends on one rank clamping its
+        experts' gated activation's input (``glu_clamp``: gpt-oss's
+        ``activation_func_clamp_value`` 7). Megatron-Core's
+        ``weighted_bias_quick_geglu_impl`` (megatron/core/fusions/fused_bias_geglu.py,
+        core_v0.15.0 to core_v0.19.0, unchanged) runs, before its fused activation, three
+        PyTorch kernels outside it over each routed copy's fc1 output (two halves of f
+        bf16 elements): ``x_glu.clamp(max=7)`` and ``x_linear.clamp(-7, 7)`` (each reads
+        and writes a half: 4 f bytes) and their ``torch.cat`` (reads and writes both: 8 f):
+        16 f bytes a copy. Backward, autograd's (PyTorch FunctionsManual.cpp,
+        ``clamp_backward``: ``where(self <= max, grad, 0)`` with max alone,
+        ``where((self >= min).logical_and_(self <= max), grad, 0)`` with both; the
+        comparisons write 1-byte masks): the first clamp's comparison (reads 2 f, writes f)
+        and ``where`` (reads f + 2 f, writes 2 f), 8 f; the second's two comparisons,
+        ``logical_and_`` (reads 2 f, writes f) and ``where``, 14 f; the chunk's gradient, a
+        concatenation of the two halves' (8 f): 30 f bytes a copy. The cat's own gradient
+        is two views (no kernel). ``recompute``: the activation is recomputed in the
+        backward (Megatron-Core's ``recompute_modules`` "moe_act": ``TEGroupedMLP`` checkpoints
+        ``bias_act_func``, experts.py), so the forward's 16 f run again there.
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32,
+        ...                 gated=True, glu_clamp=True)
+        >>> m.glu_clamp_bytes(16) == (16 * 2 * 16 * 32, 16 * 2 * 30 * 32)
+        True
+        >>> m.glu_clamp_bytes(16, recompute=True)[1] == 16 * 2 * (30 + 16) * 32
+        True
+        """
+        if not (self.glu_clamp and self.is_moe and self.gated):
+            return 0.0, 0.0
+        copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
+        copies *= self.capacity_factor or 1.0
+        f = self.expert_ffn / etp  # one half of fc1's output on an expert-TP rank
+        forward = copies * 16 * f
+        return forward, copies * 30 * f + (forward if recompute else 0.0)
+
+    def unfused_rope_bytes(self, tokens: float, *, tp: int = 1) -> tuple[float, float]:
+        """HBM bytes (forward, backward) of one layer's rotary embedding on one TP rank
+        where Megatron-Core runs its unfused PyTorch path: YaRN (``yarn_scale`` > 1)
+        scales cos and sin by the concentration factor 0.1 ln(scale) + 1 (1.35 for
+        gpt-oss's 32, yarn_rotary_pos_embedding.py ``_yarn_get_concentration_factor``
+        with yarn_mscale None), which TE's fused kernel cannot take, so
+        ``apply_rotary_pos_emb`` falls back to ``_apply_rotary_pos_emb_bshd`` (rope_utils.py,
+        core_v0.16.0 on: "mscale ... is not supported by TE's fused RoPE"). Per bf16
+        element of q and k (a d / t + g d / t a token): forward ``t * cos`` (reads 2,
+        writes 2), ``_rotate_half``'s negation of one half (2 an element on average) and
+        concatenation (4), ``* sin`` (4), the sum (reads 4, writes 2) and the final
+        ``torch.cat`` with the empty pass-through part (4): 24 bytes. Backward
+        (autograd): the two products' gradients (4 each), the negation's (2), the
+        chunk's concatenation (4), the empty pass-through slice's zero-filled gradient
+        (2) and the three gradients' two sums (6 each): 28 bytes. (The fused kernel's own
+        traffic, 4 bytes an element each way, is left out, as for every model.)
+
+        >>> m = Transformer(layers=1, hidden=64, heads=4, kv_heads=2, head_size=16,
+        ...                 yarn_scale=32.0)
+        >>> m.unfused_rope_bytes(10) == (10 * 96 * 24, 10 * 96 * 28)
+        True
+        """
+        if self.yarn_scale <= 1:
+            return 0.0, 0.0
+        elements = tokens * (self.attention_heads + self.query_groups) * self.head_dim / tp
+        return elements * 24, elements * 28
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention is a sliding window of ``window`` tokens: Megatron-Core's
+        ``is_layer_window_attention`` (megatron/core/transformer/utils.py, core_v0.16.0)
+        windows layer n (from 1) unless n is a multiple of ``window_attn_skip_freq``
+        (``full_attention_every``; None, here 0: every layer). gpt-oss 120B: window 128,
+        every second layer full, so 18 of 36.
+
+        >>> Transformer(layers=36, hidden=64, window=128, full_attention_every=2).windowed_layers
+        18
+        >>> Transformer(layers=5, hidden=64, window=128, full_attention_every=3).windowed_layers
+        4
+        """
+        if not self.window:
+            return 0
+        every = self.full_attention_every
+        return sum(1 for n in range(1, self.layers + 1) if not every or n % every)
+
+    def window_keys(self) -> int:
+        """Keys per query of a sliding-window layer in :class:`~.kernels.Attention`'s causal
+        form (FLOPs 2 q k d, half of a full 4 q k d): query i (from 0) attends to
+        min(i + 1, w) keys, s w - w (w - 1) / 2 over the sequence (s >= w), so
+        k = 2 w - w (w - 1) / s, rounded; the whole causal prefix (s) where the window
+        holds it. gpt-oss at 4,096 tokens: 252 instead of 4,096.
+
+        >>> Transformer(layers=2, hidden=64, seq=4096, window=128).window_keys()
+        252
+        """
+        w, s = self.window, self.seq
+        if not w or w >= s:
+            return s
+        return round(2 * w - w * (w - 1) / s)
 
     def cross_entropy_bytes(
         self, tokens: float, *, tp: int = 1, impl: str = "unfused", backward: bool = False
