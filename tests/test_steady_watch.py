@@ -1,0 +1,79 @@
+"""A full step's replay watched as it runs (simulator.workload.steady._Watch): where a
+pair of steady periods repeats early enough, the replay is ended and the short step
+holding that pair replayed and checked instead; else the watched replay is the full
+step's, bit for bit. The reference is the full step's replay, unwatched.
+
+The pipeline is tests/test_steady_transient.py's uneven 405B (PP 8 x VP 2, the
+embedding and the loss counted as layers), periodic only from steady step ~20.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.workload import run_workload
+from simulator.workload.generators import megatron
+from simulator.workload.steady import (
+    NOT_PERIODIC,
+    STEP_TOLERANCE,
+    later_period,
+    latest_offset,
+    run_steady,
+    short_micro_batches,
+    uneven_stages,
+)
+from tests.test_steady_transient import PP, SERVERS, UNEVEN, V
+
+
+def _replay(micro: int):
+    return run_workload(megatron(**{**UNEVEN, "global_batch": micro}), "dgx-h100", nodes=SERVERS)
+
+
+def test_the_watched_full_step_ends_at_a_pair_that_repeats():
+    # 80 micro-batches: the shortest step is 32 (its pairs from steady steps 5 to 6, in
+    # the transient); the longer one, two periods later (reach 38), would be 48, more
+    # than half of 80. So the full step is replayed, watched from steady step 7, every
+    # second step (16 / 8); the first pair that repeats in the full replay (read off the
+    # full replay itself, the reference) ends it, and the short step holding it is
+    # replayed: 22 + 2 x 16 + found + 4 passes, rounded up to whole periods of 8.
+    micro = 80
+    assert short_micro_batches(micro, PP, V) == 32
+    assert short_micro_batches(micro, PP, V, reach=6 + 32) == 48
+    full, result = _replay(micro)
+    period_s, found, why = later_period(full.workload, full, PP, V, 7, latest_offset(micro, PP, V))
+    assert why == "" and (found - 7) % 2 == 0
+    sized = short_micro_batches(micro, PP, V, reach=found)
+    assert sized is not None and sized * V < micro * V - (22 + found + 32)
+    steady = run_steady({**UNEVEN, "global_batch": micro}, "dgx-h100", nodes=SERVERS)
+    assert steady.why == "" and steady.simulated == sized
+    assert steady.periods == (micro - sized) // PP
+    assert steady.tried[0].startswith(f"32 of 80 micro-batches: {NOT_PERIODIC}")
+    assert steady.tried[1] == f"the full step watched: steady step {found} repeats"
+    assert steady.period_s == pytest.approx(period_s, rel=STEP_TOLERANCE, abs=0)
+    assert steady.step_s == pytest.approx(result.step_s, rel=STEP_TOLERANCE, abs=0)
+
+
+def test_a_watched_replay_that_finds_nothing_is_the_full_replay():
+    # 64 micro-batches (see test_steady_transient): the watch stops before any pair
+    # repeats and the replay runs on; every op's issue, start and end are those of the
+    # unwatched replay, to the bit.
+    micro = 64
+    steady = run_steady({**UNEVEN, "global_batch": micro}, "dgx-h100", nodes=SERVERS)
+    full, result = _replay(micro)
+    assert steady.simulated == micro and steady.step_s == result.step_s
+    for field in ("issue_s", "start_s", "end_s"):
+        np.testing.assert_array_equal(
+            getattr(steady.run.records, field), getattr(full.records, field)
+        )
+
+
+def test_even_stages_are_not_watched_first():
+    # The same pipeline without the embedding and the loss counted as layers.
+    even = {
+        **UNEVEN,
+        "account_for_embedding_in_pipeline_split": False,
+        "account_for_loss_in_pipeline_split": False,
+    }
+    assert uneven_stages(UNEVEN) and not uneven_stages(even)
+    assert uneven_stages({"first_stage_layers": 6})
