@@ -107,18 +107,18 @@ def test_a_longer_short_step_is_the_full_step():
 
 def test_a_longer_short_step_that_spares_too_little_is_not_replayed():
     # 64 micro-batches: the shortest step (32) is in the transient and the longer one
-    # would be 48, more than half of 64: the full step, bit for bit. (Uneven stages with
-    # the shortest step half the step: the full step is replayed first, watched from
-    # the shortest step's middle, 5; a pair from steady step 7 would need a short step
-    # of 40 micro-batches, 80 passes, and only 128 - (22 + 7 + 32) = 67 are left.)
+    # would be 48, more than half of 64: the full step, bit for bit.
     micro = 64
     assert short_micro_batches(micro, PP, V, reach=6 + 32) == 48
-    assert short_micro_batches(micro, PP, V, reach=7) == 40
     steady = run_steady({**UNEVEN, "global_batch": micro}, "dgx-h100", nodes=SERVERS)
     assert steady.simulated == steady.micro_batches == micro and steady.period_s is None
-    assert steady.why.startswith("uneven stages and the shortest step (32 micro-batches)")
+    assert steady.why.startswith(f"32 of 64 micro-batches: {NOT_PERIODIC}")
+    # Then the full step, watched from steady step 7 (past the shortest step's 6): a
+    # pair from there would need 40 micro-batches, 80 passes, where 128 - (22 + 7 + 32)
+    # = 67 are left (simulator.workload.steady._Watch).
+    assert short_micro_batches(micro, PP, V, reach=7) == 40
     assert steady.why.endswith(
-        "the full step watched from steady step 5: a short step holding steady step 7 "
+        "; the full step watched from steady step 7: a short step holding steady step 7 "
         "spares nothing"
     )
     assert steady.tried == ()

@@ -19,6 +19,7 @@ from simulator.workload.steady import (
     STEP_TOLERANCE,
     later_period,
     latest_offset,
+    middle_offset,
     run_steady,
     short_micro_batches,
     uneven_stages,
@@ -54,22 +55,32 @@ def test_the_watched_full_step_ends_at_a_pair_that_repeats():
     assert steady.step_s == pytest.approx(result.step_s, rel=STEP_TOLERANCE, abs=0)
 
 
-def test_a_watched_replay_that_finds_nothing_is_the_full_replay():
-    # 64 micro-batches (see test_steady_transient): the watch stops before any pair
-    # repeats and the replay runs on; every op's issue, start and end are those of the
-    # unwatched replay, to the bit.
-    micro = 64
+def test_uneven_stages_with_few_micro_batches_replay_the_full_step_first():
+    # 48 micro-batches: the shortest step, 32, is more than half of them; the stages are
+    # uneven: the full step is replayed first, watched from the shortest step's middle,
+    # 5. A pair from there would need a step of 32 micro-batches, 64 passes, where
+    # 96 - (22 + 5 + 32) = 37 are left: the watch stops at once and the replay runs on.
+    # Every op's issue, start and end are those of the unwatched replay, to the bit.
+    micro = 48
+    assert short_micro_batches(micro, PP, V) == 32 and middle_offset(32, PP, V) == 5
+    assert short_micro_batches(micro, PP, V, reach=5) == 32
     steady = run_steady({**UNEVEN, "global_batch": micro}, "dgx-h100", nodes=SERVERS)
     full, result = _replay(micro)
-    assert steady.simulated == micro and steady.step_s == result.step_s
+    assert steady.simulated == micro and steady.period_s is None and steady.tried == ()
+    assert steady.why == (
+        "uneven stages and the shortest step (32 micro-batches) more than 0.5 of the "
+        "step: the full step replayed first; the full step watched from steady step 5: "
+        "a short step holding steady step 5 spares nothing"
+    )
+    assert steady.step_s == result.step_s
     for field in ("issue_s", "start_s", "end_s"):
         np.testing.assert_array_equal(
             getattr(steady.run.records, field), getattr(full.records, field)
         )
 
 
-def test_even_stages_are_not_watched_first():
-    # The same pipeline without the embedding and the loss counted as layers.
+def test_even_stages_are_not_replayed_first():
+    # The same pipeline without the embedding and the loss counted as layers: even.
     even = {
         **UNEVEN,
         "account_for_embedding_in_pipeline_split": False,

@@ -29,7 +29,15 @@ counted as layers) settle over a few periods, 136 steady steps of 64-step period
 to the end's half of the margin (:func:`later_period`): any pair that repeats will do,
 since the steps before it are the same in the short step and the full one. Where none
 does, one longer short step whose pairs can start two periods later still is replayed,
-if it spares half the step or more (:data:`LONGER_AT_MOST`). Where that fails too (the
+if it spares half the step or more (:data:`LONGER_AT_MOST`). Where that fails too, or
+is not made, the full step is replayed with its periods compared as it runs, from the
+last steady step seen (:class:`_Watch`): a pair that repeats while a short step holding
+it has fewer passes than the full replay has left ends the replay, and that short step
+is replayed and checked as the others (MLPerf's 405B on 512 H100: periodic only from
+steady step ~456 of 2,234, seven periods of 64 in); where none does, the watched replay
+is the full step's, the same events in the same order. Where the stages are uneven and
+the shortest step is more than half the step, the watched full step is replayed first
+(:data:`WATCH_FIRST_FROM`). Where all that fails (the
 pipeline still filling, calls of the step's ends reaching into the steady state, ranks
 drifting apart by a little every period, a host that launches ahead of the GPUs by more
 each micro-batch, as MoE steps with the host's launches modelled do), or the step has
@@ -93,12 +101,14 @@ OFFSET_STRIDE = 8
 #: is made only where it would spare at least half the step.
 LONGER_AT_MOST = 0.5
 
-#: Where the stages are uneven (:func:`uneven_stages`) and the shortest step is at least
+#: Where the stages are uneven (:func:`uneven_stages`) and the shortest step is more than
 #: this fraction of the step, the full step is replayed first, watched (:class:`_Watch`),
-#: rather than the shortest: uneven stages settle only after several periods (7 on
-#: the H100 405B rows of 64 micro-batches, PP 8 x VP 8, past their every steady step),
-#: so the short step is refused there and its replay, about 40% of the row's CPU, is
-#: thrown away; a pair that does repeat early is still found by the watch.
+#: rather than the shortest: uneven stages settle only after several periods (7 on the
+#: H100 405B rows, PP 8 x VP 8, fp8), so the shortest step is mostly refused and its
+#: replay thrown away, and where it is more than half the step, what it spares when it
+#: holds is less than what it costs when refused. (At half, as on the 64-micro-batch
+#: rows, it is tried: DGX Cloud's bf16 405B on 512 H100 holds at its middle and takes
+#: 7.6 s of CPU so, 15.6 s watched first; its fp8 twin, refused, 20.3 s and 13.3 s.)
 WATCH_FIRST_FROM = 0.5
 
 #: Relative difference the tests allow between the extrapolated step and the full
@@ -307,10 +317,16 @@ class _Passes:
             return [], [], "no steady steps to compare"
         return first, second, ""
 
-    def period(self, run: WorkloadRun | WorkloadReplay, offset: int) -> tuple[float, str]:
+    def period(
+        self,
+        run: WorkloadRun | WorkloadReplay,
+        offset: int,
+        pair: tuple[list[int], list[int], str] | None = None,
+    ) -> tuple[float, str]:
         """:func:`steady_period` of ``run`` (a replay of this index's workload, or one
-        under way: ops not yet run are NaN) at ``offset``."""
-        first, second, why = self.pair(offset)
+        under way: ops not yet run are NaN) at ``offset`` (``pair``: :meth:`pair`'s
+        answer for it, if already asked)."""
+        first, second, why = self.pair(offset) if pair is None else pair
         if why:
             return float("nan"), why
         ops = self.workload.ops
@@ -443,6 +459,8 @@ class _Watch:
         self.warmup = warmup_forwards(pp, v, extra)
         self.replay: WorkloadReplay | None = None
         self.passes: _Passes | None = None
+        # The compared pair's ops (:meth:`_Passes.pair`), and its second period's.
+        self.pair: tuple[list[int], list[int], str] | None = None
         self.second: np.ndarray | None = None
         self.next_s = 0.0
         self.watching = True
@@ -476,14 +494,14 @@ class _Watch:
             if sized is None or sized * self.v >= left:
                 self._stop(f"a short step holding steady step {self.offset} spares nothing")
                 return
-            _, second, why = self.passes.pair(self.offset)
-            if why:
-                self._stop(why)
+            self.pair = self.passes.pair(self.offset)
+            if self.pair[2]:
+                self._stop(self.pair[2])
                 return
-            self.second = np.asarray(second, dtype=np.int64)
+            self.second = np.asarray(self.pair[1], dtype=np.int64)
         if not np.isfinite(self.replay.records.end_s[self.second]).all():
             return
-        _, why = self.passes.period(self.replay, self.offset)
+        _, why = self.passes.period(self.replay, self.offset, self.pair)
         self.last = self.offset
         if not why:
             raise _Found(self.offset)
@@ -491,7 +509,7 @@ class _Watch:
             self._stop(why)
             return
         self.offset += self.stride
-        self.second = None
+        self.pair = self.second = None
 
 
 def _run(
@@ -622,7 +640,7 @@ def run_steady(
     compared as it runs from the last steady step seen (:class:`_Watch`): where a pair
     repeats while a short step holding it would spare replay, the full replay is ended
     and that short step replayed and checked, else the full replay is the step. Where
-    the stages are uneven and the shortest step is half the step or more
+    the stages are uneven and the shortest step is more than half the step
     (:data:`WATCH_FIRST_FROM`), the watched full step is replayed first.
     """
     pp = int(options.get("pp", 8))
@@ -646,9 +664,9 @@ def run_steady(
         tried: list[str] = []
         # The first steady step a watched full replay compares (None: not watched).
         watch_from = None
-        if uneven_stages(options) and short >= micro * WATCH_FIRST_FROM:
+        if uneven_stages(options) and short > micro * WATCH_FIRST_FROM:
             tried.append(
-                f"uneven stages and the shortest step ({short} micro-batches) at least "
+                f"uneven stages and the shortest step ({short} micro-batches) more than "
                 f"{WATCH_FIRST_FROM:g} of the step: the full step replayed first"
             )
             watch_from, short = middle_offset(short, pp, v, extra), None
