@@ -12,11 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.workload import run_workload
+from simulator.topology import load_topology
+from simulator.workload import TimingStore, run_workload
 from simulator.workload.generators import megatron
 from simulator.workload.steady import (
     NOT_PERIODIC,
     STEP_TOLERANCE,
+    _replayed,
+    _Watch,
     later_period,
     latest_offset,
     middle_offset,
@@ -88,3 +91,22 @@ def test_even_stages_are_not_replayed_first():
     }
     assert uneven_stages(UNEVEN) and not uneven_stages(even)
     assert uneven_stages({"first_stage_layers": 6})
+
+
+def test_a_refused_short_step_ends_early_with_the_reason_of_its_whole_replay():
+    # 32 micro-batches: every pair from steady step 5 (the middle) to 6 (the latest) is
+    # in the transient. Watched, the replay ends once the pair from 6 has run, with the
+    # reason later_period gives on the whole replay (the reference), some ops unrun.
+    micro = 32
+    run, _ = _replay(micro)
+    reason = later_period(run.workload, run, PP, V, 5, 6)[2]
+    assert reason.startswith(NOT_PERIODIC)
+    graph = load_topology("dgx-h100", SERVERS)
+    watch = _Watch(PP, V, micro, 0, 5, until=6)
+    options = {**UNEVEN, "global_batch": micro}
+    assert _replayed(options, graph, {"timings": TimingStore(graph)}, watch) is None
+    assert watch.refused == reason
+    assert watch.replay is not None and np.isnan(watch.replay.records.end_s).any()
+    # And so in run_steady's attempt at 64 micro-batches.
+    steady = run_steady({**UNEVEN, "global_batch": 64}, "dgx-h100", nodes=SERVERS)
+    assert steady.why.startswith(f"32 of 64 micro-batches: {reason}; ")

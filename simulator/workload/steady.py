@@ -407,8 +407,14 @@ def later_period(
             return period_s, offset, ""
         if not also.startswith(NOT_PERIODIC):
             break
+    return float("nan"), first, _refusal(why, first, last)
+
+
+def _refusal(why: str, first: int, last: int) -> str:
+    """:func:`later_period`'s reason where no pair from ``first`` to ``last`` repeats:
+    the first pair's (``why``), naming the steps tried past it."""
     reach = f" (nor later, up to steady step {last})" if last > first else ""
-    return float("nan"), first, why + reach
+    return why + reach
 
 
 def uneven_stages(options: dict[str, Any]) -> bool:
@@ -438,22 +444,39 @@ class _Found(Exception):
         self.offset = offset
 
 
+class _Refused(Exception):
+    """Raised by :class:`_Watch` to end a short step's replay: no pair of its periods
+    repeats (its reason in ``refused``)."""
+
+
 class _Watch:
-    """Progress callback of a full step's replay that compares its steady periods while
-    it runs (:meth:`_Passes.period` on the ops run so far), from steady step ``first``
-    on, every :data:`OFFSET_STRIDE`-th of a period, and raises :class:`_Found` at the
-    first pair that repeats, while the short step holding that pair
-    (:func:`short_micro_batches` with ``reach``) has fewer passes than the full step
-    has left to replay; past that, or at ops that differ or a step's own ops beside,
-    it stops watching and the full replay runs on, unchanged (the same events in the
-    same order: :func:`~simulator.network.flows.run_env`).
+    """Progress callback of a replay that compares its steady periods while it runs
+    (:meth:`_Passes.period` on the ops run so far: an op's record is final once it has
+    ended, so each pair is judged as on the finished replay), from steady step
+    ``first`` on, every :data:`OFFSET_STRIDE`-th of a period.
 
-    The pair found is a hint, not the result: the short step is replayed and checked
-    as any other (:func:`later_period`)."""
+    Of a full step (``until`` None): raises :class:`_Found` at the first pair that
+    repeats, while the short step holding that pair (:func:`short_micro_batches` with
+    ``reach``) has fewer passes than the full step has left to replay; past that, or at
+    ops that differ or a step's own ops beside, it stops watching and the full replay
+    runs on, unchanged (the same events in the same order:
+    :func:`~simulator.network.flows.run_env`). The pair found is a hint, not the
+    result: the short step is replayed and checked as any other (:func:`later_period`).
 
-    def __init__(self, pp: int, v: int, micro: int, extra: int, first: int):
+    Of a short step (``until`` its :func:`latest_offset`): raises :class:`_Refused` once
+    every pair :func:`later_period` would compare, ``first`` to ``until``, is
+    :data:`NOT_PERIODIC` (its reason in ``refused``, as :func:`later_period` gives it),
+    sparing the replay of the step's end; at anything else it stops watching and the
+    replay runs on, to be judged when done."""
+
+    def __init__(
+        self, pp: int, v: int, micro: int, extra: int, first: int, until: int | None = None
+    ):
         self.pp, self.v, self.micro, self.extra = pp, v, micro, extra
-        self.offset = first
+        self.first = self.offset = first
+        self.until = until
+        self.refused = ""
+        self.why_first = ""
         self.steps = period_micro_batches(pp, v) * v
         self.stride = max(1, self.steps // OFFSET_STRIDE)
         self.warmup = warmup_forwards(pp, v, extra)
@@ -481,6 +504,21 @@ class _Watch:
     def _stop(self, why: str) -> None:
         self.watching, self.stopped = False, why
 
+    def _short(self, why: str) -> None:
+        """A short step's pair at ``offset`` judged ``why``: on to the next, or the
+        replay ended where every pair up to ``until`` is refused."""
+        assert self.until is not None  # (a short step's watch)
+        if not why.startswith(NOT_PERIODIC):
+            self._stop(why or f"steady step {self.offset} repeats")
+            return
+        if self.offset == self.first:
+            self.why_first = why
+        if self.offset >= self.until:
+            self.refused = _refusal(self.why_first, self.first, self.until)
+            raise _Refused
+        self.offset = min(self.offset + self.stride, self.until)
+        self.pair = self.second = None
+
     def __call__(self, now: float) -> None:
         if not self.watching or now < self.next_s:
             return
@@ -488,12 +526,13 @@ class _Watch:
         # looks over a step, each a vector test, against hundreds of thousands of events.
         self.next_s = now * (1 + 1 / 256)
         assert self.replay is not None and self.passes is not None  # (bound first)
-        if self.second is None:
+        if self.second is None and self.until is None:
             sized = short_micro_batches(self.micro, self.pp, self.v, self.extra, reach=self.offset)
             left = self.micro * self.v - (self.warmup + self.offset + 2 * self.steps)
             if sized is None or sized * self.v >= left:
                 self._stop(f"a short step holding steady step {self.offset} spares nothing")
                 return
+        if self.second is None:
             self.pair = self.passes.pair(self.offset)
             if self.pair[2]:
                 self._stop(self.pair[2])
@@ -503,6 +542,9 @@ class _Watch:
             return
         _, why = self.passes.period(self.replay, self.offset, self.pair)
         self.last = self.offset
+        if self.until is not None:
+            self._short(why)
+            return
         if not why:
             raise _Found(self.offset)
         if not why.startswith(NOT_PERIODIC):
@@ -524,7 +566,7 @@ def _run(
         watch.bind(replay)
         try:
             run = replay.run(progress=watch)
-        except _Found:
+        except (_Found, _Refused):
             return None
         finally:
             replay.close()
@@ -583,15 +625,16 @@ def _attempt(
     """Replay the short step of ``short`` of ``micro`` micro-batches and compare its
     steady periods (:func:`later_period`): the step extrapolated where a pair repeats,
     else why not and the latest steady step compared (``tried`` gets the attempt)."""
-    replayed = _replayed(
-        {**options, "global_batch": short * _replica_batch(options)}, graph, arguments
-    )
-    assert replayed is not None  # (unwatched)
+    middle, latest = middle_offset(short, pp, v, extra), latest_offset(short, pp, v, extra)
+    # Watched: where every pair is refused, the replay ends past the last one.
+    watch = _Watch(pp, v, micro, extra, middle, until=latest)
+    options = {**options, "global_batch": short * _replica_batch(options)}
+    replayed = _replayed(options, graph, arguments, watch)
+    if replayed is None:
+        tried.append(f"{short} of {micro} micro-batches: {watch.refused}")
+        return watch.refused, latest
     workload, run, result = replayed
-    latest = latest_offset(short, pp, v, extra)
-    period_s, _, why = later_period(
-        run.workload, run, pp, v, middle_offset(short, pp, v, extra), latest
-    )
+    period_s, _, why = later_period(run.workload, run, pp, v, middle, latest)
     if not why:
         periods = (micro - short) // period_micro_batches(pp, v)
         return SteadyStep(
