@@ -558,7 +558,8 @@ def _run(
     workload: Workload, graph: nx.Graph, arguments: dict[str, Any], watch: _Watch | None
 ) -> tuple[WorkloadRun, Breakdown] | None:
     """``run_workload(workload, graph, **arguments)``, under ``watch`` if given: None
-    where the watch found a pair (:class:`_Found`, kept in ``watch.last``)."""
+    where the watch ended the replay (:class:`_Found`: the pair in ``watch.last``;
+    :class:`_Refused`: why in ``watch.refused``)."""
     if watch is None:
         return run_workload(workload, graph, **arguments)
     with fewer_collections():
@@ -581,7 +582,7 @@ def _replayed(
 ) -> tuple[Workload, WorkloadRun, Breakdown] | None:
     """Build ``megatron(**options)`` and replay it on ``graph`` (``arguments`` hold a
     :class:`TimingStore` of it); returns the workload built, the run and its breakdown,
-    or None where ``watch`` (:class:`_Watch`) ended the replay at a pair that repeats.
+    or None where ``watch`` (:class:`_Watch`) ended the replay.
 
     Where neither the TP masters nor one replica would stand in
     (:func:`~simulator.workload.replicas.neither_stands_in`, asked on the masters'
