@@ -39,7 +39,7 @@ is the full step's, the same events in the same order. Where the stages are unev
 the shortest step is more than half the step, the watched full step is replayed first
 (:data:`WATCH_FIRST_FROM`). A short step's replay is watched too: once every pair it
 would compare has run and none repeats, it ends there, its end (cool-down, gradient
-reductions) never replayed (a third to a half of a refused attempt's CPU on the H100
+reductions) never replayed (40-60% of a refused attempt's CPU on the H100
 405B rows). Where all that fails (the
 pipeline still filling, calls of the step's ends reaching into the steady state, ranks
 drifting apart by a little every period, a host that launches ahead of the GPUs by more
