@@ -113,6 +113,14 @@ def test_a_longer_short_step_that_spares_too_little_is_not_replayed():
     steady = run_steady({**UNEVEN, "global_batch": micro}, "dgx-h100", nodes=SERVERS)
     assert steady.simulated == steady.micro_batches == micro and steady.period_s is None
     assert steady.why.startswith(f"32 of 64 micro-batches: {NOT_PERIODIC}")
+    # Then the full step, watched from steady step 7 (past the shortest step's 6): a
+    # pair from there would need 40 micro-batches, 80 passes, where 128 - (22 + 7 + 32)
+    # = 67 are left (simulator.workload.steady._Watch).
+    assert short_micro_batches(micro, PP, V, reach=7) == 40
+    assert steady.why.endswith(
+        "; the full step watched from steady step 7: a short step holding steady step 7 "
+        "spares nothing"
+    )
     assert steady.tried == ()
     _, full = _replay(micro)
     assert steady.step_s == full.step_s

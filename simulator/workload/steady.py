@@ -29,7 +29,18 @@ counted as layers) settle over a few periods, 136 steady steps of 64-step period
 to the end's half of the margin (:func:`later_period`): any pair that repeats will do,
 since the steps before it are the same in the short step and the full one. Where none
 does, one longer short step whose pairs can start two periods later still is replayed,
-if it spares half the step or more (:data:`LONGER_AT_MOST`). Where that fails too (the
+if it spares half the step or more (:data:`LONGER_AT_MOST`). Where that fails too, or
+is not made, the full step is replayed with its periods compared as it runs, from the
+last steady step seen (:class:`_Watch`): a pair that repeats while a short step holding
+it has fewer passes than the full replay has left ends the replay, and that short step
+is replayed and checked as the others (MLPerf's 405B on 512 H100: periodic only from
+steady step ~456 of 2,234, seven periods of 64 in); where none does, the watched replay
+is the full step's, the same events in the same order. Where the stages are uneven and
+the shortest step is more than half the step, the watched full step is replayed first
+(:data:`WATCH_FIRST_FROM`). A short step's replay is watched too: once every pair it
+would compare has run and none repeats, it ends there, its end (cool-down, gradient
+reductions) never replayed (40-60% of a refused attempt's CPU on the H100
+405B rows). Where all that fails (the
 pipeline still filling, calls of the step's ends reaching into the steady state, ranks
 drifting apart by a little every period, a host that launches ahead of the GPUs by more
 each micro-batch, as MoE steps with the host's launches modelled do), or the step has
@@ -64,10 +75,11 @@ from ..topology import load_topology
 # (Imported here, not in run_steady: the bench times run_steady alone, and the
 # generators' import is seconds of CPU that is not the step's.)
 from . import run_workload
-from .engine import WorkloadRun
+from .collection import fewer_collections
+from .engine import WorkloadReplay, WorkloadRun
 from .generators import megatron
 from .isolated import TimingStore
-from .metrics import Breakdown
+from .metrics import Breakdown, breakdown
 from .replicas import neither_stands_in
 from .trace import Workload
 
@@ -91,6 +103,16 @@ OFFSET_STRIDE = 8
 #: micro-batches: a second attempt that fails adds its replay to the full step's, so it
 #: is made only where it would spare at least half the step.
 LONGER_AT_MOST = 0.5
+
+#: Where the stages are uneven (:func:`uneven_stages`) and the shortest step is more than
+#: this fraction of the step, the full step is replayed first, watched (:class:`_Watch`),
+#: rather than the shortest: uneven stages settle only after several periods (7 on the
+#: H100 405B rows, PP 8 x VP 8, fp8), so the shortest step is mostly refused and its
+#: replay thrown away, and where it is more than half the step, what it spares when it
+#: holds is less than what it costs when refused. (At half, as on the 64-micro-batch
+#: rows, it is tried: DGX Cloud's bf16 405B on 512 H100 holds at its middle and takes
+#: 7.6 s of CPU so, 15.6 s watched first; its fp8 twin, refused, 20.3 s and 13.3 s.)
+WATCH_FIRST_FROM = 0.5
 
 #: Relative difference the tests allow between the extrapolated step and the full
 #: replay's (float rounding of the clock over the step's ops; see the module docstring).
@@ -267,13 +289,13 @@ class _Passes:
             chunk = v - 1 - chunk
         return kind, chunk, (k // (pp * v)) * pp + k % pp
 
-    def period(self, run: WorkloadRun, offset: int) -> tuple[float, str]:
-        """:func:`steady_period` of ``run`` (a replay of this index's workload) at
-        ``offset``."""
+    def pair(self, offset: int) -> tuple[list[int], list[int], str]:
+        """The ops of the period of steady steps from ``offset`` and of the next, in
+        matching order, and ''; or why they cannot be compared."""
         if not self.warmup:
-            return float("nan"), "the step has no backward passes named as Megatron's"
+            return [], [], "the step has no backward passes named as Megatron's"
         steps = period_micro_batches(self.pp, self.v) * self.v
-        ops, by_pass = self.workload.ops, self.by_pass
+        by_pass = self.by_pass
         first: list[int] = []
         second: list[int] = []
         for rank, w in self.warmup.items():
@@ -284,14 +306,33 @@ class _Passes:
                         these = by_pass.get((rank, stream, *a), [])
                         those = by_pass.get((rank, stream, *b), [])
                         if len(these) != len(those):
-                            return float("nan"), (
-                                f"rank {rank}'s {kind} passes {a[1:]} and {b[1:]} have "
-                                "different ops"
+                            return (
+                                [],
+                                [],
+                                (
+                                    f"rank {rank}'s {kind} passes {a[1:]} and {b[1:]} have "
+                                    "different ops"
+                                ),
                             )
                         first += these
                         second += those
         if not first:
-            return float("nan"), "no steady steps to compare"
+            return [], [], "no steady steps to compare"
+        return first, second, ""
+
+    def period(
+        self,
+        run: WorkloadRun | WorkloadReplay,
+        offset: int,
+        pair: tuple[list[int], list[int], str] | None = None,
+    ) -> tuple[float, str]:
+        """:func:`steady_period` of ``run`` (a replay of this index's workload, or one
+        under way: ops not yet run are NaN) at ``offset`` (``pair``: :meth:`pair`'s
+        answer for it, if already asked)."""
+        first, second, why = self.pair(offset) if pair is None else pair
+        if why:
+            return float("nan"), why
+        ops = self.workload.ops
         records = run.records
         first_ids, second_ids = np.asarray(first), np.asarray(second)
         for i, j in zip(first, second, strict=True):
@@ -369,15 +410,182 @@ def later_period(
             return period_s, offset, ""
         if not also.startswith(NOT_PERIODIC):
             break
+    return float("nan"), first, _refusal(why, first, last)
+
+
+def _refusal(why: str, first: int, last: int) -> str:
+    """:func:`later_period`'s reason where no pair from ``first`` to ``last`` repeats:
+    the first pair's (``why``), naming the steps tried past it."""
     reach = f" (nor later, up to steady step {last})" if last > first else ""
-    return float("nan"), first, why + reach
+    return why + reach
+
+
+def uneven_stages(options: dict[str, Any]) -> bool:
+    """Whether ``megatron(**options)``'s pipeline stages hold different layers (whole
+    stages set apart, or the embedding and the loss counted as layers): stages whose
+    work differs run at different paces until the lighter wait on the others, a
+    transient of several periods (see :data:`WATCH_FIRST_FROM`).
+
+    >>> uneven_stages({"account_for_loss_in_pipeline_split": True}), uneven_stages({})
+    (True, False)
+    """
+    keys = (
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+        "first_stage_layers",
+        "last_stage_layers",
+    )
+    return any(options.get(key) for key in keys)
+
+
+class _Found(Exception):
+    """Raised by :class:`_Watch` to end a full step's replay: the pair of periods from
+    steady step ``offset`` repeats, and a short step holding it spares replay."""
+
+    def __init__(self, offset: int):
+        super().__init__(offset)
+        self.offset = offset
+
+
+class _Refused(Exception):
+    """Raised by :class:`_Watch` to end a short step's replay: no pair of its periods
+    repeats (its reason in ``refused``)."""
+
+
+class _Watch:
+    """Progress callback of a replay that compares its steady periods while it runs
+    (:meth:`_Passes.period` on the ops run so far: an op's record is final once it has
+    ended, so each pair is judged as on the finished replay), from steady step
+    ``first`` on, every :data:`OFFSET_STRIDE`-th of a period.
+
+    Of a full step (``until`` None): raises :class:`_Found` at the first pair that
+    repeats, while the short step holding that pair (:func:`short_micro_batches` with
+    ``reach``) has fewer passes than the full step has left to replay; past that, or at
+    ops that differ or a step's own ops beside, it stops watching and the full replay
+    runs on, unchanged (the same events in the same order:
+    :func:`~simulator.network.flows.run_env`). The pair found is a hint, not the
+    result: the short step is replayed and checked as any other (:func:`later_period`).
+
+    Of a short step (``until`` its :func:`latest_offset`): raises :class:`_Refused` once
+    every pair :func:`later_period` would compare, ``first`` to ``until``, is
+    :data:`NOT_PERIODIC` (its reason in ``refused``, as :func:`later_period` gives it),
+    sparing the replay of the step's end; at anything else it stops watching and the
+    replay runs on, to be judged when done."""
+
+    def __init__(
+        self, pp: int, v: int, micro: int, extra: int, first: int, until: int | None = None
+    ):
+        self.pp, self.v, self.micro, self.extra = pp, v, micro, extra
+        self.first = self.offset = first
+        self.until = until
+        self.refused = ""
+        self.why_first = ""
+        self.steps = period_micro_batches(pp, v) * v
+        self.stride = max(1, self.steps // OFFSET_STRIDE)
+        self.warmup = warmup_forwards(pp, v, extra)
+        self.replay: WorkloadReplay | None = None
+        self.passes: _Passes | None = None
+        # The compared pair's ops (:meth:`_Passes.pair`), and its second period's.
+        self.pair: tuple[list[int], list[int], str] | None = None
+        self.second: np.ndarray | None = None
+        self.next_s = 0.0
+        self.watching = True
+        #: The last offset compared, and why the watch stopped ('' while it watches).
+        self.last = -1
+        self.stopped = ""
+
+    def bind(self, replay: WorkloadReplay) -> None:
+        """Watch ``replay`` (its workload indexed once)."""
+        self.replay = replay
+        self.passes = _Passes(replay.workload, self.pp, self.v)
+
+    def again(self, why: str) -> None:
+        """The replay starts over (:func:`~simulator.workload.engine._starting_over`),
+        as another replay whose records are not the ones bound: stop watching."""
+        self._stop(f"the replay started over ({why})")
+
+    def _stop(self, why: str) -> None:
+        self.watching, self.stopped = False, why
+
+    def _short(self, why: str) -> None:
+        """A short step's pair at ``offset`` judged ``why``: on to the next, or the
+        replay ended where every pair up to ``until`` is refused."""
+        assert self.until is not None  # (a short step's watch)
+        if not why.startswith(NOT_PERIODIC):
+            self._stop(why or f"steady step {self.offset} repeats")
+            return
+        if self.offset == self.first:
+            self.why_first = why
+        if self.offset >= self.until:
+            self.refused = _refusal(self.why_first, self.first, self.until)
+            raise _Refused
+        self.offset = min(self.offset + self.stride, self.until)
+        self.pair = self.second = None
+
+    def __call__(self, now: float) -> None:
+        if not self.watching or now < self.next_s:
+            return
+        # Records looked at as simulated time grows by 1/256 of itself: a few thousand
+        # looks over a step, each a vector test, against hundreds of thousands of events.
+        self.next_s = now * (1 + 1 / 256)
+        assert self.replay is not None and self.passes is not None  # (bound first)
+        if self.second is None and self.until is None:
+            sized = short_micro_batches(self.micro, self.pp, self.v, self.extra, reach=self.offset)
+            left = self.micro * self.v - (self.warmup + self.offset + 2 * self.steps)
+            if sized is None or sized * self.v >= left:
+                self._stop(f"a short step holding steady step {self.offset} spares nothing")
+                return
+        if self.second is None:
+            self.pair = self.passes.pair(self.offset)
+            if self.pair[2]:
+                self._stop(self.pair[2])
+                return
+            self.second = np.asarray(self.pair[1], dtype=np.int64)
+        if not np.isfinite(self.replay.records.end_s[self.second]).all():
+            return
+        _, why = self.passes.period(self.replay, self.offset, self.pair)
+        self.last = self.offset
+        if self.until is not None:
+            self._short(why)
+            return
+        if not why:
+            raise _Found(self.offset)
+        if not why.startswith(NOT_PERIODIC):
+            self._stop(why)
+            return
+        self.offset += self.stride
+        self.pair = self.second = None
+
+
+def _run(
+    workload: Workload, graph: nx.Graph, arguments: dict[str, Any], watch: _Watch | None
+) -> tuple[WorkloadRun, Breakdown] | None:
+    """``run_workload(workload, graph, **arguments)``, under ``watch`` if given: None
+    where the watch ended the replay (:class:`_Found`: the pair in ``watch.last``;
+    :class:`_Refused`: why in ``watch.refused``)."""
+    if watch is None:
+        return run_workload(workload, graph, **arguments)
+    with fewer_collections():
+        replay = WorkloadReplay(workload, graph, **arguments)
+        watch.bind(replay)
+        try:
+            run = replay.run(progress=watch)
+        except (_Found, _Refused):
+            return None
+        finally:
+            replay.close()
+    return run, breakdown(run)
 
 
 def _replayed(
-    options: dict[str, Any], graph: nx.Graph, arguments: dict[str, Any]
-) -> tuple[Workload, WorkloadRun, Breakdown]:
+    options: dict[str, Any],
+    graph: nx.Graph,
+    arguments: dict[str, Any],
+    watch: _Watch | None = None,
+) -> tuple[Workload, WorkloadRun, Breakdown] | None:
     """Build ``megatron(**options)`` and replay it on ``graph`` (``arguments`` hold a
-    :class:`TimingStore` of it); returns the workload built, the run and its breakdown.
+    :class:`TimingStore` of it); returns the workload built, the run and its breakdown,
+    or None where ``watch`` (:class:`_Watch`) ended the replay.
 
     Where neither the TP masters nor one replica would stand in
     (:func:`~simulator.workload.replicas.neither_stands_in`, asked on the masters'
@@ -392,16 +600,69 @@ def _replayed(
         network = FlowNetwork(simpy.Environment(), graph, tables=store.tables())
         refused = neither_stands_in(workload, network, store.derived)
     if refused is None:
-        run, result = run_workload(workload, graph, **arguments)
-        return workload, run, result
+        done = _run(workload, graph, arguments, watch)
+        return None if done is None else (workload, *done)
     shadows, replicas = workload.shadows, workload.replicas
     assert shadows is not None and replicas is not None  # (neither_stands_in's premise)
     every = megatron(**{**options, "replicas": False, "shadows": False})
-    run, result = run_workload(every, graph, **arguments)
+    done = _run(every, graph, arguments, watch)
+    if done is None:
+        return None
+    run, result = done
     run.shadows = {"count": shadows.count, "simulated": "all", "why": refused[0]}
     dp = replicas.count * replicas.unit
     run.replicas = {"count": dp, "simulated": "all", "why": refused[1]}
     return every, run, result
+
+
+def _attempt(
+    options: dict[str, Any],
+    graph: nx.Graph,
+    arguments: dict[str, Any],
+    micro: int,
+    short: int,
+    pp: int,
+    v: int,
+    extra: int,
+    tried: list[str],
+) -> SteadyStep | tuple[str, int]:
+    """Replay the short step of ``short`` of ``micro`` micro-batches and compare its
+    steady periods (:func:`later_period`): the step extrapolated where a pair repeats,
+    else why not and the latest steady step compared (``tried`` gets the attempt)."""
+    middle, latest = middle_offset(short, pp, v, extra), latest_offset(short, pp, v, extra)
+    # Watched: where every pair is refused, the replay ends past the last one.
+    watch = _Watch(pp, v, micro, extra, middle, until=latest)
+    options = {**options, "global_batch": short * _replica_batch(options)}
+    replayed = _replayed(options, graph, arguments, watch)
+    if replayed is None:
+        tried.append(f"{short} of {micro} micro-batches: {watch.refused}")
+        return watch.refused, latest
+    workload, run, result = replayed
+    period_s, _, why = later_period(run.workload, run, pp, v, middle, latest)
+    if not why:
+        periods = (micro - short) // period_micro_batches(pp, v)
+        return SteadyStep(
+            step_s=result.step_s + periods * period_s,
+            micro_batches=micro,
+            simulated=short,
+            period_s=period_s,
+            periods=periods,
+            workload=workload,
+            run=run,
+            breakdown=result,
+            tried=tuple(tried),
+        )
+    tried.append(f"{short} of {micro} micro-batches: {why}")
+    return why, latest
+
+
+def _replica_batch(options: dict[str, Any]) -> int:
+    """Samples in one micro-batch of every replica: ``micro_batch x dp``.
+
+    >>> _replica_batch({"micro_batch": 2, "dp": 4}), _replica_batch({})
+    (8, 1)
+    """
+    return int(options.get("micro_batch", 1)) * int(options.get("dp", 1))
 
 
 def run_steady(
@@ -422,7 +683,12 @@ def run_steady(
     periodic there, at later steady steps up to the end's margin (a transient dying
     out: :func:`later_period`). Where none is periodic yet, one longer short step whose
     compared periods can start two periods later still is replayed, if it spares at
-    least half the step (:data:`LONGER_AT_MOST`); then the full step.
+    least half the step (:data:`LONGER_AT_MOST`); then the full step, its periods
+    compared as it runs from the last steady step seen (:class:`_Watch`): where a pair
+    repeats while a short step holding it would spare replay, the full replay is ended
+    and that short step replayed and checked, else the full replay is the step. Where
+    the stages are uneven and the shortest step is more than half the step
+    (:data:`WATCH_FIRST_FROM`), the watched full step is replayed first.
     """
     pp = int(options.get("pp", 8))
     v = int(options.get("virtual_stages", 1))
@@ -443,38 +709,59 @@ def run_steady(
     elif short is not None and not options.get("fsdp"):
         steps = period_micro_batches(pp, v) * v
         tried: list[str] = []
+        # The first steady step a watched full replay compares (None: not watched).
+        watch_from = None
+        if uneven_stages(options) and short > micro * WATCH_FIRST_FROM:
+            tried.append(
+                f"uneven stages and the shortest step ({short} micro-batches) more than "
+                f"{WATCH_FIRST_FROM:g} of the step: the full step replayed first"
+            )
+            watch_from, short = middle_offset(short, pp, v, extra), None
         while short is not None:
-            workload, run, result = _replayed(
-                {**options, "global_batch": short * micro_batch * dp}, graph, arguments
-            )
-            latest = latest_offset(short, pp, v, extra)
-            period_s, _, why = later_period(
-                run.workload, run, pp, v, middle_offset(short, pp, v, extra), latest
-            )
-            if not why:
-                periods = (micro - short) // period_micro_batches(pp, v)
-                return SteadyStep(
-                    step_s=result.step_s + periods * period_s,
-                    micro_batches=micro,
-                    simulated=short,
-                    period_s=period_s,
-                    periods=periods,
-                    workload=workload,
-                    run=run,
-                    breakdown=result,
-                    tried=tuple(tried),
-                )
-            tried.append(f"{short} of {micro} micro-batches: {why}")
-            del run, result  # (the next replay needs the memory)
+            attempt = _attempt(options, graph, arguments, micro, short, pp, v, extra, tried)
+            if isinstance(attempt, SteadyStep):
+                return attempt
+            why, latest = attempt
             longer = None
+            watch_from = latest + 1 if why.startswith(NOT_PERIODIC) else None
             if why.startswith(NOT_PERIODIC) and len(tried) == 1:
                 # A transient outlasting the short step: give it two periods more.
                 longer = short_micro_batches(micro, pp, v, extra, reach=latest + 2 * steps)
             short = longer if longer is not None and longer <= micro * LONGER_AT_MOST else None
+        if watch_from is not None:
+            # The full step, its steady periods compared as it runs: where a pair
+            # repeats early enough, the short step holding it; else the full replay.
+            watch = _Watch(pp, v, micro, extra, watch_from)
+            replayed = _replayed(options, graph, arguments, watch)
+            if replayed is None:
+                tried.append(f"the full step watched: steady step {watch.last} repeats")
+                sized = short_micro_batches(micro, pp, v, extra, reach=watch.last)
+                assert sized is not None  # (the watch asked the same)
+                attempt = _attempt(options, graph, arguments, micro, sized, pp, v, extra, tried)
+                if isinstance(attempt, SteadyStep):
+                    return attempt
+            else:
+                workload, run, result = replayed
+                tried.append(
+                    f"the full step watched from steady step {watch_from}: {watch.stopped}"
+                )
+                return SteadyStep(
+                    step_s=result.step_s,
+                    micro_batches=micro,
+                    simulated=micro,
+                    period_s=None,
+                    periods=0,
+                    workload=workload,
+                    run=run,
+                    breakdown=result,
+                    why="; ".join(tried),
+                )
         why = "; ".join(tried)
     elif short is not None:
         why = "FSDP gathers weights per micro-batch (not checked here)"
-    workload, run, result = _replayed(options, graph, arguments)
+    replayed = _replayed(options, graph, arguments)
+    assert replayed is not None  # (unwatched)
+    workload, run, result = replayed
     return SteadyStep(
         step_s=result.step_s,
         micro_batches=micro,
