@@ -4,10 +4,10 @@ full step's replay, the reference.
 
 The pipeline: Llama 3.1 405B's 126 layers with the embedding and the loss counted as
 layers (Megatron-Bridge's ``account_for_*_in_pipeline_split``), 128 over PP 8 x VP 2,
-so the first and last chunks hold 7 layers and the others 8. Its full replays (40, 56
-and 64 micro-batches seen) repeat every 16 steady steps exactly only from steady step 20 on,
-the uneven stages settling first; the bridge-26.x rows on 1,024 H100 do so from step
-~136 of 64-step periods.
+so the first and last chunks hold 7 layers and the others 8. Its full replays repeat
+every 16 steady steps exactly only after a transient, the uneven stages settling first:
+from steady step 8 in fp8 (current scaling), from step 33 in bf16; the bridge-26.x rows
+on 1,024 H100 do so from step ~136 of 64-step periods.
 """
 
 from __future__ import annotations
@@ -46,30 +46,34 @@ UNEVEN = {
     "replicas": True,
     "shadows": True,
 }
+#: The same pipeline in bf16, whose transient outlasts a short step's middle pair.
+BF16 = {k: v for k, v in UNEVEN.items() if k != "fp8_recipe"} | {"precision": "bf16"}
 SERVERS = 8  # one replica of TP 8 x PP 8
 PP, V = 8, 2
 
 
-def _replay(micro: int):
-    return run_workload(megatron(**{**UNEVEN, "global_batch": micro}), "dgx-h100", nodes=SERVERS)
+def _replay(micro: int, options: dict = UNEVEN):
+    return run_workload(megatron(**{**options, "global_batch": micro}), "dgx-h100", nodes=SERVERS)
 
 
 def test_the_period_is_found_past_the_transient():
-    # 40 micro-batches: 80 - 22 warm-up forwards = 58 steady steps. The middle pair of
-    # periods (steps 13-28 against 29-44) is still in the transient; the latest that
-    # keeps the end's margin of 4 starts at 58 - 32 - 4 = 22; every second offset is
-    # tried (16 / 8) from 13: 15, 17, 19 not yet periodic, 21 periodic.
-    run, result = _replay(40)
-    assert (middle_offset(40, PP, V), latest_offset(40, PP, V)) == (13, 22)
-    period, why = steady_period(run.workload, run, PP, V, 13)
+    # In bf16 the same pipeline repeats only from steady step 33 (the fp8 build, whose
+    # casts make its passes shorter, settles from step 8, before any middle a multiple
+    # of 8 micro-batches gives). 56 micro-batches: 112 - 22 warm-up forwards = 90
+    # steady steps. The middle pair of periods (steps 29-44 against 45-60) is still in
+    # the transient; the latest that keeps the end's margin of 4 starts at 90 - 32 - 4 =
+    # 54; every second offset is tried (16 / 8) from 29: 31 not yet periodic, 33 periodic.
+    run, result = _replay(56, BF16)
+    assert (middle_offset(56, PP, V), latest_offset(56, PP, V)) == (29, 54)
+    period, why = steady_period(run.workload, run, PP, V, 29)
     assert np.isnan(period) and why.startswith(NOT_PERIODIC)
-    assert steady_period(run.workload, run, PP, V, 19)[1].startswith(NOT_PERIODIC)
-    period_s, offset, why = later_period(run.workload, run, PP, V, 13, 22)
-    assert why == "" and offset == 21
-    assert period_s == steady_period(run.workload, run, PP, V, 21)[0] > 0
-    # From there the step of 40 + 2 x 8 micro-batches is that of 40 and two periods:
-    # the full replay of 56, the reference.
-    _, full = _replay(56)
+    assert steady_period(run.workload, run, PP, V, 31)[1].startswith(NOT_PERIODIC)
+    period_s, offset, why = later_period(run.workload, run, PP, V, 29, 54)
+    assert why == "" and offset == 33
+    assert period_s == steady_period(run.workload, run, PP, V, 33)[0] > 0
+    # From there the step of 56 + 2 x 8 micro-batches is that of 56 and two periods:
+    # the full replay of 72, the reference.
+    _, full = _replay(72, BF16)
     assert result.step_s + 2 * period_s == pytest.approx(full.step_s, rel=STEP_TOLERANCE, abs=0)
 
 
