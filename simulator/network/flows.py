@@ -278,6 +278,7 @@ class FlowNetwork:
         grow("_f_op", np.int64, -1)
         grow("_f_owner", np.int32, -1)
         grow("_f_route", np.int64, -1)
+        grow("_f_links", np.int64, 0)  # links on the route (set as the flow is taken in)
         grow("_f_bytes", float, 0.0)
         grow("_f_left", float, 0.0)
         grow("_f_rate", float, 0.0)
@@ -648,6 +649,7 @@ class FlowNetwork:
         if len(new):
             rows = self._f_route[new]
             lengths = ptr[rows + 1] - ptr[rows]
+            self._f_links[new] = lengths
             new_flow = np.repeat(new, lengths)
             offsets = np.repeat(ptr[rows] - (np.cumsum(lengths) - lengths), lengths)
             new_link = route_links[offsets + np.arange(int(lengths.sum()))]
@@ -690,6 +692,9 @@ class FlowNetwork:
                 found.update(new.tolist())
                 self._recompute(np.array(sorted(found), dtype=np.int64), now, entries)
             else:
+                if affected is None:  # (found as entries only: the mask made now)
+                    affected = np.zeros(self._cap, dtype=bool)
+                    affected[self._inc_flow[entries]] = True
                 if len(new):
                     # (Already among them: their links are seeds. A flow over no link
                     # has no entry, so the entries stay those of the slots.)
@@ -870,18 +875,19 @@ class FlowNetwork:
                 self.link_busy[link] += now - float(self._link_since[link])
                 self.link_idle_at[link] = now
 
-    def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _component(self, seeds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
         mask over slots, and the positions of their incidence entries where the search
-        found them (None: :meth:`_recompute` finds them)."""
+        found them (None: :meth:`_recompute` finds them). Where the component is a few
+        links' one-link flows (:meth:`_one_link_flows_on`) the mask is None: the entries
+        say it, and most callers need no mask over the pool."""
+        if self.cut_entries and 0 < len(seeds) <= _FEW_SEEDS and len(self._inc_link) > _SMALL:
+            entries = self._one_link_flows_on(seeds)
+            if entries is not None:
+                return None, entries
         flows = np.zeros(self._cap, dtype=bool)
         if len(seeds) == 0 or len(self._inc_link) == 0:
             return flows, None
-        if self.cut_entries and len(seeds) <= _FEW_SEEDS and len(self._inc_link) > _SMALL:
-            entries = self._one_link_flows_on(seeds)
-            if entries is not None:
-                flows[self._inc_flow[entries]] = True
-                return flows, entries
         if 8 * len(self._inc_link) > len(self.links):
             # Much of the network is busy: masks over all links are cheapest.
             links = np.zeros(len(self.links), dtype=bool)
@@ -945,9 +951,8 @@ class FlowNetwork:
         for link in rest:
             hit |= inc_link == link
         entries = hit.nonzero()[0]
-        ptr = self.router.arrays()[0]
-        routes = self._f_route[self._inc_flow[entries]]
-        if (ptr[routes + 1] - ptr[routes] != 1).any():
+        # (Each flow's link count, kept per slot as it is taken in: no route lookups.)
+        if (self._f_links[self._inc_flow[entries]] != 1).any():
             return None
         return entries
 
