@@ -61,6 +61,10 @@ schedules repeat the pending wake-up's time (a new SimPy event each, the old one
 worth about 0.2% of the run. What was a whole event for nothing: a delivery per bundle
 wake-up whose callback did nothing; owners with ``delivers = False`` get none.
 
+Index sets are read as ``mask.nonzero()[0]`` rather than ``np.flatnonzero(mask)`` (the
+same array: the masks are 1-D), which goes through three Python wrappers first: about 3 us
+a call on this machine, several calls an event.
+
 Time is SimPy's: the network schedules a single wake-up (a SimPy timeout) at the next
 completion; a newer schedule makes older wake-ups stale (a generation counter), since
 SimPy events cannot be cancelled.
@@ -258,6 +262,8 @@ class FlowNetwork:
         # Scratch for _recompute (-1 per slot between calls) and _entries_of (False).
         self._local = np.zeros(0, dtype=np.int64)
         self._dead = np.zeros(0, dtype=bool)
+        # Scratch for _wake's pass over the pool (any content between calls).
+        self._due = np.zeros(0, dtype=bool)
         # The route over each link alone, once made (-1: not yet; see add_link_loads).
         self._link_route = np.full(n_links, -1, dtype=np.int64)
 
@@ -272,6 +278,7 @@ class FlowNetwork:
         grow("_f_op", np.int64, -1)
         grow("_f_owner", np.int32, -1)
         grow("_f_route", np.int64, -1)
+        grow("_f_links", np.int64, 0)  # links on the route (set as the flow is taken in)
         grow("_f_bytes", float, 0.0)
         grow("_f_left", float, 0.0)
         grow("_f_rate", float, 0.0)
@@ -591,7 +598,7 @@ class FlowNetwork:
                 [known, np.full(len(self.links) - len(known), -1, dtype=np.int64)]
             )
         routes = known[links]
-        missing = np.flatnonzero(routes < 0)
+        missing = (routes < 0).nonzero()[0]
         if len(missing):
             for link in links[missing].tolist():
                 if known[link] < 0:
@@ -642,6 +649,7 @@ class FlowNetwork:
         if len(new):
             rows = self._f_route[new]
             lengths = ptr[rows + 1] - ptr[rows]
+            self._f_links[new] = lengths
             new_flow = np.repeat(new, lengths)
             offsets = np.repeat(ptr[rows] - (np.cumsum(lengths) - lengths), lengths)
             new_link = route_links[offsets + np.arange(int(lengths.sum()))]
@@ -684,11 +692,14 @@ class FlowNetwork:
                 found.update(new.tolist())
                 self._recompute(np.array(sorted(found), dtype=np.int64), now, entries)
             else:
+                if affected is None:  # (found as entries only: the mask made now)
+                    affected = np.zeros(self._cap, dtype=bool)
+                    affected[self._inc_flow[entries]] = True
                 if len(new):
                     # (Already among them: their links are seeds. A flow over no link
                     # has no entry, so the entries stay those of the slots.)
                     affected[new] = True
-                self._recompute(np.flatnonzero(affected[: self._top]), now, entries)
+                self._recompute(affected[: self._top].nonzero()[0], now, entries)
         elif len(new):
             self._recompute(new, now)
         self._schedule_wake()
@@ -724,13 +735,13 @@ class FlowNetwork:
     def _entries_of(self, slots: np.ndarray) -> np.ndarray:
         """Positions (sorted) of the incidence entries of the flows in ``slots``."""
         if len(slots) == 1:  # one flow ends (a drifting ring's hop): one comparison
-            return np.flatnonzero(self._inc_flow == slots[0])
+            return (self._inc_flow == slots[0]).nonzero()[0]
         # A scratch mask over slots, all False between calls (not allocated per call).
         dead = self._dead
         if len(dead) != self._cap:
             dead = self._dead = np.zeros(self._cap, dtype=bool)
         dead[slots] = True
-        entries = np.flatnonzero(dead[self._inc_flow])
+        entries = dead[self._inc_flow].nonzero()[0]
         dead[slots] = False
         return entries
 
@@ -757,7 +768,7 @@ class FlowNetwork:
         if crossing.any():
             alone[crossing] = np.minimum.reduceat(alone_entry, firsts[crossing])
         rated = alone & crossing
-        picked = np.flatnonzero(rated)
+        picked = rated.nonzero()[0]
         if len(picked) == 0:
             return np.ones(len(new), dtype=bool)
         now = self.env.now
@@ -864,18 +875,19 @@ class FlowNetwork:
                 self.link_busy[link] += now - float(self._link_since[link])
                 self.link_idle_at[link] = now
 
-    def _component(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _component(self, seeds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Flow slots connected (through shared links) to the ``seeds`` links (ids), as a
         mask over slots, and the positions of their incidence entries where the search
-        found them (None: :meth:`_recompute` finds them)."""
+        found them (None: :meth:`_recompute` finds them). Where the component is a few
+        links' one-link flows (:meth:`_one_link_flows_on`) the mask is None: the entries
+        say it, and most callers need no mask over the pool."""
+        if self.cut_entries and 0 < len(seeds) <= _FEW_SEEDS and len(self._inc_link) > _SMALL:
+            entries = self._one_link_flows_on(seeds)
+            if entries is not None:
+                return None, entries
         flows = np.zeros(self._cap, dtype=bool)
         if len(seeds) == 0 or len(self._inc_link) == 0:
             return flows, None
-        if self.cut_entries and len(seeds) <= _FEW_SEEDS and len(self._inc_link) > _SMALL:
-            entries = self._one_link_flows_on(seeds)
-            if entries is not None:
-                flows[self._inc_flow[entries]] = True
-                return flows, entries
         if 8 * len(self._inc_link) > len(self.links):
             # Much of the network is busy: masks over all links are cheapest.
             links = np.zeros(len(self.links), dtype=bool)
@@ -887,7 +899,7 @@ class FlowNetwork:
                 entries = flows[self._inc_flow]
                 reached = self._inc_link[entries]
                 if links[reached].all():
-                    return flows, np.flatnonzero(entries)
+                    return flows, entries.nonzero()[0]
                 links[reached] = True
         elif len(self._inc_link) <= _SMALL:
             # A handful of flows (a quotient's step): plain Python sets.
@@ -919,7 +931,7 @@ class FlowNetwork:
                     grown = self._inc_link[entries]
                     new = grown[~mark[grown]]
                     if len(new) == 0:
-                        return flows, np.flatnonzero(entries)
+                        return flows, entries.nonzero()[0]
                     new = np.unique(new)
                     mark[new] = True
                     links = np.concatenate([links, new])
@@ -938,10 +950,9 @@ class FlowNetwork:
         hit = inc_link == first
         for link in rest:
             hit |= inc_link == link
-        entries = np.flatnonzero(hit)
-        ptr = self.router.arrays()[0]
-        routes = self._f_route[self._inc_flow[entries]]
-        if (ptr[routes + 1] - ptr[routes] != 1).any():
+        entries = hit.nonzero()[0]
+        # (Each flow's link count, kept per slot as it is taken in: no route lookups.)
+        if (self._f_links[self._inc_flow[entries]] != 1).any():
             return None
         return entries
 
@@ -992,7 +1003,7 @@ class FlowNetwork:
             # NVLS-tree all-reduce 28 -> 19 s), with the same sorted result.
             mark = self._link_mark
             mark[used] = True
-            links = np.flatnonzero(mark)
+            links = mark.nonzero()[0]
             mark[links] = False
             inc_link = np.searchsorted(links, used)
         coef = None if self._inc_coef is None else self._inc_coef[in_set]
@@ -1072,7 +1083,15 @@ class FlowNetwork:
         if generation != self._generation:
             return  # rates changed since this wake-up was scheduled
         finish = self._f_finish[: self._top]
-        done = np.flatnonzero(finish <= target + _SAME_TIME * abs(target))
+        # The pass over the pool into a scratch mask (overwritten each time), not a new
+        # one: at two 1,024-GPU jobs the pool holds ~15,700 slots, and allocating the mask
+        # cost about as much as comparing.
+        due = self._due
+        if len(due) != self._cap:
+            due = self._due = np.empty(self._cap, dtype=bool)
+        due = due[: self._top]
+        np.less_equal(finish, target + _SAME_TIME * abs(target), out=due)
+        done = due.nonzero()[0]
         # Record bytes per link before the incidence forgets these flows.
         on = self._entries_of(done)
         incidence = self._inc_flow
@@ -1138,7 +1157,7 @@ class FlowNetwork:
     # -- records ----------------------------------------------------------------------------
     def close_link_records(self) -> None:
         """Account busy time of links still carrying flows (call when a run ends)."""
-        busy = np.flatnonzero(self._link_flows > 0)
+        busy = (self._link_flows > 0).nonzero()[0]
         self.link_busy[busy] += self.env.now - self._link_since[busy]
         self._link_since[busy] = self.env.now
 

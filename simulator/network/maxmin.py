@@ -77,7 +77,7 @@ def max_min_rates(
         if small is not None:
             return small
     if cap is not None:
-        capped = np.flatnonzero(np.isfinite(cap))
+        capped = np.isfinite(cap).nonzero()[0]
         if len(capped):
             # One private link per capped flow, of the cap's capacity.
             first = len(capacity)
