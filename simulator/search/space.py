@@ -370,10 +370,14 @@ def estimate(
                 + (bias_fwd if forward else bias_bwd + again * bias_fwd)
             )
         if c.precision == "fp8":  # the generator's fp8 casts, the same bytes
-            casts = model.fp8_cast_bytes(tokens, tp=c.tp)
+            # (its defaults: per-tensor current scaling, Hopper's transposes; the
+            # candidate's sequence parallelism, under which the gathered norm output is
+            # transposed in the backward)
+            recipe = {"recipe": "tensorwise", "sequence_parallel": c.sequence_parallel}
+            casts = model.fp8_cast_bytes(tokens, tp=c.tp, **recipe)
             if not forward:
                 again = casts if c.recompute == "full" else 0.0
-                casts = model.fp8_cast_bytes(tokens, tp=c.tp, backward=True) + again
+                casts = model.fp8_cast_bytes(tokens, tp=c.tp, backward=True, **recipe) + again
             kernels += layers * casts
         # The host reading each MoE layer's tokens per expert, once a forward (and its
         # recomputation), as the generator's dispatcher does (HOST_SYNC_S).
