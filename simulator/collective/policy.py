@@ -351,7 +351,8 @@ class NcclPolicy:
             ranks=system.ranks, nodes=system.nodes, channels=system.channels,
             nvlinks=system.nvlinks, net_count=system.net_count, net_gbps=system.net_gbps,
             size_bytes=size_bytes, nvlink_gbps=NVLINK_GBPS[system.arch], version=self.version,
-            steps=self.env_for(system).steps(),
+            steps=self.env_for(system).steps(), cpu=system.cpu,
+            blackwell=system.arch == "blackwell",
         )  # fmt: skip
         parts = self.channels or call.channels
         per_part = size_bytes / system.ranks / parts

@@ -368,6 +368,8 @@ class NcclSystem:
     nvls_head_ranks: tuple[int, ...] = ()
     #: The NCCL release whose tuning figures apply (:func:`tuning_release`; None: v2.30.7).
     version: str | None = None
+    #: The hosts' CPU as NCCL classes it (comm->cpuArch): "arm" or "x86" (:func:`host_cpu`).
+    cpu: str = "x86"
 
     @property
     def ppn(self) -> float:
@@ -404,6 +406,23 @@ def gpu_arch(model: str | None) -> str:
         if model and re.search(pattern, str(model), re.IGNORECASE):
             return arch
     return "ampere"
+
+
+#: GPU models that come on a Grace (Arm, Neoverse V2) host: NVIDIA's Grace Hopper and
+#: Grace Blackwell superchips pair each GPU with a Grace CPU (GH200, GB200 and GB300
+#: datasheets), so NCCL's topology reads an Arm CPU there (NCCL_TOPO_CPU_ARCH_ARM,
+#: graph.h:77 at v2.30.4-1).
+_ARM_HOSTS = r"GH200|GB200|GB300"
+
+
+def host_cpu(model: str | None) -> str:
+    """The CPU of the host a GPU model comes on, as NCCL classes it: "arm" for NVIDIA's
+    Grace superchips, "x86" otherwise (every other bundled preset is an x86 server).
+
+    >>> host_cpu("GB200-NVL72"), host_cpu("B200-SXM"), host_cpu(None)
+    ('arm', 'x86', 'x86')
+    """
+    return "arm" if model and re.search(_ARM_HOSTS, str(model), re.IGNORECASE) else "x86"
 
 
 def _speeds(arch: str, inter: bool) -> tuple[float, ...]:
@@ -540,7 +559,8 @@ def nccl_system(graph: nx.Graph, version: str | None = None) -> NcclSystem:
     return NcclSystem(arch, len(gpus), nodes, has_nvlink, ring, tree, nvls, channels,
                       nvls_channels, nvlinks, net_count, net_gbps, simple_tree,
                       stack.nccl if stack is not None else "", direct, chain,
-                      nvls_head_ranks=head_ranks, version=version)  # fmt: skip
+                      nvls_head_ranks=head_ranks, version=version,
+                      cpu=host_cpu(graph.nodes[first].get("model")))  # fmt: skip
 
 
 def nvls_head_ranks(graph: nx.Graph, server, heads: int) -> tuple[int, ...]:

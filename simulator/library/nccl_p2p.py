@@ -17,9 +17,11 @@ moves the bytes. Lines cite v2.28.7-1 (the bundled GB300 runs' version) and v2.3
   across nodes while it x ceil(ranks / 8) > C (paths.cc:993-1001);
 * nChannelsMin: that, halved while x ranks > C (enqueue.cc:1052-1056 at v2.28.7-1);
 * the chunk: p2pChunkSize, 512 KiB when every GPU talks over NVLink, 128 KiB across
-  nodes or over PCIe (init.cc:704-720 at v2.28.7-1; v2.30.7 doubles it across nodes on
-  Arm hosts with Blackwell, init.cc:830-834, not modelled: presets do not say the CPU);
-  LL moves 32 KiB of data per 64 KiB step (enqueue.cc:840-857);
+  nodes or over PCIe (init.cc:704-720 at v2.28.7-1); from v2.29.2 twice that across
+  nodes on Arm hosts with Blackwell GPUs, "GBx platforms only have 4 GPUs per host"
+  (init.cc:748-752 at v2.29.2-1, 800-804 at v2.30.4-1, 830-834 at v2.30.7-1), at most
+  one Simple step (init.cc:812 at v2.30.4-1); LL moves 32 KiB of data per 64 KiB step
+  (enqueue.cc:840-857);
 * a channel's rate: NCCL gives a peer two channels per NVLink of its path and, since
   2.29, one per 14 GB/s of NIC (NCCL_P2P_PER_CHANNEL_NET_BW): its own sizing of what one
   channel carries, half an NVLink (20.05 GB/s on Blackwell) or 14 GB/s; ccsim holds a
@@ -50,6 +52,11 @@ NET_CHUNK = 128 * 1024
 #: LL's step: DEFAULT_LL_BUFFSIZE / NCCL_STEPS = 8 lines x 512 threads x 16 B
 #: (init.cc:697 with device.h:92-93 at v2.28.7-1), half of it data.
 LL_STEP = 8 * 512 * 16
+#: The first release whose network chunk is doubled on Arm hosts with Blackwell GPUs
+#: (computeBuffSizes, init.cc:748-752 at v2.29.2-1; absent at v2.28.9-1), as
+#: :func:`version_number` gives it, and that factor (``ratio``).
+ARM_NET_CHUNK_SINCE = (29, 2)
+ARM_NET_CHUNK_RATIO = 2
 #: MAXCHANNELS (device.h:86 at v2.28.7-1).
 MAX_CHANNELS = 64
 #: NCCL_P2P_PER_CHANNEL_NET_BW (GB/s, paths.cc:920 at v2.30.7-1).
@@ -132,6 +139,8 @@ def p2p_call(
     nvlink_gbps: float = 0.0,
     version: str | None = None,
     steps: Mapping[str, int] | None = None,
+    cpu: str = "x86",
+    blackwell: bool = False,
 ) -> P2pCall:
     """NCCL's channels, protocol and chunk for an all-to-all of ``size_bytes`` per rank
     on a communicator of ``ranks`` over ``nodes`` nodes with ``channels`` channels, GPUs
@@ -139,7 +148,9 @@ def p2p_call(
     ``steps`` is the data of an LL and a Simple step under the connection buffers the
     user sets (:meth:`simulator.library.nccl_env.NcclEnv.steps`; None: NCCL's defaults):
     the chunk is at most one Simple step (init.cc:841-843 at v2.30.7-1) and LL's step
-    is its buffer's eighth.
+    is its buffer's eighth. ``cpu`` is the hosts' CPU ("arm" or "x86") and ``blackwell``
+    whether the GPUs are Blackwell or later (compute capability >= 10.0): together they
+    set the network chunk (:func:`net_chunk`).
 
     >>> c = p2p_call(ranks=4, nodes=1, channels=32, nvlinks=18, net_count=2,
     ...              net_gbps=100.0, size_bytes=2**24, nvlink_gbps=40.1, version="2.28.7")
@@ -170,7 +181,10 @@ def p2p_call(
     least = per_peer
     while least * ranks > C and least > 1:
         least //= 2
-    chunk = NVL_CHUNK if nodes == 1 and nvlinks > 0 else NET_CHUNK
+    if nodes > 1:
+        chunk = net_chunk(version, cpu, blackwell)
+    else:
+        chunk = NVL_CHUNK if nvlinks > 0 else NET_CHUNK  # PCIe's default equals the net's
     ll_step = LL_STEP
     if steps is not None:
         chunk = min(chunk, steps["Simple"])
@@ -216,6 +230,23 @@ def p2p_call(
     if ll and nodes == 1 and nvlinks:
         rate *= LL_COPY_SHARE  # FITTED, see LL_COPY_SHARE
     return P2pCall("LL" if ll else "Simple", n, C, per_peer, float(data), group, rate)
+
+
+def net_chunk(version: str | None, cpu: str, blackwell: bool) -> int:
+    """NCCL's p2pChunkSize across nodes before the Simple buffer caps it: 128 KiB
+    (NCCL_P2P_NET_CHUNKSIZE), twice that from v2.29.2 when the hosts are Arm and every GPU
+    is Blackwell or later ("GBx platforms only have 4 GPUs per host, which reduces the
+    aggregation factor", init.cc:800-804 at v2.30.4-1).
+
+    >>> net_chunk("2.30.4", "arm", True), net_chunk("2.28.9", "arm", True)
+    (262144, 131072)
+    >>> net_chunk("2.30.4", "x86", True), net_chunk("2.30.4", "arm", False)
+    (131072, 131072)
+    """
+    if cpu not in ("arm", "x86"):
+        raise CcsimError(f"cpu must be 'arm' or 'x86', got {cpu!r}")
+    later = version_number(version) >= ARM_NET_CHUNK_SINCE
+    return NET_CHUNK * (ARM_NET_CHUNK_RATIO if later and cpu == "arm" and blackwell else 1)
 
 
 def pow2_up(n: int) -> int:
