@@ -24,7 +24,9 @@ differs it is said so):
   (enqueue.cc:891-902). A part is ``alignUp(ceil(bytes/nParts), 4 KiB)``
   (device.h:254-262), so the last parts can be short or empty.
 * **Chunks.** Each part moves in chunks of the protocol's step: Simple
-  p2pChunkSize (512 KiB over NVLink, 128 KiB across nodes, init.cc:704-717), LL half its
+  p2pChunkSize (512 KiB over NVLink, 128 KiB across nodes, init.cc:704-717; from
+  v2.29.2 256 KiB across nodes on Arm hosts with Blackwell, init.cc:800-804 at
+  v2.30.4-1, :func:`simulator.library.nccl_p2p.net_chunk`), LL half its
   64 KiB step (enqueue.cc:840-857); the connection has NCCL_STEPS = 8 slots
   (device.h:24), so a sender runs at most 8 chunks ahead of its receiver.
 * **Batches.** A channel runs its works in batches: at most
