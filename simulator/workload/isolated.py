@@ -45,6 +45,7 @@ replay runs them), and it holds its links' classes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import typing
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -466,14 +467,19 @@ class IsolatedCalls:
         all. False (nothing done) otherwise; the caller then runs them one by one."""
         if not (self.enabled and self.bundles) or EVERY_CALL in self.excluded:
             return False
-        for group, schedule, _, _ in calls:
-            if schedule.n_ops < MIN_OPS or group in self.excluded or group in self.conflicts:
-                return False
         key = tuple((id(schedule), id(ranks)) for _, schedule, ranks, _ in calls)
         family = self._families.get(key)
         if family is None:
+            for group, schedule, _, _ in calls:
+                if schedule.n_ops < MIN_OPS or group in self.excluded or group in self.conflicts:
+                    return False
             plans = [self._plan(s, protocol, r, period) for _, s, r, period in calls]
-            family = self._families[key] = _Family.of(plans, [c[1:3] for c in calls])
+            groups = frozenset(call[0] for call in calls)
+            family = self._families[key] = _Family.of(plans, [c[1:3] for c in calls], groups)
+        elif not self.conflicts.isdisjoint(family.groups):
+            # (A family is made only where the loop above passes; of what it checks,
+            # only the conflicts change during a replay.)
+            return False
         if not family.ok:
             return False
         network = self.network
@@ -482,7 +488,8 @@ class IsolatedCalls:
             return False
         now = network.env.now
         first = len(self._holders)
-        self._holders.extend(("live", self._serial + 1 + i) for i in range(len(calls)))
+        serials = range(self._serial + 1, self._serial + 1 + len(calls))
+        self._holders.extend(zip(itertools.repeat("live"), serials))  # ("live", serial)
         self._serial += len(calls)
         network.hold(family.footprint, now + family.release_s, family.owner + first)
         # Each link is one call's (checked): the same sums as one account per call.
@@ -1292,14 +1299,19 @@ class _Family:
     ok: bool
     #: The calls' schedules and ranks, which keep the ids in the family's key valid.
     keep: list = field(default_factory=list, repr=False)
+    #: The calls' groups (a family is not replayed while one is excluded or conflicted).
+    groups: frozenset = frozenset()
 
     @classmethod
-    def of(cls, plans: list[_Plan], keep: list) -> _Family:
-        """The family of ``plans``; not ``ok`` where one has no timing alone or two
-        share a link (then one call's hold would be another's conflict)."""
+    def of(cls, plans: list[_Plan], keep: list, groups: frozenset = frozenset()) -> _Family:
+        """The family of ``plans`` (of calls of ``groups``); not ``ok`` where one has no
+        timing alone or two share a link (then one call's hold would be another's
+        conflict)."""
         empty = np.zeros(0)
         if any(plan.timing is None for plan in plans):
-            return cls(plans, empty.astype(np.int64), empty, empty, empty, empty, False, keep)
+            return cls(
+                plans, empty.astype(np.int64), empty, empty, empty, empty, False, keep, groups
+            )
         footprint = np.concatenate([plan.footprint for plan in plans])
         ok = len(np.unique(footprint)) == len(footprint)
         sizes = [len(plan.footprint) for plan in plans]
@@ -1312,6 +1324,7 @@ class _Family:
             np.repeat(np.arange(len(plans), dtype=np.int64), sizes),
             ok,
             keep,
+            groups,
         )
 
 

@@ -172,7 +172,16 @@ class ShadowCheck:
         # Passive images' ends checked where they are (no list of every end is made:
         # there are a few for each of hundreds of thousands of image calls).
         masters = self._master
+        # The images of one call on several groups usually share its timing's ends (the
+        # same list) and start and cut alike: such a repeat checks the same ends against
+        # the same master's again, and is skipped (11 in 12 of the Llama 3 405B CP 16
+        # step's 165,000 image calls). The list is alive, so its id names it.
+        checked: set[tuple] = set()
         for expected in self._expected:
+            seen = (expected.key, expected.start, expected.cut, id(expected.done))
+            if seen in checked:
+                continue
+            checked.add(seen)
             ends = masters.get(expected.key, {})
             for offset, positions in expected.done:
                 when = expected.start + offset
