@@ -58,6 +58,17 @@ def all_reduce_step(nbytes: float, compute_ms: float = 1.0, name: str = "ar"):
     )
 
 
+def interleaved_pair(nbytes: float):
+    """Two all-reduce jobs of ``nbytes`` interleaved on the 2:1 leaf-spine (A on servers 0
+    and 2, B on 1 and 3), by ring: each ring step crosses the leaves both ways."""
+    step = all_reduce_step(nbytes)
+    return run_jobs(
+        [Job("A", step, "ranks=0,2"), Job("B", step, "ranks=1,3")],
+        oversubscribed(),
+        algorithm="ring",
+    )
+
+
 # -- placement -----------------------------------------------------------------------------
 SERVERS = [s for s in range(4) for _ in range(4)]  # 4 servers of 4 GPUs
 
@@ -234,12 +245,7 @@ def test_two_jobs_share_an_oversubscribed_uplink_max_min():
     # leaf 1's and back. Alone a flow gets the whole 12.5 GB/s path; together the two
     # jobs' flows share each 12.5 GB/s leaf-spine link: 6.25 GB/s each.
     size = 125e6
-    step = all_reduce_step(size)
-    result = run_jobs(
-        [Job("A", step, "ranks=0,2"), Job("B", step, "ranks=1,3")],
-        oversubscribed(),
-        algorithm="ring",
-    )
+    result = interleaved_pair(size)
     alone = 1 * MS + 2 * (size / 2) / NIC  # 11 ms
     together = 1 * MS + 2 * (size / 2) / (NIC / 2)  # 21 ms
     for job in result.jobs:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 
 import pytest
-from test_jobs import MS, NIC, all_reduce_step, oversubscribed
+from test_jobs import MS, NIC, all_reduce_step, interleaved_pair, oversubscribed
 
 from simulator.workload import WorkloadReplay
 from simulator.workload.jobs import Job, run_jobs
@@ -32,12 +32,7 @@ def collector_off():
 
 def test_replays_leave_no_cyclic_garbage(collector_off):
     size = 125e6
-    step = all_reduce_step(size)
-    result = run_jobs(
-        [Job("A", step, "ranks=0,2"), Job("B", step, "ranks=1,3")],
-        oversubscribed(),
-        algorithm="ring",
-    )
+    result = interleaved_pair(size)
     # The figures are those worked by hand (as in tests/test_jobs.py): the jobs share
     # each 12.5 GB/s leaf-spine link, 11 ms alone, 21 ms together.
     for job in result.jobs:

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.workload.jobs import Job, job_runs, run_jobs
+from simulator.workload.jobs import job_runs
 from simulator.workload.metrics import breakdown
-from tests.test_jobs import MS, NIC, all_reduce_step, oversubscribed
+from tests.test_jobs import MS, NIC, interleaved_pair
 
 
 def test_steps_without_breakdowns_are_the_breakdowns_steps():
     size = 125e6
-    step = all_reduce_step(size)
-    result = run_jobs(
-        [Job("A", step, "ranks=0,2"), Job("B", step, "ranks=1,3")],
-        oversubscribed(),
-        algorithm="ring",
-    )
+    result = interleaved_pair(size)
     for job, single in zip(result.jobs, result.alone, strict=True):
         assert "alone" not in vars(job) and "together" not in vars(job)  # not worked out yet
         # Hand-computed (tests/test_jobs.py): 1 ms + two S/2 steps at 12.5 or 6.25 GB/s.
