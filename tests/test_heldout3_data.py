@@ -30,6 +30,7 @@ RANKS = {
     "H200-2N-AR-nebius-runai": 16,  # ranks 0-15 printed on two workers
     "H200-2N-AR-nccltests256": 16,  # mpirun -np 16, ranks 0-15 printed on fs-207/fs-208
     "A100-1N-AR-g8-nccl2193": 8,  # "nGpus 8", ranks 0-7 on one host
+    "GB300-2R2N-AG-gke-a4xmax": 8,  # ranks 0-7 printed, 4 on each of two VMs
 }
 
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
