@@ -34,6 +34,7 @@ RANKS = {
     "H100-2N-AG-a3mega-dstack": 16,  # two a3-megagpu-8g nodes, one rank per GPU
     "H100-2N-AG-a3mega-toolkit": 16,  # srun -N 2 --ntasks-per-node=8
     "H100-2N-AG-a3mega-gke": 16,  # allgather.sh on two hosts of 8 GPUs (not printed)
+    "H100-2N-AG-a3high-tcpx": 16,  # allgather.sh on two hosts of 8 GPUs (not printed)
 }
 
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
