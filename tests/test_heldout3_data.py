@@ -31,7 +31,7 @@ RANKS = {
     "H200-2N-AR-nccltests256": 16,  # mpirun -np 16, ranks 0-15 printed on fs-207/fs-208
     "A100-1N-AR-g8-nccl2193": 8,  # "nGpus 8", ranks 0-7 on one host
     "GB300-2R2N-AG-gke-a4xmax": 8,  # ranks 0-7 printed, 4 on each of two VMs
-    "H100-2N-AG-a3mega-dstack": 16,  # two a3-megagpu-8g nodes, one rank per GPU
+    "H100-2N-AG-a3mega-dstack": 16,  # mpirun -n DSTACK_GPUS_NUM -N DSTACK_GPUS_PER_NODE
     "H100-2N-AG-a3mega-toolkit": 16,  # srun -N 2 --ntasks-per-node=8
     "H100-2N-AG-a3mega-gke": 16,  # allgather.sh on two hosts of 8 GPUs (not printed)
     "H100-2N-AG-a3high-tcpx": 16,  # allgather.sh on two hosts of 8 GPUs (not printed)
