@@ -135,6 +135,13 @@ def add_validate_command(sub: argparse._SubParsersAction) -> None:
         help="with --training: calls that share links simulated flow by flow (the "
         "per-flow reference; default: as bundles, see ccsim run --exact)",
     )
+    cmd.add_argument(
+        "--nvls-tree-loops",
+        action="store_true",
+        help="run NCCL's NVLSTree as many pipeline chunks deep as NCCL's loop (one per "
+        "channels x heads x chunk, up to 1,024) rather than at most 32: the links' bound "
+        "without ccsim's extra fill; slower (default: off, see README, issue 32)",
+    )
     add_max_flows_option(cmd)
     cmd.set_defaults(handler=_cmd_validate)
 
@@ -149,6 +156,10 @@ def _cmd_validate(args: argparse.Namespace) -> None:
     if args.jobs != 1 and (args.fit or args.training is not None):
         raise CcsimError(
             "--jobs runs the cases and --loco in processes; not with --fit or --training"
+        )
+    if args.nvls_tree_loops and (args.fit or args.loco or args.training is not None):
+        raise CcsimError(
+            "--nvls-tree-loops applies to the cases' runs; not with --fit, --loco or --training"
         )
     if args.training is not None:
         _cmd_training(args)
@@ -187,7 +198,13 @@ def _cmd_validate(args: argparse.Namespace) -> None:
                 bar.set_postfix_str(f"{size:,} B", refresh=False)
             bar.update(0)
 
-        results = run_cases(loaders, max_flows=args.max_flows, progress=report, jobs=args.jobs)
+        results = run_cases(
+            loaders,
+            max_flows=args.max_flows,
+            progress=report,
+            jobs=args.jobs,
+            nvls_tree_loops=args.nvls_tree_loops,
+        )
         if started and len(ended) < len(started):
             end(started[-1])
     if args.loco:

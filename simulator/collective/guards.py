@@ -338,12 +338,13 @@ def collective_estimate(
     protocol: str | None = None,
     nccl: NcclEnv | str | None = None,
     memo: dict[tuple, int] | None = None,
+    nvls_tree_loops: bool = False,
 ) -> Estimate:
     """Flows of the largest of one collective's runs over ``sizes`` on ``cluster``, with
     its topology: ``algorithm`` run as given, a library policy (its choice at each size,
     under NCCL's settings ``nccl``), or ``auto`` (the largest candidate the search may
     build). ``memo`` keeps the transfers counted across calls (a sweep estimating each of
-    its points)."""
+    its points); ``nvls_tree_loops`` is :class:`~.policy.NcclPolicy`'s."""
     ranks, per = cluster.ranks, cluster.per_server
     where = f"{op} on {ranks:,} ranks"
     counted = {} if memo is None else memo
@@ -355,7 +356,9 @@ def collective_estimate(
         return counted[key]
 
     if algorithm in POLICIES:
-        runs = _library_runs(cluster, op, sizes, algorithm, chunks, channels, protocol, nccl)
+        runs = _library_runs(
+            cluster, op, sizes, algorithm, chunks, channels, protocol, nccl, nvls_tree_loops
+        )
         found = largest(
             Estimate(
                 count(name) * k * c,
@@ -410,6 +413,7 @@ def _library_runs(
     channels: int | str | None,
     protocol: str | None,
     nccl: NcclEnv | str | None = None,
+    nvls_tree_loops: bool = False,
 ) -> list[tuple[float, str, int, int]]:
     """(size, schedule, chunks, channels built) a library policy runs at each size on
     the whole cluster, from its model of a 2-server proxy with the server count set to
@@ -417,8 +421,9 @@ def _library_runs(
     ``plan`` methods."""
     proxy = cluster.proxy()
     policy = library_policy(
-        name, proxy, protocol=protocol, channels=channels, chunks=chunks, nccl=nccl
-    )
+        name, proxy, protocol=protocol, channels=channels, chunks=chunks, nccl=nccl,
+        nvls_tree_loops=nvls_tree_loops,
+    )  # fmt: skip
     runs = []
     if isinstance(policy, NcclPolicy):
         system = policy.system(proxy)
@@ -451,10 +456,11 @@ def check_collective(
     protocol: str | None = None,
     max_flows: int | None = None,
     nccl: NcclEnv | str | None = None,
+    nvls_tree_loops: bool = False,
 ) -> Estimate:
     """Refuse (:class:`ResourceError`) a run of ``op`` over ``sizes`` with each of
     ``algorithms`` (None: the topology's library) whose largest would pass the limit,
-    before the topology is built.
+    before the topology is built (``nvls_tree_loops``: :class:`~.policy.NcclPolicy`'s).
 
     >>> try:
     ...     check_collective("dgx-a100", "all_reduce", [1024], ["ring"], chunks=10**7)
@@ -475,6 +481,7 @@ def check_collective(
                 channels=channels,
                 protocol=protocol,
                 nccl=nccl,
+                nvls_tree_loops=nvls_tree_loops,
             )
             for name in algorithms
         ),

@@ -90,6 +90,13 @@ RING_SLICE_STEPS = 2
 #: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
 #: longer moves (a k-chunk pipeline is within (stages - 1)/k of its limit) and flows grow.
 MAX_CHUNKS = 32
+#: The deepest NVLSTree pipeline ccsim builds where asked to run NCCL's loop
+#: (``NcclPolicy(nvls_tree_loops=True)``): NCCL's loop count at 16 GiB on 16 channels x 8
+#: heads x 128 KiB chunks (the kernel loops over nHeads x chunkCount a channel,
+#: src/device/all_reduce.h:533-534 and 556-621 at v2.30.7-1; the chunk, enqueue.cc:2276-2285).
+#: A 16 GiB call on two 8-GPU servers then costs ~8.5 s of CPU and ~220 MB, against ~1.4 s
+#: at 32 chunks.
+NVLS_TREE_MAX_CHUNKS = 1024
 #: The same for each part of an all-to-all peer's message (nccl-p2p merges NCCL's chunks
 #: beyond it, :data:`simulator.algorithms.nccl_p2p.MAX_CHUNKS`).
 P2P_MAX_CHUNKS = 32
@@ -136,6 +143,12 @@ class NcclPolicy:
         NCCL's environment settings (:mod:`simulator.library.nccl_env`): NCCL_ALGO,
         NCCL_PROTO, NCCL_NVLS_ENABLE and the channel bounds restrict every call's choice;
         NCCL_NVLS_CHUNKSIZE sets NVLS's and NVLSTree's chunk (:func:`nvls_chunk`).
+    nvls_tree_loops : bool, optional
+        Run NVLSTree's ccsim pipeline as deep as NCCL's loop (one chunk per loop of
+        channels x heads x chunk, up to :data:`NVLS_TREE_MAX_CHUNKS`) rather than at most
+        :data:`MAX_CHUNKS` deep. Off by default: deeper, ccsim's 2-server NVLSTree
+        plateaus rise ~11% to the links' bound, above the measured ones (README, issue
+        32), and a 16 GiB call costs ~6x the CPU.
     version : str, optional
         The NCCL version that runs: the send/receive rules the all-to-all follows
         ("2.28.7": LL below 16 KiB x channels per peer; default 2.30.7's rules,
@@ -164,7 +177,9 @@ class NcclPolicy:
         algorithms: tuple[str, ...] | list[str] | None = None,
         env: NcclEnv | str | None = None,
         version: str | None = None,
+        nvls_tree_loops: bool = False,
     ) -> None:
+        self.nvls_tree_loops = bool(nvls_tree_loops)
         if version is not None:
             version_rules(version)  # a malformed version fails here
         self.version = version
@@ -269,9 +284,13 @@ class NcclPolicy:
         env = self.env_for(system)
         nvls_bytes = env.nvls_chunk or NVLS_CHUNK
         steps = env.steps()
+        # NCCL's NVLSTree loops over channels x heads x chunk: ~1,024 times a channel at
+        # 16 GiB, where ccsim's schedule stops at MAX_CHUNKS and so pays more pipeline fill
+        # (~3.7 chunk-times on two servers: 11% at 32 chunks) unless asked to go as deep.
+        deep = self.nvls_tree_loops and choice.algorithm == "NVLSTree"
         chunks = self.chunks or pipeline_chunks(
             choice, op, float(size_bytes), system.ranks, channels, system.nodes, nvls_bytes,
-            steps,
+            steps, max_chunks=NVLS_TREE_MAX_CHUNKS if deep else MAX_CHUNKS,
         )  # fmt: skip
         # ccsim's nvls and nvls-tree schedules already spread over every GPU's NVLinks
         # and NICs, so their channels are identical copies on the same links: one
@@ -608,10 +627,12 @@ def library_policy(
     chunks: int | str | None = None,
     reduce_bandwidth: float | None = None,
     nccl: NcclEnv | str | None = None,
+    nvls_tree_loops: bool = False,
 ) -> NcclPolicy | HcclPolicy:
     """The policy ``name`` (one of :data:`POLICIES`) for ``graph``; channels or chunks
     None or "auto" leave them to the library; ``nccl`` holds NCCL's environment settings
-    (:func:`~simulator.library.nccl_env.parse_nccl_env`), refused for HCCL. NCCL is
+    (:func:`~simulator.library.nccl_env.parse_nccl_env`), refused for HCCL;
+    ``nvls_tree_loops`` is :class:`NcclPolicy`'s (ignored for HCCL, which has no NVLSTree). NCCL is
     refused where the topology's library is another (it runs on NVIDIA GPUs only), as
     HCCL is off Ascend NPUs.
 
@@ -641,6 +662,7 @@ def library_policy(
             reduce_bandwidth=reduce_bandwidth,
             env=env,
             version=env.version,
+            nvls_tree_loops=nvls_tree_loops,
         )
     if env:
         raise CcsimError(
@@ -695,18 +717,24 @@ def pipeline_chunks(
     nodes: int = 1,
     nvls_bytes: int = NVLS_CHUNK,
     steps: Mapping[str, int] | None = None,
+    max_chunks: int = MAX_CHUNKS,
 ) -> int:
     """Chunks per step of the ccsim schedule: the data one channel moves in one step of
-    the algorithm, cut at NCCL's pipeline granularity (at most :data:`MAX_CHUNKS`);
-    ``nvls_bytes`` is NCCL_NVLS_CHUNKSIZE (:func:`nvls_chunk`), ``steps`` the data of a
-    protocol's step (:meth:`~simulator.library.nccl_env.NcclEnv.steps`; None: NCCL's
-    default buffers).
+    the algorithm, cut at NCCL's pipeline granularity (at most ``max_chunks``, by default
+    :data:`MAX_CHUNKS`); ``nvls_bytes`` is NCCL_NVLS_CHUNKSIZE (:func:`nvls_chunk`),
+    ``steps`` the data of a protocol's step
+    (:meth:`~simulator.library.nccl_env.NcclEnv.steps`; None: NCCL's default buffers).
+    For NVLS and NVLSTree that is NCCL's loop count: a channel's share of the call over
+    heads x chunk.
 
     >>> from simulator.library.nccl import NcclChoice
     >>> pipeline_chunks(NcclChoice("NVLS", "Simple", 16, 640, 0.0), "all_reduce", 2**30, 8, 16)
     32
     >>> pipeline_chunks(NcclChoice("Ring", "LL", 1, 96, 0.0), "all_reduce", 8, 8, 1)
     1
+    >>> pipeline_chunks(NcclChoice("NVLSTree", "Simple", 16, 640, 0.0), "all_reduce", 2**34,
+    ...                 16, 16, 2, max_chunks=NVLS_TREE_MAX_CHUNKS)
+    1024
     """
     if choice.algorithm in ("NVLS", "NVLSTree"):
         step = size_bytes / (channels * nvls_heads(ranks, nodes))
@@ -716,7 +744,7 @@ def pipeline_chunks(
         per_rank = ranks if op in ("all_reduce", "all_gather", "reduce_scatter") else 1
         step = size_bytes / (channels * per_rank)
     grain = message_bytes(choice, size_bytes, ranks, channels, nodes, nvls_bytes, steps)
-    return int(min(MAX_CHUNKS, max(1, math.ceil(step / grain))))
+    return int(min(max_chunks, max(1, math.ceil(step / grain))))
 
 
 def message_bytes(

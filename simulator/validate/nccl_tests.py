@@ -247,9 +247,10 @@ def case_graph(case: Case):
     return load_topology(*case_topology(case))
 
 
-def check_case(case: Case, max_flows: int | None = None) -> None:
+def check_case(case: Case, max_flows: int | None = None, *, nvls_tree_loops: bool = False) -> None:
     """Refuse a case whose runs would pass the resource guard's limit (a sidecar with
-    ``nodes: 100000``), before its topology is built."""
+    ``nodes: 100000``), before its topology is built (``nvls_tree_loops``: as
+    :func:`run_case`)."""
     s = case.settings
     topology, nodes = case_topology(case)
     check_collective(
@@ -263,6 +264,7 @@ def check_case(case: Case, max_flows: int | None = None) -> None:
         protocol=str(s.get("protocol", "auto")),
         max_flows=max_flows,
         nccl=_nccl_env(case) if str(s.get("algorithm", "nccl")) == "nccl" else None,
+        nvls_tree_loops=nvls_tree_loops,
     )
 
 
@@ -273,14 +275,16 @@ def run_case(
     max_flows: int | None = None,
     progress: Callable[[int], None] | None = None,
     graph: nx.Graph | None = None,
+    nvls_tree_loops: bool = False,
 ) -> CaseResult:
     """Simulate every size of a case with the preset's calibrated model (or with
     ``calibration`` instead of the preset's constants); ``max_flows`` is the resource
     guard's limit (:func:`check_case`); ``progress``, if given, is called with each size
     (bytes) once it has run; ``graph``, if given, replaces the case's topology (built
-    with one figure changed, as a leave-one-out fit does; it is copied, not changed)."""
+    with one figure changed, as a leave-one-out fit does; it is copied, not changed);
+    ``nvls_tree_loops`` runs NVLSTree as deep as NCCL's loop (:class:`NcclPolicy`)."""
     s = case.settings
-    check_case(case, max_flows)
+    check_case(case, max_flows, nvls_tree_loops=nvls_tree_loops)
     graph = case_graph(case) if graph is None else graph.copy()
     fitted = (
         case.name in calibration_of(graph).fitted_to
@@ -315,6 +319,7 @@ def run_case(
             algorithms=_nccl_algo(case, op),
             env=_nccl_env(case),
             version=s.get("nccl_version"),
+            nvls_tree_loops=nvls_tree_loops,
         )
     elif "auto" in (algorithm, chunks, channels):
         tuner = AutoTuner(channels=channels, protocol=protocol)
@@ -425,30 +430,38 @@ def run_cases(
     max_flows: int | None = None,
     progress: Callable[[str, int | None], None] | None = None,
     jobs: int = 1,
+    nvls_tree_loops: bool = False,
 ) -> list[CaseResult]:
     """Load and simulate each (name, loader) case; one that cannot load or run gives a
-    result with ``error`` set, and the others still run. ``progress``, if given, is
+    result with ``error`` set, and the others still run (``nvls_tree_loops``: as
+    :func:`run_case`). ``progress``, if given, is
     called with (name, None) as a case starts and (name, bytes) after each of its sizes
     (the command line draws a bar from it); with ``jobs`` > 1 the cases' sizes run in
     that many processes, and ``progress`` hears (name, bytes) as each size ends and
     (name, None) as a case's last size does."""
     if jobs > 1:
-        return _run_cases_pooled(list(loaders), max_flows, progress, jobs)
+        return _run_cases_pooled(list(loaders), max_flows, progress, jobs, nvls_tree_loops)
     results = []
     for name, load in loaders:
         if progress is not None:
             progress(name, None)
         done = None if progress is None else partial(progress, name)
         try:
-            results.append(run_case(load(), max_flows=max_flows, progress=done))
+            results.append(
+                run_case(
+                    load(), max_flows=max_flows, progress=done, nvls_tree_loops=nvls_tree_loops
+                )
+            )
         except CcsimError as error:
             results.append(CaseResult(name, error=str(error)))
     return results
 
 
-def _run_case_or_error(case: Case, max_flows: int | None) -> CaseResult:
+def _run_case_or_error(
+    case: Case, max_flows: int | None, nvls_tree_loops: bool = False
+) -> CaseResult:
     try:
-        return run_case(case, max_flows=max_flows)
+        return run_case(case, max_flows=max_flows, nvls_tree_loops=nvls_tree_loops)
     except CcsimError as error:
         return CaseResult(case.name, error=str(error))
 
@@ -458,6 +471,7 @@ def _run_cases_pooled(
     max_flows: int | None,
     progress: Callable[[str, int | None], None] | None,
     jobs: int,
+    nvls_tree_loops: bool = False,
 ) -> list[CaseResult]:
     """:func:`run_cases` in ``jobs`` processes: cases load here (their loaders may not
     travel to another process), run there, and come back in order. A case with several
@@ -487,7 +501,7 @@ def _run_cases_pooled(
     pool = TaskPool(jobs, sum(left.values()), ended)
     try:
         futures = {
-            (k, i): pool.submit(_run_case_or_error, (part, max_flows), f"{k}:{i}")
+            (k, i): pool.submit(_run_case_or_error, (part, max_flows, nvls_tree_loops), f"{k}:{i}")
             for k, split in parts.items()
             for i, part in enumerate(split)
         }
