@@ -1,7 +1,7 @@
 """NVLSTree as deep as NCCL's loop (``NcclPolicy(nvls_tree_loops=True)``, issue 32).
 
 NCCL's NVLSTree kernel loops over ``nHeads x chunkCount`` elements a channel
-(src/device/all_reduce.h:533-534 and 556-621 at v2.30.7-1), so a call of n bytes on C
+(src/device/all_reduce.h:535 and 562-632 at v2.30.7-1), so a call of n bytes on C
 channels runs n / (C x heads x chunk) loops: ~1,024 at 16 GiB on two 8-GPU servers,
 where ccsim's schedule stops at 32 chunks. Expected values are worked out here from
 NCCL's chunk rule (enqueue.cc:2276-2285), the links' closed form n(g+1)/(g B_v) of the
@@ -91,3 +91,22 @@ def test_validate_refuses_the_option_where_it_would_be_ignored(capsys):
 
     assert main(["validate", "--loco", "--nvls-tree-loops"]) == 2
     assert "--nvls-tree-loops applies to the cases' runs" in capsys.readouterr().err
+
+
+def test_the_resource_guard_counts_the_deeper_pipeline():
+    """The guard estimates a run's flows as transfers x chunks x channels built, so at
+    16 GiB on two DGX H100 the option's 1,024 chunks count 32 times the default's 32; the
+    topology's own share is the same in both."""
+    from simulator.collective.guards import check_collective, cluster_of
+
+    def estimate(size: float, loops: bool = False):
+        return check_collective(
+            "dgx-h100", "all_reduce", [size], ["nccl"], nodes=2, chunks=None, channels=None,
+            nvls_tree_loops=loops,
+        )  # fmt: skip
+
+    topology = cluster_of("dgx-h100", 2).estimate().flows
+    default, deep = estimate(16 * GiB), estimate(16 * GiB, True)
+    assert "1024 chunks" in deep.what and "32 chunks" in default.what
+    assert deep.flows - topology > 0
+    assert (deep.flows - topology) == 32 * (default.flows - topology)

@@ -90,16 +90,16 @@ RING_SLICE_STEPS = 2
 #: ccsim pipelines a step in at most this many chunks: past it the bandwidth term no
 #: longer moves (a k-chunk pipeline is within (stages - 1)/k of its limit) and flows grow.
 MAX_CHUNKS = 32
-#: The deepest NVLSTree pipeline ccsim builds where asked to run NCCL's loop
-#: (``NcclPolicy(nvls_tree_loops=True)``): NCCL's loop count at 16 GiB on 16 channels x 8
-#: heads x 128 KiB chunks (the kernel loops over nHeads x chunkCount a channel,
-#: src/device/all_reduce.h:533-534 and 556-621 at v2.30.7-1; the chunk, enqueue.cc:2276-2285).
-#: A 16 GiB call on two 8-GPU servers then costs ~8.5 s of CPU and ~220 MB, against ~1.4 s
-#: at 32 chunks.
-NVLS_TREE_MAX_CHUNKS = 1024
 #: The same for each part of an all-to-all peer's message (nccl-p2p merges NCCL's chunks
 #: beyond it, :data:`simulator.algorithms.nccl_p2p.MAX_CHUNKS`).
 P2P_MAX_CHUNKS = 32
+#: The deepest NVLSTree pipeline ccsim builds where asked to run NCCL's loop
+#: (``NcclPolicy(nvls_tree_loops=True)``): NCCL's loop count at 16 GiB on 16 channels x 8
+#: heads x 128 KiB chunks (the kernel loops over nHeads x chunkCount a channel,
+#: src/device/all_reduce.h:535 and 562-632 at v2.30.7-1; the chunk, enqueue.cc:2276-2285).
+#: A 16 GiB call on two 8-GPU servers then costs ~8.5 s of CPU and ~220 MB, against ~1.4 s
+#: at 32 chunks.
+NVLS_TREE_MAX_CHUNKS = 1024
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,17 @@ NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, severa
 # within 35% of the least error, which is a third of the error without a bound.
 NVLS_CTA_GBPS = {"blackwell": 28.5, "hopper": 28.5}
 NVLS_STEP_US = {"blackwell": (3.0, 0.85), "hopper": (3.0, 0.3)}
+# Not applied across servers. NVLSTree's kernel splits a block's 20 warps
+# (NCCL_MAX_NTHREADS 640, include/device.h:93) otherwise than NVLS's: where the channel's
+# head has a tree parent, 6 scatter, 5 gather, 5 reduce and 4 network-receive warps; at
+# the tree's root and in one-server NVLS 8, 7, 5 and 0 (device/all_reduce.h:395-399 and
+# 538-542 at v2.30.7-1, the same at v2.23.4-1). Scatter and gather each move nHeads x
+# chunk a loop, so if a block's copy rate scaled with its warps the gather would bind at
+# 5/7 of NVLS_CTA_GBPS (20.4 GB/s). Even so the 2-server loops stay link-bound at large
+# sizes: Hopper, 16 channels x 8 heads x 128 KiB, 5.4 + 51.5 = 56.9 us of one block
+# against the links' 59.9 us a loop; Blackwell, 32 x 8 x 128 KiB, 61.3 against 70.7
+# (512 KiB chunks: 215.8 against 282.7). So that bound cannot explain the 2-server
+# NVLSTree plateaus 5-8% below the links' (issue 32, session h50h), and is not modelled.
 #: The ``ccsim validate`` runs these constants were chosen on.
 NVLS_FITTED_TO = (
     "B200-1N-AR-Vultr",
