@@ -110,3 +110,15 @@ def test_the_resource_guard_counts_the_deeper_pipeline():
     assert "1024 chunks" in deep.what and "32 chunks" in default.what
     assert deep.flows - topology > 0
     assert (deep.flows - topology) == 32 * (default.flows - topology)
+
+
+def test_collective_command_runs_as_deep_as_nccl(capsys):
+    """``ccsim collective --nvls-tree-loops``: 1 GiB on two DGX H100 is 64 NCCL loops a
+    channel (1 GiB / (16 x 8 x 128 KiB)), so 64 chunks; refused for other algorithms."""
+    from simulator.cli import main
+
+    argv = ["collective", "all_reduce", "--topology", "dgx-h100", "--nodes", "2"]
+    assert main([*argv, "--sizes", "1G", "--nvls-tree-loops"]) == 0
+    assert "NVLSTree Simple channels 16 (ccsim nvls-tree, chunks 64)" in capsys.readouterr().out
+    assert main([*argv, "--sizes", "1M", "--algo", "ring", "--nvls-tree-loops"]) == 2
+    assert "--nvls-tree-loops applies to --algo nccl" in capsys.readouterr().err

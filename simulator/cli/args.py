@@ -234,6 +234,7 @@ def check_run_size(args: argparse.Namespace, sizes: list[int], algorithms: list)
         protocol=args.proto,
         max_flows=args.max_flows,
         nccl=nccl_env_of(args),
+        nvls_tree_loops=getattr(args, "nvls_tree_loops", False),
     )
 
 

@@ -95,6 +95,13 @@ def add_collective_command(sub: argparse._SubParsersAction) -> None:
         "list such as 1M,64M,1G (default: %(default)s)",
     )
     coll.add_argument(
+        "--nvls-tree-loops",
+        action="store_true",
+        help="with --algo nccl: run NCCL's NVLSTree as many pipeline chunks deep as NCCL's "
+        "loop (one per channels x heads x chunk, up to 1,024) rather than at most 32: the "
+        "links' bound without ccsim's extra fill; slower (default: off, see README, issue 32)",
+    )
+    coll.add_argument(
         "--chunks",
         type=parse_chunks,
         default=None,
@@ -250,6 +257,10 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
     args.algo = args.algo or library_of(graph)
     if args.fraction is not None and args.algo != "multipath":
         raise CcsimError("--fraction applies to --algo multipath only")
+    if args.nvls_tree_loops and args.algo != "nccl":
+        raise CcsimError(
+            f"--nvls-tree-loops applies to --algo nccl (NCCL's NVLSTree) only, not {args.algo}"
+        )
     rows = []
     policy = None
     if args.algo in POLICIES:
@@ -261,6 +272,7 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
             chunks=args.chunks,
             reduce_bandwidth=reduce_bw,
             nccl=env,
+            nvls_tree_loops=args.nvls_tree_loops,
         )
     else:
         args.chunks = 1 if args.chunks is None else args.chunks
