@@ -493,3 +493,20 @@ def test_lazy_gradients_refuse_what_they_do_not_model():
                     {"distributed_optimizer": True, "activation_offload_layers": 1}):  # fmt: skip
         with pytest.raises(CcsimError, match="lazy_gradients .* distributed optimizer only"):
             megatron_memory(small, **common, **options)
+
+
+def test_lazy_gradients_allocate_the_output_layer_first_and_the_embedding_last():
+    """Without pipelining a micro-batch's backward runs the output layer first and the
+    input embedding last; its forward keeps two layers' activations, s b h (8 + 24 + 5 a
+    s / h) = 37 s b h each (no dropout, no recomputation). With a vocabulary large beside
+    the layers (100,000 x 64 against two layers of 12 x 64^2) the first micro-batch's
+    backward allocates every fp32 gradient by its end; the peak is the second one's start:
+    its activations, all fp32 gradients, the output layer's fresh bf16 gradient, and all
+    fp32 gradients sharded over DP 2."""
+    small = Transformer(layers=2, hidden=64, seq=16, vocab=100_000, heads=4, dropout=False)
+    matrix, layer = 100_000 * 64, 12 * 64 * 64
+    common = dict(tp=1, pp=1, dp=2, micro_batch=1, micro_batches=2, recompute="none")
+    lazy = megatron_memory(small, **common, distributed_optimizer=True, lazy_gradients=True)
+    assert lazy.activations == 2 * 37 * 16 * 64
+    expected = 4 * (2 * matrix + 2 * layer) + 2 * matrix + 4 * (2 * matrix + 2 * layer) / 2
+    assert lazy.gradients == pytest.approx(expected, rel=1e-12)
