@@ -413,3 +413,100 @@ def test_combined_1f1b_holds_one_more_micro_batch(v):
     expected = (pp + 1) / pp if v == 1 else more / held
     assert combined.activations == pytest.approx(plain.activations * expected, rel=1e-12)
     assert combined.weights == plain.weights and combined.optimizer == plain.optimizer
+
+
+#: Llama 3 405B (Dubey et al. 2024, Table 3): 126 layers, h 16384, f 53248, 128 heads of
+#: 128, 8 KV heads, vocabulary 128256, SwiGLU, untied, no dropout; at 8K tokens.
+LLAMA3_405B = Transformer(
+    layers=126, hidden=16384, seq=8192, vocab=128256, ffn=53248, gated=True, heads=128,
+    kv_heads=8, dropout=False,
+)  # fmt: skip
+#: One layer's parameters by hand: Q and output projections 2 h^2, K and V 2 h (8 x 128),
+#: the gated MLP 3 h f.
+LLAMA3_405B_LAYER = 2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248
+#: One layer's activations per s b h / t at TP 8 with sequence parallelism and flash
+#: attention (Korthikanti et al.'s count without the dropout masks and the scores): the
+#: two norms' inputs and outputs 8, Q and the attention output 4, K and V 4 x 8/128, the
+#: gate and up projections' outputs and the down projection's input 6 f / h.
+LLAMA3_405B_PER_SBH = 8 + 4 + 4 * 8 / 128 + 6 * 53248 / 16384
+
+
+def _llama3_405b_paper(dp: int, micro_batches: int, **options) -> object:
+    """The Llama 3 paper's layout (TP 8, PP 16, one-layer chunks, V 8)."""
+    return megatron_memory(
+        LLAMA3_405B, tp=8, pp=16, dp=dp, micro_batch=1, micro_batches=micro_batches,
+        virtual_stages=8, recompute="none", sequence_parallel=True, flash_attention=True,
+        distributed_optimizer=True, account_for_embedding=True, account_for_loss=True,
+        **options,
+    )  # fmt: skip
+
+
+def test_llama3_405b_stage_holds_megatrons_warmup_without_stage_outputs():
+    """The paper's 405B pipeline on Megatron-Core's interleaved schedule: a middle stage
+    (8 one-layer chunks) runs 2 (16 - 1 - 1) + (8 - 1) x 16 = 140 warm-up forwards and one
+    more before its first backward (get_pp_rank_microbatches), so at 32 micro-batches it
+    holds 141 layers' activations, each 31.75 s b h / 8 bytes, and nothing for the chunks'
+    outputs, which Megatron-LM frees once sent (deallocate_pipeline_outputs) and Meta
+    frees too (paper p. 11); at 16 micro-batches all 16 x 8 = 128 chunk passes are in the
+    warm-up. Model state: 8 layers over TP 8 in bf16 weights and fp32 gradients, Adam's
+    12 bytes over DP."""
+    sbh_t = 8192 * 16384 / 8
+    params = 8 * LLAMA3_405B_LAYER / 8
+    for dp, micro, held in ((64, 32, 141), (128, 16, 128)):
+        m = _llama3_405b_paper(dp, micro)
+        assert m.activations == pytest.approx(held * LLAMA3_405B_PER_SBH * sbh_t, rel=1e-12)
+        assert (m.weights, m.gradients, m.optimizer) == pytest.approx(
+            (2 * params, 4 * params, 12 * params / dp), rel=1e-12
+        )
+
+
+def test_lazy_gradients_are_allocated_by_each_chunks_first_backward():
+    """PyTorch FSDP's gradients (lazy_gradients) exist from their module's first backward.
+    At 16 micro-batches over 16 stages every forward precedes every backward: the middle
+    stage's peak is its first backward's start, all 128 layers' activations beside that
+    layer's fp32 gradient, its fresh bf16 one (6 bytes a parameter) and the 8 layers' fp32
+    gradients sharded over the 128 DP ranks; Megatron's buffer holds all 8 layers' fp32
+    gradients (4 bytes a parameter) there: 10.3 GB more. At 32 micro-batches the 1F1B
+    steady state holds 141 layers' activations while chunk 0's first backward allocates
+    the last of the 8 layers' gradients: the two agree but for the fresh and sharded
+    ones."""
+    sbh_t = 8192 * 16384 / 8
+    layer = LLAMA3_405B_LAYER / 8
+    for dp, micro, held, allocated in ((128, 16, 128, 1), (64, 32, 141, 8)):
+        lazy = _llama3_405b_paper(dp, micro, lazy_gradients=True)
+        assert lazy.activations == pytest.approx(held * LLAMA3_405B_PER_SBH * sbh_t, rel=1e-12)
+        expected = (4 * allocated + 2) * layer + 4 * 8 * layer / dp
+        assert lazy.gradients == pytest.approx(expected, rel=1e-12)
+        buffer = _llama3_405b_paper(dp, micro)
+        assert (lazy.weights, lazy.optimizer) == (buffer.weights, buffer.optimizer)
+    saved = (
+        _llama3_405b_paper(128, 16).total - _llama3_405b_paper(128, 16, lazy_gradients=True).total
+    )
+    assert saved == pytest.approx((4 * 8 - 4 - 2 - 4 * 8 / 128) * layer, rel=1e-12)
+    assert saved / 1e9 == pytest.approx(10.26, abs=0.01)
+
+
+def test_lazy_gradients_refuse_what_they_do_not_model():
+    small = Transformer(layers=8, hidden=1024, seq=512, vocab=32000, heads=8)
+    common = dict(tp=1, pp=2, dp=2, micro_batch=1, micro_batches=4, lazy_gradients=True)
+    for options in ({}, {"distributed_optimizer": True, "fsdp": True},
+                    {"distributed_optimizer": True, "activation_offload_layers": 1}):  # fmt: skip
+        with pytest.raises(CcsimError, match="lazy_gradients .* distributed optimizer only"):
+            megatron_memory(small, **common, **options)
+
+
+def test_lazy_gradients_allocate_the_output_layer_first_and_the_embedding_last():
+    """Without pipelining a micro-batch's backward runs the output layer first and the
+    input embedding last; its forward keeps two layers' activations, s b h (8 + 24 + 5 a
+    s / h) = 37 s b h each (no dropout, no recomputation). With a vocabulary large beside
+    the layers (100,000 x 64 against two layers of 12 x 64^2) the first micro-batch's
+    backward allocates every fp32 gradient by its end; the peak is the second one's start:
+    its activations, all fp32 gradients, the output layer's fresh bf16 gradient, and all
+    fp32 gradients sharded over DP 2."""
+    small = Transformer(layers=2, hidden=64, seq=16, vocab=100_000, heads=4, dropout=False)
+    matrix, layer = 100_000 * 64, 12 * 64 * 64
+    common = dict(tp=1, pp=1, dp=2, micro_batch=1, micro_batches=2, recompute="none")
+    lazy = megatron_memory(small, **common, distributed_optimizer=True, lazy_gradients=True)
+    assert lazy.activations == 2 * 37 * 16 * 64
+    expected = 4 * (2 * matrix + 2 * layer) + 2 * matrix + 4 * (2 * matrix + 2 * layer) / 2
+    assert lazy.gradients == pytest.approx(expected, rel=1e-12)

@@ -373,6 +373,7 @@ _SETTINGS = {
     "fp8_params": "fp8_param_gather",
     "optimizer_state": "optimizer_state",
     "attention_backend": "attention_backend",
+    "lazy_gradients": "lazy_gradients",
 }
 
 

@@ -675,6 +675,7 @@ def megatron_step_memory(
     fsdp_communication_unit: float | None = None,
     fsdp_double_buffer: bool = False,
     activation_offload_in_flight: int = 0,
+    lazy_gradients: bool = False,
     **given: Any,
 ) -> MemoryEstimate:
     """The memory :func:`megatron` would report for these arguments, without building the
@@ -724,6 +725,7 @@ def megatron_step_memory(
         fsdp_communication_unit=fsdp_communication_unit,
         fsdp_double_buffer=fsdp_double_buffer,
         activation_offload_in_flight=activation_offload_in_flight,
+        lazy_gradients=lazy_gradients,
         **{name: chosen[name] for name in names},
     )
 
@@ -780,6 +782,7 @@ def megatron(
     fsdp_communication_unit: float | None = None,
     fsdp_double_buffer: bool = False,
     activation_offload_in_flight: int = 0,
+    lazy_gradients: bool = False,
     attention_backend: str = "cudnn",
     bucket_size: int | None = None,
 ) -> Workload:
@@ -1014,14 +1017,16 @@ def megatron(
     traffic on the last stage (:meth:`~simulator.workload.model.Transformer.cross_entropy_bytes`):
     "unfused" (Megatron-Core's default), "fused" (``--cross-entropy-loss-fusion``, NeMo's
     recipes) or "te" (Transformer Engine's kernels, Megatron-Bridge's recipes).
-    ``fsdp_communication_unit``, ``fsdp_double_buffer`` and
-    ``activation_offload_in_flight`` set the memory estimate only
+    ``fsdp_communication_unit``, ``fsdp_double_buffer``,
+    ``activation_offload_in_flight`` and ``lazy_gradients`` set the memory estimate only
     (:func:`~simulator.workload.memory.megatron_memory`: Megatron-FSDP's
     ``suggested_communication_unit_size`` and ``fsdp_double_buffer``; offloaded layers
-    still on the GPU at the peak). ``activation_offload_layers`` keeps that many layers'
-    activations in host memory (Megatron-Core's ``cpu_offloading_num_layers``): it
-    lowers the memory only; the copies are taken as hidden behind the passes (Transformer
-    Engine overlaps them on their own stream; on GB200 over NVLink-C2C).
+    still on the GPU at the peak; gradients allocated at their first backward, as
+    PyTorch's FSDP does, in place of Megatron's buffer held through the step).
+    ``activation_offload_layers`` keeps that many layers' activations in host memory
+    (Megatron-Core's ``cpu_offloading_num_layers``): it lowers the memory only; the
+    copies are taken as hidden behind the passes (Transformer Engine overlaps them on
+    their own stream; on GB200 over NVLink-C2C).
     ``tp_comm_overlap`` (Transformer Engine's userbuffer overlap, ``--tp-comm-overlap``)
     runs each pass's TP collectives on their own stream beside its GEMMs instead of
     after them: the pass takes the longer of the two (compute slowed by
@@ -2269,6 +2274,7 @@ def megatron(
         fsdp_communication_unit=fsdp_communication_unit,
         fsdp_double_buffer=fsdp_double_buffer,
         activation_offload_in_flight=activation_offload_in_flight,
+        lazy_gradients=lazy_gradients,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.

@@ -74,6 +74,36 @@ Dropout (``Transformer.dropout``): Korthikanti et al.'s count includes the masks
 two dropouts after attention and after the MLP (s b h bytes each); models trained with
 dropout 0 (Llama-style) store none (PyTorch returns the input unchanged for p = 0).
 
+Pipeline stages' inputs and outputs: a chunk's output is not counted, as Megatron-LM
+frees its data once it is sent to the next stage (``deallocate_pipeline_outputs``:
+Megatron-Core's ModelParallelConfig leaves it False, model_parallel_config.py line 405,
+but Megatron-LM's training sets it True, megatron/training/argument_utils.py line 305,
+and Megatron-Bridge's GPT provider too, src/megatron/bridge/models/gpt_provider.py line
+162, at NVIDIA/Megatron-LM@d98e8a64dd and NVIDIA-NeMo/Megatron-Bridge@067f987df); a
+chunk's input is its first layer's input, counted once as the normalization's saved input
+(its backward needs it). Meta's Llama 3 405B pipeline, which "proactively deallocate[s]
+tensors that will not be used for future computation, including the input and output
+tensors of each pipeline stage" (Dubey et al. 2024, arXiv 2407.21783, section 3.3.2,
+p. 11), thus holds what this count holds: the phrase frees nothing more here.
+
+Gradients (``lazy_gradients``): Megatron's distributed data parallel allocates its main
+gradient buffer once, for every parameter of the rank, and zeroes it each step
+(``_ParamAndGradBuffer``: ``self.grad_data = torch.zeros(...)`` in
+megatron/core/distributed/param_and_grad_buffer.py line 1190, ``reset`` line 1621, at
+d98e8a64dd): held through the whole step, beside the activations' peak. PyTorch's FSDP
+allocates a module's gradient when its first backward of the step produces it (FSDP2
+keeps it as ``unsharded_accumulated_grad``, the first gradient cast to the reduce dtype:
+``FSDPParam.to_accumulated_grad_if_needed`` in
+torch/distributed/fsdp/_fully_shard/_fsdp_param.py at pytorch/pytorch@010ae4a8) and frees
+it after its reduce-scatter; ``Optimizer.zero_grad`` sets gradients to None. With
+``lazy_gradients`` the peak is then found over the stage's schedule
+(:func:`lazy_gradient_peak`): the activations held and the gradients of the model chunks
+whose backward has run, plus the fresh bf16 gradient of the layer running its backward,
+and the sharded fp32 gradients. Where all micro-batches are in the warm-up (16 of them
+over 16 stages) the activations' peak comes before any gradient exists; in a long 1F1B
+steady state every chunk's gradient is allocated while the activations stay at their
+peak, and the two figures agree.
+
 Not counted: temporary buffers (communication buckets, workspace), the allocator's
 fragmentation and the CUDA context, which real runs keep a few GB for.
 """
@@ -86,7 +116,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import CcsimError
 from .model import Transformer
-from .pipeline import peak_held
+from .pipeline import peak_held, pipeline_order
 
 #: Bytes per parameter of mixed-precision Adam (bf16 parameters, fp32 gradients), split
 #: as Megatron-LM's README table counts them: weights, main gradients, optimizer state.
@@ -300,6 +330,58 @@ def _positive_layers(value: object, name: str) -> int:
     return value
 
 
+#: One model chunk's parts in the order its backward runs them, for
+#: :func:`lazy_gradient_peak`: (activation bytes a forward of it keeps, bytes of its
+#: accumulated gradient, bytes of the fresh gradient its backward produces).
+ChunkPart = tuple[float, float, float]
+
+
+def lazy_gradient_peak(
+    order: Sequence[tuple[str, int, int]], parts: Sequence[Sequence[ChunkPart]]
+) -> tuple[float, float]:
+    """(activations, gradients) a pipeline stage holds at the peak of their sum, when each
+    model chunk's gradients are allocated by its first backward of the step and kept to
+    the step's end (PyTorch FSDP's accumulated gradients; see the module docstring).
+    ``order`` is the stage's (pass, chunk, micro-batch) order
+    (:func:`~simulator.workload.pipeline.pipeline_order`); ``parts[c]`` chunk c's parts in
+    backward order (:data:`ChunkPart`). A forward adds its chunk's activations; a backward
+    runs its parts in turn, each allocating its accumulated gradient (the chunk's first
+    backward only) and its fresh gradient beside the activations still held, then freeing
+    its activations. The fresh gradient of the part running is counted in the gradients.
+
+    Two one-layer chunks, two micro-batches all in the warm-up. With 10 activation bytes
+    and 1 gradient byte a layer (0.5 fresh), the peak is the first backward's start:
+    all 40 bytes of activations, chunk 1's gradient and its fresh one. With 1 and 10
+    (5 fresh) it is chunk 0's first backward: 2 bytes still held beside both chunks'
+    gradients and a fresh one.
+
+    >>> order = [("f", 0, 0), ("f", 1, 0), ("f", 0, 1), ("f", 1, 1),
+    ...          ("b", 1, 0), ("b", 1, 1), ("b", 0, 0), ("b", 0, 1)]
+    >>> lazy_gradient_peak(order, [[(10.0, 1.0, 0.5)], [(10.0, 1.0, 0.5)]])
+    (40.0, 1.5)
+    >>> lazy_gradient_peak(order, [[(1.0, 10.0, 5.0)], [(1.0, 10.0, 5.0)]])
+    (2.0, 25.0)
+    """
+    held = allocated = 0.0
+    started: set[int] = set()
+    peak, best = -1.0, (0.0, 0.0)
+    for kind, chunk, _ in order:
+        if kind == "f":
+            held += sum(part[0] for part in parts[chunk])
+            if held + allocated > peak:
+                peak, best = held + allocated, (held, allocated)
+            continue
+        first = chunk not in started
+        started.add(chunk)
+        for activation, gradient, fresh in parts[chunk]:
+            if first:
+                allocated += gradient
+            if held + allocated + fresh > peak:
+                peak, best = held + allocated + fresh, (held, allocated + fresh)
+            held -= activation
+    return best
+
+
 def pipeline_layers(
     layers: int,
     pp: int,
@@ -511,6 +593,7 @@ def megatron_memory(
     fp8_transpose: bool = True,
     fp8_recipe: str = "tensorwise",
     activation_offload_in_flight: int = 0,
+    lazy_gradients: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -551,6 +634,11 @@ def megatron_memory(
     Up to v2.9 (``AsyncDoubleBufferGroupOffloadHandler``, cpu_offload.py lines 340-350
     and 516-531 at v2.9) offloaded layer i is freed only when layer 2i + 1 (L = 2k)
     commits, so the last offloaded layer is still held while the last layer runs: 1.
+    ``lazy_gradients``: each model chunk's gradients are allocated by its first backward
+    (PyTorch FSDP's), not held through the step (Megatron's buffer, the default), and
+    every stage's peak is found over its schedule (see the module docstring and
+    :func:`lazy_gradient_peak`); it needs the distributed optimizer, and neither FSDP's
+    units nor offloading.
 
     >>> from simulator.workload.model import MODELS
     >>> m = megatron_memory(MODELS["gpt3-175b"], tp=8, pp=8, dp=16, micro_batch=1,
@@ -558,6 +646,13 @@ def megatron_memory(
     >>> round(m.weights / 2**30, 2), round(m.activations / 2**30, 2)  # GiB
     (5.21, 4.69)
     """
+    if lazy_gradients and (fsdp or activation_offload_layers or not distributed_optimizer):
+        raise CcsimError(
+            "lazy_gradients (gradients allocated at their first backward and sharded after "
+            "their reduce-scatter, as PyTorch's FSDP does) is modelled with the distributed "
+            "optimizer only, without Megatron-FSDP (fsdp) or activation offloading; drop "
+            "lazy_gradients or those options"
+        )
     v = virtual_stages
     chunks = pipeline_chunks(
         model.layers,
@@ -705,14 +800,44 @@ def megatron_memory(
         activations /= cp
         if fsdp:
             return fsdp_stage(layers, dense, vocab, activations)
+        gradients = (params + expert_params) * gradient_bytes
+        if lazy_gradients:
+            activations, gradients = lazy_stage_peak(stage, linear, per_layer, dropout, extra)
+            # The sharded gradients the reduce-scatters leave for the optimizer, held
+            # from the previous step's end (an upper bound: they are made at this one's).
+            gradients += params * gradient_bytes / (dp * cp)
+            gradients += expert_params * gradient_bytes / expert_dp
         return MemoryEstimate(
             weights=(params + expert_params) * WEIGHT_BYTES + fp8_copies,
-            gradients=(params + expert_params) * gradient_bytes,
+            gradients=gradients,
             optimizer=params * optimizer + expert_params * expert_optimizer,
             activations=activations,
         )
 
-    if len(set(chunks)) == 1:
+    def lazy_stage_peak(
+        stage: int, linear: float, per_layer: float, dropout: float, extra: int
+    ) -> tuple[float, float]:
+        # Each chunk's parts in backward order: the output layer first (the last stage's
+        # last chunk), then its layers, the input embedding last (the first stage's first
+        # chunk, with its dropout mask); the layers share the stage's linear parameters
+        # evenly. Fresh gradients come in the parameters' dtype (bf16).
+        layers = split[stage]
+        grad = linear / layers * gradient_bytes if layers else 0.0
+        fresh = linear / layers * WEIGHT_BYTES if layers else 0.0
+        matrix = model.vocab * model.hidden / tp
+        parts: list[list[ChunkPart]] = []
+        for c, count in enumerate(chunks[stage]):
+            chunk: list[ChunkPart] = [(per_layer / cp, grad, fresh)] * count
+            last = stage == pp - 1 and c == v - 1
+            if last and not (model.tied_embeddings and stage == 0):
+                chunk.insert(0, (0.0, matrix * gradient_bytes, matrix * WEIGHT_BYTES))
+            if stage == 0 and c == 0:
+                chunk.append((dropout / cp, matrix * gradient_bytes, matrix * WEIGHT_BYTES))
+            parts.append(chunk)
+        order = pipeline_order(stage, pp, micro_batches, v, extra)
+        return lazy_gradient_peak(order, parts)
+
+    if len(set(chunks)) == 1 and not lazy_gradients:
         # Even stages: the first holds the most (the embedding, the most in flight).
         return stage_memory(0)
     # The first of the largest: a middle stage with more layers may outweigh the first.
