@@ -769,6 +769,7 @@ def megatron(
     moe_a2a_overlap: bool = False,
     moe_host_layer_s: float | None = None,
     moe_routing: str = "random",
+    moe_routed_casts: bool = True,
     recompute_moe_act: bool = False,
     fused_yarn_rope: bool = False,
     overlap_p2p_comm: bool | None = None,
@@ -908,6 +909,11 @@ def megatron(
     busiest rank's tokens; "even", every expert the mean. fp8 expert GEMMs take each
     expert's tokens padded to :data:`FP8_ALIGN` rows, the alltoall and DeepEP paths
     copying them to pad and unpad (HybridEP pads in its dispatch).
+    ``moe_routed_casts`` (fp8): an MoE layer's fp8 casts are its experts' (Transformer
+    Engine's GroupedLinear quantizes every routed copy's input and output gradient,
+    :meth:`~simulator.workload.model.Transformer.moe_fp8_cast_bytes`); False keeps the
+    earlier build, a dense layer's casts in its place (its backward at delayed scaling's
+    cost on Hopper, whatever the recipe).
     ``recompute_moe_act``: Megatron-Core's ``recompute_modules`` "moe_act" (``TEGroupedMLP``
     checkpoints the experts' activation, experts.py core_v0.15.0-0.19.0): its forward
     kernels run again in the backward (:meth:`~simulator.workload.model.Transformer.
@@ -1426,7 +1432,15 @@ def megatron(
         fwd_layer_bytes += fp8_fwd
         bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True, **recipe)
         bwd_layer_bytes += fp8_fwd if recompute == "full" else 0.0
-        if m.is_moe:  # (an MoE layer's casts taken as a dense layer's)
+        if m.is_moe and moe_routed_casts:
+            # An MoE layer's: its experts' grouped GEMMs quantize every routed copy's
+            # input and output gradient (Transformer.moe_fp8_cast_bytes).
+            moe_recipe = {**recipe, "etp": etp}
+            moe_fwd = m.moe_fp8_cast_bytes(tokens, tp=tp, **moe_recipe)
+            fwd_moe_bytes += moe_fwd
+            bwd_moe_bytes += m.moe_fp8_cast_bytes(tokens, tp=tp, backward=True, **moe_recipe)
+            bwd_moe_bytes += moe_fwd if recompute == "full" else 0.0
+        elif m.is_moe:  # (the earlier build: an MoE layer's casts taken as a dense layer's)
             fwd_moe_bytes += fp8_fwd
             bwd_moe_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
             bwd_moe_bytes += fp8_fwd if recompute == "full" else 0.0
