@@ -2,12 +2,16 @@
 GroupedLinear quantizes every routed copy's input and output gradient
 (transformer_engine/pytorch/module/grouped_linear.py at v2.8, ``tex.split_quantize``),
 and the MoE layer's MLP sits behind a separate norm (Megatron-Core's MoE layer spec), so
-its casts are the experts', not a dense MLP's. Figures worked by hand from the list of
-tensors TE quantizes and the bytes an element of each cast (``fp8_cast_cost``)."""
+its casts are the experts', not a dense MLP's; with TE's fused grouped MLP
+(``Transformer.fused_grouped_mlp_bytes``) the activation and two of those casts run in
+the GEMMs' epilogues. Figures worked by hand from the list of tensors TE quantizes and
+the bytes an element of each cast (``fp8_cast_cost``)."""
 
 import pytest
 
+from simulator.errors import CcsimError
 from simulator.search.space import Candidate, Hardware, estimate
+from simulator.validate.training import load_runs
 from simulator.workload.devices import DEVICES
 from simulator.workload.generators import megatron
 from simulator.workload.model import MODELS, Transformer
@@ -112,3 +116,58 @@ def test_estimate_and_generator_ask_for_the_same_moe_casts(monkeypatch):
     where = "generator"
     megatron(model=model, global_batch=8, **c.params())
     assert seen["estimate"] and seen["estimate"] == seen["generator"]
+
+
+def _moe_elementwise(model: Transformer, **kw) -> tuple[float, float]:
+    """Rank 0's first micro-batch's memory-bound bytes (forward, backward)."""
+    step = megatron(model, tp=1, pp=1, dp=8, ep=8, global_batch=8, host_op_s=0.0,
+                    moe_routing="even", moe_dispatcher="hybridep", precision="fp8",
+                    fp8_recipe="mxfp8", **kw)  # fmt: skip
+    found = {}
+    for op in step.ops:
+        if op.rank == 0 and op.label.endswith("elementwise mb 0"):
+            found[op.label.split()[0]] = op.mem_bytes
+    return found["fwd"], found["bwd"]
+
+
+def test_fused_grouped_mlp_drops_the_activation_and_its_casts():
+    """Transformer Engine's fused grouped MLP (GEMM + SwiGLU + MXFP8 quantization in the
+    epilogue; backward dSwiGLU + quantization in fc2's data-gradient GEMM) leaves, per
+    routed copy, no activation kernel (6 f bytes forward: reads gate and up, writes the
+    product; twice backward) and no cast of fc2's input (4.0625 f) or of fc1's output
+    gradient (4.0625 x 2 f). TINY: 4 layers x 1,024 tokens x 4 copies, f = 256."""
+    plain = _moe_elementwise(TINY)
+    fused = _moe_elementwise(TINY, moe_fused_grouped_mlp=True)
+    copies = 4 * 1024 * 4
+    assert plain[0] - fused[0] == pytest.approx(copies * (6 * 256 + 4.0625 * 256))
+    assert plain[1] - fused[1] == pytest.approx(copies * (12 * 256 + 4.0625 * 512))
+
+
+def test_fused_grouped_mlp_takes_gpt_oss_clamps_with_it():
+    """gpt-oss's clamps before its activation (16 f bytes a copy forward, 30 f backward:
+    ``Transformer.glu_clamp_bytes``) run inside the fused kernel's activation too."""
+    clamped = Transformer(**{**TINY.__dict__, "glu_clamp": True})
+    plain = _moe_elementwise(clamped)
+    fused = _moe_elementwise(clamped, moe_fused_grouped_mlp=True)
+    copies = 4 * 1024 * 4
+    assert plain[0] - fused[0] == pytest.approx(copies * (6 * 256 + 4.0625 * 256 + 16 * 256))
+    assert plain[1] - fused[1] == pytest.approx(copies * (12 * 256 + 4.0625 * 512 + 30 * 256))
+
+
+def test_fused_grouped_mlp_is_mxfp8_only():
+    with pytest.raises(CcsimError, match="runs MXFP8"):
+        megatron(TINY, tp=1, pp=1, dp=8, ep=8, global_batch=8, precision="bf16",
+                 moe_fused_grouped_mlp=True)  # fmt: skip
+
+
+def test_rows_whose_preset_fuses_the_grouped_mlp():
+    """The 26.06 and 26.06.01 GB200 MXFP8 rows of the four MoE models whose presets set
+    ``cutedsl_fused_grouped_mlp`` (Megatron-Bridge v0.5.0 / v0.5.1) build it; no other
+    row does."""
+    runs, _ = load_runs()
+    fused = {r.id for r in runs if r.options.get("moe_fused_grouped_mlp")}
+    expected = {f"bridge-{release}-{model}-gb200-mxfp8-{gpus}"
+                for release in ("26.06", "26.06.01")
+                for model, gpus in (("deepseek-v3", 256), ("gpt-oss-120b", 64),
+                                    ("qwen3-235b-a22b", 256), ("qwen3-30b-a3b", 8))}  # fmt: skip
+    assert fused == expected

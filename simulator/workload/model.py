@@ -683,6 +683,48 @@ class Transformer:
         copies *= self.capacity_factor or 1.0
         return copies * (6 if self.gated else 4) * self.expert_ffn
 
+    def fused_grouped_mlp_bytes(
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        etp: int = 1,
+        sequence_parallel: bool = False,
+        recipe: str = "mxfp8",
+        transpose: bool = False,
+    ) -> tuple[float, float]:
+        """HBM bytes (forward, backward) of one MoE layer's routed experts on one rank that
+        Transformer Engine's fused grouped MLP does not spend as kernels of their own: its
+        op fuser runs fc1's grouped GEMM with the gated activation, the routing
+        probabilities' scaling and the MXFP8 quantization of fc2's input in the GEMM's
+        epilogue, and backward fc2's data-gradient GEMM with the activation's gradient
+        and the quantization of fc1's output gradient ("GroupGEMM + (d)SwiGLU + quant +
+        swizzle": Megatron-Bridge issue #2885; transformer_engine/pytorch/ops/fused/
+        grouped_mlp.py at v2.17, ``NVTE_CUTEDSL_FUSED_GROUPED_MLP``, with
+        ``ScaledSwiGLU`` and ``ScaledClampedQGeGLU``). What it takes away, per routed
+        copy: forward the activation (:meth:`expert_activation_bytes`) and fc2's input
+        cast (f / etp elements, a cast of its own: :func:`fp8_cast_cost`); backward the
+        activation's gradient (twice the forward's bytes, as the generator counts a
+        backward) and fc1's output-gradient cast (2 f / etp gated). gpt-oss's clamps
+        (:meth:`glu_clamp_bytes`) go with the activation; the generator leaves them out
+        where this applies. fc1's input cast and fc2's output-gradient cast stay.
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32,
+        ...                 gated=True)
+        >>> m.fused_grouped_mlp_bytes(1) == (2 * (6 * 32 + 4.0625 * 32),
+        ...                                  2 * (12 * 32 + 4.0625 * 64))
+        True
+        """
+        if not self.is_moe:
+            return 0.0, 0.0
+        standalone = fp8_cast_cost(recipe, transpose=transpose)[0]
+        act = self.expert_activation_bytes(tokens, tp=tp, sequence_parallel=sequence_parallel)
+        copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
+        copies *= self.capacity_factor or 1.0
+        f = self.expert_ffn / etp
+        up = (2 if self.gated else 1) * f
+        return act + standalone * copies * f, 2 * act + standalone * copies * up
+
     def glu_clamp_bytes(
         self,
         tokens: float,
