@@ -706,8 +706,13 @@ class Transformer:
         cast (f / etp elements, a cast of its own: :func:`fp8_cast_cost`); backward the
         activation's gradient (twice the forward's bytes, as the generator counts a
         backward) and fc1's output-gradient cast (2 f / etp gated). gpt-oss's clamps
-        (:meth:`glu_clamp_bytes`) go with the activation; the generator leaves them out
-        where this applies. fc1's input cast and fc2's output-gradient cast stay.
+        (:meth:`glu_clamp_bytes`) go with the activation (the fused op's cuDNN kernels
+        take ``ScaledClampedQGeGLU``'s clamp limits, "geglu"/"dgeglu": grouped_mlp.py
+        v2.17 lines 839-861); the generator leaves them out where this applies. fc1's
+        input cast (``tex.group_quantize``) and fc2's output-gradient cast stay. The
+        experts' biases are handed to the cuDNN kernels too
+        (``_pack_grouped_linear_bias_for_cudnn``), but :meth:`expert_bias_bytes` is kept:
+        whether Megatron-Core's op-fuser path routes gpt-oss's biases there was not read.
 
         >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32,
         ...                 gated=True)
