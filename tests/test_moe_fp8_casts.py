@@ -158,6 +158,10 @@ def test_fused_grouped_mlp_is_mxfp8_only():
     with pytest.raises(CcsimError, match="runs MXFP8"):
         megatron(TINY, tp=1, pp=1, dp=8, ep=8, global_batch=8, precision="bf16",
                  moe_fused_grouped_mlp=True)  # fmt: skip
+    with pytest.raises(CcsimError, match="moe_routed_casts"):
+        megatron(TINY, tp=1, pp=1, dp=8, ep=8, global_batch=8, precision="fp8",
+                 fp8_recipe="mxfp8", moe_fused_grouped_mlp=True,
+                 moe_routed_casts=False)  # fmt: skip
 
 
 def test_rows_whose_preset_fuses_the_grouped_mlp():

@@ -1234,6 +1234,11 @@ def megatron(
             + (f" with fp8_recipe {fp8_recipe}" if precision == "fp8" else "")
             + ": drop moe_fused_grouped_mlp or run MXFP8"
         )
+    if moe_fused_grouped_mlp and not moe_routed_casts:
+        raise CcsimError(
+            "moe_fused_grouped_mlp takes the experts' casts out of the routed copies' "
+            "casts (moe_routed_casts): drop moe_routed_casts=False or the fused MLP"
+        )
     if isinstance(ep_domain, bool) or not isinstance(ep_domain, int) or ep_domain < 1:
         raise CcsimError(
             f"ep_domain (GPUs per NVLink domain) must be a positive integer, not {ep_domain!r}"
