@@ -374,11 +374,16 @@ def estimate(
             # candidate's sequence parallelism, under which the gathered norm output is
             # transposed in the backward)
             recipe = {"recipe": "tensorwise", "sequence_parallel": c.sequence_parallel}
-            casts = model.fp8_cast_bytes(tokens, tp=c.tp, **recipe)
-            if not forward:
-                again = casts if c.recompute == "full" else 0.0
-                casts = model.fp8_cast_bytes(tokens, tp=c.tp, backward=True, **recipe) + again
-            kernels += layers * casts
+            # (an MoE layer's: its experts' casts over the routed copies,
+            # Transformer.moe_fp8_cast_bytes)
+            for n, cast in ((layers - moe, model.fp8_cast_bytes), (moe, model.moe_fp8_cast_bytes)):
+                if not n:
+                    continue
+                casts = cast(tokens, tp=c.tp, **recipe)
+                if not forward:
+                    again = casts if c.recompute == "full" else 0.0
+                    casts = cast(tokens, tp=c.tp, backward=True, **recipe) + again
+                kernels += n * casts
         # The host reading each MoE layer's tokens per expert, once a forward (and its
         # recomputation), as the generator's dispatcher does (HOST_SYNC_S).
         syncs = 1 if forward or c.recompute == "full" else 0

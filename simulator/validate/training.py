@@ -301,6 +301,11 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options["moe_host_sync"] = False
     if settings.get("moe_ep_a2a_overlap") is True:
         options["moe_a2a_overlap"] = True
+    if settings.get("cutedsl_fused_grouped_mlp") is True:
+        # Megatron-Bridge's preset turns on Transformer Engine's fused grouped MLP
+        # (scripts/performance/utils/overrides.py at v0.5.0: use_transformer_engine_op_fuser;
+        # perf_plugins.py: NVTE_CUTEDSL_FUSED_GROUPED_MLP=1).
+        options["moe_fused_grouped_mlp"] = True
     return options
 
 

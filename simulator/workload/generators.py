@@ -771,6 +771,8 @@ def megatron(
     moe_a2a_overlap: bool = False,
     moe_host_layer_s: float | None = None,
     moe_routing: str = "random",
+    moe_routed_casts: bool = True,
+    moe_fused_grouped_mlp: bool = False,
     recompute_moe_act: bool = False,
     fused_yarn_rope: bool = False,
     overlap_p2p_comm: bool | None = None,
@@ -911,6 +913,16 @@ def megatron(
     busiest rank's tokens; "even", every expert the mean. fp8 expert GEMMs take each
     expert's tokens padded to :data:`FP8_ALIGN` rows, the alltoall and DeepEP paths
     copying them to pad and unpad (HybridEP pads in its dispatch).
+    ``moe_routed_casts`` (fp8): an MoE layer's fp8 casts are its experts' (Transformer
+    Engine's GroupedLinear quantizes every routed copy's input and output gradient,
+    :meth:`~simulator.workload.model.Transformer.moe_fp8_cast_bytes`); False keeps the
+    earlier build, a dense layer's casts in its place (its backward at delayed scaling's
+    cost on Hopper, whatever the recipe).
+    ``moe_fused_grouped_mlp`` (MXFP8 only; off, as Megatron-Core's
+    ``use_transformer_engine_op_fuser`` default): Transformer Engine's fused grouped MLP
+    (Megatron-Bridge's ``cutedsl_fused_grouped_mlp``, ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``)
+    runs the experts' activation and fc2's input cast in fc1's GEMM and their gradients
+    in fc2's (:meth:`~simulator.workload.model.Transformer.fused_grouped_mlp_bytes`).
     ``recompute_moe_act``: Megatron-Core's ``recompute_modules`` "moe_act" (``TEGroupedMLP``
     checkpoints the experts' activation, experts.py core_v0.15.0-0.19.0): its forward
     kernels run again in the backward (:meth:`~simulator.workload.model.Transformer.
@@ -1220,6 +1232,18 @@ def megatron(
         raise unknown_choice("moe_dispatcher", moe_dispatcher, DISPATCHERS)
     if moe_routing not in MOE_ROUTINGS:
         raise unknown_choice("moe_routing", moe_routing, MOE_ROUTINGS)
+    if moe_fused_grouped_mlp and m.is_moe and (precision != "fp8" or fp8_recipe != "mxfp8"):
+        raise CcsimError(
+            "moe_fused_grouped_mlp: Transformer Engine's fused grouped MLP runs MXFP8 "
+            f"(precision fp8, fp8_recipe mxfp8), not {precision}"
+            + (f" with fp8_recipe {fp8_recipe}" if precision == "fp8" else "")
+            + ": drop moe_fused_grouped_mlp or run MXFP8"
+        )
+    if moe_fused_grouped_mlp and not moe_routed_casts:
+        raise CcsimError(
+            "moe_fused_grouped_mlp takes the experts' casts out of the routed copies' "
+            "casts (moe_routed_casts): drop moe_routed_casts=False or the fused MLP"
+        )
     if isinstance(ep_domain, bool) or not isinstance(ep_domain, int) or ep_domain < 1:
         raise CcsimError(
             f"ep_domain (GPUs per NVLink domain) must be a positive integer, not {ep_domain!r}"
@@ -1431,7 +1455,15 @@ def megatron(
         fwd_layer_bytes += fp8_fwd
         bwd_layer_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True, **recipe)
         bwd_layer_bytes += fp8_fwd if recompute == "full" else 0.0
-        if m.is_moe:  # (an MoE layer's casts taken as a dense layer's)
+        if m.is_moe and moe_routed_casts:
+            # An MoE layer's: its experts' grouped GEMMs quantize every routed copy's
+            # input and output gradient (Transformer.moe_fp8_cast_bytes).
+            moe_recipe = {**recipe, "etp": etp}
+            moe_fwd = m.moe_fp8_cast_bytes(tokens, tp=tp, **moe_recipe)
+            fwd_moe_bytes += moe_fwd
+            bwd_moe_bytes += m.moe_fp8_cast_bytes(tokens, tp=tp, backward=True, **moe_recipe)
+            bwd_moe_bytes += moe_fwd if recompute == "full" else 0.0
+        elif m.is_moe:  # (the earlier build: an MoE layer's casts taken as a dense layer's)
             fwd_moe_bytes += fp8_fwd
             bwd_moe_bytes += m.fp8_cast_bytes(tokens, tp=tp, backward=True)
             bwd_moe_bytes += fp8_fwd if recompute == "full" else 0.0
@@ -1444,7 +1476,22 @@ def megatron(
         )
         fwd_moe_bytes += pad
         bwd_moe_bytes += (2 if recompute == "full" else 1) * pad
-    if m.is_moe:
+    if m.is_moe and moe_fused_grouped_mlp:
+        # TE's fused grouped MLP: the routed activation (gpt-oss's clamps with it), fc2's
+        # input cast and, backward, their gradients run in the GEMMs' epilogues
+        # (Transformer.fused_grouped_mlp_bytes); recomputing the activation recomputes
+        # nothing of its own.
+        fused_fwd, fused_bwd = m.fused_grouped_mlp_bytes(
+            tokens,
+            tp=tp,
+            etp=etp,
+            sequence_parallel=sequence_parallel,
+            recipe=fp8_recipe,
+            transpose=fp8_transpose,
+        )
+        fwd_moe_bytes -= fused_fwd
+        bwd_moe_bytes -= fused_bwd + (fused_fwd if recompute == "full" else 0.0)
+    elif m.is_moe:
         # gpt-oss's clamped activation (Transformer.glu_clamp_bytes), its clamps again
         # where the backward recomputes the activation; and the activation's own forward
         # again with recompute_moe_act (full recomputation re-runs the whole forward).

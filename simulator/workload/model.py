@@ -683,6 +683,53 @@ class Transformer:
         copies *= self.capacity_factor or 1.0
         return copies * (6 if self.gated else 4) * self.expert_ffn
 
+    def fused_grouped_mlp_bytes(
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        etp: int = 1,
+        sequence_parallel: bool = False,
+        recipe: str = "mxfp8",
+        transpose: bool = False,
+    ) -> tuple[float, float]:
+        """HBM bytes (forward, backward) of one MoE layer's routed experts on one rank that
+        Transformer Engine's fused grouped MLP does not spend as kernels of their own: its
+        op fuser runs fc1's grouped GEMM with the gated activation, the routing
+        probabilities' scaling and the MXFP8 quantization of fc2's input in the GEMM's
+        epilogue, and backward fc2's data-gradient GEMM with the activation's gradient
+        and the quantization of fc1's output gradient ("GroupGEMM + (d)SwiGLU + quant +
+        swizzle": Megatron-Bridge issue #2885; transformer_engine/pytorch/ops/fused/
+        grouped_mlp.py at v2.17, ``NVTE_CUTEDSL_FUSED_GROUPED_MLP``, with
+        ``ScaledSwiGLU`` and ``ScaledClampedQGeGLU``). What it takes away, per routed
+        copy: forward the activation (:meth:`expert_activation_bytes`) and fc2's input
+        cast (f / etp elements, a cast of its own: :func:`fp8_cast_cost`); backward the
+        activation's gradient (twice the forward's bytes, as the generator counts a
+        backward) and fc1's output-gradient cast (2 f / etp gated). gpt-oss's clamps
+        (:meth:`glu_clamp_bytes`) go with the activation (the fused op's cuDNN kernels
+        take ``ScaledClampedQGeGLU``'s clamp limits, "geglu"/"dgeglu": grouped_mlp.py
+        v2.17 lines 839-861); the generator leaves them out where this applies. fc1's
+        input cast (``tex.group_quantize``) and fc2's output-gradient cast stay. The
+        experts' biases are handed to the cuDNN kernels too
+        (``_pack_grouped_linear_bias_for_cudnn``), but :meth:`expert_bias_bytes` is kept:
+        whether Megatron-Core's op-fuser path routes gpt-oss's biases there was not read.
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, experts=4, top_k=2, moe_ffn=32,
+        ...                 gated=True)
+        >>> m.fused_grouped_mlp_bytes(1) == (2 * (6 * 32 + 4.0625 * 32),
+        ...                                  2 * (12 * 32 + 4.0625 * 64))
+        True
+        """
+        if not self.is_moe:
+            return 0.0, 0.0
+        standalone = fp8_cast_cost(recipe, transpose=transpose)[0]
+        act = self.expert_activation_bytes(tokens, tp=tp, sequence_parallel=sequence_parallel)
+        copies = tokens / (tp if sequence_parallel else 1) * self.top_k * etp
+        copies *= self.capacity_factor or 1.0
+        f = self.expert_ffn / etp
+        up = (2 if self.gated else 1) * f
+        return act + standalone * copies * f, 2 * act + standalone * copies * up
+
     def glu_clamp_bytes(
         self,
         tokens: float,
@@ -883,6 +930,93 @@ class Transformer:
             if gathered:  # the gathered inputs' transposes (1 byte read, 1 written)
                 per_token += 2 * (2 * h)
         return float(tokens * per_token)
+
+    def moe_fp8_cast_bytes(
+        self,
+        tokens: float,
+        *,
+        tp: int = 1,
+        etp: int = 1,
+        backward: bool = False,
+        recipe: str = "delayed",
+        transpose: bool = True,
+        sequence_parallel: bool = False,
+    ) -> float:
+        """HBM bytes Transformer Engine's fp8 casts of one MoE layer's pass move on one TP
+        rank: the attention's as a dense layer's (:meth:`fp8_cast_bytes`), and instead of
+        a dense MLP's the casts of the experts' GEMM inputs, per routed copy of a token
+        and, for shared experts, per token (bytes per element: :func:`fp8_cast_cost`).
+
+        An MoE layer's MLP has no LayerNormLinear: Megatron-Core's MoE layer spec puts a
+        separate norm before it (``pre_mlp_layernorm=backend.layer_norm() if
+        num_experts``, megatron/core/models/gpt/gpt_layer_specs.py lines 265 and 291 at
+        core_v0.16.0), whose bf16 output the router reads and the dispatcher permutes.
+        The routed experts are TE ``GroupedLinear`` modules, which quantize their whole
+        input, every expert's rows, with ``tex.split_quantize`` (row- and column-wise
+        for the weight gradient) and, backward, their output gradient the same way
+        (transformer_engine/pytorch/module/grouped_linear.py at v2.8, lines 127 and
+        299-310): each a cast of its own. Forward, per routed copy (b s / t tokens with
+        sequence parallelism, ``top_k`` copies each, ``etp`` times that with expert
+        TP), fc1's input (h) and fc2's (f / etp, the activation's bf16 output);
+        backward, fc2's output gradient (h) and fc1's (2 f / etp gated, f otherwise).
+        Shared experts (TE linears behind the same norm) cast their input (h, the
+        sequence-parallel shard) and the activation (f / t) forward, and their two
+        output gradients (h and 2 f / t gated) backward, with the gathered input's
+        transpose where a per-tensor norm output would be all-gathered (as
+        :meth:`fp8_cast_bytes`).
+
+        Left out: the rows fp8 padding adds to each expert (a few a expert), the router
+        (its GEMM runs on bf16 inputs, ``te_general_gemm`` with an fp32 output:
+        megatron/core/transformer/moe/moe_utils.py, ``RouterGatingLinearFunction``), and
+        the weights' casts (once a step, as for dense layers).
+
+        >>> m = Transformer(layers=1, hidden=64, seq=16, heads=4, ffn=256, experts=4,
+        ...                 top_k=2, moe_ffn=32, gated=True)
+        >>> # forward: the dense layer's less its FC1 input (norm cast, 64) and FC2 input
+        >>> # (own cast, 256), plus 2 copies x (64 + 32) own casts; delayed, Hopper: 4 and 1
+        >>> extra = m.moe_fp8_cast_bytes(1) - m.fp8_cast_bytes(1)
+        >>> extra == 4 * 2 * (64 + 32) - (1 * 64 + 4 * 256)
+        True
+        >>> extra = m.moe_fp8_cast_bytes(1, backward=True) - m.fp8_cast_bytes(1, backward=True)
+        >>> extra == 4 * 2 * (64 + 2 * 32) - 4 * (64 + 2 * 256)
+        True
+        """
+        h = self.hidden
+        dense = self.fp8_cast_bytes(
+            tokens,
+            tp=tp,
+            backward=backward,
+            recipe=recipe,
+            transpose=transpose,
+            sequence_parallel=sequence_parallel,
+        )
+        if not self.is_moe:
+            return dense
+        gathered = sequence_parallel and tp > 1 and transpose and recipe != "mxfp8"
+        standalone, norm, _ = fp8_cast_cost(recipe, transpose=transpose)
+        if gathered:
+            norm = fp8_cast_cost(recipe, transpose=False)[1]
+        shard = h / (tp if sequence_parallel else 1)  # a token's norm output on this rank
+
+        def mlp(inner: float, normed: float, split: int) -> float:
+            """One token's casts through an MLP of ``inner`` split ``split`` ways, its
+            input cast at ``normed`` bytes an element (as fp8_cast_bytes counts FC1)."""
+            up = (2 if self.gated else 1) * inner / split
+            if not backward:
+                return normed * shard + standalone * inner / split
+            return standalone * (h + up) + (2 * h if gathered else 0.0)
+
+        dense_mlp = mlp(self.ffn or 4 * h, norm, tp)
+        shared = (
+            mlp(self.shared_experts * self.expert_ffn, standalone, tp)
+            if self.shared_experts
+            else 0.0
+        )
+        copies = self.top_k * etp * (self.capacity_factor or 1.0) / (tp if sequence_parallel else 1)
+        f = self.expert_ffn / etp
+        routed = h + ((2 if self.gated else 1) * f if backward else f)
+        per_token = shared - dense_mlp + standalone * copies * routed
+        return float(dense + tokens * per_token)
 
     def step_flops(
         self, sequences: float, *, recompute: bool = True, causal: bool = False
