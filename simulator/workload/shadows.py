@@ -73,21 +73,22 @@ def shadow_images(workload: Workload) -> tuple[dict[str, tuple[str, ...]] | None
     perms = shadows.images()
     by_ranks = {tuple(group.ranks): name for name, group in workload.groups.items()}
     images: dict[str, tuple[str, ...]] = {}
+    masters = shadows.masters
     for name, group in workload.groups.items():
-        ranks = np.asarray(group.ranks, dtype=np.int64)
-        if not any(rank in shadows.masters for rank in group.ranks):
+        if masters.isdisjoint(group.ranks):
             continue
         own = frozenset(group.ranks)
         seen = {own}
         found = []
-        for moved in perms[:, ranks]:
-            members = frozenset(moved.tolist())
+        # (Rows as lists at once: one conversion for all, not two per row.)
+        for moved in perms[:, np.asarray(group.ranks, dtype=np.int64)].tolist():
+            members = frozenset(moved)
             if members in seen:
                 continue  # itself (its call covers it), or an image already met
             seen.add(members)
             # Met first through a single generator's power, an image lists its ranks in
             # the order of the group's (a product with the group's own shift rotates it).
-            image = by_ranks.get(tuple(moved.tolist()))
+            image = by_ranks.get(tuple(moved))
             if image is None:
                 return None, f"group {name!r} has no image on the shadows' ranks"
             found.append(image)

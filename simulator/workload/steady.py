@@ -388,16 +388,24 @@ def steady_period(
 
 
 def later_period(
-    workload: Workload, run: WorkloadRun, pp: int, v: int, first: int, last: int
+    workload: Workload,
+    run: WorkloadRun,
+    pp: int,
+    v: int,
+    first: int,
+    last: int,
+    passes: _Passes | None = None,
 ) -> tuple[float, int, str]:
     """The period of ``run``'s steady state (:func:`steady_period`) at the first offset
     from ``first`` to ``last`` (every :data:`OFFSET_STRIDE`-th of a period, and
     ``last``) where it is periodic, and that offset, and ''; or NaN, ``first`` and why
     not at ``first``. Offsets are tried past ``first`` only while the replay is
     :data:`NOT_PERIODIC` (a transient dying out); ops that differ or a step's own ops
-    beside the compared steps end the search.
+    beside the compared steps end the search. ``passes``: ``workload``'s index if made
+    already (a watch's, :class:`_Watch`).
     """
-    passes = _Passes(workload, pp, v)
+    if passes is None or passes.workload is not workload or (passes.pp, passes.v) != (pp, v):
+        passes = _Passes(workload, pp, v)
     period_s, why = passes.period(run, first)
     if not why or not why.startswith(NOT_PERIODIC):
         return period_s, first, why
@@ -637,7 +645,9 @@ def _attempt(
         tried.append(f"{short} of {micro} micro-batches: {watch.refused}")
         return watch.refused, latest
     workload, run, result = replayed
-    period_s, _, why = later_period(run.workload, run, pp, v, middle, latest)
+    # The watch's index of the step's ops, where the run is of the workload it indexed
+    # (later_period checks; a replay that started over built another).
+    period_s, _, why = later_period(run.workload, run, pp, v, middle, latest, watch.passes)
     if not why:
         periods = (micro - short) // period_micro_batches(pp, v)
         return SteadyStep(
