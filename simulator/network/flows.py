@@ -671,9 +671,9 @@ class FlowNetwork:
                 self._inc_coef = np.concatenate([self._inc_coef, self._f_weight[new_flow]])
             seeds.append(new_link)
             if self.on_conflict is not None:
-                held = self._held_until[new_link] > now
-                if held.any():
-                    self.on_conflict(np.unique(self._held_by[new_link[held]]))
+                until = self._held_until[new_link]
+                if _fmax(until, initial=-np.inf) > now:  # (as in holders)
+                    self.on_conflict(np.unique(self._held_by[new_link[until > now]]))
             self._inc_flow = np.concatenate([self._inc_flow, new_flow])
             self._inc_link = np.concatenate([self._inc_link, new_link])
             self._count_link_flows(new_link, +1, now)

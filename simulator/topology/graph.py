@@ -222,7 +222,8 @@ def nodes_of_kind(graph: nx.Graph, kind: str) -> list:
 
 def servers_of_ranks(graph: nx.Graph) -> list[int] | None:
     """The ``server`` attribute of each rank's GPU, or None when the graph has none."""
-    servers = [graph.nodes[node].get("server") for node in gpu_nodes(graph)]
+    server = dict(graph.nodes(data="server"))  # (one pass, not a view per GPU)
+    servers = [server[node] for node in gpu_nodes(graph)]
     if any(server is None for server in servers):
         return None
     return [int(server) for server in servers]
