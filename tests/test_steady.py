@@ -5,6 +5,7 @@ pipelines (interleaved and 1F1B), and the full replay whenever the check fails."
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import numpy as np
 import pytest
@@ -73,6 +74,30 @@ def test_too_few_micro_batches_replay_the_full_step():
     assert steady.why and steady.simulated == steady.micro_batches == 16
     assert steady.period_s is None and steady.periods == 0
     assert steady.step_s == _full(options, 4)
+
+
+def test_the_collector_is_paused_inside_run_steady_only(monkeypatch):
+    """run_steady builds and replays with Python's cyclic collector off (only CPU time
+    changes: the step above is bit for bit run_workload's, which keeps it on) and puts
+    it back as it was, on or off."""
+    seen = []
+    build = steady.megatron
+
+    def spy(**options):
+        seen.append(gc.isenabled())
+        return build(**options)
+
+    monkeypatch.setattr(steady, "megatron", spy)
+    options = {**BASE, "pp": 4, "virtual_stages": 2, "dp": 2, "global_batch": 32}
+    assert gc.isenabled()
+    run_steady(options, "dgx-h100", nodes=4)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        run_steady(options, "dgx-h100", nodes=4)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_failed_check_replays_the_full_step(monkeypatch):

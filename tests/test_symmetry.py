@@ -272,3 +272,24 @@ def test_flow_guard_counts_the_simulated_ranks():
     assert symmetric_orbit("ring", "all_reduce", cluster_of("dgx-h100", 2048)) == 1024
     assert symmetric_orbit("ring", "all_reduce", cluster_of("dgx-h100", 3)) == 1
     assert symmetric_orbit("tree", "all_reduce", cluster_of("dgx-h100", 64)) == 1
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_a_server_permutation_is_refused_where_one_link_differs(directed):
+    """Swapping servers 0 and 2 of four H100s maps the graph onto itself; with one
+    NIC link of server 2 at half its bandwidth, or its latency changed, it does not
+    (either end of the link, either direction); a key the map ignores (a label) does
+    not matter."""
+    from simulator.topology.symmetry import server_permutation
+
+    def graph(**change):
+        g = load_topology("dgx-h100", 4)
+        g.edges["s2/nic3", "leaf3"].update(change)
+        return g.to_directed() if directed else g
+
+    swap = [2, 1, 0, 3]
+    assert server_permutation(graph(), swap) is not None
+    assert server_permutation(graph(label="x"), swap) is not None
+    assert server_permutation(graph(bandwidth=25e9), swap) is None
+    assert server_permutation(graph(latency=9e-6), swap) is None
+    assert server_permutation(graph(bandwidth=25e9), [0, 1, 2, 3]) is not None

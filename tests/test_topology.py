@@ -336,3 +336,46 @@ def test_ecmp_spreads_cross_rail_rings_over_spines():
     assert result.busbw_GBps == pytest.approx(400.0 / m, rel=0.01)
     busiest = max(b / bw for b, bw in zip(links["bytes"], links["bandwidth"], strict=True))
     assert busiest <= result.time_s <= 1.01 * busiest
+
+
+def _without_nic_by_search(graph: nx.Graph) -> list:
+    """GPUs from which no NIC is reached through non-GPU nodes, one search per GPU
+    (the definition, slowly)."""
+    kinds = nx.get_node_attributes(graph, "kind")
+    if "nic" not in kinds.values():
+        return []
+    undirected = graph.to_undirected(as_view=True) if graph.is_directed() else graph
+    lost = []
+    for gpu, kind in kinds.items():
+        if kind != "gpu":
+            continue
+        seen, stack, found = set(), [gpu], False
+        while stack and not found:
+            for v in undirected.adj[stack.pop()]:
+                if v in seen or kinds.get(v, "gpu") == "gpu":
+                    continue
+                found = kinds[v] == "nic"
+                seen.add(v)
+                stack.append(v)
+        if not found:
+            lost.append(gpu)
+    return lost
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_gpus_without_nic_are_those_no_search_from_them_finds_one(directed):
+    """Three H100s cut from their NICs and PCIe switches reach only NVSwitches, which
+    reach no NIC: those three, as a search from each GPU finds (directed too)."""
+    from simulator.topology.graph import gpus_without_nic
+
+    graph = load_topology("dgx-h100", 2).copy()
+    cut = ["s0/gpu0", "s0/gpu1", "s1/gpu5"]
+    for gpu in cut:
+        for v in list(graph.adj[gpu]):
+            if graph.nodes[v]["kind"] in ("nic", "pcie_switch"):
+                graph.remove_edge(gpu, v)
+    graph.add_node("spare")  # a node without a kind is no path
+    if directed:
+        graph = graph.to_directed()
+    assert gpus_without_nic(graph) == _without_nic_by_search(graph) == cut
+    assert gpus_without_nic(load_topology("dgx-h100", 2)) == []

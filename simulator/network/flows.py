@@ -87,6 +87,8 @@ from .routing import LinkTable, Router, path_class
 #: No holders (see FlowNetwork.holders); never written to.
 _NO_HOLDERS = np.zeros(0, dtype=np.int64)
 _NO_HOLDERS.flags.writeable = False
+_count_nonzero = np.count_nonzero
+_fmax = np.fmax.reduce
 
 # Completions within this relative distance of the wake-up time happen at the wake-up:
 # floating-point finish times of flows that finish together may differ in the last bit.
@@ -373,11 +375,16 @@ class FlowNetwork:
         """Whether flows are on any of ``links`` now, and the holders (see :meth:`hold`)
         of those still held."""
         links = np.asarray(links, dtype=np.int64)
-        held = self._held_until[links] > self.env.now
-        busy = bool(self._link_flows[links].any())
-        if not held.any():  # the usual case, without np.unique's cost
+        now = self.env.now
+        # (count_nonzero and fmax.reduce: the same answers as .any() on the masks, at
+        # half the cost on the few dozen links of a call; this runs once per call
+        # replayed from its timing, ~100,000 times a 405B step. fmax skips NaN as the
+        # comparison does.)
+        busy = _count_nonzero(self._link_flows[links]) > 0
+        until = self._held_until[links]
+        if not _fmax(until, initial=-np.inf) > now:  # the usual case, without np.unique's
             return busy, _NO_HOLDERS
-        return busy, np.unique(self._held_by[links[held]])
+        return busy, np.unique(self._held_by[links[until > now]])
 
     def hold(self, links: np.ndarray, until: np.ndarray, holder: int) -> None:
         """Hold ``links`` for ``holder`` until the times ``until`` (absolute seconds): a
@@ -664,9 +671,9 @@ class FlowNetwork:
                 self._inc_coef = np.concatenate([self._inc_coef, self._f_weight[new_flow]])
             seeds.append(new_link)
             if self.on_conflict is not None:
-                held = self._held_until[new_link] > now
-                if held.any():
-                    self.on_conflict(np.unique(self._held_by[new_link[held]]))
+                until = self._held_until[new_link]
+                if _fmax(until, initial=-np.inf) > now:  # (as in holders)
+                    self.on_conflict(np.unique(self._held_by[new_link[until > now]]))
             self._inc_flow = np.concatenate([self._inc_flow, new_flow])
             self._inc_link = np.concatenate([self._inc_link, new_link])
             self._count_link_flows(new_link, +1, now)

@@ -118,24 +118,33 @@ class LinkTable:
 
     def __init__(self, graph: nx.Graph):
         src, dst, capacity, latency, kind, cost = [], [], [], [], [], []
-        directions = ((False,),) if graph.is_directed() else ((False,), (True,))
+        # Each edge's values read once, then its directions (both for a Graph: the
+        # edge's own first, then the reverse), as rows of the table.
+        both = not graph.is_directed()
         for u, v, data in graph.edges(data=True):
             rate = data.get("message_rate")
-            for (flip,) in directions:
-                a, b = (v, u) if flip else (u, v)
-                src.append(a)
-                dst.append(b)
-                capacity.append(float(data["bandwidth"]))
-                latency.append(float(data.get("latency", 0.0)))
-                kind.append(str(data.get("link", "")))
-                cost.append(0.0 if rate is None else 1.0 / float(rate))
+            c, t = float(data["bandwidth"]), float(data.get("latency", 0.0))
+            k, m = str(data.get("link", "")), 0.0 if rate is None else 1.0 / float(rate)
+            src.append(u)
+            dst.append(v)
+            capacity.append(c)
+            latency.append(t)
+            kind.append(k)
+            cost.append(m)
+            if both:
+                src.append(v)
+                dst.append(u)
+                capacity.append(c)
+                latency.append(t)
+                kind.append(k)
+                cost.append(m)
         self.src_node = src
         self.dst_node = dst
         self.capacity = np.array(capacity, dtype=float)
         self.latency = np.array(latency, dtype=float)
         self.message_cost = np.array(cost, dtype=float)
         self.kind = kind
-        self.index = {(a, b): i for i, (a, b) in enumerate(zip(src, dst, strict=True))}
+        self.index = dict(zip(zip(src, dst, strict=True), range(len(src)), strict=False))
 
     def __len__(self) -> int:
         return len(self.capacity)
@@ -243,20 +252,28 @@ class Router:
     def _read_graph(self, graph: nx.Graph) -> None:
         """The GPUs, node order, servers and hop costs of ``graph``."""
         self.nodes = gpu_nodes(graph)
-        self._order = {node: i for i, node in enumerate(graph.nodes)}
         self._gpus = set(self.nodes)
-        self._server = {node: data.get("server") for node, data in graph.nodes(data=True)}
+        # (One pass over the nodes and one over the edges: 16,384 GPUs' graph.)
+        self._order: dict = {}
+        self._server: dict = {}
         # Out-neighbours with the integer cost of each hop (both ways for a Graph).
-        self._adj: dict = {node: [] for node in graph.nodes}
+        self._adj: dict = {}
         # In-neighbours, for searches backward from a destination.
-        self._radj: dict = {node: [] for node in graph.nodes}
-        for u, v, data in graph.edges(data=True):
-            cost = round(float(data.get("latency", 0.0)) * _PS_PER_S) + _HOP
-            self._adj[u].append((v, cost))
-            self._radj[v].append((u, cost))
-            if not graph.is_directed():
-                self._adj[v].append((u, cost))
-                self._radj[u].append((v, cost))
+        self._radj: dict = {}
+        order, server, adj, radj = self._order, self._server, self._adj, self._radj
+        for i, (node, where) in enumerate(graph.nodes(data="server")):
+            order[node] = i
+            server[node] = where
+            adj[node] = []
+            radj[node] = []
+        directed = graph.is_directed()
+        for u, v, latency in graph.edges(data="latency", default=0.0):
+            cost = round(float(latency) * _PS_PER_S) + _HOP
+            adj[u].append((v, cost))
+            radj[v].append((u, cost))
+            if not directed:
+                adj[v].append((u, cost))
+                radj[u].append((v, cost))
 
     def _predecessors(self, first, last) -> dict:
         """Dijkstra from ``first`` until ``last`` is settled; all equal-cost predecessors

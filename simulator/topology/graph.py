@@ -176,18 +176,25 @@ def gpus_without_nic(graph: nx.Graph) -> list:
     []
     """
     kinds = nx.get_node_attributes(graph, "kind")
-    if "nic" not in kinds.values():
+    nics = [node for node, kind in kinds.items() if kind == "nic"]
+    if not nics:
         return []
     others = graph.to_undirected(as_view=True) if graph.is_directed() else graph
-    fabric = others.subgraph(node for node, kind in kinds.items() if kind != "gpu")
-    near_nic: set = set()
-    for component in nx.connected_components(fabric):
-        if any(kinds[node] == "nic" for node in component):
-            near_nic |= component
+    adjacency = others.adj
+    # The non-GPU nodes (those with a kind) that NICs reach without passing a GPU: the
+    # components with a NIC of the graph without its GPUs, found by one search from
+    # every NIC (a subgraph view and its components cost ~0.2 s on 16,384 GPUs).
+    near_nic = set(nics)
+    stack = nics
+    while stack:
+        for v in adjacency[stack.pop()]:
+            if v not in near_nic and kinds.get(v, "gpu") != "gpu":
+                near_nic.add(v)
+                stack.append(v)
     return [
         node
         for node, kind in kinds.items()
-        if kind == "gpu" and not any(v in near_nic for v in others[node])
+        if kind == "gpu" and not any(v in near_nic for v in adjacency[node])
     ]
 
 
@@ -215,7 +222,8 @@ def nodes_of_kind(graph: nx.Graph, kind: str) -> list:
 
 def servers_of_ranks(graph: nx.Graph) -> list[int] | None:
     """The ``server`` attribute of each rank's GPU, or None when the graph has none."""
-    servers = [graph.nodes[node].get("server") for node in gpu_nodes(graph)]
+    server = dict(graph.nodes(data="server"))  # (one pass, not a view per GPU)
+    servers = [server[node] for node in gpu_nodes(graph)]
     if any(server is None for server in servers):
         return None
     return [int(server) for server in servers]

@@ -162,16 +162,27 @@ def _server_members(graph: nx.Graph) -> dict:
 def _is_automorphism(graph: nx.Graph, phi: dict) -> bool:
     """Whether ``phi`` maps every node and edge of ``graph`` onto one with the same
     attributes (see :data:`_EDGE_KEYS` and :data:`_NODE_KEYS`)."""
-    nodes = graph.nodes
-    for node, data in nodes(data=True):
+    # Plain dicts of the nodes' data and of each node's neighbours' edge data (views
+    # made per lookup cost ~0.2 s on 16,384 GPUs). Every edge of an undirected graph
+    # is met from both ends: the same test twice, on the same data.
+    nodes = dict(graph.nodes(data=True))
+    for node, data in nodes.items():
         other = nodes[phi[node]]
-        if any(data.get(key) != other.get(key) for key in _NODE_KEYS):
-            return False
+        for key in _NODE_KEYS:
+            if data.get(key) != other.get(key):
+                return False
         if ("server" in data) != ("server" in other):
             return False
-    adjacency = graph.adj  # successors, for a directed graph
-    for u, v, data in graph.edges(data=True):
-        image = adjacency[phi[u]].get(phi[v])
-        if image is None or any(data.get(key) != image.get(key) for key in _EDGE_KEYS):
-            return False
+    adjacency = dict(graph.adjacency())  # successors, for a directed graph
+    for u, neighbours in adjacency.items():
+        images = adjacency[phi[u]]
+        for v, data in neighbours.items():
+            image = images.get(phi[v])
+            if image is None:
+                return False
+            if image == data:
+                continue  # (all attributes equal: most links; validated ones hold no NaN)
+            for key in _EDGE_KEYS:
+                if data.get(key) != image.get(key):
+                    return False
     return True

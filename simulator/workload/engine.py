@@ -257,6 +257,19 @@ class _ImageEnds:
         return f"call {self.k}'s image on {self.name!r}"
 
 
+class _FamilyEnds:
+    """Makes what hears the ends of call ``k``'s image ``i`` (on the ``i``-th group of
+    ``family``, :meth:`WorkloadReplay._family`): an :class:`_ImageEnds`."""
+
+    __slots__ = ("check", "env", "family", "k")
+
+    def __init__(self, check: ShadowCheck, k: int, family: list, env: simpy.Environment):
+        self.check, self.k, self.family, self.env = check, k, family, env
+
+    def __call__(self, i: int) -> _ImageEnds:
+        return _ImageEnds(self.check, self.k, self.family[i][0], self.env)
+
+
 class WorkloadReplay:
     """Replays ``workload`` on ``graph`` (one GPU per rank, rank r on topology rank r).
 
@@ -572,6 +585,7 @@ class WorkloadReplay:
             network.on_conflict = None
         if self.isolated is not None:
             self.isolated._live.clear()
+            self.isolated._holders.clear()  # families replayed refer back (_Passives)
         self._shadow_check = ShadowCheck()
         self._ends.clear()  # each holds the replay's _compute_end
         # A run stops once every op is done, and events may still wait in SimPy's queue
@@ -1014,14 +1028,14 @@ class WorkloadReplay:
         check = self._shadow_check
         isolated = self.isolated
         assert isolated is not None
-        key, env = (k,), self.env
-        passives, dones = [], []
-        for name, _, _, _ in family:
-            passives.append(check.expected(key, None))
-            dones.append(_ImageEnds(check, k, name, env))
-        if isolated.run_family(family, proto, dones, passives):
+        env = self.env
+        # What hears an image's ends is made only for one met (it then goes on as a
+        # bundle); the ends expected are held for the family at once.
+        ends = _FamilyEnds(check, k, family, env)
+        if isolated.run_family(family, proto, ends, check.expected_family((k,))):
             return
-        for (name, schedule, ranks, period), done in zip(family, dones, strict=True):
+        for i, (name, schedule, ranks, period) in enumerate(family):
+            done = ends(i)
             self._call_start(name, schedule, proto, ranks, done, period, image=((k,), done.what))()
 
     def _launch_image(

@@ -458,13 +458,19 @@ class IsolatedCalls:
         self,
         calls: list[tuple[Hashable, Schedule, np.ndarray, int | None]],
         protocol: Protocol | None,
-        rank_dones: list[Callable[[np.ndarray], None]],
-        passives: list[Passive],
+        rank_done: Callable[[int], Callable[[np.ndarray], None]],
+        passive: PassiveFamily,
     ) -> bool:
         """Replay ``calls`` (group, schedule, ranks, period), each passive, as
         :meth:`run` would one after another, if every one of them can be and their
         links are apart and free: one look at their links, one hold, one account for
-        all. False (nothing done) otherwise; the caller then runs them one by one."""
+        all. False (nothing done) otherwise; the caller then runs them one by one.
+
+        ``passive`` hears the ends of all (:meth:`PassiveFamily.expect`);
+        ``rank_done(i)`` makes what hears call ``i``'s ends if something meets it (it
+        then goes on as a bundle, as :meth:`run`'s passive calls do). What :meth:`run`
+        makes per call (a holder, a registry entry) is made here only for a call met:
+        the family is held under consecutive holder ids (:class:`_Passives`)."""
         if not (self.enabled and self.bundles) or EVERY_CALL in self.excluded:
             return False
         key = tuple((id(schedule), id(ranks)) for _, schedule, ranks, _ in calls)
@@ -488,21 +494,21 @@ class IsolatedCalls:
             return False
         now = network.env.now
         first = len(self._holders)
-        serials = range(self._serial + 1, self._serial + 1 + len(calls))
-        self._holders.extend(zip(itertools.repeat("live"), serials))  # ("live", serial)
+        # One holder id per call, all naming the family (serials as run's would be).
+        held = _Passives(first, self._serial + 1, family, now, rank_done, passive)
+        self._holders.extend(itertools.repeat(held, len(calls)))
         self._serial += len(calls)
         network.hold(family.footprint, now + family.release_s, family.owner + first)
         # Each link is one call's (checked): the same sums as one account per call.
         network.link_bytes[family.footprint] += family.nbytes
         network.link_busy[family.footprint] += family.busy_s
-        for i, plan in enumerate(family.plans):
+        stats = network.stats
+        for plan in family.plans:
             timing = plan.timing
             assert timing is not None
-            network.stats.flows += timing.flows
-            network.stats.represented_flows += timing.represented
-            holder = first + i
-            self._lazy(holder, _Passive(self, holder, plan, now, rank_dones[i], passives[i]))
-            passives[i].expect(now, timing.done)
+            stats.flows += timing.flows
+            stats.represented_flows += timing.represented
+        passive.expect(now, family.dones, family.distinct)
         self.launched += len(calls)
         self.replayed += len(calls)
         self.passive += len(calls)
@@ -662,10 +668,21 @@ class IsolatedCalls:
     def _on_conflict(self, holders: np.ndarray) -> None:
         for h in holders.tolist():
             live = self._live.get(h)
-            if live is None:
-                self.conflicts.add(self._holders[h])
-            else:
+            if live is not None:
                 live.met()
+                continue
+            holder = self._holders[h]
+            if type(holder) is _Passives:
+                # A call of a family met: made now what run would have made at its
+                # start (the same as if it had waited in the registry), unless made
+                # before (then gone from the registry, as run's would be).
+                call = holder.made(self, h)
+                if call is not None:
+                    self._lazy(h, call)
+                    call.met()
+                    continue
+                holder = holder.key(h)
+            self.conflicts.add(holder)
 
     # -- timings ---------------------------------------------------------------------------
     def _plan(
@@ -1301,6 +1318,10 @@ class _Family:
     keep: list = field(default_factory=list, repr=False)
     #: The calls' groups (a family is not replayed while one is excluded or conflicted).
     groups: frozenset = frozenset()
+    #: Each call's timing's ends, and the calls whose list is not an earlier call's
+    #: (:meth:`~simulator.workload.shadows.ExpectedFamily.expect`).
+    dones: list = field(default_factory=list)
+    distinct: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, plans: list[_Plan], keep: list, groups: frozenset = frozenset()) -> _Family:
@@ -1315,6 +1336,13 @@ class _Family:
         footprint = np.concatenate([plan.footprint for plan in plans])
         ok = len(np.unique(footprint)) == len(footprint)
         sizes = [len(plan.footprint) for plan in plans]
+        dones = [plan.timing.done for plan in plans]  # type: ignore[union-attr]
+        seen: set[int] = set()
+        distinct = []
+        for i, done in enumerate(dones):
+            if id(done) not in seen:  # (the timings keep the lists, and their ids, alive)
+                seen.add(id(done))
+                distinct.append(i)
         return cls(
             plans,
             footprint,
@@ -1325,7 +1353,70 @@ class _Family:
             ok,
             keep,
             groups,
+            dones,
+            distinct,
         )
+
+
+class _Passives:
+    """The calls of a family replayed passively (:meth:`IsolatedCalls.run_family`),
+    held under the consecutive holder ids from ``first`` (their serials from
+    ``serial``): each is made a :class:`_Passive`, as :meth:`IsolatedCalls.run` makes
+    one at a passive call's start, only if something meets it."""
+
+    __slots__ = ("_made", "family", "first", "passive", "rank_done", "serial", "start")
+
+    def __init__(
+        self,
+        first: int,
+        serial: int,
+        family: _Family,
+        start: float,
+        rank_done: Callable[[int], Callable[[np.ndarray], None]],
+        passive: PassiveFamily,
+    ):
+        self.first, self.serial, self.family, self.start = first, serial, family, start
+        self.rank_done, self.passive = rank_done, passive
+        self._made: set[int] | None = None  # (most families are never met)
+
+    def made(self, calls: IsolatedCalls, holder: int) -> _Passive | None:
+        """The call held as ``holder``, made now; None if it was made before."""
+        if self._made is None:
+            self._made = set()
+        elif holder in self._made:
+            return None
+        self._made.add(holder)
+        i = holder - self.first
+        return _Passive(
+            calls,
+            holder,
+            self.family.plans[i],
+            self.start,
+            self.rank_done(i),
+            _OnePassive(self.passive, i),
+        )
+
+    def key(self, holder: int) -> tuple[str, int]:
+        """The conflict key :meth:`IsolatedCalls.run` gives the call held as ``holder``."""
+        return ("live", self.serial + holder - self.first)
+
+
+class _OnePassive:
+    """Call ``i`` of a family as its own :class:`Passive` (only retracted: its ends
+    were expected with the family's)."""
+
+    __slots__ = ("family", "i")
+
+    def __init__(self, family: PassiveFamily, i: int):
+        self.family, self.i = family, i
+
+    def expect(self, start: float, done: list[tuple[float, np.ndarray]]) -> None:
+        """(Expected with the family: never asked.)"""
+        raise NotImplementedError
+
+    def retract(self, after: float) -> None:
+        """Ends of call ``i`` after ``after`` will not be."""
+        self.family.retract(self.i, after)
 
 
 class _Live:
@@ -1432,6 +1523,21 @@ class Passive(typing.Protocol):
     def retract(self, after: float) -> None:
         """Ends expected after ``after`` will not be: the call goes on as a bundle,
         whose ends its ``rank_done`` hears."""
+
+
+class PassiveFamily(typing.Protocol):
+    """Who hears the ends of a family of passive calls (see
+    :meth:`IsolatedCalls.run_family`): :class:`Passive`'s, per call ``i``."""
+
+    def expect(
+        self, start: float, dones: list[list[tuple[float, np.ndarray]]], distinct: list[int]
+    ) -> None:
+        """Call ``i``'s ranks end at ``start`` plus the offsets of ``dones[i]``, unless
+        retracted; ``distinct`` lists the calls whose ``dones`` entry is not an earlier
+        call's."""
+
+    def retract(self, i: int, after: float) -> None:
+        """Call ``i``'s ends after ``after`` will not be."""
 
 
 class _Passive(_Live):

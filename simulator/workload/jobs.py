@@ -54,9 +54,8 @@ that they add up to what the links carried together.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
@@ -67,6 +66,7 @@ import numpy as np
 from ..errors import CcsimError
 from ..network.routing import Router
 from ..topology.graph import gpu_nodes, servers_of_ranks
+from .collection import collections_frozen, collections_paused
 from .engine import OpRecord, WorkloadReplay, WorkloadRun
 from .isolated import TimingStore
 from .metrics import Breakdown, breakdown
@@ -536,45 +536,6 @@ def _jobs_run(
         int(graph.graph.get("ecmp_seed", 0)),
         worst / most if most else 0.0,
     )
-
-
-@contextmanager
-def collections_paused() -> Iterator[None]:
-    """Pause Python's automatic garbage collection inside the block (as it was after).
-
-    Building a 1,024-GPU job's ops (generating them, merging them, the replay's
-    per-op tables) allocates millions of objects that live on; each time the heap has
-    grown by a quarter, CPython collects its oldest generation, walking every object:
-    20 such collections, 9.8 s of the 69 s of CPU of the two 1,024-GPU jobs on a 2:1
-    leaf-spine (``ccsim bench``, measured with ``gc.callbacks``), all of them while
-    building. The ops hold no reference cycles, so nothing is left for later. Only the
-    time changes, not any result."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-@contextmanager
-def collections_frozen() -> Iterator[None]:
-    """Leave the objects that exist before the block out of the collections inside it
-    (``gc.freeze``; ``gc.unfreeze`` after), unless something else froze objects.
-
-    During a replay the ops, built before it, live on: a collection of the oldest
-    generation would walk them all again (after :func:`collections_paused`, 4 of them,
-    5 s of CPU at 1,024 GPUs a job) though only the replay's own objects can be garbage.
-    Only the time changes, not any result."""
-    if gc.get_freeze_count():
-        yield  # someone else's frozen objects: unfreezing them is not ours to do
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _routes_hash(workload: Workload, gpus: np.ndarray, servers: list, router: Router) -> bool:

@@ -725,7 +725,12 @@ def _match(workload: Workload, origin: str) -> None:
         if op.kind == "collective":
             calls[(op.group, op.rank)].append(op.index)
     replicas = workload.replicas
+    # Groups no op calls on (most of a step built by masters and one replica: the other
+    # replicas' and shadows' groups) are passed over without filtering their ranks.
+    called = {group for group, _ in calls}
     for group in workload.groups.values():
+        if group.name not in called:
+            continue
         ranks = group.ranks
         if replicas is not None:
             # The first replica's members issue for all (see Replicas).
