@@ -267,6 +267,18 @@ P2P_STREAMS = ("peer", "split")
 #: parallel_state.get_amax_reduction_group, unless tp_only_amax_red); "tp", over the
 #: TP group alone (tp_only_amax_red); "off", none.
 AMAX_REDUCTIONS = ("stage", "tp", "off")
+#: Context parallelism's attention (``megatron(cp_comm_type=...)``): Megatron-Core's
+#: ``--cp-comm-type`` (megatron/training/arguments.py line 3054 at core_v0.19.0, default
+#: "p2p"; the values as transformer_config.py lines 987-1000 describe them), each run by
+#: Transformer Engine's ``attn_forward_func_with_cp`` (transformer_engine/pytorch/
+#: attention/dot_product_attention/context_parallel.py, v2.18): "p2p", K/V blocks
+#: passed around the CP ring beside the attention blocks (AttnFuncWithCPAndKVP2P);
+#: "all_gather", K and V all-gathered before the attention and dK, dV reduce-scattered
+#: after its backward, blocking (AttnFuncWithCPAndKVAllGather, as the Llama 3 paper's
+#: section 3.3.2 does); "a2a", DeepSpeed-Ulysses' all-to-alls of Q, K, V (heads split,
+#: sequence gathered) and of the output back (AttnFuncWithCPAndQKVOA2A); "a2a+p2p",
+#: all-to-alls inside low-level CP groups and the ring between them (not modelled).
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: fp32 amaxes a Transformer Engine module reduces per fp8 GEMM: 3 forward (input,
 #: weight, output) and 2 backward (output and input gradients)
 #: (TransformerEngine v1.12, transformer_engine/pytorch/module/base.py:487,
@@ -782,6 +794,7 @@ def megatron(
     activation_offload_in_flight: int = 0,
     attention_backend: str = "cudnn",
     bucket_size: int | None = None,
+    cp_comm_type: str = "p2p",
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -842,6 +855,16 @@ def megatron(
     the pass waits for both; backward exchanges K/V again (twice with full
     recomputation) and reduce-scatters their gradients. Gradients are reduced and the
     optimizer sharded over the DP x CP ranks, which hold the same weights.
+    ``cp_comm_type`` (:data:`CP_COMM_TYPES`; Megatron-Core's ``--cp-comm-type``) is how
+    the CP ranks exchange attention's inputs: "p2p" (the default, Megatron's) as above;
+    "all_gather" all-gathers each layer's K and V on the compute stream before the
+    attention (4 b s g d / t bytes gathered a layer; again in the backward, and once more
+    where it recomputes the attention) and reduce-scatters dK and dV after its backward,
+    nothing overlapped (:func:`_gathered_attention`); "a2a" all-to-alls each layer's Q,
+    K and V over the CP group before the attention, which then runs the whole sequence
+    on a / (t cp) heads, and its output after it; backward the output's gradient before
+    and dQ, dK, dV after, all blocking (:func:`_a2a_attention`; the heads and key/value
+    heads of a TP rank must split over the CP ranks).
     Mixture-of-experts models (``experts`` > 0) run their MoE layers as Megatron's
     all-to-all token dispatcher does, with ``ep`` expert-parallel ranks laid out as
     Megatron-Core's expert grid with expert_tensor_parallel_size 1: ``ep`` consecutive
@@ -1219,6 +1242,25 @@ def megatron(
         raise CcsimError(
             f"ep_domain (GPUs per NVLink domain) must be a positive integer, not {ep_domain!r}"
         )
+    if cp_comm_type not in CP_COMM_TYPES:
+        raise unknown_choice("cp_comm_type", cp_comm_type, CP_COMM_TYPES)
+    if cp > 1 and cp_comm_type == "a2a+p2p":
+        raise CcsimError(
+            "cp_comm_type a2a+p2p (hierarchical context parallelism, "
+            "hierarchical_context_parallel_sizes) is not modelled; use p2p, all_gather or a2a"
+        )
+    if (
+        cp > 1
+        and cp_comm_type == "a2a"
+        and (m.attention_heads % (tp * cp) or m.query_groups % (tp * cp))
+    ):
+        # Transformer Engine asserts it (context_parallel.py line 4243, v2.18).
+        raise CcsimError(
+            f"cp_comm_type a2a splits each TP rank's heads over the CP ranks: tp x cp "
+            f"({tp * cp}) must divide the attention heads ({m.attention_heads}) and the "
+            f"key/value heads ({m.query_groups}); pick a smaller cp, or cp_comm_type p2p "
+            "or all_gather"
+        )
     if cp > 1:
         if m.seq % (2 * cp):
             raise CcsimError(
@@ -1388,6 +1430,16 @@ def megatron(
     # Context parallelism: per layer, the K/V blocks of every CP rank (an all-gather
     # of 4 b s g d / t bytes) and, backward, their gradients (a reduce-scatter).
     kv_layer = 4 * micro_batch * m.seq * m.query_groups * m.head_dim / tp
+    # cp_comm_type all_gather and a2a, per layer on one TP rank (bf16, as Transformer
+    # Engine moves them outside fp8 attention): K and V over the whole sequence (MLA: its
+    # key heads with their rotary part, its value heads), and Q, K, V and the output over
+    # the rank's b s / cp tokens.
+    qk_dim = m.head_dim + (m.qk_rope_dim if m.is_mla else 0)
+    v_dim = (m.v_head_dim or m.head_dim) if m.is_mla else m.head_dim
+    kv_gathered = micro_batch * m.seq * m.query_groups / tp * (qk_dim + v_dim) * BF16
+    q_local = tokens * m.attention_heads / tp * qk_dim * BF16
+    o_local = tokens * m.attention_heads / tp * v_dim * BF16
+    qkv_local = q_local + kv_gathered / cp
 
     # The non-GEMM kernels, memory bound: their own ops after each pass's GEMMs (a
     # roofline op would overlap them). Backward reads the saved inputs and the incoming
@@ -1881,7 +1933,7 @@ def megatron(
                         ready.append(host)
                     # A chunk of no layers (only the embedding or the loss) has no
                     # attention to run and no K/V to exchange.
-                    if cp > 1 and layers:
+                    if cp > 1 and layers and cp_comm_type == "p2p":
                         ready = _ring_attention(
                             b,
                             r,
@@ -1903,6 +1955,36 @@ def megatron(
                             recompute=recompute,
                             label=f"mb {i}",
                         )
+                    elif cp > 1 and layers:
+                        a2a = cp_comm_type == "a2a"
+                        ready = [
+                            (_a2a_attention if a2a else _gathered_attention)(
+                                b,
+                                r,
+                                name,
+                                comp,
+                                cp_groups[(stage, d, t)],
+                                *(
+                                    (layers * qkv_local, layers * o_local)
+                                    if a2a
+                                    else (layers * kv_gathered,)
+                                ),
+                                # a2a: the whole sequence on a / (t cp) heads.
+                                flash_core_kernels(
+                                    m,
+                                    micro_batch,
+                                    tp=tp * cp if a2a else tp,
+                                    layers=layers,
+                                    forward=forward,
+                                    recompute=recompute,
+                                    cp=1 if a2a else cp,
+                                    backend=backend,
+                                ),
+                                forward=forward,
+                                recompute=recompute,
+                                label=f"mb {i}",
+                            )
+                        ]
                     after = [
                         b.op(
                             f"r{r}.{name}.elementwise",
@@ -2571,6 +2653,139 @@ def _ring_attention(
             )
         ]
     return [kernels, *prev]
+
+
+def _again(forward: bool, recompute: str) -> int:
+    """How many more times a backward pass runs the attention's forward (and its CP
+    communication): once with full or selective recomputation (Megatron-Core checkpoints
+    the core attention, Transformer Engine's CP function with it: attention.py
+    ``_checkpointed_attention_forward``, core_v0.19.0 line 445)."""
+    return int(not forward and recompute in ("full", "selective"))
+
+
+def _gathered_attention(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    group: str,
+    kv_bytes: float,
+    core: list[list[int]],
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> str:
+    """Context parallelism by all-gather (``cp_comm_type`` "all_gather") of one pass on
+    rank ``r``, as Transformer Engine's AttnFuncWithCPAndKVAllGather runs it
+    (context_parallel.py, v2.18): K and V all-gathered over the CP ``group`` (lines
+    3213-3214; ``gather_along_first_dim``, synchronous: distributed.py line 1640,
+    ``async_op=False``), then the attention of the rank's two query chunks against the
+    keys before them (two kernels on two streams, "to resolve wave quantization": their
+    causal FLOPs are ``core``'s, one kernel of the rank's b s / cp queries against the
+    whole sequence); backward K and V gathered again (lines 3786-3787), the attention's
+    backward, and dK, dV reduce-scattered (lines 4120-4121), all on the compute stream
+    after ``after`` (the QKV projections). ``kv_bytes``: the pass's gathered K and V (the
+    all-gather's whole buffer, as the reduce-scatter's). Returns the pass's last op."""
+    calls = 1 + int(not forward) + _again(forward, recompute)  # (backward: its own too)
+    gather = b.op(
+        f"r{r}.cp.{name}.all_gather",
+        r,
+        "collective",
+        [after],
+        op="all_gather",
+        group=group,
+        bytes=calls * kv_bytes,
+        stream="compute",
+        label=f"CP K/V {'fwd' if forward else 'bwd'} {label}",
+    )
+    kernels = b.op(
+        f"r{r}.{name}.attention",
+        r,
+        "compute",
+        [gather],
+        attention=core,
+        label=f"{'fwd' if forward else 'bwd'} attention {label}",
+    )
+    if forward:
+        return kernels
+    return b.op(
+        f"r{r}.cp.{name}.reduce_scatter",
+        r,
+        "collective",
+        [kernels],
+        op="reduce_scatter",
+        group=group,
+        bytes=kv_bytes,
+        stream="compute",
+        label=f"CP dK/dV {label}",
+    )
+
+
+def _a2a_attention(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    group: str,
+    qkv_bytes: float,
+    out_bytes: float,
+    core: list[list[int]],
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> str:
+    """Context parallelism by all-to-all (``cp_comm_type`` "a2a", DeepSpeed-Ulysses) of
+    one pass on rank ``r``, as Transformer Engine's AttnFuncWithCPAndQKVOA2A runs it
+    (context_parallel.py, v2.18): Q, K and V each all-to-all'd over the CP ``group``
+    (``flash_attn_a2a_communicate``, line 4336: the sequence gathered, the heads split;
+    the compute stream waits for them, line 535), the attention over the whole sequence
+    on the rank's a / (t cp) heads (``core``), its output all-to-all'd back (line 4482);
+    backward the output's gradient before the attention's backward (line 4674) and dQ,
+    dK, dV after it (line 4834), with the forward's again where the backward recomputes
+    it. ``qkv_bytes`` and ``out_bytes``: the pass's Q, K, V and output on the rank's
+    b s / cp tokens (each all-to-all's buffer). The calls of a side are one call of
+    their summed size, as the blocking TP ones (their count of latencies is lost).
+    Returns the pass's last op."""
+    again = _again(forward, recompute)
+    # Forward: Q, K, V before the attention, the output after. Backward: the output's
+    # gradient before, dQ, dK, dV after; a recomputed forward's calls with them.
+    if forward:
+        sides = (qkv_bytes, out_bytes)
+    else:
+        sides = (out_bytes + again * qkv_bytes, qkv_bytes + again * out_bytes)
+    kind = "fwd" if forward else "bwd"
+    before = b.op(
+        f"r{r}.cp.{name}.a2a.before",
+        r,
+        "collective",
+        [after],
+        op="all_to_all",
+        group=group,
+        bytes=sides[0],
+        stream="compute",
+        label=f"CP all-to-all {kind} {label}",
+    )
+    kernels = b.op(
+        f"r{r}.{name}.attention",
+        r,
+        "compute",
+        [before],
+        attention=core,
+        label=f"{kind} attention {label}",
+    )
+    return b.op(
+        f"r{r}.cp.{name}.a2a.after",
+        r,
+        "collective",
+        [kernels],
+        op="all_to_all",
+        group=group,
+        bytes=sides[1],
+        stream="compute",
+        label=f"CP all-to-all {kind} {label}",
+    )
 
 
 def moe(
