@@ -736,6 +736,7 @@ def megatron_step_memory(
         fsdp_communication_unit=fsdp_communication_unit,
         fsdp_double_buffer=fsdp_double_buffer,
         activation_offload_in_flight=activation_offload_in_flight,
+        cp_comm_type=str(given.get("cp_comm_type", "p2p")),
         **{name: chosen[name] for name in names},
     )
 
@@ -2351,6 +2352,7 @@ def megatron(
         fsdp_communication_unit=fsdp_communication_unit,
         fsdp_double_buffer=fsdp_double_buffer,
         activation_offload_in_flight=activation_offload_in_flight,
+        cp_comm_type=cp_comm_type,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
@@ -2687,7 +2689,7 @@ def _gathered_attention(
     backward, and dK, dV reduce-scattered (lines 4120-4121), all on the compute stream
     after ``after`` (the QKV projections). ``kv_bytes``: the pass's gathered K and V (the
     all-gather's whole buffer, as the reduce-scatter's). Returns the pass's last op."""
-    calls = 1 + int(not forward) + _again(forward, recompute)  # (backward: its own too)
+    calls = 1 + _again(forward, recompute)  # a recomputed forward gathers them again
     gather = b.op(
         f"r{r}.cp.{name}.all_gather",
         r,
