@@ -1,7 +1,8 @@
 """Megatron-Core's ``--cp-comm-type`` in the megatron generator: the bytes each type moves
 per layer (Transformer Engine v2.18's context_parallel.py worked by hand), a small step's
 exposed CP time against a hand-worked timeline, the all-gather's K/V buffers in the memory
-estimate, and the values refused."""
+estimate, a2a+p2p's hierarchical groups, the one-CP-rank shortcut's exactness and the
+values refused."""
 
 import functools
 
@@ -195,12 +196,119 @@ def test_the_default_is_megatrons_p2p():
     assert {op.stream for op in default.ops if op.group.startswith("cp")} == {"cp"}
 
 
+def test_a2a_p2p_all_to_alls_in_pairs_and_rings_across_them():
+    """CP 4 as hierarchical_context_parallel_sizes [2, 2]: Megatron-Core's level-0 groups
+    are runs of 2 consecutive CP ranks (0, 1 and 2, 3), its level-1 groups the ranks 2
+    apart (0, 2 and 1, 3). Rank 1's 256 tokens: Q (8 heads: 512 KiB a layer) and K, V
+    (2 heads each: 256 KiB) all-to-all'd in its pair, then K and V of 2 x 256 = 512
+    tokens on 2 / 2 = 1 head passed around its ring (the whole sequence's K, V on that
+    head, 2 x 1024 x 128 x 2 = 512 KiB a layer, gathered), then its output (512 KiB)
+    back. Its kernel: 4 heads, 512 queries against the 1024 keys. Backward with full
+    recomputation: the forward's all-to-alls, the output's gradient and dQ, dK, dV, and
+    the ring's two gathers and reduce-scatter."""
+    step = megatron(
+        GQA,
+        tp=1,
+        cp=4,
+        pp=1,
+        dp=1,
+        global_batch=1,
+        cp_comm_type="a2a+p2p",
+        hierarchical_context_parallel_sizes=[2, 2],
+    )
+    groups = {name: g.ranks for name, g in step.groups.items() if name.startswith("cp.")}
+    assert sorted(v for k, v in groups.items() if ".a2a." in k) == [[0, 1], [2, 3]]
+    assert sorted(v for k, v in groups.items() if ".p2p." in k) == [[0, 2], [1, 3]]
+    kib = 1024
+    qkv, o, kv = 4 * (512 + 256) * kib, 4 * 512 * kib, 4 * 512 * kib
+    calls = [
+        (op.op, len(step.groups[op.group].ranks), op.nbytes, op.stream)
+        for op in step.ops
+        if op.rank == 1 and op.group.startswith("cp")
+    ]
+    assert calls == [
+        ("all_to_all", 2, qkv, "compute"),
+        ("all_gather", 2, kv, "cp"),
+        ("all_to_all", 2, o, "compute"),
+        ("all_to_all", 2, o + qkv, "compute"),
+        ("all_gather", 2, 2 * kv, "cp"),
+        ("reduce_scatter", 2, kv, "cp"),
+        ("all_to_all", 2, qkv + o, "compute"),
+    ]
+    pair = {
+        step.groups[op.group].ranks[0] for op in step.ops if op.rank == 1 and op.op == "all_to_all"
+    }
+    ring = {
+        tuple(step.groups[op.group].ranks)
+        for op in step.ops
+        if op.rank == 1 and op.op == "all_gather"
+    }
+    assert pair == {0} and ring == {(1, 3)}
+    kernel = next(op for op in step.ops if op.rank == 1 and op.attention).attention[0]
+    assert (kernel.batch, kernel.queries, kernel.keys) == (4, 512, 1024)
+
+
+def test_a2a_p2p_with_a_level_of_one_is_p2p_or_a2a():
+    """Transformer Engine runs a2a+p2p as p2p where the all-to-all group is one rank and
+    as a2a where the ring is (attn_forward_func_with_cp): the steps are those, op for op."""
+    m = Transformer(layers=2, hidden=1024, seq=1024, vocab=0, heads=8, kv_heads=4)
+    options = dict(tp=1, cp=4, pp=1, dp=1, global_batch=1)
+    for sizes, kind in (([1, 4], "p2p"), ([4, 1], "a2a")):
+        nested = megatron(
+            m, **options, cp_comm_type="a2a+p2p", hierarchical_context_parallel_sizes=sizes
+        )
+        assert nested.to_dict() == megatron(m, **options, cp_comm_type=kind).to_dict()
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "a2a", "a2a+p2p"])
+def test_one_cp_rank_standing_for_the_others_is_exact(kind):
+    """With ``shadows`` one CP rank is built for its group where every CP rank issues the
+    same calls (all_gather, a2a); a2a+p2p's groups do not map onto themselves along one
+    shift of the CP ranks, so every CP rank is built: either way the step is the full
+    build's, to the bit."""
+    m = Transformer(layers=2, hidden=1024, seq=1024, vocab=0, heads=8, kv_heads=4)
+    options = dict(tp=1, cp=4, pp=1, dp=1, global_batch=1, cp_comm_type=kind)
+    if kind == "a2a+p2p":
+        options["hierarchical_context_parallel_sizes"] = [2, 2]
+    full = megatron(m, **options)
+    shadowed = megatron(m, **options, shadows=True)
+    built = {op.rank for op in shadowed.ops}
+    assert built == ({0, 1, 2, 3} if kind == "a2a+p2p" else {0})
+    graph = ring_graph(4, LINK, 0.0)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "A100"
+    _, expected = run_workload(full, graph, algorithm="ring")
+    _, result = run_workload(shadowed, graph, algorithm="ring")
+    assert result.step_s == expected.step_s
+    assert result.exposed_by_kind == expected.exposed_by_kind
+
+
 def test_values_refused_say_what_to_do():
     valid = "valid choices: a2a, a2a\\+p2p, all_gather, p2p"
     with pytest.raises(CcsimError, match=f"cp_comm_type .*{valid}"):
         megatron(GQA, tp=1, cp=2, pp=1, global_batch=1, cp_comm_type="ring")
-    with pytest.raises(CcsimError, match="a2a\\+p2p .* not modelled; use p2p, all_gather or a2a"):
+    with pytest.raises(CcsimError, match="a2a\\+p2p needs hierarchical_context_parallel_sizes"):
         megatron(GQA, tp=1, cp=2, pp=1, global_batch=1, cp_comm_type="a2a+p2p")
+    with pytest.raises(CcsimError, match="a x p = cp \\(4\\), not \\[2, 4\\]"):
+        megatron(
+            GQA,
+            tp=1,
+            cp=4,
+            pp=1,
+            global_batch=1,
+            cp_comm_type="a2a+p2p",
+            hierarchical_context_parallel_sizes=[2, 4],
+        )
+    with pytest.raises(CcsimError, match="applies to cp_comm_type a2a\\+p2p, not all_gather"):
+        megatron(
+            GQA,
+            tp=1,
+            cp=4,
+            pp=1,
+            global_batch=1,
+            cp_comm_type="all_gather",
+            hierarchical_context_parallel_sizes=[2, 2],
+        )
     # TE asserts num_heads % cp_size == 0 for Q, K and V: 2 key/value heads over CP 4.
-    with pytest.raises(CcsimError, match="tp x cp \\(4\\) must divide .* key/value heads \\(2\\)"):
+    with pytest.raises(CcsimError, match="tp x 4 \\(4\\) must divide .* key/value heads \\(2\\)"):
         megatron(GQA, tp=1, cp=4, pp=1, global_batch=1, cp_comm_type="a2a")

@@ -226,7 +226,17 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="megatron: how CP ranks exchange attention's inputs, as Megatron-Core's "
         "--cp-comm-type: p2p (K/V around a ring beside the attention, the default), "
-        "all_gather (K/V all-gathered, blocking) or a2a (Q/K/V/O all-to-alls over heads)",
+        "all_gather (K/V all-gathered, blocking), a2a (Q/K/V/O all-to-alls over heads) or "
+        "a2a+p2p (both, with --hierarchical-context-parallel-sizes)",
+    )
+    gen.add_argument(
+        "--hierarchical-context-parallel-sizes",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("A", "P"),
+        help="megatron, --cp-comm-type a2a+p2p: CP ranks of each all-to-all group (A, "
+        "consecutive) and of each ring (P), A x P = --cp",
     )
     gen.add_argument(
         "--fsdp",
@@ -702,6 +712,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "cross_entropy": args.cross_entropy,
         "cp": args.cp,
         "cp_comm_type": args.cp_comm_type,
+        "hierarchical_context_parallel_sizes": args.hierarchical_context_parallel_sizes,
         "ep": args.ep,
         "etp": args.etp,
         "moe_dispatcher": args.moe_dispatcher,

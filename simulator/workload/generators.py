@@ -277,7 +277,8 @@ AMAX_REDUCTIONS = ("stage", "tp", "off")
 #: after its backward, blocking (AttnFuncWithCPAndKVAllGather, as the Llama 3 paper's
 #: section 3.3.2 does); "a2a", DeepSpeed-Ulysses' all-to-alls of Q, K, V (heads split,
 #: sequence gathered) and of the output back (AttnFuncWithCPAndQKVOA2A); "a2a+p2p",
-#: all-to-alls inside low-level CP groups and the ring between them (not modelled).
+#: all-to-alls inside low-level CP groups and the ring between them
+#: (AttnFuncWithCPAndKVP2P with two groups; ``hierarchical_context_parallel_sizes``).
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: fp32 amaxes a Transformer Engine module reduces per fp8 GEMM: 3 forward (input,
 #: weight, output) and 2 backward (output and input gradients)
@@ -796,6 +797,7 @@ def megatron(
     attention_backend: str = "cudnn",
     bucket_size: int | None = None,
     cp_comm_type: str = "p2p",
+    hierarchical_context_parallel_sizes: tuple[int, int] | list[int] | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -865,7 +867,12 @@ def megatron(
     K and V over the CP group before the attention, which then runs the whole sequence
     on a / (t cp) heads, and its output after it; backward the output's gradient before
     and dQ, dK, dV after, all blocking (:func:`_a2a_attention`; the heads and key/value
-    heads of a TP rank must split over the CP ranks).
+    heads of a TP rank must split over the CP ranks); "a2a+p2p", with
+    ``hierarchical_context_parallel_sizes`` (a, p), a x p = cp (Megatron-Core's
+    ``--hierarchical-context-parallel-sizes``), all-to-alls inside each run of a
+    consecutive CP ranks and the K/V ring over the p ranks a apart, each rank's
+    attention over s / p queries on a / (t a) heads (:func:`_hierarchical_attention`;
+    a 1 is p2p, p 1 a2a, as Transformer Engine falls back).
     Mixture-of-experts models (``experts`` > 0) run their MoE layers as Megatron's
     all-to-all token dispatcher does, with ``ep`` expert-parallel ranks laid out as
     Megatron-Core's expert grid with expert_tensor_parallel_size 1: ``ep`` consecutive
@@ -1245,22 +1252,44 @@ def megatron(
         )
     if cp_comm_type not in CP_COMM_TYPES:
         raise unknown_choice("cp_comm_type", cp_comm_type, CP_COMM_TYPES)
-    if cp > 1 and cp_comm_type == "a2a+p2p":
+    hierarchical = hierarchical_context_parallel_sizes
+    inner = 1  # a2a+p2p: the CP ranks of an all-to-all group
+    if cp_comm_type == "a2a+p2p":
+        sizes = list(hierarchical) if isinstance(hierarchical, (list, tuple)) else []
+        if (
+            len(sizes) != 2
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes)
+            or sizes[0] * sizes[1] != cp
+        ):
+            # Megatron-LM asserts the product (arguments.py line 565, core_v0.19.0);
+            # Transformer Engine takes two levels (context_parallel.py line 5011, v2.18).
+            raise CcsimError(
+                "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes [a, p]: "
+                f"a CP ranks to an all-to-all and p to a ring, a x p = cp ({cp}), not "
+                f"{hierarchical!r}"
+            )
+        inner = sizes[0]
+        # Transformer Engine runs a2a+p2p as p2p over one rank's all-to-alls and as a2a
+        # over one-rank rings (attn_forward_func_with_cp, context_parallel.py v2.18).
+        if cp == 1 or inner == 1:
+            cp_comm_type, inner = "p2p", 1
+        elif inner == cp:
+            cp_comm_type, inner = "a2a", 1
+    elif hierarchical is not None:
         raise CcsimError(
-            "cp_comm_type a2a+p2p (hierarchical context parallelism, "
-            "hierarchical_context_parallel_sizes) is not modelled; use p2p, all_gather or a2a"
+            "hierarchical_context_parallel_sizes applies to cp_comm_type a2a+p2p, not "
+            f"{cp_comm_type}"
         )
-    if (
-        cp > 1
-        and cp_comm_type == "a2a"
-        and (m.attention_heads % (tp * cp) or m.query_groups % (tp * cp))
+    heads_split = cp if cp_comm_type == "a2a" else inner
+    if heads_split > 1 and (
+        m.attention_heads % (tp * heads_split) or m.query_groups % (tp * heads_split)
     ):
         # Transformer Engine asserts it (context_parallel.py line 4243, v2.18).
         raise CcsimError(
-            f"cp_comm_type a2a splits each TP rank's heads over the CP ranks: tp x cp "
-            f"({tp * cp}) must divide the attention heads ({m.attention_heads}) and the "
-            f"key/value heads ({m.query_groups}); pick a smaller cp, or cp_comm_type p2p "
-            "or all_gather"
+            f"cp_comm_type {cp_comm_type} splits each TP rank's heads over the all-to-all's "
+            f"CP ranks: tp x {heads_split} ({tp * heads_split}) must divide the attention "
+            f"heads ({m.attention_heads}) and the key/value heads ({m.query_groups}); pick a "
+            "smaller CP (all-to-all) size, or cp_comm_type p2p or all_gather"
         )
     if cp > 1:
         if m.seq % (2 * cp):
@@ -1319,7 +1348,9 @@ def megatron(
     # the same shapes and issues the same calls (the K/V all-gather and reduce-scatter
     # over its CP group, its own pipeline sends), and the first stands for the others.
     # (A mixture-of-experts model's expert groups cut across CP ranks: not there.)
-    cp_built = 1 if shadows and cp > 1 and not m.is_moe else cp
+    # (a2a+p2p's groups do not map onto themselves along one shift of the CP ranks:
+    # every CP rank is built.)
+    cp_built = 1 if shadows and cp > 1 and not m.is_moe and inner == 1 else cp
     # Without TP, a mixture-of-experts model's EP group stands for itself the same way:
     # its ranks run the same kernels on the same shapes (routing balanced, as the
     # published runs force it) and issue the same calls; its first rank is built.
@@ -1601,6 +1632,24 @@ def megatron(
                 for t in range(tp):
                     members = [rank_of(stage, d, t, q) for q in range(cp)]
                     cp_groups[(stage, d, t)] = b.group(f"cp.s{stage}.d{d}.t{t}", "CP", members)
+            if inner > 1:
+                # a2a+p2p: Megatron-Core's hierarchical CP groups
+                # (parallel_state.create_hierarchical_groups, core_v0.19.0 line 378):
+                # level 0 each run of ``inner`` consecutive CP ranks (the all-to-alls),
+                # level 1 the CP ranks ``inner`` apart (the rings).
+                for t, q in itertools.product(range(tp), range(cp)):
+                    block, lane = divmod(q, inner)
+                    at = f"s{stage}.d{d}.t{t}"
+                    if lane == 0:
+                        members = [rank_of(stage, d, t, k) for k in range(q, q + inner)]
+                        cp_groups[(stage, d, t, "a2a", block)] = b.group(
+                            f"cp.a2a.{at}.{block}", "CP", members
+                        )
+                    if block == 0:
+                        members = [rank_of(stage, d, t, k) for k in range(q, cp, inner)]
+                        cp_groups[(stage, d, t, "p2p", lane)] = b.group(
+                            f"cp.p2p.{at}.{lane}", "CP", members
+                        )
     dp_groups = {}
     for stage in range(pp):
         for t in range(tp):
@@ -1956,6 +2005,34 @@ def megatron(
                             recompute=recompute,
                             label=f"mb {i}",
                         )
+                    elif cp > 1 and layers and inner > 1:
+                        ready = [
+                            _hierarchical_attention(
+                                b,
+                                r,
+                                name,
+                                comp,
+                                cp_groups[(stage, d, t, "a2a", q // inner)],
+                                cp_groups[(stage, d, t, "p2p", q % inner)],
+                                layers * qkv_local,
+                                layers * o_local,
+                                layers * kv_layer / inner,
+                                # The ring's s / p queries on a / (t inner) heads.
+                                flash_core_kernels(
+                                    m,
+                                    micro_batch,
+                                    tp=tp * inner,
+                                    layers=layers,
+                                    forward=forward,
+                                    recompute=recompute,
+                                    cp=cp // inner,
+                                    backend=backend,
+                                ),
+                                forward=forward,
+                                recompute=recompute,
+                                label=f"mb {i}",
+                            )
+                        ]
                     elif cp > 1 and layers:
                         a2a = cp_comm_type == "a2a"
                         ready = [
@@ -2784,6 +2861,73 @@ def _a2a_attention(
         [kernels],
         op="all_to_all",
         group=group,
+        bytes=sides[1],
+        stream="compute",
+        label=f"CP all-to-all {kind} {label}",
+    )
+
+
+def _hierarchical_attention(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    a2a_group: str,
+    ring_group: str,
+    qkv_bytes: float,
+    out_bytes: float,
+    kv_bytes: float,
+    core: list[list[int]],
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> str:
+    """Hierarchical context parallelism (``cp_comm_type`` "a2a+p2p") of one pass on rank
+    ``r``, as Transformer Engine's AttnFuncWithCPAndKVP2P runs it with two CP groups
+    (context_parallel.py, v2.18): Q, K and V all-to-all'd over ``a2a_group`` (line 1492;
+    the output's gradient backward, line 2411), blocking, as :func:`_a2a_attention`;
+    then the ring over ``ring_group`` beside the attention (:func:`_ring_attention`,
+    ``kv_bytes`` its K/V all-gather's buffer); then the output (backward dQ, dK, dV,
+    line 2895) all-to-all'd back. A recomputed forward's all-to-alls and K/V exchange come
+    with the backward's, as in :func:`_a2a_attention`. Returns the pass's last op."""
+    again = _again(forward, recompute)
+    if forward:
+        sides = (qkv_bytes, out_bytes)
+    else:
+        sides = (out_bytes + again * qkv_bytes, qkv_bytes + again * out_bytes)
+    kind = "fwd" if forward else "bwd"
+    before = b.op(
+        f"r{r}.cp.{name}.a2a.before",
+        r,
+        "collective",
+        [after],
+        op="all_to_all",
+        group=a2a_group,
+        bytes=sides[0],
+        stream="compute",
+        label=f"CP all-to-all {kind} {label}",
+    )
+    ready = _ring_attention(
+        b,
+        r,
+        name,
+        before,
+        ring_group,
+        kv_bytes,
+        core,
+        forward=forward,
+        # (_ring_attention gathers again for full recomputation only.)
+        recompute="full" if again else recompute,
+        label=label,
+    )
+    return b.op(
+        f"r{r}.cp.{name}.a2a.after",
+        r,
+        "collective",
+        ready,
+        op="all_to_all",
+        group=a2a_group,
         bytes=sides[1],
         stream="compute",
         label=f"CP all-to-all {kind} {label}",
