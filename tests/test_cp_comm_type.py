@@ -14,6 +14,7 @@ from simulator.workload import run_workload
 from simulator.workload.devices import DEVICES
 from simulator.workload.generators import megatron as megatron_core
 from simulator.workload.generators import megatron_step_memory
+from simulator.workload.guards import generator_estimate
 from simulator.workload.kernels import gemm_time
 from simulator.workload.memory import cp_gather_buffer_bytes
 from simulator.workload.model import Transformer
@@ -312,3 +313,25 @@ def test_values_refused_say_what_to_do():
     # TE asserts num_heads % cp_size == 0 for Q, K and V: 2 key/value heads over CP 4.
     with pytest.raises(CcsimError, match="tp x 4 \\(4\\) must divide .* key/value heads \\(2\\)"):
         megatron(GQA, tp=1, cp=4, pp=1, global_batch=1, cp_comm_type="a2a")
+
+
+def test_the_estimate_keeps_both_levels_of_a2a_p2p():
+    """The resource estimate runs a small step (each count at 2 or less) and scales its
+    ops per rank: for a2a+p2p both levels stay (2 x 2 CP ranks for [2, 4]), and every
+    rank issues as many ops as in the real step, so the count is the real one; sizes
+    that do not multiply to cp are left to the generator to refuse."""
+    m = Transformer(layers=2, hidden=1024, seq=1024, vocab=0, heads=8, kv_heads=4)
+    options = dict(
+        model=m,
+        tp=1,
+        cp=8,
+        pp=1,
+        dp=1,
+        global_batch=1,
+        cp_comm_type="a2a+p2p",
+        hierarchical_context_parallel_sizes=[2, 4],
+    )
+    estimate = generator_estimate("megatron", options)
+    assert estimate.what == f"megatron on 8 ranks: {len(megatron_core(**options).ops)} ops"
+    wrong = {**options, "hierarchical_context_parallel_sizes": [2, 2]}
+    assert generator_estimate("megatron", wrong) is None
