@@ -290,7 +290,7 @@ def test_values_refused_say_what_to_do():
         megatron(GQA, tp=1, cp=2, pp=1, global_batch=1, cp_comm_type="ring")
     with pytest.raises(CcsimError, match="a2a\\+p2p needs hierarchical_context_parallel_sizes"):
         megatron(GQA, tp=1, cp=2, pp=1, global_batch=1, cp_comm_type="a2a+p2p")
-    with pytest.raises(CcsimError, match="a x p = cp \\(4\\), not \\[2, 4\\]"):
+    with pytest.raises(CcsimError, match="n x p = cp \\(4\\), not \\[2, 4\\]"):
         megatron(
             GQA,
             tp=1,

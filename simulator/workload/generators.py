@@ -868,11 +868,11 @@ def megatron(
     on a / (t cp) heads, and its output after it; backward the output's gradient before
     and dQ, dK, dV after, all blocking (:func:`_a2a_attention`; the heads and key/value
     heads of a TP rank must split over the CP ranks); "a2a+p2p", with
-    ``hierarchical_context_parallel_sizes`` (a, p), a x p = cp (Megatron-Core's
-    ``--hierarchical-context-parallel-sizes``), all-to-alls inside each run of a
-    consecutive CP ranks and the K/V ring over the p ranks a apart, each rank's
-    attention over s / p queries on a / (t a) heads (:func:`_hierarchical_attention`;
-    a 1 is p2p, p 1 a2a, as Transformer Engine falls back).
+    ``hierarchical_context_parallel_sizes`` (n, p), n x p = cp (Megatron-Core's
+    ``--hierarchical-context-parallel-sizes``), all-to-alls inside each run of n
+    consecutive CP ranks and the K/V ring over the p ranks n apart, each rank's
+    attention over s / p queries on a / (t n) heads (:func:`_hierarchical_attention`;
+    n 1 is p2p, p 1 a2a, as Transformer Engine falls back).
     Mixture-of-experts models (``experts`` > 0) run their MoE layers as Megatron's
     all-to-all token dispatcher does, with ``ep`` expert-parallel ranks laid out as
     Megatron-Core's expert grid with expert_tensor_parallel_size 1: ``ep`` consecutive
@@ -1262,10 +1262,10 @@ def megatron(
             or sizes[0] * sizes[1] != cp
         ):
             # Megatron-LM asserts the product (arguments.py line 565, core_v0.19.0);
-            # Transformer Engine takes two levels (context_parallel.py line 5011, v2.18).
+            # Transformer Engine takes two levels (context_parallel.py line 5017, v2.18).
             raise CcsimError(
-                "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes [a, p]: "
-                f"a CP ranks to an all-to-all and p to a ring, a x p = cp ({cp}), not "
+                "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes [n, p]: "
+                f"n CP ranks to an all-to-all and p to a ring, n x p = cp ({cp}), not "
                 f"{hierarchical!r}"
             )
         inner = sizes[0]
@@ -2017,7 +2017,7 @@ def megatron(
                                 layers * qkv_local,
                                 layers * o_local,
                                 layers * kv_layer / inner,
-                                # The ring's s / p queries on a / (t inner) heads.
+                                # The ring's s / p queries on a / (t n) heads.
                                 flash_core_kernels(
                                     m,
                                     micro_batch,

@@ -224,14 +224,14 @@ def cp_gather_buffer_bytes(model: Transformer, *, micro_batch: int, tp: int, cp:
     peak, the reduce-scatter of dK (Transformer Engine's AttnFuncWithCPAndKVAllGather
     .backward, context_parallel.py v2.18, which frees none of them before it returns):
     K and V gathered over the whole sequence (``k_ag``, ``v_ag``, lines 3786-3787),
-    their gradients over it (``dk``, ``dv``, zero-filled, then reordered by
-    ``index_select`` into new tensors, lines 4112-4113), and the two attention kernels'
-    dK and dV over the keys each met (``dk_per_step``: the rank's chunks i and
-    2 cp - 1 - i of 2 cp meet i + 1 and 2 cp - i chunks of keys, s (1 + 1 / (2 cp))
-    tokens together): (3 + 1 / (2 cp)) x 2 b s (g / t) d bytes of bf16 K and V (MLA:
-    its key heads with their rotary part and its value heads). The forward holds
-    fewer (the gathered K and V and the kernels' outputs); ring ("p2p") CP's buffers
-    are blocks of s / cp tokens, not counted.
+    their gradients over it (``dk``, ``dv``, zero-filled, lines 3766-3775, then
+    reordered by ``index_select`` into new tensors that replace them, lines 4114-4115),
+    and the two attention kernels' dK and dV over the keys each met (``dk_per_step``:
+    the rank's chunks i and 2 cp - 1 - i of 2 cp meet i + 1 and 2 cp - i chunks of
+    keys, s (1 + 1 / (2 cp)) tokens together): (3 + 1 / (2 cp)) x 2 b s (g / t) d
+    bytes of bf16 K and V (MLA: its key heads with their rotary part and its value
+    heads). The forward holds fewer (the gathered K and V and the kernels' outputs);
+    ring ("p2p") CP's buffers are blocks of s / cp tokens, not counted.
 
     >>> from dataclasses import replace
     >>> from simulator.workload.model import MODELS
