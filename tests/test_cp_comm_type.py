@@ -5,6 +5,7 @@ estimate, a2a+p2p's hierarchical groups, the one-CP-rank shortcut's exactness an
 values refused."""
 
 import functools
+import json
 
 import pytest
 
@@ -335,3 +336,30 @@ def test_the_estimate_keeps_both_levels_of_a2a_p2p():
     assert estimate.what == f"megatron on 8 ranks: {len(megatron_core(**options).ops)} ops"
     wrong = {**options, "hierarchical_context_parallel_sizes": [2, 2]}
     assert generator_estimate("megatron", wrong) is None
+
+
+def test_generate_takes_the_cp_comm_type(tmp_path, capsys):
+    """`ccsim generate megatron --cp-comm-type ...` builds the step the keyword builds;
+    a2a+p2p without its sizes is one line and exit 2."""
+    from simulator.cli import main
+
+    args = ["generate", "megatron", "--model", "llama3-8b", "--tp", "1", "--pp", "1",
+            "--dp", "1", "--cp", "4", "--global-batch", "1"]  # fmt: skip
+    out = tmp_path / "a2a-p2p.json"
+    nested = ["--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "2"]
+    assert main([*args, *nested, "--out", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    step = megatron_core(
+        "llama3-8b",
+        tp=1,
+        pp=1,
+        dp=1,
+        cp=4,
+        global_batch=1,
+        cp_comm_type="a2a+p2p",
+        hierarchical_context_parallel_sizes=[2, 2],
+    )
+    assert len(trace["ops"]) == len(step.ops)
+    assert sorted(trace["groups"]) == sorted(step.groups)
+    assert main([*args, "--cp-comm-type", "a2a+p2p", "--out", str(out)]) == 2
+    assert "needs hierarchical_context_parallel_sizes" in capsys.readouterr().err
