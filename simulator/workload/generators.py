@@ -2801,6 +2801,46 @@ def _gathered_attention(
     )
 
 
+def _a2a_sides(
+    qkv_bytes: float, out_bytes: float, *, forward: bool, recompute: str
+) -> tuple[float, float]:
+    """The bytes of a pass's all-to-alls before and after its attention (each side's
+    calls as one of their summed size, as the blocking TP ones: their count of latencies
+    is lost): forward Q, K, V before and the output after; backward the output's
+    gradient before and dQ, dK, dV after, a recomputed forward's with them."""
+    if forward:
+        return qkv_bytes, out_bytes
+    again = _again(forward, recompute)
+    return out_bytes + again * qkv_bytes, qkv_bytes + again * out_bytes
+
+
+def _a2a_call(
+    b: _Builder,
+    r: int,
+    name: str,
+    where: str,
+    deps: list[str],
+    group: str,
+    nbytes: float,
+    *,
+    forward: bool,
+    label: str,
+) -> str:
+    """One side's all-to-all of a pass (``where``: "before" or "after" its attention),
+    blocking: on the compute stream."""
+    return b.op(
+        f"r{r}.cp.{name}.a2a.{where}",
+        r,
+        "collective",
+        deps,
+        op="all_to_all",
+        group=group,
+        bytes=nbytes,
+        stream="compute",
+        label=f"CP all-to-all {'fwd' if forward else 'bwd'} {label}",
+    )
+
+
 def _a2a_attention(
     b: _Builder,
     r: int,
@@ -2823,48 +2863,21 @@ def _a2a_attention(
     on the rank's a / (t cp) heads (``core``), its output all-to-all'd back (line 4482);
     backward the output's gradient before the attention's backward (line 4674) and dQ,
     dK, dV after it (line 4834), with the forward's again where the backward recomputes
-    it. ``qkv_bytes`` and ``out_bytes``: the pass's Q, K, V and output on the rank's
-    b s / cp tokens (each all-to-all's buffer). The calls of a side are one call of
-    their summed size, as the blocking TP ones (their count of latencies is lost).
-    Returns the pass's last op."""
-    again = _again(forward, recompute)
-    # Forward: Q, K, V before the attention, the output after. Backward: the output's
-    # gradient before, dQ, dK, dV after; a recomputed forward's calls with them.
-    if forward:
-        sides = (qkv_bytes, out_bytes)
-    else:
-        sides = (out_bytes + again * qkv_bytes, qkv_bytes + again * out_bytes)
-    kind = "fwd" if forward else "bwd"
-    before = b.op(
-        f"r{r}.cp.{name}.a2a.before",
-        r,
-        "collective",
-        [after],
-        op="all_to_all",
-        group=group,
-        bytes=sides[0],
-        stream="compute",
-        label=f"CP all-to-all {kind} {label}",
-    )
+    it (:func:`_a2a_sides`). ``qkv_bytes`` and ``out_bytes``: the pass's Q, K, V and
+    output on the rank's b s / cp tokens (each all-to-all's buffer). Returns the pass's
+    last op."""
+    sides = _a2a_sides(qkv_bytes, out_bytes, forward=forward, recompute=recompute)
+    calls = {"forward": forward, "label": label}
+    before = _a2a_call(b, r, name, "before", [after], group, sides[0], **calls)
     kernels = b.op(
         f"r{r}.{name}.attention",
         r,
         "compute",
         [before],
         attention=core,
-        label=f"{kind} attention {label}",
+        label=f"{'fwd' if forward else 'bwd'} attention {label}",
     )
-    return b.op(
-        f"r{r}.cp.{name}.a2a.after",
-        r,
-        "collective",
-        [kernels],
-        op="all_to_all",
-        group=group,
-        bytes=sides[1],
-        stream="compute",
-        label=f"CP all-to-all {kind} {label}",
-    )
+    return _a2a_call(b, r, name, "after", [kernels], group, sides[1], **calls)
 
 
 def _hierarchical_attention(
@@ -2891,23 +2904,9 @@ def _hierarchical_attention(
     ``kv_bytes`` its K/V all-gather's buffer); then the output (backward dQ, dK, dV,
     line 2895) all-to-all'd back. A recomputed forward's all-to-alls and K/V exchange come
     with the backward's, as in :func:`_a2a_attention`. Returns the pass's last op."""
-    again = _again(forward, recompute)
-    if forward:
-        sides = (qkv_bytes, out_bytes)
-    else:
-        sides = (out_bytes + again * qkv_bytes, qkv_bytes + again * out_bytes)
-    kind = "fwd" if forward else "bwd"
-    before = b.op(
-        f"r{r}.cp.{name}.a2a.before",
-        r,
-        "collective",
-        [after],
-        op="all_to_all",
-        group=a2a_group,
-        bytes=sides[0],
-        stream="compute",
-        label=f"CP all-to-all {kind} {label}",
-    )
+    sides = _a2a_sides(qkv_bytes, out_bytes, forward=forward, recompute=recompute)
+    calls = {"forward": forward, "label": label}
+    before = _a2a_call(b, r, name, "before", [after], a2a_group, sides[0], **calls)
     ready = _ring_attention(
         b,
         r,
@@ -2918,20 +2917,10 @@ def _hierarchical_attention(
         core,
         forward=forward,
         # (_ring_attention gathers again for full recomputation only.)
-        recompute="full" if again else recompute,
+        recompute="full" if _again(forward, recompute) else recompute,
         label=label,
     )
-    return b.op(
-        f"r{r}.cp.{name}.a2a.after",
-        r,
-        "collective",
-        ready,
-        op="all_to_all",
-        group=a2a_group,
-        bytes=sides[1],
-        stream="compute",
-        label=f"CP all-to-all {kind} {label}",
-    )
+    return _a2a_call(b, r, name, "after", ready, a2a_group, sides[1], **calls)
 
 
 def moe(
