@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from simulator.validate.training import PUBLISHED, generator_options, load_runs
+from simulator.workload.generators import megatron
 from simulator.workload.memory import pipeline_chunks
 
 ENTRIES = {
@@ -66,3 +67,25 @@ def test_micro_batches_fill_the_interleaved_schedule():
     for rid, (_, _, _, pp, _, _, per_dp) in TABLE_4.items():
         assert per_dp % pp == 0
         assert generator_options(BY_ID[rid])["virtual_stages"] == 8
+
+
+def test_cp_row_all_gathers_k_and_v_as_the_paper_states():
+    """Section 3.3.2 (p. 11): "our CP implementation adopts an all-gather based method
+    where we first all-gather the key (K) and value (V) tensors, and then compute attention
+    output for the local query (Q) tensor chunk" -- Transformer Engine's all_gather CP,
+    which the CP 16 row runs; the paper's reason, "the communicated K and V tensors are
+    much smaller than Q tensor due to the use of GQA": a TP 8 rank's K and V of a layer
+    are 2 x 131,072 tokens x 1 key/value head of 128 x 2 bytes = 64 MiB gathered, 4 MiB
+    from each of the 16 CP ranks, an eighth of the 32 MiB of its own 8,192 tokens' Q
+    (128 / 8 = 16 query heads)."""
+    rid = "llama3-paper-405b-h100-bf16-16384-seq131072"
+    assert "all-gather the key (K) and value (V)" in ENTRIES[rid]["settings"]["context_parallelism"]
+    options = generator_options(BY_ID[rid])
+    assert options["cp_comm_type"] == "all_gather"
+    assert all("cp_comm_type" not in generator_options(BY_ID[r]) for r in TABLE_4 if r != rid)
+    gathered = 2 * 131072 * 1 * 128 * 2
+    own_q = 8192 * 16 * 128 * 2
+    assert gathered == 64 * 2**20 and gathered / 16 == own_q / 8
+    step = megatron(**options)  # (one replica and CP rank built: replicas, shadows)
+    gathers = {op.nbytes for op in step.ops if op.group.startswith("cp") and op.op == "all_gather"}
+    assert gathers == {gathered}  # one-layer chunks, no recomputation: one gather a pass

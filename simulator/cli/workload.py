@@ -23,7 +23,7 @@ from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
 from ..workload.chakra import write_chakra
 from ..workload.devices import Device, device_for
-from ..workload.generators import GENERATORS, MODELS
+from ..workload.generators import CP_COMM_TYPES, GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
 from ..workload.host import GRAPH_SCOPES
 from ..workload.kernels import ATTENTION_BACKENDS
@@ -219,6 +219,24 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="megatron: context-parallel ranks per sequence (ring attention; default 1)",
+    )
+    gen.add_argument(
+        "--cp-comm-type",
+        choices=CP_COMM_TYPES,
+        default=None,
+        help="megatron: how CP ranks exchange attention's inputs, as Megatron-Core's "
+        "--cp-comm-type: p2p (K/V around a ring beside the attention, the default), "
+        "all_gather (K/V all-gathered, blocking), a2a (Q/K/V/O all-to-alls over heads) or "
+        "a2a+p2p (both, with --hierarchical-context-parallel-sizes)",
+    )
+    gen.add_argument(
+        "--hierarchical-context-parallel-sizes",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("A", "P"),
+        help="megatron, --cp-comm-type a2a+p2p: CP ranks of each all-to-all group (A, "
+        "consecutive) and of each ring (P), A x P = --cp",
     )
     gen.add_argument(
         "--fsdp",
@@ -693,6 +711,8 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "optimizer_state": args.optimizer_state,
         "cross_entropy": args.cross_entropy,
         "cp": args.cp,
+        "cp_comm_type": args.cp_comm_type,
+        "hierarchical_context_parallel_sizes": args.hierarchical_context_parallel_sizes,
         "ep": args.ep,
         "etp": args.etp,
         "moe_dispatcher": args.moe_dispatcher,

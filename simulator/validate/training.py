@@ -379,6 +379,9 @@ _SETTINGS = {
     "optimizer_state": "optimizer_state",
     "attention_backend": "attention_backend",
     "lazy_gradients": "lazy_gradients",
+    # Megatron-Core's --cp-comm-type (p2p, all_gather, a2a), where a run's source states
+    # how its context parallelism exchanges K and V.
+    "cp_comm_type": "cp_comm_type",
 }
 
 
@@ -597,8 +600,11 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
                 options[name] = "selective" if "core_attn" in modules else "none"
                 if "moe_act" in modules and entry.get("moe"):
                     options["recompute_moe_act"] = True
-        elif key in ("optimizer_state", "attention_backend") and isinstance(value, str):
-            options[name] = value  # checked by the generator (OPTIMIZER_STATE, ATTENTION_BACKENDS)
+        elif key in ("optimizer_state", "attention_backend", "cp_comm_type") and isinstance(
+            value, str
+        ):
+            # Checked by the generator (OPTIMIZER_STATE, ATTENTION_BACKENDS, CP_COMM_TYPES).
+            options[name] = value
     offload = settings.get("activation_cpu_offload_layers")
     if isinstance(offload, int) and not isinstance(offload, bool) and offload > 0:
         options["activation_offload_layers"] = offload

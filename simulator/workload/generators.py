@@ -267,6 +267,19 @@ P2P_STREAMS = ("peer", "split")
 #: parallel_state.get_amax_reduction_group, unless tp_only_amax_red); "tp", over the
 #: TP group alone (tp_only_amax_red); "off", none.
 AMAX_REDUCTIONS = ("stage", "tp", "off")
+#: Context parallelism's attention (``megatron(cp_comm_type=...)``): Megatron-Core's
+#: ``--cp-comm-type`` (megatron/training/arguments.py line 3054 at core_v0.19.0, default
+#: "p2p"; the values as transformer_config.py lines 987-1000 describe them), each run by
+#: Transformer Engine's ``attn_forward_func_with_cp`` (transformer_engine/pytorch/
+#: attention/dot_product_attention/context_parallel.py, v2.18): "p2p", K/V blocks
+#: passed around the CP ring beside the attention blocks (AttnFuncWithCPAndKVP2P);
+#: "all_gather", K and V all-gathered before the attention and dK, dV reduce-scattered
+#: after its backward, blocking (AttnFuncWithCPAndKVAllGather, as the Llama 3 paper's
+#: section 3.3.2 does); "a2a", DeepSpeed-Ulysses' all-to-alls of Q, K, V (heads split,
+#: sequence gathered) and of the output back (AttnFuncWithCPAndQKVOA2A); "a2a+p2p",
+#: all-to-alls inside low-level CP groups and the ring between them
+#: (AttnFuncWithCPAndKVP2P with two groups; ``hierarchical_context_parallel_sizes``).
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: fp32 amaxes a Transformer Engine module reduces per fp8 GEMM: 3 forward (input,
 #: weight, output) and 2 backward (output and input gradients)
 #: (TransformerEngine v1.12, transformer_engine/pytorch/module/base.py:487,
@@ -726,6 +739,7 @@ def megatron_step_memory(
         fsdp_double_buffer=fsdp_double_buffer,
         activation_offload_in_flight=activation_offload_in_flight,
         lazy_gradients=lazy_gradients,
+        cp_comm_type=str(given.get("cp_comm_type", "p2p")),
         **{name: chosen[name] for name in names},
     )
 
@@ -787,6 +801,8 @@ def megatron(
     lazy_gradients: bool = False,
     attention_backend: str = "cudnn",
     bucket_size: int | None = None,
+    cp_comm_type: str = "p2p",
+    hierarchical_context_parallel_sizes: tuple[int, int] | list[int] | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -847,6 +863,21 @@ def megatron(
     the pass waits for both; backward exchanges K/V again (twice with full
     recomputation) and reduce-scatters their gradients. Gradients are reduced and the
     optimizer sharded over the DP x CP ranks, which hold the same weights.
+    ``cp_comm_type`` (:data:`CP_COMM_TYPES`; Megatron-Core's ``--cp-comm-type``) is how
+    the CP ranks exchange attention's inputs: "p2p" (the default, Megatron's) as above;
+    "all_gather" all-gathers each layer's K and V on the compute stream before the
+    attention (4 b s g d / t bytes gathered a layer; again in the backward, and once more
+    where it recomputes the attention) and reduce-scatters dK and dV after its backward,
+    nothing overlapped (:func:`_gathered_attention`); "a2a" all-to-alls each layer's Q,
+    K and V over the CP group before the attention, which then runs the whole sequence
+    on a / (t cp) heads, and its output after it; backward the output's gradient before
+    and dQ, dK, dV after, all blocking (:func:`_a2a_attention`; the heads and key/value
+    heads of a TP rank must split over the CP ranks); "a2a+p2p", with
+    ``hierarchical_context_parallel_sizes`` (n, p), n x p = cp (Megatron-Core's
+    ``--hierarchical-context-parallel-sizes``), all-to-alls inside each run of n
+    consecutive CP ranks and the K/V ring over the p ranks n apart, each rank's
+    attention over s / p queries on a / (t n) heads (:func:`_hierarchical_attention`;
+    n 1 is p2p, p 1 a2a, as Transformer Engine falls back).
     Mixture-of-experts models (``experts`` > 0) run their MoE layers as Megatron's
     all-to-all token dispatcher does, with ``ep`` expert-parallel ranks laid out as
     Megatron-Core's expert grid with expert_tensor_parallel_size 1: ``ep`` consecutive
@@ -1248,6 +1279,47 @@ def megatron(
         raise CcsimError(
             f"ep_domain (GPUs per NVLink domain) must be a positive integer, not {ep_domain!r}"
         )
+    if cp_comm_type not in CP_COMM_TYPES:
+        raise unknown_choice("cp_comm_type", cp_comm_type, CP_COMM_TYPES)
+    hierarchical = hierarchical_context_parallel_sizes
+    inner = 1  # a2a+p2p: the CP ranks of an all-to-all group
+    if cp_comm_type == "a2a+p2p":
+        sizes = list(hierarchical) if isinstance(hierarchical, (list, tuple)) else []
+        if (
+            len(sizes) != 2
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes)
+            or sizes[0] * sizes[1] != cp
+        ):
+            # Megatron-LM asserts the product (arguments.py line 565, core_v0.19.0);
+            # Transformer Engine takes two levels (context_parallel.py line 5017, v2.18).
+            raise CcsimError(
+                "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes [n, p]: "
+                f"n CP ranks to an all-to-all and p to a ring, n x p = cp ({cp}), not "
+                f"{hierarchical!r}"
+            )
+        inner = sizes[0]
+        # Transformer Engine runs a2a+p2p as p2p over one rank's all-to-alls and as a2a
+        # over one-rank rings (attn_forward_func_with_cp, context_parallel.py v2.18).
+        if cp == 1 or inner == 1:
+            cp_comm_type, inner = "p2p", 1
+        elif inner == cp:
+            cp_comm_type, inner = "a2a", 1
+    elif hierarchical is not None:
+        raise CcsimError(
+            "hierarchical_context_parallel_sizes applies to cp_comm_type a2a+p2p, not "
+            f"{cp_comm_type}"
+        )
+    heads_split = cp if cp_comm_type == "a2a" else inner
+    if heads_split > 1 and (
+        m.attention_heads % (tp * heads_split) or m.query_groups % (tp * heads_split)
+    ):
+        # Transformer Engine asserts it (context_parallel.py line 4243, v2.18).
+        raise CcsimError(
+            f"cp_comm_type {cp_comm_type} splits each TP rank's heads over the all-to-all's "
+            f"CP ranks: tp x {heads_split} ({tp * heads_split}) must divide the attention "
+            f"heads ({m.attention_heads}) and the key/value heads ({m.query_groups}); pick a "
+            "smaller CP (all-to-all) size, or cp_comm_type p2p or all_gather"
+        )
     if cp > 1:
         if m.seq % (2 * cp):
             raise CcsimError(
@@ -1305,7 +1377,9 @@ def megatron(
     # the same shapes and issues the same calls (the K/V all-gather and reduce-scatter
     # over its CP group, its own pipeline sends), and the first stands for the others.
     # (A mixture-of-experts model's expert groups cut across CP ranks: not there.)
-    cp_built = 1 if shadows and cp > 1 and not m.is_moe else cp
+    # (a2a+p2p's groups do not map onto themselves along one shift of the CP ranks:
+    # every CP rank is built.)
+    cp_built = 1 if shadows and cp > 1 and not m.is_moe and inner == 1 else cp
     # Without TP, a mixture-of-experts model's EP group stands for itself the same way:
     # its ranks run the same kernels on the same shapes (routing balanced, as the
     # published runs force it) and issue the same calls; its first rank is built.
@@ -1417,6 +1491,16 @@ def megatron(
     # Context parallelism: per layer, the K/V blocks of every CP rank (an all-gather
     # of 4 b s g d / t bytes) and, backward, their gradients (a reduce-scatter).
     kv_layer = 4 * micro_batch * m.seq * m.query_groups * m.head_dim / tp
+    # cp_comm_type all_gather and a2a, per layer on one TP rank (bf16, as Transformer
+    # Engine moves them outside fp8 attention): K and V over the whole sequence (MLA: its
+    # key heads with their rotary part, its value heads), and Q, K, V and the output over
+    # the rank's b s / cp tokens.
+    qk_dim = m.head_dim + (m.qk_rope_dim if m.is_mla else 0)
+    v_dim = (m.v_head_dim or m.head_dim) if m.is_mla else m.head_dim
+    kv_gathered = micro_batch * m.seq * m.query_groups / tp * (qk_dim + v_dim) * BF16
+    q_local = tokens * m.attention_heads / tp * qk_dim * BF16
+    o_local = tokens * m.attention_heads / tp * v_dim * BF16
+    qkv_local = q_local + kv_gathered / cp
 
     # The non-GEMM kernels, memory bound: their own ops after each pass's GEMMs (a
     # roofline op would overlap them). Backward reads the saved inputs and the incoming
@@ -1600,6 +1684,24 @@ def megatron(
                 for t in range(tp):
                     members = [rank_of(stage, d, t, q) for q in range(cp)]
                     cp_groups[(stage, d, t)] = b.group(f"cp.s{stage}.d{d}.t{t}", "CP", members)
+            if inner > 1:
+                # a2a+p2p: Megatron-Core's hierarchical CP groups
+                # (parallel_state.create_hierarchical_groups, core_v0.19.0 line 378):
+                # level 0 each run of ``inner`` consecutive CP ranks (the all-to-alls),
+                # level 1 the CP ranks ``inner`` apart (the rings).
+                for t, q in itertools.product(range(tp), range(cp)):
+                    block, lane = divmod(q, inner)
+                    at = f"s{stage}.d{d}.t{t}"
+                    if lane == 0:
+                        members = [rank_of(stage, d, t, k) for k in range(q, q + inner)]
+                        cp_groups[(stage, d, t, "a2a", block)] = b.group(
+                            f"cp.a2a.{at}.{block}", "CP", members
+                        )
+                    if block == 0:
+                        members = [rank_of(stage, d, t, k) for k in range(q, cp, inner)]
+                        cp_groups[(stage, d, t, "p2p", lane)] = b.group(
+                            f"cp.p2p.{at}.{lane}", "CP", members
+                        )
     dp_groups = {}
     for stage in range(pp):
         for t in range(tp):
@@ -1933,7 +2035,7 @@ def megatron(
                         ready.append(host)
                     # A chunk of no layers (only the embedding or the loss) has no
                     # attention to run and no K/V to exchange.
-                    if cp > 1 and layers:
+                    if cp > 1 and layers and cp_comm_type == "p2p":
                         ready = _ring_attention(
                             b,
                             r,
@@ -1955,6 +2057,64 @@ def megatron(
                             recompute=recompute,
                             label=f"mb {i}",
                         )
+                    elif cp > 1 and layers and inner > 1:
+                        ready = [
+                            _hierarchical_attention(
+                                b,
+                                r,
+                                name,
+                                comp,
+                                cp_groups[(stage, d, t, "a2a", q // inner)],
+                                cp_groups[(stage, d, t, "p2p", q % inner)],
+                                layers * qkv_local,
+                                layers * o_local,
+                                layers * kv_layer / inner,
+                                # The ring's s / p queries on a / (t n) heads.
+                                flash_core_kernels(
+                                    m,
+                                    micro_batch,
+                                    tp=tp * inner,
+                                    layers=layers,
+                                    forward=forward,
+                                    recompute=recompute,
+                                    cp=cp // inner,
+                                    backend=backend,
+                                ),
+                                forward=forward,
+                                recompute=recompute,
+                                label=f"mb {i}",
+                            )
+                        ]
+                    elif cp > 1 and layers:
+                        a2a = cp_comm_type == "a2a"
+                        ready = [
+                            (_a2a_attention if a2a else _gathered_attention)(
+                                b,
+                                r,
+                                name,
+                                comp,
+                                cp_groups[(stage, d, t)],
+                                *(
+                                    (layers * qkv_local, layers * o_local)
+                                    if a2a
+                                    else (layers * kv_gathered,)
+                                ),
+                                # a2a: the whole sequence on a / (t cp) heads.
+                                flash_core_kernels(
+                                    m,
+                                    micro_batch,
+                                    tp=tp * cp if a2a else tp,
+                                    layers=layers,
+                                    forward=forward,
+                                    recompute=recompute,
+                                    cp=1 if a2a else cp,
+                                    backend=backend,
+                                ),
+                                forward=forward,
+                                recompute=recompute,
+                                label=f"mb {i}",
+                            )
+                        ]
                     after = [
                         b.op(
                             f"r{r}.{name}.elementwise",
@@ -2322,6 +2482,7 @@ def megatron(
         fsdp_double_buffer=fsdp_double_buffer,
         activation_offload_in_flight=activation_offload_in_flight,
         lazy_gradients=lazy_gradients,
+        cp_comm_type=cp_comm_type,
     )
     # Megatron-LM's count (training.py num_floating_point_operations): the model's own
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
@@ -2624,6 +2785,195 @@ def _ring_attention(
             )
         ]
     return [kernels, *prev]
+
+
+def _again(forward: bool, recompute: str) -> int:
+    """How many more times a backward pass runs the attention's forward (and its CP
+    communication): once with full or selective recomputation (Megatron-Core checkpoints
+    the core attention, Transformer Engine's CP function with it: attention.py
+    ``_checkpointed_attention_forward``, core_v0.19.0 line 445)."""
+    return int(not forward and recompute in ("full", "selective"))
+
+
+def _gathered_attention(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    group: str,
+    kv_bytes: float,
+    core: list[list[int]],
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> str:
+    """Context parallelism by all-gather (``cp_comm_type`` "all_gather") of one pass on
+    rank ``r``, as Transformer Engine's AttnFuncWithCPAndKVAllGather runs it
+    (context_parallel.py, v2.18): K and V all-gathered over the CP ``group`` (lines
+    3213-3214; ``gather_along_first_dim``, synchronous: distributed.py line 1640,
+    ``async_op=False``), then the attention of the rank's two query chunks against the
+    keys before them (two kernels on two streams, "to resolve wave quantization": their
+    causal FLOPs are ``core``'s, one kernel of the rank's b s / cp queries against the
+    whole sequence); backward K and V gathered again (lines 3786-3787), the attention's
+    backward, and dK, dV reduce-scattered (lines 4120-4121), all on the compute stream
+    after ``after`` (the QKV projections). ``kv_bytes``: the pass's gathered K and V (the
+    all-gather's whole buffer, as the reduce-scatter's). Returns the pass's last op."""
+    calls = 1 + _again(forward, recompute)  # a recomputed forward gathers them again
+    gather = b.op(
+        f"r{r}.cp.{name}.all_gather",
+        r,
+        "collective",
+        [after],
+        op="all_gather",
+        group=group,
+        bytes=calls * kv_bytes,
+        stream="compute",
+        label=f"CP K/V {'fwd' if forward else 'bwd'} {label}",
+    )
+    kernels = b.op(
+        f"r{r}.{name}.attention",
+        r,
+        "compute",
+        [gather],
+        attention=core,
+        label=f"{'fwd' if forward else 'bwd'} attention {label}",
+    )
+    if forward:
+        return kernels
+    return b.op(
+        f"r{r}.cp.{name}.reduce_scatter",
+        r,
+        "collective",
+        [kernels],
+        op="reduce_scatter",
+        group=group,
+        bytes=kv_bytes,
+        stream="compute",
+        label=f"CP dK/dV {label}",
+    )
+
+
+def _a2a_sides(
+    qkv_bytes: float, out_bytes: float, *, forward: bool, recompute: str
+) -> tuple[float, float]:
+    """The bytes of a pass's all-to-alls before and after its attention (each side's
+    calls as one of their summed size, as the blocking TP ones: their count of latencies
+    is lost): forward Q, K, V before and the output after; backward the output's
+    gradient before and dQ, dK, dV after, a recomputed forward's with them."""
+    if forward:
+        return qkv_bytes, out_bytes
+    again = _again(forward, recompute)
+    return out_bytes + again * qkv_bytes, qkv_bytes + again * out_bytes
+
+
+def _a2a_call(
+    b: _Builder,
+    r: int,
+    name: str,
+    where: str,
+    deps: list[str],
+    group: str,
+    nbytes: float,
+    *,
+    forward: bool,
+    label: str,
+) -> str:
+    """One side's all-to-all of a pass (``where``: "before" or "after" its attention),
+    blocking: on the compute stream."""
+    return b.op(
+        f"r{r}.cp.{name}.a2a.{where}",
+        r,
+        "collective",
+        deps,
+        op="all_to_all",
+        group=group,
+        bytes=nbytes,
+        stream="compute",
+        label=f"CP all-to-all {'fwd' if forward else 'bwd'} {label}",
+    )
+
+
+def _a2a_attention(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    group: str,
+    qkv_bytes: float,
+    out_bytes: float,
+    core: list[list[int]],
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> str:
+    """Context parallelism by all-to-all (``cp_comm_type`` "a2a", DeepSpeed-Ulysses) of
+    one pass on rank ``r``, as Transformer Engine's AttnFuncWithCPAndQKVOA2A runs it
+    (context_parallel.py, v2.18): Q, K and V each all-to-all'd over the CP ``group``
+    (``flash_attn_a2a_communicate``, line 4336: the sequence gathered, the heads split;
+    the compute stream waits for them, line 535), the attention over the whole sequence
+    on the rank's a / (t cp) heads (``core``), its output all-to-all'd back (line 4482);
+    backward the output's gradient before the attention's backward (line 4674) and dQ,
+    dK, dV after it (line 4834), with the forward's again where the backward recomputes
+    it (:func:`_a2a_sides`). ``qkv_bytes`` and ``out_bytes``: the pass's Q, K, V and
+    output on the rank's b s / cp tokens (each all-to-all's buffer). Returns the pass's
+    last op."""
+    sides = _a2a_sides(qkv_bytes, out_bytes, forward=forward, recompute=recompute)
+    calls = {"forward": forward, "label": label}
+    before = _a2a_call(b, r, name, "before", [after], group, sides[0], **calls)
+    kernels = b.op(
+        f"r{r}.{name}.attention",
+        r,
+        "compute",
+        [before],
+        attention=core,
+        label=f"{'fwd' if forward else 'bwd'} attention {label}",
+    )
+    return _a2a_call(b, r, name, "after", [kernels], group, sides[1], **calls)
+
+
+def _hierarchical_attention(
+    b: _Builder,
+    r: int,
+    name: str,
+    after: str,
+    a2a_group: str,
+    ring_group: str,
+    qkv_bytes: float,
+    out_bytes: float,
+    kv_bytes: float,
+    core: list[list[int]],
+    *,
+    forward: bool,
+    recompute: str,
+    label: str,
+) -> str:
+    """Hierarchical context parallelism (``cp_comm_type`` "a2a+p2p") of one pass on rank
+    ``r``, as Transformer Engine's AttnFuncWithCPAndKVP2P runs it with two CP groups
+    (context_parallel.py, v2.18): Q, K and V all-to-all'd over ``a2a_group`` (line 1492;
+    the output's gradient backward, line 2411), blocking, as :func:`_a2a_attention`;
+    then the ring over ``ring_group`` beside the attention (:func:`_ring_attention`,
+    ``kv_bytes`` its K/V all-gather's buffer); then the output (backward dQ, dK, dV,
+    line 2895) all-to-all'd back. A recomputed forward's all-to-alls and K/V exchange come
+    with the backward's, as in :func:`_a2a_attention`. Returns the pass's last op."""
+    sides = _a2a_sides(qkv_bytes, out_bytes, forward=forward, recompute=recompute)
+    calls = {"forward": forward, "label": label}
+    before = _a2a_call(b, r, name, "before", [after], a2a_group, sides[0], **calls)
+    ready = _ring_attention(
+        b,
+        r,
+        name,
+        before,
+        ring_group,
+        kv_bytes,
+        core,
+        forward=forward,
+        # (_ring_attention gathers again for full recomputation only.)
+        recompute="full" if _again(forward, recompute) else recompute,
+        label=label,
+    )
+    return _a2a_call(b, r, name, "after", ready, a2a_group, sides[1], **calls)
 
 
 def moe(

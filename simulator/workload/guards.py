@@ -189,7 +189,22 @@ def generator_estimate(generator: str, options: Mapping[str, Any]) -> Estimate |
     small_ep = 2 if isinstance(ep, int) and ep >= 2 and counts.get("dp", 1) >= 2 else 1
     if small_ep == 2 and ep < counts["dp"]:
         small_counts["dp"] = min(counts["dp"], 4)
+    sizes = options.get("hierarchical_context_parallel_sizes")
+    small_sizes = None
+    if (
+        isinstance(sizes, (list, tuple))
+        and len(sizes) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes)
+        and sizes[0] * sizes[1] == counts.get("cp", 1)
+    ):
+        # a2a+p2p: each level at 2 where it is 2 or more (both kinds of CP group kept).
+        small_sizes = [min(n, 2) for n in sizes]
+        small_counts["cp"] = small_sizes[0] * small_sizes[1]
+    elif sizes is not None:
+        return None  # the generator says what is wrong with them
     small_options = {**options, **small_counts}
+    if small_sizes is not None:
+        small_options["hierarchical_context_parallel_sizes"] = small_sizes
     if "ep" in options:
         small_options["ep"] = small_ep
     if "replicas" in options:

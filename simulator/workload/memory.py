@@ -248,6 +248,33 @@ FSDP_MIN_COMMUNICATION_UNIT = 1e9
 FSDP_DOUBLE_BUFFER_UNITS = 2
 
 
+def cp_gather_buffer_bytes(model: Transformer, *, micro_batch: int, tp: int, cp: int) -> float:
+    """Bytes one TP rank holds for a layer's backward with context parallelism by
+    all-gather (``cp_comm_type`` "all_gather"), besides the saved activations, at its
+    peak, the reduce-scatter of dK (Transformer Engine's AttnFuncWithCPAndKVAllGather
+    .backward, context_parallel.py v2.18, which frees none of them before it returns):
+    K and V gathered over the whole sequence (``k_ag``, ``v_ag``, lines 3786-3787),
+    their gradients over it (``dk``, ``dv``, zero-filled, lines 3766-3775, then
+    reordered by ``index_select`` into new tensors that replace them, lines 4114-4115),
+    and the two attention kernels' dK and dV over the keys each met (``dk_per_step``:
+    the rank's chunks i and 2 cp - 1 - i of 2 cp meet i + 1 and 2 cp - i chunks of
+    keys, s (1 + 1 / (2 cp)) tokens together): (3 + 1 / (2 cp)) x 2 b s (g / t) d
+    bytes of bf16 K and V (MLA: its key heads with their rotary part and its value
+    heads). The forward holds fewer (the gathered K and V and the kernels' outputs);
+    ring ("p2p") CP's buffers are blocks of s / cp tokens, not counted.
+
+    >>> from dataclasses import replace
+    >>> from simulator.workload.model import MODELS
+    >>> m = replace(MODELS["llama3-405b"], seq=131072)  # 8 key/value heads of 128
+    >>> round(cp_gather_buffer_bytes(m, micro_batch=1, tp=8, cp=16) / 2**20)  # MiB
+    194
+    """
+    qk = model.head_dim + (model.qk_rope_dim if model.is_mla else 0)
+    v = (model.v_head_dim or model.head_dim) if model.is_mla else model.head_dim
+    kv = micro_batch * model.seq * model.query_groups / tp * (qk + v) * 2  # bf16
+    return (3 + 1 / (2 * cp)) * kv
+
+
 def fsdp_communication_unit(unit_params: float, communication_unit: float | None = None) -> float:
     """Megatron-FSDP's communication unit in parameters: ``communication_unit`` where the
     configuration sets it (its ``suggested_communication_unit_size``, taken as is), else
@@ -594,6 +621,7 @@ def megatron_memory(
     fp8_recipe: str = "tensorwise",
     activation_offload_in_flight: int = 0,
     lazy_gradients: bool = False,
+    cp_comm_type: str = "p2p",
 ) -> MemoryEstimate:
     """Peak bytes per GPU of a Megatron-LM 1F1B configuration: its first pipeline stage,
     which holds the input embedding and the most micro-batches in flight. With v virtual
@@ -614,6 +642,8 @@ def megatron_memory(
     with their fp8 transposes, 2 bytes per parameter in place of bf16's 2 and the fp8
     copies' 2. ``optimizer_state`` (:data:`OPTIMIZER_STATE`), where a recipe sets the
     optimizer's dtype, replaces the optimizer bytes per parameter ``grad_reduce`` implies.
+    ``cp_comm_type`` "all_gather" adds a layer's gathered K/V buffers
+    (:func:`cp_gather_buffer_bytes`) to a stage holding layers.
     ``activation_offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``, which
     Megatron-Bridge's GB200 recipes set as ``activation_cpu_offload_layers``): the
     activations of that many of a stage's layers go to host memory after their forward
@@ -798,11 +828,17 @@ def megatron_memory(
             activations -= in_flight * offloaded * per_layer
         # Context parallelism: each rank keeps the activations of its s / cp tokens.
         activations /= cp
+        # all_gather CP's gathered K/V buffers, live while one layer's attention runs.
+        gathered = 0.0
+        if cp > 1 and cp_comm_type == "all_gather" and layers:
+            gathered = cp_gather_buffer_bytes(model, micro_batch=micro_batch, tp=tp, cp=cp)
+        activations += gathered
         if fsdp:
             return fsdp_stage(layers, dense, vocab, activations)
         gradients = (params + expert_params) * gradient_bytes
         if lazy_gradients:
             activations, gradients = lazy_stage_peak(stage, linear, per_layer, dropout, extra)
+            activations += gathered
             # The sharded gradients the reduce-scatters leave for the optimizer, held
             # from the previous step's end (an upper bound: they are made at this one's).
             gradients += params * gradient_bytes / (dp * cp)
