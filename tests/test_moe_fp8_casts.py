@@ -165,15 +165,14 @@ def test_fused_grouped_mlp_is_mxfp8_only():
 
 
 def test_rows_whose_preset_fuses_the_grouped_mlp():
-    """The 26.06 and 26.06.01 GB200 MXFP8 rows of the four MoE models whose presets set
-    ``cutedsl_fused_grouped_mlp`` (Megatron-Bridge v0.5.0 / v0.5.1), and 26.08's Qwen3 30B
-    row (v0.6.0's flat recipe sets NVTE_CUTEDSL_FUSED_GROUPED_MLP=1), build it; no other
-    row does."""
+    """The 26.06, 26.06.01 and 26.08 GB200 MXFP8 rows of the four MoE models whose presets
+    set ``cutedsl_fused_grouped_mlp`` (Megatron-Bridge v0.5.0 / v0.5.1) or whose flat
+    recipes set NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (v0.6.0 perf_recipes/*/gb200/) build it;
+    no other row does."""
     runs, _ = load_runs()
     fused = {r.id for r in runs if r.options.get("moe_fused_grouped_mlp")}
-    expected = {"bridge-26.08-qwen3-30b-a3b-gb200-mxfp8-8"} | {
-        f"bridge-{release}-{model}-gb200-mxfp8-{gpus}"
-                for release in ("26.06", "26.06.01")
+    expected = {f"bridge-{release}-{model}-gb200-mxfp8-{gpus}"
+                for release in ("26.06", "26.06.01", "26.08")
                 for model, gpus in (("deepseek-v3", 256), ("gpt-oss-120b", 64),
                                     ("qwen3-235b-a22b", 256), ("qwen3-30b-a3b", 8))}  # fmt: skip
     assert fused == expected

@@ -261,3 +261,28 @@ def test_token_drop_rows_have_no_host_synchronisation():
     assert all(run.options.get("moe_host_sync") is False for run in built)
     dropless = BY_ID["bridge-25.11-qwen3-30b-a3b-b200-mxfp8-8"]
     assert "moe_host_sync" not in dropless.options
+
+
+def test_bridge_26_08_rows_run_their_flat_recipes():
+    """Megatron-Bridge 26.08's GB200 MXFP8 rows of DeepSeek-V3, gpt-oss 120B and Qwen3 235B
+    and 30B run v0.6.0's flat recipes (src/megatron/bridge/perf_recipes/<family>/gb200/):
+    HybridEP under a full-iteration CUDA graph (no host synchronisation), the EP
+    all-to-all overlapped (qwen/common.py _enable_hybridep_full_iteration_mxfp8,
+    deepseek/common.py _enable_deepseek_full_iteration_mxfp8, gpt_oss/common.py
+    _apply_gpt_oss_120b_full_iter_fp8mx_configs), Transformer Engine's fused grouped MLP,
+    and fp8 weights: bf16_with_mxfp8_mixed sets fp8_param_gather (training/
+    mixed_precision.py line 264), which v0.6.0 turns off only for gpt-oss 20B, where
+    v0.5.0's gpt-oss 120B preset turned it off (26.06). DeepSeek-V3 recomputes
+    mla_up_proj only (ccsim: none); gpt-oss's selective recompute names no module."""
+    models = (("deepseek-v3", 256), ("gpt-oss-120b", 64), ("qwen3-235b-a22b", 256),
+              ("qwen3-30b-a3b", 8))  # fmt: skip
+    for model, gpus in models:
+        run = BY_ID[f"bridge-26.08-{model}-gb200-mxfp8-{gpus}"]
+        options = generator_options(run)
+        assert options["moe_dispatcher"] == "hybridep", run.id
+        assert options["cuda_graphs"] == ("full_iteration",) and options["moe_host_sync"] is False
+        assert options["moe_a2a_overlap"] is True and options["moe_fused_grouped_mlp"] is True
+        assert options["fp8_param_gather"] is True and options["recompute"] == "none"
+        assert options["distributed_optimizer"] and options["overlap_param_gather"]
+    older = generator_options(BY_ID["bridge-26.06-gpt-oss-120b-gb200-mxfp8-64"])
+    assert "fp8_param_gather" not in older

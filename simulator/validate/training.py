@@ -540,8 +540,9 @@ def _bridge_fp8_params(entry: Mapping[str, Any]) -> bool:
     lines 308 and 270 at v0.4.2 c8101293; the same at r0.1.0 684a6861 and v0.2.0-v0.5.1),
     except where a model's performance config turns it off: Kimi (from v0.3.1,
     scripts/performance/configs/kimi/kimi_llm_pretrain.py line 44) and gpt-oss (from
-    v0.5.0, gpt_oss_llm_pretrain.py line 108). The 26.08 rows' flat recipes were not
-    read: left at Megatron-Core's default (off)."""
+    v0.5.0, gpt_oss_llm_pretrain.py line 108). 26.08's flat recipes (v0.6.0) are not
+    presets: the rows transcribed from them say ``fp8_params`` in their settings, the
+    others are left at Megatron-Core's default (off)."""
     if entry.get("source_kind") != "megatron-bridge-performance-summary":
         return False
     release = _release(entry)
