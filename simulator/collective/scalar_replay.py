@@ -307,25 +307,29 @@ class _Net:
         self.f_op: list[int] = []
         self.f_route: list[int] = []
         self.f_bytes: list[float] = []
-        self.f_left: list[float] = []
-        self.f_rate: list[float] = []
-        self.f_last: list[float] = []
         self.f_seq: list[int] = []  # order in the incidence (its entries are contiguous)
-        self.finish: dict[int, float] = {}  # active slot -> finish time
-        # Per route with flows, the earliest finish of its flows, and a heap of
+        # A route's flows are always rated together (every flow of a route the search
+        # finds is rated again), so they share one rate and one instant it was set:
+        # kept per route, with each flow's bytes left as of that instant (in
+        # ``route_slots``). A flow's finish is then ``last + left / rate`` (as the
+        # network computes it when it rates the flow), worked out where it is read.
+        self.route_rate: list[float] = [0.0] * len(route_links)
+        self.route_last: list[float] = [0.0] * len(route_links)
+        # Per route with rated flows, the earliest finish of its flows, and a heap of
         # (finish, route) of every value it took: the next ends are found from it
-        # instead of a scan of ``finish`` at each event (thousands of flows in flight
+        # instead of a scan of every flow's finish at each event (thousands of flows in flight
         # on a wide ring, a few dozen routes rated at once). An entry is current while
         # ``route_end`` still holds its value for its route; others are dropped.
         self.route_end: dict[int, float] = {}
         self.ends: list[tuple[float, int]] = []
         self.free: list[list[int]] = []
         self.top = 0
-        # Incidence: per link its entry count; per route its flows' slots, and per link
-        # the routes with flows on it (flows on one route cross the same links, so the
-        # search for connected flows can go by route: see _component).
+        # Incidence: per link its entry count; per route its flows' slots (each with its
+        # bytes left as of ``route_last``), and per link the routes with flows on it
+        # (flows on one route cross the same links, so the search for connected flows
+        # can go by route: see _component).
         self.link_n: dict[int, int] = {}
-        self.route_slots: list[dict[int, None]] = [{} for _ in route_links]
+        self.route_slots: list[dict[int, float]] = [{} for _ in route_links]
         self.link_routes: dict[int, dict[int, None]] = {}
         self.active: dict[int, None] = {}  # the routes with flows
         self.entries = 0
@@ -361,9 +365,6 @@ class _Net:
                     (self.f_op, -1),
                     (self.f_route, -1),
                     (self.f_bytes, 0.0),
-                    (self.f_left, 0.0),
-                    (self.f_rate, 0.0),
-                    (self.f_last, 0.0),
                     (self.f_seq, 0),
                 ):
                     values.extend([fill] * grow)
@@ -374,14 +375,10 @@ class _Net:
     def add_flows(self, ops: list[int], routes: list[int], nbytes: list[float], weight) -> None:
         """FlowNetwork.add_flows: one flow per op from now."""
         slots = self._take(len(ops))
-        now = self.clock.now
         for slot, op, route, size in zip(slots, ops, routes, nbytes, strict=True):
             self.f_op[slot] = op
             self.f_route[slot] = route
             self.f_bytes[slot] = size
-            self.f_left[slot] = size
-            self.f_rate[slot] = 0.0
-            self.f_last[slot] = now
         self.flows += len(ops)
         self.represented += len(ops) if weight is None else weight * len(ops)
         self.pending.append(slots)
@@ -468,7 +465,19 @@ class _Net:
                 self.seq += 1
                 route = f_route[slot]
                 joined[route] = joined.get(route, 0) + 1
-                route_slots[route][slot] = None
+            # A route's flows brought up to now before flows join it (they have
+            # carried nothing yet): the route is rated again below (its new flows
+            # share links with the others), which would bring the others up to now
+            # from the same instant at the same rate. (A route without flows starts
+            # from now.)
+            for route in joined:
+                if route_slots[route]:
+                    self._advance(route, now)
+                else:
+                    self.route_last[route] = now
+            f_bytes = self.f_bytes
+            for slot in new:
+                route_slots[f_route[slot]][slot] = f_bytes[slot]
             for route in joined:
                 self.active[route] = None
                 for link in route_entries[route]:
@@ -499,12 +508,12 @@ class _Net:
             if any(link_n[link] != 1 for link in self.route_entries[route]):
                 crowded.append(slot)
                 continue
+            # (One entry on every link: the route's only flow.)
             rate = self.route_alone[route]
-            self.f_rate[slot] = rate
-            self.f_last[slot] = now
-            left = self.f_left[slot]
-            end = self.finish[slot] = now + (left / rate if left > 0 else 0.0)
-            # (The route's other flows keep their ends.)
+            self.route_rate[route] = rate
+            self.route_last[route] = now
+            left = self.route_slots[route][slot]
+            end = now + (left / rate if left > 0 else 0.0)
             if route not in self.route_end or end < self.route_end[route]:
                 self._set_route_end(route, end)
         return crowded
@@ -551,29 +560,37 @@ class _Net:
         now, max-min rates by progressive filling (maxmin's arithmetic, by route: see
         the class docstring), finish times. (Each flow's values are its own, so the
         order the flows are visited in changes none.)"""
-        f_left, f_rate, f_last = self.f_left, self.f_rate, self.f_last
         route_slots = self.route_slots
         groups = {route: len(route_slots[route]) for route in routes}
         level_of = dict.fromkeys(groups, _INF)
         self._fill(groups, level_of)
-        # One pass a flow (the filling reads no flow's bytes): its bytes left brought up
-        # to now at the rate it had, then its new rate and finish.
-        finish = self.finish
+        # The filling reads no flow's bytes: then every flow's bytes left brought up to
+        # now at the rate it had, and the route's new rate. Each flow's finish, ``now +
+        # left / value`` (``now`` for none left), rises with its bytes left (rounding is
+        # monotone), so the route's earliest is that of its least bytes left.
+        route_rate, route_last = self.route_rate, self.route_last
         for route, value in level_of.items():
-            first = _INF
-            for slot in route_slots[route]:
-                left = f_left[slot]
-                rate = f_rate[slot]
-                elapsed = now - f_last[slot]
-                if elapsed > 0 and rate > 0:
-                    left = left - rate * elapsed
-                    left = f_left[slot] = left if left > 0.0 else 0.0
-                f_last[slot] = now
-                f_rate[slot] = value
-                end = finish[slot] = now + (left / value if left > 0 else 0.0)
-                if end < first:
-                    first = end
-            self._set_route_end(route, first)
+            self._advance(route, now)
+            route_rate[route] = value
+            route_last[route] = now
+            slots = route_slots[route]
+            least = min(slots.values()) if slots else _INF
+            self._set_route_end(route, now + (least / value if least > 0 else 0.0))
+
+    def _advance(self, route: int, now: float) -> None:
+        """Bring the bytes left of ``route``'s flows up to ``now`` at their rate, as the
+        network does flow by flow (``left - rate * elapsed``, at least 0; nothing for
+        no time or no rate)."""
+        rate = self.route_rate[route]
+        elapsed = now - self.route_last[route]
+        if elapsed > 0 and rate > 0:
+            carried = rate * elapsed
+            slots = self.route_slots
+            moved = {slot: left - carried for slot, left in slots[route].items()}
+            if min(moved.values()) < 0.0:
+                moved = {slot: left if left > 0.0 else 0.0 for slot, left in moved.items()}
+            slots[route] = moved
+        self.route_last[route] = now
 
     def _fill(self, groups: dict[int, int], level_of: dict[int, float]) -> None:
         """Progressive filling of ``groups`` (route -> its flow count): each route's
@@ -659,8 +676,8 @@ class _Net:
 
     def _schedule_wake(self) -> None:
         self.generation += 1
-        if not self.finish:
-            return
+        if not self.route_end:
+            return  # (no flow rated)
         # min(finish.values()): the first current entry.
         ends, route_end = self.ends, self.route_end
         while route_end.get(ends[0][1]) != ends[0][0]:
@@ -678,15 +695,23 @@ class _Net:
         bound = target + _SAME_TIME * abs(target)
         # The slots whose finish is within ``bound``: on the routes whose earliest
         # finish is (every current entry up to it).
-        ends, route_end, finish = self.ends, self.route_end, self.finish
+        ends, route_end = self.ends, self.route_end
+        route_slots, route_rate, route_last = self.route_slots, self.route_rate, self.route_last
         routes = set()
         while ends and ends[0][0] <= bound:
             end, route = heapq.heappop(ends)
             if route_end.get(route) == end:
                 routes.add(route)
-        done = sorted(
-            slot for route in routes for slot in self.route_slots[route] if finish[slot] <= bound
-        )
+        done = []
+        for route in routes:
+            rate, last = route_rate[route], route_last[route]
+            done += (
+                slot
+                for slot, left in route_slots[route].items()
+                if last + (left / rate if left > 0 else 0.0) <= bound
+            )
+        done.sort()
+        ending = set(done)
         # Bytes per link, entry by entry in incidence order.
         for slot in sorted(done, key=self.f_seq.__getitem__):
             route = self.f_route[slot]
@@ -697,14 +722,15 @@ class _Net:
         ops = [self.f_op[slot] for slot in done]
         delays = [self.route_latency[self.f_route[slot]] for slot in done]
         for slot in done:
-            del self.finish[slot]
             self.f_op[slot] = -1
         for route in routes:
-            # The earliest finish of the route's flows that go on.
-            rest = [finish[slot] for slot in self.route_slots[route] if slot in finish]
+            # The earliest finish of the route's flows that go on (of their least
+            # bytes left: see _recompute).
+            rest = [left for slot, left in route_slots[route].items() if slot not in ending]
             if rest:
                 route_end[route] = _INF  # (never current: the value below is pushed)
-                self._set_route_end(route, min(rest))
+                least, rate = min(rest), route_rate[route]
+                self._set_route_end(route, route_last[route] + (least / rate if least > 0 else 0.0))
             else:
                 del route_end[route]
         self.in_wake = True
