@@ -319,6 +319,13 @@ class _Net:
         # network computes it when it rates the flow), worked out where it is read.
         self.route_rate: list[float] = [0.0] * len(route_links)
         self.route_last: list[float] = [0.0] * len(route_links)
+        # Whether a route's flows are in order of bytes left (as they joined): they
+        # stay so as they carry bytes (one subtraction from all, rounded monotonely),
+        # while no flow joins with fewer bytes than the last has left (a ring's chunks
+        # of one size on one route do not); its flows done at an instant are then
+        # its first ones, and its earliest finish its first flow's (checked as flows
+        # join; a route out of order is scanned whole).
+        self.route_sorted: list[bool] = [True] * len(route_links)
         # Per route with rated flows, the earliest finish of its flows, and a heap of
         # (finish, route) of every value it took: the next ends are found from it
         # instead of a scan of every flow's finish at each event (thousands of flows in flight
@@ -476,14 +483,20 @@ class _Net:
             # share links with the others), which would bring the others up to now
             # from the same instant at the same rate. (A route without flows starts
             # from now.)
+            route_sorted = self.route_sorted
             for route in joined:
                 if route_slots[route]:
                     self._advance(route, now)
                 else:
                     self.route_last[route] = now
+                    route_sorted[route] = True
             f_bytes = self.f_bytes
             for slot in new:
-                route_slots[f_route[slot]][slot] = f_bytes[slot]
+                route = f_route[slot]
+                slots, size = route_slots[route], f_bytes[slot]
+                if slots and route_sorted[route] and size < next(reversed(slots.values())):
+                    route_sorted[route] = False
+                slots[slot] = size
             for route in joined:
                 self.active[route] = None
                 for link in route_entries[route]:
@@ -591,7 +604,12 @@ class _Net:
             route_rate[route] = value
             route_last[route] = now
             slots = route_slots[route]
-            least = min(slots.values()) if slots else _INF
+            if not slots:
+                least = _INF
+            elif self.route_sorted[route]:
+                least = next(iter(slots.values()))
+            else:
+                least = min(slots.values())
             self._set_route_end(route, now + (least / value if least > 0 else 0.0))
 
     def _advance(self, route: int, now: float) -> None:
@@ -604,7 +622,8 @@ class _Net:
             carried = rate * elapsed
             slots = self.route_slots
             moved = {slot: left - carried for slot, left in slots[route].items()}
-            if min(moved.values()) < 0.0:
+            values = moved.values()
+            if (next(iter(values)) if self.route_sorted[route] else min(values)) < 0.0:
                 moved = {slot: left if left > 0.0 else 0.0 for slot, left in moved.items()}
             slots[route] = moved
         self.route_last[route] = now
@@ -719,16 +738,29 @@ class _Net:
             end, route = heapq.heappop(ends)
             if route_end.get(route) == end:
                 routes.add(route)
-        done = []
+        done: list[int] = []
+        # Per route, the least bytes left of its flows that go on (None: none do).
+        rest: dict[int, float | None] = {}
         for route in routes:
             rate, last = route_rate[route], route_last[route]
-            done += (
-                slot
-                for slot, left in route_slots[route].items()
-                if last + (left / rate if left > 0 else 0.0) <= bound
-            )
+            least = None
+            if self.route_sorted[route]:
+                # Done flows first (a finish rises with bytes left): up to the first
+                # that goes on, the least of those that do.
+                for slot, left in route_slots[route].items():
+                    if last + (left / rate if left > 0 else 0.0) <= bound:
+                        done.append(slot)
+                    else:
+                        least = left
+                        break
+            else:
+                for slot, left in route_slots[route].items():
+                    if last + (left / rate if left > 0 else 0.0) <= bound:
+                        done.append(slot)
+                    elif least is None or left < least:
+                        least = left
+            rest[route] = least
         done.sort()
-        ending = set(done)
         # Bytes per link, entry by entry in incidence order.
         for slot in sorted(done, key=self.f_seq.__getitem__):
             route = self.f_route[slot]
@@ -740,13 +772,12 @@ class _Net:
         delays = [self.route_latency[self.f_route[slot]] for slot in done]
         for slot in done:
             self.f_op[slot] = -1
-        for route in routes:
+        for route, least in rest.items():
             # The earliest finish of the route's flows that go on (of their least
             # bytes left: see _recompute).
-            rest = [left for slot, left in route_slots[route].items() if slot not in ending]
-            if rest:
+            if least is not None:
                 route_end[route] = _INF  # (never current: the value below is pushed)
-                least, rate = min(rest), route_rate[route]
+                rate = route_rate[route]
                 self._set_route_end(route, route_last[route] + (least / rate if least > 0 else 0.0))
             else:
                 del route_end[route]
