@@ -39,7 +39,14 @@ The same replay runs calls timed on their binding links (``stand_in``: each flow
 kept links, :class:`~simulator.workload.reduced.StandInReplay`), and can stop once a
 number of flows have been sent (``sent_limit``), a look at a run's beginning. A wide ring
 keeps thousands of flows in flight, rated a few dozen at a time: the next ends come
-from a heap of each route's earliest, not from a scan of every flow at each event.
+from a heap of each route's earliest, not from a scan of every flow at each event. A
+route's flows (a ring's channels on one hop: 62 on the Llama 3.1 405B FSDP GB200 row's
+DP all-gather) are always rated together, so they keep one rate and instant per route,
+each flow only its bytes left (one subtraction a flow an event, its finish worked out
+where it is read); while they joined in order of bytes left they stay in it, so the
+flows done at an instant are the route's first ones; and each distinct filling (flows
+per route) is made once. Same doubles: that call, 250,000 transfers in 121,000 events,
+took 11.0-11.7 s of CPU before these and 7.1-8.0 s after (load 8 on 2 cores).
 
 Tested against the reference replay on fresh networks (tests/test_scalar_replay.py;
 on binding links, tests/test_reduced_scalar.py):
