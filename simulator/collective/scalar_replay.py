@@ -91,10 +91,11 @@ _TIE = 1e-12
 _FEW = 16
 _WAIT = 1e-12
 _INF = float("inf")
-#: Fillings kept per replay (:meth:`_Net._recompute`), cleared when full: a few
-#: thousand distinct ones on the Llama 3.1 405B FSDP GB200 row's 250,000-transfer DP
-#: all-gather (7,347 for 121,409 fillings), well under a MiB each thousand.
-_FILLS = 1 << 16
+#: Routes' levels kept per replay from fillings made (:meth:`_Net._recompute`), all
+#: dropped when more would be kept (some 200 bytes each: at most ~50 MiB): the Llama
+#: 3.1 405B FSDP GB200 row's 250,000-transfer DP all-gather makes 7,347 distinct
+#: fillings of a few routes each for 121,409 events.
+_FILLS = 1 << 18
 
 
 @dataclass
@@ -365,8 +366,10 @@ class _Net:
         self.link_flow_s: dict[int, float] = {}
         self.changed: dict[int, float] = {}
         self.since: dict[int, float] = {}
-        # Each route's level by the flows per route filled (see _recompute).
+        # Each route's level by the flows per route filled (see _recompute), and how
+        # many routes' levels that holds.
         self.fills: dict[frozenset, dict[int, float]] = {}
+        self.filled = 0
 
     # -- flows --------------------------------------------------------------------------
     def _take(self, count: int) -> list[int]:
@@ -597,9 +600,11 @@ class _Net:
         if level_of is None:
             level_of = dict.fromkeys(groups, _INF)
             self._fill(groups, level_of)
-            if len(self.fills) >= _FILLS:
+            if self.filled + len(groups) > _FILLS:
                 self.fills.clear()
+                self.filled = 0
             self.fills[key] = level_of
+            self.filled += len(groups)
         # The filling reads no flow's bytes: then every flow's bytes left brought up to
         # now at the rate it had, and the route's new rate. Each flow's finish, ``now +
         # left / value`` (``now`` for none left), rises with its bytes left (rounding is
