@@ -11,6 +11,7 @@ import pytest
 import simpy
 
 from simulator.algorithms import build_schedule
+from simulator.collective import scalar_replay as sr
 from simulator.collective.replay import ScheduleReplay
 from simulator.collective.run import find_symmetry, rank_layout
 from simulator.collective.scalar_replay import replay_scalar
@@ -98,6 +99,56 @@ def test_rings_equal_the_reference_bit_for_bit(preset, servers, size, channels, 
             "ring", op, rank_layout(graph), size, chunks=chunks, channels=channels
         )
         _compare(graph, schedule, protocol)
+
+
+def test_fillings_met_again_are_reused_and_equal_the_reference(monkeypatch):
+    """A ring's events meet the same flows per route again and again (the next chunk on
+    the route of the one done): each filling is made once and reused, and the replay,
+    with the fillings kept or dropped whenever a new one comes, is the reference's to
+    the bit."""
+    made, rated = [], []
+    fill, recompute = sr._Net._fill, sr._Net._recompute
+
+    def counted_fill(net, groups, level_of):
+        made.append(1)
+        fill(net, groups, level_of)
+
+    def counted_recompute(net, routes, now):
+        rated.append(1)
+        recompute(net, routes, now)
+
+    monkeypatch.setattr(sr._Net, "_fill", counted_fill)
+    monkeypatch.setattr(sr._Net, "_recompute", counted_recompute)
+    graph = load_topology("dgx-h100", 2)
+    schedule = build_schedule("ring", "all_gather", rank_layout(graph), 3e7, chunks=2, channels=4)
+    _compare(graph, schedule, "Simple")
+    kept = len(made)
+    assert 0 < kept < len(rated) / 2
+    made.clear()
+    monkeypatch.setattr(sr, "_FILLS", 1)
+    _compare(graph, schedule, "Simple")
+    assert len(made) > kept
+
+
+def test_chunks_of_mixed_sizes_on_one_route_equal_the_reference(monkeypatch):
+    """A route's flows are kept in order of bytes left while each joins with no fewer
+    than the last has left (a ring's equal chunks); chunks of random sizes (seeded)
+    join behind larger ones, the route is then scanned whole, and the replay is still
+    the reference's to the bit."""
+    out_of_order = []
+    settle = sr._Net._settle
+
+    def watched(net, finished):
+        settle(net, finished)
+        out_of_order.append(not all(net.route_sorted))
+
+    monkeypatch.setattr(sr._Net, "_settle", watched)
+    graph = load_topology("dgx-h100", 2)
+    schedule = build_schedule("ring", "all_gather", rank_layout(graph), 2e7, chunks=3, channels=3)
+    rng = np.random.default_rng(7)
+    schedule.nbytes = schedule.nbytes * rng.uniform(0.3, 1.7, schedule.n_ops)
+    _compare(graph, schedule, "Simple")
+    assert any(out_of_order)
 
 
 @pytest.mark.parametrize("protocol", ["LL128", "Simple"])
