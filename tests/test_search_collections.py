@@ -66,3 +66,36 @@ def test_the_collector_is_paused_in_each_point_and_as_it_was_after(monkeypatch, 
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False, False, False]
+
+
+def test_a_sweeps_workload_point_is_the_same_and_leaves_the_collector_on(monkeypatch):
+    """A sweep's workload point (``run_point``) runs paused too: the same row as with
+    the collector running at CPython's defaults, and the collector on after."""
+    from simulator.sweep.point import run_point
+
+    params = {
+        "kind": "workload",
+        "workload": {
+            "generator": "megatron",
+            "model": "llama3-8b",
+            "global_batch": 16,
+            "tp": 4,
+            "pp": 2,
+            "dp": 2,
+            "micro_batch": 1,
+        },
+        "topology": {"name": "dgx-h100"},
+        "nodes": 2,
+        "algorithm": "library",
+    }
+    before = gc.get_threshold()
+    assert gc.isenabled()
+    paused = run_point(params)
+    assert paused["status"] == "ok" and gc.isenabled() and gc.get_threshold() == before
+    monkeypatch.setattr(collection, "collections_paused", contextlib.nullcontext)
+    gc.set_threshold(700, 10, 10)
+    try:
+        running = run_point(params)
+    finally:
+        gc.set_threshold(*before)
+    assert running == paused

@@ -356,8 +356,15 @@ def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, A
 
 
 def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
-    workload, _, breakdown = simulate_workload_point(params)
-    return {"ranks": workload.ranks, **breakdown.summary()}
+    from ..workload.collection import collections_paused
+
+    # Paused until the workload (its ops) is freed too: the first collection once the
+    # collector is back walks every object made while it was off that still lives.
+    with collections_paused():
+        workload, _, breakdown = simulate_workload_point(params)
+        row = {"ranks": workload.ranks, **breakdown.summary()}
+        del workload, breakdown
+    return row
 
 
 def _gpus_per_server(params: Mapping[str, Any]) -> int:
