@@ -32,6 +32,7 @@ from ..topology import load_topology
 from ..topology.bom import bill_of_materials
 from ..topology.graph import gpu_nodes
 from ..topology.summary import inter_bandwidth, intra_bandwidth
+from ..workload.collection import collections_paused
 from ..workload.devices import graph_device
 from ..workload.model import MODELS
 from .space import RECOMPUTE, Candidate, Estimate, Hardware, candidates, estimate
@@ -319,29 +320,40 @@ def search_point(params: Mapping[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"status": "ok", "error": ""}
     row.update(dict.fromkeys(SEARCH_METRICS))
     try:
-        workload, graph, result = simulate_workload_point(params)
-        device = graph_device(graph)
-        # Model FLOPs as Megatron-LM counts them (no recomputation, so configurations
-        # that recompute are not credited for it; Chowdhery et al., PaLM, appendix B),
-        # and MFU against the dense peak of the precision the GEMMs run in.
-        per_gpu = workload.model_flops / result.step_s / workload.ranks
-        by_kind = result.exposed_by_kind
-        row.update(
-            ranks=workload.ranks,
-            step_s=float(result.step_s),
-            tflops_per_gpu=per_gpu / 1e12,
-            mfu=per_gpu / device.peak(workload.precision) if device else None,
-            exposed_s=float(result.mean("exposed_s")),
-            exposed_tp_s=float(by_kind.get("TP", 0.0)),
-            exposed_pp_s=float(by_kind.get("PP", 0.0)),
-            exposed_dp_s=float(by_kind.get("DP", 0.0)),
-            exposed_cp_s=float(by_kind.get("CP", 0.0)),
-            exposed_ep_s=float(by_kind.get("EP", 0.0)),
-            bubble_s=float(result.mean("bubble_s")),
-            memory_gb=workload.memory.total / 1e9 if workload.memory else None,
-        )
+        # The collector paused until the candidate's workload (its hundreds of
+        # thousands of ops) has been freed, not only while it is simulated
+        # (simulate_workload_point pauses it too): the first collection after it is back
+        # walks every object made while it was off that still lives, ~0.5 s a 405B
+        # candidate when the ops are still there, and they are not garbage.
+        with collections_paused():
+            row.update(_candidate_metrics(params))
     except Exception as error:
         # A failing candidate is recorded in its row; the search goes on.
         row["status"] = "error"
         row["error"] = one_line(error)
     return row
+
+
+def _candidate_metrics(params: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`search_point`'s metrics of a candidate that simulates."""
+    workload, graph, result = simulate_workload_point(params)
+    device = graph_device(graph)
+    # Model FLOPs as Megatron-LM counts them (no recomputation, so configurations
+    # that recompute are not credited for it; Chowdhery et al., PaLM, appendix B),
+    # and MFU against the dense peak of the precision the GEMMs run in.
+    per_gpu = workload.model_flops / result.step_s / workload.ranks
+    by_kind = result.exposed_by_kind
+    return dict(
+        ranks=workload.ranks,
+        step_s=float(result.step_s),
+        tflops_per_gpu=per_gpu / 1e12,
+        mfu=per_gpu / device.peak(workload.precision) if device else None,
+        exposed_s=float(result.mean("exposed_s")),
+        exposed_tp_s=float(by_kind.get("TP", 0.0)),
+        exposed_pp_s=float(by_kind.get("PP", 0.0)),
+        exposed_dp_s=float(by_kind.get("DP", 0.0)),
+        exposed_cp_s=float(by_kind.get("CP", 0.0)),
+        exposed_ep_s=float(by_kind.get("EP", 0.0)),
+        bubble_s=float(result.mean("bubble_s")),
+        memory_gb=workload.memory.total / 1e9 if workload.memory else None,
+    )

@@ -322,9 +322,14 @@ def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, A
     :class:`~simulator.workload.metrics.Breakdown` (for point functions that report
     more than :func:`run_point`, such as ``ccsim search``'s)."""
     from ..workload import WorkloadReplay, breakdown
-    from ..workload.collection import fewer_collections
+    from ..workload.collection import collections_paused
 
-    with fewer_collections():
+    # Python's cyclic collector paused for the point (building its workload, graph and
+    # replay): its collections would walk the millions of ops and network tables that
+    # live until the replay ends and free nothing, as in run_steady. The collector is
+    # back on (as it was) once the point is done, so any cycle made here is freed at a
+    # later collection, between points.
+    with collections_paused():
         gpus = _gpus_per_server(params)
         workload, nodes = _workload(params, gpus)
         cache = _POINT_CACHE.get()
@@ -351,8 +356,15 @@ def simulate_workload_point(params: Mapping[str, Any]) -> tuple[Any, nx.Graph, A
 
 
 def _run_workload(params: Mapping[str, Any]) -> dict[str, Any]:
-    workload, _, breakdown = simulate_workload_point(params)
-    return {"ranks": workload.ranks, **breakdown.summary()}
+    from ..workload.collection import collections_paused
+
+    # Paused until the workload (its ops) is freed too: the first collection once the
+    # collector is back walks every object made while it was off that still lives.
+    with collections_paused():
+        workload, _, breakdown = simulate_workload_point(params)
+        row = {"ranks": workload.ranks, **breakdown.summary()}
+        del workload, breakdown
+    return row
 
 
 def _gpus_per_server(params: Mapping[str, Any]) -> int:

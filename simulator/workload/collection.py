@@ -10,8 +10,9 @@ a 20-25 s candidate, the young generations' thousands of collections 0.9 s more
 rare while a replay runs: every result is the same, only the time changes.
 :func:`collections_paused` turns the collector off where the objects built are known to
 hold no garbage cycles (two jobs' merged ops; a published step's build and replays, each
-replay closed), and :func:`collections_frozen` leaves the objects built before a block
-out of its collections.
+replay closed; a sweep's or a search's workload point, built, replayed and closed:
+:func:`~simulator.sweep.point.simulate_workload_point`), and :func:`collections_frozen`
+leaves the objects built before a block out of its collections.
 """
 
 from __future__ import annotations
