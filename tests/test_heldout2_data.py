@@ -1,4 +1,5 @@
-"""The held-out public nccl-tests runs of issue 32 (simulator/data/nccl-tests-heldout2).
+"""The held-out public nccl-tests runs of issue 32 (simulator/data/nccl-tests-heldout2,
+and the third set, simulator/data/nccl-tests-heldout3).
 
 Cheap checks only (no simulation): every sidecar parses, cites its source, builds its
 preset with as many GPUs as the run had, passes the resource guard, names an operation
@@ -22,6 +23,7 @@ from simulator.validate import BUNDLED, load_case
 from simulator.validate.nccl_tests import case_graph, check_case, sidecars
 
 FOLDER = BUNDLED.parent / "nccl-tests-heldout2"
+THIRD = BUNDLED.parent / "nccl-tests-heldout3"
 
 #: Ranks of each run, as its source gives them (rank lines, -np, or the GPU count of the
 #: table's row), independently of the sidecars' presets.
@@ -42,6 +44,19 @@ RANKS = {
     **{f"GB200-2R2N-{op}-a4x-prod": 8 for op in ("AR", "AG", "RS", "A2A")},
 }
 
+#: The third set's ranks, as their sources give them.
+RANKS3 = {
+    "H100-1N-AR-azure-nvls": 8,  # all_reduce_perf -g 8 on one ND H100 v5 VM
+    "H200-2N-AR-nebius-runai": 16,  # ranks 0-15 printed on two workers
+    "H200-2N-AR-nccltests256": 16,  # mpirun -np 16, ranks 0-15 printed on fs-207/fs-208
+    "A100-1N-AR-g8-nccl2193": 8,  # "nGpus 8", ranks 0-7 on one host
+    "GB300-2R2N-AG-gke-a4xmax": 8,  # ranks 0-7 printed, 4 on each of two VMs
+    "H100-2N-AG-a3mega-dstack": 16,  # mpirun -n DSTACK_GPUS_NUM -N DSTACK_GPUS_PER_NODE
+    "H100-2N-AG-a3mega-toolkit": 16,  # srun -N 2 --ntasks-per-node=8
+    "H100-2N-AG-a3mega-gke": 16,  # allgather.sh on two hosts of 8 GPUs (not printed)
+    "H100-2N-AG-a3high-tcpx": 16,  # allgather.sh on two hosts of 8 GPUs (not printed)
+}
+
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
 #: 2(n-1)/n; all-gather, reduce-scatter and all-to-all (n-1)/n), written out here so
 #: that the code's own factor is checked against them, not used to check itself.
@@ -53,48 +68,78 @@ FACTORS = {
 }
 
 CASES = [sidecar.stem for sidecar in sidecars(FOLDER)]
+CASES3 = [sidecar.stem for sidecar in sidecars(THIRD)]
+#: Every held-out case of both sets, with its folder and the ranks its source gives.
+ALL = [(FOLDER, name, RANKS[name]) for name in CASES] + [
+    (THIRD, name, RANKS3.get(name, 0)) for name in CASES3
+]
+IDS = [name for _, name, _ in ALL]
 
 
 def test_the_folder_holds_every_run_found_and_nothing_else():
-    """The folder's sidecars are exactly the runs listed above (a preset file beside
+    """Each folder's sidecars are exactly the runs listed above (a preset file beside
     them is not a sidecar)."""
     assert sorted(CASES) == sorted(RANKS)
+    assert sorted(CASES3) == sorted(RANKS3)
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_a_heldout_case_parses_and_builds_its_preset(name):
+def test_no_run_is_also_in_another_validation_folder():
+    """Held out means new: no table of the third set repeats a row set already bundled elsewhere
+    (the same sizes with the same measured times), so each run scores once."""
+    here = {}
+    for name in CASES3:
+        with open(THIRD / f"{name}.csv", newline="") as table:
+            rows = list(csv.DictReader(table))
+        here[name] = {
+            (row["bytes"], row.get("time_us_oop") or row.get("time_us_ip")) for row in rows
+        }
+    for folder in ("nccl-tests", "nccl-tests-heldout2", "nccl-tests-racks"):
+        for other in sorted((BUNDLED.parent / folder).glob("*.csv")):
+            with open(other, newline="") as table:
+                theirs = {
+                    (row["bytes"], row.get("time_us_oop") or row.get("time_us_ip"))
+                    for row in csv.DictReader(table)
+                }
+            for name, rows in here.items():
+                assert not rows & theirs, (name, other.name)
+
+
+@pytest.mark.parametrize(("folder", "name", "ranks"), ALL, ids=IDS)
+def test_a_heldout_case_parses_and_builds_its_preset(folder, name, ranks):
     """Each case loads, cites its source, runs an operation ccsim has, passes the
     resource guard, and its preset has one GPU per rank of the run."""
-    sidecar = FOLDER / f"{name}.yaml"
+    sidecar = folder / f"{name}.yaml"
     comment = " ".join(sidecar.read_text().replace("#", " ").split())
     assert "Source:" in comment and "held out" in comment
+    if folder == THIRD:
+        assert "read 2026-11-27" in comment
     case = load_case(sidecar)
     assert case.settings["op"] in COLLECTIVE_OPS
     check_case(case)
-    assert len(gpu_nodes(case_graph(case))) == RANKS[name]
+    assert len(gpu_nodes(case_graph(case))) == ranks
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_no_constant_was_fitted_to_a_heldout_case(name):
+@pytest.mark.parametrize(("folder", "name", "ranks"), ALL, ids=IDS)
+def test_no_constant_was_fitted_to_a_heldout_case(folder, name, ranks):
     """Held out means no fit names the run: neither its preset's calibration nor any
     of the shared fitted constants (LL, NVLS, all-to-all copy-out, proxy, TCPXO)."""
-    case = load_case(FOLDER / f"{name}.yaml")
+    case = load_case(folder / f"{name}.yaml")
     fitted = set(calibration_of(case_graph(case)).fitted_to)
     for names in (LL_FITTED_TO, NVLS_FITTED_TO, P2P_FITTED_TO, PROXY_FITTED_TO, TCPXO_FITTED_TO):
         fitted |= set(names)
     assert name not in fitted
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_a_heldout_table_agrees_with_nccl_tests_definitions(name):
+@pytest.mark.parametrize(("folder", "name", "ranks"), ALL, ids=IDS)
+def test_a_heldout_table_agrees_with_nccl_tests_definitions(folder, name, ranks):
     """Transcription check: algbw = bytes / time, and busbw = algbw x the operation's
     factor, within the tables' rounding (1%, or 0.02 GB/s where nccl-tests prints two
-    decimals of a tiny figure). The single-size tables publish busbw only; their time
-    was computed from it, so it must give the busbw back."""
-    case = load_case(FOLDER / f"{name}.yaml")
-    factor = FACTORS[case.settings["op"]](RANKS[name])
-    assert bus_factor(case.settings["op"], RANKS[name]) == pytest.approx(factor)
-    with open(FOLDER / f"{name}.csv", newline="") as table:
+    decimals of a tiny figure). The single-size tables (and Azure's) publish busbw only;
+    their time was computed from it, so it must give the busbw back."""
+    case = load_case(folder / f"{name}.yaml")
+    factor = FACTORS[case.settings["op"]](ranks)
+    assert bus_factor(case.settings["op"], ranks) == pytest.approx(factor)
+    with open(folder / f"{name}.csv", newline="") as table:
         rows = list(csv.DictReader(table))
     checked = 0
     for row in rows:
