@@ -24,13 +24,16 @@ def _host_seconds(trace):
 
 def test_host_time_scales_with_the_per_operation_cost(tmp_path):
     # The host's time is the counted operations times the cost of one: doubling the
-    # cost doubles every host op, and 0 leaves the host out.
+    # cost doubles every host op, the default (13.48 us, an x86 DGX's) is 1.348 times
+    # 10 us, and 0 leaves the host out.
     base = _host_seconds(_generate(tmp_path, "base.json"))
+    ten = _host_seconds(_generate(tmp_path, "ten.json", "--host-op-s", "10us"))
     double = _host_seconds(_generate(tmp_path, "double.json", "--host-op-s", "20us"))
     none = _host_seconds(_generate(tmp_path, "none.json", "--host-op-s", "0"))
-    assert base > 0
+    assert ten > 0
     # (Each host op's time is rounded to a multiple of 2**-32 s, generators._dyadic.)
-    assert double == pytest.approx(2 * base, rel=1e-6)
+    assert double == pytest.approx(2 * ten, rel=1e-6)
+    assert base == pytest.approx(1.348 * ten, rel=1e-6)
     assert none == 0
 
 

@@ -92,15 +92,17 @@ def test_host_sync_latency_is_the_cited_difference():
 
 def test_published_rows_dispatcher_from_their_settings():
     row = {"moe": True, "gpu": "B200-SXM-180GB", "model": {"name": "qwen3-30b-a3b"}}
-    assert _moe_options(row) == {"moe_dispatcher": "alltoall"}
+    # (host_op_s: an x86 DGX's cost per host operation, workload/host.py)
+    assert _moe_options(row) == {"moe_dispatcher": "alltoall", "host_op_s": 13.48e-6}
     stated = {**row, "settings": {"moe_dispatcher": "hybridep"}}
-    assert _moe_options(stated) == {"moe_dispatcher": "hybridep"}
+    assert _moe_options(stated) == {"moe_dispatcher": "hybridep", "host_op_s": 13.48e-6}
     graphed = {
         **row,
         "settings": {"moe_dispatcher": "hybridep", "cuda_graphs": "full_iteration scope=[]"},
     }
     assert _moe_options(graphed) == {
         "moe_dispatcher": "hybridep",
+        "host_op_s": 13.48e-6,
         "moe_host_sync": False,
         "cuda_graphs": ("full_iteration",),
     }
@@ -109,7 +111,10 @@ def test_published_rows_dispatcher_from_their_settings():
         "source_kind": "nvidia-dgxc-benchmarking",
         "model": {"name": "deepseek-v3"},
     }
-    assert _moe_options({**dgxc, "gpu": "H100-SXM-80GB"}) == {"moe_dispatcher": "deepep"}
+    assert _moe_options({**dgxc, "gpu": "H100-SXM-80GB"}) == {
+        "moe_dispatcher": "deepep",
+        "host_op_s": 13.48e-6,
+    }
     assert _moe_options({**dgxc, "gpu": "GB200-NVL72"})["moe_host_sync"] is False
 
 

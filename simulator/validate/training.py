@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CcsimError
 from ..files import load_data
-from ..workload.host import GRAPH_SCOPES
+from ..workload.host import GRAPH_SCOPES, host_op_s_for
 from ..workload.model import MODELS, Transformer
 
 if TYPE_CHECKING:
@@ -276,12 +276,18 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
     (scripts/performance/utils/overrides.py: ``moe_token_dispatcher_type = "alltoall"``).
     A full-step CUDA graph (``cuda_graphs`` "full_iteration") cannot synchronise with
     the host inside it: those rows run static shapes (HybridEP's rank capacity); neither
-    do the rows the source labels "(tokendrop)" (capacity-padded experts)."""
+    do the rows the source labels "(tokendrop)" (capacity-padded experts). The host's time
+    per launched operation is that of the GPU's host CPU (an x86 DGX or a Grace
+    superchip, :func:`~simulator.workload.host.host_op_s_for`)."""
     settings = entry.get("settings") or {}
     stated = str(settings.get("moe_dispatcher") or "").lower()
     model = (entry.get("model") or {}).get("name")
     gpu = str(entry.get("gpu", "")).split("-")[0]
     options: dict[str, Any] = {"moe_dispatcher": "alltoall"}
+    if gpu:
+        # The host's time per launched operation is its CPU's (an x86 DGX or a Grace
+        # superchip: workload/host.py, HOST_OP_S_BY_CPU, Transformer Engine issue #2053).
+        options["host_op_s"] = host_op_s_for(gpu)
     if stated in ("alltoall", "deepep", "hybridep"):
         options["moe_dispatcher"] = stated
     elif entry.get("source_kind") == "nvidia-dgxc-benchmarking" and model == "deepseek-v3":

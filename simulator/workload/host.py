@@ -21,15 +21,23 @@ a row-id map in three passes and the permutation), read from the library's Pytho
 measured. The counts leave out pure-Python work (module hooks, TE's fp8 bookkeeping per
 module), so they are a floor on the host's work.
 
-Per operation the host spends :data:`HOST_OP_S`: Meta's Holistic Trace Analysis
-documentation measures the CPU side of a kernel launch at "usually between 5-20
-microseconds" (github.com/facebookresearch/HolisticTraceAnalysis,
-docs/source/features/cuda_kernel_launch_stats.rst, "Short GPU kernels"); a PyTorch op's
-path from Python to ``cudaLaunchKernel`` is put at "~5-25 us of CPU-side work per op"
-(jiahuanglin.xyz, all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, table "What
-each layer actually does"). Neither gives one number: 10 us, the geometric middle of
-HTA's 5-20 us, was chosen before any run was compared with it (nothing fitted; the README
-reports 5 us and 20 us beside it).
+Per operation the host spends what one PyTorch operation costs on the CPU the GPUs hang
+off (:data:`HOST_OP_S_BY_CPU`, :func:`host_op_s_for`): Transformer Engine issue #2053
+(github.com/NVIDIA/TransformerEngine/issues/2053, "[PyTorch] High CPU overhead on Grace
+systems", 2025-08-11) measured the average CPU time of one ``torch.nn.Linear`` forward
+(bf16, hidden 2048, 8,192 tokens: one cuBLAS GEMM behind PyTorch's Python module call
+and dispatcher) at 13.48 us on a DGX H100 (Intel Xeon Platinum 8480C), 33.17 us on GH200
+and 37.08 us on GB200 (Grace, Neoverse V2): one eager operation, from Python to its
+launch, on each host. DGX B200 (Xeon Platinum 8570, the same generation) takes the x86
+figure; no measurement of it was found. The earlier value, 10 us (:data:`HTA_HOST_OP_S`:
+the geometric middle of the "usually between 5-20 microseconds" Meta's Holistic Trace
+Analysis documentation gives for the CPU side of a launch,
+github.com/facebookresearch/HolisticTraceAnalysis,
+docs/source/features/cuda_kernel_launch_stats.rst), stays as an option (``host_op_s``).
+The x86 figure lies inside HTA's range; Grace's is above it, as the issue reports. A
+counted operation is priced as one such op: some cost more (Transformer Engine's modules
+measured 2.7 times torch's on GB200 in the same table; NCCL calls), some less (integer
+bookkeeping), and pure-Python work is not counted at all.
 """
 
 from __future__ import annotations
@@ -39,10 +47,26 @@ from dataclasses import dataclass
 
 from ..errors import CcsimError
 
-#: Host seconds per launched operation (PyTorch eager dispatch and the CUDA launch): the
+#: Host seconds per launched operation before this was measured per host CPU: the
 #: geometric middle of the 5-20 us Meta's HTA documentation gives for the CPU side of a
-#: launch (docs/source/features/cuda_kernel_launch_stats.rst); chosen, not fitted.
-HOST_OP_S = 10e-6
+#: launch (docs/source/features/cuda_kernel_launch_stats.rst); kept as an option
+#: (``host_op_s=HTA_HOST_OP_S``).
+HTA_HOST_OP_S = 10e-6
+
+#: Host seconds per PyTorch eager operation, by host CPU, MEASURED (not fitted):
+#: Transformer Engine issue #2053 (2025-08-11), the average CPU time of one
+#: ``torch.nn.Linear`` forward in bf16 (hidden 2048, 8,192 tokens): DGX H100's Xeon
+#: Platinum 8480C 13.48 us ("x86"; DGX B200's Xeon Platinum 8570 assumed alike), GB200's
+#: Grace 37.08 us ("grace"; GH200's Grace 33.17 us in the same table).
+HOST_OP_S_BY_CPU = {"x86": 13.48e-6, "grace": 37.08e-6}
+
+#: The default: an x86 DGX host (:data:`HOST_OP_S_BY_CPU`); :func:`host_op_s_for` gives a
+#: GPU's own.
+HOST_OP_S = HOST_OP_S_BY_CPU["x86"]
+
+#: GPUs whose host CPU is NVIDIA's Grace (the Grace Hopper and Grace Blackwell
+#: superchips); every other GPU ccsim models sits in an x86 server (DGX H100, DGX B200).
+GRACE_GPUS = ("GH200", "GB200", "GB300")
 
 #: Quantize kernels per GEMM input in fp8, by Transformer Engine recipe: per-tensor
 #: current scaling ("tensorwise") computes the amax, then casts (TE's
@@ -273,6 +297,28 @@ def moe_layer_ops(
         graphed.append("preprocess")
     return MoeLayerOps(attention, router, preprocess, dispatch, experts, shared, combine,
                        graphs=len(graphed), graphed=tuple(graphed))  # fmt: skip
+
+
+def host_cpu(gpu: str) -> str:
+    """The host CPU a GPU model is driven from: "grace" for the Grace superchips
+    (:data:`GRACE_GPUS`), else "x86" (a GPU name may carry its variant, "GB200-NVL72").
+
+    >>> host_cpu("GB200-NVL72"), host_cpu("B200"), host_cpu("H100-SXM-80GB")
+    ('grace', 'x86', 'x86')
+    """
+    if not isinstance(gpu, str) or not gpu:
+        raise CcsimError(f"gpu must name a GPU model (H100, B200, GB200, ...), not {gpu!r}")
+    return "grace" if gpu.split("-")[0].upper() in GRACE_GPUS else "x86"
+
+
+def host_op_s_for(gpu: str) -> float:
+    """Host seconds per launched operation for a GPU model's host CPU
+    (:data:`HOST_OP_S_BY_CPU`).
+
+    >>> host_op_s_for("GB200"), host_op_s_for("H100")
+    (3.708e-05, 1.348e-05)
+    """
+    return HOST_OP_S_BY_CPU[host_cpu(gpu)]
 
 
 def moe_layer_host_s(ops: MoeLayerOps, op_s: float = HOST_OP_S) -> tuple[float, float]:
