@@ -81,10 +81,11 @@ MIN_OPS = 2
 #: distinct routes (:func:`_routes`: its channels ride the same hops, NCCL's dozens of
 #: channels on one NVLink port or NIC) runs there too: the scalar replay rates a route's
 #: flows together (one rate and instant a route), so its cost follows the routes, not
-#: the transfers. Measured (s CPU a call, reference -> scalar, load 11 on 2 cores): the
-#: MLPerf Llama 3.1 8B rows' data-parallel quotient rings, 16 channels over 8 positions
-#: (16 routes) on 256 B200, 1.7 -> 0.6, the same doubles; 62 channels over 32 positions
-#: (64 routes) on 512 GB200, 505,920 transfers, >99 -> 34.
+#: the transfers. Measured (s CPU a call, reference -> scalar, load 11-13 on 2 cores,
+#: every done time and link record the same double): the MLPerf Llama 3.1 8B rows'
+#: data-parallel quotient rings, 16 channels over 8 positions (16 routes) on 256 B200,
+#: 1.7 -> 0.6; 62 channels over 32 positions (64 routes) on 512 GB200, 505,920
+#: transfers, 166 -> 34.
 SCALAR_WIDTH = 64
 #: Calls timed on their binding links (simulator.workload.reduced) run on the scalar
 #: replay where its scope allows (the same doubles as the reference StandInReplay, which
