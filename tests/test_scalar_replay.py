@@ -234,6 +234,60 @@ def test_a_training_step_is_the_same_with_calls_timed_by_the_scalar_replay(monke
     assert fast.stats.flows == slow.stats.flows
 
 
+def test_wide_rings_on_few_routes_take_the_scalar_replay_and_keep_the_step(monkeypatch):
+    """Data parallelism alone on two DGX H100 (one replica of 8 standing for 16): the
+    data-parallel quotient rings are 16 channels over 8 positions, 128 transfers a step
+    (wider than isolated.SCALAR_WIDTH) on 8 distinct routes, so the scalar replay times
+    them (its cost follows routes); every op's times, the link records and the flows
+    are those of the reference replay of each call (both gates shut)."""
+    from simulator.workload import isolated
+    from simulator.workload.engine import WorkloadReplay
+    from simulator.workload.generators import megatron
+    from simulator.workload.model import Transformer
+
+    small = Transformer(layers=4, hidden=2048, seq=1024, vocab=32000, heads=16)
+    workload = megatron(
+        small, tp=1, pp=1, dp=16, global_batch=16, defaults="megatron-core", replicas=True
+    )
+    graph = load_topology("dgx-h100", 2)
+    wide = []
+    original = isolated.replay_scalar
+
+    def counted(network, schedule, **kwargs):
+        times = original(network, schedule, **kwargs)
+        if times is not None and isolated._step_width(schedule) > isolated.SCALAR_WIDTH:
+            wide.append(kwargs.get("period"))
+        return times
+
+    monkeypatch.setattr(isolated, "replay_scalar", counted)
+    fast = WorkloadReplay(workload, graph).run()
+    assert fast.replicas["simulated"] == 8  # (one replica of 8 ranks stood for two)
+    assert wide and all(period == 8 for period in wide)
+    monkeypatch.setattr(isolated, "SCALAR_WIDTH", -1)
+    slow = WorkloadReplay(workload, graph).run()
+    for name in ("issue_s", "start_s", "end_s"):
+        np.testing.assert_array_equal(getattr(fast.records, name), getattr(slow.records, name))
+    for name in ("bytes", "busy_s"):
+        np.testing.assert_array_equal(fast.links[name], slow.links[name])
+    assert fast.stats.flows == slow.stats.flows
+
+
+def test_a_rings_routes_count_its_channels_on_one_hop_once():
+    """What else picks the scalar replay (isolated._routes): a ring of C channels over
+    the 16 GPUs of two DGX H100 takes at most 2 x 16 routes (each position's next, over
+    NVLink or a NIC), whatever C, while its step width grows with C."""
+    from simulator.workload.isolated import _routes, _step_width
+    from simulator.workload.replicas import unique_rows
+
+    layout = rank_layout(load_topology("dgx-h100", 2))
+    for channels in (1, 4, 16):
+        schedule = build_schedule("ring", "all_gather", layout, 1e6, channels=channels)
+        fields = np.stack([schedule.src, schedule.dst, schedule.channel, schedule.path], axis=1)
+        rows = unique_rows(fields.astype(np.int64))[0]
+        assert _step_width(schedule) == channels * 16
+        assert 16 <= _routes(rows) <= 32
+
+
 def test_a_rings_step_width_is_its_channels_times_its_positions():
     """What picks the scalar replay for a call (isolated.SCALAR_WIDTH): a ring's
     transfers per step and chunk, C channels x p positions."""
