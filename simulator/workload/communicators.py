@@ -29,6 +29,16 @@ from ..errors import CcsimError, shown
 from ..files import load_data
 from ..library.nccl_env import COMM_CONFIG_KEYS, CommConfig, parse_comm_config
 
+__all__ = [
+    "COMM_CONFIG_KEYS",
+    "GENERATOR_GROUPS",
+    "MEGATRON_GROUPS",
+    "check_communicators",
+    "communicator_of",
+    "communicators_from_items",
+    "parse_communicators",
+]
+
 #: Megatron-Core's process-group names that take NCCL options: every
 #: ``get_nccl_options("...")`` of megatron/core/parallel_state.py at core_v0.14.0 (lines
 #: 765-1228) and core_v0.19.0 (lines 943-1672), and the older releases' names
