@@ -213,25 +213,15 @@ def parse_comm_config(data: Any, where: str) -> CommConfig:
             raise CcsimError(
                 f"{where}: unknown key {shown(key)}; valid: {', '.join(COMM_CONFIG_KEYS)}"
             )
-        if key in ("min_ctas", "max_ctas"):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or not 1 <= value <= MAX_CHANNELS
-            ):
+        if key in ("min_ctas", "max_ctas", "cga_cluster_size"):
+            low, high, what = (
+                (1, MAX_CHANNELS, f"of CTAs from 1 to {MAX_CHANNELS} (NCCL's MAXCHANNELS)")
+                if key != "cga_cluster_size"
+                else (0, MAX_CGA_CLUSTER_SIZE, f"from 0 to {MAX_CGA_CLUSTER_SIZE}")
+            )
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise CcsimError(
-                    f"{where}: {key} must be a whole number of CTAs from 1 to {MAX_CHANNELS} "
-                    f"(NCCL's MAXCHANNELS), got {shown(value)}"
-                )
-        elif key == "cga_cluster_size":
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or not 0 <= value <= MAX_CGA_CLUSTER_SIZE
-            ):
-                raise CcsimError(
-                    f"{where}: cga_cluster_size must be a whole number from 0 to "
-                    f"{MAX_CGA_CLUSTER_SIZE}, got {shown(value)}"
+                    f"{where}: {key} must be a whole number {what}, got {shown(value)}"
                 )
         elif key == "net_name":
             # Megatron accepts "IB" and "socket" (parallel_state.py line 156 at
