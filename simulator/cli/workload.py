@@ -644,10 +644,15 @@ def _cmd_run(args: argparse.Namespace) -> None:
                 "reduce_bandwidth_Bps": reduce_bw,
                 "protocol": args.proto,
                 "nccl": env.text or None,
-                "nccl_comm": {name: c.text for name, c in communicators.items()} or None,
                 "fabric": args.fabric,
                 "seed": args.seed,
                 "faults": args.fault,
+                # Only where given: a report of a run without them reads as before.
+                **(
+                    {"nccl_comm": {name: c.text for name, c in communicators.items()}}
+                    if communicators
+                    else {}
+                ),
             },
             topology=args.topology,
             workload=args.workload,
