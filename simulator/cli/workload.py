@@ -22,6 +22,7 @@ from ..viz.progress import simulated_time
 from ..viz.tables import FORMATS, breakdown_table, to_csv, to_json
 from ..workload import WorkloadReplay, breakdown
 from ..workload.chakra import write_chakra
+from ..workload.communicators import COMM_CONFIG_KEYS, communicators_from_items
 from ..workload.devices import Device, device_for
 from ..workload.generators import CP_COMM_TYPES, GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
@@ -103,6 +104,19 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         help="local reduction bandwidth per GPU, e.g. 1500GB/s (default: preset's)",
     )
     add_model_options(run)
+    run.add_argument(
+        "--nccl-comm",
+        action="append",
+        default=None,
+        metavar="GROUP:KEY=VALUE",
+        help="NCCL's configuration of one Megatron-Core process group's communicator "
+        "(repeatable), as Megatron-Core's --nccl-communicator-config-path sets it: e.g. "
+        "cp:max_ctas=1,min_ctas=1 or dp_cp:max_ctas=8 (keys: "
+        + ", ".join(COMM_CONFIG_KEYS)
+        + "; min_ctas / max_ctas bound that communicator's channels unless --nccl's "
+        "NCCL_MIN_CTAS / NCCL_MAX_CTAS replace them, as NCCL does), or that YAML file itself; "
+        "applies to the megatron generator's groups (default: NCCL's default configuration)",
+    )
     add_max_flows_option(run)
     run.add_argument("--per-rank", action="store_true", help="also print one row per rank")
     run.add_argument(
@@ -533,6 +547,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     env = nccl_env_of(args)
     if env and args.algo not in (None, *POLICIES):
         raise CcsimError(nccl_not_applied(args.algo))
+    communicators = communicators_from_items(args.nccl_comm or [])
     workload = resolve_workload(args.workload, max_flows=args.max_flows)
     nodes = args.nodes
     if nodes is None:
@@ -559,6 +574,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
         protocol=args.proto,
         nccl=env,
         bundles=not args.exact,
+        communicators=communicators,
     )
     with simulated_time(f"ccsim run {workload.name}") as progress:  # on a terminal, if slow
         run = replay.run(progress)
@@ -571,7 +587,13 @@ def _cmd_run(args: argparse.Namespace) -> None:
         + (f" | protocol {args.proto}" if args.proto else "")
         + (f" | faults {' '.join(args.fault)}" if args.fault else "")
         + _replicas_note(run.replicas)
-        + _bundles_note(run.isolated),
+        + _bundles_note(run.isolated)
+        + (
+            "\n# nccl per process group: "
+            + "; ".join(f"{name} {config.text}" for name, config in communicators.items())
+            if communicators
+            else ""
+        ),
         env,
     )
     if args.format == "json":
@@ -627,6 +649,12 @@ def _cmd_run(args: argparse.Namespace) -> None:
                 "fabric": args.fabric,
                 "seed": args.seed,
                 "faults": args.fault,
+                # Only where given: a report of a run without them reads as before.
+                **(
+                    {"nccl_comm": {name: c.text for name, c in communicators.items()}}
+                    if communicators
+                    else {}
+                ),
             },
             topology=args.topology,
             workload=args.workload,

@@ -47,6 +47,13 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   MAXCHANNELS = 64 and ignores values below 1 or a minimum above the maximum
   (init.cc:2013-2194, connect.cc:334-360); ccsim refuses them instead, since a user who
   writes them expects something else.
+* A communicator's own configuration (``ncclConfig_t``'s ``minCTAs`` / ``maxCTAs``, which
+  Megatron-Core sets per process group from ``--nccl-communicator-config-path``:
+  :class:`CommConfig`, :meth:`NcclEnv.with_communicator`) bounds that communicator's
+  channels as NCCL_MIN_CTAS / NCCL_MAX_CTAS do, and NCCL_MIN_CTAS / NCCL_MAX_CTAS, where
+  set, replace it (``envConfigOverride``, init.cc:1528-1542 at v2.27.7-1, 2013-2035 at
+  v2.30.7-1: "Comm config maxCTAs reset to NCCL_MAX_CTAS"), a minimum above the maximum
+  then lowered to it (init.cc:1590-1593 at v2.27.7-1).
 * ``NCCL_COLLNET_ENABLE``: 1 puts CollNet Direct and CollNet Chain into NCCL's choice for
   all-reduce where the fabric reduces in the network (``sharp: true``) across servers,
   with NCCL's tuning model for them (tuning.cc:305-435, enqueue.cc:2068-2113;
@@ -135,6 +142,106 @@ _START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 Lists = tuple[tuple[str, tuple[str, ...]], ...]
 
+#: The keys of a communicator's configuration that Megatron-Core reads from
+#: ``--nccl-communicator-config-path`` (``get_nccl_options``, megatron/core/
+#: parallel_state.py lines 131-161 at core_v0.14.0, 168-200 at core_v0.19.0) into
+#: PyTorch's ProcessGroupNCCL options, which hand them to ``ncclCommInitRankConfig``.
+COMM_CONFIG_KEYS = (
+    "min_ctas",
+    "max_ctas",
+    "cga_cluster_size",
+    "net_name",
+    "is_high_priority_stream",
+)
+#: NCCL's largest CGA cluster (``NCCL_MAX_CGA_CLUSTER_SIZE``, init.cc:1288 at v2.27.7-1).
+MAX_CGA_CLUSTER_SIZE = 8
+
+
+@dataclass(frozen=True)
+class CommConfig:
+    """One communicator's NCCL configuration, as Megatron-Core's per-group YAML gives it
+    (build one with :func:`parse_comm_config`).
+
+    ``min_ctas`` / ``max_ctas`` bound the communicator's channels (NCCL's ``minCTAs`` /
+    ``maxCTAs``: graph/connect.cc:497-505 and transport/nvls.cc at v2.30.7-1; its
+    send/receive channels follow, paths.cc:977-985, "here we already honor
+    comm->max/minCTAs for p2pnChannels"); None leaves NCCL's default (1 and
+    MAXCHANNELS). ``cga_cluster_size`` (a kernel launch attribute), ``net_name`` and
+    ``is_high_priority_stream`` (a CUDA stream priority) are checked and kept, not
+    modelled.
+    """
+
+    min_ctas: int | None = None
+    max_ctas: int | None = None
+    cga_cluster_size: int | None = None
+    net_name: str | None = None
+    is_high_priority_stream: bool = False
+
+    @property
+    def text(self) -> str:
+        """The keys given, as the YAML writes them (``max_ctas=1 min_ctas=1``)."""
+        items = [(key, getattr(self, key)) for key in COMM_CONFIG_KEYS]
+        return " ".join(
+            f"{key}={value}"
+            for key, value in items
+            if value is not None and not (key == "is_high_priority_stream" and not value)
+        )
+
+
+def parse_comm_config(data: Any, where: str) -> CommConfig:
+    """A communicator's configuration from a mapping of :data:`COMM_CONFIG_KEYS`, checked
+    as NCCL's ``parseCommConfig`` checks it (init.cc:1673-1693 at v2.27.7-1: minCTAs and
+    maxCTAs at least 1, minCTAs not above maxCTAs, else the communicator fails with
+    ncclInvalidArgument). ``where`` names the mapping in errors (the file, row and
+    group). ccsim also refuses CTAs above NCCL's MAXCHANNELS (64), which NCCL caps
+    silently, as it does for the environment variables.
+
+    >>> parse_comm_config({"min_ctas": 1, "max_ctas": 8}, "cp").text
+    'min_ctas=1 max_ctas=8'
+    >>> parse_comm_config({"max_cta": 8}, "row x, group cp")
+    Traceback (most recent call last):
+    ...
+    simulator.errors.CcsimError: row x, group cp: unknown key 'max_cta'; valid: min_ctas, ...
+    """
+    if not isinstance(data, Mapping):
+        raise CcsimError(
+            f"{where}: expected a mapping of {', '.join(COMM_CONFIG_KEYS)}, got {shown(data)}"
+        )
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in COMM_CONFIG_KEYS:
+            raise CcsimError(
+                f"{where}: unknown key {shown(key)}; valid: {', '.join(COMM_CONFIG_KEYS)}"
+            )
+        if key in ("min_ctas", "max_ctas", "cga_cluster_size"):
+            low, high, what = (
+                (1, MAX_CHANNELS, f"of CTAs from 1 to {MAX_CHANNELS} (NCCL's MAXCHANNELS)")
+                if key != "cga_cluster_size"
+                else (0, MAX_CGA_CLUSTER_SIZE, f"from 0 to {MAX_CGA_CLUSTER_SIZE}")
+            )
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise CcsimError(
+                    f"{where}: {key} must be a whole number {what}, got {shown(value)}"
+                )
+        elif key == "net_name":
+            # Megatron accepts "IB" and "socket" (parallel_state.py line 156 at
+            # core_v0.14.0); ccsim's fabrics are RDMA: sockets are not modelled.
+            if not isinstance(value, str) or value.lower() != "ib":
+                raise CcsimError(
+                    f"{where}: net_name {shown(value)} is not modelled; valid: IB (Megatron "
+                    "also takes socket, which ccsim does not model)"
+                )
+        elif not isinstance(value, bool):
+            raise CcsimError(f"{where}: {key} must be true or false, got {shown(value)}")
+        values[key] = value
+    low, high = values.get("min_ctas"), values.get("max_ctas")
+    if low is not None and high is not None and low > high:
+        raise CcsimError(
+            f"{where}: min_ctas {low} is above max_ctas {high} (NCCL refuses such a "
+            "communicator): a minimum must not exceed the maximum"
+        )
+    return CommConfig(**values)
+
 
 @dataclass(frozen=True)
 class NcclEnv:
@@ -175,9 +282,42 @@ class NcclEnv:
     collnet: bool = False
     #: NCCL_TUNER_CONFIG_FILE: the example tuner plugin's rules, read from the file.
     tuner: TunerConfig | None = None
+    #: The communicator's own configuration (:class:`CommConfig`), under these settings.
+    communicator: CommConfig | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.settings) or self.version is not None
+        return bool(self.settings) or self.version is not None or self.communicator is not None
+
+    def with_communicator(self, config: CommConfig | None) -> NcclEnv:
+        """These settings on a communicator configured with ``config`` (None: NCCL's
+        default configuration).
+
+        >>> env = parse_nccl_env("NCCL_MIN_NCHANNELS=2")
+        >>> env.with_communicator(CommConfig(max_ctas=1)).channels(16)
+        2
+        >>> env = parse_nccl_env("NCCL_MAX_CTAS=32")  # the variable replaces the config's 1
+        >>> env.with_communicator(CommConfig(max_ctas=1)).channels(16)
+        16
+        """
+        return replace(self, communicator=config)
+
+    def ctas(self) -> tuple[int | None, int | None]:
+        """The communicator's (minCTAs, maxCTAs) as NCCL sets them (None: its default, 1
+        and MAXCHANNELS): the configuration's, each replaced by NCCL_MIN_CTAS /
+        NCCL_MAX_CTAS where set, and a minimum above the maximum lowered to it
+        (``envConfigOverride``, init.cc:1528-1542 and 1590-1593 at v2.27.7-1).
+
+        >>> parse_nccl_env("NCCL_MIN_CTAS=16").with_communicator(CommConfig(1, 1)).ctas()
+        (1, 1)
+        """
+        _, _, low, high = self.channel_bounds
+        config = self.communicator
+        if config is not None:
+            low = config.min_ctas if low is None else low
+            high = config.max_ctas if high is None else high
+        if low is not None and high is not None and low > high:
+            low = high
+        return low, high
 
     @property
     def text(self) -> str:
@@ -260,7 +400,8 @@ class NcclEnv:
         >>> parse_nccl_env("NCCL_MAX_CTAS=4,NCCL_MIN_NCHANNELS=2").channels(16)
         4
         """
-        low_n, high_n, low_c, high_c = self.channel_bounds
+        low_n, high_n, _, _ = self.channel_bounds
+        low_c, high_c = self.ctas()
         for high in (high_n, high_c):
             if high is not None:
                 channels = min(channels, high)
@@ -272,7 +413,7 @@ class NcclEnv:
     def nvls_channels(self, channels: int) -> int:
         """NVLS's channels under NCCL_MIN_CTAS / NCCL_MAX_CTAS (transport/nvls.cc:234-235;
         NCCL_MIN/MAX_NCHANNELS do not bound them)."""
-        _, _, low, high = self.channel_bounds
+        low, high = self.ctas()
         if high is not None:
             channels = min(channels, high)
         if low is not None:
@@ -296,7 +437,8 @@ class NcclEnv:
 
     def allows_channels(self, channels: int) -> bool:
         """Whether a forced channel count lies within every bound given."""
-        low_n, high_n, low_c, high_c = self.channel_bounds
+        low_n, high_n, _, _ = self.channel_bounds
+        low_c, high_c = self.ctas()
         lows = [b for b in (low_n, low_c) if b is not None]
         highs = [b for b in (high_n, high_c) if b is not None]
         return all(channels >= b for b in lows) and all(channels <= b for b in highs)
@@ -315,7 +457,8 @@ class NcclEnv:
         mine = dict(self.settings)
         merged = {k: v for k, v in base.settings if k not in mine} | mine
         try:
-            return parse_nccl_env(merged).with_version(self.version)
+            merged_env = parse_nccl_env(merged).with_version(self.version)
+            return merged_env.with_communicator(self.communicator)
         except CcsimError as error:
             raise CcsimError(
                 f"{error} (with the network stack's own settings {base.text}: give the "

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CcsimError
 from ..files import load_data
+from ..library.nccl_env import CHANNEL_VARIABLES, CommConfig, parse_nccl_env
+from ..workload.communicators import parse_communicators
 from ..workload.host import GRAPH_SCOPES, host_op_s_for
 from ..workload.model import MODELS, Transformer
 
@@ -91,6 +93,12 @@ class TrainingRun:
     ep: int = 1
     #: Expert-tensor-parallel ranks (the row's ``etp``; 1 where it states none).
     etp: int = 1
+    #: The NCCL channel bounds the run exports (the row's ``nccl``: NCCL_MIN_CTAS, ...),
+    #: as NCCL's settings text; "" where the row gives none.
+    nccl: str = ""
+    #: NCCL's configuration per Megatron-Core process group (the row's
+    #: ``nccl_communicators``: its ``--nccl-communicator-config-path`` YAML).
+    communicators: Mapping[str, CommConfig] = field(default_factory=dict)
 
     @property
     def dp(self) -> int:
@@ -675,6 +683,36 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _nccl_fields(entry: Mapping[str, Any], where: str) -> tuple[str, dict[str, CommConfig]]:
+    """A run's ``nccl`` (the channel bounds its job exports: :data:`~simulator.library.
+    nccl_env.CHANNEL_VARIABLES`) and ``nccl_communicators`` (Megatron-Core's YAML of NCCL
+    options per process group), checked: one-line errors name the row, the group and
+    what is valid. The two go together: NCCL_MIN_CTAS / NCCL_MAX_CTAS replace a
+    communicator's configuration and NCCL_MIN_NCHANNELS raises it (NcclEnv.ctas)."""
+    settings = entry.get("nccl")
+    text = ""
+    if settings is not None:
+        if not isinstance(settings, Mapping):
+            raise CcsimError(
+                f"{where}: nccl must map NCCL variables to values, such as "
+                f"{{NCCL_MIN_CTAS: 16}}; valid: {', '.join(CHANNEL_VARIABLES)}"
+            )
+        other = [name for name in settings if name not in CHANNEL_VARIABLES]
+        if other:
+            raise CcsimError(
+                f"{where}: nccl: {other[0]} is not a channel bound (validation models the "
+                f"runs' channel bounds only); valid: {', '.join(CHANNEL_VARIABLES)}"
+            )
+        try:
+            text = parse_nccl_env(settings).text
+        except CcsimError as error:
+            raise CcsimError(f"{where}: nccl: {error}") from None
+    communicators = parse_communicators(
+        entry.get("nccl_communicators"), f"{where}: nccl_communicators"
+    )
+    return text, communicators
+
+
 def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tuple[str, str]]]:
     """The published runs ccsim can build (``TrainingRun``) and the others as (id, why
     not)."""
@@ -688,6 +726,7 @@ def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tup
     for entry in entries:
         rid = str(entry.get("id"))
         gpu = str(entry.get("gpu", "")).split("-")[0]
+        nccl, communicators = _nccl_fields(entry, f"{path}: run {rid}")
         why = ""
         if entry.get("task", "pretrain") != "pretrain":
             why = f"{entry.get('task')} (fine-tuning) runs are not validated"
@@ -727,6 +766,8 @@ def load_runs(path: str | Path = PUBLISHED) -> tuple[list[TrainingRun], list[tup
                 assumed=str(entry.get("assumed", "")) + (MOE_ASSUMED if model.is_moe else ""),
                 ep=int(entry.get("ep") or 1) if model.is_moe else 1,
                 etp=int(entry.get("etp") or 1) if model.is_moe else 1,
+                nccl=nccl,
+                communicators=communicators,
             )
         )
     return runs, skipped
@@ -859,7 +900,16 @@ def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
         # Identical micro-batches of the pipeline's steady state replayed once where
         # that is checked periodic, else the full step (simulator.workload.steady); the
         # per-flow reference replays the full step.
-        result = run_steady(options, topology, nodes=nodes, shortcut=bundles, bundles=bundles)
+        # The run's NCCL channel bounds and per-communicator configuration, where its
+        # row gives them (simulator.workload.communicators); other rows as before.
+        nccl: dict[str, Any] = {}
+        if run.nccl:
+            nccl["nccl"] = run.nccl
+        if run.communicators:
+            nccl["communicators"] = dict(run.communicators)
+        result = run_steady(
+            options, topology, nodes=nodes, shortcut=bundles, bundles=bundles, **nccl
+        )
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))
     # The short step's memory is the full step's: its warm-up is as long.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from ..library.nccl_env import NcclEnv
+from ..library.nccl_env import CommConfig, NcclEnv
 from ..topology import load_topology
 from .collection import fewer_collections
 from .devices import DEVICES, Device, device_for
@@ -30,6 +30,7 @@ def run_workload(
     nccl: NcclEnv | str | None = None,
     bundles: bool = True,
     timings: TimingStore | None = None,
+    communicators: dict[str, CommConfig] | None = None,
 ) -> tuple[WorkloadRun, Breakdown]:
     """Replay a workload on a topology; return the raw run and its breakdown.
 
@@ -46,6 +47,8 @@ def run_workload(
     reference) instead of as bundles (:mod:`simulator.workload.bundles`). ``timings``
     (a :class:`~simulator.workload.isolated.TimingStore` of ``topology``'s graph) shares
     calls' timings alone with other runs given the same store (the same results).
+    ``communicators`` holds NCCL's configuration per Megatron-Core process group
+    (:mod:`simulator.workload.communicators`).
     """
     if isinstance(workload, dict):
         workload = load_workload(workload)
@@ -63,6 +66,7 @@ def run_workload(
             nccl=nccl,
             bundles=bundles,
             timings=timings,
+            communicators=communicators,
         )
         run = replay.run()
         replay.close()

@@ -53,11 +53,12 @@ from ..errors import CcsimError, unknown_choice
 from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclSystem
 from ..library.nccl import NcclSystem
-from ..library.nccl_env import FUNCTIONS, NcclEnv, parse_nccl_env
+from ..library.nccl_env import FUNCTIONS, CommConfig, NcclEnv, parse_nccl_env
 from ..library.protocol import Protocol, calibration_of
 from ..network.faults import compute_scaler, fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
 from ..topology.graph import gpu_nodes, servers_of_ranks
+from .communicators import check_communicators, communicator_of
 from .devices import Device, graph_device
 from .isolated import EVERY_CALL, Call, IsolatedCalls, TakeOver, TimingStore
 from .kernels import kernels_time
@@ -303,6 +304,13 @@ class WorkloadReplay:
         call NCCL chooses for (refused unless NCCL is the library that chooses). Calls
         that name their own algorithm keep it; where NCCL_PROTO leaves one protocol for
         every operation, they run with it.
+    communicators : mapping of str to CommConfig, optional
+        NCCL's configuration per Megatron-Core process group (``cp``, ``dp_cp``, ...:
+        :mod:`simulator.workload.communicators`): the collectives of the ``megatron``
+        generator's groups of that process group run on a communicator whose channels
+        its ``min_ctas`` / ``max_ctas`` bound, unless ``nccl``'s NCCL_MIN_CTAS /
+        NCCL_MAX_CTAS replace them, as NCCL does. Default: every communicator NCCL's
+        default configuration.
     compute_scale : callable, optional
         ``compute_scale(rank, op index, start time)``: the factor on a compute op's
         duration (a straggler's 2, jitter). Default: what a faulted graph asks for
@@ -352,9 +360,12 @@ class WorkloadReplay:
         nccl: NcclEnv | str | None = None,
         timings: TimingStore | None = None,
         chained: bool = True,
+        communicators: dict[str, CommConfig] | None = None,
         _excluded: frozenset = frozenset(),
     ):
         nccl = parse_nccl_env(nccl)
+        communicators = dict(communicators or {})
+        check_communicators(communicators, workload.groups)
         # Calls' timings alone, shared with the attempts that may follow this one (and
         # with other replays on this graph given the same store).
         if timings is None or timings.graph is not graph:
@@ -365,7 +376,7 @@ class WorkloadReplay:
             algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
             reduce_bandwidth=reduce_bandwidth, protocol=protocol,
             compute_scale=compute_scale, isolated=isolated, bundles=bundles, nccl=nccl,
-            timings=timings, chained=chained,
+            timings=timings, chained=chained, communicators=communicators,
         )  # fmt: skip
         p = len(gpu_nodes(graph))
         if workload.ranks > p:
@@ -400,6 +411,12 @@ class WorkloadReplay:
             raise CcsimError(nccl_not_applied(algorithm))
         elif protocol is not None and str(protocol).lower() != "auto":
             self.calibration.protocol(protocol)  # an unknown name fails now
+        if communicators and not isinstance(self.policy, NcclPolicy):
+            raise CcsimError(
+                "NCCL settings per process group apply where NCCL chooses the collectives "
+                f"(--algo nccl, or a preset whose library is NCCL), not to {algorithm}"
+            )
+        self.communicators = communicators
         self.protocol = protocol
         self.nccl = nccl
         # The protocol of calls run as given: under NCCL its protocols (the fastest for
@@ -1174,7 +1191,7 @@ class WorkloadReplay:
         if self.policy is None or first.algorithm:
             schedule, proto, record = self._as_given(first, ranks)
         else:
-            schedule, proto, record, built = self._as_library(first, ranks, period)
+            schedule, proto, record, built = self._as_library(first, ranks, period, group)
         if period is not None and not built:
             assert self.replicas is not None
             schedule = self.replicas.quotient(schedule, group).schedule
@@ -1190,19 +1207,29 @@ class WorkloadReplay:
         return ranks
 
     def _as_library(
-        self, first: Op, ranks: list[int], period: int | None = None
+        self, first: Op, ranks: list[int], period: int | None = None, group: str = ""
     ) -> tuple[Schedule, Protocol | None, dict, bool]:
         """The schedule, protocol and record of the library's choice for a call, decided
-        once per group shape, operation, size and forced counts. With a ``period`` the
-        schedule is the representatives of its first ``period`` ranks where the algorithm
-        builds them directly (a ring over 512 replicas is not built whole: the last item
-        says so), else the full schedule."""
-        layout, system = self._shape(ranks)
+        once per group shape, communicator configuration, operation, size and forced
+        counts. With a ``period`` the schedule is the representatives of its first
+        ``period`` ranks where the algorithm builds them directly (a ring over 512
+        replicas is not built whole: the last item says so), else the full schedule."""
+        config = self._config_of(group)
+        layout, system = self._shape(ranks, config)
         key = (layout, system, first.op, first.nbytes, first.chunks, first.channels, period)
+        if config is not None:
+            key += (config,)
         call = self._calls.get(key)
         if call is None:
-            call = self._calls[key] = self._library_call(system, layout, first, period)
+            call = self._calls[key] = self._library_call(system, layout, first, period, config)
         return call
+
+    def _config_of(self, group: str) -> CommConfig | None:
+        """The NCCL configuration of ``group``'s communicator (None: NCCL's default)."""
+        if not self.communicators:
+            return None
+        name = communicator_of(group)
+        return None if name is None else self.communicators.get(name)
 
     def _library_call(
         self,
@@ -1210,8 +1237,9 @@ class WorkloadReplay:
         layout: RankLayout,
         first: Op,
         period: int | None = None,
+        config: CommConfig | None = None,
     ) -> tuple[Schedule, Protocol | None, dict, bool]:
-        policy = self._policy(first.chunks, first.channels)
+        policy = self._policy(first.chunks, first.channels, config)
         if isinstance(policy, HcclPolicy) and first.op not in HCCL_OPS:
             algorithm = self._default_algorithm(first.op, layout)
             schedule = build_schedule(algorithm, first.op, layout, first.nbytes)
@@ -1240,16 +1268,21 @@ class WorkloadReplay:
             "policy": policy.name, "algorithm": plan.schedule, "protocol": plan.protocol,
             "channels": plan.channels, "chunks": plan.chunks, **plan.params, **plan.options,
         }  # fmt: skip
+        if config is not None:
+            record["nccl_config"] = config.text
         proto = None
         if plan.protocol is not None:
             model = protocol_model(self.graph, plan.protocol, plan.params)
             proto = self.calibration.protocol(model) if isinstance(model, str) else model
         return schedule, proto, record, built
 
-    def _policy(self, chunks: int, channels: int) -> NcclPolicy | HcclPolicy:
-        """The run's library policy, with a call's chunks or channels other than 1 forced."""
+    def _policy(
+        self, chunks: int, channels: int, config: CommConfig | None = None
+    ) -> NcclPolicy | HcclPolicy:
+        """The run's library policy, with a call's chunks or channels other than 1 forced,
+        on a communicator of configuration ``config`` (None: NCCL's default)."""
         assert self.policy is not None
-        key = (chunks, channels)
+        key = (chunks, channels) if config is None else (chunks, channels, config)
         if key not in self._policies:
             self._policies[key] = library_policy(
                 self.policy.name,
@@ -1258,15 +1291,18 @@ class WorkloadReplay:
                 channels=None if channels == 1 else channels,
                 chunks=None if chunks == 1 else chunks,
                 reduce_bandwidth=self.policy.reduce_bandwidth,
-                nccl=self.nccl,
+                nccl=self.nccl if config is None else self.nccl.with_communicator(config),
             )
         return self._policies[key]
 
-    def _shape(self, ranks: list[int]) -> tuple[RankLayout, NcclSystem | HcclSystem]:
+    def _shape(
+        self, ranks: list[int], config: CommConfig | None = None
+    ) -> tuple[RankLayout, NcclSystem | HcclSystem]:
         """A group's rank layout, servers numbered from 0, and its communicator as the
         library sees it (cached per group, and per group shape: groups whose ranks sit
-        at the same positions of servers that are alike see the same communicator)."""
-        key = tuple(ranks)
+        at the same positions of servers that are alike, with the same configuration
+        ``config``, see the same communicator)."""
+        key: tuple = tuple(ranks) if config is None else (tuple(ranks), config)
         shape = self._shapes.get(key)
         if shape is not None:
             return shape
@@ -1276,12 +1312,16 @@ class WorkloadReplay:
                 index = self._store.derived["server index"] = ServerIndex(self.graph)
             self._server_index = index
         alike = self._server_index.group_shape(ranks)
+        if alike is not None and config is not None:
+            alike = (alike, config)
         shape = None if alike is None else self._shapes.get(alike)
         if shape is None:
             assert self.policy is not None
+            # The communicator's channels bounded by its configuration (NcclEnv.ctas).
+            policy = self.policy if config is None else self._policy(1, 1, config)
             try:
                 view = communicator_view(self.graph, ranks, self._server_index)
-                system = self.policy.system(view)
+                system = policy.system(view)
             except CcsimError as error:
                 raise CcsimError(
                     f"{error} (group of ranks {_ranges(ranks)}); {self.policy.name} cannot "
