@@ -154,8 +154,11 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 # include/device.h:93-118 and tuning.cc:244-257: threads per channel.
 MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 NVLS_THREADS = 640
-# enqueue.cc:585: work is spread over channels in cells of at least 32 KiB of traffic.
+# enqueue.cc:585 at v2.30.7-1 (MinTrafficPerChannel): work is spread over channels in
+# cells of at least 32 KiB of traffic; 16 KiB from v2.23.4 to v2.28.9 (enqueue.cc:539 at
+# v2.27.3-1, :529 at v2.28.9-1), 32 KiB from v2.29.2 (enqueue.cc:576 at v2.29.2-1).
 MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
+MIN_TRAFFIC_PER_CHANNEL_BEFORE_2_29 = 16 * 1024
 # include/device.h:91 (MAXCHANNELS); graph search's ring limit is MAXCHANNELS/2.
 MAX_CHANNELS = 64
 # include/device.h:213: NVLS heads (channels of the NVLS search graph) at most.
@@ -1112,7 +1115,10 @@ def nccl_choice(
             channels = min(rule.channels, system.nvls_channels)
         else:
             cap = min(rule.channels, system.channels)
-            channels = working_channels(op, size_bytes, protocol, cap)
+            channels = working_channels(
+                op, size_bytes, protocol, cap, ranks=system.ranks,
+                max_channels=system.channels, version=system.version,
+            )
     return NcclChoice(
         algorithm, protocol, channels, threads, time, table, rule.line if rule is not None else 0
     )
@@ -1172,19 +1178,84 @@ def launch_size(
     nt = max(nt, 96)
     if algorithm in ("Tree", "PAT"):
         nt = 640
-    return working_channels(op, size_bytes, protocol, nc), nt
+    return working_channels(
+        op, size_bytes, protocol, nc, ranks=system.ranks, max_channels=system.channels,
+        version=system.version,
+    ), nt
 
 
-def working_channels(op: str, size_bytes: float, protocol: str, channels: int) -> int:
-    """Of a call's ``channels``, those NCCL gives work: at least 32 KiB of traffic each
-    (enqueue.cc:585-700).
+def working_channels(
+    op: str,
+    size_bytes: float,
+    protocol: str,
+    channels: int,
+    *,
+    ranks: int,
+    max_channels: int | None = None,
+    version: str | None = None,
+) -> int:
+    """Of a call's ``channels`` (its trimmed count, NCCL's ``task->nMaxChannels``), the
+    ones NCCL gives work when the call is alone in its kernel plan: what enqueue.cc's
+    ``scheduleCollTasksToPlan`` does (enqueue.cc:575-700 at v2.30.7-1, the same steps at
+    v2.27.3-1 :529-690). The call's traffic (bytes x 2 for all-reduce, x ranks for
+    all-gather / reduce-scatter, x 4 more with LL: enqueue.cc:74-81 and 461) is shared
+    over ``channels`` (``trafficPerChannel``, rounded up to 16 bytes from v2.29.2, at
+    least MinTrafficPerChannel before), then the buffer is cut into cells of
+    MinTrafficPerChannel of traffic and each channel takes whole cells: the first
+    ``ceil(trafficPerChannel / traffic per cell)``, each next one as many, the last the
+    rest; past ``max_channels`` (the communicator's, comm->nChannels) the cells left are
+    spread over the rest. So a call can get fewer channels than ``channels`` (182,092
+    bytes of LL all-reduce on 4 GPUs, 11 channels: 9 cells of 16 KiB traffic a channel,
+    89 cells, 10 channels at v2.27.3, as printed by the 4 x A100 log of
+    tests/data/nccl_choices.yaml).
 
-    >>> working_channels("all_reduce", 2**20, "Simple", 24)
+    ``size_bytes`` counts as nccl-tests does (all-gather / reduce-scatter: the whole
+    buffer, NCCL's per-rank count times ``ranks``). Releases before v2.23.4 split work
+    otherwise (16-byte cells at v2.22.3, enqueue.cc:614-680); they get v2.23.4's rule.
+
+    One MiB of Simple all-reduce on 24 channels: 64 cells of 32 KiB traffic, 3 a
+    channel (87,392 bytes of traffic each), so 22 channels get work:
+
+    >>> working_channels("all_reduce", 2**20, "Simple", 24, ranks=8)
+    22
+    >>> working_channels("all_reduce", 2**24, "Simple", 24, ranks=8)
     24
-    >>> working_channels("all_reduce", 64 * 2**10, "Simple", 24)
+    >>> working_channels("all_reduce", 64 * 2**10, "Simple", 24, ranks=8)
     4
+    >>> working_channels("all_reduce", 182092, "LL", 11, ranks=4, max_channels=24,
+    ...                  version="2.27.3")
+    10
     """
-    # Traffic: 2 bytes per byte for all-reduce, the whole buffer otherwise (enqueue.cc:91-102,
-    # where all-gather and reduce-scatter count nRanks x the per-rank count), x4 for LL.
-    traffic = size_bytes * (2 if op == "all_reduce" else 1) * (4 if protocol == "LL" else 1)
-    return max(1, min(channels, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL)))
+    if channels <= 1 or size_bytes <= 0:
+        return 1
+    max_channels = max(channels, max_channels or channels)
+    new_rules = version_number(version) >= (29, 0)
+    min_traffic = MIN_TRAFFIC_PER_CHANNEL if new_rules else MIN_TRAFFIC_PER_CHANNEL_BEFORE_2_29
+    # The call's own bytes (NCCL's count x element size) and traffic per byte.
+    per_byte = {"all_reduce": 2, "all_gather": ranks, "reduce_scatter": ranks}.get(op, 1)
+    count = math.ceil(size_bytes / ranks if op in ("all_gather", "reduce_scatter") else size_bytes)
+    if protocol == "LL":
+        per_byte *= 4
+    traffic = max(min_traffic, count * per_byte)
+    if new_rules:
+        per_channel = _div_up(traffic // channels, 16) * 16
+    else:
+        per_channel = max(min_traffic, traffic // channels)
+    cell = _div_up(_div_up(min_traffic, per_byte), 16) * 16  # bytes of the buffer
+    cells = _div_up(count, cell)
+    per_cell = cell * per_byte
+    cells_per_channel = min(cells, _div_up(per_channel, per_cell))
+    lo = cells if max_channels == 1 else cells_per_channel
+    mid, hi = divmod(cells - lo, cells_per_channel)
+    if max_channels < (lo != 0) + mid + (hi != 0):  # overflowed the communicator's
+        mid = max_channels - 2
+        cells_per_channel = (cells - lo) // (mid + 1)
+        hi = cells_per_channel + (cells - lo) % (mid + 1)
+    if hi == 0 and mid != 0:
+        hi, mid = cells_per_channel, mid - 1
+    return max(1, (lo != 0) + mid + (hi != 0))
+
+
+def _div_up(a: int, b: int) -> int:
+    """NCCL's divUp for non-negative integers."""
+    return -(-a // b)
