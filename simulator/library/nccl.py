@@ -101,6 +101,15 @@ HW_LATENCY = {
         "PAT": (0.0, 0.0, 14.0),
     },
 }
+# The first release whose NVLS / NVLSTree bandwidth model (nvlsEfficiency and
+# perChMaxNVLSTreeBws) this module follows; earlier ones: :func:`_nvls_bandwidth_before_2_28`.
+NVLS_MODEL_FROM = (28, 3)
+# hwLatencies[NET][NVLSTree][Simple] before v2.28.3: 14 us (tuning.cc:77 at v2.22.3-1,
+# :155 at v2.27.7-1; TUNING_RELEASES carries it from v2.28.3 on).
+NVLS_TREE_NET_US_BEFORE_2_28 = 14.0
+# hwLatencies[*][Tree][Simple] before v2.23.4: 28 us on NVLink, PCIe and the network
+# (tuning.cc:67-75 at v2.22.3-1), 4 / 4 / 14 us from v2.23.4 (tuning.cc:67-75 at v2.23.4-1).
+TREE_SIMPLE_US_BEFORE_2_23 = 28.0
 # tuning.cc:178-183: LL bandwidth caps (GB/s), [row][nodes index: 1, 2, >2 nodes]. One
 # node: the row of the GPU generation; several: the CPU vendor's row (Intel assumed).
 LL_MAX_BW = {
@@ -751,6 +760,33 @@ def _nvls_tree_max_bw(system: NcclSystem) -> tuple[float, float, float]:
     return NVLS_TREE_MAX_BW[system.arch]
 
 
+def _nvls_bandwidth_before_2_28(
+    system: NcclSystem, op: str, algorithm: str, graph: SearchGraph
+) -> float:
+    """NVLS and NVLSTree algorithm bandwidth (GB/s) before v2.28.3, which had neither
+    nvlsEfficiency nor perChMaxNVLSTreeBws: the NVLS search graph's speed, min(bwIntra,
+    bwInter) for NVLS and min(bwIntra, bwInter / 2 beyond two nodes) for NVLSTree, times
+    its channels and 5/6 for every operation (tuning.cc:173-174 and 214 at v2.22.3-1, the
+    same lines to v2.26.2-1 :251-252 and 293); from v2.27.3 NVLS all-gather and
+    reduce-scatter take min(bwIntra (ppn - 1) / ppn, 0.9 bwInter) (tuning.cc:267-274 at
+    v2.27.3-1).
+
+    >>> system = NcclSystem("hopper", 24, 3, True, SearchGraph(8, 24.0, 24.0),
+    ...                     SearchGraph(8, 24.0, 24.0), SearchGraph(8, 24.0, 25.0), 16, 16,
+    ...                     version="2.22.3")
+    >>> round(_nvls_bandwidth_before_2_28(system, "all_reduce", "NVLSTree", system.nvls), 2)
+    83.33
+    """
+    if algorithm == "NVLS":
+        if op != "all_reduce" and version_number(system.version) >= (27, 3):
+            bw = min(graph.bw_intra * (system.ppn - 1) / system.ppn, graph.bw_inter * 0.9)
+        else:
+            bw = min(graph.bw_intra, graph.bw_inter)
+    else:
+        bw = min(graph.bw_intra, graph.bw_inter if system.nodes <= 2 else graph.bw_inter / 2)
+    return graph.channels * bw * 5.0 / 6.0
+
+
 def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> float:
     """Algorithm bandwidth (GB/s) NCCL assigns, tuning.cc:305-383."""
     graph = {
@@ -769,6 +805,8 @@ def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> fl
     if algorithm in ("NVLS", "NVLSTree"):
         if channels < 2:
             return 0.0
+        if version_number(system.version) < NVLS_MODEL_FROM:
+            return _nvls_bandwidth_before_2_28(system, op, algorithm, graph)
         intra = graph.bw_intra * NVLS_EFFICIENCY[arch] * (channels - 1) / channels
         intra *= 2.0 if op == "all_reduce" else (system.ppn - 1) / system.ppn
         inter = graph.bw_inter * (2 if system.nodes <= 2 and algorithm == "NVLSTree" else 1)
@@ -951,6 +989,11 @@ def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> floa
     inter = HW_LATENCY["network"][net_algo][p]
     if net_algo == "NVLSTree" and protocol == "Simple":
         inter = tuning_release(system.version).nvls_tree_net_us
+        if version_number(system.version) < NVLS_MODEL_FROM:
+            inter = NVLS_TREE_NET_US_BEFORE_2_28
+    if (algorithm, protocol) == ("Tree", "Simple") and version_number(system.version) < (23, 4):
+        intra = TREE_SIMPLE_US_BEFORE_2_23
+        inter = TREE_SIMPLE_US_BEFORE_2_23 if net_algo == "Tree" else inter
     log_nodes = int(math.log2(system.nodes))
     if algorithm == "Ring":
         if op in ("broadcast", "reduce"):
@@ -961,6 +1004,10 @@ def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> floa
         inter_steps = 0
         if system.nodes > 1:
             inter_steps = 2 * (system.nodes - 1) if op == "all_reduce" else system.nodes - 1
+            if op == "all_reduce" and version_number(system.version) < (23, 4):
+                # Counted as 2 x nNodes before v2.23.4 (tuning.cc:159 at v2.22.3-1;
+                # 2 x (nNodes - 1) from tuning.cc:258 at v2.23.4-1).
+                inter_steps = 2 * system.nodes
         return lat + (steps - inter_steps) * intra + inter_steps * inter
     if algorithm == "Tree":
         per_node = system.ranks // system.nodes
@@ -1116,8 +1163,13 @@ def nccl_choice(
         else:
             cap = min(rule.channels, system.channels)
             channels = working_channels(
-                op, size_bytes, protocol, cap, ranks=system.ranks,
-                max_channels=system.channels, version=system.version,
+                op,
+                size_bytes,
+                protocol,
+                cap,
+                ranks=system.ranks,
+                max_channels=system.channels,
+                version=system.version,
             )
     return NcclChoice(
         algorithm, protocol, channels, threads, time, table, rule.line if rule is not None else 0
@@ -1179,7 +1231,12 @@ def launch_size(
     if algorithm in ("Tree", "PAT"):
         nt = 640
     return working_channels(
-        op, size_bytes, protocol, nc, ranks=system.ranks, max_channels=system.channels,
+        op,
+        size_bytes,
+        protocol,
+        nc,
+        ranks=system.ranks,
+        max_channels=system.channels,
         version=system.version,
     ), nt
 
