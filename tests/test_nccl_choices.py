@@ -80,7 +80,8 @@ def _choice(record: dict):
 
 def _id(record: dict) -> str:
     gpus = f"{record['gpus']}of" if record.get("gpus") else ""
-    return f"{record['source']}-{record['nodes']}x{gpus}{record['preset']}-{record['op']}-{record['bytes']}B"
+    machine = f"{record['nodes']}x{gpus}{record['preset']}"
+    return f"{record['source']}-{machine}-{record['op']}-{record['bytes']}B"
 
 
 SCORED = [record for record in RECORDS if not record.get("unknown")]
