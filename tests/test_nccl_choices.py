@@ -1,6 +1,8 @@
 """ccsim's model of NCCL's tuner against the choices NCCL printed on public machines
 (tests/data/nccl_choices.yaml: the algorithm, protocol and channels of one call, and
-NCCL's own predicted time where the log has it). None of these records set a constant.
+NCCL's own predicted time where the log has it), each at its NCCL release. None of these
+records set a constant; those marked ``independent: false`` were looked at while ccsim's
+model was brought to NCCL's source, so they no longer check it independently.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from simulator.library.nccl import (
     nccl_choice,
     nccl_system,
     predicted_time_us,
+    working_channels,
 )
 from simulator.library.nccl_env import parse_nccl_env
 from simulator.topology import load_topology
@@ -156,3 +159,15 @@ def test_blackwell_nvls_tree_channels_follow_nccl_s_sm100_tuning(nodes, channels
     system = nccl_system(load_topology("hgx-b200", nodes))
     assert system.nvls_channels == channels
     assert launch_size(system, "all_reduce", 2**30, "NVLSTree", "Simple")[0] == channels
+
+
+@pytest.mark.parametrize(("version", "channels"), [("2.27.3", 10), ("2.30.7", 9)])
+def test_channel_cells_follow_the_release(version, channels):
+    """182,092 bytes of LL all-reduce on 4 ranks, trimmed to 11 channels of the
+    communicator's 24 (enqueue.cc scheduleCollTasksToPlan), worked by hand: 1,456,736
+    bytes of traffic (x 2 all-reduce, x 4 LL). v2.27.3: 16 KiB cells of 2,048 bytes, 89
+    of them; 132,430 bytes a channel is 9 cells; 9 + 8 x 9 + 8 = 89 on 10 channels.
+    v2.30.7: 32 KiB cells of 4,096 bytes, 45 of them; 132,432 bytes a channel is 5 cells;
+    5 + 7 x 5 + 5 = 45 on 9 channels."""
+    assert working_channels("all_reduce", 182092, "LL", 11, ranks=4, max_channels=24,
+                            version=version) == channels  # fmt: skip
