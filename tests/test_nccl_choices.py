@@ -93,7 +93,9 @@ SCORED = [record for record in RECORDS if not record.get("unknown")]
 @pytest.mark.parametrize("record", SCORED, ids=_id)
 def test_ccsim_chooses_what_nccl_printed(record):
     choice = _choice(record)
-    assert (choice.algorithm, choice.protocol) == (record["algorithm"], record["protocol"])
+    assert choice.algorithm == record["algorithm"]
+    if record.get("protocol") is not None:  # null: the source does not say
+        assert choice.protocol == record["protocol"]
     if record.get("channels") is not None:
         assert choice.channels == record["channels"]
     if record.get("time_us") is not None:
