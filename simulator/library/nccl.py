@@ -1183,7 +1183,9 @@ def _collnet_launch(
     channels by ``bytes < nc x nt x nHeads x threshold`` in halving bands (from 16 down,
     halving the threshold at 1.5 x each band's floor) and keeps its 640 threads; Chain
     trims channels, then threads, as a ring does, at a threshold of 512 bytes a thread.
-    Then the channels that get work, as :func:`launch_size`."""
+    A CollNet call then runs on all of them: NCCL gives it channels 0..nMaxChannels-1
+    without dealing its traffic out in cells (the isCollnet branch of
+    scheduleCollTasksToPlan, enqueue.cc:624-654 at v2.30.7-1, :578-607 at v2.27.3-1)."""
     nc, nt, threshold = system.channels, COLLNET_THREADS, COLLNET_THREAD_THRESHOLD
     if algorithm == "CollNetDirect":
         heads = system.collnet_direct.channels if system.collnet_direct else 1
@@ -1199,9 +1201,7 @@ def _collnet_launch(
             nc -= 1
         while size_bytes < nc * nt * threshold and nt % 128 == 0:
             nt //= 2
-    nt = max(nt, 96)
-    traffic = size_bytes * (2 if op == "all_reduce" else 1)
-    return max(1, min(nc, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL))), nt
+    return nc, max(nt, 96)
 
 
 def launch_size(
