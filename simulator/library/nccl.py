@@ -768,7 +768,7 @@ def _nvls_bandwidth_before_2_28(
     bwInter) for NVLS and min(bwIntra, bwInter / 2 beyond two nodes) for NVLSTree, times
     its channels and 5/6 for every operation (tuning.cc:173-174 and 214 at v2.22.3-1, the
     same lines to v2.26.2-1 :251-252 and 293); from v2.27.3 NVLS all-gather and
-    reduce-scatter take min(bwIntra (ppn - 1) / ppn, 0.9 bwInter) (tuning.cc:267-274 at
+    reduce-scatter take min(bwIntra (ppn - 1) / ppn, 0.9 bwInter) (tuning.cc:267-275 at
     v2.27.3-1).
 
     >>> system = NcclSystem("hopper", 24, 3, True, SearchGraph(8, 24.0, 24.0),
@@ -1158,19 +1158,17 @@ def nccl_choice(
     if rule is not None and rule.channels != -1:
         # The plugin's count replaces NCCL's trimmed one (enqueue.cc:2178), within the
         # communicator's channels (enqueue.cc:583-599); the threads stay NCCL's.
-        if algorithm in ("NVLS", "NVLSTree"):
-            channels = min(rule.channels, system.nvls_channels)
-        else:
-            cap = min(rule.channels, system.channels)
-            channels = working_channels(
-                op,
-                size_bytes,
-                protocol,
-                cap,
-                ranks=system.ranks,
-                max_channels=system.channels,
-                version=system.version,
-            )
+        nvls = algorithm in ("NVLS", "NVLSTree")
+        most = system.nvls_channels if nvls else system.channels
+        channels = working_channels(
+            op,
+            size_bytes,
+            protocol,
+            min(rule.channels, most),
+            ranks=system.ranks,
+            max_channels=most,
+            version=system.version,
+        )
     return NcclChoice(
         algorithm, protocol, channels, threads, time, table, rule.line if rule is not None else 0
     )
@@ -1208,9 +1206,15 @@ def launch_size(
     system: NcclSystem, op: str, size_bytes: float, algorithm: str, protocol: str
 ) -> tuple[int, int]:
     """Channels and threads per channel for one call (enqueue.cc:2068-2113), then the
-    channels that actually get work: at least 32 KiB of traffic each (enqueue.cc:585-700)."""
+    channels that actually get work (:func:`working_channels`). NVLS and NVLSTree start
+    from the communicator's NVLS channels and share their cells over those alone
+    (nMaxChannels[isNvls] = comm->nvlsChannels, enqueue.cc:583-584 at v2.30.7-1)."""
     if algorithm in ("NVLS", "NVLSTree"):
-        return system.nvls_channels, NVLS_THREADS
+        nc = system.nvls_channels
+        return working_channels(
+            op, size_bytes, protocol, nc, ranks=system.ranks, max_channels=nc,
+            version=system.version,
+        ), NVLS_THREADS  # fmt: skip
     if algorithm in ("CollNetDirect", "CollNetChain"):
         return _collnet_launch(system, op, size_bytes, algorithm)
     nc = system.channels
