@@ -173,3 +173,13 @@ def test_channel_cells_follow_the_release(version, channels):
     5 + 7 x 5 + 5 = 45 on 9 channels."""
     assert working_channels("all_reduce", 182092, "LL", 11, ranks=4, max_channels=24,
                             version=version) == channels  # fmt: skip
+
+
+def test_nvls_calls_share_cells_over_the_nvls_channels():
+    """An NVLS all-reduce of 128 KiB on 8 H100 (16 NVLS channels, v2.30.7): 256 KiB of
+    traffic, 16,384 bytes a channel, cells of 16 KiB (32 KiB of traffic), 8 of them, one
+    a channel: 8 channels. 2 MiB fills all 16 (as the 8 x H100 log prints)."""
+    system = nccl_system(load_topology("dgx-h100", 1))
+    assert system.nvls_channels == 16
+    assert launch_size(system, "all_reduce", 2**17, "NVLS", "Simple")[0] == 8
+    assert launch_size(system, "all_reduce", 2**21, "NVLS", "Simple")[0] == 16
