@@ -9,7 +9,9 @@ library would run, not the best schedule ccsim can find. Every constant cites th
 source line it comes from (file:line at v2.30.7, tag ``v2.30.7-1``). A run of an earlier
 release from v2.28.3 on (a sidecar's ``nccl_version``, ``--nccl-version``) gets the
 figures that release had where they differ (:data:`TUNING_RELEASES`: Blackwell's
-per-channel Ring/LL128 and NVLSTree caps, NVLSTree's network latency).
+per-channel Ring/LL128 and NVLSTree caps, NVLSTree's network latency); earlier releases
+get their NVLS / NVLSTree pricing (before v2.28.3) and Tree/Simple and ring latencies
+(before v2.23.4), and every release its channel split (:func:`working_channels`).
 
 Inputs NCCL measures on the machine are derived from the graph:
 
@@ -293,8 +295,11 @@ class TuningRelease:
 #: 197 and 165 at v2.28.9 (NVLSTree N4 43.8, NET 20.9 us); tuning.cc:179 at v2.29.2 (ring
 #: LL128 34.5/34.6/34.5); tuning.cc:180 at v2.29.7 (ring LL128 40); tuning.cc:205 at
 #: v2.30.3 (NVLSTree N4 80), unchanged to v2.30.7, the release the tables above follow. A
-#: release before v2.28.3 (whose NVLS and NVLSTree formulas differ, e.g. tuning.cc:251
-#: and 292 at v2.25.1) is modelled with v2.30.7's figures, as before this table.
+#: release before v2.28.3 takes these figures from v2.30.7 but prices NVLS and NVLSTree
+#: with its own formulas (:func:`_nvls_bandwidth_before_2_28`, NVLSTree's network
+#: latency 14 us); before v2.23.4 also Tree/Simple's 28 us steps and a ring all-reduce's
+#: 2 x nNodes network steps (:func:`_latency`). Its other differences (e.g. Ring/LL128 at
+#: 0.7 with one GPU a node at v2.22.3, tuning.cc:179) are not followed.
 #: Not versioned: the search's speed arrays (sm100SpeedArrayInter gained 80 at v2.29.7
 #: and 86 at v2.30.3, search.cc:988 and 996; the intra one 45 at v2.29.2, search.cc:986).
 #: They act only through :func:`nccl_system`'s simplified search, which keeps every NVLS
