@@ -9,7 +9,9 @@ library would run, not the best schedule ccsim can find. Every constant cites th
 source line it comes from (file:line at v2.30.7, tag ``v2.30.7-1``). A run of an earlier
 release from v2.28.3 on (a sidecar's ``nccl_version``, ``--nccl-version``) gets the
 figures that release had where they differ (:data:`TUNING_RELEASES`: Blackwell's
-per-channel Ring/LL128 and NVLSTree caps, NVLSTree's network latency).
+per-channel Ring/LL128 and NVLSTree caps, NVLSTree's network latency); earlier releases
+get their NVLS / NVLSTree pricing (before v2.28.3) and Tree/Simple and ring latencies
+(before v2.23.4), and every release its channel split (:func:`working_channels`).
 
 Inputs NCCL measures on the machine are derived from the graph:
 
@@ -101,6 +103,15 @@ HW_LATENCY = {
         "PAT": (0.0, 0.0, 14.0),
     },
 }
+# The first release whose NVLS / NVLSTree bandwidth model (nvlsEfficiency and
+# perChMaxNVLSTreeBws) this module follows; earlier ones: :func:`_nvls_bandwidth_before_2_28`.
+NVLS_MODEL_FROM = (28, 3)
+# hwLatencies[NET][NVLSTree][Simple] before v2.28.3: 14 us (tuning.cc:77 at v2.22.3-1,
+# :155 at v2.27.7-1; TUNING_RELEASES carries it from v2.28.3 on).
+NVLS_TREE_NET_US_BEFORE_2_28 = 14.0
+# hwLatencies[*][Tree][Simple] before v2.23.4: 28 us on NVLink, PCIe and the network
+# (tuning.cc:67-75 at v2.22.3-1), 4 / 4 / 14 us from v2.23.4 (tuning.cc:67-75 at v2.23.4-1).
+TREE_SIMPLE_US_BEFORE_2_23 = 28.0
 # tuning.cc:178-183: LL bandwidth caps (GB/s), [row][nodes index: 1, 2, >2 nodes]. One
 # node: the row of the GPU generation; several: the CPU vendor's row (Intel assumed).
 LL_MAX_BW = {
@@ -154,8 +165,11 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 # include/device.h:93-118 and tuning.cc:244-257: threads per channel.
 MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 NVLS_THREADS = 640
-# enqueue.cc:585: work is spread over channels in cells of at least 32 KiB of traffic.
+# enqueue.cc:585 at v2.30.7-1 (MinTrafficPerChannel): work is spread over channels in
+# cells of at least 32 KiB of traffic; 16 KiB from v2.23.4 to v2.28.9 (enqueue.cc:539 at
+# v2.27.3-1, :529 at v2.28.9-1), 32 KiB from v2.29.2 (enqueue.cc:576 at v2.29.2-1).
 MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
+MIN_TRAFFIC_PER_CHANNEL_BEFORE_2_29 = 16 * 1024
 # include/device.h:91 (MAXCHANNELS); graph search's ring limit is MAXCHANNELS/2.
 MAX_CHANNELS = 64
 # include/device.h:213: NVLS heads (channels of the NVLS search graph) at most.
@@ -281,8 +295,11 @@ class TuningRelease:
 #: 197 and 165 at v2.28.9 (NVLSTree N4 43.8, NET 20.9 us); tuning.cc:179 at v2.29.2 (ring
 #: LL128 34.5/34.6/34.5); tuning.cc:180 at v2.29.7 (ring LL128 40); tuning.cc:205 at
 #: v2.30.3 (NVLSTree N4 80), unchanged to v2.30.7, the release the tables above follow. A
-#: release before v2.28.3 (whose NVLS and NVLSTree formulas differ, e.g. tuning.cc:251
-#: and 292 at v2.25.1) is modelled with v2.30.7's figures, as before this table.
+#: release before v2.28.3 takes these figures from v2.30.7 but prices NVLS and NVLSTree
+#: with its own formulas (:func:`_nvls_bandwidth_before_2_28`, NVLSTree's network
+#: latency 14 us); before v2.23.4 also Tree/Simple's 28 us steps and a ring all-reduce's
+#: 2 x nNodes network steps (:func:`_latency`). Its other differences (e.g. Ring/LL128 at
+#: 0.7 with one GPU a node at v2.22.3, tuning.cc:179) are not followed.
 #: Not versioned: the search's speed arrays (sm100SpeedArrayInter gained 80 at v2.29.7
 #: and 86 at v2.30.3, search.cc:988 and 996; the intra one 45 at v2.29.2, search.cc:986).
 #: They act only through :func:`nccl_system`'s simplified search, which keeps every NVLS
@@ -748,6 +765,33 @@ def _nvls_tree_max_bw(system: NcclSystem) -> tuple[float, float, float]:
     return NVLS_TREE_MAX_BW[system.arch]
 
 
+def _nvls_bandwidth_before_2_28(
+    system: NcclSystem, op: str, algorithm: str, graph: SearchGraph
+) -> float:
+    """NVLS and NVLSTree algorithm bandwidth (GB/s) before v2.28.3, which had neither
+    nvlsEfficiency nor perChMaxNVLSTreeBws: the NVLS search graph's speed, min(bwIntra,
+    bwInter) for NVLS and min(bwIntra, bwInter / 2 beyond two nodes) for NVLSTree, times
+    its channels and 5/6 for every operation (tuning.cc:173-174 and 214 at v2.22.3-1, the
+    same lines to v2.26.2-1 :251-252 and 293); from v2.27.3 NVLS all-gather and
+    reduce-scatter take min(bwIntra (ppn - 1) / ppn, 0.9 bwInter) (tuning.cc:267-275 at
+    v2.27.3-1).
+
+    >>> system = NcclSystem("hopper", 24, 3, True, SearchGraph(8, 24.0, 24.0),
+    ...                     SearchGraph(8, 24.0, 24.0), SearchGraph(8, 24.0, 25.0), 16, 16,
+    ...                     version="2.22.3")
+    >>> round(_nvls_bandwidth_before_2_28(system, "all_reduce", "NVLSTree", system.nvls), 2)
+    83.33
+    """
+    if algorithm == "NVLS":
+        if op != "all_reduce" and version_number(system.version) >= (27, 3):
+            bw = min(graph.bw_intra * (system.ppn - 1) / system.ppn, graph.bw_inter * 0.9)
+        else:
+            bw = min(graph.bw_intra, graph.bw_inter)
+    else:
+        bw = min(graph.bw_intra, graph.bw_inter if system.nodes <= 2 else graph.bw_inter / 2)
+    return graph.channels * bw * 5.0 / 6.0
+
+
 def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> float:
     """Algorithm bandwidth (GB/s) NCCL assigns, tuning.cc:305-383."""
     graph = {
@@ -766,6 +810,8 @@ def _bandwidth(system: NcclSystem, op: str, algorithm: str, protocol: str) -> fl
     if algorithm in ("NVLS", "NVLSTree"):
         if channels < 2:
             return 0.0
+        if version_number(system.version) < NVLS_MODEL_FROM:
+            return _nvls_bandwidth_before_2_28(system, op, algorithm, graph)
         intra = graph.bw_intra * NVLS_EFFICIENCY[arch] * (channels - 1) / channels
         intra *= 2.0 if op == "all_reduce" else (system.ppn - 1) / system.ppn
         inter = graph.bw_inter * (2 if system.nodes <= 2 and algorithm == "NVLSTree" else 1)
@@ -948,6 +994,11 @@ def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> floa
     inter = HW_LATENCY["network"][net_algo][p]
     if net_algo == "NVLSTree" and protocol == "Simple":
         inter = tuning_release(system.version).nvls_tree_net_us
+        if version_number(system.version) < NVLS_MODEL_FROM:
+            inter = NVLS_TREE_NET_US_BEFORE_2_28
+    if (algorithm, protocol) == ("Tree", "Simple") and version_number(system.version) < (23, 4):
+        intra = TREE_SIMPLE_US_BEFORE_2_23
+        inter = TREE_SIMPLE_US_BEFORE_2_23 if net_algo == "Tree" else inter
     log_nodes = int(math.log2(system.nodes))
     if algorithm == "Ring":
         if op in ("broadcast", "reduce"):
@@ -958,6 +1009,10 @@ def _latency(system: NcclSystem, op: str, algorithm: str, protocol: str) -> floa
         inter_steps = 0
         if system.nodes > 1:
             inter_steps = 2 * (system.nodes - 1) if op == "all_reduce" else system.nodes - 1
+            if op == "all_reduce" and version_number(system.version) < (23, 4):
+                # Counted as 2 x nNodes before v2.23.4 (tuning.cc:159 at v2.22.3-1;
+                # 2 x (nNodes - 1) from tuning.cc:258 at v2.23.4-1).
+                inter_steps = 2 * system.nodes
         return lat + (steps - inter_steps) * intra + inter_steps * inter
     if algorithm == "Tree":
         per_node = system.ranks // system.nodes
@@ -1108,11 +1163,17 @@ def nccl_choice(
     if rule is not None and rule.channels != -1:
         # The plugin's count replaces NCCL's trimmed one (enqueue.cc:2178), within the
         # communicator's channels (enqueue.cc:583-599); the threads stay NCCL's.
-        if algorithm in ("NVLS", "NVLSTree"):
-            channels = min(rule.channels, system.nvls_channels)
-        else:
-            cap = min(rule.channels, system.channels)
-            channels = working_channels(op, size_bytes, protocol, cap)
+        nvls = algorithm in ("NVLS", "NVLSTree")
+        most = system.nvls_channels if nvls else system.channels
+        channels = working_channels(
+            op,
+            size_bytes,
+            protocol,
+            min(rule.channels, most),
+            ranks=system.ranks,
+            max_channels=most,
+            version=system.version,
+        )
     return NcclChoice(
         algorithm, protocol, channels, threads, time, table, rule.line if rule is not None else 0
     )
@@ -1125,7 +1186,9 @@ def _collnet_launch(
     channels by ``bytes < nc x nt x nHeads x threshold`` in halving bands (from 16 down,
     halving the threshold at 1.5 x each band's floor) and keeps its 640 threads; Chain
     trims channels, then threads, as a ring does, at a threshold of 512 bytes a thread.
-    Then the channels that get work, as :func:`launch_size`."""
+    A CollNet call then runs on all of them: NCCL gives it channels 0..nMaxChannels-1
+    without dealing its traffic out in cells (the isCollnet branch of
+    scheduleCollTasksToPlan, enqueue.cc:624-654 at v2.30.7-1, :578-607 at v2.27.3-1)."""
     nc, nt, threshold = system.channels, COLLNET_THREADS, COLLNET_THREAD_THRESHOLD
     if algorithm == "CollNetDirect":
         heads = system.collnet_direct.channels if system.collnet_direct else 1
@@ -1141,18 +1204,22 @@ def _collnet_launch(
             nc -= 1
         while size_bytes < nc * nt * threshold and nt % 128 == 0:
             nt //= 2
-    nt = max(nt, 96)
-    traffic = size_bytes * (2 if op == "all_reduce" else 1)
-    return max(1, min(nc, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL))), nt
+    return nc, max(nt, 96)
 
 
 def launch_size(
     system: NcclSystem, op: str, size_bytes: float, algorithm: str, protocol: str
 ) -> tuple[int, int]:
     """Channels and threads per channel for one call (enqueue.cc:2068-2113), then the
-    channels that actually get work: at least 32 KiB of traffic each (enqueue.cc:585-700)."""
+    channels that actually get work (:func:`working_channels`). NVLS and NVLSTree start
+    from the communicator's NVLS channels and share their cells over those alone
+    (nMaxChannels[isNvls] = comm->nvlsChannels, enqueue.cc:583-584 at v2.30.7-1)."""
     if algorithm in ("NVLS", "NVLSTree"):
-        return system.nvls_channels, NVLS_THREADS
+        nc = system.nvls_channels
+        return working_channels(
+            op, size_bytes, protocol, nc, ranks=system.ranks, max_channels=nc,
+            version=system.version,
+        ), NVLS_THREADS  # fmt: skip
     if algorithm in ("CollNetDirect", "CollNetChain"):
         return _collnet_launch(system, op, size_bytes, algorithm)
     nc = system.channels
@@ -1172,19 +1239,89 @@ def launch_size(
     nt = max(nt, 96)
     if algorithm in ("Tree", "PAT"):
         nt = 640
-    return working_channels(op, size_bytes, protocol, nc), nt
+    return working_channels(
+        op,
+        size_bytes,
+        protocol,
+        nc,
+        ranks=system.ranks,
+        max_channels=system.channels,
+        version=system.version,
+    ), nt
 
 
-def working_channels(op: str, size_bytes: float, protocol: str, channels: int) -> int:
-    """Of a call's ``channels``, those NCCL gives work: at least 32 KiB of traffic each
-    (enqueue.cc:585-700).
+def working_channels(
+    op: str,
+    size_bytes: float,
+    protocol: str,
+    channels: int,
+    *,
+    ranks: int,
+    max_channels: int | None = None,
+    version: str | None = None,
+) -> int:
+    """Of a call's ``channels`` (its trimmed count, NCCL's ``task->nMaxChannels``), the
+    ones NCCL gives work when the call is alone in its kernel plan: what enqueue.cc's
+    ``scheduleCollTasksToPlan`` does (enqueue.cc:575-700 at v2.30.7-1, the same steps at
+    v2.27.3-1 :529-690). The call's traffic (bytes x 2 for all-reduce, x ranks for
+    all-gather / reduce-scatter, x 4 more with LL: enqueue.cc:74-81 and 461) is shared
+    over ``channels`` (``trafficPerChannel``, rounded up to 16 bytes from v2.29.2, at
+    least MinTrafficPerChannel before), then the buffer is cut into cells of
+    MinTrafficPerChannel of traffic and each channel takes whole cells: the first
+    ``ceil(trafficPerChannel / traffic per cell)``, each next one as many, the last the
+    rest; past ``max_channels`` (the communicator's, comm->nChannels) the cells left are
+    spread over the rest. So a call can get fewer channels than ``channels`` (182,092
+    bytes of LL all-reduce on 4 GPUs, 11 channels: 9 cells of 16 KiB traffic a channel,
+    89 cells, 10 channels at v2.27.3, as printed by the 4 x A100 log of
+    tests/data/nccl_choices.yaml).
 
-    >>> working_channels("all_reduce", 2**20, "Simple", 24)
+    ``size_bytes`` counts as nccl-tests does (all-gather / reduce-scatter: the whole
+    buffer, NCCL's per-rank count times ``ranks``). Releases before v2.23.4 split work
+    otherwise (16-byte cells at v2.22.3, enqueue.cc:614-680); they get v2.23.4's rule.
+
+    One MiB of Simple all-reduce on 24 channels: 64 cells of 32 KiB traffic, 3 a
+    channel (87,392 bytes of traffic each), so 22 channels get work:
+
+    >>> working_channels("all_reduce", 2**20, "Simple", 24, ranks=8)
+    22
+    >>> working_channels("all_reduce", 2**24, "Simple", 24, ranks=8)
     24
-    >>> working_channels("all_reduce", 64 * 2**10, "Simple", 24)
+    >>> working_channels("all_reduce", 64 * 2**10, "Simple", 24, ranks=8)
     4
+    >>> working_channels("all_reduce", 182092, "LL", 11, ranks=4, max_channels=24,
+    ...                  version="2.27.3")
+    10
     """
-    # Traffic: 2 bytes per byte for all-reduce, the whole buffer otherwise (enqueue.cc:91-102,
-    # where all-gather and reduce-scatter count nRanks x the per-rank count), x4 for LL.
-    traffic = size_bytes * (2 if op == "all_reduce" else 1) * (4 if protocol == "LL" else 1)
-    return max(1, min(channels, math.ceil(traffic / MIN_TRAFFIC_PER_CHANNEL)))
+    if channels <= 1 or size_bytes <= 0:
+        return 1
+    max_channels = max(channels, max_channels or channels)
+    new_rules = version_number(version) >= (29, 0)
+    min_traffic = MIN_TRAFFIC_PER_CHANNEL if new_rules else MIN_TRAFFIC_PER_CHANNEL_BEFORE_2_29
+    # The call's own bytes (NCCL's count x element size) and traffic per byte.
+    per_byte = {"all_reduce": 2, "all_gather": ranks, "reduce_scatter": ranks}.get(op, 1)
+    count = math.ceil(size_bytes / ranks if op in ("all_gather", "reduce_scatter") else size_bytes)
+    if protocol == "LL":
+        per_byte *= 4
+    traffic = max(min_traffic, count * per_byte)
+    if new_rules:
+        per_channel = _div_up(traffic // channels, 16) * 16
+    else:
+        per_channel = max(min_traffic, traffic // channels)
+    cell = _div_up(_div_up(min_traffic, per_byte), 16) * 16  # bytes of the buffer
+    cells = _div_up(count, cell)
+    per_cell = cell * per_byte
+    cells_per_channel = min(cells, _div_up(per_channel, per_cell))
+    lo = cells if max_channels == 1 else cells_per_channel
+    mid, hi = divmod(cells - lo, cells_per_channel)
+    if max_channels < (lo != 0) + mid + (hi != 0):  # overflowed the communicator's
+        mid = max_channels - 2
+        cells_per_channel = (cells - lo) // (mid + 1)
+        hi = cells_per_channel + (cells - lo) % (mid + 1)
+    if hi == 0 and mid != 0:
+        hi, mid = cells_per_channel, mid - 1
+    return max(1, (lo != 0) + mid + (hi != 0))
+
+
+def _div_up(a: int, b: int) -> int:
+    """NCCL's divUp for non-negative integers."""
+    return -(-a // b)
