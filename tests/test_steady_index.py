@@ -41,7 +41,7 @@ def run():
 def _one_by_one(passes: _Passes, run, offset: int) -> tuple[float, str]:
     """The verdict as steady.py gave it before the index kept codes: the pair made
     afresh, its ops compared as tuples one by one, then the records."""
-    first, second, why = passes._pair(offset)
+    first, second, why = passes.pair(offset)
     if why:
         return float("nan"), why
     ops = passes.workload.ops
@@ -63,7 +63,7 @@ def test_every_offset_judged_as_op_by_op_and_again_the_same(run):
     passes, fresh = _Passes(run.workload, 4, 2), _Passes(run.workload, 4, 2)
     offsets = range(latest_offset(32, 4, 2) + 1)
     first = [passes.period(run, offset) for offset in offsets]
-    # Asked again (the watch, then later_period): the kept pair and codes.
+    # Asked again (the watch, then later_period): what was kept of the first time.
     again = [passes.period(run, offset) for offset in offsets]
     reference = [_one_by_one(fresh, run, offset) for offset in offsets]
     assert all(_same(a, b) for a, b in zip(first, reference, strict=True))

@@ -294,14 +294,13 @@ class _Passes:
         for rank, stream, *_ in self.by_pass:
             streams[rank].add(stream)
         self.streams = {rank: sorted(names) for rank, names in streams.items()}
-        # What depends on the workload alone, asked once per offset however often the
-        # pair is judged (a watch and later_period judge the same offsets): the pair
-        # (pair), and the first of its ops that differ, as arrays (period).
-        self._pairs: dict[int, tuple[list[int], list[int], str]] = {}
-        self._alike: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}
+        # What depends on the workload alone, judged once per offset however often the
+        # pair is judged (a watch, then later_period, judge the same offsets): the
+        # pair's ops as compact arrays and why they cannot be compared ('' if they can).
+        self._judged: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}
         # Each op's (kind, op, group, bytes, FLOPs, stream) as a small integer, made
         # for the ops compared only (-1: not yet).
-        self._codes = np.full(len(workload.ops), -1, dtype=np.int64)
+        self._codes = np.full(len(workload.ops), -1, dtype=np.int32)
         self._code_of: dict[tuple, int] = {}
 
     def _index(self, kind: str, k: int) -> tuple[str, int, int]:
@@ -313,15 +312,7 @@ class _Passes:
 
     def pair(self, offset: int) -> tuple[list[int], list[int], str]:
         """The ops of the period of steady steps from ``offset`` and of the next, in
-        matching order, and ''; or why they cannot be compared (asked once an offset:
-        the lists returned are shared, not to be changed)."""
-        found = self._pairs.get(offset)
-        if found is None:
-            found = self._pairs[offset] = self._pair(offset)
-        return found
-
-    def _pair(self, offset: int) -> tuple[list[int], list[int], str]:
-        """:meth:`pair`, made."""
+        matching order, and ''; or why they cannot be compared."""
         if not self.warmup:
             return [], [], "the step has no backward passes named as Megatron's"
         steps = period_micro_batches(self.pp, self.v) * self.v
@@ -359,14 +350,11 @@ class _Passes:
         """:func:`steady_period` of ``run`` (a replay of this index's workload, or one
         under way: ops not yet run are NaN) at ``offset`` (``pair``: :meth:`pair`'s
         answer for it, if already asked)."""
-        first, second, why = self.pair(offset) if pair is None else pair
+        first_ids, second_ids, why = self._static(offset, pair)
         if why:
             return float("nan"), why
         ops = self.workload.ops
         records = run.records
-        first_ids, second_ids, why = self._alike_pair(offset, first, second)
-        if why:
-            return float("nan"), why
         starts = records.start_s[second_ids] - records.start_s[first_ids]
         ends = records.end_s[second_ids] - records.end_s[first_ids]
         shifts = np.concatenate([starts, ends])
@@ -390,41 +378,39 @@ class _Passes:
             return float("nan"), f"{name} runs beside the compared steady steps"
         return period_s, ""
 
-    def _alike_pair(
-        self, offset: int, first: list[int], second: list[int]
+    def _static(
+        self, offset: int, pair: tuple[list[int], list[int], str] | None = None
     ) -> tuple[np.ndarray, np.ndarray, str]:
-        """The pair's ops as arrays, and '' where each op of the first period is the
-        same op (kind, operation, group, bytes, FLOPs, stream) as its match in the
-        second; else why not, naming the first that differ (once an offset: it depends
-        on the workload alone)."""
-        # Kept where the lists are this index's own pair for the offset (pair's).
-        memo = self._pairs.get(offset)
-        kept = memo is not None and memo[0] is first and memo[1] is second
-        if kept and offset in self._alike:
-            return self._alike[offset]
-        first_ids = np.asarray(first, dtype=np.int64)
-        second_ids = np.asarray(second, dtype=np.int64)
-        codes = self._codes
-        both = np.concatenate([first_ids, second_ids])
-        new = np.unique(both[codes[both] < 0])
-        if len(new):
-            ops, code_of = self.workload.ops, self._code_of
-            made = []
-            for i in new.tolist():
-                a = ops[i]
-                key = (a.kind, a.op, a.group, a.nbytes, a.flops, a.stream)
-                made.append(code_of.setdefault(key, len(code_of)))
-            codes[new] = made
-        why = ""
-        differ = np.flatnonzero(codes[first_ids] != codes[second_ids])
-        if len(differ):
-            ops = self.workload.ops
-            a, b = ops[int(first_ids[differ[0]])], ops[int(second_ids[differ[0]])]
-            why = f"ops {a.id} and {b.id} differ"
-        answer = (first_ids, second_ids, why)
-        if kept:
-            self._alike[offset] = answer
-        return answer
+        """The pair at ``offset`` (``pair``: :meth:`pair`'s answer for it, if asked
+        already) as arrays, and '' where each op of the first period is the same op
+        (kind, operation, group, bytes, FLOPs, stream) as its match in the second;
+        else why not (:meth:`pair`'s reason, or the first ops that differ). Once an
+        offset: it depends on the workload alone."""
+        found = self._judged.get(offset)
+        if found is not None:
+            return found
+        first, second, why = self.pair(offset) if pair is None else pair
+        first_ids = np.asarray(first, dtype=np.int32)
+        second_ids = np.asarray(second, dtype=np.int32)
+        if not why:
+            codes = self._codes
+            both = np.concatenate([first_ids, second_ids])
+            new = np.unique(both[codes[both] < 0])
+            if len(new):
+                ops, code_of = self.workload.ops, self._code_of
+                made = []
+                for i in new.tolist():
+                    a = ops[i]
+                    key = (a.kind, a.op, a.group, a.nbytes, a.flops, a.stream)
+                    made.append(code_of.setdefault(key, len(code_of)))
+                codes[new] = made
+            differ = np.flatnonzero(codes[first_ids] != codes[second_ids])
+            if len(differ):
+                ops = self.workload.ops
+                a, b = ops[int(first_ids[differ[0]])], ops[int(second_ids[differ[0]])]
+                why = f"ops {a.id} and {b.id} differ"
+        found = self._judged[offset] = (first_ids, second_ids, why)
+        return found
 
 
 def steady_period(
