@@ -657,8 +657,12 @@ def trusted_op(
     """An op of a generator's (its other ``fields`` as the trace format names them),
     converted as :func:`_parse_op` converts it, without its checks (see ``trusted`` in
     :func:`parse_workload`). ``gemm_cache`` is shared by the ops of one workload: equal
-    GEMM and attention lists become one tuple."""
+    GEMM and attention lists become one tuple, and equal labels and tags one string
+    (keyed by themselves: no id or tuple key equals a string)."""
     get = fields.get
+    label = str(get("label", ""))
+    # A generator makes each op's label and tag anew (an f-string), the same few
+    # hundred texts over millions of ops: one object each, ~60 B an op (issue 31).
     op = Op(
         index,
         str(op_id),
@@ -666,7 +670,7 @@ def trusted_op(
         kind,
         str(get("stream", "compute" if kind == "compute" else "comm")),
         [],
-        str(get("label", "")),
+        gemm_cache.setdefault(label, label) if label else label,
     )
     if kind == "compute":
         if "duration" in fields:
@@ -695,7 +699,8 @@ def trusted_op(
     else:
         op.peer = fields["peer"]
         op.nbytes = _trusted_size(get("bytes", 0), op, origin)
-        op.tag = str(get("tag", ""))
+        tag = str(get("tag", ""))
+        op.tag = gemm_cache.setdefault(tag, tag) if tag else tag
     return op
 
 
