@@ -59,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +79,6 @@ _OP_KEYS = {
     "recv": {"peer", "bytes", "tag"},
 }
 _COMMON = {"id", "rank", "kind", "stream", "deps", "label"}
-_Value = TypeVar("_Value", str, float)
 
 
 class WorkloadError(CcsimError):
@@ -658,9 +657,11 @@ def trusted_op(
     """An op of a generator's (its other ``fields`` as the trace format names them),
     converted as :func:`_parse_op` converts it, without its checks (see ``trusted`` in
     :func:`parse_workload`). ``gemm_cache`` is shared by the ops of one workload: equal
-    GEMM and attention lists become one tuple, and equal labels, tags and sizes one
-    object (:func:`_one_of`)."""
+    GEMM and attention lists become one tuple, and equal labels, tags and non-zero sizes
+    one object (:func:`_shared_values`)."""
     get = fields.get
+    # (The table's bound method: no Python frame a value, millions of ops.)
+    one = _shared_values(gemm_cache).setdefault
     label = str(get("label", ""))
     op = Op(
         index,
@@ -669,7 +670,7 @@ def trusted_op(
         kind,
         str(get("stream", "compute" if kind == "compute" else "comm")),
         [],
-        _one_of(label, gemm_cache),
+        one(label, label) if label else label,
     )
     if kind == "compute":
         if "duration" in fields:
@@ -677,7 +678,8 @@ def trusted_op(
             op.duration = parse_time(fields["duration"], field=f"{where()} duration")
         else:
             op.flops = float(get("flops", 0.0))
-            op.mem_bytes = _one_of(_trusted_size(get("bytes", 0), op, origin), gemm_cache)
+            size = _trusted_size(get("bytes", 0), op, origin)
+            op.mem_bytes = one(size, size) if size else size
             gemms = get("gemms")
             if gemms is not None:
                 seen = gemm_cache.get(id(gemms))
@@ -691,40 +693,43 @@ def trusted_op(
     elif kind == "collective":
         op.op = str(get("op", ""))
         op.group = str(get("group", ""))
-        op.nbytes = _one_of(_trusted_size(get("bytes", 0), op, origin), gemm_cache)
+        size = _trusted_size(get("bytes", 0), op, origin)
+        op.nbytes = one(size, size) if size else size
         op.algorithm = get("algorithm")
         op.chunks = int(get("chunks", 1))
         op.channels = int(get("channels", 1))
     else:
         op.peer = fields["peer"]
-        op.nbytes = _one_of(_trusted_size(get("bytes", 0), op, origin), gemm_cache)
-        op.tag = _one_of(str(get("tag", "")), gemm_cache)
+        size = _trusted_size(get("bytes", 0), op, origin)
+        op.nbytes = one(size, size) if size else size
+        tag = str(get("tag", ""))
+        op.tag = one(tag, tag) if tag else tag
     return op
 
 
-#: The key of :func:`_one_of`'s table in a workload's cache (an object no other key
-#: equals: the cache's keys are ids, tuples and this).
+#: The key of :func:`_shared_values`'s table in a workload's cache (an object no other
+#: key equals: the cache's keys are ids, tuples and this).
 _SHARED = object()
 
 
-def _one_of(value: _Value, cache: dict[Any, Any]) -> _Value:
-    """``value``, or the equal value met first in ``cache``'s workload: a generator makes
-    an op's label, tag and sizes anew (an f-string, a float of an int), the same few
-    hundred values over millions of ops, an object each (~80 B an op on Llama 3.1 405B
-    on 256 GB200 built for every rank; issue 31). Empty strings and zeros are kept as
-    they are (0.0 and -0.0 are equal as keys); equal non-zero floats have the same bits.
+def _shared_values(cache: dict[Any, Any]) -> dict[str | float, str | float]:
+    """The table in ``cache`` (a workload's, see :func:`trusted_op`) of each label, tag
+    and size met, by itself: ``table.setdefault(value, value)`` is the equal value met
+    first. A generator makes an op's label, tag and sizes anew (an f-string, a float of
+    an int), the same few hundred values over millions of ops, an object each (~80 B an
+    op on Llama 3.1 405B on 256 GB200 built for every rank; issue 31). Only non-empty
+    strings and non-zero floats go in: 0.0 and -0.0 are equal keys, while equal non-zero
+    floats have the same bits.
 
-    >>> cache = {}
-    >>> a, b = _one_of(float(1 << 26), cache), _one_of(float(1 << 26), cache)
-    >>> a == b and a is b, _one_of(-0.0, cache), _one_of("", cache)
-    (True, -0.0, '')
+    >>> one = _shared_values({}).setdefault
+    >>> a, b = float(1 << 26), float(1 << 26)
+    >>> a is b, one(a, a) is one(b, b)
+    (False, True)
     """
-    if not value:
-        return value
     table = cache.get(_SHARED)
     if table is None:
         table = cache[_SHARED] = {}
-    return table.setdefault(value, value)
+    return table
 
 
 def _trusted_size(value: Any, op: Op, origin: str) -> float:
