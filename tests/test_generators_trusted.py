@@ -103,3 +103,37 @@ def test_a_file_is_still_checked():
     }
     with pytest.raises(WorkloadError, match="cycle"):
         parse_workload(data, origin="t.json")
+
+
+def test_trusted_build_shares_equal_values():
+    """A trusted build holds one object per distinct label, tag and non-zero size (issue
+    31: a generator makes them anew per op, a few hundred values over millions of ops),
+    and is still equal field by field to the checked build of its plain data."""
+    step = megatron(
+        "llama3-8b", tp=2, pp=2, dp=2, micro_batch=1, global_batch=16, virtual_stages=2,
+    )  # fmt: skip
+    checked = parse_workload(step.to_dict())
+    assert step.ops == checked.ops
+    for name in ("label", "tag", "nbytes", "mem_bytes"):
+        values = [getattr(op, name) for op in step.ops if getattr(op, name)]
+        objects = {id(value) for value in values}
+        assert len(values) > len(set(values)) > 0  # values repeat: sharing is tested
+        assert len(objects) == len(set(values)), name
+
+
+def test_trusted_build_lets_the_dependency_names_go(monkeypatch):
+    """The builder's lists of dependency names are consumed as the ids are resolved, so
+    that a build's peak does not hold both (the ids, in order, are held equal to the
+    checked build's above)."""
+    kept = []
+    build = generators._Builder.build
+
+    def recorded(self, replicas=None, shadows=None):
+        workload = build(self, replicas, shadows)
+        kept.append(self._deps)
+        return workload
+
+    monkeypatch.setattr(generators._Builder, "build", recorded)
+    step = megatron("llama3-8b", tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
+    assert any(op.deps for op in step.ops)
+    assert kept and all(names is None for deps in kept for names in deps)
