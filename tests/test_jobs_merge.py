@@ -4,6 +4,7 @@ pause of Python's garbage collection while run_jobs builds them (issue 34's spee
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 
 import numpy as np
@@ -147,8 +148,9 @@ def test_objects_made_while_paused_go_to_the_oldest_generation_unwalked():
         assert gc.get_count()[0] < 1_000
     finally:
         gc.callbacks.remove(hear)
-    assert _in_generation(kept[0], 2) and _in_generation(kept[-1], 2)
-    assert not _in_generation(kept[0], 0)
+    assert not _in_generation(kept[0], 0) and not _in_generation(kept[-1], 0)
+    if sys.version_info < (3, 14):  # (CPython's three generations; 3.14's GC has two)
+        assert _in_generation(kept[0], 2) and _in_generation(kept[-1], 2)
     assert _in_generation(more[0], 0)
     assert gone() is not None
     gc.collect()
