@@ -4,6 +4,8 @@ pause of Python's garbage collection while run_jobs builds them (issue 34's spee
 from __future__ import annotations
 
 import gc
+import sys
+import weakref
 
 import numpy as np
 
@@ -114,3 +116,64 @@ def test_objects_are_frozen_inside_the_block_only_unless_others_froze_some():
         assert _tracked(mine)
     finally:
         gc.unfreeze()
+
+
+def _in_generation(obj: object, generation: int) -> bool:
+    return any(o is obj for o in gc.get_objects(generation=generation))
+
+
+def test_objects_made_while_paused_go_to_the_oldest_generation_unwalked():
+    """Objects the block made that live on are in CPython's oldest generation after it,
+    with no collection run on the way (``gc.callbacks`` hears none as the block ends and
+    the next allocations are made); the young generation's count starts again from
+    zero. A cycle made in the block and dropped is still freed by a full collection."""
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    heard: list[int] = []
+
+    def hear(phase: str, info: dict) -> None:
+        if phase == "start":
+            heard.append(info["generation"])
+
+    gc.collect()
+    with collections_paused():
+        kept = [[] for _ in range(5_000)]  # more than the young threshold: a collection due
+        cycle: list = []
+        cycle.append(cycle)
+        gone = weakref.ref(_Cell(cycle))
+        del cycle
+        gc.callbacks.append(hear)
+    try:
+        more = [[] for _ in range(100)]
+        assert heard == []
+        assert gc.get_count()[0] < 1_000
+    finally:
+        gc.callbacks.remove(hear)
+    assert not _in_generation(kept[0], 0) and not _in_generation(kept[-1], 0)
+    if sys.version_info < (3, 14):  # (CPython's three generations; 3.14's GC has two)
+        assert _in_generation(kept[0], 2) and _in_generation(kept[-1], 2)
+    assert _in_generation(more[0], 0)
+    assert gone() is not None
+    gc.collect()
+    assert gone() is None
+
+
+def test_objects_someone_froze_stay_frozen_after_a_pause():
+    """Where objects were frozen before the block, its end leaves them frozen (and its
+    own objects where the young collections would find them)."""
+    theirs: list = []
+    gc.freeze()
+    try:
+        with collections_paused():
+            mine: list = []
+        assert not _tracked(theirs)
+        assert _in_generation(mine, 0)
+    finally:
+        gc.unfreeze()
+
+
+class _Cell:
+    """A weak-referenceable object in a reference cycle (through ``cycle``)."""
+
+    def __init__(self, cycle: list):
+        cycle.append(self)
+        self.cycle = cycle
