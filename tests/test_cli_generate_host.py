@@ -37,6 +37,20 @@ def test_host_time_scales_with_the_per_operation_cost(tmp_path):
     assert none == 0
 
 
+def test_the_device_sets_the_host_cpu_unless_the_cost_is_given(tmp_path):
+    # --device GB200: a Grace host, 37.08 us an operation against 10 us (Transformer
+    # Engine issue #2053's measurement); H100: an x86 DGX, 13.48 us; --host-op-s wins.
+    ten = _host_seconds(_generate(tmp_path, "ten.json", "--host-op-s", "10us"))
+    grace = _host_seconds(_generate(tmp_path, "grace.json", "--device", "GB200"))
+    x86 = _host_seconds(_generate(tmp_path, "x86.json", "--device", "H100"))
+    given = _host_seconds(
+        _generate(tmp_path, "given.json", "--device", "GB200", "--host-op-s", "10us")
+    )
+    assert grace == pytest.approx(3.708 * ten, rel=1e-6)
+    assert x86 == pytest.approx(1.348 * ten, rel=1e-6)
+    assert given == ten
+
+
 def test_a_full_iteration_graph_leaves_no_host_time_and_attention_graphs_less(tmp_path):
     base = _host_seconds(_generate(tmp_path, "base.json"))
     attn = _host_seconds(_generate(tmp_path, "attn.json", "--cuda-graphs", "attn"))

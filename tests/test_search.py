@@ -360,3 +360,36 @@ def test_a_search_whose_candidates_are_all_refused_lists_them_and_exits_2(capsys
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "not simulated" not in err and "not simulated" not in out
+
+
+def test_a_search_prices_moe_host_launches_at_its_gpus_host_cpu():
+    """The estimates of an MoE model's candidates on GB200 take Grace's measured 37.08 us
+    a host operation, on a DGX H100 the x86 13.48 us (Transformer Engine issue #2053,
+    workload/host.py): each estimate equals the estimate made with that figure, and a
+    Grace host makes at least one candidate's step longer than an x86 one would."""
+    from simulator.topology import load_topology
+    from simulator.topology.graph import gpu_nodes
+    from simulator.topology.summary import inter_bandwidth, intra_bandwidth
+    from simulator.workload.devices import graph_device
+    from simulator.workload.host import HOST_OP_S_BY_CPU
+
+    for topology, nodes, cpu in (("gb200-nvl72", 16, "grace"), ("dgx-h100", 8, "x86")):
+        graph = load_topology(topology, nodes)
+        device = graph_device(graph)
+        gpus = len(gpu_nodes(graph))
+        batch = 2 * gpus
+        found = search(
+            "gpt-oss-120b", topology, nodes=nodes, global_batch=batch, simulate=0,
+            micro_batches=[1], virtual_stages=[1],
+        )  # fmt: skip
+        hardware = Hardware(gpus // nodes, device, intra_bandwidth(graph), inter_bandwidth(graph))
+        model = MODELS["gpt-oss-120b"]
+        own = HOST_OP_S_BY_CPU[cpu]
+        for e in found.estimates:
+            assert e == estimate(model, e.candidate, batch, hardware, host_op_s=own)
+        other = HOST_OP_S_BY_CPU["x86" if cpu == "grace" else "grace"]
+        moved = [
+            estimate(model, e.candidate, batch, hardware, host_op_s=other).step_s != e.step_s
+            for e in found.estimates
+        ]
+        assert any(moved)

@@ -26,7 +26,7 @@ from ..workload.communicators import COMM_CONFIG_KEYS, communicators_from_items
 from ..workload.devices import Device, device_for
 from ..workload.generators import CP_COMM_TYPES, GENERATORS, MODELS
 from ..workload.guards import check_generator, workload_estimate
-from ..workload.host import GRAPH_SCOPES
+from ..workload.host import GRAPH_SCOPES, host_op_s_for
 from ..workload.kernels import ATTENTION_BACKENDS
 from ..workload.memory import OPTIMIZER_STATE, MemoryEstimate
 from ..workload.metrics import Breakdown
@@ -194,7 +194,9 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="GPU",
         help="with --out *.et: also write each compute node's duration_micros as ccsim times "
-        "it on this GPU (A100, H100, ...), which ASTRA-sim replays without its roofline",
+        "it on this GPU (A100, H100, ...), which ASTRA-sim replays without its roofline; "
+        "megatron, any output: MoE layers' host launches at this GPU's host CPU (Grace for "
+        "GB200)",
     )
     gen.add_argument(
         "--model", default=None, metavar="NAME", help="model shape: " + ", ".join(sorted(MODELS))
@@ -758,6 +760,10 @@ def _cmd_generate(args: argparse.Namespace) -> None:
     }
     if args.host_op_s is not None:
         options["host_op_s"] = parse_time(args.host_op_s, field="--host-op-s")
+    elif args.device and args.generator == "megatron":
+        # The trace is timed on this GPU: its MoE layers' host launches at the CPU that
+        # GPU hangs off (x86 or Grace, workload/host.py).
+        options["host_op_s"] = host_op_s_for(device_for(args.device).name)
     if args.cuda_graphs is not None:
         options["cuda_graphs"] = _graph_scopes(args.cuda_graphs)
     if args.bucket:
@@ -792,8 +798,10 @@ def _cmd_generate(args: argparse.Namespace) -> None:
             f"{workload.ranks} ranks, {len(workload.ops)} ops; run it with ccsim run {args.out}"
         )
         return
-    if args.device:
-        raise CcsimError("--device applies to Chakra output (--out FILE.et) only")
+    if args.device and args.generator != "megatron":
+        raise CcsimError(
+            "--device applies to Chakra output (--out FILE.et) and to megatron's host launches only"
+        )
     workload.save(args.out)
     print(f"wrote {args.out}: {workload.name}, {workload.ranks} ranks, {len(workload.ops)} ops")
 

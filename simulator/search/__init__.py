@@ -34,6 +34,7 @@ from ..topology.graph import gpu_nodes
 from ..topology.summary import inter_bandwidth, intra_bandwidth
 from ..workload.collection import collections_paused
 from ..workload.devices import graph_device
+from ..workload.host import host_op_s_for
 from ..workload.model import MODELS
 from .space import RECOMPUTE, Candidate, Estimate, Hardware, candidates, estimate
 
@@ -221,7 +222,13 @@ def search(
             f"{global_batch}: it must be a multiple of micro-batch x data-parallel size "
             "for some split; try a multiple of the GPU count or more --micro-batches"
         )
-    estimates = [estimate(transformer, c, global_batch, hardware) for c in every]
+    # An MoE layer's host launches at the CPU the GPUs hang off (an x86 DGX or a Grace
+    # superchip: workload/host.py, Transformer Engine issue #2053), in the estimate and
+    # in every simulated candidate.
+    host_op_s = host_op_s_for(device.name)
+    estimates = [
+        estimate(transformer, c, global_batch, hardware, host_op_s=host_op_s) for c in every
+    ]
     fitting = [e for e in estimates if e.memory.fits(device.memory_bytes)]
     if not fitting:
         least = min(estimates, key=lambda e: e.memory.total)
@@ -243,7 +250,12 @@ def search(
     spec = {
         "name": f"search-{model}",
         "scenario": {
-            "workload": {"generator": "megatron", "model": model, "global_batch": global_batch},
+            "workload": {
+                "generator": "megatron",
+                "model": model,
+                "global_batch": global_batch,
+                "host_op_s": host_op_s,
+            },
             "topology": str(topology),
             "nodes": nodes,
             "algorithm": algorithm,
