@@ -227,11 +227,7 @@ def test_a_training_step_is_the_same_with_calls_timed_by_the_scalar_replay(monke
     assert any(used)  # a spanning call's quotient went through the scalar replay
     monkeypatch.setattr(isolated, "SCALAR_WIDTH", -1)
     slow = WorkloadReplay(workload, graph).run()
-    for name in ("issue_s", "start_s", "end_s"):
-        np.testing.assert_array_equal(getattr(fast.records, name), getattr(slow.records, name))
-    for name in ("bytes", "busy_s"):
-        np.testing.assert_array_equal(fast.links[name], slow.links[name])
-    assert fast.stats.flows == slow.stats.flows
+    _assert_same_replay(fast, slow)
 
 
 def test_wide_rings_on_few_routes_take_the_scalar_replay_and_keep_the_step(monkeypatch):
@@ -265,11 +261,7 @@ def test_wide_rings_on_few_routes_take_the_scalar_replay_and_keep_the_step(monke
     assert wide and all(period == 8 for period in wide)
     monkeypatch.setattr(isolated, "SCALAR_WIDTH", -1)
     slow = WorkloadReplay(workload, graph).run()
-    for name in ("issue_s", "start_s", "end_s"):
-        np.testing.assert_array_equal(getattr(fast.records, name), getattr(slow.records, name))
-    for name in ("bytes", "busy_s"):
-        np.testing.assert_array_equal(fast.links[name], slow.links[name])
-    assert fast.stats.flows == slow.stats.flows
+    _assert_same_replay(fast, slow)
 
 
 def test_a_rings_routes_count_its_channels_on_one_hop_once():
@@ -326,3 +318,13 @@ def test_the_searchs_cut_off_equals_the_reference(monkeypatch, protocol):
     schedule = build_schedule("ring", "all_reduce", rank_layout(graph), 2e7, chunks=2, channels=3)
     _compare(graph, schedule, protocol)
     assert any(cut) and not all(cut)  # both branches taken
+
+
+def _assert_same_replay(fast, slow) -> None:
+    """Every op's issue, start and end, the links' bytes and busy time, and the flow
+    count of two replays of one workload, equal to the bit."""
+    for name in ("issue_s", "start_s", "end_s"):
+        np.testing.assert_array_equal(getattr(fast.records, name), getattr(slow.records, name))
+    for name in ("bytes", "busy_s"):
+        np.testing.assert_array_equal(fast.links[name], slow.links[name])
+    assert fast.stats.flows == slow.stats.flows

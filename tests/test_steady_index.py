@@ -8,28 +8,15 @@ import dataclasses
 
 import numpy as np
 import pytest
+from test_steady import BASE
 
 from simulator.workload import run_workload
 from simulator.workload.generators import megatron
 from simulator.workload.steady import _Passes, latest_offset
 
-#: A TP 4 run as ``ccsim validate --training`` builds one (see tests/test_steady.py),
+#: A TP 4 run as ``ccsim validate --training`` builds one (tests/test_steady.py's BASE),
 #: PP 4 VP 2, 32 micro-batches a replica: 64 - 10 = 54 steady steps a stage.
-OPTIONS = {
-    "model": "gpt3-175b",
-    "tp": 4,
-    "micro_batch": 1,
-    "precision": "fp8",
-    "sequence_parallel": True,
-    "tp_comm_overlap": True,
-    "distributed_optimizer": True,
-    "replicas": 2,
-    "shadows": True,
-    "pp": 4,
-    "virtual_stages": 2,
-    "dp": 2,
-    "global_batch": 64,
-}
+OPTIONS = {**BASE, "pp": 4, "virtual_stages": 2, "dp": 2, "global_batch": 64}
 
 
 @pytest.fixture(scope="module")
