@@ -72,7 +72,7 @@ def test_llama3_paper_tflops_become_seconds_per_step_with_metas_count(run_id, tf
     """The Llama 3 paper's Table 4 TFLOPs/GPU is its MFU after Chowdhery et al. (PaLM:
     6N + 12 L H Q T a token, attention counted in full). Meta's own PyTorch trainer
     counts Llama 3 so: torchtitan v0.1.0, torchtitan/models/llama3/model/args.py lines
-    57-78, 6 (N - embedding) + 12 l h q t, "we follow the convention and do not account
+    57-79, 6 (N - embedding) + 12 l h q t, "we follow the convention and do not account
     for sparsity in causal attention". Worked here from Llama 3.1 405B's shapes (126
     layers, h 16,384, 8 KV heads of 128, SwiGLU 53,248, untied vocabulary 128,256, two
     norms a layer and a final one): the step is that over TFLOP/s x GPUs, to the norm
