@@ -1,5 +1,6 @@
 """The held-out public nccl-tests runs of issue 32 (simulator/data/nccl-tests-heldout2,
-and the third set, simulator/data/nccl-tests-heldout3).
+the third set, simulator/data/nccl-tests-heldout3, and the fourth,
+simulator/data/nccl-tests-heldout4).
 
 Cheap checks only (no simulation): every sidecar parses, cites its source, builds its
 preset with as many GPUs as the run had, passes the resource guard, names an operation
@@ -10,6 +11,7 @@ definitions of algbw and busbw.
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,7 @@ from simulator.validate.nccl_tests import case_graph, check_case, sidecars
 
 FOLDER = BUNDLED.parent / "nccl-tests-heldout2"
 THIRD = BUNDLED.parent / "nccl-tests-heldout3"
+FOURTH = BUNDLED.parent / "nccl-tests-heldout4"
 
 #: Ranks of each run, as its source gives them (rank lines, -np, or the GPU count of the
 #: table's row), independently of the sidecars' presets.
@@ -57,6 +60,29 @@ RANKS3 = {
     "H100-2N-AG-a3high-tcpx": 16,  # allgather.sh on two hosts of 8 GPUs (not printed)
 }
 
+#: The fourth set's ranks, as their sources give them.
+RANKS4 = {
+    "H200-1N-AR-stas00-nvls": 8,  # "-g 8"; the GPU-count table's row 8
+    "H200-1N-AR-stas00-ring": 8,  # "-g 8"; the GPU-count table's row 8
+    "H200-1N-AG-stas00": 8,  # all_gather_perf ... -g 8
+    "H200-1N-RS-stas00": 8,  # reduce_scatter_perf ... -g 8
+    "B200-1N-AR-stas00-p6": 8,  # the B200 GPU-count table's row 8
+    "B200-1N-AR-stas00-p6-ring": 8,  # the same row, NVLS off
+    "H200-1N-AR-azure-nch32": 8,  # mpirun -np 8, ranks 0-7 printed
+    "H200-2N-AR-oci-argonne": 16,  # ranks 0-15 printed on GPU-6550 and GPU-3841
+    "H200-2N-AG-a3ultra-skypilot": 16,  # ranks 0-15 printed on head and worker1
+    "H200-2N-AG-a3ultra-gcppod": 16,  # ranks 0-15 printed on nccl-test-host-1 and -2
+    "GB200-3R3N-AR-nccl1801-ring": 12,  # "NVL4  12" (num GPUs)
+    "GB200-3R3N-AR-nccl1801-tree": 12,
+    "GB200-3R6N-AR-nccl1801-ring": 24,  # "NVL8  24"
+    "GB200-3R6N-AR-nccl1801-tree": 24,
+    "H100-2N-AR-oci-ocitutorials": 16,  # mpirun -n 16, ranks 0-15 printed
+    "A100-1N-AR-oci-ubuntu": 8,  # mpirun -n 8, ranks 0-7 printed
+    "A100-2N-AR-oci-ubuntu": 16,  # mpirun -n 16 -N 8, ranks 0-15 printed
+    "A100-1N-AR-oci-container": 8,  # mpirun -n 8, ranks 0-7 printed
+    "A100-2N-AR-oci-container": 16,  # mpirun -n 16, ranks 0-15 printed
+}
+
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
 #: 2(n-1)/n; all-gather, reduce-scatter and all-to-all (n-1)/n), written out here so
 #: that the code's own factor is checked against them, not used to check itself.
@@ -69,10 +95,13 @@ FACTORS = {
 
 CASES = [sidecar.stem for sidecar in sidecars(FOLDER)]
 CASES3 = [sidecar.stem for sidecar in sidecars(THIRD)]
-#: Every held-out case of both sets, with its folder and the ranks its source gives.
-ALL = [(FOLDER, name, RANKS[name]) for name in CASES] + [
-    (THIRD, name, RANKS3.get(name, 0)) for name in CASES3
-]
+CASES4 = [sidecar.stem for sidecar in sidecars(FOURTH)]
+#: Every held-out case of the three sets, with its folder and the ranks its source gives.
+ALL = (
+    [(FOLDER, name, RANKS[name]) for name in CASES]
+    + [(THIRD, name, RANKS3.get(name, 0)) for name in CASES3]
+    + [(FOURTH, name, RANKS4.get(name, 0)) for name in CASES4]
+)
 IDS = [name for _, name, _ in ALL]
 
 
@@ -81,27 +110,45 @@ def test_the_folder_holds_every_run_found_and_nothing_else():
     them is not a sidecar)."""
     assert sorted(CASES) == sorted(RANKS)
     assert sorted(CASES3) == sorted(RANKS3)
+    assert sorted(CASES4) == sorted(RANKS4)
 
 
-def test_no_run_is_also_in_another_validation_folder():
-    """Held out means new: no table of the third set repeats a row set already bundled elsewhere
-    (the same sizes with the same measured times), so each run scores once."""
-    here = {}
-    for name in CASES3:
-        with open(THIRD / f"{name}.csv", newline="") as table:
-            rows = list(csv.DictReader(table))
-        here[name] = {
-            (row["bytes"], row.get("time_us_oop") or row.get("time_us_ip")) for row in rows
+def _rows(table_path: Path) -> set[tuple[str, str]]:
+    """A table's (size, measured time) pairs: the out-of-place time where printed."""
+    with open(table_path, newline="") as table:
+        return {
+            (row["bytes"], row.get("time_us_oop") or row.get("time_us_ip"))
+            for row in csv.DictReader(table)
         }
-    for folder in ("nccl-tests", "nccl-tests-heldout2", "nccl-tests-racks"):
-        for other in sorted((BUNDLED.parent / folder).glob("*.csv")):
-            with open(other, newline="") as table:
-                theirs = {
-                    (row["bytes"], row.get("time_us_oop") or row.get("time_us_ip"))
-                    for row in csv.DictReader(table)
-                }
+
+
+@pytest.mark.parametrize(
+    ("folder", "names", "others"),
+    [
+        (THIRD, CASES3, ("nccl-tests", "nccl-tests-heldout2", "nccl-tests-racks")),
+        (
+            FOURTH,
+            CASES4,
+            ("nccl-tests", "nccl-tests-heldout2", "nccl-tests-heldout3", "nccl-tests-racks"),
+        ),
+    ],
+    ids=["third", "fourth"],
+)
+def test_no_run_is_also_in_another_validation_folder(folder, names, others):
+    """Held out means new: no table of the third or fourth set repeats a row set already
+    bundled elsewhere (the same sizes with the same measured times), so each run scores
+    once; nor are two tables of one set mostly the same rows (one run transcribed twice; a
+    single size may coincide, as the third set's two A3 Mega runs do at 2 GiB)."""
+    here = {name: _rows(folder / f"{name}.csv") for name in names}
+    for other_folder in others:
+        for other in sorted((BUNDLED.parent / other_folder).glob("*.csv")):
+            theirs = _rows(other)
             for name, rows in here.items():
                 assert not rows & theirs, (name, other.name)
+    for name, rows in here.items():
+        for other_name, other_rows in here.items():
+            if other_name != name:
+                assert len(rows & other_rows) * 2 < len(rows), (name, other_name)
 
 
 @pytest.mark.parametrize(("folder", "name", "ranks"), ALL, ids=IDS)
@@ -113,6 +160,8 @@ def test_a_heldout_case_parses_and_builds_its_preset(folder, name, ranks):
     assert "Source:" in comment and "held out" in comment
     if folder == THIRD:
         assert "read 2026-11-27" in comment
+    if folder == FOURTH:
+        assert "read 2026-11-28" in comment
     case = load_case(sidecar)
     assert case.settings["op"] in COLLECTIVE_OPS
     check_case(case)
