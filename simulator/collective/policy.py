@@ -45,6 +45,7 @@ from ..library.nccl import (
     nccl_system,
     nvls_fill_factor,
     nvls_loops,
+    nvls_sync_us,
     tree_correction,
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
@@ -337,6 +338,11 @@ class NcclPolicy:
                 # Blackwell: each loop costs at least one step of every role.
                 extra["bandwidth_factor"] *= loops.factor
                 extra["step_latency_s"] = loops.latency_us * 1e-6
+            sync = nvls_sync_us(system, op, heads)
+            if sync is not None:
+                # An all-gather or reduce-scatter waits on the same every-rank counter
+                # once before its first chunk lands: the call's floor.
+                extra["step_latency_s"] = sync * 1e-6
         options: dict[str, Any] = {}
         if choice.algorithm == "NVLS" and system.nodes == 1 and op == "all_reduce":
             # Only NCCL's NVLS heads (at most 32) own rows and run the reduce-and-

@@ -929,6 +929,43 @@ def nvls_loops(
     return NvlsLoops(loops, step_us, link_us, factor, latency_us)
 
 
+#: The NVLS operations whose one-domain kernels wait, every step, on a counter that
+#: spans every rank, as the all-reduce's reduce group does (:data:`NVLS_STEP_US`): at
+#: v2.30.4-1 the all-gather's broadcast group sends through ``nvls->down`` on send[0]
+#: and the reduce-scatter's reduce group receives from it on recv[0]
+#: (device/all_gather.h:277-285, device/reduce_scatter.h:247-255; connIndex 0 is the
+#: constructor's default, prims_simple.h:583-587), the two connections
+#: transport/nvls.cc:525 and 540 flag NCCL_NVLS_MIN_POLL, whose counters the kernel
+#: reads with multimem.ld_reduce.min over every rank (prims_simple.h:96-104, flag set
+#: at 503 and 552).
+NVLS_SYNCED_OPS = ("all_gather", "reduce_scatter")
+
+
+def nvls_sync_us(system: NcclSystem, op: str, heads: int) -> float | None:
+    """The synchronisation one NVLS all-gather or reduce-scatter inside one NVLink
+    domain pays before its first chunk lands: one step's wait on a counter that spans
+    every rank (:data:`NVLS_SYNCED_OPS`), at the all-reduce's per-step figure
+    ``a + b x heads`` (:data:`NVLS_STEP_US`, set on all-reduce runs and used here
+    unchanged). Later steps overlap the links' work and are left out, so this is the
+    call's floor, not its middle sizes. None where ccsim has no such figure: the
+    all-reduce (:func:`nvls_loops` prices it), several nodes (NCCL runs neither
+    operation as NVLS there without CollNet, tuning.cc:332-337 at v2.30.4-1), or a
+    generation without NVLS_STEP_US.
+
+    >>> system = NcclSystem("blackwell", 32, 1, True, SearchGraph(12, 40.0, 40.0),
+    ...                     SearchGraph(12, 40.0, 40.0), SearchGraph(32, 80.0, 80.0), 24, 24,
+    ...                     nvlinks=18)
+    >>> round(nvls_sync_us(system, "all_gather", 32), 2)  # 3.0 + 0.85 x 32
+    30.2
+    >>> nvls_sync_us(system, "all_reduce", 32) is None
+    True
+    """
+    if op not in NVLS_SYNCED_OPS or system.nodes != 1 or system.arch not in NVLS_STEP_US:
+        return None
+    a, b = NVLS_STEP_US[system.arch]
+    return a + b * heads
+
+
 # An LL step over NVLink and LL's share of the links' rate, per GPU generation, where
 # NCCL's model has one figure for every generation (hwLatencies NVLink LL 0.6 us,
 # tuning.cc:157-175 at v2.30.7, no Blackwell entry; ccsim's LL share 0.25,
