@@ -59,7 +59,14 @@ HASHED_SENDS = "a master's pipeline send crosses servers over several shortest p
 
 class ShadowsUnlike(Exception):
     """A shadow did not end with its master (the message says which and when): the
-    replay stops at once and builds every rank."""
+    replay stops at once and builds every rank, or, where ``across_cp`` (the shadow is
+    a CP rank away from its master, not in its TP group) and the workload has a build
+    with the TP ranks alone shadowed, that build
+    (:attr:`~simulator.workload.trace.Shadows.tp_only`)."""
+
+    def __init__(self, message: str, across_cp: bool = False):
+        super().__init__(message)
+        self.across_cp = across_cp
 
 
 def shadow_images(workload: Workload) -> tuple[dict[str, tuple[str, ...]] | None, str]:
@@ -145,10 +152,16 @@ class ShadowCheck:
             ends[position] = now
 
     def shadow(
-        self, key: tuple, positions: list[int], now: float, what: str | Callable[[], str]
+        self,
+        key: tuple,
+        positions: list[int],
+        now: float,
+        what: str | Callable[[], str],
+        across_cp: bool = False,
     ) -> None:
         """An image of ``key`` (or a TP group's shadow rank) ended at ``positions`` now;
-        ``what`` names it in the message if it disagrees."""
+        ``what`` names it in the message if it disagrees; ``across_cp``: the shadow is a
+        CP rank (or more) away from its master, not in its TP group."""
         self._shadow[key].extend((position, now) for position in positions)
         if self.why:
             return
@@ -159,7 +172,7 @@ class ShadowCheck:
             if end is not None and not abs(end - now) <= SAME * max(1.0, abs(end), abs(now)):
                 name = what() if callable(what) else what
                 self.why = f"{name} ended at {now:.9g} s, its master at {end:.9g} s"
-                raise ShadowsUnlike(self.why)
+                raise ShadowsUnlike(self.why, across_cp)
 
     def expected(self, key: tuple, what: str | Callable[[], str]) -> ExpectedEnds:
         """The ends of an image of ``key`` replayed without events (a passive call, see
