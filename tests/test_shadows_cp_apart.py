@@ -2,12 +2,16 @@
 
 A data-parallel ring capped below its ranks per server keeps NCCL's first channels:
 channel c enters each server at the GPU of NET c and leaves it through NET c again
-(NCCL v2.26.3-1: src/graph/search.cc:606-612, ``ncclTopoSearchRecNet`` tries NET
-``nets[(nChannels + i) % netCount]`` first for channel nChannels, the list opening with
-each GPU's own NIC in GPU order, ``ncclTopoSelectNets`` lines 449-476; lines 535-538,
-the ring's last GPU goes back to that NET where crossNic is 0; src/graph/connect.cc:483,
-``comm->nChannels = min(nChannels, maxCTAs)`` keeps channels 0 .. maxCTAs-1 of the
-duplicated set, whose first half is the search's channels in order, lines 440-449).
+(NCCL v2.26.3-1, the version of the rows' NeMo 25.04 container: src/graph/search.cc
+lines 600-608, ``ncclTopoSearchRecNet`` tries NET ``nets[(nChannels + i) % netCount]``
+first for channel nChannels, the list opening with each GPU's own NIC in GPU order,
+``ncclTopoSelectNets`` lines 449-497; lines 660-677, it starts at the GPU closest to
+that NET; lines 281-303, on NVSwitch the next GPU is the following one; lines 535-539,
+the ring's last GPU goes back to that NET where crossNic is 0; src/graph/connect.cc
+lines 439-452 duplicate the search's channels after themselves and line 483,
+``comm->nChannels = min(nChannels, maxCTAs)``, keeps channels 0 .. maxCTAs-1). ccsim's
+rings do this already (simulator/algorithms/ring.py, ring_orders; PXN through the
+receiver's rail, simulator/network/routing.py, pxn_route_ids).
 Its positions one CP rank apart then end at different times, so a master does not
 stand for its CP shadows; the TP shift still maps each ring onto its image, one rail
 on, and the replay falls back to the TP shadows alone (every CP rank built), not to
@@ -140,3 +144,32 @@ def test_shadows_takes_true_false_or_tp():
     )
     assert tp_only.shadows is not None and tp_only.shadows.count == 2
     assert tp_only.shadows.tp_only is None
+
+
+def test_a_passive_image_found_apart_at_the_end_says_whether_it_is_a_cp_rank_away():
+    """Images replayed passively are checked at the run's end (ShadowCheck.settle): the
+    first one found apart from its master tells whether it was a CP rank away, so that
+    the replay falls back as it does for a shadow heard apart during the run; an image
+    flagged as a CP one that agrees does not count."""
+    from simulator.workload.shadows import ShadowCheck
+
+    def settled(flags: list[bool], dones: list[list]) -> tuple[str, bool]:
+        check = ShadowCheck()
+        check.master((3,), [0], 1.5)
+        check.master((3,), [1], 1.75)
+        family = check.expected_family((3,), flags)
+        family.expect(1.0, dones, list(range(len(dones))))
+        return check.settle(), check.across_cp
+
+    alike = [(0.5, np.array([0])), (0.75, np.array([1]))]
+    apart = [(0.5, np.array([0])), (0.8, np.array([1]))]
+    assert settled([False, True], [alike, alike]) == ("", False)
+    why, across = settled([False, True], [alike, apart])
+    assert "ended at 1.8 s, its master at 1.75 s" in why and across
+    why, across = settled([False, True], [apart, alike])
+    assert "ended at 1.8 s" in why and not across
+    # One record per image (no family), flagged the same way.
+    check = ShadowCheck()
+    check.master((3,), [0, 1], 2.0)
+    check.expected((3,), "a CP image", across_cp=True).expect(1.0, [(1.25, np.array([0]))])
+    assert "ended at 2.25 s" in check.settle() and check.across_cp

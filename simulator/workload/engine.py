@@ -481,6 +481,8 @@ class WorkloadReplay:
         # (group, positions) -> each position's master's position (_shadow_positions),
         # and the positions of the masters (made once per group and size).
         self._owners: dict[tuple[str, int], tuple[list[int], list[int], list[bool]]] = {}
+        # (group, image) -> whether the image is a CP rank (or more) away (_across_cp).
+        self._apart_images: dict[tuple[str, str], bool] = {}
         # Per group: its ranks as an array; per group and call: its schedule, protocol,
         # record and period (see _call_schedule).
         self._rank_arrays: dict[str, np.ndarray] = {}
@@ -711,7 +713,7 @@ class WorkloadReplay:
             return again
         why = self._shadow_check.settle() if self._images is not None else ""
         if why and self._done == len(self.workload.ops):
-            return self._every_tp_rank(why, progress)
+            return self._every_tp_rank(why, progress, self._shadow_check.across_cp)
         self.network.close_link_records()
         if self._done < len(self.workload.ops):
             raise self._deadlock()
@@ -1064,11 +1066,16 @@ class WorkloadReplay:
     def _across_cp(self, group: str, image: str) -> bool:
         """Whether ``image``, an image of ``group`` on the shadows' ranks, is a CP rank
         (or more) away from it, not the same ranks' TP shift (see ShadowsUnlike)."""
-        shadows = self.workload.shadows
-        if shadows is None or not shadows.more:
-            return False
-        groups = self.workload.groups
-        return not shadows.same_tp_group(groups[group].ranks[0], groups[image].ranks[0])
+        known = self._apart_images.get((group, image))
+        if known is None:
+            shadows = self.workload.shadows
+            groups = self.workload.groups
+            known = self._apart_images[(group, image)] = bool(
+                shadows is not None
+                and shadows.more
+                and not shadows.same_tp_group(groups[group].ranks[0], groups[image].ranks[0])
+            )
+        return known
 
     def _family(
         self, first: Op, images: tuple[str, ...], proto: Protocol | None, key: tuple
@@ -1113,11 +1120,13 @@ class WorkloadReplay:
         # bundle); the ends expected are held for the family at once.
         group = self.workload.ops[self.workload.instances[k][0]].group
         ends = _FamilyEnds(check, k, family, env, lambda name: self._across_cp(group, name))
-        if isolated.run_family(family, proto, ends, check.expected_family((k,))):
+        apart = [self._across_cp(group, image[0]) for image in family]
+        if isolated.run_family(family, proto, ends, check.expected_family((k,), apart)):
             return
         for i, (name, schedule, ranks, period) in enumerate(family):
             done = ends(i)
-            self._call_start(name, schedule, proto, ranks, done, period, image=((k,), done.what))()
+            image = ((k,), done.what, done.across_cp)
+            self._call_start(name, schedule, proto, ranks, done, period, image=image)()
 
     def _launch_image(
         self, k: int, first: Op, name: str, proto: Protocol | None
@@ -1139,8 +1148,9 @@ class WorkloadReplay:
         def image_done(positions: np.ndarray) -> None:
             check.shadow((k,), positions.tolist(), self.env.now, what, across_cp)
 
+        image = ((k,), what, across_cp)
         start = self._call_start(
-            name, schedule, own, self._ranks(name), image_done, period, image=((k,), what)
+            name, schedule, own, self._ranks(name), image_done, period, image=image
         )
         if own is proto:
             return start
@@ -1163,14 +1173,15 @@ class WorkloadReplay:
         rank_done: Callable[[np.ndarray], None],
         period: int | None = None,
         index: int | None = None,
-        image: tuple[tuple, str] | None = None,
+        image: tuple[tuple, Callable[[], str], bool] | None = None,
     ) -> Callable[[], None]:
         """What starts a call's schedule on ``ranks`` (to run now or after the protocol's
         launch overhead, :meth:`_after_launch`): replayed from its isolated timing when
         it is alone, else flow by flow. With one replica standing for all, each flow
         stands for its images in every replica, and ``period`` says the schedule is a
         spanning group's quotient. ``image``: the key and name of a master's call this
-        one is the image of, replayed passively where it can be
+        one is the image of, and whether it is a CP rank (or more) away from it,
+        replayed passively where it can be
         (:meth:`~simulator.workload.isolated.IsolatedCalls.run`)."""
         copies = None
         if self.replicas is not None:
