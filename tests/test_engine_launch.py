@@ -95,12 +95,16 @@ def test_kept_images_and_positions_are_those_made_afresh(options):
             assert np.array_equal(ranks, theirs)
             assert np.array_equal(schedule.src, again.src)
             assert np.array_equal(schedule.nbytes, again.nbytes)
-    for (name, size), (owner, slots) in replay._owners.items():
+    tp = options["tp"]
+    for (name, size), (owner, slots, apart) in replay._owners.items():
         ranks = workload.groups[name].ranks
         master_of = workload.shadows.master_of()
         position = {ranks[i]: i for i in range(size)}
         assert owner == [position.get(int(master_of[ranks[i]]), i) for i in range(size)]
         assert slots == [i for i in range(size) if ranks[i] in workload.shadows.masters]
+        # A master a CP rank away is in another TP group (the generator numbers TP
+        # ranks first: a TP group is tp consecutive ranks).
+        assert apart == [ranks[i] // tp != ranks[owner[i]] // tp for i in range(size)]
 
 
 def test_images_routes_checked_once_per_call_and_group():

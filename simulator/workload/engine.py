@@ -245,13 +245,21 @@ class _ImageEnds:
     """What hears the ends of call ``k``'s image on group ``name``: checked against the
     master's (one made per image and call, so its message is formed only if needed)."""
 
-    __slots__ = ("check", "env", "k", "name")
+    __slots__ = ("across_cp", "check", "env", "k", "name")
 
-    def __init__(self, check: ShadowCheck, k: int, name: str, env: simpy.Environment):
+    def __init__(
+        self,
+        check: ShadowCheck,
+        k: int,
+        name: str,
+        env: simpy.Environment,
+        across_cp: bool = False,
+    ):
         self.check, self.k, self.name, self.env = check, k, name, env
+        self.across_cp = across_cp  # the image is a CP rank (or more) away
 
     def __call__(self, positions: np.ndarray) -> None:
-        self.check.shadow((self.k,), positions.tolist(), self.env.now, self.what)
+        self.check.shadow((self.k,), positions.tolist(), self.env.now, self.what, self.across_cp)
 
     def what(self) -> str:
         """The image, named for a message."""
@@ -262,13 +270,22 @@ class _FamilyEnds:
     """Makes what hears the ends of call ``k``'s image ``i`` (on the ``i``-th group of
     ``family``, :meth:`WorkloadReplay._family`): an :class:`_ImageEnds`."""
 
-    __slots__ = ("check", "env", "family", "k")
+    __slots__ = ("across_cp", "check", "env", "family", "k")
 
-    def __init__(self, check: ShadowCheck, k: int, family: list, env: simpy.Environment):
+    def __init__(
+        self,
+        check: ShadowCheck,
+        k: int,
+        family: list,
+        env: simpy.Environment,
+        across_cp: Callable[[str], bool],
+    ):
         self.check, self.k, self.family, self.env = check, k, family, env
+        self.across_cp = across_cp  # whether an image (by group) is a CP rank away
 
     def __call__(self, i: int) -> _ImageEnds:
-        return _ImageEnds(self.check, self.k, self.family[i][0], self.env)
+        name = self.family[i][0]
+        return _ImageEnds(self.check, self.k, name, self.env, self.across_cp(name))
 
 
 class WorkloadReplay:
@@ -441,6 +458,9 @@ class WorkloadReplay:
         # or every rank built.
         self._images: dict[str, tuple[str, ...]] | None = None
         self._shadows_report: dict = {}
+        # Set on a replay with the TP ranks alone shadowed that stands in for one whose
+        # masters stood for TP x CP ranks (their count, for the report).
+        self._shadows_given: int | None = None
         if workload.shadows is not None:
             why = "a compute_scale was given (it may single out ranks)"
             if compute_scale is None:
@@ -460,7 +480,9 @@ class WorkloadReplay:
         self._shadow_check = ShadowCheck()
         # (group, positions) -> each position's master's position (_shadow_positions),
         # and the positions of the masters (made once per group and size).
-        self._owners: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        self._owners: dict[tuple[str, int], tuple[list[int], list[int], list[bool]]] = {}
+        # (group, image) -> whether the image is a CP rank (or more) away (_across_cp).
+        self._apart_images: dict[tuple[str, str], bool] = {}
         # Per group: its ranks as an array; per group and call: its schedule, protocol,
         # record and period (see _call_schedule).
         self._rank_arrays: dict[str, np.ndarray] = {}
@@ -646,7 +668,7 @@ class WorkloadReplay:
                 self._try_issue(queue[0])
             run_env(self.env, progress=progress)
         except ShadowsUnlike as error:
-            return self._every_tp_rank(str(error), progress)
+            return self._every_tp_rank(str(error), progress, error.across_cp)
         except Asymmetric as error:
             # A call showed that single replicas are not alike: as many together as it
             # repeats over (a ring that alternates its direction from server to server
@@ -691,7 +713,7 @@ class WorkloadReplay:
             return again
         why = self._shadow_check.settle() if self._images is not None else ""
         if why and self._done == len(self.workload.ops):
-            return self._every_tp_rank(why, progress)
+            return self._every_tp_rank(why, progress, self._shadow_check.across_cp)
         self.network.close_link_records()
         if self._done < len(self.workload.ops):
             raise self._deadlock()
@@ -734,14 +756,35 @@ class WorkloadReplay:
             shadows=dict(self._shadows_report),
         )
 
-    def _every_tp_rank(self, why: str, progress: Callable[[float], None] | None) -> WorkloadReplay:
+    def _every_tp_rank(
+        self, why: str, progress: Callable[[float], None] | None, across_cp: bool = False
+    ) -> WorkloadReplay:
         """A shadow did not end with its master (``why``): the replay with every TP rank
-        built, to run instead (see simulator.workload.shadows)."""
+        built, to run instead (see simulator.workload.shadows); where the shadow was a
+        CP rank away from its master (``across_cp``) and the workload has a build with
+        the TP ranks alone shadowed, that build, whose own check falls back to every
+        rank in turn. (The CP ranks of a data-parallel ring on fewer channels than its
+        ranks in a server end apart, their rings entering each server at the first
+        GPUs; the TP shift still maps each ring onto its image: issue 31.)"""
         shadows = self.workload.shadows
+        # (Reports count the ranks a master stood for at first, TP x CP.)
+        count = self._shadows_given or shadows.count
+        if across_cp and shadows.tp_only is not None:
+            again = WorkloadReplay(shadows.tp_only(), self.graph, **self._arguments)
+            again._attempt = self._attempt + 1
+            again._shadows_given = count
+            _starting_over(progress, "CP ranks not alike, every CP rank built")
+            if again._shadows_report.get("simulated") == 1:
+                again._shadows_report = {
+                    "count": count,
+                    "simulated": count // again.workload.shadows.count,
+                    "why": why,
+                }
+            return again
         again = WorkloadReplay(shadows.build(), self.graph, **self._arguments)
         again._attempt = self._attempt + 1
         _starting_over(progress, "TP ranks not alike, every rank built")
-        again._shadows_report = {"count": shadows.count, "simulated": "all", "why": why}
+        again._shadows_report = {"count": count, "simulated": "all", "why": why}
         return again
 
     def _check_spanning_calls(self) -> None:
@@ -930,11 +973,11 @@ class WorkloadReplay:
             self._set_comm(ranks[:period], +1)
         images = None if self._images is None else self._images.get(first.group)
         if images is None:
-            member_at, owner = members, None
+            member_at, owner, apart = members, None, None
         else:
             # Masters' ops are the members; a TP group's shadows have none, and each
             # ends when its master does (checked).
-            member_at, owner = self._shadow_positions(first.group, ranks, members, period)
+            member_at, owner, apart = self._shadow_positions(first.group, ranks, members, period)
         check = self._shadow_check
         finish = self._finish
 
@@ -948,8 +991,16 @@ class WorkloadReplay:
                 check.master((k,), done, self.env.now)
                 ours = [i for i in done if member_at[i] >= 0]
                 if len(ours) < len(done):
-                    theirs = [owner[i] for i in done if member_at[i] < 0]
-                    check.shadow((k,), theirs, self.env.now, lambda: f"a TP shadow in call {k}")
+                    # TP shadows checked first: where those disagree, so may the TP
+                    # ranks of a build without CP shadows (see ShadowsUnlike).
+                    theirs = [owner[i] for i in done if member_at[i] < 0 and not apart[i]]
+                    if theirs:
+                        check.shadow((k,), theirs, self.env.now, lambda: f"a TP shadow in call {k}")
+                    theirs = [owner[i] for i in done if member_at[i] < 0 and apart[i]]
+                    if theirs:
+                        check.shadow(
+                            (k,), theirs, self.env.now, lambda: f"a CP shadow in call {k}", True
+                        )
                 done = ours
             for i in done:
                 finish(member_at[i])
@@ -984,10 +1035,11 @@ class WorkloadReplay:
 
     def _shadow_positions(
         self, name: str, ranks: list[int], members: list[int], period: int | None
-    ) -> tuple[list[int], list[int]]:
+    ) -> tuple[list[int], list[int], list[bool]]:
         """For a call of group ``name`` with masters: the member op at each position
-        (-1 for a shadow's), and each position's master's position (its own where the
-        master is not in the group)."""
+        (-1 for a shadow's), each position's master's position (its own where the
+        master is not in the group), and whether that master is a CP rank (or more)
+        away, not in the position's TP group."""
         size = len(ranks) if period is None else period
         known = self._owners.get((name, size))
         if known is None:
@@ -995,17 +1047,35 @@ class WorkloadReplay:
             master_of = shadows.master_of()
             position = {ranks[i]: i for i in range(size)}
             owner = [position.get(int(master_of[ranks[i]]), i) for i in range(size)]
+            apart = [
+                bool(shadows.more) and not shadows.same_tp_group(ranks[i], ranks[owner[i]])
+                for i in range(size)
+            ]
             # The positions of the masters, whose member ops fill them in order.
             masters = shadows.masters
             slots = [i for i in range(size) if ranks[i] in masters]
-            known = self._owners[(name, size)] = (owner, slots)
-        owner, slots = known
+            known = self._owners[(name, size)] = (owner, slots, apart)
+        owner, slots, apart = known
         if len(slots) == size == len(members):
-            return members, owner  # every position a master's, in order
+            return members, owner, apart  # every position a master's, in order
         member_at = [-1] * size
         for i, index in zip(slots, members, strict=True):
             member_at[i] = index
-        return member_at, owner
+        return member_at, owner, apart
+
+    def _across_cp(self, group: str, image: str) -> bool:
+        """Whether ``image``, an image of ``group`` on the shadows' ranks, is a CP rank
+        (or more) away from it, not the same ranks' TP shift (see ShadowsUnlike)."""
+        known = self._apart_images.get((group, image))
+        if known is None:
+            shadows = self.workload.shadows
+            groups = self.workload.groups
+            known = self._apart_images[(group, image)] = bool(
+                shadows is not None
+                and shadows.more
+                and not shadows.same_tp_group(groups[group].ranks[0], groups[image].ranks[0])
+            )
+        return known
 
     def _family(
         self, first: Op, images: tuple[str, ...], proto: Protocol | None, key: tuple
@@ -1048,12 +1118,15 @@ class WorkloadReplay:
         env = self.env
         # What hears an image's ends is made only for one met (it then goes on as a
         # bundle); the ends expected are held for the family at once.
-        ends = _FamilyEnds(check, k, family, env)
-        if isolated.run_family(family, proto, ends, check.expected_family((k,))):
+        group = self.workload.ops[self.workload.instances[k][0]].group
+        ends = _FamilyEnds(check, k, family, env, lambda name: self._across_cp(group, name))
+        apart = [self._across_cp(group, image[0]) for image in family]
+        if isolated.run_family(family, proto, ends, check.expected_family((k,), apart)):
             return
         for i, (name, schedule, ranks, period) in enumerate(family):
             done = ends(i)
-            self._call_start(name, schedule, proto, ranks, done, period, image=((k,), done.what))()
+            image = ((k,), done.what, done.across_cp)
+            self._call_start(name, schedule, proto, ranks, done, period, image=image)()
 
     def _launch_image(
         self, k: int, first: Op, name: str, proto: Protocol | None
@@ -1070,11 +1143,14 @@ class WorkloadReplay:
         def what() -> str:  # (named only in a message)
             return f"call {k}'s image on {name!r}"
 
-        def image_done(positions: np.ndarray) -> None:
-            check.shadow((k,), positions.tolist(), self.env.now, what)
+        across_cp = self._across_cp(first.group, name)
 
+        def image_done(positions: np.ndarray) -> None:
+            check.shadow((k,), positions.tolist(), self.env.now, what, across_cp)
+
+        image = ((k,), what, across_cp)
         start = self._call_start(
-            name, schedule, own, self._ranks(name), image_done, period, image=((k,), what)
+            name, schedule, own, self._ranks(name), image_done, period, image=image
         )
         if own is proto:
             return start
@@ -1097,14 +1173,15 @@ class WorkloadReplay:
         rank_done: Callable[[np.ndarray], None],
         period: int | None = None,
         index: int | None = None,
-        image: tuple[tuple, str] | None = None,
+        image: tuple[tuple, Callable[[], str], bool] | None = None,
     ) -> Callable[[], None]:
         """What starts a call's schedule on ``ranks`` (to run now or after the protocol's
         launch overhead, :meth:`_after_launch`): replayed from its isolated timing when
         it is alone, else flow by flow. With one replica standing for all, each flow
         stands for its images in every replica, and ``period`` says the schedule is a
         spanning group's quotient. ``image``: the key and name of a master's call this
-        one is the image of, replayed passively where it can be
+        one is the image of, and whether it is a CP rank (or more) away from it,
+        replayed passively where it can be
         (:meth:`~simulator.workload.isolated.IsolatedCalls.run`)."""
         copies = None
         if self.replicas is not None:

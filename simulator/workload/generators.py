@@ -767,7 +767,7 @@ def megatron(
     etp: int = 1,
     fsdp: bool = False,
     replicas: bool | int = False,
-    shadows: bool = False,
+    shadows: bool | str = False,
     first_stage_layers: int | None = None,
     last_stage_layers: int | None = None,
     grad_reduce: str = "fp32",
@@ -1016,7 +1016,10 @@ def megatron(
     ``shadows`` (with ``tp`` > 1) builds the ops of TP rank 0 of each TP group only,
     standing for the group's others (:class:`~simulator.workload.trace.Shadows`): the
     replay runs each call of theirs beside their master's and checks that they end
-    together (it builds every rank where they do not).
+    together (it builds every rank where they do not). With ``cp`` > 1 it stands for
+    the CP ranks too; ``shadows="tp"`` builds every CP rank and shadows the TP ranks
+    alone (what the replay falls back to where a CP rank's ring position ends apart
+    from its master's, :attr:`~simulator.workload.trace.Shadows.tp_only`).
     ``first_stage_layers`` and ``last_stage_layers`` (Megatron-LM's
     ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-pipeline-num-layers``)
     give the first and last pipeline stages that many layers and split the rest evenly
@@ -1083,6 +1086,9 @@ def megatron(
     (:func:`~simulator.workload.memory.megatron_memory`).
     """
     arguments = dict(locals())  # to build every replica where one cannot stand for all
+    if shadows not in (True, False, "tp"):
+        raise CcsimError(f"shadows must be true, false or 'tp' (TP ranks only), not {shadows!r}")
+    shadows = shadows if shadows == "tp" else bool(shadows)
     if defaults not in MEGATRON_DEFAULTS:
         raise unknown_choice("defaults", defaults, MEGATRON_DEFAULTS)
     m = _model(model, "megatron", moe_ok=True)
@@ -1379,7 +1385,8 @@ def megatron(
     # (A mixture-of-experts model's expert groups cut across CP ranks: not there.)
     # (a2a+p2p's groups do not map onto themselves along one shift of the CP ranks:
     # every CP rank is built.)
-    cp_built = 1 if shadows and cp > 1 and not m.is_moe and inner == 1 else cp
+    # (shadows="tp": every CP rank built, the fallback where CP ranks end apart.)
+    cp_built = 1 if shadows is True and cp > 1 and not m.is_moe and inner == 1 else cp
     # Without TP, a mixture-of-experts model's EP group stands for itself the same way:
     # its ranks run the same kernels on the same shapes (routing balanced, as the
     # published runs force it) and issue the same calls; its first rank is built.
@@ -1387,7 +1394,7 @@ def megatron(
     # reaches past them, both shortcuts would carry the other replicas' traffic (twice),
     # and replicas alone are the cheaper (their flows stand for their images by link
     # class; shadows run each image).
-    ep_shadows = bool(shadows) and tp == 1 and cp == 1 and m.is_moe and ep > 1
+    ep_shadows = shadows is True and tp == 1 and cp == 1 and m.is_moe and ep > 1
     ep_shadows = ep_shadows and replicas_built % ep == 0
     tokens = micro_batch * m.seq // cp  # the tokens one CP rank holds
     # Each pass's GEMMs by shape (the kernel model times them on the device); the last
@@ -2417,6 +2424,13 @@ def megatron(
             ),
             build=lambda: megatron(**{**arguments, "shadows": False}),
             more=tuple(generators[1:]),
+            # Where both TP and CP ranks are shadowed: the build with the TP ranks alone
+            # shadowed, for a replay whose CP ranks end apart from their masters.
+            tp_only=(
+                (lambda: megatron(**{**arguments, "shadows": "tp"}))
+                if tp_built < tp and cp_built < cp
+                else None
+            ),
         )
     if ep_shadows:
         shift = list(range(ranks))
@@ -2446,7 +2460,11 @@ def megatron(
             # (Shadows only where this build has them: a replay that falls back to more
             # replicas at a time keeps the kind of workload it started with.)
             build=lambda replicas: megatron(
-                **{**arguments, "replicas": replicas, "shadows": shadowed is not None}
+                **{
+                    **arguments,
+                    "replicas": replicas,
+                    "shadows": shadows if shadowed is not None else False,
+                }
             ),
         )
     workload = b.build(replicated, shadowed)

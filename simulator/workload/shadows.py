@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -59,7 +59,14 @@ HASHED_SENDS = "a master's pipeline send crosses servers over several shortest p
 
 class ShadowsUnlike(Exception):
     """A shadow did not end with its master (the message says which and when): the
-    replay stops at once and builds every rank."""
+    replay stops at once and builds every rank, or, where ``across_cp`` (the shadow is
+    a CP rank away from its master, not in its TP group) and the workload has a build
+    with the TP ranks alone shadowed, that build
+    (:attr:`~simulator.workload.trace.Shadows.tp_only`)."""
+
+    def __init__(self, message: str, across_cp: bool = False):
+        super().__init__(message)
+        self.across_cp = across_cp
 
 
 def shadow_images(workload: Workload) -> tuple[dict[str, tuple[str, ...]] | None, str]:
@@ -133,9 +140,12 @@ class ShadowCheck:
     def __init__(self) -> None:
         # (call or send key) -> {position: master's end}, and the shadows' ends.
         self._master: dict[tuple, dict[int, float]] = defaultdict(dict)
-        self._shadow: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+        self._shadow: dict[tuple, list[tuple[int, float, bool]]] = defaultdict(list)
         #: The first disagreement found, if any (the replay then builds every rank).
         self.why = ""
+        #: Whether that shadow was a CP rank (or more) away from its master (see
+        #: :class:`ShadowsUnlike`).
+        self.across_cp = False
         self._expected: list[ExpectedEnds] = []
 
     def master(self, key: tuple, positions: list[int], now: float) -> None:
@@ -145,11 +155,17 @@ class ShadowCheck:
             ends[position] = now
 
     def shadow(
-        self, key: tuple, positions: list[int], now: float, what: str | Callable[[], str]
+        self,
+        key: tuple,
+        positions: list[int],
+        now: float,
+        what: str | Callable[[], str],
+        across_cp: bool = False,
     ) -> None:
         """An image of ``key`` (or a TP group's shadow rank) ended at ``positions`` now;
-        ``what`` names it in the message if it disagrees."""
-        self._shadow[key].extend((position, now) for position in positions)
+        ``what`` names it in the message if it disagrees; ``across_cp``: the shadow is a
+        CP rank (or more) away from its master, not in its TP group."""
+        self._shadow[key].extend((position, now, across_cp) for position in positions)
         if self.why:
             return
         ends = self._master.get(key, {})
@@ -159,23 +175,27 @@ class ShadowCheck:
             if end is not None and not abs(end - now) <= SAME * max(1.0, abs(end), abs(now)):
                 name = what() if callable(what) else what
                 self.why = f"{name} ended at {now:.9g} s, its master at {end:.9g} s"
-                raise ShadowsUnlike(self.why)
+                self.across_cp = across_cp
+                raise ShadowsUnlike(self.why, across_cp)
 
-    def expected(self, key: tuple, what: str | Callable[[], str]) -> ExpectedEnds:
+    def expected(
+        self, key: tuple, what: str | Callable[[], str], across_cp: bool = False
+    ) -> ExpectedEnds:
         """The ends of an image of ``key`` replayed without events (a passive call, see
         :meth:`simulator.workload.isolated.IsolatedCalls.run`), checked at :meth:`settle`
-        as if each had been heard when it came."""
-        return ExpectedEnds(key, what, self._expected)
+        as if each had been heard when it came (``across_cp`` as :meth:`shadow`'s)."""
+        return ExpectedEnds(key, what, self._expected, across_cp)
 
-    def expected_family(self, key: tuple) -> ExpectedFamily:
+    def expected_family(self, key: tuple, across_cp: Sequence[bool] = ()) -> ExpectedFamily:
         """The ends of the images of ``key`` replayed together without events
         (:meth:`simulator.workload.isolated.IsolatedCalls.run_family`): as one
-        :meth:`expected` per image."""
-        return ExpectedFamily(key, self._expected)
+        :meth:`expected` per image (``across_cp``: each image's, none given: False)."""
+        return ExpectedFamily(key, self._expected, across_cp)
 
     def settle(self) -> str:
         """After the run: the first disagreement between masters and shadows ('' if
-        none), including shadows that ended before their master did."""
+        none), including shadows that ended before their master did; :attr:`across_cp`
+        says whether that shadow was a CP rank (or more) away from its master."""
         if self.why:
             return self.why
         # Passive images' ends checked where they are (no list of every end is made:
@@ -188,7 +208,7 @@ class ShadowCheck:
         checked: set[tuple] = set()
         for expected in self._expected:
             key = expected.key
-            for start, cut, done in expected.ends():
+            for start, cut, done, across_cp in expected.ends():
                 seen = (key, start, cut, id(done))
                 if seen in checked:
                     continue
@@ -203,6 +223,7 @@ class ShadowCheck:
                         if end is None:
                             return f"a shadow of {key} ended where its master never did"
                         if abs(end - when) > SAME * max(1.0, abs(end), abs(when)):
+                            self.across_cp = across_cp
                             return (
                                 f"a shadow of {key} ended at {when:.9g} s, its master "
                                 f"at {end:.9g} s"
@@ -210,11 +231,12 @@ class ShadowCheck:
         self._expected.clear()
         for key, seen in self._shadow.items():
             ends = self._master.get(key, {})
-            for position, when in seen:
+            for position, when, across_cp in seen:
                 end = ends.get(position)
                 if end is None:
                     return f"a shadow of {key} ended where its master never did"
                 if not abs(end - when) <= SAME * max(1.0, abs(end), abs(when)):
+                    self.across_cp = across_cp
                     return f"a shadow of {key} ended at {when:.9g} s, its master at {end:.9g} s"
         return ""
 
@@ -225,9 +247,16 @@ class ExpectedEnds:
     back those after the instant it does, and its bundle's ends are heard as they come
     (:meth:`ShadowCheck.shadow`)."""
 
-    def __init__(self, key: tuple, what: str | Callable[[], str], registry: list[ExpectedEnds]):
+    def __init__(
+        self,
+        key: tuple,
+        what: str | Callable[[], str],
+        registry: list[ExpectedEnds],
+        across_cp: bool = False,
+    ):
         self.key = key
         self.what = what
+        self.across_cp = across_cp
         self.start = 0.0
         self.done: list[tuple[float, np.ndarray]] = []
         self.cut = math.inf
@@ -242,9 +271,10 @@ class ExpectedEnds:
         """Ends after ``after`` will not be."""
         self.cut = min(self.cut, after)
 
-    def ends(self) -> list[tuple[float, float, list[tuple[float, np.ndarray]]]]:
-        """(start, cut, done) of the call, as :meth:`ShadowCheck.settle` checks them."""
-        return [(self.start, self.cut, self.done)]
+    def ends(self) -> list[tuple[float, float, list[tuple[float, np.ndarray]], bool]]:
+        """(start, cut, done, across_cp) of the call, as :meth:`ShadowCheck.settle`
+        checks them."""
+        return [(self.start, self.cut, self.done, self.across_cp)]
 
 
 class ExpectedFamily:
@@ -258,10 +288,11 @@ class ExpectedFamily:
     on as a bundle (:meth:`retract`) has its own cut, and then every image of the
     family is listed, in order, as the records per image were."""
 
-    __slots__ = ("_registry", "cuts", "distinct", "dones", "key", "start")
+    __slots__ = ("_registry", "across_cp", "cuts", "distinct", "dones", "key", "start")
 
-    def __init__(self, key: tuple, registry: list):
+    def __init__(self, key: tuple, registry: list, across_cp: Sequence[bool] = ()):
         self.key = key
+        self.across_cp = across_cp  # per image (none given: every image False)
         self.start = 0.0
         self.dones: list[list[tuple[float, np.ndarray]]] = []
         self.distinct: list[int] = []
@@ -280,10 +311,14 @@ class ExpectedFamily:
         """Image ``i``'s ends after ``after`` will not be."""
         self.cuts[i] = min(self.cuts.get(i, math.inf), after)
 
-    def ends(self) -> list[tuple[float, float, list[tuple[float, np.ndarray]]]]:
-        """(start, cut, done) of each image that :meth:`ShadowCheck.settle` would not
-        skip as a repeat within the family (every image where one was cut)."""
+    def ends(self) -> list[tuple[float, float, list[tuple[float, np.ndarray]], bool]]:
+        """(start, cut, done, across_cp) of each image that :meth:`ShadowCheck.settle`
+        would not skip as a repeat within the family (every image where one was cut)."""
         start, dones, cuts = self.start, self.dones, self.cuts
+        apart = self.across_cp
         if not cuts:
-            return [(start, math.inf, dones[i]) for i in self.distinct]
-        return [(start, cuts.get(i, math.inf), done) for i, done in enumerate(dones)]
+            return [(start, math.inf, dones[i], bool(apart) and apart[i]) for i in self.distinct]
+        return [
+            (start, cuts.get(i, math.inf), done, bool(apart) and apart[i])
+            for i, done in enumerate(dones)
+        ]

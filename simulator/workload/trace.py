@@ -182,13 +182,18 @@ class Shadows:
     does the images of the master's point-to-point sends, so that the network carries
     every rank's traffic (see :class:`~simulator.workload.engine.WorkloadReplay`, which
     checks that the shadows end when their masters do). ``build()`` builds every rank's
-    ops."""
+    ops; ``tp_only()``, where CP ranks are shadowed too, the ops of every CP rank with
+    the TP ranks alone shadowed (what the replay runs where a CP rank does not end with
+    its master: a data-parallel ring on fewer channels than GPUs in a server enters each
+    server at the first few, so its positions, one CP rank apart, end at different times
+    (issue 31), while the TP shift still maps every ring onto its image, one rail on)."""
 
     count: int
     shift: tuple[int, ...]
     masters: frozenset[int]
     build: Callable[[], Workload] | None = field(default=None, compare=False, repr=False)
     more: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    tp_only: Callable[[], Workload] | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def _maps(self) -> tuple[np.ndarray, np.ndarray]:
@@ -229,6 +234,22 @@ class Shadows:
     def master_of(self) -> np.ndarray:
         """Per rank, the master it stands for (itself for a master)."""
         return self._maps[1]
+
+    @cached_property
+    def _tp_orbits(self) -> np.ndarray:
+        # Per rank, the least rank that powers of the TP shift alone reach from it.
+        shift = np.asarray(self.shift, dtype=np.int64)
+        identity = np.arange(len(shift), dtype=np.int64)
+        least, step = identity, shift
+        while not np.array_equal(step, identity):  # a permutation: back within its order
+            least, step = np.minimum(least, step), shift[step]
+        return least
+
+    def same_tp_group(self, a: int, b: int) -> bool:
+        """Whether ranks ``a`` and ``b`` are powers of ``shift`` apart (with TP shadows,
+        the same TP group's ranks), not apart by a further generator (a CP rank on)."""
+        orbits = self._tp_orbits
+        return bool(orbits[a] == orbits[b])
 
 
 @dataclass
