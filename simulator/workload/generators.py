@@ -1167,7 +1167,9 @@ def megatron(
         # Off by default although Transformer Engine 1.6 and later reduce over the
         # stage: the small all-reduce's tree schedule has no replica symmetry, so a
         # step replays every replica (5.7 times the CPU on DGX Cloud's GPT-3 175B at
-        # DP 4) for 0.9% of its time there (issue 31's session 2026-11-27).
+        # DP 4) for 0.9% of its time there (issue 31's session 2026-11-27). With
+        # amax_seconds the calls are waits and the replicas stay symmetric: ccsim
+        # validate --training turns it on so for the runs whose TE reduces so.
         amax_reduction = "off"
     if amax_reduction not in AMAX_REDUCTIONS:
         raise CcsimError(
