@@ -492,7 +492,15 @@ DGXC_HYDRA_FLASH2 = ("gpt3-175b", "nemotron4-340b")
 #: Versions"); 25.04 TE 2.x. NVIDIA's MLPerf submissions set their own amax handling
 #: (v3.1 and v4.0 reduce asynchronously and not over DP) and the long-sequence table's
 #: recipes were not read: they keep none.
-AMAX_STAGE_SOURCES = ("nvidia-dgxc-benchmarking", "nemo-performance-summary")
+AMAX_STAGE_SOURCES_READ = ("nvidia-dgxc-benchmarking", "nemo-performance-summary")
+#: The sources whose delayed-scaling rows validate runs with that all-reduce: none by
+#: default. Applied to all of :data:`AMAX_STAGE_SOURCES_READ`'s (63 rows, each call a
+#: wait of its time alone, :func:`amax_seconds`) it moves them by +0.0 to +1.9 points
+#: (44 closer, 19 further: the rows already slower than measured get slower), and the
+#: held-out median |error| from 4.84% to 4.90% (two rows cross it upward, none down;
+#: issue 31, session 2026-11-28, h52h), which the issue's rule does not allow: set it
+#: to AMAX_STAGE_SOURCES_READ once the rows' other misses are found.
+AMAX_STAGE_SOURCES: tuple[str, ...] = ()
 
 
 def _dgxc_hydra(entry: Mapping[str, Any]) -> bool:

@@ -1169,7 +1169,8 @@ def megatron(
         # step replays every replica (5.7 times the CPU on DGX Cloud's GPT-3 175B at
         # DP 4) for 0.9% of its time there (issue 31's session 2026-11-27). With
         # amax_seconds the calls are waits and the replicas stay symmetric: ccsim
-        # validate --training turns it on so for the runs whose TE reduces so.
+        # validate --training can run so the rows whose TE reduces so
+        # (validate.training.AMAX_STAGE_SOURCES; off: see there).
         amax_reduction = "off"
     if amax_reduction not in AMAX_REDUCTIONS:
         raise CcsimError(
