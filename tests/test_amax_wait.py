@@ -157,7 +157,7 @@ def test_delayed_scaling_rows_of_te_1_6_sources_reduce_over_the_stage(monkeypatc
         )
         assert stage == expected, run.id
         seen["stage" if stage else "none"] += 1
-    assert seen["stage"] == 63 and seen["none"] >= 200
+    assert seen["stage"] >= 60 and seen["none"] >= 200  # 63 and 243 at this commit
 
 
 def test_the_wait_matches_the_spanning_collective_in_a_pipelined_step():
