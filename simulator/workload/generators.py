@@ -793,6 +793,7 @@ def megatron(
     p2p_streams: str | None = None,
     p2p_send_wait: bool | None = None,
     amax_reduction: str | None = None,
+    amax_seconds: tuple[float, float] | None = None,
     host_op_s: float = HOST_OP_S,
     cuda_graphs: tuple[str, ...] = (),
     fsdp_communication_unit: float | None = None,
@@ -992,6 +993,13 @@ def megatron(
     the TP group with tp_only_amax_red: "tp"). It is off by default for the CPU it
     costs: its small all-reduce's tree breaks the replicas' symmetry (see
     :mod:`~simulator.workload.replicas`).
+    ``amax_seconds`` (forward, backward), with ``amax_reduction`` on: each of those
+    all-reduces runs as a wait of that many seconds on the compute stream instead of a
+    collective over the group: the call's time alone on the cluster, which the caller
+    measures on its topology (:func:`~simulator.validate.training.amax_seconds`). That
+    is the collective's time in the step where every member reaches it at once (the
+    replicas, TP and CP ranks of a stage run the same passes) and its few hundred bytes
+    do not feel the other traffic; it keeps the replicas' symmetry.
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -1165,7 +1173,10 @@ def megatron(
         # Off by default although Transformer Engine 1.6 and later reduce over the
         # stage: the small all-reduce's tree schedule has no replica symmetry, so a
         # step replays every replica (5.7 times the CPU on DGX Cloud's GPT-3 175B at
-        # DP 4) for 0.9% of its time there (issue 31's session 2026-11-27).
+        # DP 4) for 0.9% of its time there (issue 31's session 2026-11-27). With
+        # amax_seconds the calls are waits and the replicas stay symmetric: ccsim
+        # validate --training can run so the rows whose TE reduces so
+        # (validate.training.AMAX_STAGE_SOURCES; off: see there).
         amax_reduction = "off"
     if amax_reduction not in AMAX_REDUCTIONS:
         raise CcsimError(
@@ -1174,6 +1185,15 @@ def megatron(
         )
     if amax_reduction != "off" and not (precision == "fp8" and fp8_recipe == "delayed"):
         amax_reduction = "off"  # only delayed scaling keeps amaxes to reduce
+    if amax_seconds is not None and (
+        isinstance(amax_seconds, str)
+        or len(amax_seconds) != 2
+        or not all(isinstance(x, (int, float)) and 0 <= x < math.inf for x in amax_seconds)
+    ):
+        raise CcsimError(
+            "amax_seconds must be two times in seconds, (forward, backward), each >= 0, "
+            f"not {amax_seconds!r}"
+        )
 
     def p2p_stream(*, send: bool, forward: bool) -> str:
         """The stream of a pipeline send or receive (see :data:`P2P_STREAMS`)."""
@@ -1716,17 +1736,18 @@ def megatron(
             dp_groups[(stage, t)] = b.group(f"dp.s{stage}.t{t}", "DP", members)
     # Delayed scaling's amax all-reduce: over each stage's TP x DP x CP ranks (in rank
     # order: a replica's ranks, then the next replica's), or each TP group.
-    amax_groups: dict[tuple, str] = {}
+    # With amax_seconds the call is a timed wait (None here): no group spans the replicas.
+    amax_groups: dict[tuple, str | None] = {}
     if amax_reduction == "stage" and tp * dp * cp > 1:
         for stage in range(pp):
             members = [
                 rank_of(stage, d, t, q) for d in range(dp) for q in range(cp) for t in range(tp)
             ]
-            group = b.group(f"amax.s{stage}", "DP", members)
+            group = None if amax_seconds else b.group(f"amax.s{stage}", "DP", members)
             for d, q in itertools.product(range(dp), range(cp)):
                 amax_groups[(stage, d, q)] = group
     elif amax_reduction == "tp" and tp > 1:
-        amax_groups = tp_groups
+        amax_groups = {key: None for key in tp_groups} if amax_seconds else dict(tp_groups)
     # Tied embeddings (GPT's; Megatron-LM's default, share_embeddings_and_output_weights):
     # the first stage's input embedding and the last stage's output layer are one weight,
     # whose gradients Megatron all-reduces between those two stages once the DP reduction
@@ -2223,7 +2244,19 @@ def megatron(
                             )
                         )
                 amax_group = amax_groups.get((stage, d, q))
-                if amax_group is not None and chunk:
+                if (stage, d, q) in amax_groups and chunk and amax_seconds:
+                    after = [
+                        b.op(
+                            f"r{r}.amax.{tag}",
+                            r,
+                            "compute",
+                            after,
+                            duration=amax_seconds[0 if forward else 1],
+                            stream="compute",
+                            label=f"fp8 amax {'fwd' if forward else 'bwd'} mb {i}",
+                        )
+                    ]
+                elif amax_group is not None and chunk:
                     # Transformer Engine reduces the pass's amaxes as the chunk's fp8
                     # region ends (fp8_autocast exit) and as its first fp8 module's
                     # backward ends, a blocking all-reduce the compute stream waits for
