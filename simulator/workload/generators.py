@@ -1658,6 +1658,16 @@ def megatron(
     # start: the gathers go first on the DP stream and each chunk's first forward waits
     # for its own buckets' (megatron/core/distributed/param_and_grad_buffer.py).
     gathers_overlapped = bool(overlap_param_gather) and sharded and not sharded_weights
+    # With fp8 weights (one-byte Float8Tensor parameters: a uint8 buffer beside the
+    # bf16 one), Megatron-Core merges every bf16 bucket of a model chunk (its input
+    # embedding, output layer and norms) into the chunk's last fp8 bucket group, the one
+    # of its first layers (partition_buckets, case 3,
+    # megatron/core/distributed/param_and_grad_buffer.py lines 860-960 at core_v0.14.0):
+    # the output layer is then gathered with the chunk's first layers, before its first
+    # forward, instead of last; its gradients are reduced with the embedding's at the end
+    # either way here. (The norms' bytes stay with their layers: a few KiB.) MXFP8
+    # weights are gathered in bf16 (no uint8 buffer: each bucket its own group).
+    merged_vocab = param_bytes == 1
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}" + (f"-cp{cp}" if cp > 1 else ""),
         ranks,
@@ -1914,10 +1924,11 @@ def megatron(
                     if gathered:
                         params = piece_params
                         # The embedding before the first piece, the output layer
-                        # after the last.
+                        # after the last (with fp8 weights, before the first too:
+                        # merged_vocab).
                         if n == 0 and here == 0:
                             params += vocab_matrix
-                        if n == len(pieces) - 1 and here == pp * v - 1:
+                        if here == pp * v - 1 and n == (0 if merged_vocab else len(pieces) - 1):
                             params += output_matrix * vocab_matrix
                         deps.append(
                             b.op(
