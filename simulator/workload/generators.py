@@ -1044,7 +1044,10 @@ def megatron(
     weights are then kept and gathered in fp8, one byte each (bf16 with ``fp8_recipe``
     "mxfp8": Megatron gathers MXFP8 weights in bf16 into the gradient buffer and
     quantizes them after, ``reuse_grad_buf_for_mxfp8_param_ag``,
-    megatron/core/distributed/param_and_grad_buffer.py). ``fp8_recipe`` is Transformer
+    megatron/core/distributed/param_and_grad_buffer.py). With one-byte weights Megatron
+    gathers a model chunk's bf16 ones (embedding, output layer) with the bucket of its
+    first layers (``partition_buckets``), so an overlapped gather brings the output
+    layer before the chunk's first forward. ``fp8_recipe`` is Transformer
     Engine's scaling (:data:`~simulator.workload.model.FP8_RECIPES`): "tensorwise"
     (per-tensor current scaling, Megatron-Bridge's default on every GPU,
     src/megatron/bridge/training/mixed_precision.py), "delayed" (Megatron-LM's and NeMo
