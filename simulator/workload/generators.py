@@ -2194,13 +2194,17 @@ def megatron(
                             )
                         )
                     if last and overlap_grad_reduce and replicas > 1:
-                        # Megatron fills buckets from the last layer back; the
-                        # embedding's gradients come with the last bucket.
+                        # Megatron fills buckets from the last parameter back
+                        # (_ParamAndGradBuffer walks params[::-1]): the output layer,
+                        # registered last, is bucket 0, reduced first, and the
+                        # embedding's gradients come with the last bucket; with fp8
+                        # weights the output layer's bucket joins the last group
+                        # (merged_vocab), reduced at the end.
                         grads = piece_params
-                        if n == len(pieces) - 1:
-                            grads += (
-                                int(here == 0) + output_matrix * int(here == pp * v - 1)
-                            ) * vocab_matrix
+                        if n == len(pieces) - 1 and here == 0:
+                            grads += vocab_matrix
+                        if here == pp * v - 1 and n == (len(pieces) - 1 if merged_vocab else 0):
+                            grads += output_matrix * vocab_matrix
                         if piece_experts and edp is not None:
                             experts_reduced = True
                             reduces.append(

@@ -1,9 +1,12 @@
-"""Megatron-Core's bucket groups with fp8 weights: every bf16 bucket of a model chunk
-(embedding, output layer, norms) joins the chunk's last fp8 bucket group, the one of its
-first layers (``partition_buckets``, case 3, megatron/core/distributed/
-param_and_grad_buffer.py lines 860-960 at core_v0.14.0), so the output layer is gathered
-before the first forward rather than after the last layer. Worked by hand from Llama 3
-8B's shapes, one layer a bucket (MLPerf v5.1's 134,217,728-parameter buckets)."""
+"""Where Megatron-Core gathers and reduces the vocabulary matrices. Buckets are filled
+from the last parameter back (``_ParamAndGradBuffer`` walks ``params[::-1]``): the output
+layer, registered last, is bucket 0, its gradients reduced first and its weights gathered
+last; the embedding comes with the last bucket. With fp8 weights every bf16 bucket of a
+model chunk (embedding, output layer, norms) joins the chunk's last fp8 bucket group, the
+one of its first layers (``partition_buckets``, case 3): the output layer is gathered
+before the first forward and reduced at the end (megatron/core/distributed/
+param_and_grad_buffer.py lines 628-650 and 860-960 at core_v0.14.0). Worked by hand from
+Llama 3 8B's shapes, one layer a bucket (MLPerf v5.1's 134,217,728-parameter buckets)."""
 
 import pytest
 
@@ -17,9 +20,10 @@ VOCAB_MATRIX = 128256 * 4096  # the input embedding, and the untied output layer
 NORMS = 2 * 4096  # a layer's two RMSNorm weights
 
 
-def parameter_gathers(**options):
-    """Rank 0's overlapped DP parameter all-gathers of Llama 3 8B at CP 2 x DP 16, one
-    micro-batch, in the order they are issued (the MLPerf v5.1 8B runs' layout)."""
+def dp_calls(op_name, **options):
+    """Rank 0's overlapped DP ``op_name`` calls' bytes (parameter all-gathers, gradient
+    reduce-scatters) of Llama 3 8B at CP 2 x DP 16, one micro-batch, bf16 gradients, in
+    the order they are issued (the MLPerf v5.1 8B runs' layout)."""
     workload = megatron(
         "llama3-8b",
         tp=1,
@@ -40,8 +44,18 @@ def parameter_gathers(**options):
     return [
         op.nbytes
         for op in workload.ops
-        if op.rank == 0 and op.kind == "collective" and op.op == "all_gather" and op.stream == "dp"
+        if op.rank == 0 and op.kind == "collective" and op.op == op_name and op.stream == "dp"
     ]
+
+
+def parameter_gathers(**options):
+    """The DP parameter all-gathers' bytes (:func:`dp_calls`)."""
+    return dp_calls("all_gather", **options)
+
+
+def gradient_reduces(**options):
+    """The DP gradient reduce-scatters' bytes (:func:`dp_calls`), bf16: 2 bytes each."""
+    return dp_calls("reduce_scatter", **options)
 
 
 def _layer_bytes(gathers, per_param):
@@ -86,3 +100,23 @@ def test_the_bytes_gathered_are_conserved():
     """Moving the output layer changes which gather carries it, not what a step moves."""
     fp8 = parameter_gathers(fp8_param_gather=True)
     assert sum(fp8) == pytest.approx(2 * VOCAB_MATRIX * 2 + 32 * _layer_bytes(fp8, 1))
+
+
+def test_bf16_weights_reduce_the_output_layer_first():
+    """bf16 weights: the output layer's gradients go with the first reduce-scatter (bucket
+    0), the embedding's with the last; the layers' in between, 2 bytes each."""
+    reduces = gradient_reduces(fp8_param_gather=False)
+    assert len(reduces) == 32
+    layer = _layer_bytes(reduces, 2)
+    assert reduces[0] == pytest.approx(VOCAB_MATRIX * 2 + layer)
+    assert reduces[-1] == pytest.approx(VOCAB_MATRIX * 2 + layer)
+
+
+def test_fp8_weights_reduce_both_vocabulary_matrices_last():
+    """fp8 weights: the merged group (first layers, embedding, output layer) is reduced
+    once all its gradients are ready, at the end of the backward."""
+    reduces = gradient_reduces(fp8_param_gather=True)
+    layer = _layer_bytes(reduces, 2)
+    assert reduces[0] == pytest.approx(layer)
+    assert reduces[-1] == pytest.approx(2 * VOCAB_MATRIX * 2 + layer)
+    assert sum(reduces) == pytest.approx(sum(gradient_reduces(fp8_param_gather=False)))
