@@ -468,19 +468,21 @@ def test_overlap_grad_reduce_hides_all_but_the_last_bucket():
     """DP 2 on a 2-GPU ring at 1 TB/s (a ring all-reduce of X bytes takes X / 1 TB/s).
     SMALL's layers hold 12.6M parameters, so Megatron's 40M-parameter buckets are 4
     layers: the last backward runs as two buckets of 4 layers (the first with the
-    logits' backward) and the first bucket's all-reduce (4 layers x 4 bytes of fp32
-    gradients, 0.2 ms) hides behind the second bucket's backward (0.8 ms); only the last
-    bucket (4 layers, the embedding and the untied output layer) is left after the
-    backward. So the step shrinks by exactly the first bucket's all-reduce, and the same
-    bytes are reduced."""
+    logits' backward). Megatron fills buckets from the last parameter back
+    (param_and_grad_buffer.py lines 628-650 at core_v0.14.0), so the untied output layer
+    goes with the first bucket, whose all-reduce (4 layers and the output layer x 4 bytes
+    of fp32 gradients, 0.33 ms) hides behind the second bucket's backward (0.8 ms); only
+    the last bucket (4 layers and the embedding) is left after the backward. So the step
+    shrinks by exactly the first bucket's all-reduce, and the same bytes are reduced."""
     plain = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4)
     overlap = megatron(SMALL, tp=1, pp=1, dp=2, global_batch=4, overlap_grad_reduce=True)
 
     def reduced(workload):
         return [op.nbytes for op in _collectives(workload, 0) if op.label.startswith("DP")]
 
-    first = 4 * SMALL.layer_params * 4
-    last = (4 * SMALL.layer_params + 2 * SMALL.vocab * SMALL.hidden) * 4
+    first = (4 * SMALL.layer_params + SMALL.vocab * SMALL.hidden) * 4
+    last = (4 * SMALL.layer_params + SMALL.vocab * SMALL.hidden) * 4
+    assert first / 1e12 < 0.8e-3  # hidden behind the second bucket's backward
     assert reduced(overlap) == [first, last]
     assert sum(reduced(plain)) == first + last
     graph = _priced_ring(2, 1e12)

@@ -1055,7 +1055,10 @@ def megatron(
     weights are then kept and gathered in fp8, one byte each (bf16 with ``fp8_recipe``
     "mxfp8": Megatron gathers MXFP8 weights in bf16 into the gradient buffer and
     quantizes them after, ``reuse_grad_buf_for_mxfp8_param_ag``,
-    megatron/core/distributed/param_and_grad_buffer.py). ``fp8_recipe`` is Transformer
+    megatron/core/distributed/param_and_grad_buffer.py). With one-byte weights Megatron
+    gathers a model chunk's bf16 ones (embedding, output layer) with the bucket of its
+    first layers (``partition_buckets``), so an overlapped gather brings the output
+    layer before the chunk's first forward. ``fp8_recipe`` is Transformer
     Engine's scaling (:data:`~simulator.workload.model.FP8_RECIPES`): "tensorwise"
     (per-tensor current scaling, Megatron-Bridge's default on every GPU,
     src/megatron/bridge/training/mixed_precision.py), "delayed" (Megatron-LM's and NeMo
@@ -1685,6 +1688,16 @@ def megatron(
     # start: the gathers go first on the DP stream and each chunk's first forward waits
     # for its own buckets' (megatron/core/distributed/param_and_grad_buffer.py).
     gathers_overlapped = bool(overlap_param_gather) and sharded and not sharded_weights
+    # With fp8 weights (one-byte Float8Tensor parameters: a uint8 buffer beside the
+    # bf16 one), Megatron-Core merges every bf16 bucket of a model chunk (its input
+    # embedding, output layer and norms) into the chunk's last fp8 bucket group, the one
+    # of its first layers (partition_buckets, case 3,
+    # megatron/core/distributed/param_and_grad_buffer.py lines 860-960 at core_v0.14.0):
+    # the output layer is then gathered with the chunk's first layers, before its first
+    # forward, instead of last; its gradients are reduced with the embedding's at the end
+    # either way here. (The norms' bytes stay with their layers: a few KiB.) MXFP8
+    # weights are gathered in bf16 (no uint8 buffer: each bucket its own group).
+    merged_vocab = param_bytes == 1
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}" + (f"-cp{cp}" if cp > 1 else ""),
         ranks,
@@ -1942,10 +1955,11 @@ def megatron(
                     if gathered:
                         params = piece_params
                         # The embedding before the first piece, the output layer
-                        # after the last.
+                        # after the last (with fp8 weights, before the first too:
+                        # merged_vocab).
                         if n == 0 and here == 0:
                             params += vocab_matrix
-                        if n == len(pieces) - 1 and here == pp * v - 1:
+                        if here == pp * v - 1 and n == (0 if merged_vocab else len(pieces) - 1):
                             params += output_matrix * vocab_matrix
                         deps.append(
                             b.op(
@@ -2208,13 +2222,17 @@ def megatron(
                             )
                         )
                     if last and overlap_grad_reduce and replicas > 1:
-                        # Megatron fills buckets from the last layer back; the
-                        # embedding's gradients come with the last bucket.
+                        # Megatron fills buckets from the last parameter back
+                        # (_ParamAndGradBuffer walks params[::-1]): the output layer,
+                        # registered last, is bucket 0, reduced first, and the
+                        # embedding's gradients come with the last bucket; with fp8
+                        # weights the output layer's bucket joins the last group
+                        # (merged_vocab), reduced at the end.
                         grads = piece_params
-                        if n == len(pieces) - 1:
-                            grads += (
-                                int(here == 0) + output_matrix * int(here == pp * v - 1)
-                            ) * vocab_matrix
+                        if n == len(pieces) - 1 and here == 0:
+                            grads += vocab_matrix
+                        if here == pp * v - 1 and n == (len(pieces) - 1 if merged_vocab else 0):
+                            grads += output_matrix * vocab_matrix
                         if piece_experts and edp is not None:
                             experts_reduced = True
                             reduces.append(
