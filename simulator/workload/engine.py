@@ -142,6 +142,11 @@ class _ComputeEnd(simpy.Event):
         self.armed = [callback]
 
 
+#: Op kinds by number in the replay's per-op table (``_kind_of``): compute, a
+#: collective call, a side of a send/recv pair.
+_COMPUTE, _CALL, _SIDE = 0, 1, 2
+
+
 #: Members of a call up to which their start times are written one by one: a numpy
 #: assignment through a list of indices costs more than a few scalar writes.
 _FEW = 16
@@ -525,6 +530,12 @@ class WorkloadReplay:
         ops = workload.ops
         n = len(ops)
         self.records = OpRecord(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+        # The records written one op at a time through views of their memory: a store
+        # into a memoryview costs about half a numpy scalar store, the same double in
+        # the same array (read as it runs by a watch, simulator.workload.steady).
+        self._issue_at = memoryview(self.records.issue_s)
+        self._start_at = memoryview(self.records.start_s)
+        self._end_at = memoryview(self.records.end_s)
         # Per-op bookkeeping in Python lists, not numpy arrays: it is read and written
         # one element at a time, several times per op, where a numpy scalar costs more.
         # An op is issued once it waits for nothing: ``_waits[i]`` counts its deps not
@@ -555,6 +566,10 @@ class WorkloadReplay:
                 waits[op.index] += 1
             self._stream_of[op.index] = sid
         self._waits = waits
+        # Each op's kind as a small number (_COMPUTE, _CALL, _SIDE), read without
+        # reaching the op's object: a call's and a pair's issue need only their number.
+        codes = {"compute": _COMPUTE, "collective": _CALL}
+        self._kind_of = bytes(codes.get(op.kind, _SIDE) for op in ops)
         # Ends of compute ops: one reused event per stream (_ComputeEnd), and the next
         # compute op on a stream started straight from the end of the one before it
         # where nothing else held it back (_compute_end). Only without comm_slowdown,
@@ -777,12 +792,11 @@ class WorkloadReplay:
         """Issue op ``index``, which waits for nothing (its deps are done and so is the
         op before it on its stream): compute starts; a call launches once every member
         has issued it, a send/recv pair once both sides have."""
-        self.records.issue_s[index] = self.env._now  # (SimPy's clock, without a call)
-        op = self.workload.ops[index]
-        kind = op.kind
-        if kind == "compute":
-            self._start_compute(op)
-        elif kind == "collective":
+        self._issue_at[index] = self.env._now  # (SimPy's clock, without a call)
+        kind = self._kind_of[index]
+        if kind == _COMPUTE:
+            self._start_compute(self.workload.ops[index])
+        elif kind == _CALL:
             k = self._instance_of[index]
             left = self._members_left[k] - 1
             self._members_left[k] = left
@@ -798,7 +812,7 @@ class WorkloadReplay:
     def _finish(self, index: int) -> None:
         """Op ``index`` is done: the op after it on its stream, then the ops that
         depend on it (in order), are issued where they now wait for nothing."""
-        self.records.end_s[index] = self.env._now
+        self._end_at[index] = self.env._now
         self._done += 1
         waits = self._waits
         after = self._next_on_stream[index]
@@ -835,7 +849,7 @@ class WorkloadReplay:
         return 1.0 - self.comm_slowdown if self._comm_active[rank] else 1.0
 
     def _start_compute(self, op: Op) -> None:
-        self.records.start_s[op.index] = self.env.now
+        self._start_at[op.index] = self.env._now
         work = self._work(op)
         if self.compute_scale is not None:  # a straggler or jitter (faults)
             work *= self.compute_scale(op.rank, op.index, self.env.now)
@@ -868,23 +882,18 @@ class WorkloadReplay:
         ``compute_scale`` call at the same time. Otherwise finish it the general way."""
         index = event.index
         after = self._next_on_stream[index]
-        if after >= 0:
-            op = self.workload.ops[after]
-            if op.kind == "compute":
-                successors = self._successors[index]
-                waits = self._waits
-                # (Its waits: this op as its stream's predecessor, and as each dep.)
-                if waits[after] == len(successors) + 1 and all(
-                    succ == after for succ in successors
-                ):
-                    now = self.env._now
-                    records = self.records
-                    records.end_s[index] = now
-                    self._done += 1
-                    waits[after] = 0
-                    records.issue_s[after] = now
-                    self._start_compute(op)
-                    return
+        if after >= 0 and self._kind_of[after] == _COMPUTE:
+            successors = self._successors[index]
+            waits = self._waits
+            # (Its waits: this op as its stream's predecessor, and as each dep.)
+            if waits[after] == len(successors) + 1 and all(succ == after for succ in successors):
+                now = self.env._now
+                self._end_at[index] = now
+                self._done += 1
+                waits[after] = 0
+                self._issue_at[after] = now
+                self._start_compute(self.workload.ops[after])
+                return
         self._finish(index)
 
     def _compute_done(self, rank: int, job: _Compute, generation: int) -> None:
@@ -919,13 +928,13 @@ class WorkloadReplay:
         members = self.workload.instances[k]
         first = self.workload.ops[members[0]]
         group = self.workload.groups[first.group]
-        now = self.env.now
-        start_s = self.records.start_s
+        now = self.env._now
         if len(members) <= _FEW:
+            start_at = self._start_at
             for index in members:
-                start_s[index] = now
+                start_at[index] = now
         else:
-            start_s[members] = now
+            self.records.start_s[members] = now
         ranks = group.ranks
         if len(ranks) == 1 or first.nbytes == 0:
             for index in members:
@@ -1404,9 +1413,9 @@ class WorkloadReplay:
         send, recv = self.workload.pairs[k]
         src, dst = self.workload.ops[send].rank, self.workload.ops[recv].rank
         now = self.env.now
-        start_s = self.records.start_s
-        start_s[send] = now
-        start_s[recv] = now
+        start_at = self._start_at
+        start_at[send] = now
+        start_at[recv] = now
         nbytes = self.workload.ops[send].nbytes
         if self.comm_slowdown:
             self._set_comm([src, dst], +1)

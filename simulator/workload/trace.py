@@ -402,16 +402,23 @@ def trusted_workload(
     origin: str | None = None,
     replicas: Replicas | None = None,
     shadows: Shadows | None = None,
+    ids: dict[str, int] | None = None,
 ) -> Workload:
     """The :class:`Workload` of a generator's ``ops`` (made by :func:`trusted_op`, in
     order, each op's ``deps`` given by id): what :func:`parse_workload` builds with
     ``trusted``, without going through the trace format's plain data (``data`` gives
     the name, description, ranks and groups only; its ``ops`` are not read). Calls
-    are matched as always."""
+    are matched as always. ``ids``: each op's index by id where the caller has it
+    (ops whose ``deps`` entry is None keep the deps they hold)."""
     origin = data["name"] if origin is None else origin
     if groups is None:
         groups = _parse_groups(data.get("groups", {}), data["ranks"], origin)
-    ids = {op.id: op.index for op in ops}
+    if ids is None:
+        ids = {op.id: op.index for op in ops}
+    elif len(ids) != len(ops):
+        # (The caller's deps already resolved would name the first of several ops with
+        # an id, where a table made here names the last; parse_workload refuses them.)
+        raise WorkloadError(f"{origin}: {len(ops) - len(ids)} op ids used more than once")
     get = ids.__getitem__
     if len(deps) != len(ops):
         raise ValueError(f"{len(ops)} ops and {len(deps)} lists of deps")  # (zip's strict)
@@ -663,8 +670,11 @@ def trusted_op(
     GEMM and attention lists become one tuple, and equal labels, tags and non-zero sizes
     one object (:func:`_shared_values`)."""
     get = fields.get
-    # (The table's bound method: no Python frame a value, millions of ops.)
-    one = _shared_values(gemm_cache).setdefault
+    # (The table's bound method, kept in the cache: no Python frame a value, millions
+    # of ops.)
+    one = gemm_cache.get(_SHARED_SET)
+    if one is None:
+        one = gemm_cache[_SHARED_SET] = _shared_values(gemm_cache).setdefault
     label = str(get("label", ""))
     op = Op(
         index,
@@ -681,7 +691,11 @@ def trusted_op(
             op.duration = parse_time(fields["duration"], field=f"{where()} duration")
         else:
             op.flops = float(get("flops", 0.0))
-            size = _trusted_size(get("bytes", 0), op, origin)
+            size = get("bytes", 0)
+            if type(size) in _PLAIN and _isfinite(size):  # (_trusted_size's fast path)
+                size = float(size)
+            else:
+                size = _trusted_size(size, op, origin)
             op.mem_bytes = one(size, size) if size else size
             gemms = get("gemms")
             if gemms is not None:
@@ -696,14 +710,22 @@ def trusted_op(
     elif kind == "collective":
         op.op = str(get("op", ""))
         op.group = str(get("group", ""))
-        size = _trusted_size(get("bytes", 0), op, origin)
+        size = get("bytes", 0)
+        if type(size) in _PLAIN and _isfinite(size):  # (_trusted_size's fast path)
+            size = float(size)
+        else:
+            size = _trusted_size(size, op, origin)
         op.nbytes = one(size, size) if size else size
         op.algorithm = get("algorithm")
         op.chunks = int(get("chunks", 1))
         op.channels = int(get("channels", 1))
     else:
         op.peer = fields["peer"]
-        size = _trusted_size(get("bytes", 0), op, origin)
+        size = get("bytes", 0)
+        if type(size) in _PLAIN and _isfinite(size):  # (_trusted_size's fast path)
+            size = float(size)
+        else:
+            size = _trusted_size(size, op, origin)
         op.nbytes = one(size, size) if size else size
         tag = str(get("tag", ""))
         op.tag = one(tag, tag) if tag else tag
@@ -711,8 +733,9 @@ def trusted_op(
 
 
 #: The key of :func:`_shared_values`'s table in a workload's cache (an object no other
-#: key equals: the cache's keys are ids, tuples and this).
+#: key equals: the cache's keys are ids, tuples and this), and of its ``setdefault``.
 _SHARED = object()
+_SHARED_SET = object()
 
 
 def _shared_values(cache: dict[Any, Any]) -> dict[str | float, str | float]:
@@ -733,6 +756,12 @@ def _shared_values(cache: dict[Any, Any]) -> dict[str | float, str | float]:
     if table is None:
         table = cache[_SHARED] = {}
     return table
+
+
+#: Types of a size taken as it is (:func:`_trusted_size`'s fast path, inlined in
+#: :func:`trusted_op`).
+_PLAIN = (int, float)
+_isfinite = math.isfinite
 
 
 def _trusted_size(value: Any, op: Op, origin: str) -> float:
