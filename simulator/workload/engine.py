@@ -543,33 +543,42 @@ class WorkloadReplay:
         # run in trace order, so "the stream is free for it" is "its predecessor there
         # is done"); the op that ends a wait issues it (_finish), as soon as the count
         # is 0, so no op is looked at again before it can run.
-        waits: list[int] = [len(op.deps) for op in ops]
-        self._successors: list[list[int]] = [[] for _ in ops]
-        for op in ops:
-            for dep in op.deps:
-                self._successors[dep].append(op.index)
+        #
         # Each (rank, stream) by number: its first op (issued at the start once it waits
-        # for no dep), each op's stream and the op after it there (-1: the last).
+        # for no dep), each op's stream and the op after it there (-1: the last). Each
+        # op's kind as a small number (_COMPUTE, _CALL, _SIDE), read without reaching
+        # the op's object: a call's and a pair's issue need only their number. (One
+        # pass over the ops for all of them.)
+        waits: list[int] = [0] * n
+        successors: list[list[int]] = [[] for _ in ops]
         stream_ids: dict[tuple[int, str], int] = {}
-        self._stream_heads: list[int] = []
-        self._stream_of: list[int] = [0] * n
-        self._next_on_stream: list[int] = [-1] * n
+        heads: list[int] = []
+        stream_of: list[int] = [0] * n
+        next_on_stream: list[int] = [-1] * n
         last: list[int] = []
+        kinds = bytearray(n)
+        codes = {"compute": _COMPUTE, "collective": _CALL}
         for op in ops:
+            index, deps = op.index, op.deps
+            for dep in deps:
+                successors[dep].append(index)
             sid = stream_ids.setdefault((op.rank, op.stream), len(stream_ids))
             if sid == len(last):
-                self._stream_heads.append(op.index)
-                last.append(op.index)
+                heads.append(index)
+                last.append(index)
+                waits[index] = len(deps)
             else:
-                self._next_on_stream[last[sid]] = op.index
-                last[sid] = op.index
-                waits[op.index] += 1
-            self._stream_of[op.index] = sid
+                next_on_stream[last[sid]] = index
+                last[sid] = index
+                waits[index] = len(deps) + 1
+            stream_of[index] = sid
+            kinds[index] = codes.get(op.kind, _SIDE)
         self._waits = waits
-        # Each op's kind as a small number (_COMPUTE, _CALL, _SIDE), read without
-        # reaching the op's object: a call's and a pair's issue need only their number.
-        codes = {"compute": _COMPUTE, "collective": _CALL}
-        self._kind_of = bytes(codes.get(op.kind, _SIDE) for op in ops)
+        self._successors = successors
+        self._stream_heads = heads
+        self._stream_of = stream_of
+        self._next_on_stream = next_on_stream
+        self._kind_of = bytes(kinds)
         # Ends of compute ops: one reused event per stream (_ComputeEnd), and the next
         # compute op on a stream started straight from the end of the one before it
         # where nothing else held it back (_compute_end). Only without comm_slowdown,
