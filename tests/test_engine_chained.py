@@ -242,3 +242,42 @@ def test_pipeline_steps_run_alike(options):
     finished = _finished(replay)
     replay.run()
     assert len(finished) < len(workload.ops)  # some compute ops started from the last
+
+
+@pytest.mark.parametrize("chained", [True, False])
+def test_an_op_waits_for_its_stream_and_each_of_its_deps_however_listed(chained):
+    """Hand-worked timeline (durations 1, 2, 3 ms: sums exact enough to compare with
+    ``==`` after the same additions). Rank 0's "main" stream runs c0 (1 ms), then c1,
+    which depends on c0 (also its stream predecessor) and twice on s0 (3 ms, on the
+    "side" stream): c1 is issued when s0 ends, at 3 ms, not at c0's end nor after s0's
+    first listing; c2, which waits for its stream only, follows c1 at 5 ms. s1 waits
+    for c0 (done at 1 ms) and for s0 before it on "side": issued at 3 ms too, before
+    c1 (an op's end issues the next op on its stream first, then its dependants)."""
+    ms = 1e-3
+    ops = [
+        {"id": "c0", "rank": 0, "kind": "compute", "duration": 1 * ms, "stream": "main"},
+        {"id": "s0", "rank": 0, "kind": "compute", "duration": 3 * ms, "stream": "side"},
+        {"id": "c1", "rank": 0, "kind": "compute", "duration": 2 * ms, "stream": "main",
+         "deps": ["c0", "s0", "s0"]},
+        {"id": "c2", "rank": 0, "kind": "compute", "duration": 1 * ms, "stream": "main"},
+        {"id": "s1", "rank": 0, "kind": "compute", "duration": 1 * ms, "stream": "side",
+         "deps": ["c0"]},
+    ]  # fmt: skip
+    workload = load_workload({"format": "ccsim-workload/1", "name": "waits", "ranks": 1,
+                              "ops": ops})  # fmt: skip
+    replay = WorkloadReplay(workload, ring_graph(2, 100e9, 0.0), chained=chained)
+    issued: list[str] = []
+    general = replay._start_compute
+
+    def start(op) -> None:
+        issued.append(op.id)
+        general(op)
+
+    replay._start_compute = start  # type: ignore[method-assign]
+    run = replay.run()
+    assert run.records.issue_s.tolist() == [0.0, 0.0, 3 * ms, 3 * ms + 2 * ms, 3 * ms]
+    assert run.records.end_s.tolist() == [
+        1 * ms, 3 * ms, 3 * ms + 2 * ms, (3 * ms + 2 * ms) + 1 * ms, 3 * ms + 1 * ms,
+    ]  # fmt: skip
+    # At 3 ms s0's end issues its stream's next (s1) before its dependants (c1).
+    assert issued == ["c0", "s0", "s1", "c1", "c2"]

@@ -3,6 +3,7 @@ pause of Python's garbage collection while run_jobs builds them (issue 34's spee
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 import weakref
@@ -10,7 +11,9 @@ import weakref
 import numpy as np
 
 from simulator.workload import load_workload
-from simulator.workload.jobs import collections_frozen, collections_paused, merge_jobs
+from simulator.workload.jobs import _job_ops, collections_frozen, collections_paused, merge_jobs
+from simulator.workload.kernels import Attention, Gemm
+from simulator.workload.trace import Op
 
 
 def send_step():
@@ -35,12 +38,17 @@ def send_step():
     )
 
 
+def _fields(op: Op) -> dict:
+    """Every field of ``op`` by name (ops are slotted: no ``vars``)."""
+    return {f.name: getattr(op, f.name) for f in dataclasses.fields(op)}
+
+
 def test_the_second_job_s_ops_move_by_its_offset_and_onto_its_gpus():
     """Job B (second, 5 ops after A's) on GPUs 6 and 3: its op k is merged op 5 + k, its
     ids and group are prefixed, its ranks and peers are its GPUs, its deps move by 5;
     job A's keep their indices; the jobs' own ops are left as they were."""
     step = send_step()
-    before = [dict(vars(op)) for op in step.ops]
+    before = [_fields(op) for op in step.ops]
     merged = merge_jobs([step, step], [np.array([0, 1]), np.array([6, 3])], ["A", "B"], 8)
     rows = [(op.index, op.id, op.rank, op.deps, op.group, op.peer) for op in merged.ops]
     assert rows == [
@@ -57,12 +65,28 @@ def test_the_second_job_s_ops_move_by_its_offset_and_onto_its_gpus():
     ]
     assert merged.groups["B/dp"].ranks == [6, 3]
     assert merged.pairs == [(1, 2), (6, 7)]
-    assert [dict(vars(op)) for op in step.ops] == before
+    assert [_fields(op) for op in step.ops] == before
     # Everything else an op holds is its job's.
     assert all(
         merged.ops[5 + k].nbytes == op.nbytes and merged.ops[5 + k].kind == op.kind
         for k, op in enumerate(step.ops)
     )
+
+
+def test_a_moved_op_keeps_every_field_but_the_moved_ones():
+    """Each of Op's fields (as dataclasses lists them, so that a field added later is
+    covered) is the original's in the moved op, but index, id, rank, deps, group and
+    peer, which move by the job's offset, prefix and GPUs."""
+    op = Op(
+        3, "s", 1, "send", "p2p", [0, 2], "a label", 1.5e-3, 7e12, 9e9,
+        (Gemm(8, 16, 32),), (Attention(1, 8, 8, 64),), "all_gather", "tp", 4e6, "ring",
+        2, 4, 0, "t1",
+    )  # fmt: skip
+    (moved,) = _job_ops([op], 10, "B", [5, 7])
+    expected = _fields(op) | {
+        "index": 13, "id": "B/s", "rank": 7, "deps": [10, 12], "group": "B/tp", "peer": 5,
+    }  # fmt: skip
+    assert _fields(moved) == expected
 
 
 def test_collections_are_paused_inside_the_block_only():

@@ -223,6 +223,24 @@ def test_a_member_that_never_issues_is_a_deadlock():
         parse_workload(workload(ops))
 
 
+def test_calls_match_by_their_order_on_each_rank_and_the_first_one_short_is_named():
+    """Three ranks on "dp": ranks 0 and 1 issue two calls, rank 2 one. Call #0 matches
+    across all three; call #1 is the first that a member never issues, and the error
+    names it by rank 0's op and lists rank 2 alone as missing."""
+
+    def call(rank, k):
+        return {"id": f"a{rank}.{k}", "rank": rank, "kind": "collective",
+                "op": "all_reduce", "group": "dp", "bytes": 1e6}  # fmt: skip
+
+    ops = [call(0, 0), call(0, 1), call(1, 0), call(1, 1), call(2, 0)]
+    with pytest.raises(
+        WorkloadError, match=r"all_reduce #1 .*'a0\.1'.*never issued by ranks \[2\]"
+    ):
+        parse_workload(workload(ops, ranks=3))
+    matched = parse_workload(workload(ops[:2] + ops[2:4] + [ops[4], call(2, 1)], ranks=3))
+    assert matched.instances == [[0, 2, 4], [1, 3, 5]]
+
+
 def test_crossed_collectives_are_a_deadlock():
     """Rank 0 calls A then B on its comm stream, rank 1 calls B then A: each waits for
     the other forever."""

@@ -142,6 +142,11 @@ class _ComputeEnd(simpy.Event):
         self.armed = [callback]
 
 
+#: Op kinds by number in the replay's per-op table (``_kind_of``): compute, a
+#: collective call, a side of a send/recv pair.
+_COMPUTE, _CALL, _SIDE = 0, 1, 2
+
+
 #: Members of a call up to which their start times are written one by one: a numpy
 #: assignment through a list of indices costs more than a few scalar writes.
 _FEW = 16
@@ -547,42 +552,73 @@ class WorkloadReplay:
         ops = workload.ops
         n = len(ops)
         self.records = OpRecord(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+        # The records written one op at a time through views of their memory: a store
+        # into a memoryview costs about half a numpy scalar store, the same double in
+        # the same array (read as it runs by a watch, simulator.workload.steady).
+        self._issue_at = memoryview(self.records.issue_s)
+        self._start_at = memoryview(self.records.start_s)
+        self._end_at = memoryview(self.records.end_s)
         # Per-op bookkeeping in Python lists, not numpy arrays: it is read and written
         # one element at a time, several times per op, where a numpy scalar costs more.
-        self._deps_left: list[int] = [len(op.deps) for op in ops]
-        self._successors: list[list[int]] = [[] for _ in ops]
-        for op in ops:
-            for dep in op.deps:
-                self._successors[dep].append(op.index)
-        # Each (rank, stream) queue by number, and each op's queue.
+        # An op is issued once it waits for nothing: ``_waits[i]`` counts its deps not
+        # done plus 1 while the op before it on its stream is not done (ops on a stream
+        # run in trace order, so "the stream is free for it" is "its predecessor there
+        # is done"); the op that ends a wait issues it (_finish), as soon as the count
+        # is 0, so no op is looked at again before it can run.
+        #
+        # Each (rank, stream) by number: its first op (issued at the start once it waits
+        # for no dep), each op's stream and the op after it there (-1: the last). Each
+        # op's kind as a small number (_COMPUTE, _CALL, _SIDE), read without reaching
+        # the op's object: a call's and a pair's issue need only their number. (One
+        # pass over the ops for all of them.)
+        waits: list[int] = [0] * n
+        successors: list[list[int]] = [[] for _ in ops]
         stream_ids: dict[tuple[int, str], int] = {}
-        self._streams: list[list[int]] = []
-        self._stream_of: list[int] = [0] * n
+        heads: list[int] = []
+        stream_of: list[int] = [0] * n
+        next_on_stream: list[int] = [-1] * n
+        last: list[int] = []
+        kinds = bytearray(n)
+        codes = {"compute": _COMPUTE, "collective": _CALL}
         for op in ops:
+            index, deps = op.index, op.deps
+            for dep in deps:
+                successors[dep].append(index)
             sid = stream_ids.setdefault((op.rank, op.stream), len(stream_ids))
-            if sid == len(self._streams):
-                self._streams.append([])
-            self._streams[sid].append(op.index)
-            self._stream_of[op.index] = sid
-        self._stream_pos: list[int] = [0] * len(self._streams)
+            if sid == len(last):
+                heads.append(index)
+                last.append(index)
+                waits[index] = len(deps)
+            else:
+                next_on_stream[last[sid]] = index
+                last[sid] = index
+                waits[index] = len(deps) + 1
+            stream_of[index] = sid
+            kinds[index] = codes.get(op.kind, _SIDE)
+        self._waits = waits
+        self._successors = successors
+        self._stream_heads = heads
+        self._stream_of = stream_of
+        self._next_on_stream = next_on_stream
+        self._kind_of = bytes(kinds)
         # Ends of compute ops: one reused event per stream (_ComputeEnd), and the next
         # compute op on a stream started straight from the end of the one before it
         # where nothing else held it back (_compute_end). Only without comm_slowdown,
         # where compute ends never move.
         self._chained = chained and not self.comm_slowdown
-        self._ends: list[_ComputeEnd | None] = [None] * len(self._streams)
-        self._issued = bytearray(n)
+        self._ends: list[_ComputeEnd | None] = [None] * len(last)
         instance_of = [-1] * n
         for k, members in enumerate(workload.instances):
             for index in members:
                 instance_of[index] = k
         self._instance_of: list[int] = instance_of
-        self._issued_members: list[int] = [0] * len(workload.instances)
+        # Members of each call, and sides of each pair, not issued yet.
+        self._members_left: list[int] = [len(members) for members in workload.instances]
         pair_of = [-1] * n
         for k, (s, r) in enumerate(workload.pairs):
             pair_of[s] = pair_of[r] = k
         self._pair_of: list[int] = pair_of
-        self._issued_pair: list[int] = [0] * len(workload.pairs)
+        self._sides_left: list[int] = [2] * len(workload.pairs)
         self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
@@ -664,8 +700,11 @@ class WorkloadReplay:
         """One attempt of :meth:`run`: its result, or the replay to start over with."""
         try:
             self._check_spanning_calls()
-            for queue in self._streams:
-                self._try_issue(queue[0])
+            waits = self._waits
+            for head in self._stream_heads:
+                # (One issued meanwhile by a call that ended at once is not again.)
+                if not waits[head] and np.isnan(self.records.issue_s[head]):
+                    self._issue(head)
             run_env(self.env, progress=progress)
         except ShadowsUnlike as error:
             return self._every_tp_rank(str(error), progress, error.across_cp)
@@ -801,42 +840,44 @@ class WorkloadReplay:
                 continue
             self._call_schedule(first, groups[first.group].ranks, first.group)
 
-    def _try_issue(self, index: int) -> None:
-        sid = self._stream_of[index]
-        if self._deps_left[index] or self._streams[sid][self._stream_pos[sid]] != index:
-            return
-        if self._issued[index]:
-            return
-        self._issued[index] = 1
-        self.records.issue_s[index] = self.env.now
-        op = self.workload.ops[index]
-        kind = op.kind
-        if kind == "compute":
-            self._start_compute(op)
-        elif kind == "collective":
+    def _issue(self, index: int) -> None:
+        """Issue op ``index``, which waits for nothing (its deps are done and so is the
+        op before it on its stream): compute starts; a call launches once every member
+        has issued it, a send/recv pair once both sides have."""
+        self._issue_at[index] = self.env._now  # (SimPy's clock, without a call)
+        kind = self._kind_of[index]
+        if kind == _COMPUTE:
+            self._start_compute(self.workload.ops[index])
+        elif kind == _CALL:
             k = self._instance_of[index]
-            self._issued_members[k] += 1
-            if self._issued_members[k] == len(self.workload.instances[k]):
+            left = self._members_left[k] - 1
+            self._members_left[k] = left
+            if not left:
                 self._launch_collective(k)
         else:
             k = self._pair_of[index]
-            self._issued_pair[k] += 1
-            if self._issued_pair[k] == 2:
+            left = self._sides_left[k] - 1
+            self._sides_left[k] = left
+            if not left:
                 self._launch_pair(k)
 
     def _finish(self, index: int) -> None:
-        self.records.end_s[index] = self.env.now
+        """Op ``index`` is done: the op after it on its stream, then the ops that
+        depend on it (in order), are issued where they now wait for nothing."""
+        self._end_at[index] = self.env._now
         self._done += 1
-        sid = self._stream_of[index]
-        position = self._stream_pos[sid] = self._stream_pos[sid] + 1
-        queue = self._streams[sid]
-        if position < len(queue):
-            self._try_issue(queue[position])
-        deps_left = self._deps_left
+        waits = self._waits
+        after = self._next_on_stream[index]
+        if after >= 0:
+            left = waits[after] - 1
+            waits[after] = left
+            if not left:
+                self._issue(after)
         for succ in self._successors[index]:
-            deps_left[succ] -= 1
-            if deps_left[succ] == 0:
-                self._try_issue(succ)
+            left = waits[succ] - 1
+            waits[succ] = left
+            if not left:
+                self._issue(succ)
 
     # -- compute ---------------------------------------------------------------------------
     def _work(self, op: Op) -> float:
@@ -860,7 +901,7 @@ class WorkloadReplay:
         return 1.0 - self.comm_slowdown if self._comm_active[rank] else 1.0
 
     def _start_compute(self, op: Op) -> None:
-        self.records.start_s[op.index] = self.env.now
+        self._start_at[op.index] = self.env._now
         work = self._work(op)
         if self.compute_scale is not None:  # a straggler or jitter (faults)
             work *= self.compute_scale(op.rank, op.index, self.env.now)
@@ -889,32 +930,21 @@ class WorkloadReplay:
         """A compute op ended (``chained``). Where the next op on its stream is a compute
         op that waits for nothing else and that nothing but it waits for (the end's
         only successors, if any, are that op), start that op at once, as :meth:`_finish`
-        and :meth:`_try_issue` would: the same records and counts, the same
+        and :meth:`_issue` would: the same records and counts, the same
         ``compute_scale`` call at the same time. Otherwise finish it the general way."""
         index = event.index
-        sid = self._stream_of[index]
-        queue = self._streams[sid]
-        position = self._stream_pos[sid] + 1
-        if position < len(queue):
-            after = queue[position]
+        after = self._next_on_stream[index]
+        if after >= 0 and self._kind_of[after] == _COMPUTE:
             successors = self._successors[index]
-            ops = self.workload.ops
-            op = ops[after]
-            deps_left = self._deps_left
-            if (
-                op.kind == "compute"
-                and deps_left[after] == len(successors)
-                and all(succ == after for succ in successors)
-            ):
-                now = self.env.now
-                records = self.records
-                records.end_s[index] = now
+            waits = self._waits
+            # (Its waits: this op as its stream's predecessor, and as each dep.)
+            if waits[after] == len(successors) + 1 and all(succ == after for succ in successors):
+                now = self.env._now
+                self._end_at[index] = now
                 self._done += 1
-                self._stream_pos[sid] = position
-                deps_left[after] = 0
-                self._issued[after] = 1
-                records.issue_s[after] = now
-                self._start_compute(op)
+                waits[after] = 0
+                self._issue_at[after] = now
+                self._start_compute(self.workload.ops[after])
                 return
         self._finish(index)
 
@@ -950,13 +980,13 @@ class WorkloadReplay:
         members = self.workload.instances[k]
         first = self.workload.ops[members[0]]
         group = self.workload.groups[first.group]
-        now = self.env.now
-        start_s = self.records.start_s
+        now = self.env._now
         if len(members) <= _FEW:
+            start_at = self._start_at
             for index in members:
-                start_s[index] = now
+                start_at[index] = now
         else:
-            start_s[members] = now
+            self.records.start_s[members] = now
         ranks = group.ranks
         if len(ranks) == 1 or first.nbytes == 0:
             for index in members:
@@ -1469,9 +1499,9 @@ class WorkloadReplay:
         send, recv = self.workload.pairs[k]
         src, dst = self.workload.ops[send].rank, self.workload.ops[recv].rank
         now = self.env.now
-        start_s = self.records.start_s
-        start_s[send] = now
-        start_s[recv] = now
+        start_at = self._start_at
+        start_at[send] = now
+        start_at[recv] = now
         nbytes = self.workload.ops[send].nbytes
         if self.comm_slowdown:
             self._set_comm([src, dst], +1)

@@ -79,6 +79,10 @@ class _Builder:
         # attention tuples they share (trusted_op's cache).
         self._ops: list[Op] = []
         self._deps: list[list[str] | None] = []
+        # Trusted: each op's index by id, as the ops come: an op's deps made before it
+        # (nearly all) are its indices at once, the others (None here) resolved by id
+        # at the end (trusted_workload), without a table of every op's id made then.
+        self._ids: dict[str, int] = {}
         self._cache: dict[Any, Any] = {}
 
     def group(self, name: str, kind: str, ranks: list[int]) -> str:
@@ -92,10 +96,19 @@ class _Builder:
             fields["channels"] = self.channels
         if self.trusted:
             ops = self._ops
-            ops.append(
-                trusted_op(len(ops), op_id, rank, kind, fields, self.data["name"], self._cache)
-            )
-            self._deps.append([d for d in deps if d] if deps else None)
+            index = len(ops)
+            op = trusted_op(index, op_id, rank, kind, fields, self.data["name"], self._cache)
+            ops.append(op)
+            ids = self._ids
+            names = None
+            if deps:
+                found = [ids.get(d) for d in deps if d]
+                if None in found:
+                    names = [d for d in deps if d]
+                else:
+                    op.deps = found
+            self._deps.append(names)
+            ids[op.id] = index
             return op_id
         entry = {"id": op_id, "rank": rank, "kind": kind, **fields}
         if deps:
@@ -109,7 +122,7 @@ class _Builder:
                 # (The checks' message: a generator never builds nothing.)
                 return parse_workload(self.data, origin=self.data["name"])
             return trusted_workload(
-                self.data, self._ops, self._deps, replicas=replicas, shadows=shadows
+                self.data, self._ops, self._deps, replicas=replicas, shadows=shadows, ids=self._ids
             )
         return parse_workload(
             self.data,

@@ -85,9 +85,12 @@ class WorkloadError(CcsimError):
     """A workload trace is malformed or cannot run (mismatch, cycle, deadlock)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
-    """One op of one rank (see the module docstring for the fields)."""
+    """One op of one rank (see the module docstring for the fields).
+
+    Slotted: a step built for every rank holds a million ops or more, each ~100 B
+    smaller and made and read faster without an instance dict."""
 
     index: int
     id: str
@@ -420,16 +423,23 @@ def trusted_workload(
     origin: str | None = None,
     replicas: Replicas | None = None,
     shadows: Shadows | None = None,
+    ids: dict[str, int] | None = None,
 ) -> Workload:
     """The :class:`Workload` of a generator's ``ops`` (made by :func:`trusted_op`, in
     order, each op's ``deps`` given by id): what :func:`parse_workload` builds with
     ``trusted``, without going through the trace format's plain data (``data`` gives
     the name, description, ranks and groups only; its ``ops`` are not read). Calls
-    are matched as always."""
+    are matched as always. ``ids``: each op's index by id where the caller has it
+    (ops whose ``deps`` entry is None keep the deps they hold)."""
     origin = data["name"] if origin is None else origin
     if groups is None:
         groups = _parse_groups(data.get("groups", {}), data["ranks"], origin)
-    ids = {op.id: op.index for op in ops}
+    if ids is None:
+        ids = {op.id: op.index for op in ops}
+    elif len(ids) != len(ops):
+        # (The caller's deps already resolved would name the first of several ops with
+        # an id, where a table made here names the last; parse_workload refuses them.)
+        raise WorkloadError(f"{origin}: {len(ops) - len(ids)} op ids used more than once")
     get = ids.__getitem__
     if len(deps) != len(ops):
         raise ValueError(f"{len(ops)} ops and {len(deps)} lists of deps")  # (zip's strict)
@@ -681,8 +691,11 @@ def trusted_op(
     GEMM and attention lists become one tuple, and equal labels, tags and non-zero sizes
     one object (:func:`_shared_values`)."""
     get = fields.get
-    # (The table's bound method: no Python frame a value, millions of ops.)
-    one = _shared_values(gemm_cache).setdefault
+    # (The table's bound method, kept in the cache: no Python frame a value, millions
+    # of ops.)
+    one = gemm_cache.get(_SHARED_SET)
+    if one is None:
+        one = gemm_cache[_SHARED_SET] = _shared_values(gemm_cache).setdefault
     label = str(get("label", ""))
     op = Op(
         index,
@@ -699,7 +712,11 @@ def trusted_op(
             op.duration = parse_time(fields["duration"], field=f"{where()} duration")
         else:
             op.flops = float(get("flops", 0.0))
-            size = _trusted_size(get("bytes", 0), op, origin)
+            size = get("bytes", 0)
+            if type(size) in _PLAIN and _isfinite(size):  # (_trusted_size's fast path)
+                size = float(size)
+            else:
+                size = _trusted_size(size, op, origin)
             op.mem_bytes = one(size, size) if size else size
             gemms = get("gemms")
             if gemms is not None:
@@ -714,14 +731,22 @@ def trusted_op(
     elif kind == "collective":
         op.op = str(get("op", ""))
         op.group = str(get("group", ""))
-        size = _trusted_size(get("bytes", 0), op, origin)
+        size = get("bytes", 0)
+        if type(size) in _PLAIN and _isfinite(size):  # (_trusted_size's fast path)
+            size = float(size)
+        else:
+            size = _trusted_size(size, op, origin)
         op.nbytes = one(size, size) if size else size
         op.algorithm = get("algorithm")
         op.chunks = int(get("chunks", 1))
         op.channels = int(get("channels", 1))
     else:
         op.peer = fields["peer"]
-        size = _trusted_size(get("bytes", 0), op, origin)
+        size = get("bytes", 0)
+        if type(size) in _PLAIN and _isfinite(size):  # (_trusted_size's fast path)
+            size = float(size)
+        else:
+            size = _trusted_size(size, op, origin)
         op.nbytes = one(size, size) if size else size
         tag = str(get("tag", ""))
         op.tag = one(tag, tag) if tag else tag
@@ -729,8 +754,9 @@ def trusted_op(
 
 
 #: The key of :func:`_shared_values`'s table in a workload's cache (an object no other
-#: key equals: the cache's keys are ids, tuples and this).
+#: key equals: the cache's keys are ids, tuples and this), and of its ``setdefault``.
 _SHARED = object()
+_SHARED_SET = object()
 
 
 def _shared_values(cache: dict[Any, Any]) -> dict[str | float, str | float]:
@@ -751,6 +777,12 @@ def _shared_values(cache: dict[Any, Any]) -> dict[str | float, str | float]:
     if table is None:
         table = cache[_SHARED] = {}
     return table
+
+
+#: Types of a size taken as it is (:func:`_trusted_size`'s fast path, inlined in
+#: :func:`trusted_op`).
+_PLAIN = (int, float)
+_isfinite = math.isfinite
 
 
 def _trusted_size(value: Any, op: Op, origin: str) -> float:
@@ -783,11 +815,21 @@ def _size(value: Any, where: Callable[[], str]) -> float:
 
 def _match(workload: Workload, origin: str) -> None:
     """Pair collectives across group members and sends with recvs."""
+    # One pass over the ops: each (group, rank)'s calls, and each (source, target,
+    # tag)'s sends and receives, in trace order.
     calls: dict[tuple[str, int], list[int]] = defaultdict(list)  # (group, rank) -> ops
+    sends: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    recvs: dict[tuple[int, int, str], list[int]] = defaultdict(list)
     for op in workload.ops:
-        if op.kind == "collective":
+        kind = op.kind
+        if kind == "collective":
             calls[(op.group, op.rank)].append(op.index)
+        elif kind == "send":
+            sends[(op.rank, op.peer, op.tag)].append(op.index)
+        elif kind == "recv":
+            recvs[(op.peer, op.rank, op.tag)].append(op.index)
     replicas = workload.replicas
+    ops = workload.ops
     # Groups no op calls on (most of a step built by masters and one replica: the other
     # replicas' and shadows' groups) are passed over without filtering their ranks.
     called = {group for group, _ in calls}
@@ -805,28 +847,15 @@ def _match(workload: Workload, origin: str) -> None:
             ranks = [rank for rank in ranks if rank in workload.shadows.masters]
             if not ranks:
                 continue
-        counts = {rank: len(calls.get((group.name, rank), [])) for rank in ranks}
-        most = max(counts.values())
+        # Each member's calls on the group; the k-th of each make call k.
+        lists = [calls.get((group.name, rank), []) for rank in ranks]
+        most = max(map(len, lists))
         if most == 0:
             continue
-        for k in range(most):
-            members = []
-            missing = []
-            for rank in ranks:
-                ops = calls.get((group.name, rank), [])
-                if k < len(ops):
-                    members.append(ops[k])
-                else:
-                    missing.append(rank)
-            first = workload.ops[members[0]]
-            if missing:
-                raise WorkloadError(
-                    f"{origin}: collective {first.op} #{k} on group {shown(group.name)} (op "
-                    f"{shown(first.id)}) is never issued by ranks {missing}: the other members "
-                    "would wait forever (deadlock); add the missing call or remove it everywhere"
-                )
-            for index in members[1:]:
-                other = workload.ops[index]
+        for k, column in enumerate(zip(*lists, strict=False)):
+            first = ops[column[0]]
+            for index in column[1:]:
+                other = ops[index]
                 if (other.op, other.nbytes) != (first.op, first.nbytes):
                     raise WorkloadError(
                         f"{origin}: collective #{k} on group {shown(group.name)} does not match: "
@@ -834,29 +863,34 @@ def _match(workload: Workload, origin: str) -> None:
                         f"{shown(first.id)}), rank {other.rank} issues {other.op} of "
                         f"{other.nbytes:.0f} B (op {shown(other.id)})"
                     )
-            workload.instances.append(members)
-    sends: dict[tuple[int, int, str], list[int]] = defaultdict(list)
-    recvs: dict[tuple[int, int, str], list[int]] = defaultdict(list)
-    for op in workload.ops:
-        if op.kind == "send":
-            sends[(op.rank, op.peer, op.tag)].append(op.index)
-        elif op.kind == "recv":
-            recvs[(op.peer, op.rank, op.tag)].append(op.index)
+            workload.instances.append(list(column))
+        k = min(map(len, lists))  # (zip stopped at the first member without call k)
+        if k < most:
+            members = [calls_of[k] for calls_of in lists if k < len(calls_of)]
+            missing = [
+                rank for rank, calls_of in zip(ranks, lists, strict=True) if k >= len(calls_of)
+            ]
+            first = ops[members[0]]
+            raise WorkloadError(
+                f"{origin}: collective {first.op} #{k} on group {shown(group.name)} (op "
+                f"{shown(first.id)}) is never issued by ranks {missing}: the other members "
+                "would wait forever (deadlock); add the missing call or remove it everywhere"
+            )
     for key in sorted(set(sends) | set(recvs)):
         out, into = sends.get(key, []), recvs.get(key, [])
         if len(out) != len(into):
             src, dst, tag = key
-            lone = workload.ops[(out or into)[min(len(out), len(into))]]
+            lone = ops[(out or into)[min(len(out), len(into))]]
             raise WorkloadError(
                 f"{origin}: {len(out)} sends from rank {src} to rank {dst} (tag {shown(tag)}) but "
                 f"{len(into)} recvs; op {shown(lone.id)} has no partner (deadlock)"
             )
         for s, r in zip(out, into, strict=True):
-            if workload.ops[s].nbytes != workload.ops[r].nbytes:
+            if ops[s].nbytes != ops[r].nbytes:
                 raise WorkloadError(
-                    f"{origin}: send {shown(workload.ops[s].id)} carries "
-                    f"{workload.ops[s].nbytes:.0f} B but its recv {shown(workload.ops[r].id)} "
-                    f"expects {workload.ops[r].nbytes:.0f} B"
+                    f"{origin}: send {shown(ops[s].id)} carries "
+                    f"{ops[s].nbytes:.0f} B but its recv {shown(ops[r].id)} "
+                    f"expects {ops[r].nbytes:.0f} B"
                 )
             workload.pairs.append((s, r))
 
