@@ -51,10 +51,9 @@ from .generators import _model
 from .memory import fsdp_gathered_units
 from .trace import Workload
 
-#: Layers of the short step where the step has more than twice as many: the first and
-#: last units (embedding, loss), a margin of the gathered units plus two on each side of
-#: the compared window, and the window of two windows of units. On the FSDP GB200 row
-#: (``fsdp_window`` 2: double buffer) 16 of 126 layers: its replay 1/8 of the full one's.
+#: Fewest layers of the short step (:func:`short_layers`), which is made only where the
+#: model has at least twice as many. On the FSDP GB200 row (2 units gathered: double
+#: buffer) 16 of 126 layers: its replay 1/8 of the full one's.
 SHORT_LAYERS = 16
 
 #: A unit's op: ``r3.f0.unit17``, ``r3.tp.b1.unit4.all_gather``, ``r3.fsdp.f0.unit2.gather``
@@ -74,9 +73,17 @@ def layer_scope(options: dict[str, Any]) -> str:
         return "a mixture-of-experts model"
     if m.window or m.full_attention_every:
         return "layers of windowed and full attention"
-    if m.layers < 2 * SHORT_LAYERS:
+    if m.layers < 2 * short_layers(options):
         return f"{m.layers} layers: too few to gain"
     return ""
+
+
+def short_layers(options: dict[str, Any]) -> int:
+    """Layers of the short step: the first and last units (embedding, loss), a margin of
+    a window and one unit on each side (:func:`layer_periods`), and two windows to
+    compare one unit apart, two placings of them: ``3 w + 4`` for windows of ``w``
+    units (:func:`window_units`), at least :data:`SHORT_LAYERS`."""
+    return max(SHORT_LAYERS, 3 * window_units(options) + 4)
 
 
 def window_units(options: dict[str, Any]) -> int:

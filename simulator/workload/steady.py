@@ -719,11 +719,11 @@ def _attempt(
 def _layer_step(
     options: dict[str, Any], graph: nx.Graph, arguments: dict[str, Any], micro: int, why: str
 ) -> SteadyStep | str:
-    """The step of an unpipelined FSDP model from the replay of :data:`~simulator.
-    workload.layers.SHORT_LAYERS` of its layers where every pass of that is periodic
-    in its middle units (:mod:`simulator.workload.layers`), else why not."""
+    """The step of an unpipelined FSDP model from the replay of fewer of its layers
+    (:func:`~simulator.workload.layers.short_layers`) where every pass of that is
+    periodic in its middle units (:mod:`simulator.workload.layers`), else why not."""
     layers = int(_model(options.get("model", "gpt3-175b"), "megatron", moe_ok=True).layers)
-    short = layers_module.SHORT_LAYERS
+    short = layers_module.short_layers(options)
     replayed = _replayed(layers_module.short_options(options, short), graph, arguments)
     assert replayed is not None  # (unwatched)
     workload, run, result = replayed
