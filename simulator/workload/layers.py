@@ -54,7 +54,7 @@ from .trace import Workload
 #: Fewest layers of the short step (:func:`short_layers`), which is made only where the
 #: model has at least twice as many. On the FSDP GB200 row (2 units gathered: double
 #: buffer) 16 of 126 layers: its replay 1/8 of the full one's.
-SHORT_LAYERS = 16
+SHORT_LAYERS = 12
 
 #: A unit's op: ``r3.f0.unit17``, ``r3.tp.b1.unit4.all_gather``, ``r3.fsdp.f0.unit2.gather``
 #: (pass kind, micro-batch, unit).
