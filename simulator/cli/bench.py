@@ -430,8 +430,9 @@ PUBLISHED_STEPS = (
     ("gpt-314b-3072", "megatron-lm-readme-gpt-314b-h100-bf16-3072"),
     ("gpt3-fp8-tp4-512", "mlperf-v3.1-gpt3-175b-h100-fp8-512"),
     ("llama3-405b-cp16", "llama3-paper-405b-h100-bf16-16384-seq131072"),
-    # Megatron-FSDP on 128 GB200 NVL72 GPUs: a 64-rank, 62-channel DP all-gather timed
-    # alone on its binding links (250,000 transfers).
+    # Megatron-FSDP on 128 GB200 NVL72 GPUs: 13 of its 126 layers replayed, the rest
+    # added as each pass's checked period (simulator.workload.layers), and a 64-rank,
+    # 62-channel DP all-gather timed alone on its binding links (250,000 transfers).
     ("llama31-405b-fsdp-gb200", "bridge-25.09-llama31-405b-gb200-fp8-128"),
     # Megatron-Bridge's Llama 3.1 405B on 1,024 H100 (PP 8 x VP 8, 192 micro-batches):
     # uneven stages, a steady state periodic only after a transient of ~136 steady steps.

@@ -817,6 +817,7 @@ def megatron(
     bucket_size: int | None = None,
     cp_comm_type: str = "p2p",
     hierarchical_context_parallel_sizes: tuple[int, int] | list[int] | None = None,
+    optimizer_layers: int | None = None,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -1108,6 +1109,9 @@ def megatron(
     (:func:`~.userbuffers.userbuffers_exposed`) to the compute stream. The
     workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
+    ``optimizer_layers`` (unpipelined FSDP steps of dense models only) is the layers
+    whose sharded state the optimizer step walks, where a step of fewer layers stands
+    for the model's (:mod:`simulator.workload.layers`); None: the model's own.
     """
     arguments = dict(locals())  # to build every replica where one cannot stand for all
     if shadows not in (True, False, "tp"):
@@ -1117,6 +1121,11 @@ def megatron(
         raise unknown_choice("defaults", defaults, MEGATRON_DEFAULTS)
     m = _model(model, "megatron", moe_ok=True)
     check_tensor_parallel(m, tp)
+    if optimizer_layers is not None and (pp != 1 or m.is_moe or not fsdp):
+        raise CcsimError(
+            "optimizer_layers applies to unpipelined FSDP steps of dense models only "
+            f"(here pp {pp}, fsdp {fsdp}, moe {m.is_moe}): drop it"
+        )
     given = {
         "recompute": recompute,
         "sequence_parallel": sequence_parallel,
@@ -2426,7 +2435,12 @@ def megatron(
             expert_replicas = width // ep
             embedding = vocab_matrices(stage) * vocab_matrix
             if sharded_weights:  # FSDP shards the layers; the embedding stays whole
-                optimizer_params = (stage_params - embedding) / replicas + embedding
+                held = stage_params
+                if optimizer_layers is not None:
+                    # A shorter step standing for the model's: the model's optimizer
+                    # (stage_params' own expression, pp 1 and dense: the same double).
+                    held = optimizer_layers * m.layer_params / tp + embedding
+                optimizer_params = (held - embedding) / replicas + embedding
             else:
                 optimizer_params = stage_params / (replicas if sharded else 1)
             step = b.op(

@@ -71,13 +71,15 @@ import simpy
 
 from ..network.flows import FlowNetwork
 from ..topology import load_topology
+from . import layers as layers_module
 from .collection import collections_paused
 from .engine import WorkloadReplay, WorkloadRun
 
 # (Imported here, not in run_steady: the bench times run_steady alone, and the
 # generators' import is seconds of CPU that is not the step's.)
-from .generators import megatron
+from .generators import _model, megatron, megatron_step_memory
 from .isolated import TimingStore
+from .layers import layer_scope
 from .metrics import Breakdown, breakdown
 from .replicas import neither_stands_in
 from .trace import Workload
@@ -145,6 +147,11 @@ class SteadyStep:
     breakdown: Breakdown
     why: str = ""
     tried: tuple[str, ...] = ()
+    #: Layers of the step replayed where a step of fewer layers stood for the model's
+    #: (:mod:`simulator.workload.layers`; ``workload``, ``run`` and ``breakdown`` are
+    #: then that step's), with each pass's period per layer; None: the model's.
+    layers: int | None = None
+    layer_periods_s: tuple[float, ...] = ()
 
 
 def period_micro_batches(pp: int, v: int) -> int:
@@ -709,6 +716,41 @@ def _attempt(
     return why, latest
 
 
+def _layer_step(
+    options: dict[str, Any], graph: nx.Graph, arguments: dict[str, Any], micro: int, why: str
+) -> SteadyStep | str:
+    """The step of an unpipelined FSDP model from the replay of fewer of its layers
+    (:func:`~simulator.workload.layers.short_layers`) where every pass of that is
+    periodic in its middle units (:mod:`simulator.workload.layers`), else why not."""
+    layers = int(_model(options.get("model", "gpt3-175b"), "megatron", moe_ok=True).layers)
+    short = layers_module.short_layers(options)
+    replayed = _replayed(layers_module.short_options(options, short), graph, arguments)
+    assert replayed is not None  # (unwatched)
+    workload, run, result = replayed
+    window = layers_module.window_units(options)
+    # (run.workload: the ops replayed, every replica where one could not stand in)
+    periods, refused = layers_module.layer_periods(run.workload, run, window, PERIOD_TOLERANCE)
+    if refused:
+        return f"{short} of {layers} layers replayed: {refused}"
+    # The model's memory, not the short step's (its layers' weights and activations).
+    workload.memory = megatron_step_memory(**options)
+    added = sorted(periods.items())
+    step_s = result.step_s + sum((layers - short) * period for _, period in added)
+    return SteadyStep(
+        step_s=step_s,
+        micro_batches=micro,
+        simulated=micro,
+        period_s=None,
+        periods=0,
+        workload=workload,
+        run=run,
+        breakdown=result,
+        why=why,
+        layers=short,
+        layer_periods_s=tuple(period for _, period in added),
+    )
+
+
 def _replica_batch(options: dict[str, Any]) -> int:
     """Samples in one micro-batch of every replica: ``micro_batch x dp``.
 
@@ -829,6 +871,11 @@ def _run_steady(
         why = "; ".join(tried)
     elif short is not None:
         why = "FSDP gathers weights per micro-batch (not checked here)"
+    if shortcut and not layer_scope(options):
+        layered = _layer_step(options, graph, arguments, micro, why)
+        if isinstance(layered, SteadyStep):
+            return layered
+        why = f"{why}; {layered}"
     replayed = _replayed(options, graph, arguments)
     assert replayed is not None  # (unwatched)
     workload, run, result = replayed
