@@ -343,12 +343,16 @@ class _Net:
         self.ends: list[tuple[float, int]] = []
         self.free: list[list[int]] = []
         self.top = 0
-        # Incidence: per link its entry count; per route its flows' slots (each with its
-        # bytes left as of ``route_last``), and per link the routes with flows on it
-        # (flows on one route cross the same links, so the search for connected flows
-        # can go by route: see _component).
+        # Incidence: per link its entry count; per route its flows' slots in the order
+        # they joined and, beside them, each one's bytes left as of ``route_last``, and
+        # per link the routes with flows on it (flows on one route cross the same links,
+        # so the search for connected flows can go by route: see _component). Two
+        # parallel lists, not a dict of slot -> bytes: bringing a route up to date is
+        # then a list comprehension (no hashing, no dict built per route per event:
+        # 626,000 of them on the Llama 3.1 405B FSDP GB200 row), same order, same values.
         self.link_n: dict[int, int] = {}
-        self.route_slots: list[dict[int, float]] = [{} for _ in route_links]
+        self.route_slots: list[list[int]] = [[] for _ in route_links]
+        self.route_left: list[list[float]] = [[] for _ in route_links]
         self.link_routes: dict[int, dict[int, None]] = {}
         self.active: dict[int, None] = {}  # the routes with flows
         self.entries = 0
@@ -469,13 +473,31 @@ class _Net:
         new = [slot for slots in self.pending for slot in slots]
         self.pending = []
         f_route, route_slots, link_routes = self.f_route, self.route_slots, self.link_routes
-        route_entries = self.route_entries
+        route_left, route_entries = self.route_left, self.route_entries
         gone: dict[int, int] = {}
         if finished:
+            dead: dict[int, set[int]] = {}
             for slot in finished:
                 route = f_route[slot]
-                gone[route] = gone.get(route, 0) + 1
-                del route_slots[route][slot]
+                if route in dead:
+                    dead[route].add(slot)
+                else:
+                    dead[route] = {slot}
+            for route, slots in dead.items():
+                count = gone[route] = len(slots)
+                keys = route_slots[route]
+                if count == len(keys):
+                    route_slots[route] = []
+                    route_left[route] = []
+                elif all(slot in slots for slot in keys[:count]):
+                    # (The route's first flows: the usual case, see route_sorted.)
+                    route_slots[route] = keys[count:]
+                    route_left[route] = route_left[route][count:]
+                else:
+                    keep = [i for i, slot in enumerate(keys) if slot not in slots]
+                    route_slots[route] = [keys[i] for i in keep]
+                    lefts = route_left[route]
+                    route_left[route] = [lefts[i] for i in keep]
             for route in gone:
                 if not route_slots[route]:
                     del self.active[route]
@@ -503,10 +525,11 @@ class _Net:
             f_bytes = self.f_bytes
             for slot in new:
                 route = f_route[slot]
-                slots, size = route_slots[route], f_bytes[slot]
-                if slots and route_sorted[route] and size < next(reversed(slots.values())):
+                lefts, size = route_left[route], f_bytes[slot]
+                if lefts and route_sorted[route] and size < lefts[-1]:
                     route_sorted[route] = False
-                slots[slot] = size
+                route_slots[route].append(slot)
+                lefts.append(size)
             for route in joined:
                 self.active[route] = None
                 for link in route_entries[route]:
@@ -541,7 +564,7 @@ class _Net:
             rate = self.route_alone[route]
             self.route_rate[route] = rate
             self.route_last[route] = now
-            left = self.route_slots[route][slot]
+            left = self.route_left[route][self.route_slots[route].index(slot)]
             end = now + (left / rate if left > 0 else 0.0)
             if route not in self.route_end or end < self.route_end[route]:
                 self._set_route_end(route, end)
@@ -609,19 +632,19 @@ class _Net:
         # now at the rate it had, and the route's new rate. Each flow's finish, ``now +
         # left / value`` (``now`` for none left), rises with its bytes left (rounding is
         # monotone), so the route's earliest is that of its least bytes left.
-        route_rate, route_last = self.route_rate, self.route_last
+        route_rate, route_last, route_left = self.route_rate, self.route_last, self.route_left
         for route in groups:
             value = level_of[route]
             self._advance(route, now)
             route_rate[route] = value
             route_last[route] = now
-            slots = route_slots[route]
-            if not slots:
+            lefts = route_left[route]
+            if not lefts:
                 least = _INF
             elif self.route_sorted[route]:
-                least = next(iter(slots.values()))
+                least = lefts[0]
             else:
-                least = min(slots.values())
+                least = min(lefts)
             self._set_route_end(route, now + (least / value if least > 0 else 0.0))
 
     def _advance(self, route: int, now: float) -> None:
@@ -632,12 +655,10 @@ class _Net:
         elapsed = now - self.route_last[route]
         if elapsed > 0 and rate > 0:
             carried = rate * elapsed
-            slots = self.route_slots
-            moved = {slot: left - carried for slot, left in slots[route].items()}
-            values = moved.values()
-            if (next(iter(values)) if self.route_sorted[route] else min(values)) < 0.0:
-                moved = {slot: left if left > 0.0 else 0.0 for slot, left in moved.items()}
-            slots[route] = moved
+            moved = [left - carried for left in self.route_left[route]]
+            if (moved[0] if self.route_sorted[route] else min(moved)) < 0.0:
+                moved = [left if left > 0.0 else 0.0 for left in moved]
+            self.route_left[route] = moved
         self.route_last[route] = now
 
     def _fill(self, groups: dict[int, int], level_of: dict[int, float]) -> None:
@@ -745,6 +766,7 @@ class _Net:
         # finish is (every current entry up to it).
         ends, route_end = self.ends, self.route_end
         route_slots, route_rate, route_last = self.route_slots, self.route_rate, self.route_last
+        route_left = self.route_left
         routes = set()
         while ends and ends[0][0] <= bound:
             end, route = heapq.heappop(ends)
@@ -759,14 +781,14 @@ class _Net:
             if self.route_sorted[route]:
                 # Done flows first (a finish rises with bytes left): up to the first
                 # that goes on, the least of those that do.
-                for slot, left in route_slots[route].items():
+                for slot, left in zip(route_slots[route], route_left[route], strict=True):
                     if last + (left / rate if left > 0 else 0.0) <= bound:
                         done.append(slot)
                     else:
                         least = left
                         break
             else:
-                for slot, left in route_slots[route].items():
+                for slot, left in zip(route_slots[route], route_left[route], strict=True):
                     if last + (left / rate if left > 0 else 0.0) <= bound:
                         done.append(slot)
                     elif least is None or left < least:
