@@ -296,6 +296,11 @@ class _Net:
         # per link its load and number of entries, and the rate of a flow alone on it.
         self.route_links = route_links
         self.route_coef = route_coef or [[1] * len(links) for links in route_links]
+        # The same entries as (link, coef) pairs, made once (not zipped per done flow).
+        self.route_pairs = [
+            list(zip(links, coefs, strict=True))
+            for links, coefs in zip(route_links, self.route_coef, strict=True)
+        ]
         self.route_load: list[dict[int, float]] = []
         self.route_entries: list[dict[int, int]] = []
         self.route_alone: list[float] = []
@@ -554,10 +559,15 @@ class _Net:
         """Rate the new flows alone on every link (one entry on each) at their slowest
         link's share; the others are returned."""
         crowded = []
-        link_n = self.link_n
+        link_n, f_route, route_entries = self.link_n, self.f_route, self.route_entries
         for slot in new:
-            route = self.f_route[slot]
-            if any(link_n[link] != 1 for link in self.route_entries[route]):
+            route = f_route[slot]
+            shared = False  # (a loop, not any() over a generator: once per new flow)
+            for link in route_entries[route]:
+                if link_n[link] != 1:
+                    shared = True
+                    break
+            if shared:
                 crowded.append(slot)
                 continue
             # (One entry on every link: the route's only flow.)
@@ -796,16 +806,18 @@ class _Net:
             rest[route] = least
         done.sort()
         # Bytes per link, entry by entry in incidence order.
+        f_route, f_bytes, f_op = self.f_route, self.f_bytes, self.f_op
+        link_bytes, route_pairs, weighted = self.link_bytes, self.route_pairs, self.weighted
         for slot in sorted(done, key=self.f_seq.__getitem__):
-            route = self.f_route[slot]
-            size = self.f_bytes[slot]
-            for link, coef in zip(self.route_links[route], self.route_coef[route], strict=True):
-                carried = size * coef if self.weighted else size
-                self.link_bytes[link] = self.link_bytes.get(link, 0.0) + carried
-        ops = [self.f_op[slot] for slot in done]
-        delays = [self.route_latency[self.f_route[slot]] for slot in done]
+            size = f_bytes[slot]
+            for link, coef in route_pairs[f_route[slot]]:
+                carried = size * coef if weighted else size
+                link_bytes[link] = link_bytes.get(link, 0.0) + carried
+        ops = [f_op[slot] for slot in done]
+        route_latency = self.route_latency
+        delays = [route_latency[f_route[slot]] for slot in done]
         for slot in done:
-            self.f_op[slot] = -1
+            f_op[slot] = -1
         for route, least in rest.items():
             # The earliest finish of the route's flows that go on (of their least
             # bytes left: see _recompute).
@@ -1055,7 +1067,9 @@ class _Replay:
         if len(ops) == 1:
             succ = idx[ptr[ops[0]] : ptr[ops[0] + 1]].tolist()
         else:
-            succ = [s for op in ops for s in idx[ptr[op] : ptr[op + 1]]]
+            succ = []
+            for op in ops:
+                succ += idx[ptr[op] : ptr[op + 1]].tolist()
         if not succ:
             return
         pending = self.pending
