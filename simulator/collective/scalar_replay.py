@@ -642,20 +642,35 @@ class _Net:
         # now at the rate it had, and the route's new rate. Each flow's finish, ``now +
         # left / value`` (``now`` for none left), rises with its bytes left (rounding is
         # monotone), so the route's earliest is that of its least bytes left.
+        # (_advance and _set_route_end written out: this loop runs for 3.7 million routes
+        # on the MLPerf Llama 3.1 8B GB200 row, some 60 per event, and the calls were a
+        # tenth of its replay. Keep the arithmetic in step with _advance.)
         route_rate, route_last, route_left = self.route_rate, self.route_last, self.route_left
+        route_sorted, route_end, ends = self.route_sorted, self.route_end, self.ends
         for route in groups:
             value = level_of[route]
-            self._advance(route, now)
+            lefts = route_left[route]
+            rate = route_rate[route]
+            elapsed = now - route_last[route]
+            if elapsed > 0 and rate > 0:
+                carried = rate * elapsed
+                lefts = [left - carried for left in lefts]
+                if (lefts[0] if route_sorted[route] else min(lefts)) < 0.0:
+                    lefts = [left if left > 0.0 else 0.0 for left in lefts]
+                route_left[route] = lefts
             route_rate[route] = value
             route_last[route] = now
-            lefts = route_left[route]
             if not lefts:
                 least = _INF
-            elif self.route_sorted[route]:
+            elif route_sorted[route]:
                 least = lefts[0]
             else:
                 least = min(lefts)
-            self._set_route_end(route, now + (least / value if least > 0 else 0.0))
+            end = now + (least / value if least > 0 else 0.0)
+            if route_end.get(route) != end:
+                route_end[route] = end
+                heapq.heappush(ends, (end, route))
+        self._compact_ends()
 
     def _advance(self, route: int, now: float) -> None:
         """Bring the bytes left of ``route``'s flows up to ``now`` at their rate, as the
@@ -748,6 +763,13 @@ class _Net:
             return
         self.route_end[route] = end
         heapq.heappush(self.ends, (end, route))
+        self._compact_ends()
+
+    def _compact_ends(self) -> None:
+        """Drop the heap of finishes' stale entries when they are most of it. (Which
+        entries it holds beyond the current ones changes no event: every reader skips an
+        entry ``route_end`` no longer holds, and a route's repeated current value only
+        finds the route twice.)"""
         if len(self.ends) > 4 * len(self.route_end) + 1024:
             # Mostly entries no longer current: rebuilt from the current ones.
             self.ends = [(value, r) for r, value in self.route_end.items()]
