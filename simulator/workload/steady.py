@@ -716,6 +716,25 @@ def _attempt(
     return why, latest
 
 
+def _every_micro_batch(micro: int, replayed: tuple, why: str, **fields: Any) -> SteadyStep:
+    """A step whose every micro-batch was replayed (no period stood in), from
+    ``_replayed``'s (workload, run, breakdown); ``fields`` override the step (the layer
+    shortcut's step and periods)."""
+    workload, run, result = replayed
+    fields.setdefault("step_s", result.step_s)
+    return SteadyStep(
+        micro_batches=micro,
+        simulated=micro,
+        period_s=None,
+        periods=0,
+        workload=workload,
+        run=run,
+        breakdown=result,
+        why=why,
+        **fields,
+    )
+
+
 def _layer_step(
     options: dict[str, Any], graph: nx.Graph, arguments: dict[str, Any], micro: int, why: str
 ) -> SteadyStep | str:
@@ -736,16 +755,11 @@ def _layer_step(
     workload.memory = megatron_step_memory(**options)
     added = sorted(periods.items())
     step_s = result.step_s + sum((layers - short) * period for _, period in added)
-    return SteadyStep(
+    return _every_micro_batch(
+        micro,
+        replayed,
+        why,
         step_s=step_s,
-        micro_batches=micro,
-        simulated=micro,
-        period_s=None,
-        periods=0,
-        workload=workload,
-        run=run,
-        breakdown=result,
-        why=why,
         layers=short,
         layer_periods_s=tuple(period for _, period in added),
     )
@@ -878,15 +892,4 @@ def _run_steady(
         why = f"{why}; {layered}"
     replayed = _replayed(options, graph, arguments)
     assert replayed is not None  # (unwatched)
-    workload, run, result = replayed
-    return SteadyStep(
-        step_s=result.step_s,
-        micro_batches=micro,
-        simulated=micro,
-        period_s=None,
-        periods=0,
-        workload=workload,
-        run=run,
-        breakdown=result,
-        why=why,
-    )
+    return _every_micro_batch(micro, replayed, why)
