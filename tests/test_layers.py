@@ -6,6 +6,7 @@ replay whenever the check fails."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -109,7 +110,7 @@ def test_a_refused_check_replays_the_full_step(monkeypatch):
 def test_scope():
     """Only unpipelined FSDP steps of dense models with layers to spare."""
     assert layers.layer_scope(_options(1)) == ""
-    assert layers.layer_scope(_options(1, fsdp=False)) == "not an FSDP step"
+    assert layers.layer_scope(_options(1, fsdp=False)).startswith("not an FSDP step")
     assert layers.layer_scope(_options(1, pp=2)) == "pipelined"
     few = Transformer(layers=20, hidden=8192, seq=2048, vocab=32000, heads=16)
     assert "too few" in layers.layer_scope(_options(1, model=few))
@@ -132,3 +133,43 @@ def test_optimizer_layers_keeps_the_models_optimizer():
     with pytest.raises(CcsimError, match="optimizer_layers"):
         megatron(**{**options, "pp": 2, "optimizer_layers": 40})
     assert np.all(np.asarray(own) < np.asarray(full))
+
+
+@pytest.mark.parametrize("distributed_optimizer", [False, True])
+def test_a_step_without_fsdp_is_built_per_bucket_not_per_layer(distributed_optimizer: bool):
+    """Why the shortcut is FSDP's alone: without FSDP (gradients all-reduced, or
+    reduce-scattered and the parameters all-gathered by the distributed optimizer, both
+    overlapped bucket by bucket) a model of 20 layers in buckets of 5 and one of 40 in
+    buckets of 10 build the very same ops, 4 buckets each: the step's ops do not grow
+    with its layers, so a step of fewer layers would replay as many. With FSDP, one
+    unit a layer, the 40-layer step has more."""
+
+    def step(n: int, per_bucket: int, **more) -> list:
+        model = Transformer(layers=n, hidden=8192, seq=2048, vocab=32000, heads=16)
+        # Megatron closes a bucket at the first layer that reaches bucket_size: just
+        # under per_bucket layers' parameters (a TP rank's) closes it at per_bucket.
+        size = math.floor(per_bucket * model.layer_params / 2) - 1
+        plain = {
+            "fsdp": False,
+            "distributed_optimizer": distributed_optimizer,
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": distributed_optimizer,
+        }
+        options = _options(2, model=model, bucket_size=size, **{**plain, **more})
+        return megatron(**options).ops
+
+    def shape(ops: list) -> list:
+        return [(op.id, op.rank, op.kind, op.op, op.group, op.stream) for op in ops]
+
+    short, full = step(20, 5), step(40, 10)
+    assert shape(short) == shape(full)
+    # The last backward's pieces (micro-batch 1 of 2): one a bucket.
+    last = re.compile(r"r0\.b1\.bucket\d")
+    pieces = [op.id for op in full if op.kind == "compute" and last.fullmatch(op.id)]
+    assert pieces == [f"r0.b1.bucket{k}" for k in range(4)]
+    # The middle buckets' gradients: twice the layers, twice the bytes.
+    reduced = {op.id: op.nbytes for op in short if op.id.startswith("r0.dp.1")}
+    assert reduced and all(op.nbytes == 2 * reduced[op.id] for op in full if op.id in reduced)
+    fsdp = dict.fromkeys(("distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"))
+    fsdp["fsdp"] = True
+    assert len(step(40, 10, **fsdp)) > len(step(20, 5, **fsdp))

@@ -70,7 +70,11 @@ def layer_scope(options: dict[str, Any]) -> str:
     """'' where ``megatron(**options)``'s step is one this module can shorten (FSDP,
     no pipeline, a dense model whose layers are alike); else why not."""
     if not options.get("fsdp"):
-        return "not an FSDP step"
+        # Without FSDP a pass is not built layer by layer: a chunk's pass is one piece,
+        # cut only by gradient buckets in its last backward and by the parameter
+        # gathers' buckets in its first forward (megatron's one_pass), so its ops do not
+        # grow with the layers and fewer layers would spare nothing.
+        return "not an FSDP step (built per gradient bucket, not per layer)"
     if int(options.get("pp", 8)) != 1 or int(options.get("virtual_stages", 1)) != 1:
         return "pipelined"
     m = _model(options.get("model", "gpt3-175b"), "megatron", moe_ok=True)
