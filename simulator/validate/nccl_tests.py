@@ -114,6 +114,12 @@ class CaseResult:
     protocols: list[str] = field(default_factory=list)
     algorithms: list[str] = field(default_factory=list)
     channels: list[int] = field(default_factory=list)
+    #: NCCL's own predicted time (us) of the pair it picked, per size: its tuning model
+    #: (latency + bytes / bandwidth, ncclTopoGetAlgoTime), without ccsim's simulation or
+    #: the host's issue time; None where NCCL's tuner did not choose (forced ccsim
+    #: algorithms, all-to-all). Measured over this tells a miss NCCL's own model shares
+    #: from one that is ccsim's.
+    nccl_model_us: list[float | None] = field(default_factory=list)
     error: str = ""
     #: The same run predicted without its own measurements: simulated with constants
     #: fitted on the other cases only (see :mod:`simulator.validate.calibrate`). None
@@ -344,6 +350,8 @@ def run_case(
         result.channels.append(
             int(run.params.get("channels", channels if channels != "auto" else 1))
         )
+        model_us = run.params.get("nccl_time_us")
+        result.nccl_model_us.append(None if model_us is None else float(model_us))
         if progress is not None:
             progress(size)
     return result
@@ -542,7 +550,7 @@ def join_results(case: Case, parts: list[CaseResult]) -> CaseResult:
         return CaseResult(case.name, error=failed[0].error)
     keys = (
         "sizes", "measured_us", "measured_busbw", "simulated_us", "simulated_busbw",
-        "protocols", "algorithms", "channels",
+        "protocols", "algorithms", "channels", "nccl_model_us",
     )  # fmt: skip
     joined = CaseResult(case.name, fitted=parts[0].fitted)
     at = [0] * len(parts)

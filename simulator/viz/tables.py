@@ -418,13 +418,16 @@ def detail_rows(result: CaseResult) -> list[dict[str, Any]]:
             "algorithm": result.algorithms[i],
             "protocol": result.protocols[i],
             "channels": result.channels[i] if i < len(result.channels) else None,
+            "nccl_model_us": result.nccl_model_us[i] if i < len(result.nccl_model_us) else None,
         }
         for i in range(len(result.sizes))
     ]
 
 
 def validation_detail(results: Sequence[CaseResult]) -> str:
-    """Every size of every case: measured against simulated, and the choice it ran with."""
+    """Every size of every case: measured against simulated, the choice it ran with, and
+    NCCL's own predicted time of that choice (its tuning model; "-" where NCCL's tuner did
+    not choose)."""
     lines = []
     for result in results:
         if result.error:
@@ -433,14 +436,16 @@ def validation_detail(results: Sequence[CaseResult]) -> str:
             "",
             f"# {result.name}",
             f"{'size (B)':>12} {'time (us)':>10} {'ccsim':>10} {'busbw':>8} {'ccsim':>8}  "
-            "algorithm  protocol  channels",
+            "algorithm  protocol  channels  nccl model (us)",
         ]
         for row in detail_rows(result):
+            model = row["nccl_model_us"]
             lines.append(
                 f"{row['size_bytes']:>12} {row['measured_us']:>10.1f} "
                 f"{row['simulated_us']:>10.1f} {row['measured_busbw_GBps']:>8.2f} "
                 f"{row['simulated_busbw_GBps']:>8.2f}  {row['algorithm']:<9}  "
-                f"{row['protocol']:<8}  {row['channels']}"
+                f"{row['protocol']:<8}  {row['channels']!s:<8}  "
+                + ("-" if model is None else f"{model:.1f}")
             )
     return "\n".join(lines) + "\n"
 
