@@ -94,6 +94,9 @@ RANKS5 = {
     "B200-2N-AG-vultr": 16,  # "all_gather ranks=16 (inter-node)"
     "B200-2N-RS-vultr": 16,  # "reduce_scatter ranks=16 (inter-node)"
     "B200-2N-A2A-vultr": 16,  # "alltoall_v2 ranks=16 (inter-node)"
+    "H100-2N-AG-a3mega-clustertoolkit": 16,  # allgather.sh on two hosts of 8 GPUs
+    "H100-2N-AG-a3high-clustertoolkit": 16,  # run-allgather.sh 8 ...: mpirun -np 16
+    "H200-2N-AG-a3ultra-dwsflex": 16,  # a JobSet of 2 pods of 8 GPUs, a process per GPU
 }
 
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
