@@ -97,6 +97,7 @@ RANKS5 = {
     "H100-2N-AG-a3mega-clustertoolkit": 16,  # allgather.sh on two hosts of 8 GPUs
     "H100-2N-AG-a3high-clustertoolkit": 16,  # run-allgather.sh 8 ...: mpirun -np 16
     "H200-2N-AG-a3ultra-dwsflex": 16,  # a JobSet of 2 pods of 8 GPUs, a process per GPU
+    "H100-1N-RS-nccl1047-ring": 8,  # "one H100 server", ranks up to "Rank  7" printed
 }
 
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
