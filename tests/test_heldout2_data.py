@@ -98,6 +98,11 @@ RANKS5 = {
     "H100-2N-AG-a3high-clustertoolkit": 16,  # run-allgather.sh 8 ...: mpirun -np 16
     "H200-2N-AG-a3ultra-dwsflex": 16,  # a JobSet of 2 pods of 8 GPUs, a process per GPU
     "H100-1N-RS-nccl1047-ring": 8,  # "one H100 server", ranks up to "Rank  7" printed
+    # OCI's multi-rack GB200 tables: 4 GPUs a host; their busbw agrees with these ranks
+    "GB200-2R32N-AR-oci-quickstart": 128,  # "32 Hosts 2 Racks" / "2 Racks - 32 nodes"
+    "GB200-2R32N-A2A-oci-quickstart": 128,
+    "GB200-3R48N-AR-oci-quickstart": 192,  # "48 Hosts 3 Racks" / "3 Racks - 48 nodes"
+    "GB200-3R48N-A2A-oci-quickstart": 192,
 }
 
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
