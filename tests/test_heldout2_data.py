@@ -1,6 +1,7 @@
 """The held-out public nccl-tests runs of issue 32 (simulator/data/nccl-tests-heldout2,
-the third set, simulator/data/nccl-tests-heldout3, and the fourth,
-simulator/data/nccl-tests-heldout4).
+the third set, simulator/data/nccl-tests-heldout3, the fourth,
+simulator/data/nccl-tests-heldout4, and the fifth, simulator/data/nccl-tests-heldout5,
+mostly full size sweeps of all-gather, reduce-scatter and all-to-all).
 
 Cheap checks only (no simulation): every sidecar parses, cites its source, builds its
 preset with as many GPUs as the run had, passes the resource guard, names an operation
@@ -27,6 +28,7 @@ from simulator.validate.nccl_tests import case_graph, check_case, sidecars
 FOLDER = BUNDLED.parent / "nccl-tests-heldout2"
 THIRD = BUNDLED.parent / "nccl-tests-heldout3"
 FOURTH = BUNDLED.parent / "nccl-tests-heldout4"
+FIFTH = BUNDLED.parent / "nccl-tests-heldout5"
 
 #: Ranks of each run, as its source gives them (rank lines, -np, or the GPU count of the
 #: table's row), independently of the sidecars' presets.
@@ -83,6 +85,26 @@ RANKS4 = {
     "A100-2N-AR-oci-container": 16,  # mpirun -n 16, ranks 0-15 printed
 }
 
+#: The fifth set's ranks, as their sources give them.
+RANKS5 = {
+    "B200-1N-AG-vultr": 8,  # "all_gather ranks=8 (intra-node)"
+    "B200-1N-RS-vultr": 8,  # "reduce_scatter ranks=8 (intra-node)"
+    "B200-1N-A2A-vultr": 8,  # "alltoall ranks=8 (intra-node)"
+    "B200-2N-AR-vultr": 16,  # "all_reduce ranks=16 (inter-node)"
+    "B200-2N-AG-vultr": 16,  # "all_gather ranks=16 (inter-node)"
+    "B200-2N-RS-vultr": 16,  # "reduce_scatter ranks=16 (inter-node)"
+    "B200-2N-A2A-vultr": 16,  # "alltoall_v2 ranks=16 (inter-node)"
+    "H100-2N-AG-a3mega-clustertoolkit": 16,  # allgather.sh on two hosts of 8 GPUs
+    "H100-2N-AG-a3high-clustertoolkit": 16,  # run-allgather.sh 8 ...: mpirun -np 16
+    "H200-2N-AG-a3ultra-dwsflex": 16,  # a JobSet of 2 pods of 8 GPUs, a process per GPU
+    "H100-1N-RS-nccl1047-ring": 8,  # "one H100 server", ranks up to "Rank  7" printed
+    # OCI's multi-rack GB200 tables: 4 GPUs a host; their busbw agrees with these ranks
+    "GB200-2R32N-AR-oci-quickstart": 128,  # "32 Hosts 2 Racks" / "2 Racks - 32 nodes"
+    "GB200-2R32N-A2A-oci-quickstart": 128,
+    "GB200-3R48N-AR-oci-quickstart": 192,  # "48 Hosts 3 Racks" / "3 Racks - 48 nodes"
+    "GB200-3R48N-A2A-oci-quickstart": 192,
+}
+
 #: nccl-tests' bus bandwidth factors (nccl-tests doc/PERFORMANCE.md: all-reduce
 #: 2(n-1)/n; all-gather, reduce-scatter and all-to-all (n-1)/n), written out here so
 #: that the code's own factor is checked against them, not used to check itself.
@@ -96,11 +118,13 @@ FACTORS = {
 CASES = [sidecar.stem for sidecar in sidecars(FOLDER)]
 CASES3 = [sidecar.stem for sidecar in sidecars(THIRD)]
 CASES4 = [sidecar.stem for sidecar in sidecars(FOURTH)]
-#: Every held-out case of the three sets, with its folder and the ranks its source gives.
+CASES5 = [sidecar.stem for sidecar in sidecars(FIFTH)]
+#: Every held-out case of the four sets, with its folder and the ranks its source gives.
 ALL = (
     [(FOLDER, name, RANKS[name]) for name in CASES]
     + [(THIRD, name, RANKS3.get(name, 0)) for name in CASES3]
     + [(FOURTH, name, RANKS4.get(name, 0)) for name in CASES4]
+    + [(FIFTH, name, RANKS5.get(name, 0)) for name in CASES5]
 )
 IDS = [name for _, name, _ in ALL]
 
@@ -111,6 +135,7 @@ def test_the_folder_holds_every_run_found_and_nothing_else():
     assert sorted(CASES) == sorted(RANKS)
     assert sorted(CASES3) == sorted(RANKS3)
     assert sorted(CASES4) == sorted(RANKS4)
+    assert sorted(CASES5) == sorted(RANKS5)
 
 
 def _rows(table_path: Path) -> set[tuple[str, str]]:
@@ -131,14 +156,25 @@ def _rows(table_path: Path) -> set[tuple[str, str]]:
             CASES4,
             ("nccl-tests", "nccl-tests-heldout2", "nccl-tests-heldout3", "nccl-tests-racks"),
         ),
+        (
+            FIFTH,
+            CASES5,
+            (
+                "nccl-tests",
+                "nccl-tests-heldout2",
+                "nccl-tests-heldout3",
+                "nccl-tests-heldout4",
+                "nccl-tests-racks",
+            ),
+        ),
     ],
-    ids=["third", "fourth"],
+    ids=["third", "fourth", "fifth"],
 )
 def test_no_run_is_also_in_another_validation_folder(folder, names, others):
-    """Held out means new: no table of the third or fourth set repeats a row set already
-    bundled elsewhere (the same sizes with the same measured times), so each run scores
-    once; nor are two tables of one set mostly the same rows (one run transcribed twice; a
-    single size may coincide, as the third set's two A3 Mega runs do at 2 GiB)."""
+    """Held out means new: no table of the third, fourth or fifth set repeats a row set
+    already bundled elsewhere (the same sizes with the same measured times), so each run
+    scores once; nor are two tables of one set mostly the same rows (one run transcribed
+    twice; a single size may coincide, as the third set's two A3 Mega runs do at 2 GiB)."""
     here = {name: _rows(folder / f"{name}.csv") for name in names}
     for other_folder in others:
         for other in sorted((BUNDLED.parent / other_folder).glob("*.csv")):
@@ -160,7 +196,7 @@ def test_a_heldout_case_parses_and_builds_its_preset(folder, name, ranks):
     assert "Source:" in comment and "held out" in comment
     if folder == THIRD:
         assert "read 2026-11-27" in comment
-    if folder == FOURTH:
+    if folder in (FOURTH, FIFTH):
         assert "read 2026-11-28" in comment
     case = load_case(sidecar)
     assert case.settings["op"] in COLLECTIVE_OPS
