@@ -13,7 +13,7 @@ from test_steady import BASE
 
 from simulator.workload import run_workload
 from simulator.workload.generators import megatron
-from simulator.workload.steady import _Passes, _pass_tags, latest_offset, pass_of
+from simulator.workload.steady import _pass_tags, _Passes, latest_offset, pass_of
 
 #: A TP 4 run as ``ccsim validate --training`` builds one (tests/test_steady.py's BASE),
 #: PP 4 VP 2, 32 micro-batches a replica: 64 - 10 = 54 steady steps a stage.
