@@ -124,6 +124,36 @@ STEP_TOLERANCE = 1e-12
 # of the dot-separated id (simulator.workload.generators, one_pass's ``tag``).
 _TAG_CHUNKS = re.compile(r"(?:^|\.)([fb])(\d+)\.(\d+)(?=\.|$)")
 _TAG_PLAIN = re.compile(r"(?:^|\.)([fb])(\d+)(?=\.|$)")
+# The same tags read off every id at once, one line an id (:func:`_pass_tags`): the
+# fewest dot-separated components before a tag (the tag the patterns above find first:
+# at the id's start or after a dot), or the whole line where none is.
+_LINES_CHUNKS = re.compile(r"^(?:(?:[^.\n]*\.)*?([fb])(\d+)\.(\d+)(?=\.|$))?[^\n]*$", re.M)
+_LINES_PLAIN = re.compile(r"^(?:(?:[^.\n]*\.)*?([fb])(\d+)(?=\.|$))?[^\n]*$", re.M)
+
+
+def _pass_tags(ops: list, v: int) -> list[tuple[str, ...]]:
+    """Each op's pass tag as :func:`pass_of` finds it in its id, as the regular
+    expression's groups (kind, chunk and micro-batch with virtual stages, kind and
+    micro-batch without; empty strings where the id has none). One search over the ids
+    joined by newlines, where no id holds one; else one search an id.
+
+    >>> from types import SimpleNamespace as Op
+    >>> _pass_tags([Op(id="r5.tp.f3.17.bucket0"), Op(id="r0.dp.params.0.3")], 8)
+    [('f', '3', '17'), ('', '', '')]
+    """
+    ids = [op.id for op in ops]
+    joined = "\n".join(ids)
+    if joined.count("\n") == max(len(ids) - 1, 0):
+        found = (_LINES_CHUNKS if v > 1 else _LINES_PLAIN).findall(joined)
+        if len(found) == len(ids):
+            return found
+    search = (_TAG_CHUNKS if v > 1 else _TAG_PLAIN).search
+    empty = ("", "", "") if v > 1 else ("", "")
+    tags = []
+    for op_id in ids:
+        hit = search(op_id)
+        tags.append(empty if hit is None else hit.groups())
+    return tags
 
 
 @dataclass
@@ -257,50 +287,97 @@ def pass_of(op_id: str, v: int) -> tuple[str, int, int] | None:
 
 class _Passes:
     """A Megatron step's ops indexed once by (rank, stream, pass, chunk, micro-batch),
-    for :meth:`period` to compare the steady steps at many offsets of one replay."""
+    for :meth:`period` to compare the steady steps at many offsets of one replay.
+
+    Each rank's ops of its steady steps are kept as one array in the order
+    :meth:`pair` lists them (steady step, forward then backward, stream by name, op by
+    op), so that a pair is two slices a rank, where it was a dictionary look-up per
+    rank, step, pass and stream (issue 31: 76 pairs and four indexes of 35,000-316,000
+    ops on MLPerf's 405B on 512 H100). :meth:`_pair_by_pass` is that look-up, the
+    reference (``tests/test_steady_index.py`` holds the two equal at every offset)."""
 
     def __init__(self, workload: Workload, pp: int, v: int):
         self.workload, self.pp, self.v = workload, pp, v
-        # Per (rank, stream, pass, chunk, micro-batch): the ops in order.
-        self.by_pass: dict[tuple, list[int]] = defaultdict(list)
-        own: list[int] = []
-        self.warmup: dict[int, int] = {}
-        forwards: dict[int, set] = defaultdict(set)
-        # pass_of inlined (the same patterns, the same answers): this loop runs over
-        # every op of every step replayed, 500,000 on MLPerf's 405B on 512 H100.
-        # A pass's tag (".f3.17") read once: a step has a few hundred for 10^5 ops.
-        search = (_TAG_CHUNKS if v > 1 else _TAG_PLAIN).search
-        by_pass, warmup = self.by_pass, self.warmup
-        tags: dict[str, tuple[str, int, int]] = {}
-        for op in workload.ops:
-            found = search(op.id)
-            if found is None:
-                own.append(op.index)
-                continue
-            tag = found.group(0)
-            parsed = tags.get(tag)
-            if parsed is None:
-                if v > 1:
-                    parsed = found.group(1), int(found.group(2)), int(found.group(3))
-                else:
-                    parsed = found.group(1), 0, int(found.group(2))
-                tags[tag] = parsed
-            kind, chunk, micro = parsed
-            rank = op.rank
-            # Warm-up forwards counted by their compute (a receive may be posted early).
-            if op.kind == "compute":
-                if kind == "b":
-                    warmup.setdefault(rank, len(forwards[rank]))
-                elif rank not in warmup:
-                    forwards[rank].add((chunk, micro))
-            by_pass[(rank, op.stream, kind, chunk, micro)].append(op.index)
-        self.own = np.asarray(own, dtype=np.int64)
-        # Sorted: a set of names iterates in an order that depends on the process's
-        # hash seed, and the period is read off the first op compared.
-        streams: dict[int, set] = defaultdict(set)
-        for rank, stream, *_ in self.by_pass:
-            streams[rank].add(stream)
-        self.streams = {rank: sorted(names) for rank, names in streams.items()}
+        ops = workload.ops
+        n = len(ops)
+        # Each op's pass tag (".f3.17"), read off its id as pass_of reads it, as a code
+        # into ``parsed`` (the same few hundred tags for 10^5 ops); None: the step's own.
+        table: dict[tuple[str, ...], int] = {}
+        codes = np.fromiter(
+            (table.setdefault(tag, len(table)) for tag in _pass_tags(ops, v)), np.int64, n
+        )
+        parsed: list[tuple[str, int, int] | None] = [None] * len(table)
+        for tag, code in table.items():
+            if tag[0]:
+                parsed[code] = (
+                    (tag[0], int(tag[1]), int(tag[2])) if v > 1 else (tag[0], 0, int(tag[1]))
+                )
+        self._parsed, self._tag_code = parsed, codes
+        known = np.array([p is not None for p in parsed] + [False], dtype=bool)
+        backward = np.array([p is not None and p[0] == "b" for p in parsed] + [False])
+        chunk_of = np.array([0 if p is None else p[1] for p in parsed] + [0], dtype=np.int64)
+        micro_of = np.array([0 if p is None else p[2] for p in parsed] + [0], dtype=np.int64)
+        tagged, is_b = known[codes], backward[codes]
+        chunk, micro = chunk_of[codes], micro_of[codes]
+        self.own = np.flatnonzero(~tagged).astype(np.int64)
+        rank = np.fromiter((op.rank for op in ops), np.int64, n)
+        compute = np.fromiter((op.kind == "compute" for op in ops), bool, n)
+        ranks = int(rank.max()) + 1 if n else 0
+        # Warm-up forwards counted by their compute (a receive may be posted early):
+        # the distinct forward passes a rank computes before its first backward one;
+        # the ranks in the order of their first backward compute.
+        backwards = np.flatnonzero(tagged & compute & is_b)
+        b_ranks, at = np.unique(rank[backwards], return_index=True)
+        order = np.argsort(backwards[at], kind="stable")
+        b_ranks, starts = b_ranks[order], backwards[at][order]
+        until = np.full(ranks, -1, dtype=np.int64)
+        until[b_ranks] = starts
+        forwards = np.flatnonzero(tagged & compute & ~is_b & (np.arange(n) < until[rank]))
+        counted: dict[int, int] = defaultdict(int)
+        for r, _, _ in set(
+            zip(
+                rank[forwards].tolist(),
+                chunk[forwards].tolist(),
+                micro[forwards].tolist(),
+                strict=True,
+            )
+        ):
+            counted[r] += 1
+        self.warmup: dict[int, int] = {r: counted[r] for r in b_ranks.tolist()}
+        # Streams by name: a set of names iterates in an order that depends on the
+        # process's hash seed, and the period is read off the first op compared.
+        names = sorted({op.stream for op in ops})
+        number = {name: i for i, name in enumerate(names)}
+        self._stream = np.fromiter((number[op.stream] for op in ops), np.int64, n)
+        self._streams_count = len(names)
+        self._backward = is_b
+        # Each op's steady step on its rank: the k-th forward (backward) pass, as
+        # _index numbers them, runs in steady step k - w (k), w the rank's warm-up
+        # forwards; -1 for the rest (warm-up forwards, passes _index never names, ranks
+        # without backward passes, the step's own ops).
+        w = np.zeros(ranks, dtype=np.int64)
+        place = np.full(ranks, -1, dtype=np.int64)
+        w[b_ranks] = [self.warmup[r] for r in b_ranks.tolist()]
+        place[b_ranks] = np.arange(len(b_ranks))
+        span = pp * v
+        k = (micro // pp) * span + np.where(is_b, v - 1 - chunk, chunk) * pp + micro % pp
+        sigma = np.where(is_b, k, k - w[rank])
+        valid = tagged & (chunk < v) & (place[rank] >= 0) & (sigma >= 0)
+        self._sigma = sigma = np.where(valid, sigma, -1)
+        # Per rank (warm-up order): its ops of steady steps in pair order (steady step,
+        # forward then backward, stream by name, op by op), and each one's step.
+        steady = np.flatnonzero(valid)
+        steady = steady[
+            np.lexsort(
+                (steady, self._stream[steady], is_b[steady], sigma[steady], place[rank[steady]])
+            )
+        ]
+        bounds = np.searchsorted(place[rank[steady]], np.arange(len(b_ranks) + 1))
+        self._rows = [
+            (steady[bounds[i] : bounds[i + 1]], sigma[steady[bounds[i] : bounds[i + 1]]])
+            for i in range(len(b_ranks))
+        ]
+        self._by_pass: dict[tuple, list[int]] | None = None
         # What depends on the workload alone, judged once per offset however often the
         # pair is judged (a watch, then later_period, judge the same offsets): the
         # pair's ops as compact arrays and why they cannot be compared ('' if they can).
@@ -317,26 +394,60 @@ class _Passes:
             chunk = v - 1 - chunk
         return kind, chunk, (k // (pp * v)) * pp + k % pp
 
-    def pair(self, offset: int) -> tuple[list[int], list[int], str]:
+    def pair(self, offset: int) -> tuple[np.ndarray, np.ndarray, str]:
         """The ops of the period of steady steps from ``offset`` and of the next, in
-        matching order, and ''; or why they cannot be compared."""
-        if not self.warmup:
-            return [], [], "the step has no backward passes named as Megatron's"
+        matching order, and ''; or why they cannot be compared (as
+        :meth:`_pair_by_pass` gives them)."""
+        if not self.warmup or offset < 0:
+            return self._pair_by_pass(offset)
         steps = period_micro_batches(self.pp, self.v) * self.v
-        by_pass = self.by_pass
+        firsts: list[np.ndarray] = []
+        seconds: list[np.ndarray] = []
+        for ops, sigma in self._rows:
+            lo, middle, hi = np.searchsorted(sigma, [offset, offset + steps, offset + 2 * steps])
+            firsts.append(ops[lo:middle])
+            seconds.append(ops[middle:hi])
+        first = np.concatenate(firsts)
+        second = np.concatenate(seconds)
+        # Each (rank, step, pass, stream) as many ops in both periods, else the
+        # reference names the first that is not.
+        streams = self._streams_count
+        cells = len(self._rows) * steps * 2 * streams
+
+        def cell(ids: np.ndarray, parts: list[np.ndarray], base: int) -> np.ndarray:
+            place = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
+            step = self._sigma[ids] - base
+            key = ((place * steps + step) * 2 + self._backward[ids]) * streams + self._stream[ids]
+            return np.bincount(key, minlength=cells)
+
+        if not np.array_equal(cell(first, firsts, offset), cell(second, seconds, offset + steps)):
+            return self._pair_by_pass(offset)
+        if not len(first):
+            return first, second, "no steady steps to compare"
+        return first, second, ""
+
+    def _pair_by_pass(self, offset: int) -> tuple[np.ndarray, np.ndarray, str]:
+        """:meth:`pair` by looking up each (rank, stream, pass, chunk, micro-batch)
+        of the two periods, rank by rank, step by step: the reference, and the reason
+        where some pass's ops differ in number."""
+        none = np.zeros(0, dtype=np.int64)
+        if not self.warmup:
+            return none, none, "the step has no backward passes named as Megatron's"
+        by_pass, streams = self._lookup()
+        steps = period_micro_batches(self.pp, self.v) * self.v
         first: list[int] = []
         second: list[int] = []
         for rank, w in self.warmup.items():
             for sigma in range(offset, offset + steps):
                 for kind, k in (("f", sigma + w), ("b", sigma)):
                     a, b = self._index(kind, k), self._index(kind, k + steps)
-                    for stream in self.streams[rank]:
+                    for stream in streams[rank]:
                         these = by_pass.get((rank, stream, *a), [])
                         those = by_pass.get((rank, stream, *b), [])
                         if len(these) != len(those):
                             return (
-                                [],
-                                [],
+                                none,
+                                none,
                                 (
                                     f"rank {rank}'s {kind} passes {a[1:]} and {b[1:]} have "
                                     "different ops"
@@ -345,8 +456,26 @@ class _Passes:
                         first += these
                         second += those
         if not first:
-            return [], [], "no steady steps to compare"
-        return first, second, ""
+            return none, none, "no steady steps to compare"
+        return np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64), ""
+
+    def _lookup(self) -> tuple[dict[tuple, list[int]], dict[int, list[str]]]:
+        """The ops by (rank, stream, pass, chunk, micro-batch), in order, and each
+        rank's streams by name (made once, where :meth:`_pair_by_pass` is asked)."""
+        if self._by_pass is None:
+            by_pass: dict[tuple, list[int]] = defaultdict(list)
+            ops, parsed = self.workload.ops, self._parsed
+            for i, code in enumerate(self._tag_code.tolist()):
+                found = parsed[code]
+                if found is not None:
+                    op = ops[i]
+                    by_pass[(op.rank, op.stream, *found)].append(i)
+            self._by_pass = by_pass
+            named: dict[int, set] = defaultdict(set)
+            for rank, stream, *_ in by_pass:
+                named[rank].add(stream)
+            self._streams = {rank: sorted(names) for rank, names in named.items()}
+        return self._by_pass, self._streams
 
     def period(
         self,

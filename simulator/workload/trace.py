@@ -708,8 +708,15 @@ def trusted_op(
     )
     if kind == "compute":
         if "duration" in fields:
-            where = lambda: f"{origin}: op {shown(op.id)}"  # noqa: E731
-            op.duration = parse_time(fields["duration"], field=f"{where()} duration")
+            duration = fields["duration"]
+            if type(duration) in _PLAIN:
+                # parse_time's answer for a plain number (itself, as a float), without
+                # its message naming the op, made for every op (issue 31: ~1% of the
+                # builds of DeepSeek-V3's steps).
+                op.duration = float(duration)
+            else:
+                where = lambda: f"{origin}: op {shown(op.id)}"  # noqa: E731
+                op.duration = parse_time(duration, field=f"{where()} duration")
         else:
             op.flops = float(get("flops", 0.0))
             size = get("bytes", 0)
