@@ -13,7 +13,7 @@ from simulator.workload import run_workload
 from simulator.workload.devices import DEVICES
 from simulator.workload.generators import megatron
 from simulator.workload.kernels import Gemm, gemm_time
-from simulator.workload.model import Transformer, fp8_cast_cost, fp8_gathered_grad_cost
+from simulator.workload.model import Transformer, fp8_cast_cost
 
 # hidden 1024, 8 heads of 128 (a d = 1024, grouped-query 2: g d = 256), FFN 4096, SwiGLU.
 MODEL = Transformer(
@@ -72,44 +72,23 @@ def test_gathered_norm_output_is_transposed_in_the_backward():
     """Hopper (transposed copies), sequence parallelism over 4: the norms write one
     row-wise copy of their local shard (delayed: fused into the norm, 0 extra; current
     scaling: 2 + 1), and the backward transposes the two gathered inputs (1 byte read,
-    1 written, 1024 elements each) beside the output gradients' casts: QKV's 12 x 128 / 4
-    = 384 and FC1's 2 x 4096 / 4 = 2048, 2432 elements each a cast of its own at 4
-    (delayed) or 6 (current scaling) bytes; the projection's and FC2's 1024 each, gathered:
-    TE casts the rank's quarter row-wise (3 bytes delayed, 5 current scaling) and
-    transposes the gathered fp8 (2 bytes), 3 / 4 + 2 or 5 / 4 + 2 an element of the 2048
-    (TE v1.10 module/base.py ``grad_output_preprocess`` lines 760-790)."""
+    1 written, 1024 elements each) beside the output gradients' casts: QKV 12 x 128 / 4
+    = 384, projection and FC2 1024 each, FC1 2 x 4096 / 4 = 2048, 4480 elements at 4
+    (delayed) or 6 (current scaling) bytes."""
     sp = {"tp": 4, "transpose": True, "sequence_parallel": True}
     assert MODEL.fp8_cast_bytes(1, recipe="delayed", **sp) == 0 * 512 + 4 * (256 + 1024)
     assert MODEL.fp8_cast_bytes(1, recipe="tensorwise", **sp) == 3 * 512 + 6 * (256 + 1024)
     transposes = 2 * 2 * 1024
     got = MODEL.fp8_cast_bytes(1, recipe="delayed", backward=True, **sp)
-    assert got == 4 * 2432 + (3 / 4 + 2) * 2048 + transposes  # 19,456
+    assert got == 4 * 4480 + transposes
     got = MODEL.fp8_cast_bytes(1, recipe="tensorwise", backward=True, **sp)
-    assert got == 6 * 2432 + (5 / 4 + 2) * 2048 + transposes  # 25,344
-    # Without sequence parallelism nothing is gathered: every gradient a cast_transpose.
+    assert got == 6 * 4480 + transposes
+    # Without sequence parallelism nothing is gathered: no transposes added.
     got = MODEL.fp8_cast_bytes(1, recipe="delayed", backward=True, tp=4)
     assert got == 4 * 4480
-    # MXFP8 quantizes both copies of the shard and gathers both (_all_gather_mxfp8).
+    # MXFP8 gathers its column-wise copy: unchanged by the gather.
     mx = MODEL.fp8_cast_bytes(1, recipe="mxfp8", backward=True, tp=4, sequence_parallel=True)
-    assert mx == pytest.approx((4 + 2 / 32) * (2432 + 2048 / 4))
-
-
-def test_gathered_output_gradient_is_cast_as_the_ranks_shard():
-    """A row-parallel layer's output gradient under sequence parallelism, per element of
-    the gathered tensor: the shard's cast over TP (row-wise: 2 read + 1 written; current
-    scaling 2 more for its amax; MXFP8 2 + 2 x 33/32 for both copies), plus the gathered
-    fp8 tensor's transpose (1 + 1) where the GPU needs K-major operands (Hopper), none on
-    Blackwell (TE v2.7 distributed.py ``_all_gather_fp8``: ``_create_transpose`` only when
-    ``is_non_tn_fp8_gemm_supported`` is false)."""
-    assert fp8_gathered_grad_cost("delayed", tp=8, sequence_parallel=True) == 3 / 8 + 2
-    assert fp8_gathered_grad_cost("tensorwise", tp=2, sequence_parallel=True) == 5 / 2 + 2
-    blackwell = {"transpose": False, "sequence_parallel": True}
-    assert fp8_gathered_grad_cost("tensorwise", tp=4, **blackwell) == 5 / 4
-    assert fp8_gathered_grad_cost("delayed", tp=4, **blackwell) == 3 / 4
-    assert fp8_gathered_grad_cost("mxfp8", tp=4, **blackwell) == pytest.approx((2 + 66 / 32) / 4)
-    # One rank (or no sequence parallelism): the whole gradient, a cast of its own.
-    assert fp8_gathered_grad_cost("delayed", tp=1, sequence_parallel=True) == 4
-    assert fp8_gathered_grad_cost("tensorwise", tp=4, transpose=False) == 5
+    assert mx == pytest.approx((4 + 2 / 32) * 4480)
 
 
 def test_mxfp8_gemm_runs_at_te_measured_ratio():

@@ -125,41 +125,6 @@ def fp8_cast_cost(recipe: str, *, transpose: bool = True) -> tuple[float, float,
     return (2 + written, 2 + written, written - 1)
 
 
-def fp8_gathered_grad_cost(
-    recipe: str, *, tp: int, transpose: bool = True, sequence_parallel: bool = False
-) -> float:
-    """HBM bytes per element of a row-parallel linear layer's output gradient (the
-    projection's or FC2's, counted over the whole gathered tensor) that Transformer
-    Engine's fp8 cast of it moves on one TP rank.
-
-    Without sequence parallelism over ``tp`` > 1 ranks the gradient is the rank's own: a
-    cast of its own (:func:`fp8_cast_cost`). With it, TE casts the rank's shard (1 / tp
-    of the elements) and all-gathers the fp8 bytes, then, where the GPU's fp8 GEMMs take
-    only K-major operands (``transpose``), transposes the gathered fp8 tensor for the
-    weight gradient (1 byte read, 1 written an element): TE v1.10
-    ``grad_output_preprocess`` (transformer_engine/pytorch/module/base.py lines 760-790:
-    ``cast_to_fp8`` of the shard, ``gather_along_first_dim``, ``tex.fp8_transpose``) and
-    v2.7 (base.py lines 1099-1131, distributed.py ``_all_gather_fp8``: the shard
-    quantized row-wise only, ``_create_transpose`` after the gather). Per-tensor scaling
-    casts the shard row-wise (its current scaling reads it once more for the amax);
-    MXFP8 quantizes both copies of the shard and gathers both (``_all_gather_mxfp8``).
-
-    >>> fp8_gathered_grad_cost("delayed", tp=4, sequence_parallel=True)  # 3 / 4 + 2
-    2.75
-    >>> fp8_gathered_grad_cost("tensorwise", tp=4, transpose=False, sequence_parallel=True)
-    1.25
-    >>> fp8_gathered_grad_cost("delayed", tp=4)  # no sequence parallelism: cast_transpose
-    4.0
-    """
-    standalone = fp8_cast_cost(recipe, transpose=transpose)[0]
-    if not (sequence_parallel and tp > 1):
-        return standalone
-    if recipe == "mxfp8":
-        return standalone / tp
-    shard = fp8_cast_cost(recipe, transpose=False)[0]  # row-wise only
-    return shard / tp + (2.0 if transpose else 0.0)
-
-
 @dataclass(frozen=True)
 class Transformer:
     """A decoder-only transformer: layers, hidden size, sequence length, vocabulary.
@@ -917,10 +882,8 @@ class Transformer:
         ``use_te_activation_func = False`` by default since, transformer_config.py line
         1199 at d98e8a6; ``te_activation``: TE's activation kernel quantizes it itself,
         as with that flag set); backward, every GEMM's output
-        gradient: QKV's (a + 2g) d / t and FC1's f / t (2f / t gated), each a cast of its
-        own, and the projection's and FC2's h, gathered over TP with sequence parallelism
-        (TE casts the shard, gathers fp8 and transposes the gathered bytes:
-        :func:`fp8_gathered_grad_cost`). ``transpose``: the
+        gradient, each a cast of its own: QKV's (a + 2g) d / t, the projection's and
+        FC2's h (gathered over TP) and FC1's f / t (2f / t gated). ``transpose``: the
         GPU's fp8 GEMMs take only K-major operands (Hopper), so a per-tensor cast also
         writes its transpose for the other GEMM that reads it; Blackwell's take any
         layout (TE's ``nvte_is_non_tn_fp8_gemm_supported``, compute capability 10.x:
@@ -945,9 +908,8 @@ class Transformer:
         (22528.0, 36864.0)
         >>> m.fp8_cast_bytes(1, recipe="mxfp8", transpose=False)  # 4.0625 (2h + ad + f)
         29120.0
-        >>> # 4 (QKV's 768 + FC1's 1024) + (3 / 4 + 2) 2h + 4h (the gathered inputs)
-        >>> m.fp8_cast_bytes(1, tp=4, backward=True, sequence_parallel=True)
-        16896.0
+        >>> m.fp8_cast_bytes(1, tp=4, backward=True, sequence_parallel=True)  # 15360 + 4h
+        19456.0
         """
         h, d = self.hidden, self.head_dim
         f = self.ffn or 4 * h
@@ -964,10 +926,7 @@ class Transformer:
         else:
             qkv = (self.attention_heads + 2 * self.query_groups) * d / tp
             up = (2 if self.gated else 1) * f / tp
-            row = fp8_gathered_grad_cost(
-                recipe, tp=tp, transpose=transpose, sequence_parallel=sequence_parallel
-            )
-            per_token = standalone * (qkv + up) + row * 2 * h  # projection's and FC2's
+            per_token = standalone * (qkv + 2 * h + up)
             if gathered:  # the gathered inputs' transposes (1 byte read, 1 written)
                 per_token += 2 * (2 * h)
         return float(tokens * per_token)
@@ -1039,18 +998,13 @@ class Transformer:
             norm = fp8_cast_cost(recipe, transpose=False)[1]
         shard = h / (tp if sequence_parallel else 1)  # a token's norm output on this rank
 
-        row = fp8_gathered_grad_cost(
-            recipe, tp=tp, transpose=transpose, sequence_parallel=sequence_parallel
-        )
-
         def mlp(inner: float, normed: float, split: int) -> float:
             """One token's casts through an MLP of ``inner`` split ``split`` ways, its
-            input cast at ``normed`` bytes an element and its row-parallel FC2's output
-            gradient at ``row`` (as fp8_cast_bytes counts FC1 and FC2)."""
+            input cast at ``normed`` bytes an element (as fp8_cast_bytes counts FC1)."""
             up = (2 if self.gated else 1) * inner / split
             if not backward:
                 return normed * shard + standalone * inner / split
-            return row * h + standalone * up + (2 * h if gathered else 0.0)
+            return standalone * (h + up) + (2 * h if gathered else 0.0)
 
         dense_mlp = mlp(self.ffn or 4 * h, norm, tp)
         shared = (
