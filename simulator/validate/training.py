@@ -318,7 +318,8 @@ MOE_ASSUMED = (
     "synchronisation per MoE layer forward (none with full-step CUDA graphs or token drop), "
     "the all-to-all beside another micro-batch's pass where the row sets moe_ep_a2a_overlap "
     "(whole passes side by side, not layer by layer), TE grouped GEMM, "
-    "dropless and balanced routing, expert TP as the row states it (1 where it does not)"
+    "dropless and balanced routing (rows dropping tokens: every expert at its capacity), "
+    "expert TP as the row states it (1 where it does not)"
 )
 
 
