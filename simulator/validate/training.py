@@ -222,17 +222,36 @@ def _model(entry: Mapping[str, Any]) -> Transformer | str:
 
 
 def _mtp_layers(entry: Mapping[str, Any]) -> int:
-    """Multi-token prediction layers a run trains: Megatron-Bridge's DeepSeek-V3 recipes
-    run one (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py: ``mtp_num_layers``
-    1, its layouts end with "mtp" and "loss"; the data file's pp_layout "...tmL"). It is
-    built as one more MoE layer at the end of the last stage (its own projection,
-    norms and second output head and loss are left out). NeMo's performance script,
-    which DGX Cloud's runs launch, lays out no MTP (scripts/performance/llm/
-    pretrain_deepseek_v3.py: its layouts end with "loss" alone)."""
+    """Multi-token prediction layers a run trains: the row's ``settings.mtp_layers`` where
+    its source or recipe states it (Megatron-Bridge 25.11's GB200 DeepSeek-V3 rows are
+    labelled "(w/o MTP)": 0; DGX Cloud v25.05.04's DeepSeek-V3 runs build NeMo's
+    ``pretrain_recipe()``, whose ``use_mtp`` defaults to True: 1); else Megatron-Bridge's
+    DeepSeek-V3 recipes run one (src/megatron/bridge/recipes/deepseek/h100/
+    deepseek_v3.py: ``mtp_num_layers`` 1, its layouts end with "mtp" and "loss"; the data
+    file's pp_layout "...tmL"); else none. It is built as one more MoE layer at the end
+    of the last stage (its own projection, norms and second output head and loss are
+    left out)."""
+    stated = _count_setting(entry, "mtp_layers", least=0)
+    if stated is not None:
+        return stated
     data = entry.get("model") or {}
     if entry.get("source_kind") != "megatron-bridge-performance-summary":
         return 0
     return int(data.get("mtp_layers_default") or 0)
+
+
+def _count_setting(entry: Mapping[str, Any], key: str, least: int) -> int | None:
+    """A row's whole-number setting ``key`` (at least ``least``), or None where the row
+    does not state it; anything else is a one-line error naming the row and the field."""
+    value = (entry.get("settings") or {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise CcsimError(
+            f"published run {entry.get('id')}: settings.{key} must be a whole number "
+            f"of at least {least}, not {value!r}"
+        )
+    return value
 
 
 #: DeepSeek-V3's pipeline layouts, (PP, VP) -> decoder layers of the first and of the
@@ -245,16 +264,45 @@ DEEPSEEK_V3_LAYOUT = {(4, 1): (16, 13), (8, 1): (8, 5), (4, 2): (8, 5), (16, 1):
 
 
 def _layout(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The uneven pipeline split a run's recipe sets where its layers do not divide:
-    DeepSeek-V3's layouts (:data:`DEEPSEEK_V3_LAYOUT`, the MTP layer on the last
-    stage) as first and last stage layers without interleaving. With interleaving the
+    """The uneven pipeline split a run's recipe sets where its layers do not divide: the
+    row's own first and last stage layers (:func:`_stated_ends`), else DeepSeek-V3's
+    layouts (:data:`DEEPSEEK_V3_LAYOUT`), the MTP layer on the last stage, as first and
+    last stage layers without interleaving. With interleaving the
     generator splits chunks evenly but for the end chunks (``generator_options``)."""
     data = entry.get("model") or {}
     pp, vp = int(entry.get("pp") or 1), int(entry.get("vp") or 1)
-    ends = DEEPSEEK_V3_LAYOUT.get((pp, vp))
-    if data.get("name") != "deepseek-v3" or ends is None or vp > 1:
-        return {}
+    ends = _stated_ends(entry, pp, vp)
+    if ends is None:
+        ends = DEEPSEEK_V3_LAYOUT.get((pp, vp))
+        if data.get("name") != "deepseek-v3" or ends is None or vp > 1:
+            return {}
     return {"first_stage_layers": ends[0], "last_stage_layers": ends[1] + _mtp_layers(entry)}
+
+
+def _stated_ends(entry: Mapping[str, Any], pp: int, vp: int) -> tuple[int, int] | None:
+    """The decoder layers of the first and last pipeline stage a row's recipe sets
+    (``settings.first_stage_layers`` and ``last_stage_layers``: Megatron-Core's
+    ``num_layers_in_first_pipeline_stage`` and ``num_layers_in_last_pipeline_stage``,
+    the MTP layer not counted), or None where it states neither. Both together, without
+    interleaving, with the middle stages' layers splitting evenly, as Megatron-Core
+    asserts (megatron/core/transformer/transformer_block.py lines 61-88 at 7094270,
+    get_num_layers_to_build)."""
+    first = _count_setting(entry, "first_stage_layers", least=1)
+    last = _count_setting(entry, "last_stage_layers", least=1)
+    if first is None and last is None:
+        return None
+    where = f"published run {entry.get('id')}: settings.first_stage_layers / last_stage_layers"
+    if first is None or last is None:
+        raise CcsimError(f"{where}: give both (the first and the last stage's layers)")
+    if vp > 1 or pp < 2:
+        raise CcsimError(f"{where}: only for pipelining without interleaving (pp > 1, vp 1)")
+    middle = int((entry.get("model") or {}).get("layers") or 0) - first - last
+    if middle < 0 or (pp > 2 and middle % (pp - 2)) or (pp == 2 and middle):
+        raise CcsimError(
+            f"{where}: {first} and {last} leave {middle} layers, which do not split "
+            f"evenly over the {pp - 2} middle stages"
+        )
+    return first, last
 
 
 #: What ccsim builds for every mixture-of-experts run where its data says nothing else.
@@ -270,26 +318,25 @@ MOE_ASSUMED = (
     "synchronisation per MoE layer forward (none with full-step CUDA graphs or token drop), "
     "the all-to-all beside another micro-batch's pass where the row sets moe_ep_a2a_overlap "
     "(whole passes side by side, not layer by layer), TE grouped GEMM, "
-    "dropless and balanced routing, expert TP as the row states it (1 where it does not)"
+    "dropless and balanced routing (rows dropping tokens: every expert at its capacity), "
+    "expert TP as the row states it (1 where it does not)"
 )
 
 
 def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
     """A mixture-of-experts run's dispatcher options for the generator: the row's
-    ``moe_dispatcher`` where it states one; else NeMo's DeepSeek-V3 script's choice for
-    the DGX Cloud rows (scripts/performance/llm/pretrain_deepseek_v3.py: on H100 the flex
-    dispatcher with DeepEP, elsewhere alltoall with MegatronTokenDropCallback, capacity
-    factor 1 padded to capacity: static shapes, no host synchronisation); else alltoall,
-    what Megatron-Bridge's performance scripts set without a flex backend
-    (scripts/performance/utils/overrides.py: ``moe_token_dispatcher_type = "alltoall"``).
+    ``moe_dispatcher`` where it states one; else alltoall, what Megatron-Bridge's
+    performance scripts set without a flex backend (scripts/performance/utils/
+    overrides.py: ``moe_token_dispatcher_type = "alltoall"``) and what DGX Cloud
+    v25.05.04's DeepSeek-V3 runs state (NeMo 7a8f1cc's pretrain_deepseek_v3.py).
     A full-step CUDA graph (``cuda_graphs`` "full_iteration") cannot synchronise with
     the host inside it: those rows run static shapes (HybridEP's rank capacity); neither
-    do the rows the source labels "(tokendrop)" (capacity-padded experts). The host's time
+    do the rows that drop tokens and pad the experts to their capacity (``moe_token_drop``
+    true, or labelled "(tokendrop)" by their source). The host's time
     per launched operation is that of the GPU's host CPU (an x86 DGX or a Grace
     superchip, :func:`~simulator.workload.host.host_op_s_for`)."""
     settings = entry.get("settings") or {}
     stated = str(settings.get("moe_dispatcher") or "").lower()
-    model = (entry.get("model") or {}).get("name")
     gpu = str(entry.get("gpu", "")).split("-")[0]
     options: dict[str, Any] = {"moe_dispatcher": "alltoall"}
     if gpu:
@@ -298,21 +345,25 @@ def _moe_options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options["host_op_s"] = host_op_s_for(gpu)
     if stated in ("alltoall", "deepep", "hybridep"):
         options["moe_dispatcher"] = stated
-    elif entry.get("source_kind") == "nvidia-dgxc-benchmarking" and model == "deepseek-v3":
-        if gpu == "H100":
-            options["moe_dispatcher"] = "deepep"
-        else:
-            options["moe_host_sync"] = False
+    token_drop = settings.get("moe_token_drop")
+    if token_drop is not None and not isinstance(token_drop, bool):
+        raise CcsimError(
+            f"published run {entry.get('id')}: settings.moe_token_drop must be true "
+            f"(capacity factor 1, experts padded to capacity) or false, not {token_drop!r}"
+        )
     graphs = _cuda_graphs(settings)
     if graphs:
         options["cuda_graphs"] = graphs
     if "full_iteration" in graphs:
         options["moe_host_sync"] = False
-    if "(tokendrop)" in str(entry.get("raw_row") or ""):
-        # Megatron-Bridge 25.09's "(tokendrop)" rows drop tokens over each expert's
-        # capacity and pad to it (the table's footnote: "rows labelled (tokendrop) use
-        # token dropping"): static shapes, nothing for the host to read.
+    if token_drop or "(tokendrop)" in str(entry.get("raw_row") or ""):
+        # Token drop with the experts padded to their capacity (NeMo's
+        # MegatronTokenDropCallback and Megatron-Bridge's apply_moe_token_drop: capacity
+        # factor 1.0, moe_pad_expert_input_to_capacity True; Megatron-Bridge 25.09's table
+        # labels such rows "(tokendrop)"): static shapes, nothing for the host to read,
+        # and every expert computes exactly its capacity, the mean (no busiest rank).
         options["moe_host_sync"] = False
+        options["moe_routing"] = "even"
     if settings.get("moe_ep_a2a_overlap") is True:
         options["moe_a2a_overlap"] = True
     if settings.get("cutedsl_fused_grouped_mlp") is True:
