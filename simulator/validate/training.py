@@ -399,6 +399,14 @@ _SETTINGS = {
 }
 
 
+#: Passes over the DDP's gradient buffer (:data:`~simulator.workload.generators.
+#: GRAD_BUFFER_PASSES`) by source, where its training loop was read: Megatron-LM's own
+#: runs (Megatron-Core r0.8.0) zero the buffer every step and, before each bucket's
+#: reduction, check its norm for NaN (on by default for bf16) and scale it by 1 / dp
+#: (``--ddp-average-in-collective`` off by default). The NeMo, Megatron-Bridge and
+#: MLPerf stacks' were not read: none.
+GRAD_BUFFER_PASSES_BY_SOURCE = {"megatron-lm-readme": ("zero", "nan_check", "scale")}
+
 #: Sources whose recipes reduce gradients in bf16 where their rows do not say:
 #: Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py,
 #: set_basic_perf_overrides: mixed_precision.grad_reduce_in_fp32 = False and
@@ -670,6 +678,9 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         )
     ):
         options["grad_reduce"] = "bf16"
+    passes = GRAD_BUFFER_PASSES_BY_SOURCE.get(str(kind))
+    if passes:
+        options["grad_buffer_passes"] = passes
     cross_entropy = _cross_entropy(entry)
     if cross_entropy:
         options["cross_entropy"] = cross_entropy
@@ -834,6 +845,12 @@ def generator_options(run: TrainingRun) -> dict[str, Any]:
         replicas=True,
         shadows=True,
     )
+    if run.model.dropout:
+        # The model trains with dropout (Megatron-LM's own runs; the rows whose recipes
+        # set it): inside the fused attention too (--attention-dropout, as
+        # --hidden-dropout, 0.1 by default, megatron/training/arguments.py lines 947-950
+        # at core_r0.8.0).
+        options["attention_dropout"] = True
     if run.etp > 1:
         options["etp"] = run.etp
     # Replicas of whole 8-GPU servers: a replica of fewer ranks is found during the
