@@ -105,6 +105,23 @@ def test_grad_buffer_passes_move_what_each_bucket_reduces():
         assert after.mem_bytes - before.mem_bytes == pytest.approx(reduced, rel=1e-12)
 
 
+def test_grad_buffer_passes_wait_for_the_gradients_not_the_tp_collectives():
+    """The passes run from the backward hooks once a bucket's gradients are made: on the
+    compute stream after the pass's kernels, not after its overlapped TP collectives
+    (waiting for those would hold the next layers' backward)."""
+    work = _dp2(
+        tp=2,
+        sequence_parallel=True,
+        tp_comm_overlap=True,
+        overlap_grad_reduce=True,
+        grad_buffer_passes=("nan_check", "scale"),
+    )
+    passes = [op for op in work.ops if op.rank == 0 and op.id.endswith(".passes")]
+    assert len(passes) > 1
+    for op in passes:
+        assert all(work.ops[i].stream == "compute" for i in op.deps)
+
+
 def test_grad_buffer_passes_default_off_and_checked():
     """None by default (the same ops as before); an unknown pass names the valid ones,
     and FSDP, which keeps its own buffers, refuses them."""

@@ -2272,6 +2272,7 @@ def megatron(
                                 label=f"TP exposed {'fwd' if forward else 'bwd'} mb {i}",
                             )
                         ]
+                    computed = after  # the pass's end on the compute stream
                     after = after + tp_prev if tp_comm_overlap else tp_prev
                     if sharded_weights and not forward and layers:
                         reduces.append(
@@ -2301,7 +2302,7 @@ def megatron(
                             grads += output_matrix * vocab_matrix
                         bucket_name = f"r{r}.dp.{c}.{n}" if v > 1 else f"r{r}.dp.{n}"
                         grads_ready = _grad_buffer_pass(
-                            b, r, bucket_name, after, bucket_passes * grad,
+                            b, r, bucket_name, computed, after, bucket_passes * grad,
                             grads + (piece_experts if edp is not None else 0),
                         )  # fmt: skip
                         if piece_experts and edp is not None:
@@ -2440,9 +2441,9 @@ def megatron(
             if replicas > 1 and not reduces:
                 t_e, e_e, _ = expert_coords(r - stage * width)
                 held_experts = stage_experts if edp_groups.get((stage, t_e, e_e)) else 0
-                after = _grad_buffer_pass(
-                    b, r, f"r{r}.dp", after, bucket_passes * grad, stage_params + held_experts
-                )
+                passes = bucket_passes * grad
+                grads = stage_params + held_experts
+                after = _grad_buffer_pass(b, r, f"r{r}.dp", after, after, passes, grads)
                 reduces.append(
                     b.op(
                         f"r{r}.dp",
@@ -2645,25 +2646,31 @@ def megatron(
 
 
 def _grad_buffer_pass(
-    b: _Builder, r: int, name: str, after: list, bytes_per_param: float, params: float
+    b: _Builder,
+    r: int,
+    name: str,
+    computed: list,
+    after: list,
+    bytes_per_param: float,
+    params: float,
 ) -> list:
-    """Megatron-Core DDP's passes over a bucket's gradients before its reduction
-    (:data:`GRAD_BUFFER_PASSES`): one memory-bound op on the compute stream after
-    ``after``, which the reduction then waits for; ``after`` itself where there are none.
+    """What a bucket's reduction waits for: ``after`` and Megatron-Core DDP's passes over
+    its gradients (:data:`GRAD_BUFFER_PASSES`), one memory-bound op on the compute
+    stream after ``computed`` (the kernels that made the gradients: the backward hooks
+    run them, not waiting for the pass's TP collectives); ``after`` where there are none.
     """
     if not bytes_per_param or not params:
         return after
-    return [
-        b.op(
-            f"{name}.passes",
-            r,
-            "compute",
-            after,
-            flops=0.0,
-            bytes=bytes_per_param * params,
-            label="DP gradient check and scaling",
-        )
-    ]
+    passes = b.op(
+        f"{name}.passes",
+        r,
+        "compute",
+        computed,
+        flops=0.0,
+        bytes=bytes_per_param * params,
+        label="DP gradient check and scaling",
+    )
+    return [*after, passes]
 
 
 def _expert_layers(
