@@ -520,6 +520,14 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         "on Hopper and later, the default) or FlashAttention-2's (TE with NVTE_FUSED_ATTN=0)",
     )
     gen.add_argument(
+        "--attention-dropout",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="megatron: the fused attention applies dropout (Megatron-LM's "
+        "--attention-dropout, 0.1 by default; 0 in Llama-style recipes), timed at the "
+        "device's measured slowdown with it (default: off)",
+    )
+    gen.add_argument(
         "--overlap-param-gather",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -756,6 +764,7 @@ def _cmd_generate(args: argparse.Namespace) -> None:
         "p2p_send_wait": args.p2p_send_wait,
         "amax_reduction": args.amax_reduction,
         "attention_backend": args.attention_backend,
+        "attention_dropout": args.attention_dropout,
         "fsdp": args.fsdp,
     }
     if args.host_op_s is not None:

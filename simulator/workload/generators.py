@@ -142,6 +142,7 @@ def flash_core_kernels(
     recompute: str = "none",
     cp: int = 1,
     backend: int = 0,
+    dropout: bool = False,
 ) -> list[list[int]]:
     """The flash-attention kernels of one pass over ``layers`` layers on one TP (and CP)
     rank, in the trace's ``attention`` form (:class:`~simulator.workload.kernels.Attention`):
@@ -149,7 +150,8 @@ def flash_core_kernels(
     the b s / cp tokens a CP rank holds queries for against the whole sequence (Megatron
     balances the causal work over CP ranks by giving each two opposite chunks); backward
     its backward kernel, after the forward's again with full or selective recomputation.
-    ``backend``: the kernels' library (:data:`~simulator.workload.kernels.ATTENTION_BACKENDS`).
+    ``backend``: the kernels' library (:data:`~simulator.workload.kernels.ATTENTION_BACKENDS`);
+    ``dropout``: the kernels apply attention dropout (Megatron-LM's ``--attention-dropout``).
 
     Sliding-window attention (``m.window``, gpt-oss): a windowed layer's kernel meets
     :meth:`~simulator.workload.model.Transformer.window_keys` keys a query (cuDNN's
@@ -162,7 +164,7 @@ def flash_core_kernels(
     layer's difference (gpt-oss's 9-layer stages hold 4 or 5 windowed layers).
     """
     batch = micro_batch * math.ceil(m.attention_heads / tp)
-    tail = [backend] if backend else []
+    tail = [backend, 1] if dropout else [backend] if backend else []
     # (MLA: the mean of its query/key and value head sizes, the same FLOPs.)
     shapes = [(batch, m.seq)]
     if m.window and m.window_keys() < m.seq:
@@ -194,6 +196,7 @@ def pass_work(
     fp8_block: int = 0,
     userbuffers: Mapping[str, UbOverlap] | None = None,
     attention_backend: int = 0,
+    attention_dropout: bool = False,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -215,7 +218,8 @@ def pass_work(
     their routed experts are the caller's (:func:`megatron` with ``ep``).
     ``userbuffers`` (a dense, non-MLA layer's): its linear GEMMs as Transformer
     Engine's TP overlap runs them (:class:`~.userbuffers.UbOverlap`, :func:`~.userbuffers.ub_gemm`).
-    ``attention_backend``: the fused attention's library (:func:`flash_core_kernels`).
+    ``attention_backend``: the fused attention's library, ``attention_dropout``: its
+    kernels apply dropout (:func:`flash_core_kernels`).
     """
     if moe:
         linear = list(m.moe_linear_gemms(micro_batch, tp=tp, cp=cp))
@@ -264,6 +268,7 @@ def pass_work(
             recompute=recompute,
             cp=cp,
             backend=attention_backend,
+            dropout=attention_dropout,
         )
     return work
 
@@ -299,6 +304,21 @@ CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: ``num_fp8_tensors``); a Megatron-Core layer has 4 fp8 GEMMs (QKV, projection, FC1,
 #: FC2).
 AMAX_BYTES_PER_LAYER = {True: 4 * 3 * 4, False: 4 * 2 * 4}
+
+#: Passes Megatron-Core's data-parallel wrapper makes over its contiguous gradient buffer
+#: each step beside the reduction and the optimizer's read (``megatron(grad_buffer_passes
+#: =...)``), as buffer elements moved each (memory-bound kernels on the compute stream),
+#: at core_r0.8.0: "zero", ``zero_grad_buffer`` at the start of every step
+#: (megatron/training/training.py line 585; distributed_data_parallel.py lines 274-283;
+#: param_and_grad_buffer.py line 508, ``grad_data.zero_()``: a write); before each
+#: bucket's reduction (``Bucket.start_grad_sync``, param_and_grad_buffer.py lines
+#: 109-123) "nan_check", ``check_for_nan_in_grad``'s ``grad_data.norm(p=2)`` (a read;
+#: on by default, ``--no-check-for-nan-in-loss-and-grad`` turns it off: arguments.py
+#: lines 1016-1018, training.py line 450), and "scale", ``grad_data *=
+#: gradient_scaling_factor`` (a read and a write), 1 / dp unless
+#: ``--ddp-average-in-collective`` (distributed_data_parallel.py lines 146-158).
+#: The NaN check's host synchronisation (``assert not norm.isnan()``) is not modelled.
+GRAD_BUFFER_PASSES = {"zero": 1, "nan_check": 1, "scale": 2}
 
 #: Rows each expert's tokens are padded to a multiple of before fp8 grouped GEMMs, by
 #: whether the recipe is MXFP8: Transformer Engine's ``Fp8Padding`` takes "32 for MXFP8
@@ -814,6 +834,8 @@ def megatron(
     activation_offload_in_flight: int = 0,
     lazy_gradients: bool = False,
     attention_backend: str = "cudnn",
+    attention_dropout: bool = False,
+    grad_buffer_passes: tuple[str, ...] = (),
     bucket_size: int | None = None,
     cp_comm_type: str = "p2p",
     hierarchical_context_parallel_sizes: tuple[int, int] | list[int] | None = None,
@@ -857,7 +879,14 @@ def megatron(
     the SC'21 runs the bundled GPT-3 preset follows); ``attention_backend``
     (:data:`~simulator.workload.kernels.ATTENTION_BACKENDS`) times its kernels as
     cuDNN's fused attention ("cudnn", Transformer Engine's choice on Hopper and later)
-    or FlashAttention-2's ("flash2", what TE runs under ``NVTE_FUSED_ATTN=0``).
+    or FlashAttention-2's ("flash2", what TE runs under ``NVTE_FUSED_ATTN=0``);
+    ``attention_dropout`` times them with dropout (Megatron-LM's ``--attention-dropout``,
+    0.1 by default; Llama-style recipes set 0) at the device's measured slowdown
+    (:attr:`~simulator.workload.devices.Device.attention_dropout`; off by default).
+    ``grad_buffer_passes`` (names in :data:`GRAD_BUFFER_PASSES`) adds Megatron-Core
+    DDP's memory-bound passes over its gradient buffer: "nan_check" and "scale" before
+    each bucket's reduction, which waits for them, "zero" once a step (with the
+    optimizer's op); none by default.
     ``overlap_grad_reduce``
     (Megatron-LM's ``--overlap-grad-reduce``) runs each chunk's last backward bucket by
     bucket (buckets of whole layers holding ``bucket_size`` parameters or more, by
@@ -1256,6 +1285,17 @@ def megatron(
     param_bytes = 1 if fp8_param_gather and fp8_recipe != "mxfp8" else BF16
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise CcsimError(f"cp (context-parallel ranks) must be a positive integer, not {cp!r}")
+    for name in grad_buffer_passes:
+        if name not in GRAD_BUFFER_PASSES:
+            raise unknown_choice("grad_buffer_passes entry", name, GRAD_BUFFER_PASSES)
+    if fsdp and grad_buffer_passes:
+        raise CcsimError(
+            "grad_buffer_passes are Megatron-Core DDP's passes over its gradient buffer; "
+            "fsdp keeps its own: drop grad_buffer_passes"
+        )
+    # Elements moved per gradient before each bucket's reduction, and at the step's start.
+    bucket_passes = sum(GRAD_BUFFER_PASSES[n] for n in set(grad_buffer_passes) - {"zero"})
+    zero_passes = GRAD_BUFFER_PASSES["zero"] if "zero" in grad_buffer_passes else 0
     if fsdp and (distributed_optimizer or overlap_grad_reduce):
         raise CcsimError(
             "fsdp shards the optimizer and reduces gradients pass by pass itself; drop "
@@ -1464,6 +1504,7 @@ def megatron(
             fp8_block=MXFP8_BLOCK if fp8_recipe == "mxfp8" else 0,
             userbuffers=ub,
             attention_backend=backend,
+            attention_dropout=attention_dropout,
         )
 
     def work(forward: bool, logits: bool, layers: int, moe: int = 0) -> dict[str, Any]:
@@ -2116,6 +2157,7 @@ def megatron(
                                 recompute=recompute,
                                 cp=cp,
                                 backend=backend,
+                                dropout=attention_dropout,
                             ),
                             forward=forward,
                             recompute=recompute,
@@ -2143,6 +2185,7 @@ def megatron(
                                     recompute=recompute,
                                     cp=cp // inner,
                                     backend=backend,
+                                    dropout=attention_dropout,
                                 ),
                                 forward=forward,
                                 recompute=recompute,
@@ -2173,6 +2216,7 @@ def megatron(
                                     recompute=recompute,
                                     cp=1 if a2a else cp,
                                     backend=backend,
+                                    dropout=attention_dropout,
                                 ),
                                 forward=forward,
                                 recompute=recompute,
@@ -2228,6 +2272,7 @@ def megatron(
                                 label=f"TP exposed {'fwd' if forward else 'bwd'} mb {i}",
                             )
                         ]
+                    computed = after  # the pass's end on the compute stream
                     after = after + tp_prev if tp_comm_overlap else tp_prev
                     if sharded_weights and not forward and layers:
                         reduces.append(
@@ -2255,6 +2300,11 @@ def megatron(
                             grads += vocab_matrix
                         if here == pp * v - 1 and n == (len(pieces) - 1 if merged_vocab else 0):
                             grads += output_matrix * vocab_matrix
+                        bucket_name = f"r{r}.dp.{c}.{n}" if v > 1 else f"r{r}.dp.{n}"
+                        grads_ready = _grad_buffer_pass(
+                            b, r, bucket_name, computed, after, bucket_passes * grad,
+                            grads + (piece_experts if edp is not None else 0),
+                        )  # fmt: skip
                         if piece_experts and edp is not None:
                             experts_reduced = True
                             reduces.append(
@@ -2262,7 +2312,7 @@ def megatron(
                                     f"r{r}.dp.{c}.{n}.experts",
                                     r,
                                     "collective",
-                                    after,
+                                    grads_ready,
                                     op="reduce_scatter" if sharded else "all_reduce",
                                     group=edp,
                                     bytes=piece_experts * grad,
@@ -2272,10 +2322,10 @@ def megatron(
                             )
                         reduces.append(
                             b.op(
-                                f"r{r}.dp.{c}.{n}" if v > 1 else f"r{r}.dp.{n}",
+                                bucket_name,
                                 r,
                                 "collective",
-                                after,
+                                grads_ready,
                                 op="reduce_scatter" if sharded else "all_reduce",
                                 group=dp_groups[(stage, t)],
                                 bytes=grads * grad,
@@ -2389,6 +2439,11 @@ def megatron(
                     )
                 )
             if replicas > 1 and not reduces:
+                t_e, e_e, _ = expert_coords(r - stage * width)
+                held_experts = stage_experts if edp_groups.get((stage, t_e, e_e)) else 0
+                passes = bucket_passes * grad
+                grads = stage_params + held_experts
+                after = _grad_buffer_pass(b, r, f"r{r}.dp", after, after, passes, grads)
                 reduces.append(
                     b.op(
                         f"r{r}.dp",
@@ -2450,7 +2505,10 @@ def megatron(
                 [*after, *reduces],
                 flops=0.0,
                 bytes=optimizer_params * step_bytes
-                + stage_experts * step_bytes / (expert_replicas if sharded else 1),
+                + stage_experts * step_bytes / (expert_replicas if sharded else 1)
+                # The next step's zeroing of the whole gradient buffer: the same stream
+                # between this step's last kernels and the next one's first.
+                + zero_passes * grad * (stage_params + stage_experts),
                 label="optimizer",
             )
             if sharded and not sharded_weights and not gathers_overlapped:
@@ -2585,6 +2643,34 @@ def megatron(
     workload.model_flops = m.step_flops(global_batch, recompute=False)
     workload.precision = precision
     return workload
+
+
+def _grad_buffer_pass(
+    b: _Builder,
+    r: int,
+    name: str,
+    computed: list,
+    after: list,
+    bytes_per_param: float,
+    params: float,
+) -> list:
+    """What a bucket's reduction waits for: ``after`` and Megatron-Core DDP's passes over
+    its gradients (:data:`GRAD_BUFFER_PASSES`), one memory-bound op on the compute
+    stream after ``computed`` (the kernels that made the gradients: the backward hooks
+    run them, not waiting for the pass's TP collectives); ``after`` where there are none.
+    """
+    if not bytes_per_param or not params:
+        return after
+    passes = b.op(
+        f"{name}.passes",
+        r,
+        "compute",
+        computed,
+        flops=0.0,
+        bytes=bytes_per_param * params,
+        label="DP gradient check and scaling",
+    )
+    return [*after, passes]
 
 
 def _expert_layers(

@@ -178,6 +178,10 @@ class Attention:
     backward: int = 0
     #: The kernels' library, an index into :data:`ATTENTION_BACKENDS`.
     backend: int = 0
+    #: 1 where the kernels apply attention dropout (Megatron-LM's ``--attention-dropout``,
+    #: 0.1 by default): each score's Philox draw inside the fused kernel
+    #: (:attr:`~.devices.Device.attention_dropout`).
+    dropout: int = 0
 
     @property
     def flops(self) -> float:
@@ -192,15 +196,24 @@ class Attention:
 
     def as_list(self) -> list[int]:
         """The trace form ``[batch, queries, keys, head_dim, count, backward]``, and the
-        backend after them where it is not cuDNN's."""
+        backend after them where it is not cuDNN's or the kernels apply dropout, and
+        then ``dropout`` (1) where they do.
+
+        >>> Attention(1, 8, 8, 64, dropout=1).as_list()
+        [1, 8, 8, 64, 1, 0, 0, 1]
+        """
         form = [self.batch, self.queries, self.keys, self.head_dim, self.count, self.backward]
+        if self.dropout:
+            return [*form, self.backend, self.dropout]
         return [*form, self.backend] if self.backend else form
 
 
 def attention_time(device: Device, kernel: Attention) -> float:
     """Seconds ``kernel`` takes on ``device``: its FLOPs at the rate the device's fused
     attention sustains at that sequence length and head size
-    (:meth:`~.devices.Device.attention_rate`). The length is the shorter of the query
+    (:meth:`~.devices.Device.attention_rate`), times the device's measured slowdown
+    of its library's kernels with dropout where they apply it
+    (:attr:`~.devices.Device.attention_dropout`). The length is the shorter of the query
     and key spans: a causal kernel's queries (a context-parallel rank's chunk against
     the whole sequence), a sliding window's keys (each query tile meets a band of about
     2 w keys, a short sequence's work per tile: the table's shortest length stands for
@@ -211,9 +224,14 @@ def attention_time(device: Device, kernel: Attention) -> float:
     >>> k = Attention(32, 4096, 4096, 128)
     >>> round(k.flops / attention_time(h100, k) / 1e12)  # cuDNN, causal, 4k: 518 TFLOP/s
     518
+    >>> dropped = Attention(32, 4096, 4096, 128, dropout=1)  # H200: 0.614 ms over 0.594
+    >>> round(attention_time(h100, dropped) / attention_time(h100, k), 4)
+    1.0337
     """
     span = min(kernel.queries, kernel.keys)
     rate = device.attention_rate(span, bool(kernel.backward), kernel.backend, kernel.head_dim)
+    if kernel.dropout:
+        return kernel.flops / rate * device.attention_dropout[kernel.backend]
     return kernel.flops / rate
 
 

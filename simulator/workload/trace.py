@@ -32,8 +32,9 @@ compute
     model: ``gemms``, a list of GEMM kernels ``[m, n, k]`` (optionally ``[m, n, k,
     batch]`` or ``[m, n, k, batch, count]``) timed one after another by their shapes
     (:mod:`~simulator.workload.kernels`), ``attention``, a list of fused causal
-    attention kernels ``[batch, queries, keys, head_dim, count, backward]`` timed at the
-    device's attention rate for their length, then ``flops`` and ``bytes`` (memory
+    attention kernels ``[batch, queries, keys, head_dim, count, backward]`` (then
+    optionally the backend, 0 cuDNN or 1 FlashAttention-2, and dropout, 0 or 1) timed at
+    the device's attention rate for their length, then ``flops`` and ``bytes`` (memory
     traffic) by the roofline max(flops / GEMM FLOP/s, bytes / memory bandwidth). Any of
     them may be given alone.
 collective
@@ -546,14 +547,15 @@ def _gemms(
 def _attention(raw: Any, where: Callable[[], str], cache: dict[Any, Any]) -> tuple[Attention, ...]:
     """A compute op's ``attention`` field: a list of [batch, queries, keys, head_dim,
     count, backward] (positive integers, backward 0 or 1) and optionally the backend (0
-    cuDNN's, 1 FlashAttention-2's), each a fused attention kernel
-    (:class:`~simulator.workload.kernels.Attention`); checked once per list object."""
+    cuDNN's, 1 FlashAttention-2's) and then dropout (0 or 1), each a fused attention
+    kernel (:class:`~simulator.workload.kernels.Attention`); checked once per list
+    object."""
     seen = cache.get(id(raw))
     if seen is not None and seen[0] is raw:
         return seen[1]
     usage = (
         "give a list of [batch, queries, keys, head_dim, count, backward (0 or 1)], "
-        "optionally then the backend (0 cuDNN, 1 FlashAttention-2)"
+        "optionally then the backend (0 cuDNN, 1 FlashAttention-2) and dropout (0 or 1)"
     )
     if not isinstance(raw, list) or not raw:
         raise WorkloadError(f"{where()}: 'attention' must be a non-empty list; {usage}")
@@ -561,11 +563,10 @@ def _attention(raw: Any, where: Callable[[], str], cache: dict[Any, Any]) -> tup
     for entry in raw:
         if (
             not isinstance(entry, list | tuple)
-            or len(entry) not in (6, 7)
+            or len(entry) not in (6, 7, 8)
             or any(isinstance(x, bool) or not isinstance(x, int) for x in entry)
             or min(entry[:5]) < 1
-            or entry[5] not in (0, 1)
-            or entry[6:] not in ([], [0], [1], (), (0,), (1,))
+            or any(x not in (0, 1) for x in entry[5:])
         ):
             raise WorkloadError(f"{where()}: attention kernel {shown(entry)} is malformed; {usage}")
         kernels.append(Attention(*entry))
