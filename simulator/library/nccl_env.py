@@ -546,7 +546,7 @@ def parse_nccl_env(
     if _flag(given, "NCCL_PXN_DISABLE", (0, 1)) == 1:
         raise CcsimError(
             "NCCL_PXN_DISABLE=1 is not modelled (ccsim's rings always leave a server as "
-            "PXN sends); valid: 0"
+            "PXN sends); valid: 0. To send point-to-point without PXN: NCCL_P2P_PXN_LEVEL=0"
         )
     pxn_level = _flag(given, "NCCL_P2P_PXN_LEVEL", (0, 1, 2))
     nvls_chunk = _nvls_chunk(given)
