@@ -62,6 +62,11 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   reduce-scatter (it needs the plugin's iallgather / ireducescatter) and NVLS across
   servers, which NCCL enables with CollNet (tuning.cc:503-506).
 * ``NCCL_PXN_DISABLE``: 0 only; ccsim's rings always leave a server as PXN sends.
+* ``NCCL_P2P_PXN_LEVEL``: whether a send between servers may leave through another GPU
+  of its communicator on the sender's host, the one of the receiver's device index
+  (search.cc:1273-1345 at v2.28.7-1): 0 never, 1 where the sender reaches that NIC
+  through it, 2 (the default since v2.12.7-1) as much as possible; with one NIC a GPU,
+  1 and 2 pick the same GPU (:func:`simulator.library.nccl_p2p.p2p_proxy`).
 * ``NCCL_TUNER_CONFIG_FILE``: the CSV file of NCCL's example tuner plugin (the plugin
   loaded with it, as ``NCCL_TUNER_PLUGIN`` does): per call, its first matching rule
   whose algorithm and protocol the settings above leave picks them, and its channels
@@ -89,7 +94,7 @@ from typing import Any
 
 from ..errors import CcsimError, shown
 from .nccl import ALGORITHMS, MAX_CHANNELS, PROTOCOLS, NcclSystem
-from .nccl_p2p import version_rules
+from .nccl_p2p import P2P_PXN_LEVEL, version_rules
 from .nccl_tuner import TunerConfig, load_tuner_config
 
 #: The settings ccsim models, in the order it prints them.
@@ -107,6 +112,7 @@ SUPPORTED = (
     "NCCL_MAX_CTAS",
     "NCCL_COLLNET_ENABLE",
     "NCCL_PXN_DISABLE",
+    "NCCL_P2P_PXN_LEVEL",
     "NCCL_TUNER_CONFIG_FILE",
 )
 #: NCCL's function names (``ncclFuncStr``, init.cc:52) by ccsim operation.
@@ -280,6 +286,9 @@ class NcclEnv:
     #: NCCL_COLLNET_ENABLE=1: CollNet (SHARP) joins NCCL's choice where the fabric
     #: reduces in the network.
     collnet: bool = False
+    #: NCCL_P2P_PXN_LEVEL (:data:`~simulator.library.nccl_p2p.P2P_PXN_LEVEL` unless
+    #: set): whether sends between servers may go through a GPU on the receiver's rail.
+    p2p_pxn_level: int = P2P_PXN_LEVEL
     #: NCCL_TUNER_CONFIG_FILE: the example tuner plugin's rules, read from the file.
     tuner: TunerConfig | None = None
     #: The communicator's own configuration (:class:`CommConfig`), under these settings.
@@ -537,8 +546,9 @@ def parse_nccl_env(
     if _flag(given, "NCCL_PXN_DISABLE", (0, 1)) == 1:
         raise CcsimError(
             "NCCL_PXN_DISABLE=1 is not modelled (ccsim's rings always leave a server as "
-            "PXN sends); valid: 0"
+            "PXN sends); valid: 0. To send point-to-point without PXN: NCCL_P2P_PXN_LEVEL=0"
         )
+    pxn_level = _flag(given, "NCCL_P2P_PXN_LEVEL", (0, 1, 2))
     nvls_chunk = _nvls_chunk(given)
     # A step must hold one grain of data: LL's lines are half flags, and LL128's grain
     # is 15/16 of 2,048 bytes of lines.
@@ -568,6 +578,7 @@ def parse_nccl_env(
         channel_bounds=bounds,
         buffers=buffers,
         collnet=collnet,
+        p2p_pxn_level=P2P_PXN_LEVEL if pxn_level is None else pxn_level,
         tuner=tuner,
     )
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import CcsimError
@@ -89,6 +89,11 @@ P2P_FITTED_TO = (
 )
 #: The version whose rules apply when none is given: ccsim's NCCL model (v2.30.7).
 DEFAULT_VERSION = "2.30.7"
+#: NCCL_P2P_PXN_LEVEL's default, "use PXN as much as possible to maximize aggregation"
+#: (0: "don't use PXN for P2P", 1: "use PXN if needed"; search.cc:1273-1274 at
+#: v2.28.7-1, search.cc:1398 at v2.30.7-1, the same default since v2.12.7-1,
+#: search.cc:943).
+P2P_PXN_LEVEL = 2
 
 
 @dataclass(frozen=True)
@@ -318,3 +323,92 @@ def copy_out_us(
     if call.protocol != "Simple" or not math.isfinite(copy_gbps):
         return call_us
     return call_us + min(part_bytes, call.chunk_bytes) / (copy_gbps * 1e3)
+
+
+def p2p_proxy(
+    sender: int,
+    receiver: int,
+    comm: Sequence[int],
+    hosts: Sequence[Hashable],
+    devices: Sequence[int],
+    relays: Callable[[int, int], bool],
+    level: int = P2P_PXN_LEVEL,
+) -> int | None:
+    """The GPU a send between hosts leaves through when it is not the sender's own (NCCL's
+    PXN for point-to-point), or None: the sender's NIC.
+
+    ``comm`` is the communicator's ranks (a PyTorch isend/irecv on its own: the two
+    ends; a batch_isend_irecv: its process group's), ``hosts[r]`` and ``devices[r]`` a
+    rank's operating-system host and its device index there, ``relays(sender, g)``
+    whether GPU ``g`` is joined to the sender over NVLink and reaches a NIC of its own
+    over PCIe or C2C (NCCL's ``paths[GPU][g1].type <= PATH_NVL`` and ``paths[NET][n].type
+    <= PATH_P2C`` with NCCL_PXN_C2C=1, its default; paths.cc:639 at v2.28.7-1).
+
+    NCCL's send side (``ncclTopoGetNetDev`` without a graph, search.cc:1295-1345 at
+    v2.28.7-1; the receiver always uses its own NIC, "We don't support PXN on receive
+    yet", transport/net.cc:351) looks among *its communicator's* GPUs on *the sender's
+    host* (``ncclTopoDevToRank``: "Only consider GPUs on our node", topo.h:247-257; the
+    topology holds the communicator's GPUs only, topo.cc:1446-1451 and 1491-1507) for the
+    one of the receiver's device index, and sends through that GPU's NIC from that GPU:
+    level 2 whenever it is joined to the sender over NVLink (search.cc:1326-1341);
+    level 1 where the sender reaches that NIC by PXN at best (search.cc:1316-1325, the
+    path paths.cc:719-737 builds through the same GPU, so with a NIC a GPU as in ccsim's
+    presets it picks the same one); level 0 (or NCCL_PXN_DISABLE=1) never. None where no
+    such GPU is found, or it is the sender.
+
+    Two hosts with two GPUs each; a communicator of ranks 0, 1 and 2; rank 1 sends to
+    rank 2 (device 0 of the other host) through rank 0, device 0 of its own host:
+
+    >>> hosts, devices = [0, 0, 1, 1], [0, 1, 0, 1]
+    >>> p2p_proxy(1, 2, [0, 1, 2], hosts, devices, lambda a, b: True)
+    0
+    >>> p2p_proxy(1, 2, [1, 2], hosts, devices, lambda a, b: True) is None  # isend alone
+    True
+    >>> p2p_proxy(1, 2, [0, 1, 2], hosts, devices, lambda a, b: True, level=0) is None
+    True
+    """
+    if level not in (0, 1, 2):
+        raise CcsimError(f"NCCL_P2P_PXN_LEVEL must be 0, 1 or 2, not {level!r}")
+    if level == 0 or hosts[sender] == hosts[receiver]:
+        return None
+    host, device = hosts[sender], devices[receiver]
+    via = next((g for g in comm if hosts[g] == host and devices[g] == device), None)
+    if via is None or via == sender or not relays(sender, via):
+        return None
+    return via
+
+
+def p2p_relays(
+    comms: Sequence[Sequence[int]] | None,
+    hosts: Sequence[Hashable],
+    devices: Sequence[int],
+    servers: Sequence[Hashable],
+    relays: Callable[[int, int], bool],
+    level: int = P2P_PXN_LEVEL,
+) -> dict[tuple[int, int], int]:
+    """Every send between two ranks of one of ``comms`` on different ``servers`` (NVLink
+    domains: within one, NCCL sends over NVLink) that NCCL sends through another GPU
+    (:func:`p2p_proxy`), as (sender, receiver) -> that GPU. ``comms`` None: each send on
+    its own two ranks' communicator, where no other GPU can relay. A communicator with
+    one GPU a host is passed over without a look at its pairs (no GPU of it can relay).
+
+    >>> hosts, devices, servers = [0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 1, 1]
+    >>> p2p_relays([[0, 1, 2, 3]], hosts, devices, servers, lambda a, b: True)
+    {(0, 3): 1, (1, 2): 0, (2, 1): 3, (3, 0): 2}
+    >>> p2p_relays([[0, 2], [1, 3]], hosts, devices, servers, lambda a, b: True)
+    {}
+    """
+    found: dict[tuple[int, int], int] = {}
+    if comms is None or level == 0:
+        return found
+    for comm in comms:
+        if len({hosts[r] for r in comm}) == len(comm) or len({servers[r] for r in comm}) < 2:
+            continue
+        for a in comm:
+            for b in comm:
+                if servers[a] == servers[b]:
+                    continue
+                via = p2p_proxy(a, b, comm, hosts, devices, relays, level)
+                if via is not None:
+                    found[(a, b)] = via
+    return found

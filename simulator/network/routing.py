@@ -687,20 +687,67 @@ class Router:
         if server == other or position >= len(peers) or peers[position] == s:
             return None
         via = peers[position]
-        first = int(self.route_ids(np.array([s]), np.array([via]), np.array([label]))[0])
-        kinds = {self.links.kind[i] for i in self._route_links[first].tolist()}
-        return via if kinds == {"nvlink"} else None
+        return via if self.over_nvlink(s, via, label) else None
+
+    def over_nvlink(self, a: int, b: int, label: int = 0) -> bool:
+        """Whether the route from rank ``a`` to rank ``b`` crosses NVLink links only."""
+        route = int(self.route_ids(np.array([a]), np.array([b]), np.array([label]))[0])
+        return {self.links.kind[i] for i in self._route_links[route].tolist()} == {"nvlink"}
+
+    def hosts(self) -> tuple[list[tuple], list[int]]:
+        """Each rank's operating-system host, as (server, host), and its device index
+        there (its position among the host's GPUs in rank order). A GPU's ``host``
+        attribute splits a server spanning several hosts (a GB200 NVL72 rack's compute
+        trays: ``server.host_gpus`` of a preset); without it the server is one host."""
+        keys = [(self._server.get(node), self.graph.nodes[node].get("host")) for node in self.nodes]
+        seen: dict[tuple, int] = {}
+        devices = []
+        for key in keys:
+            devices.append(seen.get(key, 0))
+            seen[key] = devices[-1] + 1
+        return keys, devices
+
+    def can_relay(self, a: int, g: int) -> bool:
+        """Whether GPU rank ``g`` can carry rank ``a``'s traffic out to the network as
+        NCCL's PXN does: joined to ``a`` over NVLink, with a NIC next to it (over PCIe or
+        C2C) that ``a`` does not share (a shared NIC is reached without the detour)."""
+
+        def nics(rank: int) -> set:
+            node = self.nodes[rank]
+            return {
+                n for n in self.graph.neighbors(node) if self.graph.nodes[n].get("kind") == "nic"
+            }
+
+        theirs = nics(g)
+        return bool(theirs) and not theirs & nics(a) and self.over_nvlink(a, g)
+
+    def relay_route_ids(
+        self, src: np.ndarray, via: np.ndarray, dst: np.ndarray, labels: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Routes from ``src`` to ``dst`` through GPU ``via`` (ranks, one each per
+        transfer): the route to ``via``, then ``via``'s route to ``dst`` (a PXN send:
+        over NVLink to the GPU whose NIC it leaves by). The direct route is never searched:
+        between rails of a large fabric it is an ECMP search over the spines, the
+        costliest route to find. ``labels`` pick among equal-cost legs."""
+        src, via, dst = np.asarray(src), np.asarray(via), np.asarray(dst)
+        labels = np.zeros(len(src), dtype=np.int64) if labels is None else np.asarray(labels)
+        first = self.route_ids(src, via, labels)
+        second = self.route_ids(via, dst, labels)
+        return np.array(
+            [
+                self.route_over(
+                    tuple(np.concatenate([self._route_links[a], self._route_links[b]]).tolist())
+                )
+                for a, b in zip(first.tolist(), second.tolist(), strict=True)
+            ],
+            dtype=np.int64,
+        )
 
     def _pxn_route(self, s: int, d: int, label: int) -> int:
         via = self.pxn_via(s, d, label)
         if via is None:
             return int(self.route_ids(np.array([s]), np.array([d]), np.array([label]))[0])
-        # The direct route is not searched when PXN applies: between rails of a large
-        # fabric it is an ECMP search over the spines, the costliest route to find.
-        first = int(self.route_ids(np.array([s]), np.array([via]), np.array([label]))[0])
-        second = int(self.route_ids(np.array([via]), np.array([d]), np.array([label]))[0])
-        links = np.concatenate([self._route_links[first], self._route_links[second]])
-        return self.route_over(tuple(links.tolist()))
+        return int(self.relay_route_ids([s], [via], [d], [label])[0])
 
     def switch_route_ids(self, ranks: np.ndarray, *, down: bool) -> np.ndarray:
         """Routes between each rank's GPU and the NVSwitch that reduces and multicasts

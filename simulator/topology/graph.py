@@ -68,7 +68,7 @@ def validate_topology(graph: nx.Graph, *, source: str = "topology graph") -> Non
                 f"{source}: node {shown(node)} has kind {shown(kind)}; set 'kind' to one of "
                 + ", ".join(sorted(NODE_KINDS))
             )
-        for key, kinds in (("server", int), ("local_rank", int), ("tier", str)):
+        for key, kinds in (("server", int), ("local_rank", int), ("host", int), ("tier", str)):
             value = data.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
                 what = "an integer" if kinds is int else "a name"

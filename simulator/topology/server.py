@@ -5,6 +5,12 @@ The section is documented with a worked example in ``topologies/README.md``. In 
 ``gpus``
     How many GPUs (or NPUs); GPU ``k`` is the node ``gpu{k}`` and gets rank
     ``first_rank + k``.
+``host_gpus``
+    GPUs per operating-system host, where one server (an NVLink domain) spans several
+    (a GB200 NVL72 rack: 4-GPU compute trays); host h holds GPUs ``h x host_gpus`` to
+    ``(h + 1) x host_gpus - 1``, marked by the GPU attribute ``host`` (h). Left out: the
+    server is one host (no ``host`` attribute). NCCL relays a send only through a GPU
+    of the sender's own host (:func:`simulator.library.nccl_p2p.p2p_proxy`).
 ``gpu``
     ``model`` and ``reduce_bandwidth`` of every GPU.
 ``intra``
@@ -74,6 +80,12 @@ def add_server(
     """
     top = Spec(spec, "server", source)
     count = top.count("gpus", required=True)
+    host_gpus = top.count("host_gpus") if top.has("host_gpus") else None
+    if host_gpus is not None and count % host_gpus:
+        raise TopologyError(
+            f"{top.field('host_gpus')} is {host_gpus}; it must divide the GPU count {count} "
+            "(each host holds that many GPUs)"
+        )
     top.text("name")
     prefix = f"s{server}/"
     local: dict[str, str] = {}  # local name -> node
@@ -86,6 +98,8 @@ def add_server(
         node = f"{prefix}gpu{k}"
         attrs = {"kind": "gpu", "rank": first_rank + k, "server": server, "local_rank": k}
         attrs["model"] = model
+        if host_gpus is not None:
+            attrs["host"] = k // host_gpus
         if reduce_bw is not None:
             attrs["reduce_bandwidth"] = reduce_bw
         graph.add_node(node, **attrs)

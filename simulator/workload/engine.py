@@ -54,6 +54,7 @@ from ..library.hccl import OPS as HCCL_OPS
 from ..library.hccl import HcclSystem
 from ..library.nccl import NcclSystem
 from ..library.nccl_env import FUNCTIONS, CommConfig, NcclEnv, parse_nccl_env
+from ..library.nccl_p2p import p2p_relays
 from ..library.protocol import Protocol, calibration_of
 from ..network.faults import compute_scaler, fault_plan, schedule_link_faults
 from ..network.flows import FlowNetwork, NetworkStats, run_env
@@ -459,6 +460,24 @@ class WorkloadReplay:
             link_efficiency=None if self._given_protocol is None else self.calibration.efficiency,
             tables=self._store.tables(),
         )
+        # Sends NCCL leaves through another GPU of their communicator (its PXN for
+        # point-to-point, simulator.library.nccl_p2p.p2p_proxy), (sender, receiver) ->
+        # that GPU; none where each send runs on its own pair's communicator (PyTorch's
+        # isend on its own, Megatron's with overlap_p2p_comm) or off NCCL.
+        self._p2p_relays: dict[tuple[int, int], int] = {}
+        if isinstance(self.policy, NcclPolicy) and workload.p2p_comms is not None:
+            router = self.network.router
+            hosts, devices = router.hosts()
+            self._p2p_relays = p2p_relays(
+                workload.p2p_comms,
+                hosts,
+                devices,
+                [host[0] for host in hosts],
+                router.can_relay,
+                nccl.p2p_pxn_level,
+            )
+        # Neither shortcut follows a relayed send's images: both build every rank then.
+        relayed = "a pipeline send leaves through another GPU of its communicator (NCCL's PXN)"
         # One rank per TP group standing for the group (see simulator.workload.shadows),
         # or every rank built.
         self._images: dict[str, tuple[str, ...]] | None = None
@@ -470,6 +489,8 @@ class WorkloadReplay:
             why = "a compute_scale was given (it may single out ranks)"
             if compute_scale is None:
                 why = "the topology has faults" if fault_plan(graph) is not None else ""
+                if not why and self._p2p_relays:
+                    why = relayed
                 if not why and sends_hash(workload, servers_of_ranks(graph), self.network.router):
                     # Known before the run: the shadows' sends would be hashed onto other
                     # paths than their masters' (see simulator.workload.shadows).
@@ -501,7 +522,9 @@ class WorkloadReplay:
         self._replicas_report: dict = {}
         if workload.replicas is not None:
             why = "a compute_scale was given (it may single out ranks)"
-            if compute_scale is None:
+            if compute_scale is None and self._p2p_relays:
+                why = relayed
+            elif compute_scale is None:
                 self.replicas, why = replica_symmetry(workload, self.network, self._store.derived)
                 k = None
                 if self.replicas is None and workload.replicas.build is not None:
@@ -1524,9 +1547,14 @@ class WorkloadReplay:
             if self.replicas is not None:
                 # (A route does not depend on the bytes: checked once per pair.)
                 self.replicas.check_routes(self.network, schedule, np.array([src, dst]))
-            route = self._p2p_routes[(src, dst)] = self.network.route_ids(
-                np.array([src]), np.array([dst]), np.zeros(1, dtype=np.int64)
-            )
+            via = self._p2p_relays.get((src, dst))
+            if via is None:
+                route = self.network.route_ids(
+                    np.array([src]), np.array([dst]), np.zeros(1, dtype=np.int64)
+                )
+            else:  # through the GPU on the receiver's rail (no shortcut: see above)
+                route = self.network.router.relay_route_ids([src], [via], [dst])
+            self._p2p_routes[(src, dst)] = route
         if self._sends is None:
             self._sends = self.network.register(_Sends(self._pair_done))
             if self.isolated is not None:

@@ -2642,6 +2642,19 @@ def megatron(
     # FLOPs, not the recomputed forward, so MFU does not credit recomputation.
     workload.model_flops = m.step_flops(global_batch, recompute=False)
     workload.precision = precision
+    if pp > 1 and not early_recv:
+        # Without overlap_p2p_comm Megatron-Core batches each exchange
+        # (batch_p2p_comm = not overlap_p2p_comm: megatron/training/argument_utils.py
+        # line 307 at Megatron-LM d98e8a64; Megatron-Bridge's comm_overlap.py lines
+        # 453-460 at 067f987d and NeMo's MegatronCommOverlapCallback alike) with
+        # batch_isend_irecv over the pipeline group (p2p_communication.py
+        # _batched_p2p_ops, core_v0.16.0), which PyTorch runs on that group's
+        # communicator; an isend on its own (with overlap_p2p_comm) runs on one of its
+        # two ranks (Workload.p2p_comms).
+        workload.p2p_comms = tuple(
+            tuple(rank_of(stage, d, t, q) for stage in range(pp))
+            for d, q, t in itertools.product(range(dp), range(cp), range(tp))
+        )
     return workload
 
 

@@ -306,6 +306,13 @@ def merge_jobs(
                 for (order, _), shift in zip(first_shadows.more, shifts[1:], strict=True)
             ),
         )
+    # Each job's send communicators on its GPUs (None where every job's sends run on
+    # their own pairs' communicators).
+    comms = [
+        tuple(tuple(int(placed[r]) for r in comm) for comm in w.p2p_comms)
+        for w, placed in zip(workloads, gpus, strict=True)
+        if w.p2p_comms is not None
+    ]
     return JobsWorkload(
         name=" + ".join(f"{n}: {w.name}" for n, w in zip(names, workloads, strict=True)),
         ranks=gpu_count,
@@ -319,6 +326,7 @@ def merge_jobs(
         replicas=replicas,
         shadows=shadows,
         parts=parts,
+        p2p_comms=tuple(c for job in comms for c in job) if comms else None,
     )
 
 

@@ -285,6 +285,13 @@ class Workload:
     replicas: Replicas | None = None
     #: Set when the ops are those of one rank per tensor-parallel group (its master).
     shadows: Shadows | None = None
+    #: The communicators the sends run on, each its ranks (every rank of the cluster,
+    #: whichever ranks the ops are built for), where they are not each pair's own:
+    #: PyTorch runs an isend/irecv on its own over a communicator of its two ranks
+    #: (ProcessGroupNCCL::pointToPoint, key getKeySendRecv), a batch_isend_irecv over
+    #: its process group's. NCCL may send through another GPU of the communicator
+    #: (:func:`simulator.library.nccl_p2p.p2p_proxy`). None: each pair's own.
+    p2p_comms: tuple[tuple[int, ...], ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form in the trace format (times in seconds, sizes in bytes)."""
