@@ -18,8 +18,12 @@ copy), as the functions named beside each count issue them with the settings the
 published rows use: grouped GEMM, permute fusion, router fusion, balanced routing. How
 many kernels one fused library call launches is the call's own (TE's ``moe_permute``:
 a row-id map in three passes and the permutation), read from the library's Python, not
-measured. The counts leave out pure-Python work (module hooks, TE's fp8 bookkeeping per
-module), so they are a floor on the host's work.
+measured. Beside its launches, each local expert costs the host framework tensor
+operations that launch nothing (views, quantized tensors' Python objects, dummy weight
+gradients, DDP's per-parameter hooks: :func:`expert_tensor_ops`), priced apart at a
+measured allocation's cost (:data:`HOST_TENSOR_OP_S_BY_CPU`). The counts leave out
+pure-Python statements without a tensor (quantizer loops, TE's fp8 bookkeeping per
+module, Megatron-Core's wrappers), so they are a floor on the host's work.
 
 Per operation the host spends what one PyTorch operation costs on the CPU the GPUs hang
 off (:data:`HOST_OP_S_BY_CPU`, :func:`host_op_s_for`): Transformer Engine issue #2053
