@@ -46,6 +46,7 @@ bookkeeping), and pure-Python work is not counted at all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -451,7 +452,8 @@ def tensor_op_s_for(op_s: float) -> float:
     """
     _check_s(op_s, "host_op_s", "host seconds per launched operation")
     for cpu, launch_s in HOST_OP_S_BY_CPU.items():
-        if op_s == launch_s:
+        # (tolerant: "37.08us" parses to 37.08 * 1e-6, an ulp from 37.08e-6)
+        if math.isclose(op_s, launch_s, rel_tol=1e-9):
             return HOST_TENSOR_OP_S_BY_CPU[cpu]
     return op_s * HOST_TENSOR_OP_S / HOST_OP_S
 
