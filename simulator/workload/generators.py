@@ -1529,8 +1529,9 @@ def megatron(
             graphs=cuda_graphs,
             expert_bias=m.expert_bias,
             # DDP's forward pre-hooks exist with the distributed optimizer's
-            # overlap_param_gather (Megatron-Core's use_forward_hook).
-            param_gather_hooks=bool(overlap_param_gather),
+            # overlap_param_gather (Megatron-Core core_v0.16.0 distributed_data_parallel.py
+            # lines 347-349, use_forward_hook).
+            param_gather_hooks=bool(overlap_param_gather and distributed_optimizer),
         )
         host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s, host_tensor_op_s)
         if host_fwd and moe_host_sync and not moe_a2a_overlap:
