@@ -81,10 +81,12 @@ def test_qwen3_30b_count_is_the_hand_count_from_the_source():
     replays = sum("graph replay" in op for op in QWEN3_FORWARD)
     rest = len(QWEN3_FORWARD) - gemms - host_side - replays
     assert ops.backward() == 2 * gemms + rest + replays == 143
-    # At the default (one PyTorch op on a DGX H100's Xeon 8480C, 13.48 us, Transformer
-    # Engine issue #2053) and at the earlier 10 us (HTA's middle), by hand.
-    assert moe_layer_host_s(ops) == pytest.approx((107 * 13.48e-6, 143 * 13.48e-6))
-    assert moe_layer_host_s(ops, HTA_HOST_OP_S) == pytest.approx((107e-5, 143e-5))
+    # The launches alone (no tensor operations: tests/test_moe_host_tensors.py) at the
+    # default (one PyTorch op on a DGX H100's Xeon 8480C, 13.48 us, Transformer Engine
+    # issue #2053) and at the earlier 10 us (HTA's middle), by hand.
+    launches = moe_layer_host_s(ops, tensor_op_s=0.0)
+    assert launches == pytest.approx((107 * 13.48e-6, 143 * 13.48e-6))
+    assert moe_layer_host_s(ops, HTA_HOST_OP_S, 0.0) == pytest.approx((107e-5, 143e-5))
 
 
 def test_counts_follow_the_configuration():
@@ -151,7 +153,9 @@ def test_each_gpu_is_driven_from_its_servers_cpu(gpu, cpu):
 def test_validation_prices_a_rows_host_by_its_cpu(gpu, op_s):
     """A published MoE row's generator options carry its host CPU's cost per operation:
     the 26.02 Qwen3 30B forward's 107 operations (hand-listed above) take 1.442 ms on an
-    x86 DGX and 3.968 ms on a Grace host, by hand from the issue's two figures."""
+    x86 DGX and 3.968 ms on a Grace host, by hand from the issue's two figures; its 96
+    framework tensor operations (16 experts x 6, tests/test_moe_host_tensors.py) add
+    0.206 ms at 2.15 us (x86) and 0.2625 ms at 2.734 us (Grace)."""
     row = {"moe": True, "gpu": gpu, "model": {"name": "qwen3-30b-a3b"},
            "settings": {"moe_dispatcher": "alltoall"}}  # fmt: skip
     options = _moe_options(row)
@@ -162,7 +166,10 @@ def test_validation_prices_a_rows_host_by_its_cpu(gpu, op_s):
     by_hand = {"B200": 107 * 13.48e-6, "H100": 107 * 13.48e-6, "GB200": 107 * 37.08e-6}
     assert by_hand["B200"] == pytest.approx(1.44236e-3)
     assert by_hand["GB200"] == pytest.approx(3.96756e-3)
-    assert forward == pytest.approx(by_hand[gpu])
+    tensors = {"B200": 96 * 2.15e-6, "H100": 96 * 2.15e-6, "GB200": 96 * 350e-6 / 128}
+    assert tensors["B200"] == pytest.approx(0.2064e-3)
+    assert tensors["GB200"] == pytest.approx(0.2625e-3)
+    assert forward == pytest.approx(by_hand[gpu] + tensors[gpu])
 
 
 # 2 MoE layers of 16 SwiGLU experts, 2 routed a token; s 256, h 256 (as in
@@ -190,14 +197,15 @@ def test_host_bound_layers_take_the_counted_host_time(sync):
     a rank, bf16, alltoall over EP 2) plus what the GPU does after the last launch. So
     a second more an operation is 3 x 2 x (F + B) seconds more a step, with the
     synchronisation (each pass's launches from its start) and without it (the host
-    running ahead: every launch one after another from the step's start) alike."""
+    running ahead: every launch one after another from the step's start) alike (the
+    framework tensor operations held at 0.5 s each in both)."""
     ops = moe_layer_ops(local_experts=8, ep=2)
     f, b = ops.forward(), ops.backward()
     # attention, router, preprocess (+ its 6 host copies), dispatch, experts, combine
     assert f == 9 + 8 + (8 + 6) + 8 + (16 + 2) + 3
     assert b == (2 * 2 + 7) + (2 + 7) + 0 + 8 + (2 * 16 + 2) + 3
-    slow = _step(host_op_s=2.0, moe_host_sync=sync)
-    fast = _step(host_op_s=1.0, moe_host_sync=sync)
+    slow = _step(host_op_s=2.0, host_tensor_op_s=0.5, moe_host_sync=sync)
+    fast = _step(host_op_s=1.0, host_tensor_op_s=0.5, moe_host_sync=sync)
     assert slow - fast == pytest.approx(3 * 2 * (f + b), rel=1e-9)
 
 

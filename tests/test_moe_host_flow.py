@@ -95,13 +95,20 @@ def test_launches_are_the_counted_operations_in_megatron_cores_order():
     for dispatcher in ("alltoall", "deepep", "hybridep"):
         ops = moe_layer_ops(local_experts=8, ep=8, dispatcher=dispatcher, recipe="mxfp8",
                             shared_experts=1, graphs=["attn", "moe_router"])  # fmt: skip
-        before, after = moe_forward_launches(ops, 1.0, dispatcher=dispatcher)
+        before, after = moe_forward_launches(ops, 1.0, dispatcher=dispatcher, tensor_op_s=0.0)
         assert sum(s.host_s for s in (*before, *after)) == ops.forward()
+        # the experts' framework tensor operations go with their grouped GEMMs' launches
+        with_tensors = moe_forward_launches(ops, 1.0, dispatcher=dispatcher, tensor_op_s=0.25)
+        steps = [*with_tensors[0], *with_tensors[1]]
+        assert sum(s.host_s for s in steps) == ops.forward() + 0.25 * ops.forward_tensors()
+        pairs = zip(steps, (*before, *after), strict=True)
+        grown = [a.gpu for a, b in pairs if a.host_s != b.host_s]
+        assert grown == ["experts"]
         assert before[0] == Launch(1.0, "dense")  # the attention's graph replay
         kinds = [s.gpu for s in before]
         assert ("dispatch" in kinds) == (dispatcher != "alltoall")
     ops = moe_layer_ops(local_experts=8, ep=8)
-    before, after = moe_forward_launches(ops, 1.0)
+    before, after = moe_forward_launches(ops, 1.0, tensor_op_s=0.0)
     # preprocess's 8 kernels and 6 host copies, the router's 8, the permute's 4
     assert before[1] == Launch(8 + 6 + 8 + 4, None)
 

@@ -309,6 +309,9 @@ def estimate(
             ep=c.ep,
             shared_experts=model.shared_experts,
             expert_bias=model.expert_bias,
+            # DDP's forward pre-hooks: the generator's overlap_param_gather default
+            # (generators.megatron_options: the distributed optimizer with replicas).
+            param_gather_hooks=c.distributed_optimizer and c.dp * c.cp > 1,
         )
         host_fwd, host_bwd = moe_layer_host_s(ops, host_op_s)
 

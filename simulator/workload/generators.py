@@ -828,6 +828,7 @@ def megatron(
     amax_reduction: str | None = None,
     amax_seconds: tuple[float, float] | None = None,
     host_op_s: float = HOST_OP_S,
+    host_tensor_op_s: float | None = None,
     cuda_graphs: tuple[str, ...] = (),
     fsdp_communication_unit: float | None = None,
     fsdp_double_buffer: bool = False,
@@ -969,7 +970,11 @@ def megatron(
     the operations it issues (:func:`~simulator.workload.host.moe_layer_ops`, by
     dispatcher, local experts, fp8 recipe, TP, shared experts and the ``cuda_graphs``
     scopes the run captures, :data:`~simulator.workload.host.GRAPH_SCOPES`) times
-    ``host_op_s`` each (:data:`~simulator.workload.host.HOST_OP_S`; 0: not modelled).
+    ``host_op_s`` each (:data:`~simulator.workload.host.HOST_OP_S`; 0: not modelled),
+    and per local expert the framework tensor operations that launch nothing
+    (:func:`~simulator.workload.host.expert_tensor_ops`) ``host_tensor_op_s`` each
+    (None: the figure of the CPU whose launch cost ``host_op_s`` is,
+    :func:`~simulator.workload.host.tensor_op_s_for`).
     With ``moe_host_sync`` each MoE layer's synchronisation stops the host from running
     ahead: a forward is a flow shop of the host's launches and the GPU's work, part by
     part, the host waiting for the GPU at each synchronisation (:func:`_moe_flow_shop`:
@@ -1564,15 +1569,23 @@ def megatron(
             shared_experts=m.shared_experts,
             graphs=cuda_graphs,
             expert_bias=m.expert_bias,
+            # DDP's forward pre-hooks exist with the distributed optimizer's
+            # overlap_param_gather (Megatron-Core core_v0.16.0 distributed_data_parallel.py
+            # lines 347-349, use_forward_hook).
+            param_gather_hooks=bool(overlap_param_gather and distributed_optimizer),
         )
-        host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s)
+        host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s, host_tensor_op_s)
         if host_fwd and moe_host_sync and not moe_a2a_overlap:
             # Each forward a flow shop of the host's launches and the GPU's work between
             # synchronisations (_moe_flow_shop); combined 1F1B's interleaved passes and
             # the backward (no synchronisation: the host runs ahead) keep one host op
             # a pass.
             flow_launches = moe_forward_launches(
-                host_ops, host_op_s, dispatcher=moe_dispatcher, exchanged=ep > 1 or tp > 1
+                host_ops,
+                host_op_s,
+                dispatcher=moe_dispatcher,
+                exchanged=ep > 1 or tp > 1,
+                tensor_op_s=host_tensor_op_s,
             )
 
     def flow_gpu(kind: str, k: int) -> dict[str, Any]:

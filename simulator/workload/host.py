@@ -18,8 +18,12 @@ copy), as the functions named beside each count issue them with the settings the
 published rows use: grouped GEMM, permute fusion, router fusion, balanced routing. How
 many kernels one fused library call launches is the call's own (TE's ``moe_permute``:
 a row-id map in three passes and the permutation), read from the library's Python, not
-measured. The counts leave out pure-Python work (module hooks, TE's fp8 bookkeeping per
-module), so they are a floor on the host's work.
+measured. Beside its launches, each local expert costs the host framework tensor
+operations that launch nothing (views, quantized tensors' Python objects, dummy weight
+gradients, DDP's per-parameter hooks: :func:`expert_tensor_ops`), priced apart at a
+measured allocation's cost (:data:`HOST_TENSOR_OP_S_BY_CPU`). The counts leave out
+pure-Python statements without a tensor (quantizer loops, TE's fp8 bookkeeping per
+module, Megatron-Core's wrappers), so they are a floor on the host's work.
 
 Per operation the host spends what one PyTorch operation costs on the CPU the GPUs hang
 off (:data:`HOST_OP_S_BY_CPU`, :func:`host_op_s_for`): Transformer Engine issue #2053
@@ -42,6 +46,7 @@ bookkeeping), and pure-Python work is not counted at all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -63,6 +68,27 @@ HOST_OP_S_BY_CPU = {"x86": 13.48e-6, "grace": 37.08e-6}
 #: The default: an x86 DGX host (:data:`HOST_OP_S_BY_CPU`); :func:`host_op_s_for` gives a
 #: GPU's own.
 HOST_OP_S = HOST_OP_S_BY_CPU["x86"]
+
+#: Host seconds per framework tensor operation that launches no kernel (a tensor made
+#: or freed through PyTorch's caching allocator, a view, a Python tensor object built
+#: from C++, an autograd accumulation or a Python hook per parameter), by host CPU,
+#: MEASURED (not fitted):
+#:
+#: * "x86": NVIDIA/cutlass issue #3275 (comment of 2026-07-22, "my local x64 B200
+#:   machine"): ``torch.empty()``'s allocate and free from Python "stayed around
+#:   2.15 us";
+#: * "grace": Transformer Engine issue #2897 (2026-04-16, GB200, 64 experts): "wgrad
+#:   tensor allocations: 350 us" in the fused grouped MLP's backward, which allocates one
+#:   weight gradient an expert in each of its two grouped linears (TE v2.14
+#:   transformer_engine/pytorch/ops/fused/backward_grouped_mlp.py lines 125-127, called
+#:   for FC2 and FC1): 350 us / 128 = 2.73 us.
+#:
+#: A view or a hook may cost less than an allocation and a quantized tensor's Python
+#: object more; each is priced as one allocation (:func:`moe_layer_ops` lists them).
+HOST_TENSOR_OP_S_BY_CPU = {"x86": 2.15e-6, "grace": 350e-6 / 128}
+
+#: The default: an x86 DGX host (:data:`HOST_TENSOR_OP_S_BY_CPU`).
+HOST_TENSOR_OP_S = HOST_TENSOR_OP_S_BY_CPU["x86"]
 
 #: GPUs whose host CPU is NVIDIA's Grace (the Grace Hopper and Grace Blackwell
 #: superchips); every other GPU ccsim models sits in an x86 server (DGX H100, DGX B200).
@@ -99,6 +125,62 @@ PARTS = ("attention", "shared", "router", "preprocess", "dispatch", "experts", "
 PERMUTE_KERNELS = 4
 
 
+def expert_tensor_ops(
+    recipe: str = "bf16", *, expert_bias: bool = False, param_gather_hooks: bool = True
+) -> tuple[int, int]:
+    """Framework tensor operations that launch no kernel, per local expert of one MoE
+    layer (its fc1 and fc2 ``GroupedLinear``), as (forward, backward): what the host
+    does per expert beside the per-expert launches :func:`moe_layer_ops` counts.
+
+    Read from Transformer Engine v2.8 (``transformer_engine/pytorch/module/
+    grouped_linear.py``, ``cpp_extensions/gemm.py``, ``csrc/extensions/gemm.cpp`` and
+    ``cast.cpp``) and Megatron-Core core_v0.16.0 (``distributed/
+    distributed_data_parallel.py``), with gradient-accumulation fusion (Megatron-Core's
+    and Megatron-Bridge's default) and the distributed optimizer, per expert and
+    grouped linear:
+
+    * forward: the expert's input, a ``torch.split`` view in bf16 or, in fp8, a
+      quantized tensor's Python object built by ``split_quantize`` (grouped_linear.py
+      lines 127-129; cast.cpp ``bulk_allocate_mxfp8_tensors`` or the quantizer's
+      ``create_tensor``) (1); the grouped GEMM's per-expert output view
+      (gemm.cpp line 426, ``at::from_blob`` for ``single_output``) (1); and per
+      parameter, with ``overlap_param_gather``, the DDP forward pre-hook's visit
+      (distributed_data_parallel.py lines 384-418: ``finish_param_sync`` per
+      parameter) (1);
+    * backward: the expert's gradient, a ``torch.split`` view or a quantized tensor
+      (grouped_linear.py lines 286-317) (1); the data-gradient GEMM's output view (1);
+      the dummy weight gradient ``handle_custom_ddp_from_mcore`` allocates (lines
+      421-449, ``torch.empty`` of the weight's shape) (1); ``clear_tensor_data`` of
+      the saved input (line 419), which sets each kept buffer to
+      ``torch.Tensor().cuda()`` (utils.py lines 28-54: two tensors a buffer; MXFP8
+      keeps the column-wise data and scales, two buffers; bf16 and per-tensor fp8 one)
+      (2 or 4); and per parameter autograd's accumulation of that gradient and the DDP
+      backward post-hook (distributed_data_parallel.py lines 420-447: ``param.grad =
+      None``, ``register_grad_ready``) (2). With biases (gpt-oss) fc1's bias gradient
+      is one more ``torch.empty`` an expert (gemm.py line 191, ``grad_bias``) and each
+      expert has four parameters instead of two.
+
+    Pure-Python statements without a tensor (quantizer ``set_usage`` loops,
+    ``get_weight_workspace``'s cache look-up, the ``main_grad`` lambdas) are not
+    counted, so this is a floor.
+
+    >>> expert_tensor_ops("bf16"), expert_tensor_ops("mxfp8")
+    ((6, 14), (6, 18))
+    >>> expert_tensor_ops("bf16", expert_bias=True)
+    (8, 19)
+    """
+    if recipe not in QUANTIZE_KERNELS:
+        raise CcsimError(
+            f"recipe must be one of {', '.join(QUANTIZE_KERNELS)} (bf16 or the fp8 recipe), "
+            f"not {recipe!r}"
+        )
+    params = 4 if expert_bias else 2  # weight (and bias) of fc1 and fc2
+    buffers = 2 if recipe == "mxfp8" else 1  # saved input buffers clear_tensor_data frees
+    forward = 2 * (1 + 1) + params * bool(param_gather_hooks)
+    backward = 2 * (1 + 1 + 1 + 2 * buffers) + 2 * params + bool(expert_bias)
+    return forward, backward
+
+
 @dataclass(frozen=True)
 class Part:
     """One part of an MoE layer as the host launches it: ``gemms`` GEMM launches (twice
@@ -118,6 +200,11 @@ class Part:
     grad: bool = True
     #: Kernels the backward launches instead of ``kernels`` (None: as many).
     grad_kernels: int | None = None
+    #: Framework tensor operations that launch nothing (:func:`expert_tensor_ops`),
+    #: forward and backward; priced apart from the launches
+    #: (:data:`HOST_TENSOR_OP_S_BY_CPU`).
+    tensors: int = 0
+    grad_tensors: int = 0
 
     def forward(self) -> int:
         """Operations the forward launches."""
@@ -160,6 +247,14 @@ class MoeLayerOps:
         """Operations of the layer's backward (its recomputation not included)."""
         return sum(p.backward() for p in self.parts) + self.graphs
 
+    def forward_tensors(self) -> int:
+        """Framework tensor operations of the forward that launch nothing."""
+        return sum(p.tensors for p in self.parts)
+
+    def backward_tensors(self) -> int:
+        """Framework tensor operations of the backward that launch nothing."""
+        return sum(p.grad_tensors for p in self.parts if p.grad)
+
 
 def moe_layer_ops(
     *,
@@ -171,6 +266,7 @@ def moe_layer_ops(
     shared_experts: int = 0,
     graphs: Iterable[str] = (),
     expert_bias: bool = False,
+    param_gather_hooks: bool = True,
 ) -> MoeLayerOps:
     """What the host launches for one MoE layer on one rank.
 
@@ -226,9 +322,17 @@ def moe_layer_ops(
       (1 with shared experts); HybridEP ``combine_with_unpermute`` (1); DeepEP
       ``unpermute`` and ``combine`` (2).
 
+    Beside the launches, the experts' part carries the framework tensor operations
+    that launch nothing, :func:`expert_tensor_ops` per local expert
+    (``param_gather_hooks``: DDP's forward pre-hooks, registered with the distributed
+    optimizer's ``overlap_param_gather``); they are priced apart
+    (:func:`moe_layer_host_s`).
+
     >>> ops = moe_layer_ops(local_experts=16, recipe="mxfp8", ep=8)
     >>> ops.experts.forward(), ops.forward(), ops.backward()
     (73, 121, 150)
+    >>> ops.forward_tensors(), ops.backward_tensors()
+    (96, 288)
     """
     if recipe not in QUANTIZE_KERNELS:
         raise CcsimError(
@@ -276,12 +380,20 @@ def moe_layer_ops(
     # product's two gradients, a multiply and a sum each (4 a local expert), and the
     # concatenations of the split tokens' and probabilities' gradients (2).
     bias, grad_bias = (2 * local_experts + 1, 4 * local_experts + 2) if expert_bias else (0, 0)
+    # Beside its launches, each local expert costs the host framework tensor operations
+    # that launch nothing (views, quantized tensors' Python objects, dummy weight
+    # gradients, DDP's per-parameter hooks: expert_tensor_ops).
+    tensors, grad_tensors = expert_tensor_ops(
+        recipe, expert_bias=expert_bias, param_gather_hooks=param_gather_hooks
+    )
     experts = Part(
         gemms=2 * local_experts,
         kernels=2 + padding + bias,
         quantize=2 * local_experts * q,
         per_call=2 * z,
         grad_kernels=2 + padding + grad_bias,
+        tensors=tensors * local_experts,
+        grad_tensors=grad_tensors * local_experts,
     )
     shared = Part(gemms=2, kernels=1, quantize=2 * q, per_call=2 * z) if shared_experts else none
     graphed: list[str] = []
@@ -321,16 +433,50 @@ def host_op_s_for(gpu: str) -> float:
     return HOST_OP_S_BY_CPU[host_cpu(gpu)]
 
 
-def moe_layer_host_s(ops: MoeLayerOps, op_s: float = HOST_OP_S) -> tuple[float, float]:
-    """Host seconds of one MoE layer's (forward, backward) at ``op_s`` an operation.
+def _check_s(value: float, name: str, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise CcsimError(f"{name} ({what}) must be >= 0, not {value!r}")
+
+
+def tensor_op_s_for(op_s: float) -> float:
+    """Host seconds per framework tensor operation that launches nothing, for a host
+    whose launched operation costs ``op_s``: the measured figure of the CPU whose launch
+    cost ``op_s`` is (:data:`HOST_OP_S_BY_CPU`, :data:`HOST_TENSOR_OP_S_BY_CPU`); any
+    other ``op_s`` (a user's, HTA's 10 us, 0 to leave the host out) scales the x86
+    figure in proportion, so ``host_op_s=0`` still turns the host's work off.
+
+    >>> tensor_op_s_for(host_op_s_for("B200")), tensor_op_s_for(host_op_s_for("GB200"))
+    (2.15e-06, 2.734375e-06)
+    >>> tensor_op_s_for(0.0)
+    0.0
+    """
+    _check_s(op_s, "host_op_s", "host seconds per launched operation")
+    for cpu, launch_s in HOST_OP_S_BY_CPU.items():
+        # (tolerant: "37.08us" parses to 37.08 * 1e-6, an ulp from 37.08e-6)
+        if math.isclose(op_s, launch_s, rel_tol=1e-9):
+            return HOST_TENSOR_OP_S_BY_CPU[cpu]
+    return op_s * HOST_TENSOR_OP_S / HOST_OP_S
+
+
+def moe_layer_host_s(
+    ops: MoeLayerOps, op_s: float = HOST_OP_S, tensor_op_s: float | None = None
+) -> tuple[float, float]:
+    """Host seconds of one MoE layer's (forward, backward): ``op_s`` a launched
+    operation and ``tensor_op_s`` a framework tensor operation that launches nothing
+    (None: :func:`tensor_op_s_for` ``op_s``).
 
     >>> moe_layer_host_s(moe_layer_ops(local_experts=1, graphs=["full_iteration"]))
     (0.0, 0.0)
+    >>> moe_layer_host_s(moe_layer_ops(local_experts=2), 1.0, 0.5)
+    (42.0, 52.0)
     """
-    if isinstance(op_s, bool) or not isinstance(op_s, (int, float)) or op_s < 0:
-        raise CcsimError(f"host_op_s (host seconds per launched operation) must be >= 0, "
-                         f"not {op_s!r}")  # fmt: skip
-    return ops.forward() * op_s, ops.backward() * op_s
+    _check_s(op_s, "host_op_s", "host seconds per launched operation")
+    t = tensor_op_s_for(op_s) if tensor_op_s is None else tensor_op_s
+    _check_s(t, "host_tensor_op_s", "host seconds per framework tensor operation")
+    return (
+        ops.forward() * op_s + ops.forward_tensors() * t,
+        ops.backward() * op_s + ops.backward_tensors() * t,
+    )
 
 
 @dataclass(frozen=True)
@@ -350,9 +496,12 @@ def moe_forward_launches(
     *,
     dispatcher: str = "alltoall",
     exchanged: bool = True,
+    tensor_op_s: float | None = None,
 ) -> tuple[tuple[Launch, ...], tuple[Launch, ...]]:
     """One MoE layer's forward launches (before, after) its host synchronisation, in
-    the order the host issues them, ``op_s`` seconds an operation.
+    the order the host issues them, ``op_s`` seconds an operation (and each part's
+    framework tensor operations, ``tensor_op_s`` each, None: :func:`tensor_op_s_for`,
+    with its launches: the experts' per-expert work with their grouped GEMMs).
 
     Where the synchronisation falls is the dispatcher's (Megatron-Core core_v0.16.0):
     the alltoall dispatcher copies the token counts to the host before its ``permute``
@@ -365,32 +514,35 @@ def moe_forward_launches(
     launched next, are taken as launched with it: a part-level simplification that can
     only make the GPU start earlier). A graphed part is its one replay.
 
-    >>> before, after = moe_forward_launches(moe_layer_ops(local_experts=1, ep=2), 1.0)
+    >>> ops = moe_layer_ops(local_experts=1, ep=2)
+    >>> before, after = moe_forward_launches(ops, 1.0, tensor_op_s=0.5)
     >>> [(s.host_s, s.gpu) for s in before], [(s.host_s, s.gpu) for s in after]
-    ([(9.0, 'dense'), (26.0, None)], [(2.0, 'dispatch'), (4.0, 'experts'), (2.0, 'combine')])
+    ([(9.0, 'dense'), (26.0, None)], [(2.0, 'dispatch'), (7.0, 'experts'), (2.0, 'combine')])
     """
-    if isinstance(op_s, bool) or not isinstance(op_s, (int, float)) or op_s < 0:
-        raise CcsimError(f"host_op_s (host seconds per launched operation) must be >= 0, "
-                         f"not {op_s!r}")  # fmt: skip
+    _check_s(op_s, "host_op_s", "host seconds per launched operation")
+    t = tensor_op_s_for(op_s) if tensor_op_s is None else tensor_op_s
+    _check_s(t, "host_tensor_op_s", "host seconds per framework tensor operation")
     n = {name: getattr(ops, name).forward() + (name in ops.graphed) for name in PARTS}
+    # Each part's host seconds: its launches, and its tensor operations at their price.
+    sec = {name: n[name] * op_s + getattr(ops, name).tensors * t for name in PARTS}
     if dispatcher == "alltoall" and exchanged:
-        permute = min(PERMUTE_KERNELS, n["dispatch"])
+        permute = min(PERMUTE_KERNELS, n["dispatch"]) * op_s
         before = [
-            Launch(n["attention"] * op_s, "dense"),
-            Launch((n["shared"] + n["router"] + n["preprocess"] + permute) * op_s, None),
+            Launch(sec["attention"], "dense"),
+            Launch(sec["shared"] + sec["router"] + sec["preprocess"] + permute, None),
         ]
-        after = [Launch((n["dispatch"] - permute) * op_s, "dispatch")]
+        after = [Launch(sec["dispatch"] - permute, "dispatch")]
     elif dispatcher == "alltoall":  # nothing to exchange: the sync after the chunk sort
         before = [
-            Launch(n["attention"] * op_s, "dense"),
-            Launch((n["shared"] + n["router"] + n["preprocess"] + n["dispatch"]) * op_s, None),
+            Launch(sec["attention"], "dense"),
+            Launch(sec["shared"] + sec["router"] + sec["preprocess"] + sec["dispatch"], None),
         ]
         after = []
     else:  # deepep, hybridep: the counts come back with the dispatch
         before = [
-            Launch(n["attention"] * op_s, "dense"),
-            Launch((n["shared"] + n["router"] + n["dispatch"]) * op_s, "dispatch"),
+            Launch(sec["attention"], "dense"),
+            Launch(sec["shared"] + sec["router"] + sec["dispatch"], "dispatch"),
         ]
-        after = [Launch(n["preprocess"] * op_s, None)]
-    after += [Launch(n["experts"] * op_s, "experts"), Launch(n["combine"] * op_s, "combine")]
+        after = [Launch(sec["preprocess"], None)]
+    after += [Launch(sec["experts"], "experts"), Launch(sec["combine"], "combine")]
     return tuple(before), tuple(after)
