@@ -46,6 +46,7 @@ from ..library.nccl import (
     nvls_fill_factor,
     nvls_loops,
     nvls_sync_us,
+    ring_ll128_channel_rate,
     tree_correction,
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
@@ -316,6 +317,11 @@ class NcclPolicy:
         }
         if choice.tuner_line:  # NCCL_TUNER_CONFIG_FILE's rule on this line chose
             extra["nccl_tuner_line"] = choice.tuner_line
+        if choice.protocol == "LL128" and choice.algorithm == "Ring" and system.nodes > 1:
+            # Across servers a channel's LL128 step moves at its thread block's share of
+            # NCCL's Ring LL128 bandwidth (tuning.cc:280): below a step per rank the hops
+            # of a ring run in series at that rate (issue 32, two B200 servers).
+            extra["channel_rate"] = ring_ll128_channel_rate(system)
         if choice.protocol == "LL":
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
             if system.arch in LL_NVLINK_HOP_US:
