@@ -278,3 +278,35 @@ def test_validate_detail_lists_every_size_with_nccl_s_choice(tmp_path, capsys):
         ("Ring", "LL"),
         ("Ring", "Simple"),
     }
+
+
+def test_ring_ll128_channel_rate_is_nccl_s_bandwidth_over_its_channels():
+    """NCCL's Ring LL128 bus bandwidth is graph channels x min(0.92 bw, perChMaxRingLL128Bw)
+    (tuning.cc:280 at v2.27.3-1) and runs on twice the graph's channels (connect.cc:452):
+    two HGX B200 servers, 8 graph channels of 48 GB/s, cap 40 (v2.30.7): 8 x 40 / 16 =
+    20 GB/s a channel; two DGX H100, cap 36.7: 8 x 36.7 / 16 = 18.35 GB/s; one server:
+    no bound (unchanged)."""
+    from simulator.library.nccl import ring_ll128_channel_rate
+
+    b200 = nccl_system(load_topology("hgx-b200", 2))
+    assert (b200.ring.channels, b200.ring.bw_intra, b200.channels) == (8, 48.0, 16)
+    assert ring_ll128_channel_rate(b200) == pytest.approx(20e9, rel=1e-12)
+    h100 = nccl_system(load_topology("dgx-h100", 2))
+    assert ring_ll128_channel_rate(h100) == pytest.approx(8 * 36.7e9 / 16, rel=1e-12)
+    assert ring_ll128_channel_rate(nccl_system(load_topology("hgx-b200", 1))) == float("inf")
+
+
+def test_cross_server_ll128_ring_hops_run_in_series_at_the_channel_rate():
+    """All-gather on 2 x 8 B200 at 16 and 32 MiB runs Ring LL128 on 16 channels; each
+    rank's slice is one step a hop (64 and 128 KiB, below LL128's 576,000 B step), so a
+    channel's 15 steps run one after another and doubling the size adds 15 x 64 KiB at
+    20 GB/s = 49.15 us (hand-worked from NCCL's figures above; ccsim gave 30.9 us before
+    the rate, the links' bandwidth only)."""
+    graph = load_topology("hgx-b200", 2)
+    times = {}
+    for size in (2**24, 2**25):
+        result = NcclPolicy().simulate(graph, "all_gather", float(size))
+        assert (result.params["nccl_algorithm"], result.params["protocol"]) == ("Ring", "LL128")
+        assert result.params["channels"] == 16
+        times[size] = result.time_s
+    assert times[2**25] - times[2**24] == pytest.approx(15 * 65536 / 20e9, rel=0.01)
