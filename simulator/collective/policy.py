@@ -46,7 +46,7 @@ from ..library.nccl import (
     nvls_fill_factor,
     nvls_loops,
     nvls_sync_us,
-    ring_ll128_channel_rate,
+    ring_channel_rate,
     tree_correction,
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
@@ -317,11 +317,16 @@ class NcclPolicy:
         }
         if choice.tuner_line:  # NCCL_TUNER_CONFIG_FILE's rule on this line chose
             extra["nccl_tuner_line"] = choice.tuner_line
-        if choice.protocol == "LL128" and choice.algorithm == "Ring" and system.nodes > 1:
-            # Across servers a channel's LL128 step moves at its thread block's share of
-            # NCCL's Ring LL128 bandwidth (tuning.cc:280): below a step per rank the hops
-            # of a ring run in series at that rate (issue 32, two B200 servers).
-            extra["channel_rate"] = ring_ll128_channel_rate(system)
+        if (
+            choice.algorithm == "Ring"
+            and system.nodes > 1
+            and (choice.protocol == "LL128" or (choice.protocol == "Simple" and chunks == 1))
+        ):
+            # Across servers a channel's step moves at its thread block's share of NCCL's
+            # Ring bandwidth (tuning.cc:266-280): at a step or less per rank and channel
+            # the hops of a ring run in series at that rate (issue 32, two B200 servers).
+            # A pipelined Simple ring (chunks > 1) is left to the links, as before.
+            extra["channel_rate"] = ring_channel_rate(system, choice.protocol)
         if choice.protocol == "LL":
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
             if system.arch in LL_NVLINK_HOP_US:
