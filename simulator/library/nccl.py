@@ -886,7 +886,8 @@ def ring_channel_rate(system: NcclSystem, protocol: str) -> float:
     scatter whose slice per rank and channel is one step or less (every size up to 32 MiB
     on 16 ranks under LL128, up to 256 MiB under Simple) sends it as one step a hop, so a
     channel's hops run one after another at this rate rather than behind the links'
-    bandwidth.
+    bandwidth. The NCCL policy applies it to those two operations only (see
+    :class:`simulator.collective.policy.NcclPolicy`).
 
     >>> from simulator.topology import load_topology
     >>> system = nccl_system(load_topology("hgx-b200", 2))
