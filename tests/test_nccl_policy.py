@@ -278,3 +278,60 @@ def test_validate_detail_lists_every_size_with_nccl_s_choice(tmp_path, capsys):
         ("Ring", "LL"),
         ("Ring", "Simple"),
     }
+
+
+def test_ring_channel_rate_is_nccl_s_bandwidth_over_its_channels():
+    """NCCL's Ring LL128 bus bandwidth is graph channels x min(0.92 bw, perChMaxRingLL128Bw)
+    (tuning.cc:280 at v2.27.3-1) and runs on twice the graph's channels (connect.cc:452):
+    two HGX B200 servers, 8 graph channels of 48 GB/s, cap 40 (v2.30.7): 8 x 40 / 16 =
+    20 GB/s a channel; two DGX H100, cap 36.7: 8 x 36.7 / 16 = 18.35 GB/s; one server:
+    no bound (unchanged)."""
+    from simulator.library.nccl import ring_channel_rate
+
+    b200 = nccl_system(load_topology("hgx-b200", 2))
+    assert (b200.ring.channels, b200.ring.bw_intra, b200.channels) == (8, 48.0, 16)
+    assert ring_channel_rate(b200, "LL128") == pytest.approx(20e9, rel=1e-12)
+    h100 = nccl_system(load_topology("dgx-h100", 2))
+    assert ring_channel_rate(h100, "LL128") == pytest.approx(8 * 36.7e9 / 16, rel=1e-12)
+    assert ring_channel_rate(nccl_system(load_topology("hgx-b200", 1)), "LL128") == float("inf")
+    # Simple: graph channels x bw (tuning.cc:266-274), 8 x 48 / 16 = 24 GB/s; LL has its own.
+    assert ring_channel_rate(b200, "Simple") == pytest.approx(24e9, rel=1e-12)
+    assert ring_channel_rate(b200, "LL") == float("inf")
+
+
+def test_cross_server_ll128_ring_hops_run_in_series_at_the_channel_rate():
+    """All-gather on 2 x 8 B200 at 16 and 32 MiB runs Ring LL128 on 16 channels; each
+    rank's slice is one step a hop (64 and 128 KiB, below LL128's 576,000 B step), so a
+    channel's 15 steps run one after another and doubling the size adds 15 x 64 KiB at
+    20 GB/s = 49.15 us (hand-worked from NCCL's figures above; ccsim gave 30.9 us before
+    the rate, the links' bandwidth only)."""
+    graph = load_topology("hgx-b200", 2)
+    times = {}
+    for size in (2**24, 2**25):
+        result = NcclPolicy().simulate(graph, "all_gather", float(size))
+        assert (result.params["nccl_algorithm"], result.params["protocol"]) == ("Ring", "LL128")
+        assert result.params["channels"] == 16
+        times[size] = result.time_s
+    assert times[2**25] - times[2**24] == pytest.approx(15 * 65536 / 20e9, rel=0.01)
+
+
+def test_cross_server_simple_ring_steps_of_one_slice_run_in_series():
+    """At 64 MiB the same all-gather runs Ring Simple with 256 KiB per rank and channel,
+    less than one slice (2 x 512 KiB, RING_SLICE_STEPS): one message a hop, the 15 hops in
+    series at 24 GB/s. Hand-worked: launch 3 + base 8.4 + 15 steps of (hop + 256 KiB /
+    24 GB/s = 10.92 us), 13 of them over NVLink (3.4 us) and at most 2 over the network
+    (14 us, and 1 us of proxy each): between 226.2 and 249.4 us (ccsim gave 186.7 before,
+    the links' bandwidth only; the measured B200 runs took 490 us)."""
+    graph = load_topology("hgx-b200", 2)
+    result = NcclPolicy().simulate(graph, "all_gather", float(2**26))
+    assert (result.params["nccl_algorithm"], result.params["protocol"]) == ("Ring", "Simple")
+    assert (result.params["channels"], result.params["chunks"]) == (16, 1)
+    assert result.params["channel_rate"] == pytest.approx(24e9, rel=1e-12)
+    cal = calibration_of(graph)
+    simple = cal.protocol("Simple")
+    assert (simple.hop_s["nvlink"], simple.hop_s["network"]) == (3.4e-6, 14e-6)
+    step = 2**18 / 24e9
+    floor = cal.launch_s + simple.base_s
+    low = floor + 15 * (simple.hop_s["nvlink"] + step)
+    high = floor + 13 * (simple.hop_s["nvlink"] + step) + 2 * (simple.hop_s["network"] + step)
+    assert low <= result.time_s <= high + 2 * cal.proxy_s

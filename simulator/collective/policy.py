@@ -46,6 +46,7 @@ from ..library.nccl import (
     nvls_fill_factor,
     nvls_loops,
     nvls_sync_us,
+    ring_channel_rate,
     tree_correction,
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
@@ -316,6 +317,21 @@ class NcclPolicy:
         }
         if choice.tuner_line:  # NCCL_TUNER_CONFIG_FILE's rule on this line chose
             extra["nccl_tuner_line"] = choice.tuner_line
+        if (
+            choice.algorithm == "Ring"
+            and op in ("all_gather", "reduce_scatter")
+            and system.nodes > 1
+            and (choice.protocol == "LL128" or (choice.protocol == "Simple" and chunks == 1))
+        ):
+            # Across servers a channel's step moves at its thread block's share of NCCL's
+            # Ring bandwidth (tuning.cc:266-280): at a step or less per rank and channel
+            # the hops of a ring run in series at that rate (issue 32, two B200 servers).
+            # A pipelined Simple ring (chunks > 1) is left to the links, as before. Not
+            # the all-reduce: with the rate, the bundled 2 x DGX A100 run's 16-64 MiB Ring
+            # rows went from 2-4% to 20-28% off (1-32 MiB median 8.2 -> 12.5%), where
+            # NCCL's own model (and ccsim without the rate) match them; why the all-
+            # reduce's ring escapes this bound is open.
+            extra["channel_rate"] = ring_channel_rate(system, choice.protocol)
         if choice.protocol == "LL":
             extra["channel_rate"] = ll_channel_rate(system, choice.algorithm, channels)
             if system.arch in LL_NVLINK_HOP_US:

@@ -872,6 +872,37 @@ def ll_channel_rate(system: NcclSystem, algorithm: str, channels: int) -> float:
     return rate * (0.5 if algorithm == "Tree" else 1.0) * 1e9
 
 
+def ring_channel_rate(system: NcclSystem, protocol: str) -> float:
+    """Data bytes/s one channel's Ring transfer moves over one hop on a call that spans
+    servers, in NCCL's model: its Ring bus bandwidth for the protocol, the search graph's
+    channels x bw for Simple and x min(0.92 x bw, perChMaxRingLL128Bw) for LL128
+    (tuning.cc:266-280 at v2.27.3-1, the same lines at v2.30.7), shared by the channels
+    the communicator runs: NCCL duplicates the graph's rings (connect.cc:452 at
+    v2.27.3-1, ``nChannels*2``), so each runtime channel's thread block carries its share
+    of that figure. ``inf`` on one server (ccsim's steps already match the bundled
+    single-server runs) and for LL (:func:`ll_channel_rate`).
+
+    Across servers a ring channel's step is moved whole: a ring all-gather or reduce-
+    scatter whose slice per rank and channel is one step or less (every size up to 32 MiB
+    on 16 ranks under LL128, up to 256 MiB under Simple) sends it as one step a hop, so a
+    channel's hops run one after another at this rate rather than behind the links'
+    bandwidth. The NCCL policy applies it to those two operations only (see
+    :class:`simulator.collective.policy.NcclPolicy`).
+
+    >>> from simulator.topology import load_topology
+    >>> system = nccl_system(load_topology("hgx-b200", 2))
+    >>> [round(ring_channel_rate(system, p) / 1e9, 2) for p in ("LL128", "Simple")]
+    [20.0, 24.0]
+    """
+    if system.nodes < 2 or protocol not in ("LL128", "Simple"):
+        return math.inf
+    graph = system.ring
+    bw = graph.bw_intra if system.nodes <= 2 else graph.bw_inter
+    if protocol == "LL128":
+        bw = min(bw * 0.92, _ring_ll128_max_bw(system)[_index2(system.nodes)])
+    return graph.channels * bw / system.channels * 1e9
+
+
 @dataclass(frozen=True)
 class NvlsLoops:
     """How NCCL's NVLS all-reduce loops over one call (see :data:`NVLS_CTA_GBPS`):
