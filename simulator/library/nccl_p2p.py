@@ -14,7 +14,9 @@ moves the bytes. Lines cite v2.28.7-1 (the bundled GB300 runs' version) and v2.3
   (v2.28.7) the larger of its NICs and 2 halved while 2 x ranks > 4 C
   (paths.cc:817-852), (v2.30.7) the larger of its NICs and NIC GB/s / 14
   (paths.cc:935-954); pow2Up, at most C (paths.cc:882-886); v2.30.7 then halves it
-  across nodes while it x ceil(ranks / 8) > C (paths.cc:993-1001);
+  across nodes while it x ceil(ranks / 8) > C (paths.cc:993-1001); where the user sets
+  NCCL_NCHANNELS_PER_NET_PEER it replaces the network peer's count and v2.30.7 skips
+  that halving (paths.cc:943-952 and 993 at v2.30.7-1);
 * nChannelsMin: that, halved while x ranks > C (enqueue.cc:1052-1056 at v2.28.7-1);
 * the chunk: p2pChunkSize, 512 KiB when every GPU talks over NVLink, 128 KiB across
   nodes or over PCIe (init.cc:704-720 at v2.28.7-1); from v2.29.2 twice that across
