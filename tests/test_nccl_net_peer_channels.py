@@ -12,6 +12,7 @@ p2pnChannels, and v2.30.7 halves it across nodes only when the user did not set 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from simulator.cli import main
 from simulator.errors import CcsimError
 from simulator.library.nccl_env import SUPPORTED, parse_nccl_env
 from simulator.library.nccl_p2p import p2p_call
+from simulator.validate import log_case
 
 GiB = 1024**3
 
@@ -117,3 +119,17 @@ def test_a_bad_value_on_the_command_line_exits_2_on_one_line(capsys):
     code = main([*argv, "--sizes", "1M", "--nccl", "NCCL_NCHANNELS_PER_NET_PEER=0"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "NCCL_NCHANNELS_PER_NET_PEER=0" in err
+
+
+def test_a_log_line_setting_it_is_applied(tmp_path):
+    # NCCL prints an integer NCCL_PARAM read from the environment as "%s set by
+    # environment to %lld." (misc/param.cc:100 at v2.30.7-1).
+    log = Path(__file__).parent / "data" / "nccl-tests" / "oci-a100-2n-all_reduce.log"
+    line = "host:43:43 [0] NCCL INFO NCCL_NCHANNELS_PER_NET_PEER set by environment to 2."
+    path = tmp_path / "env.log"
+    path.write_text(line + "\n" + log.read_text())
+    notes: list[str] = []
+    case = log_case(path, topology="dgx-a100", notify=notes.append)
+    assert case.settings["nccl"] == "NCCL_NCHANNELS_PER_NET_PEER=2"
+    assert "NCCL settings from the log: NCCL_NCHANNELS_PER_NET_PEER=2" in notes[0]
+    assert "ignored" not in notes[0]
