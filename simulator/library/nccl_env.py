@@ -73,7 +73,7 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   p2p channels (:func:`simulator.library.nccl_p2p.p2p_call`). NCCL ignores a value
   below 1 and a communicator configuration above MAXCHANNELS = 64 is invalid
   (init.cc:2369-2371): ccsim accepts 1 to 64. (NCCL has no NCCL_NCHANNELS_PER_PEER: an
-  NVLink peer's channels are always 2 per NVLink, paths.cc:930-935.)
+  NVLink peer's channels are always 2 per NVLink, paths.cc:933-936.)
 * ``NCCL_TUNER_CONFIG_FILE``: the CSV file of NCCL's example tuner plugin (the plugin
   loaded with it, as ``NCCL_TUNER_PLUGIN`` does): per call, its first matching rule
   whose algorithm and protocol the settings above leave picks them, and its channels
