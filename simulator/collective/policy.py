@@ -394,6 +394,7 @@ class NcclPolicy:
             size_bytes=size_bytes, nvlink_gbps=NVLINK_GBPS[system.arch], version=self.version,
             steps=self.env_for(system).steps(), cpu=system.cpu,
             blackwell=system.arch == "blackwell",
+            net_peer_channels=self.env_for(system).net_peer_channels,
         )  # fmt: skip
         parts = self.channels or call.channels
         per_part = size_bytes / system.ranks / parts

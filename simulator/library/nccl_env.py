@@ -67,6 +67,18 @@ NcclPolicy` applies to every call. Supported variables (:data:`SUPPORTED`):
   (search.cc:1273-1345 at v2.28.7-1): 0 never, 1 where the sender reaches that NIC
   through it, 2 (the default since v2.12.7-1) as much as possible; with one NIC a GPU,
   1 and 2 pick the same GPU (:func:`simulator.library.nccl_p2p.p2p_proxy`).
+* ``NCCL_NCHANNELS_PER_NET_PEER``: the channels send/receive (so the all-to-all) gives
+  each peer on another server, replacing NCCL's own count (v2.30.7: one per NIC, or one
+  per 14 GB/s of NIC if more, then halved while they x ceil(ranks / 8) exceed the p2p
+  channels, a halving NCCL skips when the user sets it, paths.cc:940-952 and 993-1003;
+  v2.23-v2.28: 2, halved while 2 x ranks > 4 x p2p channels, at least one per NIC,
+  paths.cc:818-829 at v2.27.7-1). Read by ``NCCL_PARAM(NChannelsPerNetPeer, ...)``
+  (paths.cc:796 at v2.27.7-1, init.cc:1729 and 2038-2049 at v2.30.7-1); a peer's
+  channels are then the least over its peers, rounded up to a power of two, at most the
+  p2p channels (:func:`simulator.library.nccl_p2p.p2p_call`). NCCL ignores a value
+  below 1 and a communicator configuration above MAXCHANNELS = 64 is invalid
+  (init.cc:2369-2371): ccsim accepts 1 to 64. (NCCL has no NCCL_NCHANNELS_PER_PEER: an
+  NVLink peer's channels are always 2 per NVLink, paths.cc:933-936.)
 * ``NCCL_TUNER_CONFIG_FILE``: the CSV file of NCCL's example tuner plugin (the plugin
   loaded with it, as ``NCCL_TUNER_PLUGIN`` does): per call, its first matching rule
   whose algorithm and protocol the settings above leave picks them, and its channels
@@ -113,6 +125,7 @@ SUPPORTED = (
     "NCCL_COLLNET_ENABLE",
     "NCCL_PXN_DISABLE",
     "NCCL_P2P_PXN_LEVEL",
+    "NCCL_NCHANNELS_PER_NET_PEER",
     "NCCL_TUNER_CONFIG_FILE",
 )
 #: NCCL's function names (``ncclFuncStr``, init.cc:52) by ccsim operation.
@@ -289,6 +302,9 @@ class NcclEnv:
     #: NCCL_P2P_PXN_LEVEL (:data:`~simulator.library.nccl_p2p.P2P_PXN_LEVEL` unless
     #: set): whether sends between servers may go through a GPU on the receiver's rail.
     p2p_pxn_level: int = P2P_PXN_LEVEL
+    #: NCCL_NCHANNELS_PER_NET_PEER: send/receive's channels per peer on another server
+    #: (None: NCCL's own count, :func:`simulator.library.nccl_p2p.p2p_call`).
+    net_peer_channels: int | None = None
     #: NCCL_TUNER_CONFIG_FILE: the example tuner plugin's rules, read from the file.
     tuner: TunerConfig | None = None
     #: The communicator's own configuration (:class:`CommConfig`), under these settings.
@@ -580,6 +596,7 @@ def parse_nccl_env(
         collnet=collnet,
         p2p_pxn_level=P2P_PXN_LEVEL if pxn_level is None else pxn_level,
         tuner=tuner,
+        net_peer_channels=_channels(given, "NCCL_NCHANNELS_PER_NET_PEER"),
     )
 
 

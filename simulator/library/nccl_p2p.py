@@ -14,7 +14,9 @@ moves the bytes. Lines cite v2.28.7-1 (the bundled GB300 runs' version) and v2.3
   (v2.28.7) the larger of its NICs and 2 halved while 2 x ranks > 4 C
   (paths.cc:817-852), (v2.30.7) the larger of its NICs and NIC GB/s / 14
   (paths.cc:935-954); pow2Up, at most C (paths.cc:882-886); v2.30.7 then halves it
-  across nodes while it x ceil(ranks / 8) > C (paths.cc:993-1001);
+  across nodes while it x ceil(ranks / 8) > C (paths.cc:993-1001); where the user sets
+  NCCL_NCHANNELS_PER_NET_PEER it replaces the network peer's count and v2.30.7 skips
+  that halving (paths.cc:943-952 and 993 at v2.30.7-1);
 * nChannelsMin: that, halved while x ranks > C (enqueue.cc:1052-1056 at v2.28.7-1);
 * the chunk: p2pChunkSize, 512 KiB when every GPU talks over NVLink, 128 KiB across
   nodes or over PCIe (init.cc:704-720 at v2.28.7-1); from v2.29.2 twice that across
@@ -146,6 +148,7 @@ def p2p_call(
     steps: Mapping[str, int] | None = None,
     cpu: str = "x86",
     blackwell: bool = False,
+    net_peer_channels: int | None = None,
 ) -> P2pCall:
     """NCCL's channels, protocol and chunk for an all-to-all of ``size_bytes`` per rank
     on a communicator of ``ranks`` over ``nodes`` nodes with ``channels`` channels, GPUs
@@ -155,7 +158,11 @@ def p2p_call(
     the chunk is at most one Simple step (init.cc:841-843 at v2.30.7-1) and LL's step
     is its buffer's eighth. ``cpu`` is the hosts' CPU ("arm" or "x86") and ``blackwell``
     whether the GPUs are Blackwell or later (compute capability >= 10.0): together they
-    set the network chunk (:func:`net_chunk`).
+    set the network chunk (:func:`net_chunk`). ``net_peer_channels`` is
+    NCCL_NCHANNELS_PER_NET_PEER where the user sets it (None: NCCL's own count): it
+    replaces the channels NCCL gives a network peer, and from v2.29 NCCL then skips its
+    halving across nodes (paths.cc:943-952 and 993-1003 at v2.30.7-1; paths.cc:837-850
+    at v2.28.9-1).
 
     >>> c = p2p_call(ranks=4, nodes=1, channels=32, nvlinks=18, net_count=2,
     ...              net_gbps=100.0, size_bytes=2**24, nvlink_gbps=40.1, version="2.28.7")
@@ -169,7 +176,7 @@ def p2p_call(
     C = min(pow2_up(min(channels, MAX_CHANNELS)), MAX_CHANNELS)
     local = 2 * max(1, nvlinks) if nvlinks > 0 else 2
     per_peer = local
-    net = 0
+    net = sized = 0
     if nodes > 1:
         if rules == "2.28":
             most = 2
@@ -178,9 +185,17 @@ def p2p_call(
             net = max(max(1, net_count), most)
         else:
             net = max(max(1, net_count), math.ceil(net_gbps / PER_CHANNEL_NET_GBPS))
+        sized = net  # the count NCCL sizes a channel's rate by (below)
+        if net_peer_channels is not None:
+            # The user's count replaces NCCL's (comm->config.nChannelsPerNetPeer, set
+            # from NCCL_NCHANNELS_PER_NET_PEER by envConfigOverride, init.cc:2038-2049
+            # at v2.30.7-1, 1684-1692 at v2.28.9-1; the NCCL_PARAM itself before v2.28,
+            # paths.cc:818 at v2.27.7-1).
+            net = net_peer_channels
         per_peer = min(per_peer, net)
     per_peer = min(pow2_up(per_peer), C)
-    if nodes > 1 and rules == "2.29":
+    if nodes > 1 and rules == "2.29" and net_peer_channels is None:
+        # "the user didn't set nChannelsPerNetPeer" (paths.cc:993 at v2.30.7-1).
         while per_peer * math.ceil(ranks / 8) > C and per_peer > 1:
             per_peer //= 2
     least = per_peer
@@ -227,7 +242,9 @@ def p2p_call(
     # v2.28.9-1), so one of them carries the NICs' GB/s over that count (50 GB/s of an
     # 800 Gb/s NIC), not 2.29's 14. LL's lines carry half data.
     if nodes > 1:
-        rate = PER_CHANNEL_NET_GBPS if rules == "2.29" else net_gbps / net
+        # A channel is one thread block: the user's count does not change what it
+        # moves, so the rate follows NCCL's own count.
+        rate = PER_CHANNEL_NET_GBPS if rules == "2.29" else net_gbps / sized
         rate = rate if rate > 0 else PER_CHANNEL_NET_GBPS  # no NIC figure: 2.29's sizing
     else:
         rate = nvlink_gbps / 2 if nvlinks else math.inf
