@@ -106,7 +106,7 @@ def pipeline_us(size: float, chunk: float) -> float:
 def test_two_and_four_gib_on_eight_b200s_follow_the_hand_pipeline(size, chunks):
     """At 2 and 4 GiB the default keeps 128 KiB chunks (link-bound), 512 KiB moves the
     cut to 6 GiB so NCCL runs 64 KiB chunks, twice the loops, each thread-block bound
-    (7.8 + 8 x 64 KiB / 24 GB/s = 29.6 us against the links' 26.5 us)."""
+    (9.8 + 8 x 64 KiB / 28.5 GB/s = 28.2 us against the links' 26.5 us)."""
     graph = load_topology("hgx-b200")
     launch_us = calibration_of(graph).launch_s * 1e6
     times = []

@@ -20,7 +20,6 @@ from simulator.library.nccl import (
     NcclSystem,
     SearchGraph,
     nvls_loops,
-    nvls_tree_loops,
 )
 from simulator.library.protocol import calibration_of
 from simulator.topology import load_topology
@@ -120,23 +119,16 @@ def test_a_64_gpu_rack_pays_a_32_head_synchronisation_even_for_a_short_call():
 def test_nvls_tree_on_blackwell_takes_nccl_s_tree_correction():
     """NCCL scales NVLSTree's bandwidth on Blackwell (x86 hosts) by its tree correction
     table (tuning.cc:643-646 at v2.30.7): at 4 MiB, log2(4 MiB / 64) = 16, Simple's entry
-    is 0.7; at 1 GiB (log 24) no correction. Hopper's NVLSTree keeps 1. Both are then
-    scaled by the tree's thread-block bound where it binds (nvls_tree_loops: at 4 MiB the
-    32 KiB chunks' loops are synchronisation-bound; at 1 GiB the links bind)."""
+    is 0.7; at 1 GiB (log 24) no correction. Hopper's NVLSTree keeps 1."""
     policy = NcclPolicy()
     system = policy.system(load_topology("hgx-b200", 2))
     plan = policy.plan(system, "all_reduce", 4 * 2**20)
     assert (plan.params["nccl_algorithm"], plan.protocol) == ("NVLSTree", "Simple")
-    heads = system.nvls.channels
-    tree = nvls_tree_loops(system, "all_reduce", 4 * 2**20, 32, heads, 32768)
-    assert tree.factor < 1.0
-    assert plan.params["bandwidth_factor"] == pytest.approx(0.7 * tree.factor)
+    assert plan.params["bandwidth_factor"] == pytest.approx(0.7)
     assert policy.plan(system, "all_reduce", 2**30).params["bandwidth_factor"] == 1.0
-    h100 = policy.system(load_topology("dgx-h100", 2))
-    hopper = policy.plan(h100, "all_reduce", 2**24)
+    hopper = policy.plan(policy.system(load_topology("dgx-h100", 2)), "all_reduce", 2**24)
     assert hopper.params["nccl_algorithm"] == "NVLSTree"
-    tree = nvls_tree_loops(h100, "all_reduce", 2**24, 16, h100.nvls.channels, 65536)
-    assert hopper.params["bandwidth_factor"] == pytest.approx(tree.factor)
+    assert hopper.params["bandwidth_factor"] == 1.0
 
 
 def test_runs_the_nvls_constants_were_chosen_on_are_not_called_predictions():

@@ -6,7 +6,7 @@ At v2.30.4-1 the all-gather's broadcast group sends through ``nvls->down`` on se
 recv[0] (device/reduce_scatter.h:247-255); transport/nvls.cc:525 and 540 flag those two
 connections NCCL_NVLS_MIN_POLL, so every step's counter is read with
 multimem.ld_reduce.min over every rank (prims_simple.h:96-104), the wait ccsim's NVLS
-all-reduce already prices per step as NVLS_STEP_US = a + b x heads (Blackwell 1.0 +
+all-reduce already prices per step as NVLS_STEP_US = a + b x heads (Blackwell 3.0 +
 0.85 x heads us, Hopper 3.0 + 0.3 x heads, fitted on all-reduce runs). Each expected
 figure below is worked by hand from those constants and NCCL's latency table
 (tuning.cc at v2.30.4-1: Simple base 8.4 us, line 146; Simple NVLink step 3.4 us and LL
@@ -34,18 +34,18 @@ LL_BASE_US, LL_NVLINK_US = 6.6, 0.6  # tuning.cc:146 and 154 at v2.30.4-1
 def test_a_32_gpu_nvls_call_pays_one_32_head_synchronisation(op):
     """32 GPUs of one domain: NCCL's model puts NVLS (25.0 us) under Ring/LL (6.6 + 31 x
     0.6 = 25.2 us) for a 1 KiB all-gather or reduce-scatter; each channel has 32 heads
-    (every GPU, at most NCCL_MAX_NVLS_ARITY = 32), so the call waits 1.0 + 0.85 x 32 =
-    28.2 us once, on top of its two Simple NVLink steps (GPU to switch, switch to GPU)."""
+    (every GPU, at most NCCL_MAX_NVLS_ARITY = 32), so the call waits 3.0 + 0.85 x 32 =
+    30.2 us once, on top of its two Simple NVLink steps (GPU to switch, switch to GPU)."""
     policy = NcclPolicy()
     graph = load_topology(GB200_32)
     system = policy.system(graph)
-    sync = 1.0 + 0.85 * 32  # the fitted Blackwell NVLS_STEP_US
+    sync = 3.0 + 0.85 * 32
     assert nvls_sync_us(system, op, 32) == pytest.approx(sync, rel=1e-12)
     plan = policy.plan(system, op, 1024.0)
     assert (plan.params["nccl_algorithm"], plan.protocol, plan.channels) == ("NVLS", "Simple", 1)
     assert plan.params["step_latency_s"] == pytest.approx(sync * 1e-6, rel=1e-12)
     # 1 KiB moves 32 B a GPU at hundreds of GB/s: well under 0.01 us of bytes.
-    want = LAUNCH_US + SIMPLE_BASE_US + 2 * SIMPLE_NVLINK_US + sync  # 46.4 us
+    want = LAUNCH_US + SIMPLE_BASE_US + 2 * SIMPLE_NVLINK_US + sync  # 48.4 us
     got = policy.simulate(graph, op, 1024.0).time_s * 1e6
     assert got == pytest.approx(want, abs=0.01)
 

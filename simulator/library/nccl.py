@@ -206,31 +206,30 @@ NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, severa
 # (25 us, tuning.cc:157-175).
 # FITTED on Blackwell runs: one thread block copies nHeads x chunk at NVLS_CTA_GBPS,
 # and a step's synchronisation costs NVLS_STEP_US = a + b x nHeads us (the reduce
-# group's counter poll spans every rank: 7.8 us with 8 heads, 28.2 us with 32). The
-# values are the grid point with the least summed squared log time error over the sizes
-# >= 1 MiB of B200-1N-AR-Vultr and GB300-16N-AR-oci-quickstart (ccsim validate). First
-# chosen on GB/s 24/28.5/33 x a 3/5/7 x b 0.6/0.85/1.1 (28.5 GB/s, 3 + 0.85 us: loss
-# 0.204), an optimum on the grid's edge a = 3; refitted (session 2026-11-28 fourth, helper
-# h53l) on GB/s 20/22/24/26/28.5/33 x a 1/3/5/7 x b 0.3/0.6/0.85/1.1 (32 of the points
-# run): 24 GB/s, 1 + 0.85 us, loss 0.1709 (B200 0.0518, GB300 0.1191); 26 GB/s with the
-# same step is a tie (0.1711). Left out, the GB300 run alone chooses the same point; the
-# B200 run alone ties at 0.0518 between 24 and 26 GB/s with 1 + 0.85 us and 3 + 0.6 us.
-# README gives the leave-one-case-out errors. FITTED on Hopper likewise, on the sizes the two
-# single-server Hopper runs with middle sizes run as NVLS (H100-1N-AR-dgxc, H200-1N-AR-azure-nvls: 1
-# MiB-1 GiB) over GB/s 28.5/33/40/50 x a 1/3/5 x b 0.3/0.6/0.85: the same 28.5 GB/s a block, a
-# shorter step (3 + 0.3 us per head: 5.4 us with 8 heads against Blackwell's 7.8); left out, each
-# run's choice from the other is 33 GB/s with 1 + 0.6 us (without the H100 run) and 28.5 GB/s with 5
-# + 0.3 us (without the H200 run). The surface is flat: eight grid points lie within 35% of the
-# least error, which is a third of the error without a bound.
-NVLS_CTA_GBPS = {"blackwell": 24.0, "hopper": 28.5}
-NVLS_STEP_US = {"blackwell": (1.0, 0.85), "hopper": (3.0, 0.3)}
-# Across servers NVLSTree's blocks split their warps otherwise (see
-# NVLS_TREE_GATHER_WARPS and nvls_tree_loops, which applies the same constants with the
-# gather at 5/7 of NVLS_CTA_GBPS). On 2 servers of 8 Hopper or Blackwell GPUs (8 heads)
-# the loops stay link- or NIC-bound at large sizes (Hopper 16 x 8 x 128 KiB: 5.4 + 51.5 =
-# 56.9 us of one block against the links' 59.9 us), so that bound does not explain the
-# 2-server NVLSTree plateaus 5-8% below the links' (issue 32, session h50h); with 32
-# heads a rack (GB200 NVL72) it binds.
+# group's counter poll spans every rank: 9.8 us with 8 heads, 30.2 us with 32). The
+# values are the grid point (GB/s 24/28.5/33, a 3/5/7, b 0.6/0.85/1.1) with the least
+# summed squared log time error over the sizes >= 1 MiB of B200-1N-AR-Vultr and
+# GB300-16N-AR-oci-quickstart (ccsim validate); README gives the leave-one-case-out
+# errors. FITTED on Hopper likewise, on the sizes the two single-server Hopper runs with
+# middle sizes run as NVLS (H100-1N-AR-dgxc, H200-1N-AR-azure-nvls: 1 MiB-1 GiB) over
+# GB/s 28.5/33/40/50 x a 1/3/5 x b 0.3/0.6/0.85: the same 28.5 GB/s a block, a shorter
+# step (3 + 0.3 us per head: 5.4 us with 8 heads against Blackwell's 9.8); left out, each
+# run's choice from the other is 33 GB/s with 1 + 0.6 us (without the H100 run) and 28.5
+# GB/s with 5 + 0.3 us (without the H200 run). The surface is flat: eight grid points lie
+# within 35% of the least error, which is a third of the error without a bound.
+NVLS_CTA_GBPS = {"blackwell": 28.5, "hopper": 28.5}
+NVLS_STEP_US = {"blackwell": (3.0, 0.85), "hopper": (3.0, 0.3)}
+# Not applied across servers. NVLSTree's kernel splits a block's 20 warps
+# (NCCL_MAX_NTHREADS 640, include/device.h:93) otherwise than NVLS's: where the channel's
+# head has a tree parent, 6 scatter, 5 gather, 5 reduce and 4 network-receive warps; at
+# the tree's root and in one-server NVLS 8, 7, 5 and 0 (device/all_reduce.h:395-399 and
+# 538-542 at v2.30.7-1, the same at v2.23.4-1). Scatter and gather each move nHeads x
+# chunk a loop, so if a block's copy rate scaled with its warps the gather would bind at
+# 5/7 of NVLS_CTA_GBPS (20.4 GB/s). Even so the 2-server loops stay link-bound at large
+# sizes: Hopper, 16 channels x 8 heads x 128 KiB, 5.4 + 51.5 = 56.9 us of one block
+# against the links' 59.9 us a loop; Blackwell, 32 x 8 x 128 KiB, 61.3 against 70.7
+# (512 KiB chunks: 215.8 against 282.7). So that bound cannot explain the 2-server
+# NVLSTree plateaus 5-8% below the links' (issue 32, session h50h), and is not modelled.
 #: The ``ccsim validate`` runs these constants were chosen on.
 NVLS_FITTED_TO = (
     "B200-1N-AR-Vultr",
@@ -974,19 +973,16 @@ def nvls_tree_loops(
     slows the call only where the blocks, not the links or the NICs, bound it.
 
     Two racks of 64 Blackwell GPUs, 32 heads, 32 channels, 128 KiB chunks: a block
-    spends 1 + 0.85 x 32 = 28.2 us synchronising and copies 32 x 128 KiB at 24 x 5/7
-    GB/s (244.7 us), 272.9 us a loop; the links take 32 x 4 MiB x 33/32 over 18 x 40.1 x
-    0.74 GB/s (259.1 us), a head's NIC 32 x 128 KiB over 50 GB/s (83.9 us): the blocks
-    bind, at 0.949 of the links' rate.
+    spends 3 + 0.85 x 32 = 30.2 us synchronising and copies 32 x 128 KiB at 28.5 x 5/7
+    GB/s (206.0 us), 236.2 us a loop; the links take 32 x 4 MiB x 33/32 over 18 x 40.1 x
+    0.74 GB/s (259.1 us), a head's NIC 32 x 128 KiB over 50 GB/s (83.9 us): the links bind.
 
     >>> system = NcclSystem("blackwell", 128, 2, True, SearchGraph(16, 40.0, 40.0),
     ...                     SearchGraph(16, 40.0, 40.0), SearchGraph(32, 20.0, 40.0), 32,
     ...                     32, nvlinks=18, net_gbps=50.0)
     >>> loops = nvls_tree_loops(system, "all_reduce", 8 * 2**30, 32, 32, 131072)
     >>> round(loops.loops, 1), round(loops.step_us, 1), round(loops.link_us, 1)
-    (64.0, 272.9, 259.1)
-    >>> round(loops.factor, 3)
-    0.949
+    (64.0, 236.2, 259.1)
     """
     if op != "all_reduce" or system.nodes < 2 or system.arch not in NVLS_CTA_GBPS:
         return None
@@ -1038,8 +1034,8 @@ def nvls_sync_us(system: NcclSystem, op: str, heads: int) -> float | None:
     >>> system = NcclSystem("blackwell", 32, 1, True, SearchGraph(12, 40.0, 40.0),
     ...                     SearchGraph(12, 40.0, 40.0), SearchGraph(32, 80.0, 80.0), 24, 24,
     ...                     nvlinks=18)
-    >>> round(nvls_sync_us(system, "all_gather", 32), 2)  # 1.0 + 0.85 x 32
-    28.2
+    >>> round(nvls_sync_us(system, "all_gather", 32), 2)  # 3.0 + 0.85 x 32
+    30.2
     >>> nvls_sync_us(system, "all_reduce", 32) is None
     True
     """
