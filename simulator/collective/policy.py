@@ -46,7 +46,6 @@ from ..library.nccl import (
     nvls_fill_factor,
     nvls_loops,
     nvls_sync_us,
-    nvls_tree_loops,
     tree_correction,
 )
 from ..library.nccl_env import CHANNEL_VARIABLES, NcclEnv, parse_nccl_env
@@ -344,17 +343,6 @@ class NcclPolicy:
                 # An all-gather or reduce-scatter waits on the same every-rank counter
                 # once before its first chunk lands: the call's floor.
                 extra["step_latency_s"] = sync * 1e-6
-        if choice.algorithm == "NVLSTree" and system.nvls is not None:
-            # Across NVLink domains half of each rack's channels give 4 of their warps to
-            # the network tree, leaving the gather 5 of NVLS's 7: where the blocks bind,
-            # not the links or NICs, the call slows (simulator.library.nccl.nvls_tree_loops).
-            loops = nvls_tree_loops(
-                system, op, float(size_bytes), channels, system.nvls.channels,
-                extra["message_bytes"],
-            )  # fmt: skip
-            if loops is not None:
-                extra["bandwidth_factor"] *= loops.factor
-                extra["step_latency_s"] = loops.latency_us * 1e-6
         options: dict[str, Any] = {}
         if choice.algorithm == "NVLS" and system.nodes == 1 and op == "all_reduce":
             # Only NCCL's NVLS heads (at most 32) own rows and run the reduce-and-

@@ -945,69 +945,6 @@ def nvls_loops(
     return NvlsLoops(loops, step_us, link_us, factor, latency_us)
 
 
-# NVLSTree's warp split (device/all_reduce.h:533-537 at v2.27.3-1, 538-542 at v2.30.7-1):
-# a channel whose head has a tree parent (hasUp) gives 4 of its block's 20 warps to the
-# network receive-and-broadcast group and 5 to the reduce group, leaving the scatter
-# (20 - 5 - 4 + 1) >> 1 = 6 and the gather (20 - 5 - 4) >> 1 = 5; one-node NVLS (from 7
-# ranks on, all_reduce.h:393-397 at v2.27.3-1) and a tree root give them 8 and 7. Both
-# groups copy the channel's nHeads x chunk bytes a loop, so the gather binds, at 5/7 of
-# the rate NVLS_CTA_GBPS was fitted at (one-node NVLS, 7 gather warps), if a block's copy
-# rate scales with its warps. A channel runs on one tree (c % 2) and every rack but the
-# root of that tree has a parent, so on every rack half the channels are such channels.
-NVLS_GATHER_WARPS = 7
-NVLS_TREE_GATHER_WARPS = 5
-
-
-def nvls_tree_loops(
-    system: NcclSystem, op: str, size_bytes: float, channels: int, heads: int, chunk: float
-) -> NvlsLoops | None:
-    """The thread-block bound of an NVLSTree all-reduce across NVLink domains, as
-    :func:`nvls_loops` prices one domain's NVLS, with the gather group's warps of a
-    channel whose head has a tree parent (:data:`NVLS_TREE_GATHER_WARPS` of
-    :data:`NVLS_GATHER_WARPS`); None where ccsim has no such figure (another operation,
-    one node, no fitted constants for the generation). ``link_us`` is the larger of a
-    GPU's NVLinks' time for a loop (each GPU moves heads x chunk x (heads + 1) / heads
-    per channel and direction, at NVLS's share) and a head's NIC's (chunk per channel
-    and direction for each of its server's tree edges, half of them on each tree: e = 2
-    on 2 nodes, 3 on 3, 4 from 4; simulator.algorithms.nvls_tree), so that ``factor``
-    slows the call only where the blocks, not the links or the NICs, bound it.
-
-    Two racks of 64 Blackwell GPUs, 32 heads, 32 channels, 128 KiB chunks: a block
-    spends 3 + 0.85 x 32 = 30.2 us synchronising and copies 32 x 128 KiB at 28.5 x 5/7
-    GB/s (206.0 us), 236.2 us a loop; the links take 32 x 4 MiB x 33/32 over 18 x 40.1 x
-    0.74 GB/s (259.1 us), a head's NIC 32 x 128 KiB over 50 GB/s (83.9 us): the links bind.
-
-    >>> system = NcclSystem("blackwell", 128, 2, True, SearchGraph(16, 40.0, 40.0),
-    ...                     SearchGraph(16, 40.0, 40.0), SearchGraph(32, 20.0, 40.0), 32,
-    ...                     32, nvlinks=18, net_gbps=50.0)
-    >>> loops = nvls_tree_loops(system, "all_reduce", 8 * 2**30, 32, 32, 131072)
-    >>> round(loops.loops, 1), round(loops.step_us, 1), round(loops.link_us, 1)
-    (64.0, 236.2, 259.1)
-    """
-    if op != "all_reduce" or system.nodes < 2 or system.arch not in NVLS_CTA_GBPS:
-        return None
-    ppn = system.ranks / system.nodes
-    h = heads
-    nvlink = system.nvlinks * NVLINK_GBPS[system.arch] * NVLS_EFFICIENCY[system.arch]
-    if nvlink <= 0 or chunk <= 0 or h <= 0:
-        return None
-    per_loop = channels * h * chunk
-    loops = size_bytes / per_loop
-    a, b = NVLS_STEP_US[system.arch]
-    sync_us = a + b * h
-    rate = NVLS_CTA_GBPS[system.arch] * NVLS_TREE_GATHER_WARPS / NVLS_GATHER_WARPS
-    step_us = sync_us + h * chunk / (rate * 1e3)
-    link_us = per_loop * (h + 1) / h / (nvlink * 1e3)
-    nic = system.net_gbps * ppn / h  # each head's own NIC
-    if nic > 0:
-        edges = min(system.nodes, 4)
-        link_us = max(link_us, channels * chunk * edges / 2 / (nic * 1e3))
-    factor = min(1.0, link_us / step_us)
-    blocks_us = math.ceil(loops) * sync_us + loops * (step_us - sync_us)
-    latency_us = max(0.0, blocks_us - loops * max(step_us, link_us))
-    return NvlsLoops(loops, step_us, link_us, factor, latency_us)
-
-
 #: The NVLS operations whose one-domain kernels wait, every step, on a counter that
 #: spans every rank, as the all-reduce's reduce group does (:data:`NVLS_STEP_US`): at
 #: v2.30.4-1 the all-gather's broadcast group sends through ``nvls->down`` on send[0]
