@@ -132,3 +132,26 @@ def test_search_speeds_are_not_versioned():
     run (NCCL 2.28.9) keeps 8 NVLS heads at 80 GB/s, so its choice does not move."""
     graph = load_topology("hgx-b300", 2)
     assert nccl_system(graph, "2.28.9").nvls == nccl_system(graph).nvls
+
+
+@pytest.mark.parametrize(
+    ("version", "racks", "channels"),
+    [
+        # ncclNvlsTreeSm100Tuning at v2.30.7-1 (transport/nvls.cc:164-200): 2 nodes with
+        # NICs of >= 48 GB/s run 32 channels; 3 nodes with NICs of 48-96 GB/s run 24.
+        ("2.30.7", 2, 32),
+        ("2.30.7", 3, 24),
+        ("2.30.3", 3, 24),
+        # Before v2.30.3 no such rule: NVLS_NCHANNELS_SM100 = 32 on every communicator
+        # spanning several nodes (transport/nvls.cc:148 and 193 at v2.27.3-1; at
+        # v2.29.7-1 the same lines and no ncclNvlsTreeSm100Tuning).
+        ("2.29.7", 3, 32),
+        ("2.27.3", 3, 32),
+        ("2.26.2", 3, 32),
+    ],
+)
+def test_nvls_tree_channels_across_blackwell_racks_follow_the_release(version, racks, channels):
+    # The held-out OCI GB200 racks (64 GPUs a rack, one 400 Gb/s NIC a GPU, 48 GB/s to
+    # NCCL), with NVLS on as they ran it.
+    system = nccl_system(load_topology(OCI_PRESET, racks), version)
+    assert system.nvls_channels == channels

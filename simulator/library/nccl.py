@@ -568,7 +568,7 @@ def nccl_system(graph: nx.Graph, version: str | None = None) -> NcclSystem:
     if nvls and arch == "blackwell" and nodes > 1:
         # By the slowest NIC of any rank (comm->minNetBw, init.cc:1433-1450).
         slowest = min(min(rates) for rates in _nics_by_server(graph).values())
-        nvls_channels = blackwell_nvls_channels(nodes, per_server, slowest)
+        nvls_channels = blackwell_nvls_channels(nodes, per_server, slowest, version)
     net_count = max(1, round(len(nics) / per_server)) if nics else 0
     net_gbps = sum(nics) / per_server  # a GPU's share of its server's NICs
     # NCCL counts NVLinks as path bandwidth over its per-link figure (paths.cc:827-831).
@@ -691,17 +691,33 @@ def _nics_by_server(graph: nx.Graph) -> dict:
     return out
 
 
-def blackwell_nvls_channels(nodes: int, ppn: int, nic_gbps: float) -> int:
+# The first release that sizes NVLSTree's channels across Blackwell servers by the NICs
+# (ncclNvlsTreeSm100Tuning: absent at v2.29.7-1, transport/nvls.cc:158 and 211 at
+# v2.30.3-1). Before it every Blackwell communicator spanning several nodes runs
+# NVLS_NCHANNELS_SM100 = 32 (transport/nvls.cc:148 and 193 at v2.27.3-1, the same rule
+# at v2.26.2-1 and v2.29.7-1).
+NVLS_SM100_TUNING_FROM = (30, 3)
+
+
+def blackwell_nvls_channels(
+    nodes: int, ppn: int, nic_gbps: float, version: str | None = None
+) -> int:
     """NVLS channels (CTAs) of NVLSTree across Blackwell servers, by the slowest NIC
     (GB/s) and GPUs per server (ncclNvlsTreeSm100Tuning, transport/nvls.cc:164-200 at
-    v2.30.7; 32 when no rule applies, NVLS_NCHANNELS_SM100). The chunk sizes the same
-    function sets are not followed (see :data:`NVLS_CHANNELS`).
+    v2.30.7; 32 when no rule applies, NVLS_NCHANNELS_SM100), at NCCL ``version`` (None:
+    the modelled v2.30.7; a release before v2.30.3 has no such rule and runs 32,
+    :data:`NVLS_SM100_TUNING_FROM`). The chunk sizes the same function sets are not
+    followed (see :data:`NVLS_CHANNELS`).
 
     >>> blackwell_nvls_channels(2, 8, 50.0), blackwell_nvls_channels(4, 8, 50.0)
     (32, 24)
     >>> blackwell_nvls_channels(4, 8, 100.0), blackwell_nvls_channels(4, 72, 100.0)
     (24, 32)
+    >>> blackwell_nvls_channels(3, 64, 48.0, "2.27.3"), blackwell_nvls_channels(3, 64, 48.0)
+    (32, 24)
     """
+    if version_number(version) < NVLS_SM100_TUNING_FROM:
+        return NVLS_CHANNELS["blackwell"][1]
     if nodes == 2 and nic_gbps >= 48.0:
         return 32
     if nic_gbps >= 96.0:
