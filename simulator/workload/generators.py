@@ -1959,6 +1959,7 @@ def megatron(
                 after: list[str],
                 posted: str | bool | None = False,
                 waits: list[str] | None = None,
+                send_later: list[tuple] | None = None,
                 # (this rank's, bound now: the pass is built before the loop moves on)
                 stage: int = stage,
                 r: int = r,
@@ -1976,7 +1977,9 @@ def megatron(
                 receive if it was posted already (False: post it now, after
                 ``after``); ``waits``: what else the pass's compute waits for (the
                 previous send of its direction, :func:`megatron`'s
-                ``p2p_send_wait``)."""
+                ``p2p_send_wait``); ``send_later``: if given, the pass's send is not
+                issued but appended to it as (kind, (name, rank, "send", deps, fields)), for
+                the caller to issue in Megatron-Core's order (a combined step)."""
                 nonlocal experts_reduced
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
@@ -2379,16 +2382,22 @@ def megatron(
                         )
                     ]
                 if 0 <= target < pp * v:
-                    sent[kind] = b.op(
+                    send = (
                         f"r{r}.send.{tag}",
                         r,
                         "send",
                         after,
-                        peer=rank_of(target % pp, d, t, q),
-                        bytes=activation / tp,
-                        tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
-                        stream=p2p_stream(send=True, forward=forward),
+                        {
+                            "peer": rank_of(target % pp, d, t, q),
+                            "bytes": activation / tp,
+                            "tag": f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
+                            "stream": p2p_stream(send=True, forward=forward),
+                        },
                     )
+                    if send_later is not None:
+                        send_later.append((kind, send))
+                    else:
+                        sent[kind] = b.op(*send[:4], **send[4])
                 return after
 
             # With overlap_p2p_comm, each pass's receive is posted when the rank's last
@@ -2425,13 +2434,41 @@ def megatron(
                     sent.get(entry[0]) if send_wait and entry in early_ok else None
                     for entry in group
                 ]
+                # With overlap_p2p_comm a combined step ends as Megatron-Core's does:
+                # post_forward (the forward's send and the next forward's receive,
+                # send_forward_recv_forward) after the forward's last layer, then
+                # post_backward (send_backward_recv_backward) after the backward's
+                # (core_v0.16.0 megatron/core/models/common/model_chunk_schedule_plan.py
+                # lines 506-517; schedules.py lines 1603-1653 and 1674-1715 post each
+                # receive a pass ahead). Posting the next receives only after both
+                # passes end let the backward's gradient send release the previous
+                # stage into its next step before this stage's receive from it was
+                # posted: that stage's activation send then ran beside its expert
+                # all-to-alls (issue 31, Qwen3 235B H100: 0.35 ms -> ~23 ms a step).
+                combined = len(group) > 1 and early_recv
+                later: list[tuple] | None = [] if combined else None
                 ends = _interleave(
                     [
-                        one_pass(*entry, after, pending.pop(entry, False), [w] if w else None)
+                        one_pass(
+                            *entry, after, pending.pop(entry, False), [w] if w else None, later
+                        )
                         for entry, w in zip(group, waits, strict=True)
                     ]
                 )
                 after = [op for end in ends for op in end]
+                if later is not None:
+                    # Forward first (the group's order, Megatron-Core's post_forward
+                    # before post_backward): each pass's send, then the receive of the
+                    # next pass of its direction, both after that pass's own end.
+                    by_kind = dict(later)
+                    for entry, end in zip(group, ends, strict=True):
+                        if entry[0] in by_kind:
+                            send = by_kind[entry[0]]
+                            sent[entry[0]] = b.op(*send[:4], **send[4])
+                        for nxt in posts_after[entry]:
+                            if nxt not in pending:
+                                pending[nxt] = post_recv(*nxt, end)
+                    continue
                 for entry in group:
                     for nxt in posts_after[entry]:
                         if nxt in early_ok and nxt not in pending:
