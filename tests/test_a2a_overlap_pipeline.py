@@ -1,8 +1,8 @@
-"""Combined 1F1B (``moe_a2a_overlap``) with interleaved pipelines: its steps' transfers
-run on a stream per direction by default (ccsim's issue order for a step's forward and
-backward before h53n deadlocked on one FIFO stream per neighbour where the published
-runs, Megatron-Bridge 26.06's DeepSeek-V3 on 256 GB200, PP 4 x VP 4, complete); each
-step posts its receives in Megatron-Core's order."""
+"""Combined 1F1B (``moe_a2a_overlap``) with interleaved pipelines: each step issues its
+transfers in Megatron-Core's order, on one FIFO stream per neighbour by default as
+PyTorch runs an un-batched isend/irecv (ccsim's earlier order deadlocked there, so such
+steps ran on a stream per direction, where the published runs, Megatron-Bridge 26.06's
+DeepSeek-V3 on 256 GB200, PP 4 x VP 4, complete)."""
 
 import dataclasses
 
@@ -40,18 +40,15 @@ def _step(**options) -> float:
     return run_workload(workload, "dgx-h100", nodes=1)[1].step_s
 
 
-def test_combined_1f1b_interleaved_runs_its_transfers_on_a_stream_each():
-    """The default is the explicit "split" streams' step, to the bit, and it ends."""
-    assert _step() == _step(p2p_streams="split")
+def test_combined_1f1b_interleaved_runs_its_transfers_on_a_stream_per_neighbour():
+    """The default is the explicit "peer" streams' step, to the bit, and it ends."""
+    assert _step() == _step(p2p_streams="peer")
 
 
-def test_one_fifo_stream_per_neighbour_runs_in_megatron_core_order():
-    """With each step's sends and receives issued in Megatron-Core's order (the
-    forward's send and the next forward's receive before the backward's send), one
-    FIFO stream per neighbour no longer deadlocks (it did with the backward's send
-    first and both receives after the step): the step runs to its end (a deadlock
-    raises WorkloadError)."""
-    assert _step(p2p_streams="peer") > 0
+def test_a_stream_per_direction_still_runs():
+    """Asked for explicitly, "split" streams (the default before) run to their end too
+    (a deadlock raises WorkloadError)."""
+    assert _step(p2p_streams="split") > 0
 
 
 def test_combined_steps_post_receives_in_megatron_core_order():
@@ -96,9 +93,14 @@ def test_combined_steps_post_receives_in_megatron_core_order():
         assert by_id[f"r{rank}.recv.{next_f}"].deps == by_id[f"r{rank}.send.{f}"].deps
         assert by_id[f"r{rank}.recv.{next_b}"].deps == by_id[f"r{rank}.send.{bw}"].deps
         assert by_id[f"r{rank}.send.{f}"].deps != by_id[f"r{rank}.send.{bw}"].deps
+        # The receive from the previous stage and the gradient send to it share that
+        # neighbour's FIFO stream (ProcessGroupNCCL::pointToPoint's pair), so the send
+        # queues behind the receive.
+        assert by_id[f"r{rank}.recv.{next_f}"].stream == "pp.prev"
+        assert by_id[f"r{rank}.send.{bw}"].stream == "pp.prev"
     # The last steady step: no forward left to receive for; the first cool-down
     # backward's receive follows the backward's send.
     at = names.index("send.f1.5")
     assert names[at : at + 3] == ["send.f1.5", "send.b0.2", "recv.b1.3"]
-    # And the step runs to its end (no deadlock) on the split streams.
+    # And the step runs to its end (no deadlock).
     assert run_workload(workload, "dgx-h100", nodes=1)[1].step_s > 0

@@ -1024,8 +1024,8 @@ def megatron(
     The first backward's receive is posted after the last warm-up forward (the same
     schedule's ``send_backward_recv_backward`` at its last warm-up step), and each
     receive is issued right after the send of the pass that posts it, as on the GPU.
-    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else and
-    with moe_a2a_overlap "split"): "peer" runs a rank's sends to and receives from one
+    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else
+    "split"): "peer" runs a rank's sends to and receives from one
     neighbour on one FIFO stream, as PyTorch runs each un-batched isend/irecv on the
     stream of its peer pair (ProcessGroupNCCL::pointToPoint), so a receive posted a pass
     ahead holds the next send to that neighbour behind it until its data comes (at PP 2,
@@ -1208,12 +1208,14 @@ def megatron(
         raise unknown_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
     backend = ATTENTION_BACKENDS.index(attention_backend)
     if p2p_streams is None:
-        # Combined 1F1B (moe_a2a_overlap) issues a step's forward and backward side by
-        # side; ccsim's issue order for them on one FIFO stream per neighbour deadlocks
-        # (a send to the next stage queued behind a receive its peer posts later), where
-        # the runs complete: their order on the peer stream is not modelled, so the
-        # passes' transfers run on a stream each.
-        p2p_streams = "peer" if early_recv and not moe_a2a_overlap else "split"
+        # Combined 1F1B (moe_a2a_overlap) too: with each step's transfers issued in
+        # Megatron-Core's order (the forward's send and the next forward's receive
+        # before the backward's send, see the step loop) one FIFO stream per neighbour
+        # runs to its end; with ccsim's earlier order (the backward's send first, both
+        # receives after the step) it deadlocked, so such steps ran on "split" streams
+        # (8931a81), where a stage's gradient send no longer queued behind its
+        # receive from that neighbour (issue 31).
+        p2p_streams = "peer" if early_recv else "split"
     if p2p_streams not in P2P_STREAMS:
         raise CcsimError(
             f"p2p_streams must be {' or '.join(P2P_STREAMS)} (null: peer with "
@@ -2440,11 +2442,17 @@ def megatron(
                 # post_backward (send_backward_recv_backward) after the backward's
                 # (core_v0.16.0 megatron/core/models/common/model_chunk_schedule_plan.py
                 # lines 506-517; schedules.py lines 1603-1653 and 1674-1715 post each
-                # receive a pass ahead). Posting the next receives only after both
-                # passes end let the backward's gradient send release the previous
-                # stage into its next step before this stage's receive from it was
-                # posted: that stage's activation send then ran beside its expert
-                # all-to-alls (issue 31, Qwen3 235B H100: 0.35 ms -> ~23 ms a step).
+                # receive a pass ahead). post_forward's stream waits for the forward
+                # chunk's event, which each of its nodes records as it ends (lines
+                # 374-382; pipeline_parallel/utils.py lines 120-126): the forward's
+                # end, not the backward's. On one FIFO stream per neighbour (the
+                # default) the backward's gradient send to the previous stage then
+                # queues behind this stage's receive from it. Posting the next
+                # receives only after both passes end, the backward's send first,
+                # released the previous stage into its next step before this stage's
+                # receive from it was posted: that stage's activation send then ran
+                # beside its expert all-to-alls (issue 31, Qwen3 235B H100: 0.35 ms
+                # -> ~23 ms a step).
                 combined = len(group) > 1 and early_recv
                 later: list[tuple] | None = [] if combined else None
                 ends = _interleave(
