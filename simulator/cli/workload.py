@@ -494,8 +494,7 @@ def add_workload_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="megatron: 'peer' runs a rank's pipeline sends to and receives from one "
         "neighbour on one FIFO stream, as PyTorch runs un-batched isend/irecv; 'split' a "
-        "stream each (default: peer with --overlap-p2p-comm but not --moe-a2a-overlap, "
-        "else split)",
+        "stream each (default: peer with --overlap-p2p-comm, else split)",
     )
     gen.add_argument(
         "--p2p-send-wait",

@@ -1024,8 +1024,8 @@ def megatron(
     The first backward's receive is posted after the last warm-up forward (the same
     schedule's ``send_backward_recv_backward`` at its last warm-up step), and each
     receive is issued right after the send of the pass that posts it, as on the GPU.
-    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else and
-    with moe_a2a_overlap "split"): "peer" runs a rank's sends to and receives from one
+    ``p2p_streams`` (:data:`P2P_STREAMS`; None: "peer" with overlap_p2p_comm, else
+    "split"): "peer" runs a rank's sends to and receives from one
     neighbour on one FIFO stream, as PyTorch runs each un-batched isend/irecv on the
     stream of its peer pair (ProcessGroupNCCL::pointToPoint), so a receive posted a pass
     ahead holds the next send to that neighbour behind it until its data comes (at PP 2,
@@ -1208,12 +1208,14 @@ def megatron(
         raise unknown_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
     backend = ATTENTION_BACKENDS.index(attention_backend)
     if p2p_streams is None:
-        # Combined 1F1B (moe_a2a_overlap) issues a step's forward and backward side by
-        # side; ccsim's issue order for them on one FIFO stream per neighbour deadlocks
-        # (a send to the next stage queued behind a receive its peer posts later), where
-        # the runs complete: their order on the peer stream is not modelled, so the
-        # passes' transfers run on a stream each.
-        p2p_streams = "peer" if early_recv and not moe_a2a_overlap else "split"
+        # Combined 1F1B (moe_a2a_overlap) too: with each step's transfers issued in
+        # Megatron-Core's order (the forward's send and the next forward's receive
+        # before the backward's send, see the step loop) one FIFO stream per neighbour
+        # runs to its end; with ccsim's earlier order (the backward's send first, both
+        # receives after the step) it deadlocked, so such steps ran on "split" streams
+        # (8931a81), where a stage's gradient send no longer queued behind its
+        # receive from that neighbour (issue 31).
+        p2p_streams = "peer" if early_recv else "split"
     if p2p_streams not in P2P_STREAMS:
         raise CcsimError(
             f"p2p_streams must be {' or '.join(P2P_STREAMS)} (null: peer with "
@@ -1959,6 +1961,7 @@ def megatron(
                 after: list[str],
                 posted: str | bool | None = False,
                 waits: list[str] | None = None,
+                send_later: list[tuple] | None = None,
                 # (this rank's, bound now: the pass is built before the loop moves on)
                 stage: int = stage,
                 r: int = r,
@@ -1976,7 +1979,9 @@ def megatron(
                 receive if it was posted already (False: post it now, after
                 ``after``); ``waits``: what else the pass's compute waits for (the
                 previous send of its direction, :func:`megatron`'s
-                ``p2p_send_wait``)."""
+                ``p2p_send_wait``); ``send_later``: if given, the pass's send is not
+                issued but appended to it as (kind, (name, rank, "send", deps, fields)), for
+                the caller to issue in Megatron-Core's order (a combined step)."""
                 nonlocal experts_reduced
                 # One chunk keeps the names of the plain schedule.
                 tag = f"{kind}{i}" if v == 1 else f"{kind}{c}.{i}"
@@ -2379,16 +2384,22 @@ def megatron(
                         )
                     ]
                 if 0 <= target < pp * v:
-                    sent[kind] = b.op(
+                    send = (
                         f"r{r}.send.{tag}",
                         r,
                         "send",
                         after,
-                        peer=rank_of(target % pp, d, t, q),
-                        bytes=activation / tp,
-                        tag=f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
-                        stream=p2p_stream(send=True, forward=forward),
+                        {
+                            "peer": rank_of(target % pp, d, t, q),
+                            "bytes": activation / tp,
+                            "tag": f"{what}{i}" if v == 1 else f"{what}{min(here, target)}.{i}",
+                            "stream": p2p_stream(send=True, forward=forward),
+                        },
                     )
+                    if send_later is not None:
+                        send_later.append((kind, send))
+                    else:
+                        sent[kind] = b.op(*send[:4], **send[4])
                 return after
 
             # With overlap_p2p_comm, each pass's receive is posted when the rank's last
@@ -2425,13 +2436,47 @@ def megatron(
                     sent.get(entry[0]) if send_wait and entry in early_ok else None
                     for entry in group
                 ]
+                # With overlap_p2p_comm a combined step ends as Megatron-Core's does:
+                # post_forward (the forward's send and the next forward's receive,
+                # send_forward_recv_forward) after the forward's last layer, then
+                # post_backward (send_backward_recv_backward) after the backward's
+                # (core_v0.16.0 megatron/core/models/common/model_chunk_schedule_plan.py
+                # lines 506-517; schedules.py lines 1603-1653 and 1674-1715 post each
+                # receive a pass ahead). post_forward's stream waits for the forward
+                # chunk's event, which each of its nodes records as it ends (lines
+                # 374-382; pipeline_parallel/utils.py lines 120-126): the forward's
+                # end, not the backward's. On one FIFO stream per neighbour (the
+                # default) the backward's gradient send to the previous stage then
+                # queues behind this stage's receive from it. Posting the next
+                # receives only after both passes end, the backward's send first,
+                # released the previous stage into its next step before this stage's
+                # receive from it was posted: that stage's activation send then ran
+                # beside its expert all-to-alls (issue 31, Qwen3 235B H100: 0.35 ms
+                # -> ~23 ms a step).
+                combined = len(group) > 1 and early_recv
+                later: list[tuple] | None = [] if combined else None
                 ends = _interleave(
                     [
-                        one_pass(*entry, after, pending.pop(entry, False), [w] if w else None)
+                        one_pass(
+                            *entry, after, pending.pop(entry, False), [w] if w else None, later
+                        )
                         for entry, w in zip(group, waits, strict=True)
                     ]
                 )
                 after = [op for end in ends for op in end]
+                if later is not None:
+                    # Forward first (the group's order, Megatron-Core's post_forward
+                    # before post_backward): each pass's send, then the receive of the
+                    # next pass of its direction, both after that pass's own end.
+                    by_kind = dict(later)
+                    for entry, end in zip(group, ends, strict=True):
+                        if entry[0] in by_kind:
+                            send = by_kind[entry[0]]
+                            sent[entry[0]] = b.op(*send[:4], **send[4])
+                        for nxt in posts_after[entry]:
+                            if nxt not in pending:
+                                pending[nxt] = post_recv(*nxt, end)
+                    continue
                 for entry in group:
                     for nxt in posts_after[entry]:
                         if nxt in early_ok and nxt not in pending:
