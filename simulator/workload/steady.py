@@ -996,21 +996,10 @@ def _run_steady(
                 if isinstance(attempt, SteadyStep):
                     return attempt
             else:
-                workload, run, result = replayed
                 tried.append(
                     f"the full step watched from steady step {watch_from}: {watch.stopped}"
                 )
-                return SteadyStep(
-                    step_s=result.step_s,
-                    micro_batches=micro,
-                    simulated=micro,
-                    period_s=None,
-                    periods=0,
-                    workload=workload,
-                    run=run,
-                    breakdown=result,
-                    why="; ".join(tried),
-                )
+                return _every_micro_batch(micro, replayed, "; ".join(tried))
         why = "; ".join(tried)
     elif short is not None:
         why = "FSDP gathers weights per micro-batch (not checked here)"
