@@ -179,8 +179,10 @@ SMALL = Transformer(
 )
 
 
-def _step(**options) -> float:
-    step = megatron(SMALL, tp=1, pp=1, dp=2, ep=2, micro_batch=1, global_batch=6,
+def _step(model: Transformer = SMALL, **options) -> float:
+    """A 2-GPU step of ``model`` (EP 2 for an MoE model) on a 1e18 B/s ring of H100s."""
+    ep = 2 if model.is_moe else 1
+    step = megatron(model, tp=1, pp=1, dp=2, ep=ep, micro_batch=1, global_batch=6,
                     recompute="none", overlap_grad_reduce=False, **options)  # fmt: skip
     graph = ring_graph(2, 1e18, 0.0)
     for node in graph.nodes:

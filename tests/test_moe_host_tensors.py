@@ -6,9 +6,6 @@ and a host-bound step growing by exactly the counted time."""
 import pytest
 
 from simulator.errors import CcsimError
-from simulator.topology import ring_graph
-from simulator.workload import run_workload
-from simulator.workload.generators import megatron
 from simulator.workload.host import (
     HOST_OP_S_BY_CPU,
     HOST_TENSOR_OP_S,
@@ -123,21 +120,8 @@ def test_qwen3_30b_row_by_hand():
     assert backward == pytest.approx(143 * 13.48e-6 + 288 * 2.15e-6) == pytest.approx(2.54684e-3)
 
 
-# 2 MoE layers of 16 SwiGLU experts, 2 routed a token (as in test_moe_host.py).
-SMALL = Transformer(
-    layers=2, hidden=256, seq=256, vocab=0, heads=4, gated=True, experts=16, top_k=2, moe_ffn=512
-)
-
-
-def _step(model: Transformer = SMALL, **options) -> float:
-    ep = 2 if model.is_moe else 1
-    step = megatron(model, tp=1, pp=1, dp=2, ep=ep, micro_batch=1, global_batch=6,
-                    recompute="none", overlap_grad_reduce=False, **options)  # fmt: skip
-    graph = ring_graph(2, 1e18, 0.0)
-    for node in graph.nodes:
-        graph.nodes[node]["model"] = "H100"
-    _, result = run_workload(step, graph, algorithm="ring", comm_slowdown=0.0)
-    return result.step_s
+# 2 MoE layers of 16 SwiGLU experts, 2 routed a token, stepped on 2 GPUs.
+from tests.test_moe_host import _step  # noqa: E402
 
 
 @pytest.mark.parametrize("sync", [True, False])
