@@ -312,6 +312,10 @@ def estimate(
             # DDP's forward pre-hooks: the generator's overlap_param_gather default
             # (generators.megatron_options: the distributed optimizer with replicas).
             param_gather_hooks=c.distributed_optimizer and c.dp * c.cp > 1,
+            # gpt-oss's own launches, as the generator counts them by default (YaRN's
+            # unfused rotary embedding, the activation's clamps).
+            unfused_rope=model.yarn_scale > 1,
+            glu_clamp=model.glu_clamp and model.gated,
         )
         host_fwd, host_bwd = moe_layer_host_s(ops, host_op_s)
 

@@ -1575,6 +1575,12 @@ def megatron(
             # overlap_param_gather (Megatron-Core core_v0.16.0 distributed_data_parallel.py
             # lines 347-349, use_forward_hook).
             param_gather_hooks=bool(overlap_param_gather and distributed_optimizer),
+            # gpt-oss's own launches: YaRN's unfused rotary embedding (as its bytes
+            # above), the activation's clamps outside the fused kernel (TE's fused
+            # grouped MLP takes them in) and again where the activation is recomputed.
+            unfused_rope=m.yarn_scale > 1 and not fused_yarn_rope,
+            glu_clamp=m.glu_clamp and m.gated and not moe_fused_grouped_mlp,
+            recompute_act=recompute_moe_act and recompute != "full",
         )
         host_fwd, host_bwd = moe_layer_host_s(host_ops, host_op_s, host_tensor_op_s)
         if host_fwd and moe_host_sync and not moe_a2a_overlap:

@@ -124,6 +124,33 @@ PARTS = ("attention", "shared", "router", "preprocess", "dispatch", "experts", "
 #: "before_ep_alltoall", line 663), though counted in the dispatch part.
 PERMUTE_KERNELS = 4
 
+#: Kernels Megatron-Core's unfused rotary embedding launches on one tensor (q or k),
+#: (forward, backward), where YaRN's concentration factor keeps it off TE's fused kernel
+#: (core_v0.16.0 on; :meth:`~.model.Transformer.unfused_rope_bytes` counts their bytes).
+#: Forward, ``_apply_rotary_pos_emb_bshd`` (megatron/core/models/common/embeddings/
+#: rope_utils.py lines 110-126 at core_v0.17.0): ``torch.cos(freqs)``, ``* mscale`` and
+#: ``.to(t.dtype)`` (3), the same for ``sin`` (3), ``t * cos_`` (1), ``_rotate_half``'s
+#: negation and ``torch.cat`` (lines 82-84: 2; the chunk is a view), ``* sin_`` (1), the
+#: sum (1) and the final ``torch.cat`` with the empty pass-through part (1): 12.
+#: Backward (autograd): the two products' gradients (2), the negation's (1), the chunk's
+#: concatenation (1), the pass-through slice's zero-filled gradient (1) and the three
+#: gradients' two sums (2): 7. The fused path is one kernel a tensor each way, as
+#: :func:`moe_layer_ops` counts the attention's rotary embedding.
+UNFUSED_ROPE_KERNELS = (12, 7)
+
+#: Kernels gpt-oss's clamped activation launches outside its fused kernel on each MoE
+#: layer's routed tokens, (forward, backward): Megatron-Core's
+#: ``weighted_bias_quick_geglu_impl`` (megatron/core/fusions/fused_bias_geglu.py lines
+#: 422-434 at core_v0.17.0; unchanged core_v0.15.0-core_v0.19.0) runs ``x_glu.clamp``,
+#: ``x_linear.clamp`` and their ``torch.cat`` (3), then ``torch.tensor(linear_offset,
+#: device=input.device)``, a host-to-device copy (1): 4. Backward (PyTorch autograd's
+#: ``clamp_backward``, as :meth:`~.model.Transformer.glu_clamp_bytes` counts them): the
+#: one-sided clamp's comparison and ``where`` (2), the two-sided one's two comparisons,
+#: ``logical_and_`` and ``where`` (4), the chunk's concatenation (1): 7. With the
+#: activation recomputed (``recompute_modules`` "moe_act") the forward's 4 run again in
+#: the backward. TE's fused grouped MLP takes the clamps into its kernel (none then).
+GLU_CLAMP_KERNELS = (4, 7)
+
 
 def expert_tensor_ops(
     recipe: str = "bf16", *, expert_bias: bool = False, param_gather_hooks: bool = True
@@ -267,6 +294,9 @@ def moe_layer_ops(
     graphs: Iterable[str] = (),
     expert_bias: bool = False,
     param_gather_hooks: bool = True,
+    unfused_rope: bool = False,
+    glu_clamp: bool = False,
+    recompute_act: bool = False,
 ) -> MoeLayerOps:
     """What the host launches for one MoE layer on one rank.
 
@@ -322,6 +352,12 @@ def moe_layer_ops(
       (1 with shared experts); HybridEP ``combine_with_unpermute`` (1); DeepEP
       ``unpermute`` and ``combine`` (2).
 
+    gpt-oss's own launches: ``unfused_rope``, Megatron-Core's unfused rotary embedding
+    on q and k (:data:`UNFUSED_ROPE_KERNELS` a tensor instead of the fused kernel's one,
+    in the attention part); ``glu_clamp``, the clamps of its activation outside the fused
+    kernel (:data:`GLU_CLAMP_KERNELS`, in the experts' part; ``recompute_act``: the
+    activation is recomputed, its clamps run again in the backward).
+
     Beside the launches, the experts' part carries the framework tensor operations
     that launch nothing, :func:`expert_tensor_ops` per local expert
     (``param_gather_hooks``: DDP's forward pre-hooks, registered with the distributed
@@ -353,7 +389,18 @@ def moe_layer_ops(
     if "full_iteration" in scopes:  # one replay a step: nothing per layer
         return MoeLayerOps(none, none, none, none, none, none, none)
     sp = tp > 1  # MoE with TP runs sequence parallelism (the generator checks it)
-    attention = Part(gemms=2, kernels=7 + (2 if sp else 0), quantize=2 * q, per_call=2 * z)
+    attention_kernels = 7 + (2 if sp else 0)
+    attention_grad_kernels = attention_kernels
+    if unfused_rope:  # q and k: the unfused path's kernels instead of one fused each
+        attention_kernels += 2 * (UNFUSED_ROPE_KERNELS[0] - 1)
+        attention_grad_kernels += 2 * (UNFUSED_ROPE_KERNELS[1] - 1)
+    attention = Part(
+        gemms=2,
+        kernels=attention_kernels,
+        quantize=2 * q,
+        per_call=2 * z,
+        grad_kernels=attention_grad_kernels,
+    )
     router = Part(gemms=1, kernels=1 + 2 + 4)
     many = local_experts > 1
     if dispatcher == "alltoall":
@@ -386,12 +433,14 @@ def moe_layer_ops(
     tensors, grad_tensors = expert_tensor_ops(
         recipe, expert_bias=expert_bias, param_gather_hooks=param_gather_hooks
     )
+    clamp, grad_clamp = GLU_CLAMP_KERNELS if glu_clamp else (0, 0)
+    grad_clamp += clamp if recompute_act else 0
     experts = Part(
         gemms=2 * local_experts,
-        kernels=2 + padding + bias,
+        kernels=2 + padding + bias + clamp,
         quantize=2 * local_experts * q,
         per_call=2 * z,
-        grad_kernels=2 + padding + grad_bias,
+        grad_kernels=2 + padding + grad_bias + grad_clamp,
         tensors=tensors * local_experts,
         grad_tensors=grad_tensors * local_experts,
     )
