@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.topology import ring_graph
-from simulator.workload import run_workload
-from simulator.workload.generators import megatron
 from simulator.workload.host import (
     GLU_CLAMP_KERNELS,
     UNFUSED_ROPE_KERNELS,
     moe_layer_ops,
 )
 from simulator.workload.model import MODELS, Transformer
+from tests.test_moe_host import _step
 
 # _apply_rotary_pos_emb_bshd on one tensor (q or k), forward, non-interleaved, with
 # YaRN's mscale (rope_utils.py lines 110-126 at core_v0.17.0); the slices and the chunk
@@ -82,21 +80,11 @@ def test_clamp_launches_counted_op_by_op():
 
 
 # A small gpt-oss: 2 MoE layers of 16 clamped quick-GEGLU experts with biases, 2 routed a
-# token, YaRN rotary embeddings; a few microseconds of GPU work a layer.
+# token, YaRN rotary embeddings; a few microseconds of GPU work a layer, stepped on 2
+# H100s (EP 2) by test_moe_host's _step.
 SMALL = Transformer(layers=2, hidden=256, seq=256, vocab=0, heads=4, gated=True, experts=16,
                     top_k=2, moe_ffn=512, glu_clamp=True, expert_bias=True,
                     yarn_scale=32.0)  # fmt: skip
-
-
-def _step(**options) -> float:
-    """A 2-GPU step of SMALL (EP 2) on a 1e18 B/s ring of H100s, host-bound."""
-    step = megatron(SMALL, tp=1, pp=1, dp=2, ep=2, micro_batch=1, global_batch=6,
-                    recompute="none", overlap_grad_reduce=False, **options)  # fmt: skip
-    graph = ring_graph(2, 1e18, 0.0)
-    for node in graph.nodes:
-        graph.nodes[node]["model"] = "H100"
-    _, result = run_workload(step, graph, algorithm="ring", comm_slowdown=0.0)
-    return result.step_s
 
 
 @pytest.mark.parametrize(
@@ -117,8 +105,8 @@ def test_host_bound_gpt_oss_step_takes_its_own_launches(options, forward, backwa
     base = moe_layer_ops(local_experts=8, ep=2, expert_bias=True)
     f = base.forward() + forward
     b = base.backward() + backward
-    slow = _step(host_op_s=2.0, host_tensor_op_s=0.5, **options)
-    fast = _step(host_op_s=1.0, host_tensor_op_s=0.5, **options)
+    slow = _step(SMALL, host_op_s=2.0, host_tensor_op_s=0.5, **options)
+    fast = _step(SMALL, host_op_s=1.0, host_tensor_op_s=0.5, **options)
     assert slow - fast == pytest.approx(3 * 2 * (f + b), rel=1e-9)
 
 
