@@ -1618,6 +1618,15 @@ def megatron(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
+    # Selective recomputation of an unfused attention core re-runs its forward in the
+    # backward: the scores' GEMMs (pass_work) and the softmax (and dropout) over them
+    # (Megatron-Core's checkpointed core attention, recompute_modules "core_attn").
+    scores_again = (
+        m.scores_elementwise_bytes(tokens, tp=tp)
+        if recompute == "selective" and not flash_attention
+        else 0.0
+    )
+    bwd_layer_bytes += scores_again
     # YaRN's unfused rotary embedding (Transformer.unfused_rope_bytes), every layer.
     rope_fwd, rope_bwd = (0.0, 0.0) if fused_yarn_rope else m.unfused_rope_bytes(tokens, tp=tp)
     rope_bwd += rope_fwd if recompute == "full" else 0.0
@@ -1634,7 +1643,7 @@ def megatron(
             flash_attention=flash_attention,
             local_experts=m.experts // ep,
         )
-        bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes
+        bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes + scores_again
         fwd_moe_bytes += rope_fwd
         bwd_moe_bytes += rope_bwd
     if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)

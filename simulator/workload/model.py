@@ -548,6 +548,8 @@ class Transformer:
         22h part is split over TP only with sequence parallelism. ``flash_attention``
         (Dao et al. 2022) never writes the scores to HBM, so their 9as/t is gone; its
         other traffic (Q, K, V read once, the output written once) is within the 22h.
+        A model trained without dropout moves only the softmax's 4as/t
+        (:meth:`scores_elementwise_bytes`).
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.layer_elementwise_bytes(1) == 22 * 1024 + 9 * 8 * 512 + 4 * 4096
@@ -556,8 +558,29 @@ class Transformer:
         h, f = self.hidden, self.ffn or 4 * self.hidden
         per_token = 22 * h / (tp if sequence_parallel else 1)
         if not flash_attention:
-            per_token += 9 * self.attention_heads * self.seq / tp
+            per_token += self.scores_elementwise_bytes(1, tp=tp)
         per_token += (6 if self.gated else 4) * f / tp
+        return tokens * per_token
+
+    def scores_elementwise_bytes(self, tokens: float, *, tp: int = 1) -> float:
+        """HBM bytes the unfused attention's kernels on its scores move in one layer's
+        forward on one of ``tp`` ranks, over ``tokens`` query tokens (the scores' GEMMs
+        are :meth:`attention_gemms`): the scale-mask-softmax reads and writes each token's
+        a s / t bf16 scores (4as/t: Megatron-LM's ``FusedScaleMaskSoftmax``, Transformer
+        Engine's ``UnfusedDotProductAttention`` alike) and, where the model trains with
+        dropout, the dropout reads and writes them and writes a 1-byte mask (5as/t). A
+        dropout of 0 moves nothing: PyTorch returns its input (aten/src/ATen/native/
+        Dropout.cpp, ``_dropout_impl``: ``if (p == 0 || !train ...) return input``), as
+        DeepSeek-V3's ``attention_dropout`` 0.0 (NeMo ``DeepSeekConfig``) runs it.
+
+        >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
+        >>> m.scores_elementwise_bytes(1, tp=2) == 9 * 8 * 512 / 2
+        True
+        >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8, dropout=False)
+        >>> m.scores_elementwise_bytes(1, tp=2) == 4 * 8 * 512 / 2
+        True
+        """
+        per_token = (9 if self.dropout else 4) * self.attention_heads * self.seq / tp
         return tokens * per_token
 
     def moe_elementwise_bytes(

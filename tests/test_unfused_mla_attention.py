@@ -1,0 +1,112 @@
+"""Multi-head latent attention on Blackwell before Transformer Engine v2.5 (issue 31, h54g):
+DeepSeek-V3's query/key heads of 192 have no fused backend there, so TE runs its unfused
+attention (the scores through HBM). Each test checks a count worked by hand from the
+sources the code cites, or a rule against the rows it names."""
+
+from collections import Counter
+
+import pytest
+
+from simulator.validate.training import _unfused_attention, load_runs
+from simulator.workload.generators import megatron
+from simulator.workload.kernels import Gemm
+from simulator.workload.model import Transformer
+
+#: A small MLA model with DeepSeek-V3's head sizes (query/key 128 + 64 rotary, value 128)
+#: and no dropout, as NeMo's DeepSeekConfig trains it (attention_dropout 0.0).
+MLA = Transformer(
+    layers=2,
+    hidden=512,
+    seq=1024,
+    vocab=0,
+    heads=8,
+    head_size=128,
+    q_lora_rank=256,
+    kv_lora_rank=128,
+    qk_rope_dim=64,
+    v_head_dim=128,
+    dropout=False,
+)
+
+
+def _entry(**changes):
+    row = {
+        "gpu": "GB200-NVL72",
+        "container": "nvcr.io/nvidia/nemo:25.04.01",
+        "cp": 1,
+        "model": {"mla": {"qk_head_dim": 128, "qk_rope_dim": 64, "v_head_dim": 128}},
+    }
+    row.update(changes)
+    return row
+
+
+def test_deepseek_v3_softmax_bytes_by_hand():
+    """DeepSeek-V3 at TP 2 (64 local heads), one 4,096-token sequence: the softmax reads
+    and writes 64 x 4,096 x 4,096 bf16 scores, 2 + 2 bytes each = 4.295 GB a layer's
+    forward; no dropout traffic at a dropout of 0 (PyTorch returns the input). With
+    dropout (Megatron-LM's 0.1 default) it also reads and writes them and writes a 1-byte
+    mask: 9 bytes a score."""
+    v3 = next(r for r in load_runs()[0] if r.id == "dgxc-v25.05.04-deepseek-v3-gb200-bf16-128")
+    model = v3.model
+    assert not model.dropout and model.attention_heads == 128
+    scores = 64 * 4096 * 4096
+    assert model.scores_elementwise_bytes(4096, tp=2) == 4 * scores == pytest.approx(4.295e9, 1e-3)
+    dense = Transformer(layers=1, hidden=1024, seq=4096, heads=128)  # dropout by default
+    assert dense.scores_elementwise_bytes(4096, tp=2) == 9 * scores
+
+
+def test_unfused_layer_runs_the_scores_through_hbm_and_recomputes_them():
+    """Unfused, a layer's forward runs the scores as batched GEMMs with MLA's head sizes,
+    Q K^T (s x s over 192) and P V (s x 128 over s) per local head, and the softmax over
+    them; the backward runs both GEMMs' gradients and, with core_attn (selective)
+    recomputation, the forward's GEMMs and softmax again first. Fused, none of it."""
+    common = dict(tp=2, pp=1, dp=1, micro_batch=1, global_batch=1, sequence_parallel=True)
+    unfused = megatron(MLA, flash_attention=False, recompute="selective", **common)
+    plain = megatron(MLA, flash_attention=False, recompute="none", **common)
+    fused = megatron(MLA, flash_attention=True, recompute="selective", **common)
+    qk = Gemm(1024, 1024, 192, 4).times(2)  # 8 heads / TP 2, two layers
+    pv = Gemm(1024, 128, 1024, 4).times(2)
+
+    def op(step, label):
+        return next(o for o in step.ops if o.rank == 0 and o.label == label)
+
+    fwd = {tuple(g.as_list()) for g in op(unfused, "fwd mb 0").gemms}
+    assert {tuple(qk.as_list()), tuple(pv.as_list())} <= fwd
+    bwd = Counter(tuple(g.as_list()) for g in op(unfused, "bwd mb 0").gemms)
+    kept = Counter(tuple(g.as_list()) for g in op(plain, "bwd mb 0").gemms)
+    grads = Counter(tuple(g.as_list()) for s in (qk, pv) for g in s.backward())
+    assert all(kept[g] >= n for g, n in grads.items())  # (dV has P V's own shape)
+    assert bwd - kept == Counter([tuple(qk.as_list()), tuple(pv.as_list())])
+    assert not {tuple(qk.as_list()), tuple(pv.as_list())} & {
+        tuple(g.as_list()) for g in op(fused, "fwd mb 0").gemms
+    }
+    # The softmax: 4 bytes a score of the 4 local heads over 1,024 x 1,024, two layers,
+    # in the forward; backward twice the forward's traffic, and the recomputed forward's
+    # softmax once more with selective recomputation only.
+    softmax = 2 * 4 * 4 * 1024 * 1024
+    fwd_u, fwd_f = (op(s, "fwd elementwise mb 0").mem_bytes for s in (unfused, fused))
+    assert fwd_u - fwd_f == pytest.approx(softmax)
+    bwd_u, bwd_p = (op(s, "bwd elementwise mb 0").mem_bytes for s in (unfused, plain))
+    assert bwd_u - 2 * fwd_u == pytest.approx(softmax)
+    assert bwd_p - 2 * op(plain, "fwd elementwise mb 0").mem_bytes == pytest.approx(0)
+
+
+def test_which_runs_ran_unfused_attention():
+    """TE <= v2.4 has no fused attention on sm100 for heads over 128 and no FlashAttention
+    for MLA's unequal heads; NeMo's 25.04 containers build TE 2.2.0.dev0, its 25.07 one
+    TE 2.5.0. Only DGX Cloud v25.05.04's GB200 DeepSeek-V3 rows qualify: not its H100
+    rows (Hopper runs cuDNN's kernel), not Megatron-Bridge's Blackwell rows (25.09 on)."""
+    rows = [r.id for r in load_runs()[0] if r.options.get("flash_attention") is False]
+    assert sorted(rows) == [
+        f"dgxc-v25.05.04-deepseek-v3-gb200-bf16-{n}" for n in (128, 256, 512)
+    ]
+    assert _unfused_attention(_entry())
+    assert _unfused_attention(_entry(gpu="B200-SXM-180GB"))
+    assert not _unfused_attention(_entry(gpu="H100-SXM-80GB"))
+    assert not _unfused_attention(_entry(container="nvcr.io/nvidia/nemo:25.07.01"))
+    assert not _unfused_attention(_entry(cp=2))  # TE runs no unfused attention with CP
+    # Equal heads of 192 (Nemotron-4 340B) may run FlashAttention-2: not this rule's.
+    assert not _unfused_attention(_entry(model={"head_dim": 192}))
+    # MLA with heads of 128 (qk 64 + 64 rotary) keeps the fused kernel.
+    small = {"mla": {"qk_head_dim": 64, "qk_rope_dim": 64, "v_head_dim": 128}}
+    assert not _unfused_attention(_entry(model=small))
