@@ -97,9 +97,7 @@ def test_which_runs_ran_unfused_attention():
     TE 2.5.0. Only DGX Cloud v25.05.04's GB200 DeepSeek-V3 rows qualify: not its H100
     rows (Hopper runs cuDNN's kernel), not Megatron-Bridge's Blackwell rows (25.09 on)."""
     rows = [r.id for r in load_runs()[0] if r.options.get("flash_attention") is False]
-    assert sorted(rows) == [
-        f"dgxc-v25.05.04-deepseek-v3-gb200-bf16-{n}" for n in (128, 256, 512)
-    ]
+    assert sorted(rows) == [f"dgxc-v25.05.04-deepseek-v3-gb200-bf16-{n}" for n in (128, 256, 512)]
     assert _unfused_attention(_entry())
     assert _unfused_attention(_entry(gpu="B200-SXM-180GB"))
     assert not _unfused_attention(_entry(gpu="H100-SXM-80GB"))
@@ -110,3 +108,68 @@ def test_which_runs_ran_unfused_attention():
     # MLA with heads of 128 (qk 64 + 64 rotary) keeps the fused kernel.
     small = {"mla": {"qk_head_dim": 64, "qk_rope_dim": 64, "v_head_dim": 128}}
     assert not _unfused_attention(_entry(model=small))
+
+
+def test_mla_unfused_rope_bytes_by_hand():
+    """DeepSeek-V3 at TP 2 (64 local heads; query/key 128 + 64 rotary, value 128) on
+    Megatron-Core's unfused RoPE path, 4,096 tokens. Rotary elements a token: 64 query
+    heads and the one shared key head of 64, 4,160. Forward 28 bytes each: de-interleave
+    cat 4, t * cos 4, the negated half 2, rotate-half cat 4, * sin 4, sum 6, final cat 4;
+    backward 42: the same path's 28 and the two strided slices' gradients (zeros written,
+    half copied in: 4 each) summed (6). The assembly, a head: query cat 4 x 192 = 768,
+    key cat 2 x (2 x 128 + 64) = 640, value copy 4 x 128 = 512; backward the query's and
+    kv's split gradients assembled 4 x 192 + 4 x 256 and the expand's sum 2 x 64: 1,920
+    bytes both ways."""
+    v3 = next(r for r in load_runs()[0] if r.id == "dgxc-v25.05.04-deepseek-v3-h100-bf16-512")
+    fwd, bwd = v3.model.mla_unfused_rope_bytes(4096, tp=2)
+    rotary = 64 * 64 + 64
+    assert fwd == 4096 * (64 * (768 + 640 + 512) + rotary * 28) == 980_418_560
+    assert bwd == 4096 * (64 * (768 + 1024 + 128) + rotary * 42)
+    assert Transformer(layers=1, hidden=64, heads=4).mla_unfused_rope_bytes(10) == (0.0, 0.0)
+
+
+def test_mla_up_proj_recompute_and_unfused_rope_in_the_step():
+    """The generator adds the unfused path's bytes to every layer's passes, and with
+    "mla_up_proj" recomputation the backward runs the up projections (q_lora 256 -> 4
+    heads x 192; kv_lora 128 -> 4 x 256, over 1,024 tokens at TP 2) and that path's
+    forward again; with full recomputation nothing more."""
+    common = dict(tp=2, pp=1, dp=1, micro_batch=1, global_batch=1, sequence_parallel=True)
+    base = megatron(MLA, **common)
+    rope = megatron(MLA, mla_fused_rope=False, **common)
+    up = megatron(MLA, mla_fused_rope=False, recompute_mla_up_proj=True, **common)
+    full = megatron(MLA, mla_fused_rope=False, recompute="full", **common)
+    full_up = megatron(
+        MLA, mla_fused_rope=False, recompute="full", recompute_mla_up_proj=True, **common
+    )
+
+    def op(step, label):
+        return next(o for o in step.ops if o.rank == 0 and o.label == label)
+
+    fwd, bwd = (2 * x for x in MLA.mla_unfused_rope_bytes(1024, tp=2))  # two layers
+    for kind, extra in (("fwd", fwd), ("bwd", bwd)):
+        label = f"{kind} elementwise mb 0"
+        assert op(rope, label).mem_bytes - op(base, label).mem_bytes == pytest.approx(extra)
+    label = "bwd elementwise mb 0"
+    assert op(up, label).mem_bytes - op(rope, label).mem_bytes == pytest.approx(fwd)
+    kept, again = (Counter(tuple(g.as_list()) for g in op(s, "bwd mb 0").gemms) for s in (rope, up))
+    q_up, kv_up = Gemm(1024, 4 * 192, 256).times(2), Gemm(1024, 4 * 256, 128).times(2)
+    assert again - kept == Counter([tuple(q_up.as_list()), tuple(kv_up.as_list())])
+    assert op(full_up, "bwd mb 0").gemms == op(full, "bwd mb 0").gemms
+    assert op(full_up, label).mem_bytes == op(full, label).mem_bytes
+
+
+def test_rows_reading_mla_settings():
+    """DGX Cloud v25.05.04's DeepSeek-V3 runs (NeMo's DeepSeekConfig: apply_rope_fusion
+    False) take the unfused RoPE path, no other row; every DeepSeek-V3 row whose
+    recompute_modules list mla_up_proj recomputes it."""
+    runs = load_runs()[0]
+    unfused = sorted(r.id for r in runs if r.options.get("mla_fused_rope") is False)
+    assert unfused == sorted(
+        [f"dgxc-v25.05.04-deepseek-v3-gb200-bf16-{n}" for n in (128, 256, 512)]
+        + [f"dgxc-v25.05.04-deepseek-v3-h100-bf16-{n}" for n in (512, 1024)]
+    )
+    up = {r.id for r in runs if r.options.get("recompute_mla_up_proj")}
+    assert "dgxc-v25.05.04-deepseek-v3-h100-bf16-512" in up
+    assert "bridge-26.04.01-deepseek-v3-b200-mxfp8-256" in up
+    assert not any("gb200-bf16" in rid and rid.startswith("dgxc") for rid in up)  # core_attn
+    assert all(r.model.is_mla for r in runs if r.id in up)

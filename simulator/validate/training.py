@@ -617,6 +617,16 @@ TE_WIDE_HEADS_FUSED_ON_BLACKWELL_FROM = (25, 7)
 BLACKWELL_GPUS = ("B200", "GB200", "B300", "GB300")
 
 
+#: Models whose NeMo 2 configuration leaves Megatron-Core's rotary embedding unfused in
+#: DGX Cloud's runs: NeMo's ``DeepSeekConfig`` sets ``apply_rope_fusion = False``
+#: (nemo/collections/llm/gpt/model/deepseek.py line 114 at 7a8f1cc7bc40, the commit
+#: DGX Cloud v25.05.04's DeepSeek-V3 runs check out: dgxc-benchmarking@1f6d9f40e411
+#: deepseek_v3/pretraining/setup.sh line 54), so its multi-head latent attention takes
+#: the PyTorch path (``megatron(mla_fused_rope=False)``). Megatron-Bridge's DeepSeek-V3
+#: recipes were not read for it and keep the default.
+DGXC_NEMO2_UNFUSED_MLA_ROPE = ("deepseek-v3",)
+
+
 def _unfused_attention(entry: Mapping[str, Any]) -> bool:
     """Whether a run's attention ran Transformer Engine's unfused path: multi-head
     latent attention with heads over 128 (its query/key head with the rotary part, or its
@@ -748,12 +758,15 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             elif word == "selective:":
                 # Megatron-Core's recompute_modules: ccsim's "selective" is core_attn;
                 # "moe_act" re-runs the experts' activation in the backward
-                # (recompute_moe_act); the others (layernorm, mla_up_proj, ...) re-run
-                # small or memory-bound parts, not modelled (none).
+                # (recompute_moe_act), "mla_up_proj" MLA's up projections and what
+                # follows them up to the core (recompute_mla_up_proj); the others
+                # (layernorm, mlp, moe, ...) are not modelled (none).
                 modules = value.split(":", 1)[1].replace(" ", "").split(",")
                 options[name] = "selective" if "core_attn" in modules else "none"
                 if "moe_act" in modules and entry.get("moe"):
                     options["recompute_moe_act"] = True
+                if "mla_up_proj" in modules and (entry.get("model") or {}).get("mla"):
+                    options["recompute_mla_up_proj"] = True
         elif key in ("optimizer_state", "attention_backend", "cp_comm_type") and isinstance(
             value, str
         ):
@@ -810,6 +823,12 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         options["attention_backend"] = "flash2"
     if _unfused_attention(entry):
         options["flash_attention"] = False
+    if (
+        kind == "nvidia-dgxc-benchmarking"
+        and not _dgxc_hydra(entry)
+        and model_name in DGXC_NEMO2_UNFUSED_MLA_ROPE
+    ):
+        options["mla_fused_rope"] = False
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
         # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces
