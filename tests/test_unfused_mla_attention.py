@@ -40,6 +40,11 @@ def _entry(**changes):
     return row
 
 
+def _op(step, label):
+    """Rank 0's op of ``label`` in a built step."""
+    return next(o for o in step.ops if o.rank == 0 and o.label == label)
+
+
 def test_deepseek_v3_softmax_bytes_by_hand():
     """DeepSeek-V3 at TP 2 (64 local heads), one 4,096-token sequence: the softmax reads
     and writes 64 x 4,096 x 4,096 bf16 scores, 2 + 2 bytes each = 4.295 GB a layer's
@@ -67,28 +72,25 @@ def test_unfused_layer_runs_the_scores_through_hbm_and_recomputes_them():
     qk = Gemm(1024, 1024, 192, 4).times(2)  # 8 heads / TP 2, two layers
     pv = Gemm(1024, 128, 1024, 4).times(2)
 
-    def op(step, label):
-        return next(o for o in step.ops if o.rank == 0 and o.label == label)
-
-    fwd = {tuple(g.as_list()) for g in op(unfused, "fwd mb 0").gemms}
+    fwd = {tuple(g.as_list()) for g in _op(unfused, "fwd mb 0").gemms}
     assert {tuple(qk.as_list()), tuple(pv.as_list())} <= fwd
-    bwd = Counter(tuple(g.as_list()) for g in op(unfused, "bwd mb 0").gemms)
-    kept = Counter(tuple(g.as_list()) for g in op(plain, "bwd mb 0").gemms)
+    bwd = Counter(tuple(g.as_list()) for g in _op(unfused, "bwd mb 0").gemms)
+    kept = Counter(tuple(g.as_list()) for g in _op(plain, "bwd mb 0").gemms)
     grads = Counter(tuple(g.as_list()) for s in (qk, pv) for g in s.backward())
     assert all(kept[g] >= n for g, n in grads.items())  # (dV has P V's own shape)
     assert bwd - kept == Counter([tuple(qk.as_list()), tuple(pv.as_list())])
     assert not {tuple(qk.as_list()), tuple(pv.as_list())} & {
-        tuple(g.as_list()) for g in op(fused, "fwd mb 0").gemms
+        tuple(g.as_list()) for g in _op(fused, "fwd mb 0").gemms
     }
     # The softmax: 4 bytes a score of the 4 local heads over 1,024 x 1,024, two layers,
     # in the forward; backward twice the forward's traffic, and the recomputed forward's
     # softmax once more with selective recomputation only.
     softmax = 2 * 4 * 4 * 1024 * 1024
-    fwd_u, fwd_f = (op(s, "fwd elementwise mb 0").mem_bytes for s in (unfused, fused))
+    fwd_u, fwd_f = (_op(s, "fwd elementwise mb 0").mem_bytes for s in (unfused, fused))
     assert fwd_u - fwd_f == pytest.approx(softmax)
-    bwd_u, bwd_p = (op(s, "bwd elementwise mb 0").mem_bytes for s in (unfused, plain))
+    bwd_u, bwd_p = (_op(s, "bwd elementwise mb 0").mem_bytes for s in (unfused, plain))
     assert bwd_u - 2 * fwd_u == pytest.approx(softmax)
-    assert bwd_p - 2 * op(plain, "fwd elementwise mb 0").mem_bytes == pytest.approx(0)
+    assert bwd_p - 2 * _op(plain, "fwd elementwise mb 0").mem_bytes == pytest.approx(0)
 
 
 def test_which_runs_ran_unfused_attention():
@@ -142,20 +144,19 @@ def test_mla_up_proj_recompute_and_unfused_rope_in_the_step():
         MLA, mla_fused_rope=False, recompute="full", recompute_mla_up_proj=True, **common
     )
 
-    def op(step, label):
-        return next(o for o in step.ops if o.rank == 0 and o.label == label)
-
     fwd, bwd = (2 * x for x in MLA.mla_unfused_rope_bytes(1024, tp=2))  # two layers
     for kind, extra in (("fwd", fwd), ("bwd", bwd)):
         label = f"{kind} elementwise mb 0"
-        assert op(rope, label).mem_bytes - op(base, label).mem_bytes == pytest.approx(extra)
+        assert _op(rope, label).mem_bytes - _op(base, label).mem_bytes == pytest.approx(extra)
     label = "bwd elementwise mb 0"
-    assert op(up, label).mem_bytes - op(rope, label).mem_bytes == pytest.approx(fwd)
-    kept, again = (Counter(tuple(g.as_list()) for g in op(s, "bwd mb 0").gemms) for s in (rope, up))
+    assert _op(up, label).mem_bytes - _op(rope, label).mem_bytes == pytest.approx(fwd)
+    kept, again = (
+        Counter(tuple(g.as_list()) for g in _op(s, "bwd mb 0").gemms) for s in (rope, up)
+    )
     q_up, kv_up = Gemm(1024, 4 * 192, 256).times(2), Gemm(1024, 4 * 256, 128).times(2)
     assert again - kept == Counter([tuple(q_up.as_list()), tuple(kv_up.as_list())])
-    assert op(full_up, "bwd mb 0").gemms == op(full, "bwd mb 0").gemms
-    assert op(full_up, label).mem_bytes == op(full, label).mem_bytes
+    assert _op(full_up, "bwd mb 0").gemms == _op(full, "bwd mb 0").gemms
+    assert _op(full_up, label).mem_bytes == _op(full, label).mem_bytes
 
 
 def test_rows_reading_mla_settings():
