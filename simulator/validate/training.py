@@ -593,6 +593,63 @@ def _release(entry: Mapping[str, Any]) -> tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
+#: The first NeMo container whose Transformer Engine runs fused attention on Blackwell
+#: with heads wider than 128. Up to v2.4, ``nvte_get_fused_attn_backend`` refuses every
+#: F16 fused backend there: ``!(sm_arch_ >= 100 && (head_dim_qk > 128 || head_dim_v >
+#: 128))`` ("special conditions for blackwell", transformer_engine/common/fused_attn/
+#: fused_attn.cpp line 221 at v2.2, v2.3 and v2.4), and FlashAttention refuses MLA's
+#: unequal query/key and value heads ("Disabling FlashAttention as it does not support
+#: MLA", transformer_engine/pytorch/dot_product_attention/utils.py lines 466-470 at
+#: bee4649c15a7), so ``DotProductAttention`` runs ``UnfusedDotProductAttention``
+#: (transformer_engine/pytorch/attention.py line 3762 at bee4649c15a7): the
+#: scores as batched GEMMs through HBM and a separate softmax. TE pull request #1797
+#: ("Add support for head_dim > 128", commit 71c76b6ba, 2025-06-14, first in v2.5) lifts
+#: it. NeMo's containers build TE at the commit of requirements/manifest.json: v2.3.0 to
+#: v2.3.2 (the 25.04 containers) at bee4649c15a7 (2.2.0.dev0, 2025-03-18, before the
+#: fix), v2.4.0 (25.07) at f05f12c974b3 (2.5.0, with it). DeepSeek-V3's MLA has query/key
+#: heads of 128 + 64 = 192 (v 128): DGX Cloud v25.05.04's GB200 runs (nemo:25.04.01) ran
+#: it unfused, as their ``core_attn`` recomputation suits (dgxc-benchmarking@1f6d9f40e411
+#: deepseek_v3/pretraining/launch.sh line 119; ``mla_up_proj`` on H100, line 106), and
+#: DGX Cloud's next GB200 runs (v25.08 at 59689f5, nemo:25.07.01: deepseek_v3/pretrain/
+#: metadata.yaml) no longer recompute it (launch.sh line 123: ``mla_up_proj``).
+TE_WIDE_HEADS_FUSED_ON_BLACKWELL_FROM = (25, 7)
+#: GPUs of the Blackwell generation (sm100 and later).
+BLACKWELL_GPUS = ("B200", "GB200", "B300", "GB300")
+
+
+#: Models whose NeMo 2 configuration leaves Megatron-Core's rotary embedding unfused in
+#: DGX Cloud's runs: NeMo's ``DeepSeekConfig`` sets ``apply_rope_fusion = False``
+#: (nemo/collections/llm/gpt/model/deepseek.py line 114 at 7a8f1cc7bc40, the commit
+#: DGX Cloud v25.05.04's DeepSeek-V3 runs check out: dgxc-benchmarking@1f6d9f40e411
+#: deepseek_v3/pretraining/setup.sh line 54), so its multi-head latent attention takes
+#: the PyTorch path (``megatron(mla_fused_rope=False)``). Megatron-Bridge's DeepSeek-V3
+#: recipes were not read for it and keep the default.
+DGXC_NEMO2_UNFUSED_MLA_ROPE = ("deepseek-v3",)
+
+
+def _unfused_attention(entry: Mapping[str, Any]) -> bool:
+    """Whether a run's attention ran Transformer Engine's unfused path: multi-head
+    latent attention with heads over 128 (its query/key head with the rotary part, or its
+    value head) on a Blackwell GPU, in a NeMo container older than
+    :data:`TE_WIDE_HEADS_FUSED_ON_BLACKWELL_FROM`, without context parallelism (which
+    runs no unfused attention)."""
+    model = entry.get("model") or {}
+    gpu = str(entry.get("gpu", "")).split("-")[0].upper()
+    release = _release(entry)
+    if gpu not in BLACKWELL_GPUS or release == (0, 0):
+        return False
+    if release >= TE_WIDE_HEADS_FUSED_ON_BLACKWELL_FROM or int(entry.get("cp") or 1) > 1:
+        return False
+    mla = model.get("mla")
+    if not isinstance(mla, Mapping):
+        # Equal heads over 128 (Nemotron-4 340B's 192) leave FlashAttention-2 to TE
+        # (utils.py lines 479-497 at bee4649c15a7: up to 256, over 192 on sm80/90/100/120
+        # only) where the container installs it: not read, not changed.
+        return False
+    qk = int(mla.get("qk_head_dim") or 0) + int(mla.get("qk_rope_dim") or 0)
+    return max(qk, int(mla.get("v_head_dim") or 0)) > 128
+
+
 def _cross_entropy(entry: Mapping[str, Any]) -> str | None:
     """How a run's loss ran (:data:`~simulator.workload.model.CROSS_ENTROPY_BYTES`), from
     its settings, else from its framework's release (its container's YY.MM); None for
@@ -701,12 +758,15 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             elif word == "selective:":
                 # Megatron-Core's recompute_modules: ccsim's "selective" is core_attn;
                 # "moe_act" re-runs the experts' activation in the backward
-                # (recompute_moe_act); the others (layernorm, mla_up_proj, ...) re-run
-                # small or memory-bound parts, not modelled (none).
+                # (recompute_moe_act), "mla_up_proj" MLA's up projections and what
+                # follows them up to the core (recompute_mla_up_proj); the others
+                # (layernorm, mlp, moe, ...) are not modelled (none).
                 modules = value.split(":", 1)[1].replace(" ", "").split(",")
                 options[name] = "selective" if "core_attn" in modules else "none"
                 if "moe_act" in modules and entry.get("moe"):
                     options["recompute_moe_act"] = True
+                if "mla_up_proj" in modules and (entry.get("model") or {}).get("mla"):
+                    options["recompute_mla_up_proj"] = True
         elif key in ("optimizer_state", "attention_backend", "cp_comm_type") and isinstance(
             value, str
         ):
@@ -761,6 +821,14 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             options["amax_reduction"] = "stage"
     if _dgxc_hydra(entry) and model_name in DGXC_HYDRA_FLASH2:
         options["attention_backend"] = "flash2"
+    if _unfused_attention(entry):
+        options["flash_attention"] = False
+    if (
+        kind == "nvidia-dgxc-benchmarking"
+        and not _dgxc_hydra(entry)
+        and model_name in DGXC_NEMO2_UNFUSED_MLA_ROPE
+    ):
+        options["mla_fused_rope"] = False
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
         # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces

@@ -197,6 +197,7 @@ def pass_work(
     userbuffers: Mapping[str, UbOverlap] | None = None,
     attention_backend: int = 0,
     attention_dropout: bool = False,
+    recompute_up_proj: bool = False,
 ) -> dict[str, Any]:
     """The GEMMs (and, with flash attention, the fused attention's FLOPs) of one
     forward or backward pass over ``layers`` layers of a micro-batch on one TP rank, as
@@ -219,7 +220,10 @@ def pass_work(
     ``userbuffers`` (a dense, non-MLA layer's): its linear GEMMs as Transformer
     Engine's TP overlap runs them (:class:`~.userbuffers.UbOverlap`, :func:`~.userbuffers.ub_gemm`).
     ``attention_backend``: the fused attention's library, ``attention_dropout``: its
-    kernels apply dropout (:func:`flash_core_kernels`).
+    kernels apply dropout (:func:`flash_core_kernels`). ``recompute_up_proj``
+    (Megatron-Core's "mla_up_proj"): the backward runs an MLA layer's up projections'
+    forward GEMMs again first (:meth:`~simulator.workload.model.Transformer.mla_up_gemms`;
+    full recomputation re-runs them anyway).
     """
     if moe:
         linear = list(m.moe_linear_gemms(micro_batch, tp=tp, cp=cp))
@@ -250,6 +254,9 @@ def pass_work(
             gemms = fprop + scores + gemms
         elif recompute == "selective":
             gemms = scores + gemms
+        if recompute_up_proj and recompute != "full":
+            up = list(m.mla_up_gemms(micro_batch, tp=tp, cp=cp))
+            gemms = [g.in_bits(8, fp8_block) if precision == "fp8" else g for g in up] + gemms
     # A pass over no layers (a chunk holding only the embedding or the loss) runs none.
     gemms = [g.times(layers) for g in gemms] if layers else []
     if logits and m.vocab:
@@ -821,7 +828,9 @@ def megatron(
     moe_routed_casts: bool = True,
     moe_fused_grouped_mlp: bool = False,
     recompute_moe_act: bool = False,
+    recompute_mla_up_proj: bool = False,
     fused_yarn_rope: bool = False,
+    mla_fused_rope: bool = True,
     overlap_p2p_comm: bool | None = None,
     p2p_streams: str | None = None,
     p2p_send_wait: bool | None = None,
@@ -1008,10 +1017,21 @@ def megatron(
     kernels run again in the backward (:meth:`~simulator.workload.model.Transformer.
     expert_activation_bytes`, and gpt-oss's clamps, :meth:`~simulator.workload.model.
     Transformer.glu_clamp_bytes`); none with full recomputation, which re-runs it anyway.
+    ``recompute_mla_up_proj``: Megatron-Core's ``recompute_modules`` "mla_up_proj" (a
+    multi-head latent attention model's ``qkv_up_proj_and_rope_apply`` checkpointed):
+    each layer's backward runs its up projections' GEMMs (:meth:`~simulator.workload.
+    model.Transformer.mla_up_gemms`) and, on the unfused RoPE path, the rotary
+    embedding and the query/key/value assembly (:meth:`~simulator.workload.model.
+    Transformer.mla_unfused_rope_bytes`) again; nothing more with full recomputation.
     ``fused_yarn_rope``: a YaRN model's rotary embedding runs TE's fused kernel, as
     Megatron-Core before core_v0.16 did (ignoring YaRN's concentration factor); else,
     as since, its unfused PyTorch path (:meth:`~simulator.workload.model.Transformer.
     unfused_rope_bytes`).
+    ``mla_fused_rope`` False: a multi-head latent attention model's rotary embedding
+    runs Megatron-Core's unfused path (``apply_rope_fusion`` False), with the
+    assembly of its query, key and value around it
+    (:meth:`~simulator.workload.model.Transformer.mla_unfused_rope_bytes`); True (the
+    default) leaves both out, as before.
     ``overlap_p2p_comm`` (None: on unless ``defaults`` is "sc21", as Megatron-LM's
     ``--no-overlap-p2p-communication`` default and Megatron-Bridge's and NeMo's
     comm-overlap config set it; only with ``virtual_stages`` > 1, as Megatron-LM turns it
@@ -1512,6 +1532,7 @@ def megatron(
             userbuffers=ub,
             attention_backend=backend,
             attention_dropout=attention_dropout,
+            recompute_up_proj=recompute_mla_up_proj,
         )
 
     def work(forward: bool, logits: bool, layers: int, moe: int = 0) -> dict[str, Any]:
@@ -1624,8 +1645,24 @@ def megatron(
         tokens, tp=tp, sequence_parallel=sequence_parallel, flash_attention=flash_attention
     )
     bwd_layer_bytes = (3 if recompute == "full" else 2) * fwd_layer_bytes
+    # Selective recomputation of an unfused attention core re-runs its forward in the
+    # backward: the scores' GEMMs (pass_work) and the softmax (and dropout) over them
+    # (Megatron-Core's checkpointed core attention, recompute_modules "core_attn").
+    scores_again = (
+        m.scores_elementwise_bytes(tokens, tp=tp)
+        if recompute == "selective" and not flash_attention
+        else 0.0
+    )
+    bwd_layer_bytes += scores_again
     # YaRN's unfused rotary embedding (Transformer.unfused_rope_bytes), every layer.
     rope_fwd, rope_bwd = (0.0, 0.0) if fused_yarn_rope else m.unfused_rope_bytes(tokens, tp=tp)
+    if not mla_fused_rope:
+        # MLA's rotary part and its query/key/value assembly on Megatron-Core's unfused
+        # RoPE path (Transformer.mla_unfused_rope_bytes), every layer; again in the
+        # backward where "mla_up_proj" recomputes them (full recomputation: below).
+        mla_fwd, mla_bwd = m.mla_unfused_rope_bytes(tokens, tp=tp)
+        mla_again = mla_fwd if recompute_mla_up_proj and recompute != "full" else 0.0
+        rope_fwd, rope_bwd = rope_fwd + mla_fwd, rope_bwd + mla_bwd + mla_again
     rope_bwd += rope_fwd if recompute == "full" else 0.0
     fwd_layer_bytes += rope_fwd
     bwd_layer_bytes += rope_bwd
@@ -1640,7 +1677,7 @@ def megatron(
             flash_attention=flash_attention,
             local_experts=m.experts // ep,
         )
-        bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes
+        bwd_moe_bytes = (3 if recompute == "full" else 2) * fwd_moe_bytes + scores_again
         fwd_moe_bytes += rope_fwd
         bwd_moe_bytes += rope_bwd
     if precision == "fp8":  # Transformer Engine's casts to fp8 (and their transposes)

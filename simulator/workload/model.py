@@ -276,6 +276,26 @@ class Transformer:
         )
         return (*q, *kv, Gemm(tokens, h, _split(a * v, tp)))
 
+    def mla_up_gemms(self, micro_batch: int, *, tp: int = 1, cp: int = 1) -> tuple[Gemm, ...]:
+        """The up projections of one MLA layer's forward on one TP rank (of
+        :meth:`attention_linear_gemms`): q_lora -> a (d + rope) / t (where the query has
+        a low-rank down projection) and kv_lora -> a (d + v) / t, what Megatron-Core's
+        ``recompute_modules`` "mla_up_proj" runs again in the backward
+        (multi_latent_attention.py, ``qkv_up_proj_and_rope_apply`` under
+        ``CheckpointWithoutOutput``: lines 501-505 at Megatron-LM 7094270c6fa1, lines
+        838-845 at core_v0.16.0). None without MLA.
+
+        >>> m = Transformer(layers=1, hidden=64, heads=4, head_size=8, q_lora_rank=16,
+        ...                 kv_lora_rank=8, qk_rope_dim=4, v_head_dim=8)
+        >>> [g.as_list()[:3] for g in m.mla_up_gemms(1, tp=2)]
+        [[2048, 24, 16], [2048, 32, 8]]
+        """
+        if not self.is_mla:
+            return ()
+        gemms = self.attention_linear_gemms(micro_batch, tp=tp, cp=cp)
+        # (q down, q up, kv down, kv up, proj) with a query LoRA; (q, kv down, kv up, proj)
+        return (gemms[1], gemms[3]) if self.q_lora_rank else (gemms[2],)
+
     def _mlp_params(self, inner: int) -> float:
         return (3 if self.gated else 2) * self.hidden * inner
 
@@ -548,6 +568,8 @@ class Transformer:
         22h part is split over TP only with sequence parallelism. ``flash_attention``
         (Dao et al. 2022) never writes the scores to HBM, so their 9as/t is gone; its
         other traffic (Q, K, V read once, the output written once) is within the 22h.
+        A model trained without dropout moves only the softmax's 4as/t
+        (:meth:`scores_elementwise_bytes`).
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.layer_elementwise_bytes(1) == 22 * 1024 + 9 * 8 * 512 + 4 * 4096
@@ -556,8 +578,29 @@ class Transformer:
         h, f = self.hidden, self.ffn or 4 * self.hidden
         per_token = 22 * h / (tp if sequence_parallel else 1)
         if not flash_attention:
-            per_token += 9 * self.attention_heads * self.seq / tp
+            per_token += self.scores_elementwise_bytes(1, tp=tp)
         per_token += (6 if self.gated else 4) * f / tp
+        return tokens * per_token
+
+    def scores_elementwise_bytes(self, tokens: float, *, tp: int = 1) -> float:
+        """HBM bytes the unfused attention's kernels on its scores move in one layer's
+        forward on one of ``tp`` ranks, over ``tokens`` query tokens (the scores' GEMMs
+        are :meth:`attention_gemms`): the scale-mask-softmax reads and writes each token's
+        a s / t bf16 scores (4as/t: Megatron-LM's ``FusedScaleMaskSoftmax``, Transformer
+        Engine's ``UnfusedDotProductAttention`` alike) and, where the model trains with
+        dropout, the dropout reads and writes them and writes a 1-byte mask (5as/t). A
+        dropout of 0 moves nothing: PyTorch returns its input (aten/src/ATen/native/
+        Dropout.cpp, ``_dropout_impl``: ``if (p == 0 || !train ...) return input``), as
+        DeepSeek-V3's ``attention_dropout`` 0.0 (NeMo ``DeepSeekConfig``) runs it.
+
+        >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
+        >>> m.scores_elementwise_bytes(1, tp=2) == 9 * 8 * 512 / 2
+        True
+        >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8, dropout=False)
+        >>> m.scores_elementwise_bytes(1, tp=2) == 4 * 8 * 512 / 2
+        True
+        """
+        per_token = (9 if self.dropout else 4) * self.attention_heads * self.seq / tp
         return tokens * per_token
 
     def moe_elementwise_bytes(
@@ -799,6 +842,49 @@ class Transformer:
             return 0.0, 0.0
         elements = tokens * (self.attention_heads + self.query_groups) * self.head_dim / tp
         return elements * 24, elements * 28
+
+    def mla_unfused_rope_bytes(self, tokens: float, *, tp: int = 1) -> tuple[float, float]:
+        """HBM bytes (forward, backward) of one layer's multi-head latent attention
+        between its up projections and its core on one TP rank, over ``tokens`` tokens,
+        where Megatron-Core runs its unfused rotary embedding (``apply_rope_fusion``
+        False), as ``qkv_up_proj_and_rope_apply`` does at Megatron-LM 7094270c6fa1
+        (megatron/core/transformer/multi_latent_attention.py lines 465-499, the commit
+        DGX Cloud v25.05.04's DeepSeek-V3 runs check out):
+
+        * the rotary part of every local query head and of the one shared key head
+          (a / t + 1 heads of ``qk_rope_dim`` a token, the key's gathered over the
+          sequence) through ``_apply_rotary_pos_emb_bshd`` with
+          ``multi_latent_attention`` (rope_utils.py lines 89-123): the de-interleave
+          ``torch.cat`` of the even and odd halves (reads 2, writes 2 bytes an element),
+          then the 24 bytes of :meth:`unfused_rope_bytes`: 28 bytes forward; backward
+          that path's 28 and the de-interleave's, each strided slice's gradient a
+          zero-filled tensor with half its elements copied in (4 a slice) and the two
+          summed (6): 42;
+        * per local head the ``torch.cat`` of the query's two parts (reads and writes
+          d + r elements, 4 (d + r) bytes), of the key's shared-weight part and the
+          expanded rotary part (reads d, writes d + r: 2 (2d + r); the expanded part
+          read once a token), and ``value.contiguous()`` of the value split out of
+          the kv up projection (4 v); backward the splits' gradients assembled into the
+          query (4 (d + r)) and kv (4 (d + v)) up projections' outputs and the expand's
+          sum over heads (2 r): the same 1,920 bytes a head for DeepSeek-V3 both ways.
+
+        A model without MLA moves none here. DeepSeek-V3 at TP 2, 4,096 tokens:
+
+        >>> m = Transformer(layers=1, hidden=7168, heads=128, head_size=128,
+        ...                 q_lora_rank=1536, kv_lora_rank=512, qk_rope_dim=64, v_head_dim=128)
+        >>> fwd, bwd = m.mla_unfused_rope_bytes(4096, tp=2)
+        >>> fwd == 4096 * (64 * 1920 + 65 * 64 * 28), bwd == 4096 * (64 * 1920 + 65 * 64 * 42)
+        (True, True)
+        """
+        if not self.is_mla:
+            return 0.0, 0.0
+        heads = self.attention_heads / tp
+        d, r = self.head_dim, self.qk_rope_dim
+        v = self.v_head_dim or d
+        rotary = (heads + 1) * r  # elements a token
+        copies_fwd = heads * (4 * (d + r) + 2 * (2 * d + r) + 4 * v)
+        copies_bwd = heads * (4 * (d + r) + 4 * (d + v) + 2 * r)
+        return tokens * (copies_fwd + 28 * rotary), tokens * (copies_bwd + 42 * rotary)
 
     @property
     def windowed_layers(self) -> int:
