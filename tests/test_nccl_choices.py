@@ -183,3 +183,48 @@ def test_nvls_calls_share_cells_over_the_nvls_channels():
     assert system.nvls_channels == 16
     assert launch_size(system, "all_reduce", 2**17, "NVLS", "Simple")[0] == 8
     assert launch_size(system, "all_reduce", 2**21, "NVLS", "Simple")[0] == 16
+
+
+@pytest.mark.parametrize(
+    ("size", "protocol", "channels", "time_us"),
+    [
+        (2**16, "LL", 1, None),
+        (2**17, "LL", 2, None),
+        (2**18, "LL", 4, None),
+        (2**19, "LL", 8, None),
+        (2**20, "LL128", 16, None),
+        (2**25, "LL128", 16, 44.6 + 2**25 / 1e3 / (8 * 40 * 16 / 15)),
+        (2**26, "Simple", 16, 70.0 + 2**26 / 1e3 / (8 * 48 * 16 / 15)),
+    ],
+)
+def test_two_b200_servers_all_gather_as_nccl_s_source_picks(size, protocol, channels, time_us):
+    """A 2 x 8 B200 all-gather, worked from NCCL's source (issue 32, the two Vultr B200
+    servers of heldout5). Ring at every size: NVLS across servers needs CollNet
+    (tuning.cc:446-448 at v2.27.3-1) and PAT one GPU a node (tuning.cc:196). LL's
+    channels: ``nBytes < nc * nt * threshold`` trims them (enqueue.cc:1853-1856), with
+    512 threads and NCCL_LL_THREAD_THRESHOLD 8 x 16 ranks (tuning.cc:513-517): 64 KiB a
+    channel. The graph: 8 rings at 48 GB/s, run on 16 channels. Latency (baseLat and
+    hwLat, tuning.cc:131-155 at v2.27.3-1, the same at v2.30.7): LL128 14.0 + 14 NVLink
+    steps x 1.9 + one network step x 4.0 = 44.6 us, Simple 8.4 + 14 x 3.4 + 14 = 70.0
+    us (the 1 us network overhead, x 3 for Simple, is below both NVLink steps).
+    Algorithm bandwidth: LL128 8 x min(0.92 x 48, 40) x 16/15 = 341.3 GB/s, Simple
+    8 x 48 x 16/15 = 409.6 GB/s; so LL128 wins at 32 MiB (142.9 against 151.9 us) and
+    Simple at 64 MiB (233.8 against 241.2 us)."""
+    system = nccl_system(load_topology("hgx-b200", 2))
+    choice = nccl_choice(system, "all_gather", size)
+    assert (choice.algorithm, choice.protocol, choice.channels) == ("Ring", protocol, channels)
+    assert set(a for a, _ in choice.table) == {"Ring"}
+    if time_us is not None:
+        assert choice.time_us == pytest.approx(time_us, abs=0.05)
+
+
+def test_two_b200_servers_all_gather_keeps_ll128_at_64_mib_under_2_28_3():
+    """v2.28.3's Blackwell ring LL128 cap is 2 x 36.7 (tuning.cc:179 at v2.28.3-1, as at
+    v2.25-v2.27.7, tuning.cc:176 at v2.27.3-1): 8 x min(44.16, 73.4) x 16/15 = 376.8
+    GB/s, so at 64 MiB LL128 takes 44.6 + 178.1 = 222.7 us against Simple's 233.8 and
+    NCCL moves to Simple only at 128 MiB (400.8 against 397.7 us)."""
+    system = nccl_system(load_topology("hgx-b200", 2), version="2.28.3")
+    at_64 = nccl_choice(system, "all_gather", 2**26)
+    assert at_64.protocol == "LL128"
+    assert at_64.time_us == pytest.approx(44.6 + 2**26 / 1e3 / 376.832, abs=0.05)
+    assert nccl_choice(system, "all_gather", 2**27).protocol == "Simple"
