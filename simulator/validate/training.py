@@ -769,6 +769,14 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         for name in ("distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"):
             options.pop(name, None)
     options.update(_layout(entry))
+    gpu = str(entry.get("gpu", "")).split("-")[0]
+    if gpu:
+        # Every row's Megatron-Core optimizer clips gradients (clip_grad 1.0 by default;
+        # the MLPerf 8B's pretrain.py line 317 too), whose norm's .item() leaves the GPU
+        # idle while the host launches the optimizer step (simulator.workload.
+        # optimizer_host), at its CPU's cost per operation (workload/host.py).
+        options["optimizer_host"] = True
+        options["host_op_s"] = host_op_s_for(gpu)
     if entry.get("moe"):
         options.update(_moe_options(entry))
     options.update(_memory_options(entry, options))
