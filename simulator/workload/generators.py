@@ -2595,7 +2595,8 @@ def megatron(
                 layer_buckets = [
                     per_layer * n for chunk in chunks[stage] for n in buckets(chunk)
                 ]
-                others = vocab_matrices(stage) + int(stage == pp - 1)  # + final norm
+                # The stage's vocabulary matrices and, on the last, the final norm.
+                others = (vocab_matrices(stage) if m.vocab else 0) + int(stage == pp - 1)
                 if fp8_current:
                     others += (DENSE_LAYER_TENSORS - DENSE_FP8_WEIGHTS) * split[stage]
                 host_ops = optimizer_host_ops(
