@@ -59,6 +59,11 @@ PRESETS = {"H100": "dgx-h100", "H200": "hgx-h200", "B200": "hgx-b200", "GB200": 
 TRAY_GPUS = 4
 RACK_TRAYS = 18
 
+#: Replay every row with communication holding its CTAs' SMs (one per NCCL channel,
+#: src/enqueue.cc line 1553 at v2.28.3-1) from the rank's overlapping compute
+#: (``run_workload(sm_contention=True)``; issue 31, h54a).
+SM_CONTENTION = True
+
 #: Vocabulary where a source leaves it out: NeMo's GPT-3 runs pad GPT-2's 50,257 to
 #: 51,200 (their printed TFLOP/s imply it); Nemotron-4 has 256,000 (Nemotron-4 340B
 #: technical report, arXiv 2406.11704, table 1).
@@ -1084,8 +1089,16 @@ def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
         if options.get("amax_reduction", "off") != "off" and "amax_seconds" not in options:
             # Each blocking amax all-reduce as a wait of its time alone on this cluster.
             options["amax_seconds"] = amax_seconds(options, topology, nodes=nodes, nccl=nccl)
+        # Communication's kernels hold one SM per channel (NCCL's CTAs) that the rank's
+        # overlapping compute lacks while they run (simulator.workload.engine).
         result = run_steady(
-            options, topology, nodes=nodes, shortcut=bundles, bundles=bundles, **nccl
+            options,
+            topology,
+            nodes=nodes,
+            shortcut=bundles,
+            bundles=bundles,
+            sm_contention=SM_CONTENTION,
+            **nccl,
         )
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))

@@ -312,6 +312,11 @@ class WorkloadReplay:
         algorithm and chunks found by simulating each group's call alone.
     comm_slowdown : float
         Fraction by which compute slows while communication on GPU cores overlaps it.
+    sm_contention : bool
+        Instead, compute on a rank slows by the multiprocessors its communication holds:
+        each call in flight holds one CTA per channel (NCCL's kernel grid), so compute
+        runs at 1 - CTAs / SMs of the device (:attr:`~simulator.workload.devices.
+        Device.units`) while they run; a send or receive holds its op's channels.
     device : Device, optional
         What times compute ops given in FLOPs (default: from the GPUs' model).
     reduce_bandwidth : float, optional
@@ -378,6 +383,7 @@ class WorkloadReplay:
         reduce_bandwidth: float | None = None,
         protocol: str | None = None,
         compute_scale: Callable[[int, int, float], float] | None = None,
+        sm_contention: bool = False,
         isolated: bool = True,
         bundles: bool = True,
         nccl: NcclEnv | str | None = None,
@@ -398,7 +404,8 @@ class WorkloadReplay:
         self._arguments = dict(
             algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
             reduce_bandwidth=reduce_bandwidth, protocol=protocol,
-            compute_scale=compute_scale, isolated=isolated, bundles=bundles, nccl=nccl,
+            compute_scale=compute_scale, sm_contention=sm_contention,
+            isolated=isolated, bundles=bundles, nccl=nccl,
             timings=timings, chained=chained, communicators=communicators,
         )  # fmt: skip
         p = len(gpu_nodes(graph))
@@ -411,6 +418,12 @@ class WorkloadReplay:
             raise CcsimError(f"comm_slowdown must be in [0, 1), got {comm_slowdown!r}")
         if graph.graph.get("comm_engine") == "sdma":
             comm_slowdown = 0.0  # copy engines leave the GPU cores to compute
+            sm_contention = False
+        if comm_slowdown and sm_contention:
+            raise CcsimError(
+                "comm_slowdown (a fixed fraction) and sm_contention (the calls' own CTAs) "
+                "both set how communication slows compute: give one"
+            )
         algorithm = library_of(graph) if algorithm is None else algorithm
         valid = ("auto", *POLICIES, *algorithm_names())
         if algorithm not in valid:
@@ -418,6 +431,10 @@ class WorkloadReplay:
         self.graph = graph
         self.algorithm = algorithm
         self.comm_slowdown = comm_slowdown
+        # Communication's kernels hold multiprocessors: NCCL launches one CTA per channel
+        # (src/enqueue.cc line 1553 at v2.28.3-1, grid = {nChannels, 1, 1}), each on an SM
+        # the rank's compute then lacks.
+        self.sm_contention = sm_contention
         self.env = simpy.Environment()
         # A library decides per call (its policy); otherwise, with a protocol, the
         # calibrated model of simulator.library.protocol applies to every collective:
@@ -628,7 +645,7 @@ class WorkloadReplay:
         # compute op on a stream started straight from the end of the one before it
         # where nothing else held it back (_compute_end). Only without comm_slowdown,
         # where compute ends never move.
-        self._chained = chained and not self.comm_slowdown
+        self._chained = chained and not self.comm_slowdown and not self.sm_contention
         self._ends: list[_ComputeEnd | None] = [None] * len(last)
         instance_of = [-1] * n
         for k, members in enumerate(workload.instances):
@@ -921,7 +938,24 @@ class WorkloadReplay:
         return kernels + self.device.compute_time(op.flops, op.mem_bytes)
 
     def _rate(self, rank: int) -> float:
-        return 1.0 - self.comm_slowdown if self._comm_active[rank] else 1.0
+        active = self._comm_active[rank]
+        if not active:
+            return 1.0
+        if self.sm_contention:
+            # The SMs the calls in flight hold (one CTA a channel), at most all but one.
+            units = self.device.units
+            return 1.0 - min(int(active), units - 1) / units
+        return 1.0 - self.comm_slowdown
+
+    def _ctas(self, k: int, op: Op) -> int:
+        """CTAs call ``k`` (first member ``op``) holds on each rank while it runs: its
+        channels as the library chose them (one CTA a channel), else the op's own; 1
+        without sm_contention (the count of calls in flight is what comm_slowdown asks)."""
+        if not self.sm_contention:
+            return 1
+        choice = self._choices[k] if k < len(self._choices) else None
+        channels = (choice or {}).get("channels") or op.channels or 1
+        return max(1, int(channels))
 
     def _start_compute(self, op: Op) -> None:
         self._start_at[op.index] = self.env._now
@@ -979,7 +1013,7 @@ class WorkloadReplay:
 
     def _set_comm(self, ranks: list[int] | np.ndarray, delta: int) -> None:
         """Count communications in flight on ``ranks`` and re-time their compute."""
-        if not self.comm_slowdown:
+        if not self.comm_slowdown and not self.sm_contention:
             return  # (the count only matters where communication slows compute)
         for rank in ranks:
             before = self._rate(rank)
@@ -1021,9 +1055,9 @@ class WorkloadReplay:
         schedule, proto, self._choices[k], period = self._call_schedule(
             first, ranks, first.group, key
         )
-        slowdown = self.comm_slowdown
+        slowdown = self._ctas(k, first) if self.comm_slowdown or self.sm_contention else 0
         if slowdown:
-            self._set_comm(ranks[:period], +1)
+            self._set_comm(ranks[:period], +slowdown)
         images = None if self._images is None else self._images.get(first.group)
         if images is None:
             member_at, owner, apart = members, None, None
@@ -1037,7 +1071,7 @@ class WorkloadReplay:
         def rank_done(positions: np.ndarray) -> None:
             done = positions.tolist()
             if slowdown:
-                self._set_comm([ranks[i] for i in done], -1)
+                self._set_comm([ranks[i] for i in done], -slowdown)
             if owner is not None:
                 # Every position's end, shadows' too: an image on the other CP ranks'
                 # group is held to the position it stands for.
@@ -1526,8 +1560,8 @@ class WorkloadReplay:
         start_at[send] = now
         start_at[recv] = now
         nbytes = self.workload.ops[send].nbytes
-        if self.comm_slowdown:
-            self._set_comm([src, dst], +1)
+        if self.comm_slowdown or self.sm_contention:
+            self._set_comm([src, dst], +self._pair_ctas(send))
         # One point-to-point transfer: a flow of the replay's own (no schedule to walk;
         # it runs as a one-transfer schedule would, with no protocol). The arrays of its
         # bytes and weight are made once per size (the network copies what it is given).
@@ -1596,14 +1630,21 @@ class WorkloadReplay:
         """A shadow's send arrived: it must be when its master's does."""
         self._shadow_check.shadow(("send", k), [0], self.env.now, lambda: f"a shadow of send {k}")
 
+    def _pair_ctas(self, send: int) -> int:
+        """CTAs a point-to-point transfer holds on each side: the send op's channels (1
+        unless given) with sm_contention, else 1."""
+        if not self.sm_contention:
+            return 1
+        return max(1, int(self.workload.ops[send].channels or 1))
+
     def _pair_done(self, k: int) -> None:
         """A send's data arrived: both sides are done (sender first)."""
         if self._images is not None:
             self._shadow_check.master(("send", k), [0], self.env.now)
         send, recv = self.workload.pairs[k]
         for index in (send, recv):
-            if self.comm_slowdown:
-                self._set_comm([self.workload.ops[index].rank], -1)
+            if self.comm_slowdown or self.sm_contention:
+                self._set_comm([self.workload.ops[index].rank], -self._pair_ctas(send))
             self._finish(index)
 
     @staticmethod

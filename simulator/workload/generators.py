@@ -2592,9 +2592,7 @@ def megatron(
                 # both have.
                 fp8_current = param_bytes == 1 and fp8_recipe == "tensorwise"
                 per_layer = DENSE_FP8_WEIGHTS if fp8_current else DENSE_LAYER_TENSORS
-                layer_buckets = [
-                    per_layer * n for chunk in chunks[stage] for n in buckets(chunk)
-                ]
+                layer_buckets = [per_layer * n for chunk in chunks[stage] for n in buckets(chunk)]
                 # The stage's vocabulary matrices and, on the last, the final norm.
                 others = (vocab_matrices(stage) if m.vocab else 0) + int(stage == pp - 1)
                 if fp8_current:

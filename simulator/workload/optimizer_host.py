@@ -159,7 +159,9 @@ def optimizer_host_ops(
     (82.0625, 495.125)
     """
     if shards < 1:
-        raise CcsimError(f"shards (DP x CP ranks the optimizer shards over) must be >= 1, not {shards}")
+        raise CcsimError(
+            f"shards (DP x CP ranks the optimizer shards over) must be >= 1, not {shards}"
+        )
     if any(n < 0 for n in buckets) or other_tensors < 0:
         raise CcsimError("bucket parameter counts must be >= 0")
     met = sum(shards_met(n, shards) for n in buckets)

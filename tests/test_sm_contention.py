@@ -1,0 +1,93 @@
+"""Communication holding multiprocessors (``run_workload(sm_contention=True)``).
+
+Sources: NCCL launches one CTA per channel (src/enqueue.cc line 1553 at v2.28.3-1,
+``dim3 grid = {(unsigned)nChannels, 1, 1}``), each resident on one SM for the kernel's
+life; an H100 SXM has 132 SMs (NVIDIA H100 Tensor Core GPU datasheet). A compute op
+that overlaps a call of c channels therefore runs on 132 - c SMs: at (132 - c) / 132 of
+its speed, worked by hand below."""
+
+import pytest
+
+from simulator.errors import CcsimError
+from simulator.topology import ring_graph
+from simulator.workload import run_workload
+from simulator.workload.trace import load_workload
+
+H100_SMS = 132  # NVIDIA H100 SXM datasheet
+
+
+def _graph():
+    graph = ring_graph(2, 50e9, 1e-6)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "H100"
+    return graph
+
+
+def _trace(channels: int, compute_s: float = 0.010) -> dict:
+    """Each of 2 ranks computes ``compute_s`` on its compute stream while an all-reduce
+    of 64 MB over both runs on the "dp" stream from time 0."""
+    ops = []
+    for r in (0, 1):
+        ops.append(
+            {
+                "id": f"c{r}",
+                "rank": r,
+                "kind": "compute",
+                "duration": compute_s,
+                "stream": "compute",
+            }
+        )
+        ops.append(
+            {
+                "id": f"a{r}",
+                "rank": r,
+                "kind": "collective",
+                "op": "all_reduce",
+                "group": "g",
+                "bytes": 64e6,
+                "stream": "dp",
+                "channels": channels,
+            }
+        )
+    return {
+        "format": "ccsim-workload/1",
+        "name": "overlap",
+        "ranks": 2,
+        "groups": {"g": {"kind": "DP", "ranks": [0, 1]}},
+        "ops": ops,
+    }
+
+
+@pytest.mark.parametrize("channels", [1, 8, 32])
+def test_compute_slows_by_the_calls_ctas(channels):
+    """The all-reduce ends at T (its time is the same either way: contention slows
+    compute only); the compute op did T (132 - c) / 132 of its 10 ms by then and the
+    rest at full speed: it ends at 10 ms + T c / 132."""
+    workload = load_workload(_trace(channels))
+    plain, _ = run_workload(workload, _graph(), algorithm="ring")
+    held, _ = run_workload(
+        load_workload(_trace(channels)), _graph(), algorithm="ring", sm_contention=True
+    )
+    ids = {op.id: op.index for op in workload.ops}
+    t = plain.records.end_s[ids["a0"]]
+    assert held.records.end_s[ids["a0"]] == pytest.approx(t)
+    assert 0 < t < 0.010  # the call ends inside the compute op
+    assert plain.records.end_s[ids["c0"]] == pytest.approx(0.010)
+    assert held.records.end_s[ids["c0"]] == pytest.approx(0.010 + t * channels / H100_SMS)
+
+
+def test_a_call_after_the_compute_changes_nothing():
+    """The call runs wholly after the compute op (it depends on it): no overlap, so the
+    same step to the bit."""
+    trace = _trace(16, compute_s=0.001)
+    for op in trace["ops"]:
+        if op["kind"] == "collective":
+            op["deps"] = [f"c{op['rank']}"]
+    _, a = run_workload(load_workload(trace), _graph(), algorithm="ring")
+    _, b = run_workload(load_workload(trace), _graph(), algorithm="ring", sm_contention=True)
+    assert a.step_s == b.step_s
+
+
+def test_one_way_to_slow_compute():
+    with pytest.raises(CcsimError, match="give one"):
+        run_workload(load_workload(_trace(1)), _graph(), comm_slowdown=0.1, sm_contention=True)
