@@ -91,3 +91,57 @@ def test_a_call_after_the_compute_changes_nothing():
 def test_one_way_to_slow_compute():
     with pytest.raises(CcsimError, match="give one"):
         run_workload(load_workload(_trace(1)), _graph(), comm_slowdown=0.1, sm_contention=True)
+
+
+def _small(**extra):
+    from simulator.workload.generators import Transformer
+
+    model = Transformer(layers=4, hidden=1024, seq=2048, vocab=32000, heads=8)
+    return dict(
+        model=model,
+        micro_batch=1,
+        precision="bf16",
+        distributed_optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        grad_reduce="bf16",
+        **extra,
+    )
+
+
+def test_replicas_and_shadows_stand_for_all_ranks_with_contention():
+    """TP 2 x CP 2 x DP 4 on two DGX H100s: one replica and the TP/CP masters standing
+    for all give the full build's step to the bit, with the SMs held as without."""
+    from simulator.workload.generators import megatron
+
+    options = _small(tp=2, pp=1, cp=2, dp=4, global_batch=4)
+    full = megatron(**options, replicas=False, shadows=False)
+    short = megatron(**options, replicas=True, shadows=True)
+    a = run_workload(full, "dgx-h100", nodes=2, sm_contention=True)[1].step_s
+    b = run_workload(short, "dgx-h100", nodes=2, sm_contention=True)[1].step_s
+    assert a == b
+    assert a > run_workload(full, "dgx-h100", nodes=2)[1].step_s  # DP calls overlap compute
+
+
+def test_the_steady_state_shortcut_holds_with_contention():
+    """PP 2, 16 micro-batches: the steady state replayed once is the full step within
+    the shortcut's own tolerance (float sums in another order), as without contention."""
+    from simulator.workload.generators import megatron
+    from simulator.workload.steady import STEP_TOLERANCE, run_steady
+
+    options = _small(tp=2, pp=2, dp=2, global_batch=32)
+    full = run_workload(
+        megatron(**options, replicas=False, shadows=False),
+        "dgx-h100",
+        nodes=1,
+        sm_contention=True,
+    )[1].step_s
+    steady = run_steady(
+        {**options, "replicas": True, "shadows": True},
+        "dgx-h100",
+        nodes=1,
+        shortcut=True,
+        sm_contention=True,
+    )
+    assert steady.simulated < 16
+    assert steady.step_s == pytest.approx(full, rel=STEP_TOLERANCE, abs=0)
