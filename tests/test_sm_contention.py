@@ -145,3 +145,17 @@ def test_the_steady_state_shortcut_holds_with_contention():
     )
     assert steady.simulated < 16
     assert steady.step_s == pytest.approx(full, rel=STEP_TOLERANCE, abs=0)
+
+
+def test_host_work_is_not_slowed_by_held_sms():
+    """An op on the "host" stream is the CPU's work (launches, Python): a call in flight
+    holding 32 SMs leaves its 10 ms as they are, while the GPU's compute slows."""
+    trace = _trace(32)
+    trace["ops"].append(
+        {"id": "h0", "rank": 0, "kind": "compute", "duration": 0.010, "stream": "host"}
+    )
+    workload = load_workload(trace)
+    run, _ = run_workload(workload, _graph(), algorithm="ring", sm_contention=True)
+    ids = {op.id: op.index for op in workload.ops}
+    assert run.records.end_s[ids["h0"]] == 0.010
+    assert run.records.end_s[ids["c0"]] > 0.010

@@ -660,6 +660,8 @@ class WorkloadReplay:
         self._pair_of: list[int] = pair_of
         self._sides_left: list[int] = [2] * len(workload.pairs)
         self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
+        # Compute ops on the "host" stream (CPU work) under sm_contention: never re-timed.
+        self._host_jobs: set[int] = set()
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
         self._p2p: dict[float, Schedule] = {}
@@ -973,7 +975,13 @@ class WorkloadReplay:
             # x / 1.0 is x), scheduled now as it would be: the same time and place.
             self.env.schedule(end, simpy.events.NORMAL, work)
             return
-        job = _Compute(op.index, work, self.env.now, self._rate(op.rank))
+        if self.sm_contention and op.stream == "host":
+            # The host's CPU work (launches, Python): the SMs communication holds do
+            # not slow it, so it keeps its rate whatever starts or ends.
+            self._host_jobs.add(op.index)
+            job = _Compute(op.index, work, self.env.now, 1.0)
+        else:
+            job = _Compute(op.index, work, self.env.now, self._rate(op.rank))
         self._computing[op.rank].append(job)
         self._schedule_compute(op.rank, job)
 
@@ -1023,6 +1031,8 @@ class WorkloadReplay:
                 continue
             now = self.env.now
             for job in self._computing[rank]:
+                if job.index in self._host_jobs:
+                    continue  # CPU work: held SMs do not slow it
                 job.left = max(job.left - (now - job.last) * job.rate, 0.0)
                 job.last = now
                 job.rate = after
