@@ -134,3 +134,15 @@ def test_the_step_ends_when_the_host_has():
     assert breakdown.step_s == pytest.approx(reduce_end + launches * 1e-3)
     assert breakdown.step_s > before.step_s
     assert math.isfinite(before.step_s)
+
+
+def test_validation_prices_the_hosts_cpu():
+    """Every row asks for the optimizer's host step at its host CPU's launch cost: 37.08
+    us on a GB200's Grace, 13.48 us on a DGX B200's x86 (TE issue #2053)."""
+    from simulator.validate.training import generator_options, load_runs
+
+    runs = {run.id: run for run in load_runs()[0]}
+    grace = generator_options(runs["mlperf-v5.1-llama31-8b-gb200-fp8-72"])
+    x86 = generator_options(runs["mlperf-v5.1-llama31-8b-b200-fp8-32"])
+    assert grace["optimizer_host"] and x86["optimizer_host"]
+    assert (grace["host_op_s"], x86["host_op_s"]) == (37.08e-6, 13.48e-6)

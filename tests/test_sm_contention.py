@@ -159,3 +159,23 @@ def test_host_work_is_not_slowed_by_held_sms():
     ids = {op.id: op.index for op in workload.ops}
     assert run.records.end_s[ids["h0"]] == 0.010
     assert run.records.end_s[ids["c0"]] > 0.010
+
+
+def test_validation_holds_sms_where_the_run_pins_nccls_cta_floor(monkeypatch):
+    """The MLPerf v5.1 8B rows export NCCL_MIN_CTAS=16 (config_common.sh line 85): they
+    replay with contention; a row without the floor (DGX Cloud's Llama 3 8B) without."""
+    import simulator.workload.steady as steady
+    from simulator.validate.training import load_runs, simulate_run
+
+    seen = {}
+
+    def fake(options, topology, **arguments):
+        seen["sm"] = arguments.get("sm_contention")
+        raise CcsimError("stop here")
+
+    monkeypatch.setattr(steady, "run_steady", fake)
+    runs = {run.id: run for run in load_runs()[0]}
+    simulate_run(runs["mlperf-v5.1-llama31-8b-b200-fp8-32"])
+    assert seen["sm"] is True
+    simulate_run(runs["dgxc-v25.01-llama3-8b-h100-fp8-8"])
+    assert seen["sm"] is False
