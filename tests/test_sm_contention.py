@@ -179,3 +179,23 @@ def test_validation_holds_sms_where_the_run_pins_nccls_cta_floor(monkeypatch):
     assert seen["sm"] is True
     simulate_run(runs["dgxc-v25.01-llama3-8b-h100-fp8-8"])
     assert seen["sm"] is False
+
+
+def test_point_to_point_transfers_are_left_out():
+    """A send on its own stream beside a 10 ms compute op leaves it at 10 ms (see
+    WorkloadReplay's sm_contention: one CTA, under 1%, left out)."""
+    trace = {
+        "format": "ccsim-workload/1",
+        "name": "p2p",
+        "ranks": 2,
+        "ops": [
+            {"id": "c0", "rank": 0, "kind": "compute", "duration": 0.010},
+            {"id": "s", "rank": 0, "kind": "send", "peer": 1, "bytes": 64e6, "stream": "p2p"},
+            {"id": "r", "rank": 1, "kind": "recv", "peer": 0, "bytes": 64e6, "stream": "p2p"},
+        ],
+    }
+    workload = load_workload(trace)
+    run, _ = run_workload(workload, _graph(), algorithm="ring", sm_contention=True)
+    ids = {op.id: op.index for op in workload.ops}
+    assert 0 < run.records.end_s[ids["s"]] < 0.010  # the transfer overlaps the compute
+    assert run.records.end_s[ids["c0"]] == 0.010
