@@ -31,6 +31,7 @@ def run_workload(
     bundles: bool = True,
     timings: TimingStore | None = None,
     communicators: dict[str, CommConfig] | None = None,
+    sm_contention: bool = False,
 ) -> tuple[WorkloadRun, Breakdown]:
     """Replay a workload on a topology; return the raw run and its breakdown.
 
@@ -48,7 +49,9 @@ def run_workload(
     (a :class:`~simulator.workload.isolated.TimingStore` of ``topology``'s graph) shares
     calls' timings alone with other runs given the same store (the same results).
     ``communicators`` holds NCCL's configuration per Megatron-Core process group
-    (:mod:`simulator.workload.communicators`).
+    (:mod:`simulator.workload.communicators`). ``sm_contention`` slows each rank's
+    compute by the multiprocessors its calls in flight hold, one CTA per channel
+    (instead of ``comm_slowdown``'s fixed fraction; see :class:`WorkloadReplay`).
     """
     if isinstance(workload, dict):
         workload = load_workload(workload)
@@ -67,6 +70,7 @@ def run_workload(
             bundles=bundles,
             timings=timings,
             communicators=communicators,
+            sm_contention=sm_contention,
         )
         run = replay.run()
         replay.close()

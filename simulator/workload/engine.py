@@ -312,6 +312,15 @@ class WorkloadReplay:
         algorithm and chunks found by simulating each group's call alone.
     comm_slowdown : float
         Fraction by which compute slows while communication on GPU cores overlaps it.
+    sm_contention : bool
+        Instead, compute on a rank slows by the multiprocessors its communication holds:
+        each call in flight holds one CTA per channel (NCCL's kernel grid), so compute
+        runs at 1 - CTAs / SMs of the device (:attr:`~simulator.workload.devices.
+        Device.units`) while they run. Point-to-point transfers are left out: one CTA
+        (their ops' channels here) slows compute by under 1% while they run, and with
+        them the MLPerf v5.1 405B step on 256 B200 was no longer found periodic: the
+        full 144 micro-batches replayed instead of 48, three times the CPU, for 0.07% of
+        the step.
     device : Device, optional
         What times compute ops given in FLOPs (default: from the GPUs' model).
     reduce_bandwidth : float, optional
@@ -378,6 +387,7 @@ class WorkloadReplay:
         reduce_bandwidth: float | None = None,
         protocol: str | None = None,
         compute_scale: Callable[[int, int, float], float] | None = None,
+        sm_contention: bool = False,
         isolated: bool = True,
         bundles: bool = True,
         nccl: NcclEnv | str | None = None,
@@ -398,7 +408,8 @@ class WorkloadReplay:
         self._arguments = dict(
             algorithm=algorithm, comm_slowdown=comm_slowdown, device=device,
             reduce_bandwidth=reduce_bandwidth, protocol=protocol,
-            compute_scale=compute_scale, isolated=isolated, bundles=bundles, nccl=nccl,
+            compute_scale=compute_scale, sm_contention=sm_contention,
+            isolated=isolated, bundles=bundles, nccl=nccl,
             timings=timings, chained=chained, communicators=communicators,
         )  # fmt: skip
         p = len(gpu_nodes(graph))
@@ -411,6 +422,12 @@ class WorkloadReplay:
             raise CcsimError(f"comm_slowdown must be in [0, 1), got {comm_slowdown!r}")
         if graph.graph.get("comm_engine") == "sdma":
             comm_slowdown = 0.0  # copy engines leave the GPU cores to compute
+            sm_contention = False
+        if comm_slowdown and sm_contention:
+            raise CcsimError(
+                "comm_slowdown (a fixed fraction) and sm_contention (the calls' own CTAs) "
+                "both set how communication slows compute: give one"
+            )
         algorithm = library_of(graph) if algorithm is None else algorithm
         valid = ("auto", *POLICIES, *algorithm_names())
         if algorithm not in valid:
@@ -418,6 +435,10 @@ class WorkloadReplay:
         self.graph = graph
         self.algorithm = algorithm
         self.comm_slowdown = comm_slowdown
+        # Communication's kernels hold multiprocessors: NCCL launches one CTA per channel
+        # (src/enqueue.cc line 1553 at v2.28.3-1, grid = {nChannels, 1, 1}), each on an SM
+        # the rank's compute then lacks.
+        self.sm_contention = sm_contention
         self.env = simpy.Environment()
         # A library decides per call (its policy); otherwise, with a protocol, the
         # calibrated model of simulator.library.protocol applies to every collective:
@@ -628,7 +649,7 @@ class WorkloadReplay:
         # compute op on a stream started straight from the end of the one before it
         # where nothing else held it back (_compute_end). Only without comm_slowdown,
         # where compute ends never move.
-        self._chained = chained and not self.comm_slowdown
+        self._chained = chained and not self.comm_slowdown and not self.sm_contention
         self._ends: list[_ComputeEnd | None] = [None] * len(last)
         instance_of = [-1] * n
         for k, members in enumerate(workload.instances):
@@ -643,6 +664,8 @@ class WorkloadReplay:
         self._pair_of: list[int] = pair_of
         self._sides_left: list[int] = [2] * len(workload.pairs)
         self._comm_active = np.zeros(workload.ranks, dtype=np.int64)
+        # Compute ops on the "host" stream (CPU work) under sm_contention: never re-timed.
+        self._host_jobs: set[int] = set()
         self._computing: dict[int, list[_Compute]] = defaultdict(list)
         self._schedules: dict[tuple, Schedule] = {}
         self._p2p: dict[float, Schedule] = {}
@@ -921,7 +944,24 @@ class WorkloadReplay:
         return kernels + self.device.compute_time(op.flops, op.mem_bytes)
 
     def _rate(self, rank: int) -> float:
-        return 1.0 - self.comm_slowdown if self._comm_active[rank] else 1.0
+        active = self._comm_active[rank]
+        if not active:
+            return 1.0
+        if self.sm_contention:
+            # The SMs the calls in flight hold (one CTA a channel), at most all but one.
+            units = self.device.units
+            return 1.0 - min(int(active), units - 1) / units
+        return 1.0 - self.comm_slowdown
+
+    def _ctas(self, k: int, op: Op) -> int:
+        """CTAs call ``k`` (first member ``op``) holds on each rank while it runs: its
+        channels as the library chose them (one CTA a channel), else the op's own; 1
+        without sm_contention (the count of calls in flight is what comm_slowdown asks)."""
+        if not self.sm_contention:
+            return 1
+        choice = self._choices[k] if k < len(self._choices) else None
+        channels = (choice or {}).get("channels") or op.channels or 1
+        return max(1, int(channels))
 
     def _start_compute(self, op: Op) -> None:
         self._start_at[op.index] = self.env._now
@@ -939,7 +979,13 @@ class WorkloadReplay:
             # x / 1.0 is x), scheduled now as it would be: the same time and place.
             self.env.schedule(end, simpy.events.NORMAL, work)
             return
-        job = _Compute(op.index, work, self.env.now, self._rate(op.rank))
+        if self.sm_contention and op.stream == "host":
+            # The host's CPU work (launches, Python): the SMs communication holds do
+            # not slow it, so it keeps its rate whatever starts or ends.
+            self._host_jobs.add(op.index)
+            job = _Compute(op.index, work, self.env.now, 1.0)
+        else:
+            job = _Compute(op.index, work, self.env.now, self._rate(op.rank))
         self._computing[op.rank].append(job)
         self._schedule_compute(op.rank, job)
 
@@ -979,7 +1025,7 @@ class WorkloadReplay:
 
     def _set_comm(self, ranks: list[int] | np.ndarray, delta: int) -> None:
         """Count communications in flight on ``ranks`` and re-time their compute."""
-        if not self.comm_slowdown:
+        if not self.comm_slowdown and not self.sm_contention:
             return  # (the count only matters where communication slows compute)
         for rank in ranks:
             before = self._rate(rank)
@@ -989,6 +1035,8 @@ class WorkloadReplay:
                 continue
             now = self.env.now
             for job in self._computing[rank]:
+                if job.index in self._host_jobs:
+                    continue  # CPU work: held SMs do not slow it
                 job.left = max(job.left - (now - job.last) * job.rate, 0.0)
                 job.last = now
                 job.rate = after
@@ -1021,9 +1069,9 @@ class WorkloadReplay:
         schedule, proto, self._choices[k], period = self._call_schedule(
             first, ranks, first.group, key
         )
-        slowdown = self.comm_slowdown
+        slowdown = self._ctas(k, first) if self.comm_slowdown or self.sm_contention else 0
         if slowdown:
-            self._set_comm(ranks[:period], +1)
+            self._set_comm(ranks[:period], +slowdown)
         images = None if self._images is None else self._images.get(first.group)
         if images is None:
             member_at, owner, apart = members, None, None
@@ -1037,7 +1085,7 @@ class WorkloadReplay:
         def rank_done(positions: np.ndarray) -> None:
             done = positions.tolist()
             if slowdown:
-                self._set_comm([ranks[i] for i in done], -1)
+                self._set_comm([ranks[i] for i in done], -slowdown)
             if owner is not None:
                 # Every position's end, shadows' too: an image on the other CP ranks'
                 # group is held to the position it stands for.

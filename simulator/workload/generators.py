@@ -33,6 +33,7 @@ from .memory import (
     pipeline_chunks,
 )
 from .model import DISPATCHERS, MODELS, MXFP8_BLOCK, Transformer, fp8_cast_cost
+from .optimizer_host import optimizer_host_ops
 from .pipeline import pipeline_order, pipeline_steps
 from .trace import (
     FORMAT,
@@ -311,6 +312,13 @@ CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: ``num_fp8_tensors``); a Megatron-Core layer has 4 fp8 GEMMs (QKV, projection, FC1,
 #: FC2).
 AMAX_BYTES_PER_LAYER = {True: 4 * 3 * 4, False: 4 * 2 * 4}
+
+#: Parameter tensors of a dense Megatron-Core layer with Transformer Engine's modules
+#: (Llama: no biases): the fp8-capable weights of linear_qkv, linear_proj, linear_fc1
+#: and linear_fc2, and the two norms' weights fused into linear_qkv and linear_fc1
+#: (TE LayerNormLinear's layer_norm_weight), which stay bf16 beside fp8 weights.
+DENSE_FP8_WEIGHTS = 4
+DENSE_LAYER_TENSORS = 6
 
 #: Passes Megatron-Core's data-parallel wrapper makes over its contiguous gradient buffer
 #: each step beside the reduction and the optimizer's read (``megatron(grad_buffer_passes
@@ -850,6 +858,7 @@ def megatron(
     cp_comm_type: str = "p2p",
     hierarchical_context_parallel_sizes: tuple[int, int] | list[int] | None = None,
     optimizer_layers: int | None = None,
+    optimizer_host: bool = False,
 ) -> Workload:
     """Megatron-LM GPT step with tensor, pipeline and data parallelism, 1F1B schedule.
 
@@ -1163,6 +1172,11 @@ def megatron(
     (:func:`~.userbuffers.userbuffers_exposed`) to the compute stream. The
     workload records its peak memory per GPU
     (:func:`~simulator.workload.memory.megatron_memory`).
+    ``optimizer_host`` (dense models with the distributed optimizer sharded over DP x
+    CP) adds the host's work from the gradient norm's synchronisation to the next
+    step's first launch, on a "host" stream beside the optimizer's GPU work
+    (:mod:`simulator.workload.optimizer_host`: counted launches and tensor operations,
+    ``host_op_s`` and ``host_tensor_op_s`` each); off by default.
     ``optimizer_layers`` (unpipelined FSDP steps of dense models only) is the layers
     whose sharded state the optimizer step walks, where a step of fewer layers stands
     for the model's (:mod:`simulator.workload.layers`); None: the model's own.
@@ -2612,6 +2626,32 @@ def megatron(
                 + zero_passes * grad * (stage_params + stage_experts),
                 label="optimizer",
             )
+            if optimizer_host and sharded and not sharded_weights and not m.is_moe:
+                # The gradient norm's .item() (clip_grads.py line 133 at Megatron-LM
+                # 25.09-alpha.rc1) waits for the reduced gradients; from there the host
+                # launches the optimizer's kernels and the next step's first one while
+                # the GPU has nothing queued (simulator.workload.optimizer_host). On the
+                # "host" stream beside the optimizer's GPU work: the step ends when
+                # both have.
+                fp8_current = param_bytes == 1 and fp8_recipe == "tensorwise"
+                per_layer = DENSE_FP8_WEIGHTS if fp8_current else DENSE_LAYER_TENSORS
+                layer_buckets = [per_layer * n for chunk in chunks[stage] for n in buckets(chunk)]
+                # The stage's vocabulary matrices and, on the last, the final norm.
+                others = (vocab_matrices(stage) if m.vocab else 0) + int(stage == pp - 1)
+                if fp8_current:
+                    others += (DENSE_LAYER_TENSORS - DENSE_FP8_WEIGHTS) * split[stage]
+                host_ops = optimizer_host_ops(
+                    layer_buckets, others, replicas, fp8_current=fp8_current
+                )
+                b.op(
+                    f"r{r}.opt.host",
+                    r,
+                    "compute",
+                    [*after, *reduces],
+                    stream="host",
+                    duration=_dyadic(host_ops.seconds(host_op_s, host_tensor_op_s)),
+                    label="optimizer host",
+                )
             if sharded and not sharded_weights and not gathers_overlapped:
                 b.op(
                     f"r{r}.dp.params",
