@@ -1571,6 +1571,7 @@ def megatron(
             shared_experts=m.shared_experts,
             graphs=cuda_graphs,
             expert_bias=m.expert_bias,
+            qk_norm=m.qk_norm,
             # DDP's forward pre-hooks exist with the distributed optimizer's
             # overlap_param_gather (Megatron-Core core_v0.16.0 distributed_data_parallel.py
             # lines 347-349, use_forward_hook).

@@ -285,6 +285,7 @@ def moe_layer_ops(
     graphs: Iterable[str] = (),
     expert_bias: bool = False,
     param_gather_hooks: bool = True,
+    qk_norm: bool = False,
 ) -> MoeLayerOps:
     """What the host launches for one MoE layer on one rank.
 
@@ -298,10 +299,12 @@ def moe_layer_ops(
       (:data:`NORM_QUANTIZE_KERNELS`) and the QKV GEMM
       (``TELayerNormColumnParallelLinear``), fused rotary on q and on k (2), fused
       attention (``TEDotProductAttention``, 1), the output projection's input cast
-      (:data:`QUANTIZE_KERNELS`; backward both output gradients' casts) and GEMM, bias-dropout-add after attention and after the MLP (2), the
-      pre-MLP norm (1); MXFP8's swizzles with each GEMM; with TP and sequence
-      parallelism the all-gather before the QKV GEMM and the reduce-scatter after the
-      projection (2);
+      (:data:`QUANTIZE_KERNELS`; backward both output gradients' casts) and GEMM,
+      bias-dropout-add after attention and after the MLP (2), the pre-MLP norm (1);
+      with ``qk_norm`` (Qwen3) the query's and the key's norms (2, core_v0.16.0
+      attention.py lines 1477-1481); MXFP8's swizzles with each GEMM; with TP and
+      sequence parallelism the all-gather before the QKV GEMM and the reduce-scatter
+      after the projection (2);
     * router (``TopKRouter.forward``, router.py): the input's fp32 cast and the gating
       GEMM; ``topk_routing_with_score_function`` fused (1 kernel and its output, 2); the
       aux loss (``_apply_aux_loss``: scores for the aux loss, the routing map's sum,
@@ -376,7 +379,7 @@ def moe_layer_ops(
     # backward, the two output gradients' own casts.
     attention = Part(
         gemms=2,
-        kernels=7 + (2 if sp else 0),
+        kernels=7 + (2 if sp else 0) + (2 if qk_norm else 0),
         quantize=NORM_QUANTIZE_KERNELS[recipe] + q,
         grad_quantize=2 * q,
         per_call=2 * z,
