@@ -94,26 +94,19 @@ HOST_TENSOR_OP_S = HOST_TENSOR_OP_S_BY_CPU["x86"]
 #: superchips); every other GPU ccsim models sits in an x86 server (DGX H100, DGX B200).
 GRACE_GPUS = ("GH200", "GB200", "GB300")
 
-#: Quantize kernels per GEMM input cast on its own in fp8, by Transformer Engine recipe:
-#: per-tensor current scaling ("tensorwise") launches four
-#: (``Float8CurrentScalingQuantizer::quantize_impl``, TE v2.8
-#: transformer_engine/pytorch/csrc/quantizer.cpp lines 518-535, unchanged to v2.17:
-#: ``nvte_compute_amax_with_config``, which zeroes the amax in a one-thread kernel and
-#: then reduces it, ``zero_amax_kernel<<<1, 1>>>`` and ``amax_kernel`` in
-#: common/recipe/current_scaling.cu lines 75-107; ``nvte_compute_scale_from_amax``,
-#: ``compute_scale_from_amax_kernel<<<1, 1>>>`` line 258; ``nvte_quantize_v2``, the
-#: cast); delayed scaling casts with the amax fused (one); MXFP8 casts with its block
-#: scales in one kernel (MXFP8Quantizer).
-QUANTIZE_KERNELS = {"bf16": 0, "delayed": 1, "tensorwise": 4, "mxfp8": 1}
-
-#: Quantize kernels of a GEMM input cast after a LayerNorm (TE's LayerNormLinear, the
-#: QKV GEMM's input), beside the norm kernel: current scaling's norm computes the amax
-#: itself (``Impl::FUSED_NORM_AMAX_FP8``), after ``amax.zero_()``
-#: (``create_unquantized_tensor_with_amax``, TE v2.8 quantizer.cpp line 395), and
-#: ``quantize_with_amax`` launches the scale and the cast (normalization.cpp lines
-#: 143-147 and 188-191; quantize_impl without the amax): three; the other recipes as
-#: their own casts.
-NORM_QUANTIZE_KERNELS = {"bf16": 0, "delayed": 1, "tensorwise": 3, "mxfp8": 1}
+#: Quantize kernels per GEMM input in fp8, by Transformer Engine recipe: per-tensor
+#: current scaling ("tensorwise") computes the amax, then casts (TE's
+#: Float8CurrentScalingQuantizer: two kernels); delayed scaling casts with the amax
+#: fused (one); MXFP8 casts with its block scales in one kernel (MXFP8Quantizer).
+#: (Current scaling also launches two one-thread kernels a cast from inside the same
+#: C++ calls, TE v2.8-v2.17: ``zero_amax_kernel<<<1, 1>>>`` in ``nvte_compute_amax``,
+#: common/recipe/current_scaling.cu line 75, and ``compute_scale_from_amax_kernel``,
+#: line 258, called from quantizer.cpp ``quantize_impl`` lines 518-535. They are not
+#: counted: each counted launch is priced as a whole PyTorch operation
+#: (:data:`HOST_OP_S_BY_CPU`), too dear for a bare ``cudaLaunchKernel`` inside a C++
+#: loop; counted at that price they put the host-bound token-drop rows 30-40 points
+#: slower, session 2026-11-28 h54c.)
+QUANTIZE_KERNELS = {"bf16": 0, "delayed": 1, "tensorwise": 2, "mxfp8": 1}
 
 #: Kernels MXFP8 adds to each GEMM call: the swizzles of both operands' block scales
 #: into cuBLAS's layout (TE v2.8 transformer_engine/pytorch/csrc/extensions/gemm.cpp,
@@ -215,8 +208,6 @@ class Part:
     grad: bool = True
     #: Kernels the backward launches instead of ``kernels`` (None: as many).
     grad_kernels: int | None = None
-    #: Casts' kernels the backward launches instead of ``quantize`` (None: as many).
-    grad_quantize: int | None = None
     #: Framework tensor operations that launch nothing (:func:`expert_tensor_ops`),
     #: forward and backward; priced apart from the launches
     #: (:data:`HOST_TENSOR_OP_S_BY_CPU`).
@@ -232,8 +223,7 @@ class Part:
         if not self.grad:
             return 0
         kernels = self.kernels if self.grad_kernels is None else self.grad_kernels
-        quantize = self.quantize if self.grad_quantize is None else self.grad_quantize
-        return 2 * self.gemms + kernels + quantize + 2 * self.per_call
+        return 2 * self.gemms + kernels + self.quantize + 2 * self.per_call
 
 
 @dataclass(frozen=True)
@@ -296,15 +286,13 @@ def moe_layer_ops(
     Counted from Megatron-Core core_v0.16.0 and Transformer Engine v2.8:
 
     * attention (``TransformerLayer`` with TE modules): input norm, its output's fp8 cast
-      (:data:`NORM_QUANTIZE_KERNELS`) and the QKV GEMM
-      (``TELayerNormColumnParallelLinear``), fused rotary on q and on k (2), fused
-      attention (``TEDotProductAttention``, 1), the output projection's input cast
-      (:data:`QUANTIZE_KERNELS`; backward both output gradients' casts) and GEMM,
-      bias-dropout-add after attention and after the MLP (2), the pre-MLP norm (1);
-      with ``qk_norm`` (Qwen3) the query's and the key's norms (2, core_v0.16.0
-      attention.py lines 1477-1481); MXFP8's swizzles with each GEMM; with TP and
-      sequence parallelism the all-gather before the QKV GEMM and the reduce-scatter
-      after the projection (2);
+      and the QKV GEMM (``TELayerNormColumnParallelLinear``), fused rotary on q and on k
+      (2), fused attention (``TEDotProductAttention``, 1), the output projection's input
+      cast and GEMM, bias-dropout-add after attention and after the MLP (2), the
+      pre-MLP norm (1); with ``qk_norm`` (Qwen3) the query's and the key's norms (2,
+      core_v0.16.0 attention.py lines 1477-1481); MXFP8's swizzles with each GEMM; with
+      TP and sequence parallelism the all-gather before the QKV GEMM and the
+      reduce-scatter after the projection (2);
     * router (``TopKRouter.forward``, router.py): the input's fp32 cast and the gating
       GEMM; ``topk_routing_with_score_function`` fused (1 kernel and its output, 2); the
       aux loss (``_apply_aux_loss``: scores for the aux loss, the routing map's sum,
@@ -375,13 +363,10 @@ def moe_layer_ops(
     if "full_iteration" in scopes:  # one replay a step: nothing per layer
         return MoeLayerOps(none, none, none, none, none, none, none)
     sp = tp > 1  # MoE with TP runs sequence parallelism (the generator checks it)
-    # Forward, the QKV input's cast after the norm and the projection input's own;
-    # backward, the two output gradients' own casts.
     attention = Part(
         gemms=2,
         kernels=7 + (2 if sp else 0) + (2 if qk_norm else 0),
-        quantize=NORM_QUANTIZE_KERNELS[recipe] + q,
-        grad_quantize=2 * q,
+        quantize=2 * q,
         per_call=2 * z,
     )
     router = Part(gemms=1, kernels=1 + 2 + 4)
