@@ -309,6 +309,7 @@ def estimate(
             ep=c.ep,
             shared_experts=model.shared_experts,
             expert_bias=model.expert_bias,
+            qk_norm=model.qk_norm,
             # DDP's forward pre-hooks: the generator's overlap_param_gather default
             # (generators.megatron_options: the distributed optimizer with replicas).
             param_gather_hooks=c.distributed_optimizer and c.dp * c.cp > 1,

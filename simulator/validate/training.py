@@ -180,9 +180,10 @@ def measured_step(entry: Mapping[str, Any], model: Transformer) -> tuple[float, 
 
 #: A model's features the data file's rows do not carry, taken from the bundled model
 #: file of the same name (workloads/models/: gpt-oss-120b.yaml's sliding windows and
-#: clamped activation, from Megatron-Bridge's gpt-oss provider); other models' files
-#: leave them at their defaults (none).
-BUNDLED_FEATURES = ("window", "full_attention_every", "glu_clamp", "yarn_scale")
+#: clamped activation, from Megatron-Bridge's gpt-oss provider; the Qwen3 MoE files'
+#: query/key norms, from its Qwen3 MoE bridge); other models' files leave them at their
+#: defaults (none).
+BUNDLED_FEATURES = ("window", "full_attention_every", "glu_clamp", "yarn_scale", "qk_norm")
 #: The first release whose Megatron-Core runs a YaRN model's rotary embedding unfused
 #: (core_v0.16.0's rope_utils.py, "Fixes for gpt-oss (#2038)", 2025-11-22; NeMo 26.02
 #: ships main:0.16.0, 25.11 dev:0.15.0, whose fused path ignores the concentration

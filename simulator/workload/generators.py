@@ -212,7 +212,8 @@ def pass_work(
     runs it as its own op. ``logits`` adds the output layer's GEMM (forward) or its two
     gradients (backward), once per pass. With ``precision`` "fp8" the linear layers'
     GEMMs (forward and both gradients) run on fp8 operands at the device's fp8 peak, as
-    Transformer Engine runs them; the attention core and the logits stay bf16
+    Transformer Engine runs them; the attention core, the logits and an MoE layer's
+    router stay bf16
     (``fp8_block`` 32: MXFP8's block-scaled operands, :class:`~.kernels.Gemm`). ``cp``
     context-parallel ranks each run b s / cp of the tokens (flash attention only).
     ``moe`` takes MoE layers' GEMMs that every rank runs itself (attention, shared
@@ -231,7 +232,13 @@ def pass_work(
     else:
         linear = list(m.linear_gemms(micro_batch, tp=tp, cp=cp))
     if precision == "fp8":
-        linear = [g.in_bits(8, fp8_block) for g in linear]
+        # An MoE layer's router GEMM (the last of moe_linear_gemms) stays in bf16: it is
+        # no TE module under fp8 autocast; Megatron-Core runs it through
+        # ``te_general_gemm`` on the unquantized input and weight in the router's dtype
+        # (core_v0.16.0 moe/router.py lines 94-100, moe/moe_utils.py lines 1192-1193,
+        # RouterGatingLinearFunction).
+        quantized = len(linear) - 1 if moe else len(linear)
+        linear = [g.in_bits(8, fp8_block) if i < quantized else g for i, g in enumerate(linear)]
     scores = [] if flash_attention else list(m.attention_gemms(micro_batch, tp=tp))
     ub = userbuffers if userbuffers and not moe and len(linear) == 4 else None
     if ub:
@@ -1606,6 +1613,7 @@ def megatron(
             shared_experts=m.shared_experts,
             graphs=cuda_graphs,
             expert_bias=m.expert_bias,
+            qk_norm=m.qk_norm,
             # DDP's forward pre-hooks exist with the distributed optimizer's
             # overlap_param_gather (Megatron-Core core_v0.16.0 distributed_data_parallel.py
             # lines 347-349, use_forward_hook).

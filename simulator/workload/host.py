@@ -98,6 +98,14 @@ GRACE_GPUS = ("GH200", "GB200", "GB300")
 #: current scaling ("tensorwise") computes the amax, then casts (TE's
 #: Float8CurrentScalingQuantizer: two kernels); delayed scaling casts with the amax
 #: fused (one); MXFP8 casts with its block scales in one kernel (MXFP8Quantizer).
+#: (Current scaling also launches two one-thread kernels a cast from inside the same
+#: C++ calls, TE v2.8-v2.17: ``zero_amax_kernel<<<1, 1>>>`` in ``nvte_compute_amax``,
+#: common/recipe/current_scaling.cu line 75, and ``compute_scale_from_amax_kernel``,
+#: line 258, called from quantizer.cpp ``quantize_impl`` lines 518-535. They are not
+#: counted: each counted launch is priced as a whole PyTorch operation
+#: (:data:`HOST_OP_S_BY_CPU`), too dear for a bare ``cudaLaunchKernel`` inside a C++
+#: loop; counted at that price they put the host-bound token-drop rows 30-40 points
+#: slower, session 2026-11-28 h54c.)
 QUANTIZE_KERNELS = {"bf16": 0, "delayed": 1, "tensorwise": 2, "mxfp8": 1}
 
 #: Kernels MXFP8 adds to each GEMM call: the swizzles of both operands' block scales
@@ -297,6 +305,7 @@ def moe_layer_ops(
     unfused_rope: bool = False,
     glu_clamp: bool = False,
     recompute_act: bool = False,
+    qk_norm: bool = False,
 ) -> MoeLayerOps:
     """What the host launches for one MoE layer on one rank.
 
@@ -310,9 +319,10 @@ def moe_layer_ops(
       and the QKV GEMM (``TELayerNormColumnParallelLinear``), fused rotary on q and on k
       (2), fused attention (``TEDotProductAttention``, 1), the output projection's input
       cast and GEMM, bias-dropout-add after attention and after the MLP (2), the
-      pre-MLP norm (1); MXFP8's swizzles with each GEMM; with TP and sequence
-      parallelism the all-gather before the QKV GEMM and the reduce-scatter after the
-      projection (2);
+      pre-MLP norm (1); with ``qk_norm`` (Qwen3) the query's and the key's norms (2,
+      core_v0.16.0 attention.py lines 1477-1481); MXFP8's swizzles with each GEMM; with
+      TP and sequence parallelism the all-gather before the QKV GEMM and the
+      reduce-scatter after the projection (2);
     * router (``TopKRouter.forward``, router.py): the input's fp32 cast and the gating
       GEMM; ``topk_routing_with_score_function`` fused (1 kernel and its output, 2); the
       aux loss (``_apply_aux_loss``: scores for the aux loss, the routing map's sum,
@@ -389,7 +399,7 @@ def moe_layer_ops(
     if "full_iteration" in scopes:  # one replay a step: nothing per layer
         return MoeLayerOps(none, none, none, none, none, none, none)
     sp = tp > 1  # MoE with TP runs sequence parallelism (the generator checks it)
-    attention_kernels = 7 + (2 if sp else 0)
+    attention_kernels = 7 + (2 if sp else 0) + (2 if qk_norm else 0)
     attention_grad_kernels = attention_kernels
     if unfused_rope:  # q and k: the unfused path's kernels instead of one fused each
         attention_kernels += 2 * (UNFUSED_ROPE_KERNELS[0] - 1)

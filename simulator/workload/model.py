@@ -152,7 +152,9 @@ class Transformer:
     two halves first (gpt-oss, :meth:`glu_clamp_bytes`). ``yarn_scale``: YaRN's rotary
     scaling factor (gpt-oss: 32; 0: plain rotary embeddings), whose attention
     concentration Megatron-Core's fused rotary kernel does not take
-    (:meth:`unfused_rope_bytes`).
+    (:meth:`unfused_rope_bytes`). ``qk_norm``: each query and key head is normalised
+    (RMSNorm over its ``head_size``) before the rotary embedding and attention (Qwen3's
+    ``qk_layernorm``, :meth:`layer_elementwise_bytes`).
     """
 
     layers: int
@@ -182,6 +184,7 @@ class Transformer:
     window: int = 0
     full_attention_every: int = 0
     yarn_scale: float = 0.0
+    qk_norm: bool = False
     name: str = ""
     source: str = ""
 
@@ -570,13 +573,24 @@ class Transformer:
         other traffic (Q, K, V read once, the output written once) is within the 22h.
         A model trained without dropout moves only the softmax's 4as/t
         (:meth:`scores_elementwise_bytes`).
+        With ``qk_norm`` (Qwen3) Megatron-Core normalises the query's a / t heads and
+        the key's g / t groups of d each with a TE norm kernel apiece, reading and
+        writing them in bf16 (4 (a + g) d / t; core_v0.16.0 gpt_layer_specs.py lines
+        136-151 and 271, ``q_layernorm`` / ``k_layernorm`` = ``backend.layer_norm(
+        for_qk=True)``; attention.py lines 1477-1481 apply them to query and key).
 
         >>> m = Transformer(layers=1, hidden=1024, seq=512, heads=8)
         >>> m.layer_elementwise_bytes(1) == 22 * 1024 + 9 * 8 * 512 + 4 * 4096
         True
+        >>> q = Transformer(layers=1, hidden=1024, seq=512, heads=8, kv_heads=2, qk_norm=True)
+        >>> q.layer_elementwise_bytes(1) - Transformer(**{**q.__dict__, "qk_norm": False}
+        ...     ).layer_elementwise_bytes(1) == 4 * (8 + 2) * 128
+        True
         """
         h, f = self.hidden, self.ffn or 4 * self.hidden
         per_token = 22 * h / (tp if sequence_parallel else 1)
+        if self.qk_norm and not self.is_mla:
+            per_token += 4 * (self.attention_heads + self.query_groups) * self.head_dim / tp
         if not flash_attention:
             per_token += self.scores_elementwise_bytes(1, tp=tp)
         per_token += (6 if self.gated else 4) * f / tp
