@@ -318,6 +318,14 @@ class _Net:
             self.route_entries.append(entries)
             self.route_alone.append(rate)
         self.route_latency = route_latency
+        # Routes joined through shared links (each cluster's flows rated apart from the
+        # others': see _component and _fill_by_cluster), and whether every two routes of
+        # each cluster share a link (then a cluster's routes with flows are connected
+        # whenever one is reached).
+        self.cluster_of, self.cluster_routes, cliques = _clusters(self.route_entries)
+        # (The search closes within three rounds there: below its cut-off.)
+        self.cliques = cliques and _ROUNDS >= 3
+        self.cluster_fills: dict[frozenset, dict[int, float]] = {}
         self.on_sent = None
         self.on_delivered = None
         # Flow slots (reused as the FlowNetwork reuses its pool).
@@ -368,8 +376,10 @@ class _Net:
         self.generation = 0
         self.flows = 0
         self.represented = 0.0
-        # Records (link id -> value; absent: 0).
-        self.link_bytes: dict[int, float] = {}
+        # Records (link id -> value; absent: 0), bytes per link from the done flows'
+        # routes and sizes in the order they were done (see link_bytes).
+        self.done_routes = array("q")
+        self.done_bytes = array("d")
         self.link_busy: dict[int, float] = {}
         self.link_idle_at: dict[int, float] = {}
         self.link_flow_s: dict[int, float] = {}
@@ -379,6 +389,36 @@ class _Net:
         # many routes' levels that holds.
         self.fills: dict[frozenset, dict[int, float]] = {}
         self.filled = 0
+
+    @property
+    def link_bytes(self) -> dict[int, float]:
+        """Bytes per link (link id -> bytes; absent: 0): each done flow's bytes (times
+        its load per link with link classes) added entry by entry in incidence order,
+        flow after flow in the order they were done, as the network adds them. The
+        same sums in the same order, made at the end: per link, numpy's running sum
+        (``np.cumsum`` adds one after another) over its entries in that order."""
+        if not self.done_routes:
+            return {}
+        routes = np.frombuffer(self.done_routes, dtype=np.int64)
+        sizes = np.frombuffer(self.done_bytes, dtype=float)
+        order = np.argsort(routes, kind="stable")
+        bounds = np.searchsorted(routes[order], np.arange(len(self.route_pairs) + 1))
+        # Per link, its entries as (position in the log, entry index, bytes).
+        keys: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        width = max(len(pairs) for pairs in self.route_pairs)
+        for route, pairs in enumerate(self.route_pairs):
+            where = order[bounds[route] : bounds[route + 1]]
+            if not len(where):
+                continue
+            for entry, (link, coef) in enumerate(pairs):
+                carried = sizes[where] * coef if self.weighted else sizes[where]
+                keys.setdefault(link, []).append((where * width + entry, carried))
+        totals: dict[int, float] = {}
+        for link, parts in keys.items():
+            position = np.concatenate([part[0] for part in parts])
+            values = np.concatenate([part[1] for part in parts])
+            totals[link] = float(np.cumsum(values[np.argsort(position, kind="stable")])[-1])
+        return totals
 
     # -- flows --------------------------------------------------------------------------
     def _take(self, count: int) -> list[int]:
@@ -540,6 +580,9 @@ class _Net:
                 for link in route_entries[route]:
                     link_routes.setdefault(link, {})[route] = None
         self._change(gone, joined, now)
+        if self.cliques:
+            self._settle_cliques(gone, new, now)
+            return
         # The links the finished flows leave that still carry flows (the new ones
         # counted, as the FlowNetwork counts them before it looks).
         seeds: set[int] = set()
@@ -553,6 +596,37 @@ class _Net:
         if seeds:
             # (The crowded new flows' routes are among those found: their links seed.)
             self._recompute(self._component(seeds), now)
+        self._schedule_wake()
+
+    def _settle_cliques(self, gone: dict[int, int], new: list[int], now: float) -> None:
+        """The end of :meth:`_settle` where every cluster is a clique: the routes the
+        search would find from its seeds are those with flows of the clusters a seed
+        link is in (see :meth:`_clique_component`), and a link carries flows exactly
+        when a route with flows crosses it, so the clusters are found without the
+        seeds: a finished route's where one of its links still carries flows, a
+        crowded new flow's."""
+        link_n, route_entries, cluster_of = self.link_n, self.route_entries, self.cluster_of
+        touched = set()
+        for route in gone:
+            cluster = cluster_of[route]
+            if cluster in touched:
+                continue
+            for link in route_entries[route]:
+                if link_n[link]:
+                    touched.add(cluster)
+                    break
+        if new:
+            f_route = self.f_route
+            for slot in self._rate_alone(new, now):
+                touched.add(cluster_of[f_route[slot]])
+        if touched:
+            route_slots, cluster_routes = self.route_slots, self.cluster_routes
+            found = set()
+            for cluster in touched:
+                for route in cluster_routes[cluster]:
+                    if route_slots[route]:
+                        found.add(route)
+            self._recompute(found, now)
         self._schedule_wake()
 
     def _rate_alone(self, new: list[int], now: float) -> list[int]:
@@ -592,6 +666,8 @@ class _Net:
         every flow of the routes found."""
         if self.entries == 0:
             return set()
+        if self.cliques:
+            return self._clique_component(seeds)
         cut_off = 8 * self.entries > self.n_links or self.entries > _SMALL
         link_routes, route_entries = self.link_routes, self.route_entries
         reached = set(seeds)
@@ -617,6 +693,69 @@ class _Net:
                 return found
             reached |= frontier
 
+    def _clique_component(self, seeds: set[int]) -> set[int]:
+        """:meth:`_component` where every cluster's routes pairwise share a link: the
+        routes with flows of each cluster with one on a seed link. (The search reaches
+        such a route in its first round and every other route of the cluster with
+        flows in its second, since they share a link with it; it finds nothing new in
+        its third, so it closes before its cut-off and finds just these.)"""
+        link_routes, cluster_of = self.link_routes, self.cluster_of
+        touched = set()
+        for link in seeds:
+            routes = link_routes.get(link)
+            if routes:
+                # (The routes on one link are of one cluster.)
+                touched.add(cluster_of[next(iter(routes))])
+        route_slots, cluster_routes = self.route_slots, self.cluster_routes
+        found = set()
+        for cluster in touched:
+            for route in cluster_routes[cluster]:
+                if route_slots[route]:
+                    found.add(route)
+        return found
+
+    def _fill_by_cluster(self, groups: dict[int, int]) -> dict[int, float] | None:
+        """Each route's level as :meth:`_fill` over ``groups`` would give it, from each
+        cluster's own filling (made once per cluster and flows per route), or None
+        where two different levels are within the filling's tie (1e-12 relative).
+
+        Why that is exact: a round's level is the least share over every link, and its
+        bottlenecks are the links within the tie of it; links of different clusters
+        share no route, so a round changes only its own cluster's links. A cluster's
+        next round level is its least share, so the rounds of the whole filling are
+        each cluster's rounds in order of level, unless a cluster's next level lies
+        within the tie above another's (it would freeze at the lesser one): ruled out
+        by the check. Equal levels are the same round in either."""
+        cluster_of, fills = self.cluster_of, self.cluster_fills
+        parts: dict[int, dict[int, int]] = {}
+        for route, flows in groups.items():
+            cluster = cluster_of[route]
+            part = parts.get(cluster)
+            if part is None:
+                parts[cluster] = {route: flows}
+            else:
+                part[route] = flows
+        levels: dict[int, float] = {}
+        values: set[float] = set()
+        for part in parts.values():
+            key = frozenset(part.items())
+            level_of = fills.get(key)
+            if level_of is None:
+                level_of = dict.fromkeys(part, _INF)
+                self._fill(part, level_of)
+                if len(fills) >= _FILLS:
+                    fills.clear()
+                fills[key] = level_of
+            levels.update(level_of)
+            values.update(level_of.values())
+        if len(values) > 1:
+            ordered = sorted(values)
+            tie = 1 + _TIE
+            for lower, upper in zip(ordered, ordered[1:]):
+                if upper <= lower * tie:
+                    return None
+        return {route: levels[route] for route in groups}
+
     def _recompute(self, routes, now: float) -> None:
         """FlowNetwork._recompute on every flow of ``routes``: bytes left brought up to
         now, max-min rates by progressive filling (maxmin's arithmetic, by route: see
@@ -631,8 +770,10 @@ class _Net:
         key = frozenset(groups.items())
         level_of = self.fills.get(key)
         if level_of is None:
-            level_of = dict.fromkeys(groups, _INF)
-            self._fill(groups, level_of)
+            level_of = self._fill_by_cluster(groups) if len(self.cluster_routes) > 1 else None
+            if level_of is None:
+                level_of = dict.fromkeys(groups, _INF)
+                self._fill(groups, level_of)
             if self.filled + len(groups) > _FILLS:
                 self.fills.clear()
                 self.filled = 0
@@ -829,12 +970,10 @@ class _Net:
         done.sort()
         # Bytes per link, entry by entry in incidence order.
         f_route, f_bytes, f_op = self.f_route, self.f_bytes, self.f_op
-        link_bytes, route_pairs, weighted = self.link_bytes, self.route_pairs, self.weighted
-        for slot in sorted(done, key=self.f_seq.__getitem__):
-            size = f_bytes[slot]
-            for link, coef in route_pairs[f_route[slot]]:
-                carried = size * coef if weighted else size
-                link_bytes[link] = link_bytes.get(link, 0.0) + carried
+        # (Logged in that order and summed at the end: see :meth:`link_bytes`.)
+        in_order = sorted(done, key=self.f_seq.__getitem__) if len(done) > 1 else done
+        self.done_routes.extend([f_route[slot] for slot in in_order])
+        self.done_bytes.extend([f_bytes[slot] for slot in in_order])
         ops = [f_op[slot] for slot in done]
         route_latency = self.route_latency
         delays = [route_latency[f_route[slot]] for slot in done]
@@ -948,17 +1087,22 @@ class _Replay:
             overhead = 0.0
             if "network" in classes and protocol.net_floor:
                 overhead = NET_OVERHEAD_S * (3 if protocol.name == "Simple" else 1)
-            hops = np.array([protocol.hop_s[cls] for cls in classes], dtype=float)[inverse]
+            # Per distinct route, then one object a route handed to its ops (the same
+            # values as per op, without np.unique's sort of every op's value: a 261,120-op
+            # DP ring's routes are 64).
+            hops = np.array([protocol.hop_s[cls] for cls in classes], dtype=float)
             wanted = np.maximum(hops, overhead)
-            self.crosses = _shared(np.array([cls == "network" for cls in classes])[inverse])
-            self.extra = _shared(np.maximum(wanted - latency[routes], 0.0))
-            self.hop = _shared(wanted)
+            by_route = inverse.tolist()
+            self.crosses = _by_route([cls == "network" for cls in classes], by_route)
+            self.extra = _by_route(np.maximum(wanted - latency[unique], 0.0).tolist(), by_route)
+            self.hop = _by_route(wanted.tolist(), by_route)
             messages = np.maximum(1.0, np.ceil(schedule.nbytes / protocol.message_bytes))
             self.busy = _shared(messages * protocol.proxy_s)
         (done_ptr, done_idx), (sent_ptr, sent_idx) = successors(schedule)
-        # CSR in machine ints (8 bytes an entry, not a Python list and int per op).
-        self.done_succ = (array("q", done_ptr.tolist()), array("q", done_idx.tolist()))
-        self.sent_succ = (array("q", sent_ptr.tolist()), array("q", sent_idx.tolist()))
+        # CSR in machine ints (8 bytes an entry, not a Python list and int per op), and
+        # where no op has more than one successor (a ring's), each op's (-1: none).
+        self.done_succ = _successors(done_ptr, done_idx)
+        self.sent_succ = _successors(sent_ptr, sent_idx)
         self.pending = np.diff(schedule.dep_ptr).tolist()
         nan = float("nan")
         self.start_s = [nan] * n
@@ -1084,8 +1228,24 @@ class _Replay:
             self.end_s[op] = now
         self._release(ops, self.done_succ)
 
-    def _release(self, ops: list[int], csr: tuple[array, array]) -> None:
-        ptr, idx = csr
+    def _release(self, ops: list[int], csr: tuple[array, array, array | None]) -> None:
+        ptr, idx, single = csr
+        if single is not None:
+            # (The same successors met in the same order, each made ready when its
+            # count reaches 0; sorted as below.)
+            pending = self.pending
+            ready = []
+            for op in ops:
+                s = single[op]
+                if s >= 0:
+                    count = pending[s] - 1
+                    pending[s] = count
+                    if not count:
+                        ready.append(s)
+            if len(ready) > 1:
+                ready.sort()
+            self._launch(ready)
+            return
         if len(ops) == 1:
             succ = idx[ptr[ops[0]] : ptr[ops[0] + 1]].tolist()
         else:
@@ -1108,6 +1268,61 @@ def _dyadic(values: np.ndarray) -> bool:
     them are then exact in doubles, whatever their order."""
     scaled = np.asarray(values, dtype=float) * 2.0**20
     return bool(np.all((scaled == np.floor(scaled)) & (np.abs(values) < 2.0**20)))
+
+
+def _clusters(route_entries: list[dict[int, int]]) -> tuple[list[int], list[list[int]], bool]:
+    """The routes joined through shared links: each route's cluster, each cluster's
+    routes (in route order) and whether every two routes of each cluster share a
+    link."""
+    parent = list(range(len(route_entries)))
+
+    def root(route: int) -> int:
+        while parent[route] != route:
+            parent[route] = parent[parent[route]]
+            route = parent[route]
+        return route
+
+    first: dict[int, int] = {}  # link -> the first route on it
+    for route, entries in enumerate(route_entries):
+        for link in entries:
+            other = first.setdefault(link, route)
+            a, b = root(route), root(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    number: dict[int, int] = {}
+    cluster_of = []
+    cluster_routes: list[list[int]] = []
+    for route in range(len(route_entries)):
+        top = root(route)
+        if top not in number:
+            number[top] = len(cluster_routes)
+            cluster_routes.append([])
+        cluster_of.append(number[top])
+        cluster_routes[number[top]].append(route)
+    cliques = all(
+        not route_entries[a].keys().isdisjoint(route_entries[b])
+        for routes in cluster_routes
+        for i, a in enumerate(routes)
+        for b in routes[i + 1 :]
+    )
+    return cluster_of, cluster_routes, cliques
+
+
+def _successors(ptr: np.ndarray, idx: np.ndarray) -> tuple[array, array, array | None]:
+    """A CSR of successors in machine ints, with each op's one successor (-1: none)
+    where no op has two."""
+    counts = np.diff(ptr)
+    single = None
+    if len(counts) and counts.max() <= 1:
+        one = np.full(len(counts), -1, dtype=np.int64)
+        one[counts == 1] = idx
+        single = array("q", one.tobytes())
+    return array("q", ptr.tolist()), array("q", idx.tolist()), single
+
+
+def _by_route(values: list, index: list[int]) -> list:
+    """``values[index[i]]`` for every op ``i`` (one object a distinct route)."""
+    return [values[i] for i in index]
 
 
 def _shared(values: np.ndarray) -> list:
