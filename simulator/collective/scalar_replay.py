@@ -65,6 +65,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -751,7 +752,7 @@ class _Net:
         if len(values) > 1:
             ordered = sorted(values)
             tie = 1 + _TIE
-            for lower, upper in zip(ordered, ordered[1:]):
+            for lower, upper in pairwise(ordered):
                 if upper <= lower * tie:
                     return None
         return {route: levels[route] for route in groups}
