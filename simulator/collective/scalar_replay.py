@@ -97,6 +97,9 @@ _INF = float("inf")
 #: 3.1 405B FSDP GB200 row's 250,000-transfer DP all-gather makes 7,347 distinct
 #: fillings of a few routes each for 121,409 events.
 _FILLS = 1 << 18
+#: Routes up to which the next finishes are found by a scan of every route's earliest
+#: rather than from a heap (see _Net.scan): equal results, cheaper for few routes.
+_SCAN_ROUTES = 128
 
 
 @dataclass
@@ -355,6 +358,10 @@ class _Net:
         # ``route_end`` still holds its value for its route; others are dropped.
         self.route_end: dict[int, float] = {}
         self.ends: list[tuple[float, int]] = []
+        # With few routes a scan of ``route_end`` finds the same earliest finish and the
+        # same routes within a bound as the heap, without its stale entries (a DP ring
+        # of 64 routes pushes one a route an event): no heap is kept.
+        self.scan = len(route_links) <= _SCAN_ROUTES
         self.free: list[list[int]] = []
         self.top = 0
         # Incidence: per link its entry count; per route its flows' slots in the order
@@ -480,6 +487,19 @@ class _Net:
                 minus[link] = minus.get(link, 0) + flows * count
         link_n, flow_s, changed = self.link_n, self.link_flow_s, self.changed
         since, busy, idle_at = self.since, self.link_busy, self.link_idle_at
+        if not joined:
+            # (The loop below with nothing joining: every link here loses flows.)
+            for link, down in minus.items():
+                before = link_n[link]
+                flow_s[link] = flow_s.get(link, 0.0) + before * (now - changed.get(link, 0.0))
+                changed[link] = now
+                after = before - down
+                if after == 0:
+                    busy[link] = busy.get(link, 0.0) + (now - since[link])
+                    idle_at[link] = now
+                link_n[link] = after
+            self.entries -= sum(minus.values())
+            return
         if gone == joined:
             # As many flows join each route as leave it (a ring's next chunk on the
             # route of the one done): every count is back where it was, and a link
@@ -789,6 +809,7 @@ class _Net:
         # tenth of its replay. Keep the arithmetic in step with _advance.)
         route_rate, route_last, route_left = self.route_rate, self.route_last, self.route_left
         route_sorted, route_end, ends = self.route_sorted, self.route_end, self.ends
+        scan = self.scan
         for route in groups:
             value = level_of[route]
             lefts = route_left[route]
@@ -811,8 +832,10 @@ class _Net:
             end = now + (least / value if least > 0 else 0.0)
             if route_end.get(route) != end:
                 route_end[route] = end
-                heapq.heappush(ends, (end, route))
-        self._compact_ends()
+                if not scan:
+                    heapq.heappush(ends, (end, route))
+        if not scan:
+            self._compact_ends()
 
     def _advance(self, route: int, now: float) -> None:
         """Bring the bytes left of ``route``'s flows up to ``now`` at their rate, as the
@@ -904,8 +927,9 @@ class _Net:
         if self.route_end.get(route) == end:
             return
         self.route_end[route] = end
-        heapq.heappush(self.ends, (end, route))
-        self._compact_ends()
+        if not self.scan:
+            heapq.heappush(self.ends, (end, route))
+            self._compact_ends()
 
     def _compact_ends(self) -> None:
         """Drop the heap of finishes' stale entries when they are most of it. (Which
@@ -923,9 +947,12 @@ class _Net:
             return  # (no flow rated)
         # min(finish.values()): the first current entry.
         ends, route_end = self.ends, self.route_end
-        while route_end.get(ends[0][1]) != ends[0][0]:
-            heapq.heappop(ends)
-        target = ends[0][0]
+        if self.scan:
+            target = min(route_end.values())
+        else:
+            while route_end.get(ends[0][1]) != ends[0][0]:
+                heapq.heappop(ends)
+            target = ends[0][0]
         if target == _INF:
             return
         now = self.clock.now
@@ -941,11 +968,14 @@ class _Net:
         ends, route_end = self.ends, self.route_end
         route_slots, route_rate, route_last = self.route_slots, self.route_rate, self.route_last
         route_left = self.route_left
-        routes = set()
-        while ends and ends[0][0] <= bound:
-            end, route = heapq.heappop(ends)
-            if route_end.get(route) == end:
-                routes.add(route)
+        if self.scan:
+            routes = [route for route, end in route_end.items() if end <= bound]
+        else:
+            routes = set()
+            while ends and ends[0][0] <= bound:
+                end, route = heapq.heappop(ends)
+                if route_end.get(route) == end:
+                    routes.add(route)
         done: list[int] = []
         # Per route, the least bytes left of its flows that go on (None: none do).
         rest: dict[int, float | None] = {}
@@ -1058,8 +1088,8 @@ class _Replay:
         ptr, flat, latency = network.router.arrays()
         # The distinct routes the flows take, renumbered 0..m-1 for the network's
         # per-route lists (the ops' own routes but with stand-ins).
-        flow_unique, flow_inverse = np.unique(flow_routes, return_inverse=True)
-        self.route = flow_inverse.reshape(-1).tolist()
+        flow_unique, flow_inverse = _unique_ints(flow_routes)
+        self.route = flow_inverse.tolist()
         route_links, route_coef = [], None if link_class is None else []
         for r in flow_unique.tolist():
             links = flat[ptr[r] : ptr[r + 1]]
@@ -1082,8 +1112,10 @@ class _Replay:
         self.proxy_free: dict[int, float] = {}
         if protocol is not None:
             # The protocol's path classes and latencies follow the ops' own routes.
-            unique, inverse = np.unique(routes, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            if flow_routes is routes:
+                unique, inverse = flow_unique, flow_inverse
+            else:
+                unique, inverse = _unique_ints(routes)
             classes = network.route_classes(unique)
             overhead = 0.0
             if "network" in classes and protocol.net_floor:
@@ -1318,7 +1350,30 @@ def _successors(ptr: np.ndarray, idx: np.ndarray) -> tuple[array, array, array |
         one = np.full(len(counts), -1, dtype=np.int64)
         one[counts == 1] = idx
         single = array("q", one.tobytes())
-    return array("q", ptr.tolist()), array("q", idx.tolist()), single
+    return _machine_ints(ptr), _machine_ints(idx), single
+
+
+def _machine_ints(values: np.ndarray) -> array:
+    """``array("q", values.tolist())`` without the Python ints."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+    return out
+
+
+def _unique_ints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` (flat) for ids: by a table over their
+    range where it is small (no sort of every op's id), else np.unique."""
+    flat = np.asarray(values).reshape(-1)
+    if len(flat) and flat.dtype.kind in "iu":
+        low, high = int(flat.min()), int(flat.max())
+        if low >= 0 and high < 4 * len(flat) + 1024:
+            seen = np.zeros(high + 1, dtype=bool)
+            seen[flat] = True
+            unique = np.flatnonzero(seen)
+            number = np.cumsum(seen) - 1
+            return unique.astype(flat.dtype), number[flat]
+    unique, inverse = np.unique(flat, return_inverse=True)
+    return unique, inverse.reshape(-1)
 
 
 def _by_route(values: list, index: list[int]) -> list:
@@ -1338,6 +1393,9 @@ def _shared(values: np.ndarray) -> list:
         raw = flat.view(np.uint8).reshape(len(flat), flat.itemsize)
         if (raw == raw[0]).all():
             return [flat[0].item()] * len(flat)
-    distinct, inverse = np.unique(values, return_inverse=True)
+    if flat.dtype.kind in "iu":
+        distinct, inverse = _unique_ints(flat)
+    else:
+        distinct, inverse = np.unique(values, return_inverse=True)
     objects = distinct.tolist()
     return [objects[i] for i in inverse.ravel().tolist()]
