@@ -226,11 +226,7 @@ def replay_scalar(
     np.maximum.at(done, schedule.dst % p, end)
     done[np.isinf(done)] = 0.0  # ranks with no transfer are done at the start
     net = replay.net
-    links = np.array(sorted(net.link_n), dtype=np.int64)
-    records = [
-        np.array([values.get(link, 0.0) for link in links.tolist()], dtype=float)
-        for values in (net.link_bytes, net.link_busy, net.link_idle_at, net.link_flow_s)
-    ]
+    links, *records = net.link_records()
     return ScalarTimes(
         np.array(replay.start_s),
         np.array(replay.sent_s),
@@ -327,6 +323,14 @@ class _Net:
         # each cluster share a link (then a cluster's routes with flows are connected
         # whenever one is reached).
         self.cluster_of, self.cluster_routes, cliques = _clusters(self.route_entries)
+        # Links crossed by the same routes, each as many times (a route's own NIC and
+        # switch links; the NVLink ports a hop and a PXN hop through them share) carry
+        # the same flows at every instant, so their counts, flow-seconds, busy time and
+        # idle instants are the same doubles: they are kept on one link of each such
+        # set and copied to the others at the end (link_records). ``route_kept``: each
+        # route's entries on those links; ``route_size``: its entries in all.
+        self.twins, self.route_kept = _twins(self.route_entries)
+        self.route_size = [sum(entries.values()) for entries in self.route_entries]
         # (The search closes within three rounds there: below its cut-off.)
         self.cliques = cliques and _ROUNDS >= 3
         self.cluster_fills: dict[frozenset, dict[int, float]] = {}
@@ -428,6 +432,19 @@ class _Net:
             totals[link] = float(np.cumsum(values[np.argsort(position, kind="stable")])[-1])
         return totals
 
+    def link_records(self) -> tuple[np.ndarray, ...]:
+        """The links used (ids, in order) and their bytes, busy time, last idle instant
+        and flow-seconds (each twin its kept link's: see ``twins``)."""
+        twins = self.twins
+        links = sorted(link for kept in self.link_n for link in twins[kept])
+        kept = {link: top for top, group in twins.items() for link in group}
+        of = [kept[link] for link in links]
+        nbytes = self.link_bytes
+        records = [np.array([nbytes.get(link, 0.0) for link in links], dtype=float)]
+        for values in (self.link_busy, self.link_idle_at, self.link_flow_s):
+            records.append(np.array([values.get(top, 0.0) for top in of], dtype=float))
+        return (np.array(links, dtype=np.int64), *records)
+
     # -- flows --------------------------------------------------------------------------
     def _take(self, count: int) -> list[int]:
         taken: list[int] = []
@@ -480,10 +497,10 @@ class _Net:
         are never -0.0, which changes no bit; busy time still closes (leaving ones
         first) and opens (joining ones) at ``now`` where the count passes through 0.
         Counts are integers, so grouping by route changes none."""
-        route_entries = self.route_entries
+        route_kept, route_size = self.route_kept, self.route_size
         minus: dict[int, int] = {}
         for route, flows in gone.items():
-            for link, count in route_entries[route].items():
+            for link, count in route_kept[route].items():
                 minus[link] = minus.get(link, 0) + flows * count
         link_n, flow_s, changed = self.link_n, self.link_flow_s, self.changed
         since, busy, idle_at = self.since, self.link_busy, self.link_idle_at
@@ -498,7 +515,7 @@ class _Net:
                     busy[link] = busy.get(link, 0.0) + (now - since[link])
                     idle_at[link] = now
                 link_n[link] = after
-            self.entries -= sum(minus.values())
+            self.entries -= sum(flows * route_size[route] for route, flows in gone.items())
             return
         if gone == joined:
             # As many flows join each route as leave it (a ring's next chunk on the
@@ -515,7 +532,7 @@ class _Net:
             return
         plus: dict[int, int] = {}
         for route, flows in joined.items():
-            for link, count in route_entries[route].items():
+            for link, count in route_kept[route].items():
                 plus[link] = plus.get(link, 0) + flows * count
         for link in minus.keys() | plus.keys() if minus and plus else minus or plus:
             before = link_n.get(link, 0)
@@ -531,7 +548,8 @@ class _Net:
             if up and after == 0:
                 since[link] = now
             link_n[link] = after + up
-        self.entries += sum(plus.values()) - sum(minus.values())
+        self.entries += sum(flows * route_size[route] for route, flows in joined.items())
+        self.entries -= sum(flows * route_size[route] for route, flows in gone.items())
 
     def _settle(self, finished: list[int]) -> None:
         """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them."""
@@ -539,7 +557,7 @@ class _Net:
         new = [slot for slots in self.pending for slot in slots]
         self.pending = []
         f_route, route_slots, link_routes = self.f_route, self.route_slots, self.link_routes
-        route_left, route_entries = self.route_left, self.route_entries
+        route_left, route_entries = self.route_left, self.route_kept
         gone: dict[int, int] = {}
         if finished:
             dead: dict[int, set[int]] = {}
@@ -626,7 +644,7 @@ class _Net:
         when a route with flows crosses it, so the clusters are found without the
         seeds: a finished route's where one of its links still carries flows, a
         crowded new flow's."""
-        link_n, route_entries, cluster_of = self.link_n, self.route_entries, self.cluster_of
+        link_n, route_entries, cluster_of = self.link_n, self.route_kept, self.cluster_of
         touched = set()
         for route in gone:
             cluster = cluster_of[route]
@@ -654,7 +672,7 @@ class _Net:
         """Rate the new flows alone on every link (one entry on each) at their slowest
         link's share; the others are returned."""
         crowded = []
-        link_n, f_route, route_entries = self.link_n, self.f_route, self.route_entries
+        link_n, f_route, route_entries = self.link_n, self.f_route, self.route_kept
         for slot in new:
             route = f_route[slot]
             shared = False  # (a loop, not any() over a generator: once per new flow)
@@ -690,7 +708,7 @@ class _Net:
         if self.cliques:
             return self._clique_component(seeds)
         cut_off = 8 * self.entries > self.n_links or self.entries > _SMALL
-        link_routes, route_entries = self.link_routes, self.route_entries
+        link_routes, route_entries = self.link_routes, self.route_kept
         reached = set(seeds)
         frontier = reached
         found: set[int] = set()
@@ -1301,6 +1319,28 @@ def _dyadic(values: np.ndarray) -> bool:
     them are then exact in doubles, whatever their order."""
     scaled = np.asarray(values, dtype=float) * 2.0**20
     return bool(np.all((scaled == np.floor(scaled)) & (np.abs(values) < 2.0**20)))
+
+
+def _twins(
+    route_entries: list[dict[int, int]],
+) -> tuple[dict[int, list[int]], list[dict[int, int]]]:
+    """Links crossed by the same routes each as many times, grouped under the first
+    of them (kept link -> its group, itself first), and each route's entries on the
+    kept links."""
+    crossing: dict[int, list[tuple[int, int]]] = {}
+    for route, entries in enumerate(route_entries):
+        for link, count in entries.items():
+            crossing.setdefault(link, []).append((route, count))
+    first: dict[tuple, int] = {}
+    twins: dict[int, list[int]] = {}
+    for link, crossed in crossing.items():
+        top = first.setdefault(tuple(crossed), link)
+        twins.setdefault(top, []).append(link)
+    kept = [
+        {link: count for link, count in entries.items() if link in twins}
+        for entries in route_entries
+    ]
+    return twins, kept
 
 
 def _clusters(route_entries: list[dict[int, int]]) -> tuple[list[int], list[list[int]], bool]:
