@@ -551,8 +551,10 @@ class _Net:
         self.entries += sum(flows * route_size[route] for route, flows in joined.items())
         self.entries -= sum(flows * route_size[route] for route, flows in gone.items())
 
-    def _settle(self, finished: list[int]) -> None:
-        """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them."""
+    def _settle(self, finished: list[int], first: dict[int, int] | None = None) -> None:
+        """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them.
+        ``first``: routes whose finished flows are their first ones, and how many
+        (the others' are found slot by slot)."""
         now = self.clock.now
         new = [slot for slots in self.pending for slot in slots]
         self.pending = []
@@ -561,8 +563,16 @@ class _Net:
         gone: dict[int, int] = {}
         if finished:
             dead: dict[int, set[int]] = {}
+            if first:
+                for route, count in first.items():
+                    if count:
+                        gone[route] = count
+                        route_slots[route] = route_slots[route][count:]
+                        route_left[route] = route_left[route][count:]
             for slot in finished:
                 route = f_route[slot]
+                if first and route in first:
+                    continue
                 if route in dead:
                     dead[route].add(slot)
                 else:
@@ -589,11 +599,13 @@ class _Net:
                         del link_routes[link][route]
         joined: dict[int, int] = {}
         if new:
+            f_seq, seq = self.f_seq, self.seq
             for slot in new:
-                self.f_seq[slot] = self.seq
-                self.seq += 1
+                f_seq[slot] = seq
+                seq += 1
                 route = f_route[slot]
                 joined[route] = joined.get(route, 0) + 1
+            self.seq = seq
             # A route's flows brought up to now before flows join it (they have
             # carried nothing yet): the route is rated again below (its new flows
             # share links with the others), which would bring the others up to now
@@ -997,18 +1009,23 @@ class _Net:
         done: list[int] = []
         # Per route, the least bytes left of its flows that go on (None: none do).
         rest: dict[int, float | None] = {}
+        # Per route in order of bytes left, how many of its first flows are done.
+        first: dict[int, int] = {}
+        route_sorted = self.route_sorted
         for route in routes:
             rate, last = route_rate[route], route_last[route]
             least = None
-            if self.route_sorted[route]:
+            if route_sorted[route]:
                 # Done flows first (a finish rises with bytes left): up to the first
                 # that goes on, the least of those that do.
+                count = len(done)
                 for slot, left in zip(route_slots[route], route_left[route], strict=True):
                     if last + (left / rate if left > 0 else 0.0) <= bound:
                         done.append(slot)
                     else:
                         least = left
                         break
+                first[route] = len(done) - count
             else:
                 for slot, left in zip(route_slots[route], route_left[route], strict=True):
                     if last + (left / rate if left > 0 else 0.0) <= bound:
@@ -1043,7 +1060,7 @@ class _Net:
             _deliver_later(self.clock, self.on_delivered, ops, delays)
         finally:
             self.in_wake = False
-        self._settle(done)
+        self._settle(done, first)
         self.free.append(done)
 
 
