@@ -472,10 +472,11 @@ class _Net:
     def add_flows(self, ops: list[int], routes: list[int], nbytes: list[float], weight) -> None:
         """FlowNetwork.add_flows: one flow per op from now."""
         slots = self._take(len(ops))
+        f_op, f_route, f_bytes = self.f_op, self.f_route, self.f_bytes
         for slot, op, route, size in zip(slots, ops, routes, nbytes, strict=True):
-            self.f_op[slot] = op
-            self.f_route[slot] = route
-            self.f_bytes[slot] = size
+            f_op[slot] = op
+            f_route[slot] = route
+            f_bytes[slot] = size
         self.flows += len(ops)
         self.represented += len(ops) if weight is None else weight * len(ops)
         self.pending.append(slots)
@@ -1191,13 +1192,15 @@ class _Replay:
         if not ops:
             return
         now = self.clock.now
+        start_s = self.start_s
         for op in ops:
-            self.start_s[op] = now
+            start_s[op] = now
         proto = self.protocol
         if proto is not None and proto.proxy_s > 0:
-            crossing = [op for op in ops if self.crosses[op]]
+            crosses = self.crosses
+            crossing = [op for op in ops if crosses[op]]
             if crossing:
-                self._send([op for op in ops if not self.crosses[op]])
+                self._send([op for op in ops if not crosses[op]])
                 ready = _proxy_queue(
                     self.proxy_free,
                     [self.local_src[op] for op in crossing],
@@ -1219,10 +1222,11 @@ class _Replay:
     def _send(self, ops: list[int]) -> None:
         if ops:
             now = self.clock.now
+            flow_start, route, wire = self.flow_start, self.route, self.wire
             for op in ops:
-                self.flow_start[op] = now
+                flow_start[op] = now
             self.net.add_flows(
-                ops, [self.route[op] for op in ops], [self.wire[op] for op in ops], self.weight
+                ops, [route[op] for op in ops], [wire[op] for op in ops], self.weight
             )
 
     def _at(self, delays: list[float], action, ops: list[int]) -> None:
@@ -1249,8 +1253,9 @@ class _Replay:
 
     def on_sent(self, ops: list[int]) -> None:
         now = self.clock.now
+        sent_s = self.sent_s
         for op in ops:
-            self.sent_s[op] = now
+            sent_s[op] = now
         if self.sent_left is not None:
             self.sent_left -= len(ops)
             if self.sent_left <= 0:
@@ -1263,11 +1268,14 @@ class _Replay:
             self._complete(ops)
             return
         now = self.clock.now
-        delay = [self.extra[op] for op in ops]
-        if proto.channel_rate != _INF:
+        extra = self.extra
+        delay = [extra[op] for op in ops]
+        channel_rate = proto.channel_rate
+        if channel_rate != _INF:
+            flow_start, hop, nbytes = self.flow_start, self.hop, self.nbytes
             for j, op in enumerate(ops):
-                copied = self.flow_start[op] + self.hop[op]
-                copied += self.nbytes[op] / proto.channel_rate
+                copied = flow_start[op] + hop[op]
+                copied += nbytes[op] / channel_rate
                 if copied - now > delay[j]:
                     delay[j] = copied - now
         if proto.proxy_s > 0:
@@ -1292,8 +1300,9 @@ class _Replay:
         if not ops:
             return
         now = self.clock.now
+        end_s = self.end_s
         for op in ops:
-            self.end_s[op] = now
+            end_s[op] = now
         self._release(ops, self.done_succ)
 
     def _release(self, ops: list[int], csr: tuple[array, array, array | None]) -> None:
