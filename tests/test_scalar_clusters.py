@@ -143,13 +143,11 @@ def test_the_heap_and_the_search_still_equal_the_reference(monkeypatch):
     not cliques), the heap of finishes and the search run, and agree with the
     reference as before."""
     monkeypatch.setattr(sr, "_SCAN_ROUTES", 0)
-    monkeypatch.setattr(sr, "_clusters", lambda entries: (*_real_clusters(entries)[:2], False))
+    clusters = sr._clusters
+    monkeypatch.setattr(sr, "_clusters", lambda entries: (*clusters(entries)[:2], False))
     made = _watch(monkeypatch)
     graph = load_topology("dgx-h100", 2)
     schedule = build_schedule("ring", "all_reduce", rank_layout(graph), 2e7, chunks=2, channels=4)
     _compare(graph, schedule, "Simple")
     (net,) = made
     assert not net.cliques and not net.scan
-
-
-_real_clusters = sr._clusters

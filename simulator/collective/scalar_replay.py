@@ -48,6 +48,20 @@ flows done at an instant are the route's first ones; and each distinct filling (
 per route) is made once. Same doubles: that call, 250,000 transfers in 121,000 events,
 took 11.0-11.7 s of CPU before these and 7.1-8.0 s after (load 8 on 2 cores).
 
+The shape of a data-parallel ring's routes spares more (issue 31; the same doubles). Its
+routes fall into clusters joined through shared links (on a GB200 rack, each GPU's hop to
+the next and its PXN hop through the same NVLink port: 32 clusters of 2 routes on the
+MLPerf v5.1 Llama 3.1 8B 512-GPU row's quotient). Clusters share no link, so a filling
+is each cluster's own filling (made once per cluster and flows per route) unless two
+different levels fall within the filling's tie (checked; then the whole filling); where
+every two routes of a cluster share a link, the search for connected flows finds every
+route with flows of each cluster reached, without its rounds. Links crossed by the same
+routes as often (the port's two directions, a NIC's links) carry the same flows, so
+their counts and records are kept once and copied at the end; a link's bytes are summed
+at the end, in the order the flows were done (numpy's running sum adds one value after
+another); with few routes the next finishes come from a scan, not a heap; a ring's
+one successor per op is kept as such. Tested in tests/test_scalar_clusters.py.
+
 Tested against the reference replay on fresh networks (tests/test_scalar_replay.py;
 on binding links, tests/test_reduced_scalar.py):
 every op's start, sent and done time and every link record the same double. (Inside a
@@ -415,21 +429,23 @@ class _Net:
         sizes = np.frombuffer(self.done_bytes, dtype=float)
         order = np.argsort(routes, kind="stable")
         bounds = np.searchsorted(routes[order], np.arange(len(self.route_pairs) + 1))
-        # Per link, its entries as (position in the log, entry index, bytes).
-        keys: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-        width = max(len(pairs) for pairs in self.route_pairs)
+        # Per link, the (route, entry index, load) of its entries; then its additions
+        # ordered by (position in the log, entry index), one link at a time.
+        crossing: dict[int, list[tuple[int, int, float]]] = {}
         for route, pairs in enumerate(self.route_pairs):
-            where = order[bounds[route] : bounds[route + 1]]
-            if not len(where):
-                continue
-            for entry, (link, coef) in enumerate(pairs):
-                carried = sizes[where] * coef if self.weighted else sizes[where]
-                keys.setdefault(link, []).append((where * width + entry, carried))
+            if bounds[route + 1] > bounds[route]:
+                for entry, (link, coef) in enumerate(pairs):
+                    crossing.setdefault(link, []).append((route, entry, coef))
+        width = max(len(pairs) for pairs in self.route_pairs)
         totals: dict[int, float] = {}
-        for link, parts in keys.items():
-            position = np.concatenate([part[0] for part in parts])
-            values = np.concatenate([part[1] for part in parts])
-            totals[link] = float(np.cumsum(values[np.argsort(position, kind="stable")])[-1])
+        for link, entries in crossing.items():
+            positions, values = [], []
+            for route, entry, coef in entries:
+                where = order[bounds[route] : bounds[route + 1]]
+                positions.append(where * width + entry)
+                values.append(sizes[where] * coef if self.weighted else sizes[where])
+            position, value = np.concatenate(positions), np.concatenate(values)
+            totals[link] = float(np.cumsum(value[np.argsort(position, kind="stable")])[-1])
         return totals
 
     def link_records(self) -> tuple[np.ndarray, ...]:
