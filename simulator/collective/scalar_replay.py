@@ -217,6 +217,11 @@ def replay_scalar(
         flow_routes,
     )
     replay.run(sent_limit)
+    # The network calls back into the replay and the clock's queue holds both: cut
+    # those references, so that the replay's state goes when it returns rather than at
+    # the next collection (which run_steady pauses: each call's lists stayed till its end).
+    replay.net.on_sent = replay.net.on_delivered = None
+    replay.clock.clear()
     end = np.array(replay.end_s)
     if replay.stopped:
         empty = np.zeros(0)
@@ -267,6 +272,10 @@ class _Clock:
         """Call ``action(argument)`` at ``now + delay`` (SimPy's arithmetic)."""
         heapq.heappush(self._queue, (self.now + delay, self._seq, action, argument))
         self._seq += 1
+
+    def clear(self) -> None:
+        """Drop the callbacks left."""
+        self._queue = []
 
     def run(self) -> None:
         """Process every callback in order (until ``stop`` is set)."""
