@@ -138,8 +138,8 @@ def test_chunks_of_mixed_sizes_on_one_route_equal_the_reference(monkeypatch):
     out_of_order = []
     settle = sr._Net._settle
 
-    def watched(net, finished):
-        settle(net, finished)
+    def watched(net, finished, *first):
+        settle(net, finished, *first)
         out_of_order.append(not all(net.route_sorted))
 
     monkeypatch.setattr(sr._Net, "_settle", watched)

@@ -48,6 +48,22 @@ flows done at an instant are the route's first ones; and each distinct filling (
 per route) is made once. Same doubles: that call, 250,000 transfers in 121,000 events,
 took 11.0-11.7 s of CPU before these and 7.1-8.0 s after (load 8 on 2 cores).
 
+The shape of a data-parallel ring's routes spares more (issue 31; the same doubles). Its
+routes fall into clusters joined through shared links (on a GB200 rack, each GPU's hop to
+the next and its PXN hop through the same NVLink port: 32 clusters of 2 routes on the
+MLPerf v5.1 Llama 3.1 8B 512-GPU row's quotient). Clusters share no link, so a filling
+is each cluster's own filling (made once per cluster and flows per route) unless two
+different levels fall within the filling's tie (checked; then the whole filling); where
+every two routes of a cluster share a link, the search for connected flows finds every
+route with flows of each cluster reached, without its rounds. Links crossed by the same
+routes as often (the port's two directions, a NIC's links) carry the same flows, so
+their counts and records are kept once and copied at the end; a link's bytes are summed
+at the end, in the order the flows were done (numpy's running sum adds one value after
+another); with few routes the next finishes come from a scan, not a heap; a ring's
+one successor per op is kept as such. Tested in tests/test_scalar_clusters.py. That
+row's four 261,120-transfer rings: 13.2 -> 7.6 s of CPU (load 8-11), the row 13.8-14.6
+-> 7.8-7.9 s, the same step and op times to the bit.
+
 Tested against the reference replay on fresh networks (tests/test_scalar_replay.py;
 on binding links, tests/test_reduced_scalar.py):
 every op's start, sent and done time and every link record the same double. (Inside a
@@ -65,6 +81,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -96,6 +113,9 @@ _INF = float("inf")
 #: 3.1 405B FSDP GB200 row's 250,000-transfer DP all-gather makes 7,347 distinct
 #: fillings of a few routes each for 121,409 events.
 _FILLS = 1 << 18
+#: Routes up to which the next finishes are found by a scan of every route's earliest
+#: rather than from a heap (see _Net.scan): equal results, cheaper for few routes.
+_SCAN_ROUTES = 128
 
 
 @dataclass
@@ -199,6 +219,11 @@ def replay_scalar(
         flow_routes,
     )
     replay.run(sent_limit)
+    # The network calls back into the replay and the clock's queue holds both: cut
+    # those references, so that the replay's state goes when it returns rather than at
+    # the next collection (which run_steady pauses: each call's lists stayed till its end).
+    replay.net.on_sent = replay.net.on_delivered = None
+    replay.clock.clear()
     end = np.array(replay.end_s)
     if replay.stopped:
         empty = np.zeros(0)
@@ -222,11 +247,7 @@ def replay_scalar(
     np.maximum.at(done, schedule.dst % p, end)
     done[np.isinf(done)] = 0.0  # ranks with no transfer are done at the start
     net = replay.net
-    links = np.array(sorted(net.link_n), dtype=np.int64)
-    records = [
-        np.array([values.get(link, 0.0) for link in links.tolist()], dtype=float)
-        for values in (net.link_bytes, net.link_busy, net.link_idle_at, net.link_flow_s)
-    ]
+    links, *records = net.link_records()
     return ScalarTimes(
         np.array(replay.start_s),
         np.array(replay.sent_s),
@@ -253,6 +274,10 @@ class _Clock:
         """Call ``action(argument)`` at ``now + delay`` (SimPy's arithmetic)."""
         heapq.heappush(self._queue, (self.now + delay, self._seq, action, argument))
         self._seq += 1
+
+    def clear(self) -> None:
+        """Drop the callbacks left."""
+        self._queue = []
 
     def run(self) -> None:
         """Process every callback in order (until ``stop`` is set)."""
@@ -318,6 +343,22 @@ class _Net:
             self.route_entries.append(entries)
             self.route_alone.append(rate)
         self.route_latency = route_latency
+        # Routes joined through shared links (each cluster's flows rated apart from the
+        # others': see _component and _fill_by_cluster), and whether every two routes of
+        # each cluster share a link (then a cluster's routes with flows are connected
+        # whenever one is reached).
+        self.cluster_of, self.cluster_routes, cliques = _clusters(self.route_entries)
+        # Links crossed by the same routes, each as many times (a route's own NIC and
+        # switch links; the NVLink ports a hop and a PXN hop through them share) carry
+        # the same flows at every instant, so their counts, flow-seconds, busy time and
+        # idle instants are the same doubles: they are kept on one link of each such
+        # set and copied to the others at the end (link_records). ``route_kept``: each
+        # route's entries on those links; ``route_size``: its entries in all.
+        self.twins, self.route_kept = _twins(self.route_entries)
+        self.route_size = [sum(entries.values()) for entries in self.route_entries]
+        # (The search closes within three rounds there: below its cut-off.)
+        self.cliques = cliques and _ROUNDS >= 3
+        self.cluster_fills: dict[frozenset, dict[int, float]] = {}
         self.on_sent = None
         self.on_delivered = None
         # Flow slots (reused as the FlowNetwork reuses its pool).
@@ -346,6 +387,10 @@ class _Net:
         # ``route_end`` still holds its value for its route; others are dropped.
         self.route_end: dict[int, float] = {}
         self.ends: list[tuple[float, int]] = []
+        # With few routes a scan of ``route_end`` finds the same earliest finish and the
+        # same routes within a bound as the heap, without its stale entries (a DP ring
+        # of 64 routes pushes one a route an event): no heap is kept.
+        self.scan = len(route_links) <= _SCAN_ROUTES
         self.free: list[list[int]] = []
         self.top = 0
         # Incidence: per link its entry count; per route its flows' slots in the order
@@ -368,8 +413,10 @@ class _Net:
         self.generation = 0
         self.flows = 0
         self.represented = 0.0
-        # Records (link id -> value; absent: 0).
-        self.link_bytes: dict[int, float] = {}
+        # Records (link id -> value; absent: 0), bytes per link from the done flows'
+        # routes and sizes in the order they were done (see link_bytes).
+        self.done_routes = array("q")
+        self.done_bytes = array("d")
         self.link_busy: dict[int, float] = {}
         self.link_idle_at: dict[int, float] = {}
         self.link_flow_s: dict[int, float] = {}
@@ -379,6 +426,51 @@ class _Net:
         # many routes' levels that holds.
         self.fills: dict[frozenset, dict[int, float]] = {}
         self.filled = 0
+
+    @property
+    def link_bytes(self) -> dict[int, float]:
+        """Bytes per link (link id -> bytes; absent: 0): each done flow's bytes (times
+        its load per link with link classes) added entry by entry in incidence order,
+        flow after flow in the order they were done, as the network adds them. The
+        same sums in the same order, made at the end: per link, numpy's running sum
+        (``np.cumsum`` adds one after another) over its entries in that order."""
+        if not self.done_routes:
+            return {}
+        routes = np.frombuffer(self.done_routes, dtype=np.int64)
+        sizes = np.frombuffer(self.done_bytes, dtype=float)
+        order = np.argsort(routes, kind="stable")
+        bounds = np.searchsorted(routes[order], np.arange(len(self.route_pairs) + 1))
+        # Per link, the (route, entry index, load) of its entries; then its additions
+        # ordered by (position in the log, entry index), one link at a time.
+        crossing: dict[int, list[tuple[int, int, float]]] = {}
+        for route, pairs in enumerate(self.route_pairs):
+            if bounds[route + 1] > bounds[route]:
+                for entry, (link, coef) in enumerate(pairs):
+                    crossing.setdefault(link, []).append((route, entry, coef))
+        width = max(len(pairs) for pairs in self.route_pairs)
+        totals: dict[int, float] = {}
+        for link, entries in crossing.items():
+            positions, values = [], []
+            for route, entry, coef in entries:
+                where = order[bounds[route] : bounds[route + 1]]
+                positions.append(where * width + entry)
+                values.append(sizes[where] * coef if self.weighted else sizes[where])
+            position, value = np.concatenate(positions), np.concatenate(values)
+            totals[link] = float(np.cumsum(value[np.argsort(position, kind="stable")])[-1])
+        return totals
+
+    def link_records(self) -> tuple[np.ndarray, ...]:
+        """The links used (ids, in order) and their bytes, busy time, last idle instant
+        and flow-seconds (each twin its kept link's: see ``twins``)."""
+        twins = self.twins
+        links = sorted(link for kept in self.link_n for link in twins[kept])
+        kept = {link: top for top, group in twins.items() for link in group}
+        of = [kept[link] for link in links]
+        nbytes = self.link_bytes
+        records = [np.array([nbytes.get(link, 0.0) for link in links], dtype=float)]
+        for values in (self.link_busy, self.link_idle_at, self.link_flow_s):
+            records.append(np.array([values.get(top, 0.0) for top in of], dtype=float))
+        return (np.array(links, dtype=np.int64), *records)
 
     # -- flows --------------------------------------------------------------------------
     def _take(self, count: int) -> list[int]:
@@ -407,10 +499,11 @@ class _Net:
     def add_flows(self, ops: list[int], routes: list[int], nbytes: list[float], weight) -> None:
         """FlowNetwork.add_flows: one flow per op from now."""
         slots = self._take(len(ops))
+        f_op, f_route, f_bytes = self.f_op, self.f_route, self.f_bytes
         for slot, op, route, size in zip(slots, ops, routes, nbytes, strict=True):
-            self.f_op[slot] = op
-            self.f_route[slot] = route
-            self.f_bytes[slot] = size
+            f_op[slot] = op
+            f_route[slot] = route
+            f_bytes[slot] = size
         self.flows += len(ops)
         self.represented += len(ops) if weight is None else weight * len(ops)
         self.pending.append(slots)
@@ -432,13 +525,26 @@ class _Net:
         are never -0.0, which changes no bit; busy time still closes (leaving ones
         first) and opens (joining ones) at ``now`` where the count passes through 0.
         Counts are integers, so grouping by route changes none."""
-        route_entries = self.route_entries
+        route_kept, route_size = self.route_kept, self.route_size
         minus: dict[int, int] = {}
         for route, flows in gone.items():
-            for link, count in route_entries[route].items():
+            for link, count in route_kept[route].items():
                 minus[link] = minus.get(link, 0) + flows * count
         link_n, flow_s, changed = self.link_n, self.link_flow_s, self.changed
         since, busy, idle_at = self.since, self.link_busy, self.link_idle_at
+        if not joined:
+            # (The loop below with nothing joining: every link here loses flows.)
+            for link, down in minus.items():
+                before = link_n[link]
+                flow_s[link] = flow_s.get(link, 0.0) + before * (now - changed.get(link, 0.0))
+                changed[link] = now
+                after = before - down
+                if after == 0:
+                    busy[link] = busy.get(link, 0.0) + (now - since[link])
+                    idle_at[link] = now
+                link_n[link] = after
+            self.entries -= sum(flows * route_size[route] for route, flows in gone.items())
+            return
         if gone == joined:
             # As many flows join each route as leave it (a ring's next chunk on the
             # route of the one done): every count is back where it was, and a link
@@ -454,7 +560,7 @@ class _Net:
             return
         plus: dict[int, int] = {}
         for route, flows in joined.items():
-            for link, count in route_entries[route].items():
+            for link, count in route_kept[route].items():
                 plus[link] = plus.get(link, 0) + flows * count
         for link in minus.keys() | plus.keys() if minus and plus else minus or plus:
             before = link_n.get(link, 0)
@@ -470,20 +576,31 @@ class _Net:
             if up and after == 0:
                 since[link] = now
             link_n[link] = after + up
-        self.entries += sum(plus.values()) - sum(minus.values())
+        self.entries += sum(flows * route_size[route] for route, flows in joined.items())
+        self.entries -= sum(flows * route_size[route] for route, flows in gone.items())
 
-    def _settle(self, finished: list[int]) -> None:
-        """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them."""
+    def _settle(self, finished: list[int], first: dict[int, int] | None = None) -> None:
+        """FlowNetwork._settle: drop ``finished``, take in pending flows, rate them.
+        ``first``: routes whose finished flows are their first ones, and how many
+        (the others' are found slot by slot)."""
         now = self.clock.now
         new = [slot for slots in self.pending for slot in slots]
         self.pending = []
         f_route, route_slots, link_routes = self.f_route, self.route_slots, self.link_routes
-        route_left, route_entries = self.route_left, self.route_entries
+        route_left, route_entries = self.route_left, self.route_kept
         gone: dict[int, int] = {}
         if finished:
             dead: dict[int, set[int]] = {}
+            if first:
+                for route, count in first.items():
+                    if count:
+                        gone[route] = count
+                        route_slots[route] = route_slots[route][count:]
+                        route_left[route] = route_left[route][count:]
             for slot in finished:
                 route = f_route[slot]
+                if first and route in first:
+                    continue
                 if route in dead:
                     dead[route].add(slot)
                 else:
@@ -510,11 +627,13 @@ class _Net:
                         del link_routes[link][route]
         joined: dict[int, int] = {}
         if new:
+            f_seq, seq = self.f_seq, self.seq
             for slot in new:
-                self.f_seq[slot] = self.seq
-                self.seq += 1
+                f_seq[slot] = seq
+                seq += 1
                 route = f_route[slot]
                 joined[route] = joined.get(route, 0) + 1
+            self.seq = seq
             # A route's flows brought up to now before flows join it (they have
             # carried nothing yet): the route is rated again below (its new flows
             # share links with the others), which would bring the others up to now
@@ -540,6 +659,9 @@ class _Net:
                 for link in route_entries[route]:
                     link_routes.setdefault(link, {})[route] = None
         self._change(gone, joined, now)
+        if self.cliques:
+            self._settle_cliques(gone, new, now)
+            return
         # The links the finished flows leave that still carry flows (the new ones
         # counted, as the FlowNetwork counts them before it looks).
         seeds: set[int] = set()
@@ -555,11 +677,42 @@ class _Net:
             self._recompute(self._component(seeds), now)
         self._schedule_wake()
 
+    def _settle_cliques(self, gone: dict[int, int], new: list[int], now: float) -> None:
+        """The end of :meth:`_settle` where every cluster is a clique: the routes the
+        search would find from its seeds are those with flows of the clusters a seed
+        link is in (see :meth:`_clique_component`), and a link carries flows exactly
+        when a route with flows crosses it, so the clusters are found without the
+        seeds: a finished route's where one of its links still carries flows, a
+        crowded new flow's."""
+        link_n, route_entries, cluster_of = self.link_n, self.route_kept, self.cluster_of
+        touched = set()
+        for route in gone:
+            cluster = cluster_of[route]
+            if cluster in touched:
+                continue
+            for link in route_entries[route]:
+                if link_n[link]:
+                    touched.add(cluster)
+                    break
+        if new:
+            f_route = self.f_route
+            for slot in self._rate_alone(new, now):
+                touched.add(cluster_of[f_route[slot]])
+        if touched:
+            route_slots, cluster_routes = self.route_slots, self.cluster_routes
+            found = set()
+            for cluster in touched:
+                for route in cluster_routes[cluster]:
+                    if route_slots[route]:
+                        found.add(route)
+            self._recompute(found, now)
+        self._schedule_wake()
+
     def _rate_alone(self, new: list[int], now: float) -> list[int]:
         """Rate the new flows alone on every link (one entry on each) at their slowest
         link's share; the others are returned."""
         crowded = []
-        link_n, f_route, route_entries = self.link_n, self.f_route, self.route_entries
+        link_n, f_route, route_entries = self.link_n, self.f_route, self.route_kept
         for slot in new:
             route = f_route[slot]
             shared = False  # (a loop, not any() over a generator: once per new flow)
@@ -592,8 +745,10 @@ class _Net:
         every flow of the routes found."""
         if self.entries == 0:
             return set()
+        if self.cliques:
+            return self._clique_component(seeds)
         cut_off = 8 * self.entries > self.n_links or self.entries > _SMALL
-        link_routes, route_entries = self.link_routes, self.route_entries
+        link_routes, route_entries = self.link_routes, self.route_kept
         reached = set(seeds)
         frontier = reached
         found: set[int] = set()
@@ -617,6 +772,69 @@ class _Net:
                 return found
             reached |= frontier
 
+    def _clique_component(self, seeds: set[int]) -> set[int]:
+        """:meth:`_component` where every cluster's routes pairwise share a link: the
+        routes with flows of each cluster with one on a seed link. (The search reaches
+        such a route in its first round and every other route of the cluster with
+        flows in its second, since they share a link with it; it finds nothing new in
+        its third, so it closes before its cut-off and finds just these.)"""
+        link_routes, cluster_of = self.link_routes, self.cluster_of
+        touched = set()
+        for link in seeds:
+            routes = link_routes.get(link)
+            if routes:
+                # (The routes on one link are of one cluster.)
+                touched.add(cluster_of[next(iter(routes))])
+        route_slots, cluster_routes = self.route_slots, self.cluster_routes
+        found = set()
+        for cluster in touched:
+            for route in cluster_routes[cluster]:
+                if route_slots[route]:
+                    found.add(route)
+        return found
+
+    def _fill_by_cluster(self, groups: dict[int, int]) -> dict[int, float] | None:
+        """Each route's level as :meth:`_fill` over ``groups`` would give it, from each
+        cluster's own filling (made once per cluster and flows per route), or None
+        where two different levels are within the filling's tie (1e-12 relative).
+
+        Why that is exact: a round's level is the least share over every link, and its
+        bottlenecks are the links within the tie of it; links of different clusters
+        share no route, so a round changes only its own cluster's links. A cluster's
+        next round level is its least share, so the rounds of the whole filling are
+        each cluster's rounds in order of level, unless a cluster's next level lies
+        within the tie above another's (it would freeze at the lesser one): ruled out
+        by the check. Equal levels are the same round in either."""
+        cluster_of, fills = self.cluster_of, self.cluster_fills
+        parts: dict[int, dict[int, int]] = {}
+        for route, flows in groups.items():
+            cluster = cluster_of[route]
+            part = parts.get(cluster)
+            if part is None:
+                parts[cluster] = {route: flows}
+            else:
+                part[route] = flows
+        levels: dict[int, float] = {}
+        values: set[float] = set()
+        for part in parts.values():
+            key = frozenset(part.items())
+            level_of = fills.get(key)
+            if level_of is None:
+                level_of = dict.fromkeys(part, _INF)
+                self._fill(part, level_of)
+                if len(fills) >= _FILLS:
+                    fills.clear()
+                fills[key] = level_of
+            levels.update(level_of)
+            values.update(level_of.values())
+        if len(values) > 1:
+            ordered = sorted(values)
+            tie = 1 + _TIE
+            for lower, upper in pairwise(ordered):
+                if upper <= lower * tie:
+                    return None
+        return {route: levels[route] for route in groups}
+
     def _recompute(self, routes, now: float) -> None:
         """FlowNetwork._recompute on every flow of ``routes``: bytes left brought up to
         now, max-min rates by progressive filling (maxmin's arithmetic, by route: see
@@ -631,8 +849,10 @@ class _Net:
         key = frozenset(groups.items())
         level_of = self.fills.get(key)
         if level_of is None:
-            level_of = dict.fromkeys(groups, _INF)
-            self._fill(groups, level_of)
+            level_of = self._fill_by_cluster(groups) if len(self.cluster_routes) > 1 else None
+            if level_of is None:
+                level_of = dict.fromkeys(groups, _INF)
+                self._fill(groups, level_of)
             if self.filled + len(groups) > _FILLS:
                 self.fills.clear()
                 self.filled = 0
@@ -647,6 +867,7 @@ class _Net:
         # tenth of its replay. Keep the arithmetic in step with _advance.)
         route_rate, route_last, route_left = self.route_rate, self.route_last, self.route_left
         route_sorted, route_end, ends = self.route_sorted, self.route_end, self.ends
+        scan = self.scan
         for route in groups:
             value = level_of[route]
             lefts = route_left[route]
@@ -669,8 +890,10 @@ class _Net:
             end = now + (least / value if least > 0 else 0.0)
             if route_end.get(route) != end:
                 route_end[route] = end
-                heapq.heappush(ends, (end, route))
-        self._compact_ends()
+                if not scan:
+                    heapq.heappush(ends, (end, route))
+        if not scan:
+            self._compact_ends()
 
     def _advance(self, route: int, now: float) -> None:
         """Bring the bytes left of ``route``'s flows up to ``now`` at their rate, as the
@@ -762,8 +985,9 @@ class _Net:
         if self.route_end.get(route) == end:
             return
         self.route_end[route] = end
-        heapq.heappush(self.ends, (end, route))
-        self._compact_ends()
+        if not self.scan:
+            heapq.heappush(self.ends, (end, route))
+            self._compact_ends()
 
     def _compact_ends(self) -> None:
         """Drop the heap of finishes' stale entries when they are most of it. (Which
@@ -781,9 +1005,12 @@ class _Net:
             return  # (no flow rated)
         # min(finish.values()): the first current entry.
         ends, route_end = self.ends, self.route_end
-        while route_end.get(ends[0][1]) != ends[0][0]:
-            heapq.heappop(ends)
-        target = ends[0][0]
+        if self.scan:
+            target = min(route_end.values())
+        else:
+            while route_end.get(ends[0][1]) != ends[0][0]:
+                heapq.heappop(ends)
+            target = ends[0][0]
         if target == _INF:
             return
         now = self.clock.now
@@ -799,26 +1026,34 @@ class _Net:
         ends, route_end = self.ends, self.route_end
         route_slots, route_rate, route_last = self.route_slots, self.route_rate, self.route_last
         route_left = self.route_left
-        routes = set()
-        while ends and ends[0][0] <= bound:
-            end, route = heapq.heappop(ends)
-            if route_end.get(route) == end:
-                routes.add(route)
+        if self.scan:
+            routes = [route for route, end in route_end.items() if end <= bound]
+        else:
+            routes = set()
+            while ends and ends[0][0] <= bound:
+                end, route = heapq.heappop(ends)
+                if route_end.get(route) == end:
+                    routes.add(route)
         done: list[int] = []
         # Per route, the least bytes left of its flows that go on (None: none do).
         rest: dict[int, float | None] = {}
+        # Per route in order of bytes left, how many of its first flows are done.
+        first: dict[int, int] = {}
+        route_sorted = self.route_sorted
         for route in routes:
             rate, last = route_rate[route], route_last[route]
             least = None
-            if self.route_sorted[route]:
+            if route_sorted[route]:
                 # Done flows first (a finish rises with bytes left): up to the first
                 # that goes on, the least of those that do.
+                count = len(done)
                 for slot, left in zip(route_slots[route], route_left[route], strict=True):
                     if last + (left / rate if left > 0 else 0.0) <= bound:
                         done.append(slot)
                     else:
                         least = left
                         break
+                first[route] = len(done) - count
             else:
                 for slot, left in zip(route_slots[route], route_left[route], strict=True):
                     if last + (left / rate if left > 0 else 0.0) <= bound:
@@ -829,12 +1064,10 @@ class _Net:
         done.sort()
         # Bytes per link, entry by entry in incidence order.
         f_route, f_bytes, f_op = self.f_route, self.f_bytes, self.f_op
-        link_bytes, route_pairs, weighted = self.link_bytes, self.route_pairs, self.weighted
-        for slot in sorted(done, key=self.f_seq.__getitem__):
-            size = f_bytes[slot]
-            for link, coef in route_pairs[f_route[slot]]:
-                carried = size * coef if weighted else size
-                link_bytes[link] = link_bytes.get(link, 0.0) + carried
+        # (Logged in that order and summed at the end: see :meth:`link_bytes`.)
+        in_order = sorted(done, key=self.f_seq.__getitem__) if len(done) > 1 else done
+        self.done_routes.extend([f_route[slot] for slot in in_order])
+        self.done_bytes.extend([f_bytes[slot] for slot in in_order])
         ops = [f_op[slot] for slot in done]
         route_latency = self.route_latency
         delays = [route_latency[f_route[slot]] for slot in done]
@@ -855,7 +1088,7 @@ class _Net:
             _deliver_later(self.clock, self.on_delivered, ops, delays)
         finally:
             self.in_wake = False
-        self._settle(done)
+        self._settle(done, first)
         self.free.append(done)
 
 
@@ -918,8 +1151,8 @@ class _Replay:
         ptr, flat, latency = network.router.arrays()
         # The distinct routes the flows take, renumbered 0..m-1 for the network's
         # per-route lists (the ops' own routes but with stand-ins).
-        flow_unique, flow_inverse = np.unique(flow_routes, return_inverse=True)
-        self.route = flow_inverse.reshape(-1).tolist()
+        flow_unique, flow_inverse = _unique_ints(flow_routes)
+        self.route = flow_inverse.tolist()
         route_links, route_coef = [], None if link_class is None else []
         for r in flow_unique.tolist():
             links = flat[ptr[r] : ptr[r + 1]]
@@ -942,23 +1175,30 @@ class _Replay:
         self.proxy_free: dict[int, float] = {}
         if protocol is not None:
             # The protocol's path classes and latencies follow the ops' own routes.
-            unique, inverse = np.unique(routes, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            if flow_routes is routes:
+                unique, inverse = flow_unique, flow_inverse
+            else:
+                unique, inverse = _unique_ints(routes)
             classes = network.route_classes(unique)
             overhead = 0.0
             if "network" in classes and protocol.net_floor:
                 overhead = NET_OVERHEAD_S * (3 if protocol.name == "Simple" else 1)
-            hops = np.array([protocol.hop_s[cls] for cls in classes], dtype=float)[inverse]
+            # Per distinct route, then one object a route handed to its ops (the same
+            # values as per op, without np.unique's sort of every op's value: a 261,120-op
+            # DP ring's routes are 64).
+            hops = np.array([protocol.hop_s[cls] for cls in classes], dtype=float)
             wanted = np.maximum(hops, overhead)
-            self.crosses = _shared(np.array([cls == "network" for cls in classes])[inverse])
-            self.extra = _shared(np.maximum(wanted - latency[routes], 0.0))
-            self.hop = _shared(wanted)
+            by_route = inverse.tolist()
+            self.crosses = _by_route([cls == "network" for cls in classes], by_route)
+            self.extra = _by_route(np.maximum(wanted - latency[unique], 0.0).tolist(), by_route)
+            self.hop = _by_route(wanted.tolist(), by_route)
             messages = np.maximum(1.0, np.ceil(schedule.nbytes / protocol.message_bytes))
             self.busy = _shared(messages * protocol.proxy_s)
         (done_ptr, done_idx), (sent_ptr, sent_idx) = successors(schedule)
-        # CSR in machine ints (8 bytes an entry, not a Python list and int per op).
-        self.done_succ = (array("q", done_ptr.tolist()), array("q", done_idx.tolist()))
-        self.sent_succ = (array("q", sent_ptr.tolist()), array("q", sent_idx.tolist()))
+        # CSR in machine ints (8 bytes an entry, not a Python list and int per op), and
+        # where no op has more than one successor (a ring's), each op's (-1: none).
+        self.done_succ = _successors(done_ptr, done_idx)
+        self.sent_succ = _successors(sent_ptr, sent_idx)
         self.pending = np.diff(schedule.dep_ptr).tolist()
         nan = float("nan")
         self.start_s = [nan] * n
@@ -979,13 +1219,15 @@ class _Replay:
         if not ops:
             return
         now = self.clock.now
+        start_s = self.start_s
         for op in ops:
-            self.start_s[op] = now
+            start_s[op] = now
         proto = self.protocol
         if proto is not None and proto.proxy_s > 0:
-            crossing = [op for op in ops if self.crosses[op]]
+            crosses = self.crosses
+            crossing = [op for op in ops if crosses[op]]
             if crossing:
-                self._send([op for op in ops if not self.crosses[op]])
+                self._send([op for op in ops if not crosses[op]])
                 ready = _proxy_queue(
                     self.proxy_free,
                     [self.local_src[op] for op in crossing],
@@ -1007,10 +1249,11 @@ class _Replay:
     def _send(self, ops: list[int]) -> None:
         if ops:
             now = self.clock.now
+            flow_start, route, wire = self.flow_start, self.route, self.wire
             for op in ops:
-                self.flow_start[op] = now
+                flow_start[op] = now
             self.net.add_flows(
-                ops, [self.route[op] for op in ops], [self.wire[op] for op in ops], self.weight
+                ops, [route[op] for op in ops], [wire[op] for op in ops], self.weight
             )
 
     def _at(self, delays: list[float], action, ops: list[int]) -> None:
@@ -1037,8 +1280,9 @@ class _Replay:
 
     def on_sent(self, ops: list[int]) -> None:
         now = self.clock.now
+        sent_s = self.sent_s
         for op in ops:
-            self.sent_s[op] = now
+            sent_s[op] = now
         if self.sent_left is not None:
             self.sent_left -= len(ops)
             if self.sent_left <= 0:
@@ -1051,11 +1295,14 @@ class _Replay:
             self._complete(ops)
             return
         now = self.clock.now
-        delay = [self.extra[op] for op in ops]
-        if proto.channel_rate != _INF:
+        extra = self.extra
+        delay = [extra[op] for op in ops]
+        channel_rate = proto.channel_rate
+        if channel_rate != _INF:
+            flow_start, hop, nbytes = self.flow_start, self.hop, self.nbytes
             for j, op in enumerate(ops):
-                copied = self.flow_start[op] + self.hop[op]
-                copied += self.nbytes[op] / proto.channel_rate
+                copied = flow_start[op] + hop[op]
+                copied += nbytes[op] / channel_rate
                 if copied - now > delay[j]:
                     delay[j] = copied - now
         if proto.proxy_s > 0:
@@ -1080,12 +1327,29 @@ class _Replay:
         if not ops:
             return
         now = self.clock.now
+        end_s = self.end_s
         for op in ops:
-            self.end_s[op] = now
+            end_s[op] = now
         self._release(ops, self.done_succ)
 
-    def _release(self, ops: list[int], csr: tuple[array, array]) -> None:
-        ptr, idx = csr
+    def _release(self, ops: list[int], csr: tuple[array, array, array | None]) -> None:
+        ptr, idx, single = csr
+        if single is not None:
+            # (The same successors met in the same order, each made ready when its
+            # count reaches 0; sorted as below.)
+            pending = self.pending
+            ready = []
+            for op in ops:
+                s = single[op]
+                if s >= 0:
+                    count = pending[s] - 1
+                    pending[s] = count
+                    if not count:
+                        ready.append(s)
+            if len(ready) > 1:
+                ready.sort()
+            self._launch(ready)
+            return
         if len(ops) == 1:
             succ = idx[ptr[ops[0]] : ptr[ops[0] + 1]].tolist()
         else:
@@ -1110,6 +1374,106 @@ def _dyadic(values: np.ndarray) -> bool:
     return bool(np.all((scaled == np.floor(scaled)) & (np.abs(values) < 2.0**20)))
 
 
+def _twins(
+    route_entries: list[dict[int, int]],
+) -> tuple[dict[int, list[int]], list[dict[int, int]]]:
+    """Links crossed by the same routes each as many times, grouped under the first
+    of them (kept link -> its group, itself first), and each route's entries on the
+    kept links."""
+    crossing: dict[int, list[tuple[int, int]]] = {}
+    for route, entries in enumerate(route_entries):
+        for link, count in entries.items():
+            crossing.setdefault(link, []).append((route, count))
+    first: dict[tuple, int] = {}
+    twins: dict[int, list[int]] = {}
+    for link, crossed in crossing.items():
+        top = first.setdefault(tuple(crossed), link)
+        twins.setdefault(top, []).append(link)
+    kept = [
+        {link: count for link, count in entries.items() if link in twins}
+        for entries in route_entries
+    ]
+    return twins, kept
+
+
+def _clusters(route_entries: list[dict[int, int]]) -> tuple[list[int], list[list[int]], bool]:
+    """The routes joined through shared links: each route's cluster, each cluster's
+    routes (in route order) and whether every two routes of each cluster share a
+    link."""
+    parent = list(range(len(route_entries)))
+
+    def root(route: int) -> int:
+        while parent[route] != route:
+            parent[route] = parent[parent[route]]
+            route = parent[route]
+        return route
+
+    first: dict[int, int] = {}  # link -> the first route on it
+    for route, entries in enumerate(route_entries):
+        for link in entries:
+            other = first.setdefault(link, route)
+            a, b = root(route), root(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    number: dict[int, int] = {}
+    cluster_of = []
+    cluster_routes: list[list[int]] = []
+    for route in range(len(route_entries)):
+        top = root(route)
+        if top not in number:
+            number[top] = len(cluster_routes)
+            cluster_routes.append([])
+        cluster_of.append(number[top])
+        cluster_routes[number[top]].append(route)
+    cliques = all(
+        not route_entries[a].keys().isdisjoint(route_entries[b])
+        for routes in cluster_routes
+        for i, a in enumerate(routes)
+        for b in routes[i + 1 :]
+    )
+    return cluster_of, cluster_routes, cliques
+
+
+def _successors(ptr: np.ndarray, idx: np.ndarray) -> tuple[array, array, array | None]:
+    """A CSR of successors in machine ints, with each op's one successor (-1: none)
+    where no op has two."""
+    counts = np.diff(ptr)
+    single = None
+    if len(counts) and counts.max() <= 1:
+        one = np.full(len(counts), -1, dtype=np.int64)
+        one[counts == 1] = idx
+        single = array("q", one.tobytes())
+    return _machine_ints(ptr), _machine_ints(idx), single
+
+
+def _machine_ints(values: np.ndarray) -> array:
+    """``array("q", values.tolist())`` without the Python ints."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+    return out
+
+
+def _unique_ints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` (flat) for ids: by a table over their
+    range where it is small (no sort of every op's id), else np.unique."""
+    flat = np.asarray(values).reshape(-1)
+    if len(flat) and flat.dtype.kind in "iu":
+        low, high = int(flat.min()), int(flat.max())
+        if low >= 0 and high < 4 * len(flat) + 1024:
+            seen = np.zeros(high + 1, dtype=bool)
+            seen[flat] = True
+            unique = np.flatnonzero(seen)
+            number = np.cumsum(seen) - 1
+            return unique.astype(flat.dtype), number[flat]
+    unique, inverse = np.unique(flat, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def _by_route(values: list, index: list[int]) -> list:
+    """``values[index[i]]`` for every op ``i`` (one object a distinct route)."""
+    return [values[i] for i in index]
+
+
 def _shared(values: np.ndarray) -> list:
     """``values.tolist()`` with one Python object per distinct value: a ring's ops carry
     a handful of sizes, latencies and ranks, and tens of thousands of ops would
@@ -1122,6 +1486,9 @@ def _shared(values: np.ndarray) -> list:
         raw = flat.view(np.uint8).reshape(len(flat), flat.itemsize)
         if (raw == raw[0]).all():
             return [flat[0].item()] * len(flat)
-    distinct, inverse = np.unique(values, return_inverse=True)
+    if flat.dtype.kind in "iu":
+        distinct, inverse = _unique_ints(flat)
+    else:
+        distinct, inverse = np.unique(values, return_inverse=True)
     objects = distinct.tolist()
     return [objects[i] for i in inverse.ravel().tolist()]
