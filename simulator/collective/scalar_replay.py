@@ -934,6 +934,7 @@ class _Replay:
         self.net.on_delivered = self.on_delivered
         self.weight = weight
         self.protocol = protocol
+        self.channel_steps, self.channel_scale = schedule.channel_span()
         self.nbytes = _shared(schedule.nbytes)
         wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
         self.wire = _shared(wire)
@@ -1053,9 +1054,11 @@ class _Replay:
         now = self.clock.now
         delay = [self.extra[op] for op in ops]
         if proto.channel_rate != _INF:
+            # As ScheduleReplay.on_delivered: Schedule.channel_span's steps and rate.
+            steps, rate = self.channel_steps, proto.channel_rate * self.channel_scale
             for j, op in enumerate(ops):
-                copied = self.flow_start[op] + self.hop[op]
-                copied += self.nbytes[op] / proto.channel_rate
+                copied = self.flow_start[op] + self.hop[op] * steps
+                copied += self.nbytes[op] / rate
                 if copied - now > delay[j]:
                     delay[j] = copied - now
         if proto.proxy_s > 0:
