@@ -53,12 +53,12 @@ its chunks take in NCCL's 8-slot pipeline: w m / 8 chunk cycles, (w m / 8)(h + c
 written as ``channel_steps`` = w m / 8 steps of h and the rate scaled by
 ``channel_rate_scale`` = 8 / w (schedule params, which the replays read). Without that
 scaling a merged transfer of m chunks paid h + m c / R, and only w of them were in
-flight: a part's channel-bound rate fell from 8 c / (h + c/R) to about w / m of it,
-e.g. busbw 87 -> 52 GB/s on two B200 servers at one channel a network peer. Where the
-channel's rate binds, the merged pipeline moves a part at the unmerged one's rate
-exactly (w transfers of w m / 8 cycles each carry w m chunks); the fill and drain of a
-part differ by at most one transfer's bound, which tests/test_nccl_p2p_merge.py checks
-against the unmerged schedule.
+flight: a part's channel-bound rate fell from 8 c / (h + c/R) to w m c / (h + m c/R),
+about w / 8 of it where c/R >> h (1/m for m <= 4), e.g. busbw 87 -> 52 GB/s on two B200
+servers at one channel a network peer, 256 MiB. Where the channel's rate binds, the
+merged pipeline moves a part at the unmerged one's rate exactly (w transfers of w m / 8
+cycles each carry w m chunks); the call ends within one merged transfer (its wire time
+or its bound) of the unmerged schedule, which tests/test_nccl_p2p_merge.py checks.
 
 Closed forms on a full mesh (every pair its own link of bandwidth B; per-step latency
 h, paid after a chunk's last byte is sent; n bytes per rank, one part per peer, all
