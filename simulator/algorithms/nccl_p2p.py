@@ -43,9 +43,22 @@ its receiver (its sends sent, its receives done): a receiver's warps join a work
 when its batch starts. ``pxn`` sends ops between servers through the NIC on the
 receiver's rail (:data:`~simulator.algorithms.schedule.PATH_PXN`).
 
-To keep large calls tractable a part moves in at most ``max_chunks`` transfers (several
-NCCL chunks each; the slot window then counts in those); beyond ``max_ops`` transfers in
-all, fewer. Each transfer pays the protocol's per-step latency once.
+To keep large calls tractable a part moves in at most ``max_chunks`` transfers; beyond
+``max_ops`` transfers in all, fewer. A transfer then carries m NCCL chunks, m a power of
+two (:func:`merged_transfers`), and the slot window counts w = max(2, 8/m) transfers: for
+m <= 4 exactly NCCL's 8 chunks in flight. Each transfer pays the protocol's per-step
+latency once, and where the protocol bounds a channel's rate (a chunk done no earlier
+than h + c/R after it started, R the channel's rate) a merged transfer's bound is what
+its chunks take in NCCL's 8-slot pipeline: w m / 8 chunk cycles, (w m / 8)(h + c/R),
+written as ``channel_steps`` = w m / 8 steps of h and the rate scaled by
+``channel_rate_scale`` = 8 / w (schedule params, which the replays read). Without that
+scaling a merged transfer of m chunks paid h + m c / R, and only w of them were in
+flight: a part's channel-bound rate fell from 8 c / (h + c/R) to w m c / (h + m c/R),
+about w / 8 of it where c/R >> h (1/m for m <= 4), e.g. busbw 87 -> 52 GB/s on two B200
+servers at one channel a network peer, 256 MiB. Where the channel's rate binds, the
+merged pipeline moves a part at the unmerged one's rate exactly (w transfers of w m / 8
+cycles each carry w m chunks); the call ends within one merged transfer (its wire time
+or its bound) of the unmerged schedule, which tests/test_nccl_p2p_merge.py checks.
 
 Closed forms on a full mesh (every pair its own link of bandwidth B; per-step latency
 h, paid after a chunk's last byte is sent; n bytes per rank, one part per peer, all
@@ -84,6 +97,22 @@ PART_ALIGN = 4096
 #: Transfers per part and in all beyond which NCCL's chunks are merged (see docstring).
 MAX_CHUNKS = 32
 MAX_OPS = 400_000
+
+
+def merged_transfers(chunks: int, cap: int, slots: int = SLOTS) -> tuple[int, int]:
+    """NCCL chunks per transfer m and the slot window in transfers w when a part of
+    ``chunks`` chunks moves in at most ``cap`` transfers: m the least power of two with
+    ceil(chunks / m) <= cap, so that m divides the 8 slots while m <= 8 (w = 8 / m keeps
+    NCCL's chunks in flight exactly); w = 2 beyond (waiting for the previous transfer to
+    be done would serialise what NCCL overlaps).
+
+    >>> merged_transfers(32, 32), merged_transfers(128, 32), merged_transfers(100, 32)
+    ((1, 8), (4, 2), (4, 2))
+    >>> merged_transfers(8192, 32)
+    (256, 2)
+    """
+    m = pow2_up(math.ceil(max(1, chunks) / max(1, cap)))
+    return m, max(2, slots // m) if m > 1 else slots
 
 
 def pow2_up(n: int) -> int:
@@ -206,15 +235,12 @@ def nccl_p2p_schedule(
     else:
         wanted = np.where(used, chunks, 0)
     # NCCL chunks a part carries per transfer: at most max_chunks transfers per part, and
-    # at most max_ops in all.
+    # at most max_ops in all; one count m for every part (the largest part's), so that
+    # the replay's scaled channel bound (module docstring) is one number.
     cap = max(1, min(max_chunks, max_ops // max(1, p * (p - 1) * int(used.sum()))))
-    transfers = np.minimum(wanted, cap)
-    per_transfer = np.where(transfers > 0, np.ceil(wanted / np.maximum(transfers, 1)), 1)
-    transfers = np.where(used, np.ceil(wanted / per_transfer).astype(int), 0)
-    # The slot window in transfers. A merged transfer stands for several chunks that
-    # themselves pipeline through the slots, so at least two stay in flight (waiting for
-    # the previous one to be done would serialise what NCCL overlaps).
-    window = np.where(per_transfer > 1, np.maximum(2, slots // per_transfer), slots).astype(int)
+    merge, slots_in_flight = merged_transfers(int(wanted.max(initial=1)), cap, slots)
+    transfers = np.where(used, np.ceil(wanted / merge).astype(int), 0)
+    window = np.full(len(parts), slots_in_flight, dtype=int)
     buf = OpBuffer()
     channel_of: list[np.ndarray] = []
     owners: list[np.ndarray] = []
@@ -290,7 +316,11 @@ def nccl_p2p_schedule(
             "chunks": int(transfers.max(initial=0)),
             "channels": P,
             "p2p_channels": C,
-            "nccl_chunks_per_transfer": int(per_transfer.max(initial=1)),
+            "nccl_chunks_per_transfer": merge,
+            # A transfer's channel bound: (w m / 8) steps, its bytes at 8 / w the
+            # channel's rate (module docstring).
+            "channel_steps": slots_in_flight * merge / slots,
+            "channel_rate_scale": slots / slots_in_flight,
         },
     )
     schedule.channel = (
@@ -383,12 +413,14 @@ class NcclP2p(Algorithm):
         chunk_bytes: float | None = None,
         group_size: int = GROUP_SIZE,
         pxn: bool = False,
+        max_chunks: int = MAX_CHUNKS,
     ) -> Schedule:
         """``channels``: NCCL's channels per peer (parts of each message); ``chunks``:
         chunks per part, unless ``chunk_bytes`` (NCCL's chunk) sets them;
         ``p2p_channels``: NCCL's p2pnChannels (a power of two, default the parts'
         pow2Up); ``group_size``: the peer schedule's group; ``pxn``: route messages
-        between servers through the receiver's rail."""
+        between servers through the receiver's rail; ``max_chunks``: transfers a part
+        moves in at most, NCCL's chunks merged beyond (module docstring)."""
         K = check_positive_int(chunks, "chunks")
         P = check_positive_int(channels, "channels")
         C = pow2_up(P) if p2p_channels is None else check_positive_int(p2p_channels, "channels")
@@ -402,4 +434,5 @@ class NcclP2p(Algorithm):
         return nccl_p2p_schedule(
             self.name, layout, size_bytes, channels=P, p2p_channels=C,
             chunk_bytes=chunk_bytes, chunks=K, group_size=group_size, pxn=pxn,
+            max_chunks=check_positive_int(max_chunks, "max_chunks"),
         )  # fmt: skip

@@ -113,6 +113,23 @@ class Schedule:
         """Number of data blocks the buffer is cut into."""
         return len(self.segment_owner)
 
+    def channel_span(self) -> tuple[float, float]:
+        """How a protocol's channel bound (a step done no earlier than its latency plus
+        its bytes at the channel's rate) counts one transfer of this schedule: as
+        ``steps`` step latencies and its bytes at ``scale`` times the channel's rate.
+        (1, 1) unless the schedule says otherwise: a transfer that stands for several of
+        the library's pipelined chunks (``nccl-p2p``'s merging) sets ``channel_steps``
+        and ``channel_rate_scale`` in its params.
+
+        >>> from simulator.algorithms import build_schedule
+        >>> build_schedule("ring", "all_gather", 4, 4e6).channel_span()
+        (1.0, 1.0)
+        """
+        return (
+            float(self.params.get("channel_steps", 1.0)),
+            float(self.params.get("channel_rate_scale", 1.0)),
+        )
+
     def subset(self, ops: np.ndarray, index: np.ndarray) -> Schedule:
         """The schedule of ``ops`` alone, each dependency ``d`` becoming ``index[d]`` (an
         op of the subset: the caller maps dependencies outside it onto ops inside).

@@ -345,9 +345,12 @@ class ScheduleReplay:
         delay = self._extra[ops] if self._extra is not None else None
         if delay is not None and np.isfinite(self._protocol.channel_rate):
             # One channel's thread block moves its data no faster than channel_rate:
-            # the step ends no earlier than its latency plus the bytes at that rate.
-            copied = self._flow_start[ops] + self._hop[ops]
-            copied += self.schedule.nbytes[ops] / self._protocol.channel_rate
+            # the step ends no earlier than its latency plus the bytes at that rate
+            # (for a transfer standing for several pipelined chunks, as many steps and
+            # the rate they reach together: Schedule.channel_span).
+            steps, scale = self.schedule.channel_span()
+            copied = self._flow_start[ops] + self._hop[ops] * steps
+            copied += self.schedule.nbytes[ops] / (self._protocol.channel_rate * scale)
             delay = np.maximum(delay, copied - self.env.now)
         if delay is not None and self._protocol.proxy_s > 0:
             delay = self._receive_proxy(ops, delay)

@@ -1167,6 +1167,7 @@ class _Replay:
         self.net.on_delivered = self.on_delivered
         self.weight = weight
         self.protocol = protocol
+        self.channel_steps, self.channel_scale = schedule.channel_span()
         self.nbytes = _shared(schedule.nbytes)
         wire = schedule.nbytes if protocol is None else schedule.nbytes / protocol.bandwidth
         self.wire = _shared(wire)
@@ -1299,10 +1300,12 @@ class _Replay:
         delay = [extra[op] for op in ops]
         channel_rate = proto.channel_rate
         if channel_rate != _INF:
+            # As ScheduleReplay.on_delivered: Schedule.channel_span's steps and rate.
+            steps, rate = self.channel_steps, channel_rate * self.channel_scale
             flow_start, hop, nbytes = self.flow_start, self.hop, self.nbytes
             for j, op in enumerate(ops):
-                copied = flow_start[op] + hop[op]
-                copied += nbytes[op] / channel_rate
+                copied = flow_start[op] + hop[op] * steps
+                copied += nbytes[op] / rate
                 if copied - now > delay[j]:
                     delay[j] = copied - now
         if proto.proxy_s > 0:

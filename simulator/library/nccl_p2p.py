@@ -34,6 +34,23 @@ moves the bytes. Lines cite v2.28.7-1 (the bundled GB300 runs' version) and v2.3
   the channels that peer's message actually uses (enqueue.cc:932 at v2.30.7-1); network
   connections have no LL buffers by default (NCCL_ALLOC_P2P_NET_LL_BUFFERS=0), so a call
   across nodes is taken as Simple.
+
+Two per-message costs of NCCL's InfiniBand transport are left out, by its source (v2.30.7-1):
+
+* the GPUDirect flush (an RDMA read of the received buffer, ncclIbIflush,
+  net_ib/p2p.cc:525-560) runs only where ncclTopoNeedFlush asks for it: on GPUs before
+  compute capability 9.0, or with a DataDirect NIC (net_ib/init.cc:554-557), or a NIC
+  behind a PCIe switch from a GPU whose CPU link is C2C (graph/paths.cc:575-596). Hopper
+  and Blackwell GPUs on ConnectX-7 behind PCIe switches (hgx-b200, dgx-h100) never flush;
+* the clear-to-send (the receiver's RDMA write into the sender's FIFO, ncclIbPostFifo,
+  net_ib/p2p.cc:364-428, from each irecv, :517) is posted when the receiver's proxy
+  takes the op, which an uncaptured launch hands it at enqueue time
+  (ncclLaunchKernelAfter_NoCuda, enqueue.cc:1853-1858), ahead of the kernel, with up to
+  NCCL_STEPS receives in flight (net.cc:1532, 1590): back-to-back calls, as nccl-tests
+  runs them, find it already arrived.
+
+So neither explains the all-to-all floor across two B200 servers (37 us measured, 29.4
+us in ccsim), which stays open.
 """
 
 from __future__ import annotations
