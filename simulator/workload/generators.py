@@ -305,6 +305,46 @@ CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: FC2).
 AMAX_BYTES_PER_LAYER = {True: 4 * 3 * 4, False: 4 * 2 * 4}
 
+
+def tp_amax_calls(
+    dense: int, moe: int, *, forward: bool, recompute: str, shared_experts: bool = False
+) -> int:
+    """Blocking TP amax all-reduces a pass of ``dense`` dense and ``moe`` MoE layers
+    makes under per-tensor current scaling with sequence parallelism
+    (``megatron(tp_amax_seconds=...)``).
+
+    Transformer Engine 2.x's current-scaling quantizer reduces the amax of a tensor it is
+    about to all-gather in fp8 over the TP group, so that every rank casts with one scale:
+    a column-parallel module's input in the forward and a row-parallel module's output
+    gradient in the backward, where the module is sequence parallel
+    (transformer_engine/pytorch/module/linear.py ``_customize_quantizers_float8_current_
+    scaling``, lines 1649-1656 and 1666-1673 at v2.9; layernorm_linear.py lines 1755-1801;
+    layernorm_mlp.py lines 2125-2177; the same since v2.2, linear.py lines 1240-1265).
+    The all-reduce is waited before the cast (csrc/quantizer.cpp
+    ``Float8CurrentScalingQuantizer::quantize_impl``, lines 521-528 at v2.9:
+    ``allreduce(...)->wait()``), so the compute stream stalls for it.
+
+    A Megatron-Core dense layer has two column-parallel modules (QKV, FC1) and two
+    row-parallel ones (projection, FC2): two calls forward and two backward. An MoE
+    layer's attention has one of each; its routed experts run ``GroupedLinear``, which
+    reduces no amax (grouped_linear.py at v2.9 sets no ``with_amax_reduction``), and its
+    shared experts (``shared_experts``) are one more column/row pair. Full recomputation
+    re-runs the forward's calls in the backward.
+
+    >>> tp_amax_calls(4, 0, forward=True, recompute="none")
+    8
+    >>> tp_amax_calls(4, 0, forward=False, recompute="full")
+    16
+    >>> tp_amax_calls(0, 2, forward=True, recompute="none", shared_experts=True)
+    4
+    """
+    pair = 1 + (1 if shared_experts else 0)
+    calls = 2 * dense + pair * moe
+    if not forward and recompute == "full":
+        calls *= 2
+    return calls
+
+
 #: Passes Megatron-Core's data-parallel wrapper makes over its contiguous gradient buffer
 #: each step beside the reduction and the optimizer's read (``megatron(grad_buffer_passes
 #: =...)``), as buffer elements moved each (memory-bound kernels on the compute stream),
@@ -827,6 +867,7 @@ def megatron(
     p2p_send_wait: bool | None = None,
     amax_reduction: str | None = None,
     amax_seconds: tuple[float, float] | None = None,
+    tp_amax_seconds: float | None = None,
     host_op_s: float = HOST_OP_S,
     host_tensor_op_s: float | None = None,
     cuda_graphs: tuple[str, ...] = (),
@@ -1048,6 +1089,14 @@ def megatron(
     is the collective's time in the step where every member reaches it at once (the
     replicas, TP and CP ranks of a stage run the same passes) and its few hundred bytes
     do not feel the other traffic; it keeps the replicas' symmetry.
+    ``tp_amax_seconds``, with fp8 per-tensor current scaling ("tensorwise"), sequence
+    parallelism and TP > 1: Transformer Engine 2.x's blocking amax all-reduce over the
+    TP group before each fp8 cast of a tensor it then all-gathers (:func:`tp_amax_calls`:
+    four a dense layer and micro-batch), each a wait of that many seconds on the
+    compute stream at the end of its pass: the 4-byte call's time alone on the cluster,
+    which the caller measures (:func:`~simulator.validate.training.tp_amax_seconds`).
+    None (the default): not modelled. Multi-head latent attention models are left out
+    (the parallel modes of their down-projections were not read).
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -1255,6 +1304,29 @@ def megatron(
             "amax_seconds must be two times in seconds, (forward, backward), each >= 0, "
             f"not {amax_seconds!r}"
         )
+
+    if tp_amax_seconds is not None and (
+        isinstance(tp_amax_seconds, (bool, str))
+        or not isinstance(tp_amax_seconds, (int, float))
+        or not 0 <= tp_amax_seconds < math.inf
+    ):
+        raise CcsimError(
+            "tp_amax_seconds must be one time in seconds, >= 0 (null: not modelled), "
+            f"not {tp_amax_seconds!r}"
+        )
+
+    # Current scaling's TP amax all-reduces (tp_amax_calls), where they apply: seconds a
+    # call, 0 where none runs (another recipe, no sequence parallelism, TP 1, MLA).
+    tp_amax_s = 0.0
+    if (
+        tp_amax_seconds
+        and precision == "fp8"
+        and fp8_recipe == "tensorwise"
+        and sequence_parallel
+        and tp > 1
+        and not m.is_mla
+    ):
+        tp_amax_s = float(tp_amax_seconds)
 
     def p2p_stream(*, send: bool, forward: bool) -> str:
         """The stream of a pipeline send or receive (see :data:`P2P_STREAMS`)."""
@@ -2254,6 +2326,28 @@ def megatron(
                             label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
                         )
                     ]
+                    if tp_amax_s and layers:
+                        # The pass's blocking TP amax all-reduces (current scaling),
+                        # waited on the compute stream: summed at the pass's end, where
+                        # only their count of waits matters.
+                        calls = tp_amax_calls(
+                            layers - moe,
+                            moe,
+                            forward=forward,
+                            recompute=recompute,
+                            shared_experts=m.shared_experts > 0,
+                        )
+                        after = [
+                            b.op(
+                                f"r{r}.{name}.tpamax",
+                                r,
+                                "compute",
+                                after,
+                                duration=calls * tp_amax_s,
+                                stream="compute",
+                                label=f"fp8 TP amax {'fwd' if forward else 'bwd'} mb {i}",
+                            )
+                        ]
                     # TP collectives after the pass's kernels on the compute stream,
                     # or (tp_comm_overlap) on their own stream beside its GEMMs.
                     tp_prev = deps if tp_comm_overlap else after
