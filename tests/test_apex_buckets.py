@@ -1,25 +1,32 @@
-"""NeMo 1's Apex DistributedFusedAdam buckets (``megatron(apex_buckets=True)``), which DGX
-Cloud's v25.01 hydra configs run.
+"""NeMo 1's Apex DistributedFusedAdam buckets (``megatron(apex_bucket_mib=...)``), which
+DGX Cloud's v25.01 hydra configs run.
 
 Sources: NeMo r2.0.0 megatron_gpt_model.py ``configure_optimizers`` (lines 633-662): one
 effective bucket per transformer layer (per model chunk with interleaving), reversed, and
 every parameter in none of them (embedding, output layer) added to the last one, the
-first layer's. Apex reduces (gathers) an effective bucket's own buckets in one coalesced
-NCCL group (apex/contrib/optimizers/distributed_fused_adam.py ``_start_bucket_grad_sync``,
-``_start_bucket_param_sync``), which NCCL spreads over its channels as one call's
-traffic (src/enqueue.cc ``scheduleCollTasksToPlan`` at v2.22.3-1): one call each."""
+first layer's. Apex splits each into buckets of ``1024 * 1024 * bucket_cap_mb /
+dtype_size`` gradient elements (apex/contrib/optimizers/distributed_fused_adam.py lines
+719-726 at apex 25.09); it reduces an effective bucket's buckets in one coalesced NCCL
+group (``_start_bucket_grad_sync``), which NCCL spreads over its channels as one call's
+traffic (src/enqueue.cc ``scheduleCollTasksToPlan`` at v2.22.3-1), gathers the first
+effective bucket's together after the optimizer step (``overlap_first_bucket``) and the
+others one Apex bucket at a time (``_try_start_bucket_param_sync``)."""
+
+import math
 
 import pytest
 
 from simulator.errors import CcsimError
 from simulator.files import load_data
+from simulator.topology import ring_graph
 from simulator.validate.training import (
-    DGXC_HYDRA_APEX_OPTIMIZER,
+    DGXC_HYDRA_APEX_BUCKET_MIB,
     PUBLISHED,
     _dgxc_hydra,
     generator_options,
     load_runs,
 )
+from simulator.workload import run_workload
 from simulator.workload.generators import Transformer, megatron
 
 M = Transformer(layers=4, hidden=1024, seq=512, vocab=32000)  # untied: two vocab matrices
@@ -33,6 +40,8 @@ DP = dict(
     overlap_grad_reduce=True,
     overlap_param_gather=True,
 )
+# A layer's 12,582,912 parameters in three Apex buckets (a bucket a little over a third).
+THIRD_MIB = M.layer_params * 2 / 3 / 2**20 * 1.001
 
 
 def _dp_ops(workload, op: str, rank: int = 0) -> list:
@@ -42,23 +51,40 @@ def _dp_ops(workload, op: str, rank: int = 0) -> list:
     ]  # fmt: skip
 
 
-def test_a_call_a_layer_and_the_vocabulary_with_the_first_layer():
+def test_calls_by_hand_and_the_vocabulary_with_the_first_layer():
     """4 layers of 12,582,912 parameters and two vocabulary matrices of 32,768,000, bf16
-    gradients: the last backward reduces layers 4, 3 and 2 one call each (2 bytes a
-    parameter), then layer 1 with both vocabulary matrices; the gathers go the other way
-    round, the first layer's with the vocabulary first. Every parameter is reduced once
-    and gathered once."""
-    w = megatron(M, **DP, apex_buckets=True)
+    gradients, Apex buckets of 4,198,497 elements: the last backward reduces layers 4, 3
+    and 2 one call each (2 bytes a parameter, coalesced), then layer 1 with both
+    vocabulary matrices; the gathers go the other way round, the first layer's with the
+    vocabulary first in one call, then layers 2, 3 and 4 in ceil(12,582,912 /
+    4,198,497) = 3 calls each. Every parameter is reduced once and gathered once."""
+    w = megatron(M, **DP, apex_bucket_mib=THIRD_MIB)
     layer, vocab = M.layer_params, M.vocab * M.hidden
+    assert math.ceil(layer / (1024 * 1024 * THIRD_MIB / 2)) == 3
     reduces = _dp_ops(w, "reduce_scatter")
     assert [o.nbytes for o in reduces] == pytest.approx(
         [2 * layer, 2 * layer, 2 * layer, 2 * (layer + 2 * vocab)], rel=1e-12
     )
     gathers = _dp_ops(w, "all_gather")
     assert [o.nbytes for o in gathers] == pytest.approx(
-        [2 * (layer + 2 * vocab), 2 * layer, 2 * layer, 2 * layer], rel=1e-12
+        [2 * (layer + 2 * vocab)] + [2 * layer / 3] * 9, rel=1e-12
     )
     assert sum(o.nbytes for o in reduces) == pytest.approx(2 * M.params, rel=1e-12)
+    assert sum(o.nbytes for o in gathers) == pytest.approx(2 * M.params, rel=1e-12)
+
+
+def test_a_later_buckets_calls_pay_their_latencies_on_a_slow_ring():
+    """2 ranks on a ring of 1 ms links and fast wires, one micro-batch: Apex's gathers
+    of layers 2-4 in 3 calls each in place of one add at least half a link latency per
+    extra call (each 2-rank call crosses a link at least once; half, for what the
+    compute may hide), against the same layout in bigger buckets (one call a layer)."""
+    graph = ring_graph(2, 1e12, 1e-3)
+    for node in graph.nodes:
+        graph.nodes[node]["model"] = "H100"
+    kw = {**DP, "global_batch": 2}
+    split = run_workload(megatron(M, **kw, apex_bucket_mib=THIRD_MIB), graph)[1].step_s
+    whole = run_workload(megatron(M, **kw, apex_bucket_mib=1024.0), graph)[1].step_s
+    assert split - whole > 0.5 * (9 - 3) * 1e-3
 
 
 def test_megatron_buckets_when_not_asked():
@@ -77,7 +103,7 @@ def test_interleaved_chunks_are_one_bucket_each():
     chunk, the output layer the last stage's last."""
     m = Transformer(layers=8, hidden=1024, seq=512, vocab=32000)
     kw = {**DP, "pp": 2, "virtual_stages": 2, "global_batch": 8}
-    w = megatron(m, **kw, apex_buckets=True)
+    w = megatron(m, **kw, apex_bucket_mib=THIRD_MIB)
     chunk, vocab = 2 * m.layer_params, m.vocab * m.hidden
     for rank, with_vocab in ((0, 0), (2, 1)):  # stage 0's chunk 0, stage 1's chunk 1
         reduces = _dp_ops(w, "reduce_scatter", rank)
@@ -90,27 +116,30 @@ def test_interleaved_chunks_are_one_bucket_each():
 def test_no_effect_without_a_sharded_optimizer():
     """Apex's optimizer shards over DP: with one replica there is nothing to reduce."""
     one = {**DP, "dp": 1}
-    assert [o.id for o in megatron(M, **one, apex_buckets=True).ops] == [
+    assert [o.id for o in megatron(M, **one, apex_bucket_mib=THIRD_MIB).ops] == [
         o.id for o in megatron(M, **one).ops
     ]
 
 
-@pytest.mark.parametrize("bad", [1, "yes", None])
-def test_bad_apex_buckets_is_one_clear_error(bad):
-    with pytest.raises(CcsimError, match="apex_buckets must be true or false"):
-        megatron(M, **DP, apex_buckets=bad)
+@pytest.mark.parametrize("bad", [0, -50, float("inf"), "100MB", True])
+def test_bad_apex_bucket_mib_is_one_clear_error(bad):
+    with pytest.raises(CcsimError, match="apex_bucket_mib .* must be a positive number"):
+        megatron(M, **DP, apex_bucket_mib=bad)
 
 
 def test_dgx_cloud_hydra_rows_run_apex_buckets():
     """Every DGX Cloud v25.01 row (NeMo 1 hydra configs, each naming
-    distributed_fused_adam) runs Apex's buckets; no other row does."""
+    distributed_fused_adam) runs Apex's buckets of its model's bucket_cap_mb; no other
+    row does."""
     runs, _ = load_runs()
     entries = {e["id"]: e for e in load_data(PUBLISHED, what="runs", trusted=True)}
     hydra = 0
     for run in runs:
-        apex = generator_options(run).get("apex_buckets", False)
+        mib = generator_options(run).get("apex_bucket_mib")
         entry = entries[run.id]
-        expected = _dgxc_hydra(entry) and entry["model"]["name"] in DGXC_HYDRA_APEX_OPTIMIZER
-        assert apex == expected, run.id
-        hydra += expected
+        if _dgxc_hydra(entry):
+            hydra += 1
+            assert mib == DGXC_HYDRA_APEX_BUCKET_MIB[entry["model"]["name"]], run.id
+        else:
+            assert mib is None, run.id
     assert hydra >= 60

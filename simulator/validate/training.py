@@ -541,20 +541,20 @@ DGXC_NEMO2_FP8_PARAMS_FROM = (25, 4)
 DGXC_HYDRA_FLASH2 = ("gpt3-175b", "nemotron4-340b")
 #: DGX Cloud v25.01's hydra configs run Apex's DistributedFusedAdam
 #: (``optim.name: distributed_fused_adam``, which NeMo 1 does not hand to Megatron-Core's
-#: distributed optimizer: megatron_base_model.py line 148 at NeMo r2.0.0), with
-#: overlapped gradient and parameter syncs (dgxc-benchmarking@143b90dd91f9:
-#: nemo_megatron/gpt3_175b_hydra.yaml lines 139-142, llama3.1/llama3.1_8b.yaml 141-149,
-#: llama3.1_70b.yaml 145-153, llama3.1_405b.yaml 148-156,
-#: nemotron/nemotron4-15b-synth.yaml 177-180, nemotron4-340b-synth.yaml 183-188; no
-#: launcher overrides them): ``megatron(apex_buckets=True)``.
-DGXC_HYDRA_APEX_OPTIMIZER = (
-    "gpt3-175b",
-    "llama31-8b",
-    "llama31-70b",
-    "llama31-405b",
-    "nemotron4-15b",
-    "nemotron4-340b",
-)
+#: distributed optimizer: megatron_base_model.py line 148 at NeMo r2.0.0) with
+#: overlapped gradient and parameter syncs and these ``bucket_cap_mb``
+#: (dgxc-benchmarking@143b90dd91f9: nemo_megatron/gpt3_175b_hydra.yaml line 140,
+#: llama3.1/llama3.1_8b.yaml 147, llama3.1_70b.yaml 151, llama3.1_405b.yaml 154,
+#: nemotron/nemotron4-15b-synth.yaml 178, nemotron4-340b-synth.yaml 184; no launcher
+#: overrides them): ``megatron(apex_bucket_mib=...)``.
+DGXC_HYDRA_APEX_BUCKET_MIB = {
+    "gpt3-175b": 220,
+    "llama31-8b": 75,
+    "llama31-70b": 75,
+    "llama31-405b": 125,
+    "nemotron4-15b": 100,
+    "nemotron4-340b": 50,
+}
 
 
 #: Sources whose fp8 runs scale by delayed scaling on Transformer Engine 1.6 or later,
@@ -777,8 +777,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
             options["amax_reduction"] = "stage"
     if _dgxc_hydra(entry) and model_name in DGXC_HYDRA_FLASH2:
         options["attention_backend"] = "flash2"
-    if _dgxc_hydra(entry) and model_name in DGXC_HYDRA_APEX_OPTIMIZER:
-        options["apex_buckets"] = True
+    if _dgxc_hydra(entry) and model_name in DGXC_HYDRA_APEX_BUCKET_MIB:
+        options["apex_bucket_mib"] = DGXC_HYDRA_APEX_BUCKET_MIB[model_name]
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
         # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces

@@ -879,7 +879,7 @@ def megatron(
     attention_dropout: bool = False,
     grad_buffer_passes: tuple[str, ...] = (),
     bucket_size: int | None = None,
-    apex_buckets: bool = False,
+    apex_bucket_mib: float | None = None,
     cp_comm_type: str = "p2p",
     hierarchical_context_parallel_sizes: tuple[int, int] | list[int] | None = None,
     optimizer_layers: int | None = None,
@@ -940,21 +940,26 @@ def megatron(
     call after the last backward, as in SC'21. ``bucket_size`` (parameters; Megatron-Core's
     ``DistributedDataParallelConfig.bucket_size``, ``--ddp-bucket-size``) is a run's own
     setting where its recipe gives one (NeMo's ``optim.bucket_size``).
-    ``apex_buckets`` buckets the distributed optimizer's gradients and parameters as
-    NeMo 1 runs Apex's DistributedFusedAdam (``optim.name: distributed_fused_adam``):
-    every layer an effective bucket (every model chunk, with interleaving) and every
-    other parameter (embedding, output layer; with fp8 weights all but those) in the
-    first layer's (the first chunk's), reduced last and gathered first (NeMo r2.0.0
-    megatron_gpt_model.py ``configure_optimizers``, lines 633-662); with interleaving the
-    output layer stays with its own chunk's bucket here, the last stage's last. Apex
-    splits an effective bucket into buckets of ``bucket_cap_mb`` and reduces (gathers)
-    them together, one coalesced NCCL group (distributed_fused_adam.py
-    ``_start_bucket_grad_sync`` and ``_start_bucket_param_sync``,
-    ``_coalescing_manager``, lines 1877-1985 and 2032-2100 at apex 25.09), which NCCL
+    ``apex_bucket_mib`` (MiB; None: Megatron-Core's buckets) buckets the distributed
+    optimizer's gradients and parameters as NeMo 1 runs Apex's DistributedFusedAdam
+    (``optim.name: distributed_fused_adam``, its ``bucket_cap_mb``): every layer an
+    effective bucket (every model chunk, with interleaving) and every other parameter
+    (embedding, output layer; with fp8 weights all but those) in the first layer's (the
+    first chunk's), reduced last and gathered first (NeMo r2.0.0 megatron_gpt_model.py
+    ``configure_optimizers``, lines 633-662); with interleaving the output layer stays
+    with its own chunk's bucket here, the last stage's last. Apex splits an effective
+    bucket into buckets of ``1024 * 1024 * bucket_cap_mb / dtype_size`` gradient elements
+    (apex/contrib/optimizers/distributed_fused_adam.py lines 719-726 at apex 25.09). It
+    reduces an effective bucket's buckets together, one coalesced NCCL group
+    (``_start_bucket_grad_sync``, ``_coalescing_manager``, lines 1877-1985), which NCCL
     spreads over its channels by traffic as one call's bytes (src/enqueue.cc
-    ``scheduleCollTasksToPlan``, lines 612-700 at v2.22.3-1): one call an effective
-    bucket here. The gathers are overlapped as ``overlap_param_gather`` has them (Apex's
-    own prefetch, one bucket ahead from each parameter's first use, is not modelled).
+    ``scheduleCollTasksToPlan``, lines 612-700 at v2.22.3-1): one reduce-scatter an
+    effective bucket here. It gathers the first effective bucket's together too, as the
+    optimizer step ends (``overlap_first_bucket``, lines 2463-2485), and the others one
+    Apex bucket at a time, the next as a parameter is first used
+    (``_try_start_bucket_param_sync`` starts one bucket, lines 1986-2030): here one
+    all-gather an Apex bucket (:func:`_dp_calls`), issued back to back from the step's
+    start (a bound: Apex waits for each parameter's first use to start the next).
     ``cp`` > 1 adds Megatron's context parallelism (ring attention): each sequence is
     split over ``cp`` ranks (ordered TP, CP, DP, PP fastest first, as Megatron's
     ``tp-cp-ep-dp-pp``), each holding b s / cp tokens (two opposite chunks, so causal
@@ -1836,12 +1841,21 @@ def megatron(
     # layer's parameters one by one and closes the bucket at the first that reaches it):
     # whole layers here, so ceil(bucket_size / layer).
     bucket_layers = max(1, math.ceil(bucket_size / rank_layer_params))
-    if not isinstance(apex_buckets, bool):
-        raise CcsimError(f"apex_buckets must be true or false, not {apex_buckets!r}")
+    if apex_bucket_mib is not None and (
+        isinstance(apex_bucket_mib, (bool, str))
+        or not isinstance(apex_bucket_mib, (int, float))
+        or not 0 < apex_bucket_mib < math.inf
+    ):
+        raise CcsimError(
+            "apex_bucket_mib (Apex DistributedFusedAdam's bucket_cap_mb, MiB) must be a "
+            f"positive number or null for Megatron-Core's buckets, not {apex_bucket_mib!r}"
+        )
     # NeMo 1's effective buckets with Apex's optimizer: single layers, or whole model
-    # chunks with interleaving.
-    apex = apex_buckets and sharded and not sharded_weights
-    if apex:
+    # chunks with interleaving; apex_elements: parameters an Apex bucket (its
+    # bucket_size, in the gradients' dtype), 0 where Megatron-Core's buckets run.
+    apex_elements = 0.0
+    if apex_bucket_mib is not None and sharded and not sharded_weights:
+        apex_elements = 1024 * 1024 * float(apex_bucket_mib) / grad
         bucket_layers = 1 if v == 1 else m.layers
 
     def buckets(chunk: int) -> list[int]:
@@ -1870,7 +1884,7 @@ def megatron(
     # forward, instead of last; its gradients are reduced with the embedding's at the end
     # either way here. (The norms' bytes stay with their layers: a few KiB.) MXFP8
     # weights are gathered in bf16 (no uint8 buffer: each bucket its own group).
-    merged_vocab = param_bytes == 1 or apex
+    merged_vocab = param_bytes == 1 or apex_elements > 0
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}" + (f"-cp{cp}" if cp > 1 else ""),
         ranks,
@@ -2137,12 +2151,17 @@ def megatron(
                             params += vocab_matrix
                         if here == pp * v - 1 and n == (0 if merged_vocab else len(pieces) - 1):
                             params += output_matrix * vocab_matrix
-                        deps.append(
-                            b.op(
+                        # (Apex: each of a later effective bucket's own buckets in
+                        # a call, the first one's, its first layer's, together.)
+                        first = n == 0 and c == 0
+                        deps.extend(
+                            _dp_calls(
+                                b,
                                 f"r{r}.dp.params.{c}.{n}",
                                 r,
-                                "collective",
                                 [],
+                                0.0 if first else params,
+                                apex_elements,
                                 op="all_gather",
                                 group=dp_groups[(stage, t)],
                                 bytes=params * BF16 - piece_params * (BF16 - param_bytes),
@@ -2831,6 +2850,27 @@ def megatron(
             for d, q, t in itertools.product(range(dp), range(cp), range(tp))
         )
     return workload
+
+
+def _dp_calls(
+    b: _Builder,
+    name: str,
+    r: int,
+    deps: list,
+    params: float,
+    apex_elements: float,
+    **fields: Any,
+) -> list[str]:
+    """A data-parallel collective of ``params`` parameters (``fields``: its op, group,
+    bytes, ...): one call, or where Apex buckets them one at a time (``apex_elements``
+    parameters a bucket, ``megatron(apex_bucket_mib=...)``) ``ceil(params /
+    apex_elements)`` calls of equal bytes, issued together on the one stream, which runs
+    them back to back."""
+    calls = math.ceil(params / apex_elements) if apex_elements and params > 0 else 1
+    if calls == 1:
+        return [b.op(name, r, "collective", deps, **fields)]
+    each = {**fields, "bytes": fields["bytes"] / calls}
+    return [b.op(f"{name}.a{j}", r, "collective", deps, **each) for j in range(calls)]
 
 
 def _grad_buffer_pass(
