@@ -143,3 +143,27 @@ def test_dgx_cloud_hydra_rows_run_apex_buckets():
         else:
             assert mib is None, run.id
     assert hydra >= 60
+
+
+def test_the_steady_shortcut_gives_the_full_step_with_apex_buckets():
+    """Interleaved PP 2 x VP 2, TP 2, DP 2 on two DGX H100 with Apex's buckets (a later
+    chunk's gathers in several calls): the steady-state shortcut (the short step's
+    periodic middle, simulator.workload.steady) gives the full replay's step."""
+    from simulator.workload.steady import run_steady
+
+    m = Transformer(layers=8, hidden=2048, seq=2048, vocab=32000)
+    options = dict(
+        model=m,
+        tp=2,
+        pp=2,
+        dp=2,
+        global_batch=32,
+        virtual_stages=2,
+        replicas=True,
+        grad_reduce="bf16",
+        apex_bucket_mib=20.0,
+    )
+    full = run_steady(dict(options), "dgx-h100", nodes=2, shortcut=False)
+    short = run_steady(dict(options), "dgx-h100", nodes=2)
+    assert short.simulated < full.micro_batches  # the shortcut did run
+    assert short.step_s == pytest.approx(full.step_s, rel=1e-9)
