@@ -14,9 +14,9 @@ layer forward, two backward; GroupedLinear (routed experts) reduces none."""
 import dataclasses
 
 import pytest
+from test_amax_wait import _alone, _ring
 
 from simulator.errors import CcsimError
-from simulator.topology import ring_graph
 from simulator.validate.training import (
     TP_AMAX_BYTES,
     _tp_amax_applies,
@@ -26,17 +26,9 @@ from simulator.validate.training import (
 )
 from simulator.workload import run_workload
 from simulator.workload.generators import Transformer, megatron, tp_amax_calls
-from simulator.workload.trace import load_workload
 
 EVEN = dataclasses.replace(Transformer(layers=4, hidden=1024, seq=512, vocab=32000), vocab=0)
 FP8 = dict(precision="fp8", fp8_recipe="tensorwise")
-
-
-def _ring(ranks: int, bandwidth: float, latency: float) -> object:
-    graph = ring_graph(ranks, bandwidth, latency)
-    for node in graph.nodes:
-        graph.nodes[node]["model"] = "H100"
-    return graph
 
 
 def _tp_amax_ops(workload) -> list:
@@ -119,32 +111,14 @@ def test_bad_tp_amax_seconds_is_one_clear_error(bad):
 def test_the_measured_call_is_one_fp32_all_reduce_over_the_first_tp_group():
     """tp_amax_seconds replays one 4-byte all-reduce over ranks 0 and 1 (the first TP
     group; TP is the fastest rank index) of an 8-rank TP 2 x PP 2 x DP 2 job on a ring
-    of 5 us links: the same as that call on its own, built here by hand; latency-bound
-    (more than one link's latency, under a microsecond of its 4 bytes' wire time)."""
+    of 5 us links: the same as that call on its own, built by test_amax_wait's helper;
+    latency-bound (more than one link's latency, under a microsecond of its 4 bytes'
+    wire time)."""
     graph = _ring(8, 1e9, 5e-6)
     options = dict(model=EVEN, tp=2, pp=2, dp=2, **FP8)
-    trace = {
-        "format": "ccsim-workload/1",
-        "name": "by hand",
-        "ranks": 8,
-        "groups": {"g": {"kind": "DP", "ranks": [0, 1]}},
-        "ops": [
-            {
-                "id": f"a{r}",
-                "rank": r,
-                "kind": "collective",
-                "op": "all_reduce",
-                "group": "g",
-                "bytes": 4,
-                "stream": "compute",
-            }
-            for r in (0, 1)
-        ],
-    }
-    alone = run_workload(load_workload(trace), graph, algorithm="ring")[1].step_s
     measured = tp_amax_seconds(options, graph, nccl={"algorithm": "ring"})
     assert TP_AMAX_BYTES == 4
-    assert measured == alone
+    assert measured == _alone(graph, [0, 1], 4)
     assert measured > 5e-6
 
 
