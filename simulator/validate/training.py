@@ -553,6 +553,22 @@ DGXC_HYDRA_FUSED_LOSS = (
 #: script builds another recipe, not read.
 DGXC_NEMO2_FP8_PARAMS_FROM = (25, 4)
 DGXC_HYDRA_FLASH2 = ("gpt3-175b", "nemotron4-340b")
+#: DGX Cloud v25.01's hydra configs run Apex's DistributedFusedAdam
+#: (``optim.name: distributed_fused_adam``, which NeMo 1 does not hand to Megatron-Core's
+#: distributed optimizer: megatron_base_model.py line 148 at NeMo r2.0.0) with
+#: overlapped gradient and parameter syncs and these ``bucket_cap_mb``
+#: (dgxc-benchmarking@143b90dd91f9: nemo_megatron/gpt3_175b_hydra.yaml line 140,
+#: llama3.1/llama3.1_8b.yaml 147, llama3.1_70b.yaml 151, llama3.1_405b.yaml 154,
+#: nemotron/nemotron4-15b-synth.yaml 178, nemotron4-340b-synth.yaml 184; no launcher
+#: overrides them): ``megatron(apex_bucket_mib=...)``.
+DGXC_HYDRA_APEX_BUCKET_MIB = {
+    "gpt3-175b": 220,
+    "llama31-8b": 75,
+    "llama31-70b": 75,
+    "llama31-405b": 125,
+    "nemotron4-15b": 100,
+    "nemotron4-340b": 50,
+}
 
 
 #: Sources whose fp8 runs scale by delayed scaling on Transformer Engine 1.6 or later,
@@ -843,6 +859,8 @@ def _options(entry: Mapping[str, Any]) -> dict[str, Any]:
         and model_name in DGXC_NEMO2_UNFUSED_MLA_ROPE
     ):
         options["mla_fused_rope"] = False
+    if _dgxc_hydra(entry) and model_name in DGXC_HYDRA_APEX_BUCKET_MIB:
+        options["apex_bucket_mib"] = DGXC_HYDRA_APEX_BUCKET_MIB[model_name]
     if (entry.get("fsdp") or 0) > 1 or settings.get("megatron_fsdp") is True:
         options["fsdp"] = True
         # Megatron-FSDP shards the optimizer and overlaps its own gathers and reduces
@@ -1081,6 +1099,45 @@ def run_topology(run: TrainingRun) -> tuple[str | nx.Graph, int | None]:
     return graph, None
 
 
+def _alone_all_reduce_s(
+    ranks: int,
+    members: int,
+    nbytes: float,
+    topology: str | nx.Graph,
+    *,
+    nodes: int | None,
+    nccl: Mapping[str, Any] | None,
+) -> float:
+    """Seconds of one ``nbytes`` all-reduce over ranks ``0 .. members - 1`` of a
+    ``ranks``-rank job, replayed alone on ``topology`` as NCCL runs it (``nccl``: the
+    run's settings and communicators)."""
+    from ..workload import run_workload
+    from ..workload.trace import load_workload
+
+    trace = {
+        "format": "ccsim-workload/1",
+        "name": "amax",
+        "ranks": ranks,
+        # Megatron-Core's amax group: communicators.py gives "amax." groups their
+        # configuration (tp_dp_cp).
+        "groups": {"amax.s0": {"kind": "DP", "ranks": list(range(members))}},
+        "ops": [
+            {
+                "id": f"a{r}",
+                "rank": r,
+                "kind": "collective",
+                "op": "all_reduce",
+                "group": "amax.s0",
+                "bytes": nbytes,
+                "stream": "compute",
+            }
+            for r in range(members)
+        ],
+    }
+    breakdown = run_workload(load_workload(trace), topology, nodes=nodes, **(nccl or {}))[1]
+    return float(breakdown.step_s)
+
+
 def amax_seconds(
     options: Mapping[str, Any],
     topology: str | nx.Graph,
@@ -1100,9 +1157,7 @@ def amax_seconds(
     wait this long (``amax_seconds``), which keeps the replicas' symmetry that the
     spanning call's tree schedule breaks (see :func:`~simulator.workload.generators.megatron`).
     """
-    from ..workload import run_workload
     from ..workload.generators import AMAX_BYTES_PER_LAYER
-    from ..workload.trace import load_workload
 
     tp, dp, cp = (int(options.get(k) or 1) for k in ("tp", "dp", "cp"))
     pp, model = int(options.get("pp") or 1), options["model"]
@@ -1113,31 +1168,50 @@ def amax_seconds(
         int(options.get("last_stage_layers") or 0),
     )
     ranks = tp * dp * cp * pp
-    times = []
-    for forward in (True, False):
-        trace = {
-            "format": "ccsim-workload/1",
-            "name": "amax",
-            "ranks": ranks,
-            # Megatron-Core's amax group: communicators.py gives "amax." groups their
-            # configuration (tp_dp_cp).
-            "groups": {"amax.s0": {"kind": "DP", "ranks": list(range(members))}},
-            "ops": [
-                {
-                    "id": f"a{r}",
-                    "rank": r,
-                    "kind": "collective",
-                    "op": "all_reduce",
-                    "group": "amax.s0",
-                    "bytes": layers * AMAX_BYTES_PER_LAYER[forward],
-                    "stream": "compute",
-                }
-                for r in range(members)
-            ],
-        }
-        breakdown = run_workload(load_workload(trace), topology, nodes=nodes, **(nccl or {}))[1]
-        times.append(float(breakdown.step_s))
-    return times[0], times[1]
+    return (
+        _alone_all_reduce_s(
+            ranks, members, layers * AMAX_BYTES_PER_LAYER[True], topology, nodes=nodes, nccl=nccl
+        ),
+        _alone_all_reduce_s(
+            ranks, members, layers * AMAX_BYTES_PER_LAYER[False], topology, nodes=nodes, nccl=nccl
+        ),
+    )
+
+
+#: Bytes of one current-scaling TP amax all-reduce: one fp32 amax (Transformer Engine's
+#: ``Float8CurrentScalingQuantizer`` reduces its one-element ``amax`` tensor,
+#: csrc/quantizer.cpp lines 521-528 at v2.9).
+TP_AMAX_BYTES = 4
+
+
+def tp_amax_seconds(
+    options: Mapping[str, Any],
+    topology: str | nx.Graph,
+    *,
+    nodes: int | None = None,
+    nccl: Mapping[str, Any] | None = None,
+) -> float:
+    """Seconds of one current-scaling amax all-reduce of the ``megatron(**options)``
+    step (:func:`~simulator.workload.generators.tp_amax_calls`): :data:`TP_AMAX_BYTES`
+    over its first TP group, replayed alone on ``topology`` as NCCL runs it (``nccl``:
+    the run's settings and communicators). The generator waits this long for each call
+    (``tp_amax_seconds``)."""
+    tp, dp, cp = (int(options.get(k) or 1) for k in ("tp", "dp", "cp"))
+    ranks = tp * dp * cp * int(options.get("pp") or 1)
+    return _alone_all_reduce_s(ranks, tp, TP_AMAX_BYTES, topology, nodes=nodes, nccl=nccl)
+
+
+def _tp_amax_applies(options: Mapping[str, Any]) -> bool:
+    """Whether a run's step makes current scaling's TP amax all-reduces: fp8 per-tensor
+    current scaling with sequence parallelism (Megatron-Core's default with TP > 1:
+    megatron_options) over TP > 1, in a model without multi-head latent attention."""
+    return (
+        options.get("precision") == "fp8"
+        and options.get("fp8_recipe") == "tensorwise"
+        and int(options.get("tp") or 1) > 1
+        and options.get("sequence_parallel", True) is not False
+        and not options["model"].is_mla
+    )
 
 
 def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
@@ -1166,6 +1240,11 @@ def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
         if options.get("amax_reduction", "off") != "off" and "amax_seconds" not in options:
             # Each blocking amax all-reduce as a wait of its time alone on this cluster.
             options["amax_seconds"] = amax_seconds(options, topology, nodes=nodes, nccl=nccl)
+        if _tp_amax_applies(options) and "tp_amax_seconds" not in options:
+            # Current scaling's blocking TP amax all-reduces as waits of a call's time
+            # alone on this cluster (Transformer Engine 2.x; every current-scaling row
+            # runs TE 2.2 or later, where the recipe began).
+            options["tp_amax_seconds"] = tp_amax_seconds(options, topology, nodes=nodes, nccl=nccl)
         # Communication's kernels hold one SM per channel (NCCL's CTAs) that the rank's
         # overlapping compute lacks while they run (simulator.workload.engine).
         result = run_steady(

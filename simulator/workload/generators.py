@@ -327,6 +327,46 @@ AMAX_BYTES_PER_LAYER = {True: 4 * 3 * 4, False: 4 * 2 * 4}
 DENSE_FP8_WEIGHTS = 4
 DENSE_LAYER_TENSORS = 6
 
+
+def tp_amax_calls(
+    dense: int, moe: int, *, forward: bool, recompute: str, shared_experts: bool = False
+) -> int:
+    """Blocking TP amax all-reduces a pass of ``dense`` dense and ``moe`` MoE layers
+    makes under per-tensor current scaling with sequence parallelism
+    (``megatron(tp_amax_seconds=...)``).
+
+    Transformer Engine 2.x's current-scaling quantizer reduces the amax of a tensor it is
+    about to all-gather in fp8 over the TP group, so that every rank casts with one scale:
+    a column-parallel module's input in the forward and a row-parallel module's output
+    gradient in the backward, where the module is sequence parallel
+    (transformer_engine/pytorch/module/linear.py ``_customize_quantizers_float8_current_
+    scaling``, lines 1649-1656 and 1666-1673 at v2.9; layernorm_linear.py lines 1755-1801;
+    layernorm_mlp.py lines 2125-2177; the same since v2.2, linear.py lines 1240-1265).
+    The all-reduce is waited before the cast (csrc/quantizer.cpp
+    ``Float8CurrentScalingQuantizer::quantize_impl``, lines 521-528 at v2.9:
+    ``allreduce(...)->wait()``), so the compute stream stalls for it.
+
+    A Megatron-Core dense layer has two column-parallel modules (QKV, FC1) and two
+    row-parallel ones (projection, FC2): two calls forward and two backward. An MoE
+    layer's attention has one of each; its routed experts run ``GroupedLinear``, which
+    reduces no amax (grouped_linear.py at v2.9 sets no ``with_amax_reduction``), and its
+    shared experts (``shared_experts``) are one more column/row pair. Full recomputation
+    re-runs the forward's calls in the backward.
+
+    >>> tp_amax_calls(4, 0, forward=True, recompute="none")
+    8
+    >>> tp_amax_calls(4, 0, forward=False, recompute="full")
+    16
+    >>> tp_amax_calls(0, 2, forward=True, recompute="none", shared_experts=True)
+    4
+    """
+    pair = 1 + (1 if shared_experts else 0)
+    calls = 2 * dense + pair * moe
+    if not forward and recompute == "full":
+        calls *= 2
+    return calls
+
+
 #: Passes Megatron-Core's data-parallel wrapper makes over its contiguous gradient buffer
 #: each step beside the reduction and the optimizer's read (``megatron(grad_buffer_passes
 #: =...)``), as buffer elements moved each (memory-bound kernels on the compute stream),
@@ -851,6 +891,7 @@ def megatron(
     p2p_send_wait: bool | None = None,
     amax_reduction: str | None = None,
     amax_seconds: tuple[float, float] | None = None,
+    tp_amax_seconds: float | None = None,
     host_op_s: float = HOST_OP_S,
     host_tensor_op_s: float | None = None,
     cuda_graphs: tuple[str, ...] = (),
@@ -862,6 +903,7 @@ def megatron(
     attention_dropout: bool = False,
     grad_buffer_passes: tuple[str, ...] = (),
     bucket_size: int | None = None,
+    apex_bucket_mib: float | None = None,
     cp_comm_type: str = "p2p",
     hierarchical_context_parallel_sizes: tuple[int, int] | list[int] | None = None,
     optimizer_layers: int | None = None,
@@ -923,6 +965,26 @@ def megatron(
     call after the last backward, as in SC'21. ``bucket_size`` (parameters; Megatron-Core's
     ``DistributedDataParallelConfig.bucket_size``, ``--ddp-bucket-size``) is a run's own
     setting where its recipe gives one (NeMo's ``optim.bucket_size``).
+    ``apex_bucket_mib`` (MiB; None: Megatron-Core's buckets) buckets the distributed
+    optimizer's gradients and parameters as NeMo 1 runs Apex's DistributedFusedAdam
+    (``optim.name: distributed_fused_adam``, its ``bucket_cap_mb``): every layer an
+    effective bucket (every model chunk, with interleaving) and every other parameter
+    (embedding, output layer; with fp8 weights all but those) in the first layer's (the
+    first chunk's), reduced last and gathered first (NeMo r2.0.0 megatron_gpt_model.py
+    ``configure_optimizers``, lines 633-662); with interleaving the output layer stays
+    with its own chunk's bucket here, the last stage's last. Apex splits an effective
+    bucket into buckets of ``1024 * 1024 * bucket_cap_mb / dtype_size`` gradient elements
+    (apex/contrib/optimizers/distributed_fused_adam.py lines 719-726 at apex 25.09). It
+    reduces an effective bucket's buckets together, one coalesced NCCL group
+    (``_start_bucket_grad_sync``, ``_coalescing_manager``, lines 1877-1985), which NCCL
+    spreads over its channels by traffic as one call's bytes (src/enqueue.cc
+    ``scheduleCollTasksToPlan``, lines 612-700 at v2.22.3-1): one reduce-scatter an
+    effective bucket here. It gathers the first effective bucket's together too, as the
+    optimizer step ends (``overlap_first_bucket``, lines 2463-2485), and the others one
+    Apex bucket at a time, the next as a parameter is first used
+    (``_try_start_bucket_param_sync`` starts one bucket, lines 1986-2030): here one
+    all-gather an Apex bucket (:func:`_dp_calls`), issued back to back from the step's
+    start (a bound: Apex waits for each parameter's first use to start the next).
     ``cp`` > 1 adds Megatron's context parallelism (ring attention): each sequence is
     split over ``cp`` ranks (ordered TP, CP, DP, PP fastest first, as Megatron's
     ``tp-cp-ep-dp-pp``), each holding b s / cp tokens (two opposite chunks, so causal
@@ -1084,6 +1146,14 @@ def megatron(
     is the collective's time in the step where every member reaches it at once (the
     replicas, TP and CP ranks of a stage run the same passes) and its few hundred bytes
     do not feel the other traffic; it keeps the replicas' symmetry.
+    ``tp_amax_seconds``, with fp8 per-tensor current scaling ("tensorwise"), sequence
+    parallelism and TP > 1: Transformer Engine 2.x's blocking amax all-reduce over the
+    TP group before each fp8 cast of a tensor it then all-gathers (:func:`tp_amax_calls`:
+    four a dense layer and micro-batch), each a wait of that many seconds on the
+    compute stream at the end of its pass: the 4-byte call's time alone on the cluster,
+    which the caller measures (:func:`~simulator.validate.training.tp_amax_seconds`).
+    None (the default): not modelled. Multi-head latent attention models are left out
+    (the parallel modes of their down-projections were not read).
     ``fsdp`` shards the layers' weights, gradients and optimizer state over the DP x CP
     ranks (FSDP / ZeRO-3 with TP and PP, as Megatron-FSDP does): every pass runs layer
     by layer (Megatron-FSDP's units are the transformer layers), each layer after its
@@ -1296,6 +1366,29 @@ def megatron(
             "amax_seconds must be two times in seconds, (forward, backward), each >= 0, "
             f"not {amax_seconds!r}"
         )
+
+    if tp_amax_seconds is not None and (
+        isinstance(tp_amax_seconds, (bool, str))
+        or not isinstance(tp_amax_seconds, (int, float))
+        or not 0 <= tp_amax_seconds < math.inf
+    ):
+        raise CcsimError(
+            "tp_amax_seconds must be one time in seconds, >= 0 (null: not modelled), "
+            f"not {tp_amax_seconds!r}"
+        )
+
+    # Current scaling's TP amax all-reduces (tp_amax_calls), where they apply: seconds a
+    # call, 0 where none runs (another recipe, no sequence parallelism, TP 1, MLA).
+    tp_amax_s = 0.0
+    if (
+        tp_amax_seconds
+        and precision == "fp8"
+        and fp8_recipe == "tensorwise"
+        and sequence_parallel
+        and tp > 1
+        and not m.is_mla
+    ):
+        tp_amax_s = float(tp_amax_seconds)
 
     def p2p_stream(*, send: bool, forward: bool) -> str:
         """The stream of a pipeline send or receive (see :data:`P2P_STREAMS`)."""
@@ -1813,6 +1906,22 @@ def megatron(
     # layer's parameters one by one and closes the bucket at the first that reaches it):
     # whole layers here, so ceil(bucket_size / layer).
     bucket_layers = max(1, math.ceil(bucket_size / rank_layer_params))
+    if apex_bucket_mib is not None and (
+        isinstance(apex_bucket_mib, (bool, str))
+        or not isinstance(apex_bucket_mib, (int, float))
+        or not 0 < apex_bucket_mib < math.inf
+    ):
+        raise CcsimError(
+            "apex_bucket_mib (Apex DistributedFusedAdam's bucket_cap_mb, MiB) must be a "
+            f"positive number or null for Megatron-Core's buckets, not {apex_bucket_mib!r}"
+        )
+    # NeMo 1's effective buckets with Apex's optimizer: single layers, or whole model
+    # chunks with interleaving; apex_elements: parameters an Apex bucket (its
+    # bucket_size, in the gradients' dtype), 0 where Megatron-Core's buckets run.
+    apex_elements = 0.0
+    if apex_bucket_mib is not None and sharded and not sharded_weights:
+        apex_elements = 1024 * 1024 * float(apex_bucket_mib) / grad
+        bucket_layers = 1 if v == 1 else m.layers
 
     def buckets(chunk: int) -> list[int]:
         """The layers of each gradient bucket of a chunk of ``chunk`` layers."""
@@ -1840,7 +1949,7 @@ def megatron(
     # forward, instead of last; its gradients are reduced with the embedding's at the end
     # either way here. (The norms' bytes stay with their layers: a few KiB.) MXFP8
     # weights are gathered in bf16 (no uint8 buffer: each bucket its own group).
-    merged_vocab = param_bytes == 1
+    merged_vocab = param_bytes == 1 or apex_elements > 0
     b = _Builder(
         f"megatron-tp{tp}-pp{pp}-dp{dp}" + (f"-cp{cp}" if cp > 1 else ""),
         ranks,
@@ -2107,12 +2216,17 @@ def megatron(
                             params += vocab_matrix
                         if here == pp * v - 1 and n == (0 if merged_vocab else len(pieces) - 1):
                             params += output_matrix * vocab_matrix
-                        deps.append(
-                            b.op(
+                        # (Apex: each of a later effective bucket's own buckets in
+                        # a call, the first one's, its first layer's, together.)
+                        first = n == 0 and c == 0
+                        deps.extend(
+                            _dp_calls(
+                                b,
                                 f"r{r}.dp.params.{c}.{n}",
                                 r,
-                                "collective",
                                 [],
+                                0.0 if first else params,
+                                apex_elements,
                                 op="all_gather",
                                 group=dp_groups[(stage, t)],
                                 bytes=params * BF16 - piece_params * (BF16 - param_bytes),
@@ -2319,6 +2433,28 @@ def megatron(
                             label=f"{'fwd' if forward else 'bwd'} elementwise mb {i}",
                         )
                     ]
+                    if tp_amax_s and layers:
+                        # The pass's blocking TP amax all-reduces (current scaling),
+                        # waited on the compute stream: summed at the pass's end, where
+                        # only their count of waits matters.
+                        calls = tp_amax_calls(
+                            layers - moe,
+                            moe,
+                            forward=forward,
+                            recompute=recompute,
+                            shared_experts=m.shared_experts > 0,
+                        )
+                        after = [
+                            b.op(
+                                f"r{r}.{name}.tpamax",
+                                r,
+                                "compute",
+                                after,
+                                duration=calls * tp_amax_s,
+                                stream="compute",
+                                label=f"fp8 TP amax {'fwd' if forward else 'bwd'} mb {i}",
+                            )
+                        ]
                     # TP collectives after the pass's kernels on the compute stream,
                     # or (tp_comm_overlap) on their own stream beside its GEMMs.
                     tp_prev = deps if tp_comm_overlap else after
@@ -2805,6 +2941,27 @@ def megatron(
             for d, q, t in itertools.product(range(dp), range(cp), range(tp))
         )
     return workload
+
+
+def _dp_calls(
+    b: _Builder,
+    name: str,
+    r: int,
+    deps: list,
+    params: float,
+    apex_elements: float,
+    **fields: Any,
+) -> list[str]:
+    """A data-parallel collective of ``params`` parameters (``fields``: its op, group,
+    bytes, ...): one call, or where Apex buckets them one at a time (``apex_elements``
+    parameters a bucket, ``megatron(apex_bucket_mib=...)``) ``ceil(params /
+    apex_elements)`` calls of equal bytes, issued together on the one stream, which runs
+    them back to back."""
+    calls = math.ceil(params / apex_elements) if apex_elements and params > 0 else 1
+    if calls == 1:
+        return [b.op(name, r, "collective", deps, **fields)]
+    each = {**fields, "bytes": fields["bytes"] / calls}
+    return [b.op(f"{name}.a{j}", r, "collective", deps, **each) for j in range(calls)]
 
 
 def _grad_buffer_pass(
