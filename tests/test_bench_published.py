@@ -21,10 +21,11 @@ def test_published_rows_are_the_issues_configurations():
     TP 4 fp8 step and (d) a CP 16 long-context step, and every published step in
     10 s: (e) its slowest, a Megatron-FSDP step on GB200, (f) the slowest on H100, a
     PP 8 x VP 8 step whose steady state repeats only after a transient, and (g) a GB200
-    step whose data-parallel replicas share racks; the rows name runs of the data file
+    step whose data-parallel replicas share racks and (h) an unpipelined GB200 step whose
+    data-parallel rings span 256 ranks; the rows name runs of the data file
     that are those, each with the issue's target of 10 s CPU and 2 GiB."""
     runs = {run.id: run for run in load_runs()[0]}
-    (a, b, c, d, e, f, g) = (runs[case] for _, case in PUBLISHED_STEPS)
+    (a, b, c, d, e, f, g, h) = (runs[case] for _, case in PUBLISHED_STEPS)
     assert a.gpus == 16384 and a.model.name.startswith("llama3") and a.model.seq == 8192
     assert b.gpus == 3072 and b.pp == 8
     assert c.tp == 4 and c.precision == "fp8"
@@ -32,6 +33,7 @@ def test_published_rows_are_the_issues_configurations():
     assert e.gpu == "GB200" and e.options.get("fsdp") is True
     assert f.gpu == "H100" and f.gpus == 1024 and (f.pp, f.vp) == (8, 8)
     assert g.gpu == "GB200" and g.gpus == 512 and g.dp == 8 and g.tp * g.cp * g.dp == 64
+    assert h.gpu == "GB200" and h.gpus == 512 and h.pp == 1 and h.cp * h.dp == 256
     for name, case in PUBLISHED_STEPS:
         scenario = SCENARIOS[f"pub-{name}"]
         assert scenario.kind == "published" and scenario.case == case

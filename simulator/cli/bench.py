@@ -441,6 +441,11 @@ PUBLISHED_STEPS = (
     # stage fills a rack with its 8 data-parallel replicas side by side, one of which
     # stands for all by moving GPUs inside the racks (simulator.workload.replicas).
     ("llama31-405b-gb200-512", "dgxc-v25.05.04-llama31-405b-gb200-fp8-512"),
+    # MLPerf v5.1's Llama 3.1 8B on 512 GB200 (TP 2, CP 4, DP 64, PP 1): no pipeline to
+    # shorten; its four 256-rank, 32-channel data-parallel rings (261,120 transfers each)
+    # are timed alone in the scalar replay, cluster by cluster
+    # (simulator.collective.scalar_replay).
+    ("llama31-8b-gb200-512", "mlperf-v5.1-llama31-8b-gb200-fp8-512"),
 )
 
 SCENARIOS.update(
