@@ -43,7 +43,13 @@ DEFAULT_STACK = "infiniband"
 #: from the destination's leaf upward each switch takes its least-loaded up-port group,
 #: the lowest index among equals, lines 2064-2092 and 2480-2482, which is round robin
 #: over the up-ports). ``ecmp``: a seeded hash per connection, as an Ethernet switch
-#: hashes a flow's 5-tuple.
+#: hashes a flow's 5-tuple. Not modelled: adaptive routing, where a switch picks among a
+#: destination's equal-cost ports by their load, packet by packet. NVIDIA's subnet
+#: manager can turn it on ("AR is enabled by default in the opensm.conf file", NVIDIA
+#: InfiniBand Cluster Bring-up Procedure v1.0, "Adaptive Routing"), and NCCL marks its
+#: InfiniBand transfers adaptive-routing capable by default (NVIDIA/nccl v2.30.7-1
+#: src/transport/net_ib/init.cc lines 439-442); ``per_destination`` is the static tables
+#: the switches fall back to.
 ROUTINGS = ("per_destination", "ecmp")
 
 
