@@ -16,6 +16,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from simulator.cli import main
 from simulator.errors import CcsimError
 from simulator.network.routing import LinkTable, Router, subnet_manager_chains
 from simulator.topology import cluster_graph, load_topology
@@ -143,3 +144,19 @@ def test_a_three_level_fat_tree_routes_shifts_without_shared_links():
 def test_an_unknown_routing_is_refused_with_the_field_and_the_choices():
     with pytest.raises(CcsimError, match=r"fabric\.routing.*per_destination, ecmp"):
         two_level("adaptive")
+
+
+def test_routing_override_reaches_the_router_and_bad_values_exit_2(capsys):
+    """``load_topology(routing=...)`` (``--routing``) overrides the stack's default on a
+    preset and on a graph; an unknown mode is one line naming ``--routing`` and the
+    choices, exit 2."""
+    graph = load_topology("dgx-h100", 2, routing="ecmp")
+    assert Router(*_graph_links(graph)).routing == "ecmp"
+    again = load_topology(graph, routing="per_destination")
+    assert again.graph["routing"] == "per_destination" and graph.graph["routing"] == "ecmp"
+    with pytest.raises(CcsimError, match=r"--routing.*per_destination, ecmp"):
+        load_topology("dgx-h100", 2, routing="spray")
+    args = ["collective", "all_reduce", "--sizes", "1MiB", "--topology", "dgx-h100", "--nodes", "2"]
+    assert main([*args, "--routing", "spray"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--routing" in err[0] and "per_destination, ecmp" in err[0]

@@ -150,7 +150,9 @@ def _cmd_jobs(args: argparse.Namespace) -> None:
             )
         )
     check_flows(estimate, args.max_flows)
-    graph = with_faults(load_topology(args.topology, nodes, fabric=args.fabric), args)
+    graph = with_faults(
+        load_topology(args.topology, nodes, fabric=args.fabric, routing=args.routing), args
+    )
     options = dict(
         algorithm=args.algo, comm_slowdown=args.comm_slowdown, protocol=args.proto, nccl=env
     )
