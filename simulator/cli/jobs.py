@@ -47,7 +47,8 @@ def add_jobs_command(sub: argparse._SubParsersAction) -> None:
         "its step alone and together (ms) and the slowdown, and the links where the jobs "
         "met (links that carried bytes of more than one job, with each job's bytes). "
         "ECMP collisions follow the topology's seeded hash: --seeds gives the slowdown's "
-        "median and p90 over several seeds.",
+        "median and p90 over several seeds (on fabrics routed by ECMP: Ethernet stacks, or "
+        "--routing ecmp; InfiniBand routes per destination, the same for every seed).",
     )
     cmd.add_argument(
         "--job",
