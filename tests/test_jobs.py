@@ -210,7 +210,7 @@ def test_stand_ins_found_unlike_alone_are_given_whole_together():
             "llama3-8b", tp=4, pp=2, dp=2, micro_batch=1, global_batch=8, shadows=shadows
         )
 
-    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 1}
+    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 1, "routing": "ecmp"}
     graph = load_topology("dgx-h100", 4, fabric=fabric)
     given = step(True)
     one = run_jobs([Job("A", given, "scattered"), Job("B", given, "scattered")], graph)

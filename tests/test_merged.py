@@ -21,6 +21,7 @@ from simulator.cli.bench import TWO_D_SERVER
 from simulator.collective.run import rank_layout, run_merged, run_schedule
 from simulator.network.faults import apply_faults
 from simulator.topology import cluster_graph, load_topology
+from tests.test_routing import ecmp
 
 
 def _dep_sets(ptr, idx, sent, row, mapping=None):
@@ -99,12 +100,17 @@ CASES = {
         "contention-free",
     ),
     # A fat-tree with ECMP: uplinks shared by some rings' flows (the mixed timing).
-    "fat-tree-ecmp": (lambda: load_topology("dgx-h100", 16, fabric="fat-tree"), {}, None, "mixed"),
+    "fat-tree-ecmp": (
+        lambda: ecmp(load_topology("dgx-h100", 16, fabric="fat-tree")),
+        {},
+        None,
+        "mixed",
+    ),
     # A failed edge uplink on the fat-tree (rerouted over the others), and random slow
     # NIC links.
     "fat-tree-failed-uplink": (
         lambda: apply_faults(
-            load_topology("dgx-h100", 8, fabric="fat-tree"), "fail=pod0/edge0-pod0/agg0"
+            ecmp(load_topology("dgx-h100", 8, fabric="fat-tree")), "fail=pod0/edge0-pod0/agg0"
         ),
         {},
         None,
@@ -112,7 +118,7 @@ CASES = {
     ),
     "fat-tree-random-slow": (
         lambda: apply_faults(
-            load_topology("dgx-h100", 8, fabric="fat-tree"),
+            ecmp(load_topology("dgx-h100", 8, fabric="fat-tree")),
             "random:q=0.2,fraction=0.5,seed=3,kind=rdma",
         ),
         {"chunks": 2},

@@ -11,12 +11,13 @@ from simulator.collective.mixed import _overlaps, _previous_max
 from simulator.collective.run import run_schedule
 from simulator.network.faults import apply_faults
 from simulator.topology import cluster_graph, load_topology, ring_graph
+from tests.test_routing import ecmp
 
 
 def test_hierarchical_on_a_fat_tree_with_ecmp_equals_the_event_replay():
     """128 GPUs (16 DGX H100) on a fat-tree: ECMP puts two rails' rings on one uplink,
     the pass gives up, and only the flows of the routes that meet are simulated."""
-    graph = load_topology("dgx-h100", 16, fabric="fat-tree")
+    graph = ecmp(load_topology("dgx-h100", 16, fabric="fat-tree"))
     fast, exact = both(graph, "hierarchical", size=64 * 2**20)
     assert fast.params.get("timing") == "mixed"
     assert_same(fast, exact)
@@ -28,7 +29,7 @@ def test_hierarchical_on_a_small_server_fat_tree_with_a_slow_nic_equals_the_even
     """192 ranks (48 servers of 4 GPUs) on a fat-tree whose uplinks ECMP spreads the
     rings over, one NIC at half its bandwidth."""
     graph = apply_faults(
-        cluster_graph(SERVER, 48, fabric="fat-tree"), "link=s3/nic1-pod0/edge2:0.5"
+        ecmp(cluster_graph(SERVER, 48, fabric="fat-tree")), "link=s3/nic1-pod0/edge2:0.5"
     )
     fast, exact = both(graph, "hierarchical", size=8 * 2**20)
     assert fast.ranks == 192
@@ -42,14 +43,14 @@ def test_hierarchical_on_a_small_server_fat_tree_with_a_slow_nic_equals_the_even
 def test_faults_on_a_fat_tree_equal_the_event_replay(fault):
     """A failed uplink (routes avoid it, more of them meet on the others), and random
     slow fabric links."""
-    graph = apply_faults(load_topology("dgx-h100", 8, fabric="fat-tree"), fault)
+    graph = apply_faults(ecmp(load_topology("dgx-h100", 8, fabric="fat-tree")), fault)
     fast, exact = both(graph, "hierarchical", size=16 * 2**20)
     assert fast.params.get("timing") == "mixed"
     assert_same(fast, exact)
 
 
 def test_reductions_on_a_finite_reducer_equal_the_event_replay():
-    graph = load_topology("dgx-h100", 8, fabric="fat-tree")
+    graph = ecmp(load_topology("dgx-h100", 8, fabric="fat-tree"))
     for _, data in graph.nodes(data=True):
         if data.get("kind") == "gpu":
             data["reduce_bandwidth"] = 400e9
@@ -117,7 +118,7 @@ def test_too_many_simulated_ops_fall_back_to_the_event_replay(monkeypatch):
 
     monkeypatch.setattr(mixed, "MAX_SIMULATED", 0.0)
     monkeypatch.setattr(mixed, "FEW_SIMULATED", 0)
-    graph = load_topology("dgx-h100", 8, fabric="fat-tree")
+    graph = ecmp(load_topology("dgx-h100", 8, fabric="fat-tree"))
     fast, exact = both(graph, "hierarchical", size=16 * 2**20)
     assert "timing" not in fast.params
     assert_same(fast, exact)

@@ -74,7 +74,7 @@ def test_nccl_calls_on_a_hashed_leaf_spine_equal_every_flow(monkeypatch):
     the data-parallel groups (one per TP rank and stage) share a few runs."""
     compare = Compare(monkeypatch)
     step = megatron("llama3-8b", tp=8, pp=1, dp=2, micro_batch=1, global_batch=4)
-    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 1}
+    fabric = {"type": "leaf-spine", "oversubscription": 2, "servers_per_leaf": 1, "routing": "ecmp"}
     graph = load_topology("dgx-h100", 4, fabric=fabric)
     run_jobs([Job("A", step, "scattered"), Job("B", step, "scattered")], graph)
     assert compare.settled == compare.calls > 0

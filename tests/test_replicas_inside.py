@@ -13,29 +13,19 @@ import pytest
 
 from simulator.network.routing import LinkTable, Router
 from simulator.topology import load_topology
-from simulator.topology.builders import fabric_spec
 from simulator.topology.graph import gpu_nodes, servers_of_ranks
-from simulator.topology.presets import preset, preset_graph
 from simulator.topology.symmetry import gpu_permutation
 from simulator.workload import WorkloadReplay
 from simulator.workload.generators import megatron
 from simulator.workload.metrics import breakdown
 from simulator.workload.replicas import _cross_server_pairs
 from simulator.workload.shadows import crosses_hashed
+from tests.test_shadows_hashed_sends import racks
 
 #: Relative difference allowed between an op's time with one replica standing for all
 #: and with every replica built: the aggregated flows' rates are the same sums in
 #: another order (a few ulps of the clock).
 CLOSE = 1e-12
-
-
-def racks(gpus: int, count: int):
-    """``count`` GB200 NVL72 racks holding ``gpus`` GPUs each, joined by the preset's
-    fabric of one NIC per GPU (as simulator.validate.training.run_topology builds them)."""
-    data = preset("gb200-nvl72")
-    data = {**data, "server": {**data["server"], "gpus": gpus}}
-    fabric = fabric_spec(data.get("fabric"), None)
-    return preset_graph({**data, "fabric": fabric}, count, name="nvl", source="nvl (test)")
 
 
 def run(graph, replicas: bool, shadows: bool, **options):
@@ -114,6 +104,24 @@ def test_hashed_pipeline_sends_build_every_replica():
     assert one.replicas["simulated"] == "all"
     assert "several shortest paths" in one.replicas["why"]
     assert breakdown(one).step_s == breakdown(full).step_s
+
+
+def test_pipeline_sends_routed_per_destination_keep_one_replica():
+    """The same step routed as InfiniBand's subnet manager does (per destination, the
+    preset's default): a send from rail 8 + i of rack 0 to rail i of rack 1 climbs to
+    the spine of rack 1's port on leaf i, the same for every i, so the second replica's
+    sends (rails 12 + i to 4 + i) are the first's moved along the rails. One replica
+    and one TP master stand in, and the step is the full build's."""
+    options = {"tp": 4, "pp": 4, "dp": 2, "virtual_stages": 2}
+    graph = racks(16, 2, "per_destination")
+    one = run(graph, True, False, **options)
+    both = run(graph, True, True, **options)
+    full = run(graph, False, False, **options)
+    assert one.replicas == {"count": 2, "simulated": 1}
+    assert both.replicas == {"count": 2, "simulated": 1}
+    assert both.shadows == {"count": 4, "simulated": 1}
+    assert breakdown(one).step_s == breakdown(full).step_s
+    assert breakdown(both).step_s == breakdown(full).step_s
 
 
 def test_gpu_permutation_moves_nics_and_rails_with_their_gpus():

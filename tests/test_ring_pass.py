@@ -11,6 +11,7 @@ from simulator.collective import run as run_module
 from simulator.collective.run import rank_layout, run_ring, run_schedule
 from simulator.network.faults import apply_faults
 from simulator.topology import load_topology, ring_graph
+from tests.test_routing import ecmp
 
 
 def _reference(graph, op, size, chunks=1, channels=1, reduce_bandwidth=None):
@@ -74,7 +75,7 @@ def test_ring_steps_on_a_fat_tree_with_ecmp():
     between servers are hashed onto the uplinks, one channel's each on its own rail,
     so no two hops share a link and the steps are timed alone."""
     graph = apply_faults(
-        load_topology("dgx-h100", 8, fabric="fat-tree"), "link=pod0/edge0-pod0/agg2:0.5"
+        ecmp(load_topology("dgx-h100", 8, fabric="fat-tree")), "link=pod0/edge0-pod0/agg2:0.5"
     )
     result = run_ring(graph, "all_reduce", 2**22, chunks=2)
     assert result.params["timing"] == "ring steps"

@@ -15,6 +15,13 @@ def router_of(graph: nx.Graph, **kwargs) -> Router:
     return Router(graph, LinkTable(graph), **kwargs)
 
 
+def ecmp(graph: nx.Graph) -> nx.Graph:
+    """``graph`` routed by the ECMP hash (its presets' InfiniBand would route per
+    destination), for the tests of the hash."""
+    graph.graph["routing"] = "ecmp"
+    return graph
+
+
 def path(router: Router, src: int, dst: int, label: int = 0) -> list:
     route = router.route_ids(np.array([src]), np.array([dst]), np.array([label]))
     return router.path_nodes(int(route[0]))
@@ -110,7 +117,7 @@ def test_equal_cost_paths_tie_exactly_whatever_the_float_order():
 def test_one_connection_keeps_its_path_and_routes_are_reproducible():
     """Same graph and seed: same route per (src, dst, label), call after call and router
     after router. Another seed moves some connections."""
-    graph = load_topology("dgx-h100", nodes=4)
+    graph = ecmp(load_topology("dgx-h100", nodes=4))
     src = np.repeat(np.arange(0, 32, 8) + 7, 16)  # local GPU 7 of each server
     dst = (src + 1) % 32  # local GPU 0 of the next: another rail, via a spine
     labels = np.tile(np.arange(16), 4)
@@ -224,9 +231,12 @@ def shortest_paths_by_networkx(graph: nx.Graph, first, last) -> set[tuple]:
     ("graph", "pairs"),
     [
         # Rail-optimized fat-tree with 16 spines: cross-rail pairs have 16 equal paths.
-        (load_topology("dgx-h100", nodes=16), [(0, 9), (7, 120), (5, 5 + 64), (3, 2), (127, 0)]),
-        (load_topology("dgx-a100", nodes=40), [(0, 319), (17, 300), (8, 16), (1, 2)]),
-        (load_topology("gb200-nvl72", nodes=2), [(0, 71), (3, 100), (143, 1)]),
+        (
+            ecmp(load_topology("dgx-h100", nodes=16)),
+            [(0, 9), (7, 120), (5, 5 + 64), (3, 2), (127, 0)],
+        ),
+        (ecmp(load_topology("dgx-a100", nodes=40)), [(0, 319), (17, 300), (8, 16), (1, 2)]),
+        (ecmp(load_topology("gb200-nvl72", nodes=2)), [(0, 71), (3, 100), (143, 1)]),
         (ring_graph(9, 1e9, 1e-6), [(0, 4), (0, 5), (2, 1)]),
     ],
     ids=["dgx-h100x16", "dgx-a100x40", "gb200-nvl72x2", "ring-9"],

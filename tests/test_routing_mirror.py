@@ -51,7 +51,8 @@ def test_routes_are_the_same_whichever_way_first():
     (16 spines), each connection label 0..3 (ECMP hashes (seed, src, dst, label) at each
     choice): a router asked for d -> s after s -> d (mirrored) and one asked for d -> s
     first give the same paths."""
-    graph = load_topology("hgx-b200", 8, fabric={"type": "leaf-spine", "oversubscription": 2})
+    fabric = {"type": "leaf-spine", "oversubscription": 2, "routing": "ecmp"}
+    graph = load_topology("hgx-b200", 8, fabric=fabric)
     pairs = [(s, d) for s in range(32) for d in range(32, 64) if (s + 3 * d) % 4 == 0]
     src = np.array([s for s, _ in pairs for _ in range(4)])
     dst = np.array([d for _, d in pairs for _ in range(4)])

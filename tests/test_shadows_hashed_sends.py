@@ -4,7 +4,10 @@ another rack's other rail, through the spines, where ECMP hashes each TP rank's 
 onto a spine of its own. The replay then builds every rank before running (the shadows
 would be found unlike only late in the step); stages that line up with the racks send
 rail to rail over one path and the masters still stand in. Either way the step is the
-one with every rank built."""
+one with every rank built. InfiniBand's subnet manager routes per destination instead
+(the preset's default): there every TP rank's send to another rack takes the spine of
+its destination's rack, the images are alike, and the masters stand in with the step of
+every rank built."""
 
 from __future__ import annotations
 
@@ -23,12 +26,13 @@ from simulator.workload.shadows import crosses_hashed
 WHY = "a master's pipeline send crosses servers over several shortest paths"
 
 
-def racks(gpus: int, count: int):
+def racks(gpus: int, count: int, routing: str = "ecmp"):
     """``count`` GB200 NVL72 racks holding ``gpus`` GPUs each, joined by the preset's
-    fabric of one NIC per GPU (as simulator.validate.training.run_topology builds them)."""
+    fabric of one NIC per GPU (as simulator.validate.training.run_topology builds them),
+    routed as ``routing`` says (ECMP here unless asked: what these tests are about)."""
     data = preset("gb200-nvl72")
     data = {**data, "server": {**data["server"], "gpus": gpus}}
-    fabric = fabric_spec(data.get("fabric"), None)
+    fabric = {**fabric_spec(data.get("fabric"), None), "routing": routing}
     return preset_graph({**data, "fabric": fabric}, count, name="nvl", source="nvl (test)")
 
 
@@ -82,3 +86,28 @@ def test_sends_rail_to_rail_keep_the_masters(options):
     full = step(graph, False, **options)
     assert shadowed.shadows == {"count": 4, "simulated": 1}
     assert breakdown(shadowed).step_s == breakdown(full).step_s
+
+
+def test_sends_routed_per_destination_keep_the_masters():
+    """The hashed case above routed as InfiniBand's subnet manager does (per destination,
+    the preset's default): rail 8 + i of rack 0 sends to rail i of rack 1 through the
+    spine of rack 1's NICs on their leaves (spine 1 of 2, every i), so every TP rank's
+    send is its master's moved along the rails; the masters stand in and the step and
+    every op's end are the full build's."""
+    graph = racks(16, 2, "per_destination")
+    router = Router(graph, LinkTable(graph))
+    assert not crosses_hashed([(8, 16), (9, 17)], servers_of_ranks(graph), router)
+    spines = [
+        router.path_nodes(int(router.route_ids(np.array([8 + i]), np.array([16 + i]))[0]))[3]
+        for i in range(8)
+    ]
+    assert spines == ["spine1"] * 8
+    options = dict(tp=4, pp=4, dp=2, virtual_stages=2)
+    shadowed = step(graph, True, **options)
+    full = step(graph, False, **options)
+    assert shadowed.shadows == {"count": 4, "simulated": 1}
+    assert breakdown(shadowed).step_s == breakdown(full).step_s
+    ids = {op.id: op.index for op in full.workload.ops}
+    index = [ids[op.id] for op in shadowed.workload.ops]
+    assert np.array_equal(shadowed.records.end_s, full.records.end_s[index])
+    assert np.allclose(shadowed.links["bytes"], full.links["bytes"], rtol=1e-12, atol=1.0)

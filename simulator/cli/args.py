@@ -94,6 +94,14 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=None, metavar="S", help="ECMP hash seed (default: 0)"
     )
     cmd.add_argument(
+        "--routing",
+        default=None,
+        metavar="MODE",
+        help="how switches pick among equal-cost paths: per_destination (InfiniBand's subnet "
+        "manager: one up-port per destination NIC) or ecmp (a hash per connection, as "
+        "Ethernet) (default: the fabric's routing, else its NICs' stack's)",
+    )
+    cmd.add_argument(
         "--proto",
         default=None,
         metavar="NAME",

@@ -75,6 +75,10 @@ class Scenario:
     #: each run alone and both together (:func:`~simulator.workload.jobs.run_jobs`).
     placement: str = "scattered"
     fabric_section: tuple[tuple[str, object], ...] = ()
+    #: How the fabric spreads connections over equal-cost paths (``--routing``; None:
+    #: the preset's stack's, per destination on InfiniBand). The scenarios written to
+    #: stress ECMP's hashed collisions keep it.
+    routing: str | None = None
     #: "published": the published training run ``case`` (an id of
     #: ``simulator/data/training/published-runs.yaml``) built and replayed as ``ccsim
     #: validate --training`` does (:func:`~simulator.validate.training.simulate_run`'s
@@ -108,7 +112,7 @@ class Scenario:
             topology = ring_graph(self.ranks, 150e9, 500e-9)
         if self.fault or self.symmetry != "auto" or (self.preset and self.fabric):
             graph = (
-                load_topology(topology, self.nodes, fabric=self.fabric)
+                load_topology(topology, self.nodes, fabric=self.fabric, routing=self.routing)
                 if self.preset
                 else load_topology(topology)
             )
@@ -236,6 +240,7 @@ SCENARIOS = {
             chunks=1,
             algorithm="hierarchical",
             fabric="fat-tree",
+            routing="ecmp",
             target_s=10.0,
         ),
         Scenario(
@@ -413,7 +418,7 @@ SCENARIOS = {
                 (
                     "leaf-spine",
                     "2:1 leaf-spine (ECMP)",
-                    (("type", "leaf-spine"), ("oversubscription", 2)),
+                    (("type", "leaf-spine"), ("oversubscription", 2), ("routing", "ecmp")),
                 ),
             )
         ),
@@ -620,7 +625,7 @@ def run_jobs_scenario(scenario: Scenario) -> dict:
     # that they may, as `ccsim jobs` builds a spec (every rank is built where not).
     step = megatron(**dict(scenario.workload), replicas=True, shadows=True)
     fabric = dict(scenario.fabric_section) or scenario.fabric
-    graph = load_topology(scenario.preset, scenario.nodes, fabric=fabric)
+    graph = load_topology(scenario.preset, scenario.nodes, fabric=fabric, routing=scenario.routing)
     jobs = [Job(name, step, scenario.placement) for name in ("A", "B")]
     result = run_jobs(jobs, graph)
     wall = time.perf_counter() - start

@@ -251,7 +251,9 @@ def _run_collective(args: argparse.Namespace, progress) -> None:
         )
     args.root = root_of(args.op, args.root)
     check_run_size(args, sizes, [args.algo])
-    graph = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
+    graph = load_topology(
+        args.topology, args.nodes, fabric=args.fabric, seed=args.seed, routing=args.routing
+    )
     graph = with_faults(graph, args)
     layout = rank_layout(graph)
     args.algo = args.algo or library_of(graph)

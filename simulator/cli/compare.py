@@ -158,7 +158,9 @@ def _cmd_compare(args: argparse.Namespace) -> None:
             "model: leave one of them out"
         )
     check_run_size(args, sizes, algorithms or ["auto"])  # no --algos: all that can run
-    healthy = load_topology(args.topology, args.nodes, fabric=args.fabric, seed=args.seed)
+    healthy = load_topology(
+        args.topology, args.nodes, fabric=args.fabric, seed=args.seed, routing=args.routing
+    )
     graph = with_faults(healthy, args)
     layout = rank_layout(graph)
     if not given:

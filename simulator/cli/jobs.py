@@ -47,7 +47,8 @@ def add_jobs_command(sub: argparse._SubParsersAction) -> None:
         "its step alone and together (ms) and the slowdown, and the links where the jobs "
         "met (links that carried bytes of more than one job, with each job's bytes). "
         "ECMP collisions follow the topology's seeded hash: --seeds gives the slowdown's "
-        "median and p90 over several seeds.",
+        "median and p90 over several seeds (on fabrics routed by ECMP: Ethernet stacks, or "
+        "--routing ecmp; InfiniBand routes per destination, the same for every seed).",
     )
     cmd.add_argument(
         "--job",
@@ -150,7 +151,9 @@ def _cmd_jobs(args: argparse.Namespace) -> None:
             )
         )
     check_flows(estimate, args.max_flows)
-    graph = with_faults(load_topology(args.topology, nodes, fabric=args.fabric), args)
+    graph = with_faults(
+        load_topology(args.topology, nodes, fabric=args.fabric, routing=args.routing), args
+    )
     options = dict(
         algorithm=args.algo, comm_slowdown=args.comm_slowdown, protocol=args.proto, nccl=env
     )

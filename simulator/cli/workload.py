@@ -568,7 +568,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
         workload, args.algo, cluster=cluster, protocol=args.proto, nccl=env
     )
     check_flows(estimate.plus(cluster.estimate()), args.max_flows)
-    graph = load_topology(args.topology, nodes, fabric=args.fabric, seed=args.seed)
+    graph = load_topology(
+        args.topology, nodes, fabric=args.fabric, seed=args.seed, routing=args.routing
+    )
     warning = tp_warning(tp_spread(workload, server_of_ranks(graph)))
     if warning:  # it runs, as the job would, but slower than the user likely meant
         print(f"ccsim: warning: {workload.name} on {args.topology}: {warning}", file=sys.stderr)

@@ -15,15 +15,36 @@ Routes
     in the search only: such paths are taken only where nothing else connects the two
     GPUs (a 1-D ring of GPUs; a server without internal links).
 
-ECMP
-    Where several paths tie, a flow's path is chosen hop by hop, as switches do: at a
-    node with several equal-cost next hops, a hash of (seed, source rank, destination
-    rank, label, node) picks one. ``label`` is the flow's connection, a schedule's
-    channel: every flow of one channel between two ranks follows one path, as the
-    packets of one queue pair do, while other channels may take other paths. The seed is
-    the graph attribute ``ecmp_seed`` (default 0), so the same graph and seed always
-    give the same routes. Pairs with a single shortest path keep a dense
-    (source, destination) -> route table, so large rings route as fast as before.
+Equal-cost paths
+    Where several paths tie, a flow's path is chosen hop by hop, as switches do, in one
+    of two ways (the graph's ``routing``, :func:`~simulator.topology.stacks.routing_of`:
+    ``fabric.routing``, else the NICs' network stack's).
+
+    ``ecmp`` (Ethernet: RoCE, eRDMA, TCPX/TCPXO): at a node with several equal-cost next
+    hops, a hash of (seed, source rank, destination rank, label, node) picks one.
+    ``label`` is the flow's connection, a schedule's channel: every flow of one channel
+    between two ranks follows one path, as the packets of one queue pair do, while other
+    channels may take other paths. The seed is the graph attribute ``ecmp_seed``
+    (default 0), so the same graph and seed always give the same routes.
+
+    ``per_destination`` (InfiniBand): a switch forwards everything addressed to one
+    port (LID) through the same up-port, whoever sends it and on whichever queue pair,
+    as the forwarding tables a subnet manager programs. The tables are OpenSM's
+    fat-tree engine's (``osm_ucast_ftree.c``; :data:`~simulator.topology.stacks.ROUTINGS`):
+    destination NICs are taken leaf by leaf (graph order), each leaf's NICs in graph
+    order, and from the destination's leaf upward each switch sends the destination to
+    its next up-neighbour in turn (round robin over its up-links, the engine's
+    least-loaded choice); the switches reached so form the destination's *chain*. A
+    route then climbs to the lowest switch of that chain it can reach and comes down
+    it: at a node with several next hops, the one on the chain, else the first (graph
+    order) from which the chain can be reached. So every NIC of a rail-optimized leaf
+    gets its own spine (server s on spine s mod spines, whatever its rail), and a shift
+    of the destinations is routed without two routes sharing an up-link where the
+    fabric has the up-links for it (the engine's design goal). Channels (labels) do not
+    change the path (NCCL_IB_QPS_PER_CONNECTION's queue pairs all go to one LID).
+
+    Pairs with a single shortest path keep a dense (source, destination) -> route
+    table, so large rings route as fast as before.
 
 Message cost
     A link may carry ``message_rate`` (messages/s; a NIC's limit, on its fabric-facing
@@ -46,6 +67,7 @@ import numpy as np
 
 from ..errors import CcsimError
 from ..topology.graph import gpu_nodes
+from ..topology.stacks import routing_of
 
 #: Path classes, by the slowest kind of link a path crosses (NCCL's own split of
 #: per-hop latencies: NVLink, PCIe, network).
@@ -182,6 +204,67 @@ def _grown(buffer: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
+def subnet_manager_chains(graph: nx.Graph, order: dict | None = None) -> dict:
+    """Each NIC's chain: the switches, from the leaf it is cabled to upward, that route
+    traffic down to it, as OpenSM's fat-tree engine assigns them (linux-rdma/opensm
+    3.3.24-2-gfa74b98c, opensm/osm_ucast_ftree.c, ``fabric_route_to_cns`` lines 2789-2800
+    and ``fabric_route_downgoing_by_going_up`` lines 2480-2482).
+
+    A switch's level is its distance, over switch-to-switch links, from the nearest
+    switch with a NIC (a leaf: 0); its up-links go to the switches one level higher, in
+    graph order. Leaves in graph order, each leaf's NICs in graph order: each NIC climbs
+    from its leaf, every switch passing it to its least-used up-link, the first among
+    equals (the engine's least-loaded group, lowest index; with every up-link counted
+    alike this is round robin). ``order`` is the graph's node order (computed if None).
+
+    >>> from simulator.topology import load_topology
+    >>> g = load_topology("dgx-h100", 4, fabric={"type": "rail-optimized", "spines": 2})
+    >>> chains = subnet_manager_chains(g)
+    >>> [chains[f"s{s}/nic3"] for s in range(4)]
+    [('leaf3', 'spine0'), ('leaf3', 'spine1'), ('leaf3', 'spine0'), ('leaf3', 'spine1')]
+    """
+    if order is None:
+        order = {node: i for i, node in enumerate(graph.nodes)}
+    kind = graph.nodes(data="kind")
+    switches = [node for node in graph.nodes if kind[node] == "switch"]
+    level: dict = {}
+    frontier = [s for s in switches if any(kind[v] == "nic" for v in graph.neighbors(s))]
+    for s in frontier:
+        level[s] = 0
+    while frontier:
+        following = []
+        for u in frontier:
+            for v in graph.neighbors(u):
+                if kind[v] == "switch" and v not in level:
+                    level[v] = level[u] + 1
+                    following.append(v)
+        frontier = following
+    ups: dict = {}
+    used: dict = {}
+    chains: dict = {}
+    for leaf in sorted((s for s in level if level[s] == 0), key=order.__getitem__):
+        nics = sorted((v for v in graph.neighbors(leaf) if kind[v] == "nic"), key=order.__getitem__)
+        for nic in nics:
+            if nic in chains:
+                continue  # cabled to two leaves: the first routes it
+            chain, u = [leaf], leaf
+            while True:
+                up = ups.get(u)
+                if up is None:
+                    up = ups[u] = sorted(
+                        (v for v in graph.neighbors(u) if level.get(v) == level[u] + 1),
+                        key=order.__getitem__,
+                    )
+                if not up:
+                    break
+                turn = used.get(u, 0)
+                used[u] = turn + 1
+                u = up[turn % len(up)]
+                chain.append(u)
+            chains[nic] = tuple(chain)
+    return chains
+
+
 class Router:
     """Routes between ranks, computed on first use and cached.
 
@@ -208,6 +291,8 @@ class Router:
         self.graph = graph
         self.links = links
         self.seed = int(graph.graph.get("ecmp_seed", 0) if seed is None else seed)
+        #: ``ecmp`` or ``per_destination`` (see the module docstring).
+        self.routing = routing_of(graph)
         self._cheapest: dict = {}
         self._wide_costs: dict = {}
         if like is not None and like.graph is graph:
@@ -219,9 +304,12 @@ class Router:
             # Shortest paths are the graph's too (the ECMP hash picks among them later,
             # per router): one search per pair for every network built like ``like``.
             self._paths = like._paths
+            # So are the subnet manager's chains (filled on first use).
+            self._chains = like._chains
         else:
             self._read_graph(graph)
             self._paths: dict[tuple[int, int], tuple[int, ...] | dict] = {}
+            self._chains: dict = {}
         p = len(self.nodes)
         # Codes: route id >= 0 (one path), -1 unknown, -2 - g multipath group g.
         # Dense: code + 1, 0 where unknown, so that the table starts as zero pages the
@@ -506,22 +594,95 @@ class Router:
         self._paths[(s, d)] = next_hops
         return next_hops
 
+    @property
+    def hashes_connections(self) -> bool:
+        """Whether equal-cost paths are picked per connection (ECMP): then a pair's
+        route depends on its ranks and channel, not on where its destination is alone."""
+        return self.routing == "ecmp"
+
     def _pick(self, group: int, label: int) -> int:
-        """The route of one (src, dst, label) in a multipath group, hashed hop by hop."""
+        """The route of one (src, dst, label) in a multipath group, hop by hop: hashed
+        (``ecmp``), or by the destination's chain (``per_destination``, every label)."""
         paths = self._groups[group]
-        route = paths.routes.get(label)
+        per_destination = self.routing == "per_destination"
+        key = -1 if per_destination else label
+        route = paths.routes.get(key)
         if route is None:
+            choose = self._chooser(paths) if per_destination else None
             node, path = paths.first, [paths.first]
             while node != paths.last:
                 options = paths.next_hops[node]
                 if len(options) > 1:
-                    h = ecmp_hash(self.seed, paths.src, paths.dst, label, self._order[node])
-                    node = options[h % len(options)]
+                    if choose is not None:
+                        node = choose(options)
+                    else:
+                        h = ecmp_hash(self.seed, paths.src, paths.dst, label, self._order[node])
+                        node = options[h % len(options)]
                 else:
                     node = options[0]
                 path.append(node)
-            route = paths.routes[label] = self._add_route(path)
+            route = paths.routes[key] = self._add_route(path)
         return route
+
+    def _chooser(self, paths: _Multipath) -> Callable[[list], object]:
+        """Picks a next hop towards ``paths.dst`` as the subnet manager's tables do (see
+        the module docstring): the option on the destination's chain, else the first
+        from which the chain can be reached, else (no chain: a destination the fabric
+        engine does not see) the destination rank's turn among the options."""
+        nodes = self.graph.nodes
+        next_hops = paths.next_hops
+        # The destination's port: the NIC on the paths whose next hops lead into the
+        # server, not to a switch (the first in graph order where there are several).
+        ports = [
+            node
+            for node, after in next_hops.items()
+            if nodes[node].get("kind") == "nic"
+            and not any(nodes[v].get("kind") == "switch" for v in after)
+        ]
+        chain = self._chain(min(ports, key=self._order.__getitem__)) if ports else ()
+        above = frozenset(chain[1:])  # (every route to the port passes its leaf)
+        reaches: dict = {}
+
+        def reach(node) -> bool:
+            # Whether a path of the DAG from ``node`` passes a switch of the chain above
+            # the leaf (memoized; iterative, the DAG is a few levels deep).
+            stack = [node]
+            while stack:
+                top = stack[-1]
+                if top in reaches:
+                    stack.pop()
+                    continue
+                if top in above:
+                    reaches[top] = True
+                    stack.pop()
+                    continue
+                pending = [v for v in next_hops.get(top, ()) if v not in reaches]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                reaches[top] = any(reaches[v] for v in next_hops.get(top, ()))
+                stack.pop()
+            return reaches[node]
+
+        def choose(options: list) -> object:
+            for option in options:
+                if option in above:
+                    return option
+            for option in options:
+                if reach(option):
+                    return option
+            return options[paths.dst % len(options)]
+
+        return choose
+
+    def _chain(self, nic) -> tuple:
+        """The switches from ``nic``'s leaf up that the subnet manager's fat-tree engine
+        routes ``nic`` through (see the module docstring); () for a NIC on no switch.
+        Computed for every NIC at once on first use (the engine's order is global)."""
+        if not self._chains:
+            self._chains.update(subnet_manager_chains(self.graph, self._order))
+            self._chains.setdefault(None, ())  # marks the table built
+        return self._chains.get(nic, ())
 
     def _codes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         if self._dense is not None:

@@ -17,6 +17,7 @@ from .fabrics import COMMON_KEYS, DEFAULT_FABRIC, get_fabric
 from .fabrics.base import mark_sharp
 from .server import add_server
 from .spec import Spec
+from .stacks import routing_of
 
 
 def ring_graph(p: int, bandwidth: float, latency: float = 0.0, *, link: str = "nvlink") -> nx.Graph:
@@ -122,6 +123,8 @@ def cluster_graph(
     variant = get_fabric(spec.get("type", DEFAULT_FABRIC), where=spec.field("type"))
     config = variant.parse(spec)
     graph.graph["ecmp_seed"] = config.seed if seed is None else int(seed)
+    # The fabric's own choice, else its NICs' stack's (InfiniBand: per destination).
+    graph.graph["routing"] = config.routing or routing_of(graph)
     if nodes == 1 and not ((single_server_fabric or config.single_server) and all(all_nics)):
         return graph
     if not all(all_nics):

@@ -20,6 +20,7 @@ from .graph import validate_topology
 from .importers import PRESET_SUFFIXES, import_graph, import_preset, importer_for
 from .rates import apply_rates, parse_rates
 from .server import server_items
+from .stacks import get_routing
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _TOP_KEYS = ("description", "fabric", "library", "name", "nccl", "rates", "server")
@@ -115,6 +116,7 @@ def load_topology(
     fabric: str | Mapping | None = None,
     seed: int | None = None,
     rates: object = None,
+    routing: str | None = None,
 ) -> nx.Graph:
     """Resolve a preset name, a preset file, a graph file or a graph into a validated graph.
 
@@ -135,6 +137,10 @@ def load_topology(
         so is a preset's own with ``single_server: true``.
     seed : int, optional
         ECMP hash seed (graph attribute ``ecmp_seed``); default the fabric's (0).
+    routing : str, optional
+        How switches pick among equal-cost paths, ``per_destination`` or ``ecmp``
+        (``fabric.routing``, graph attribute ``routing``; ``--routing``); default the
+        fabric's, else its NICs' network stack's.
     rates : str, list or mapping, optional
         Measured rates of single NICs and links, over the preset's own ``rates``
         section: ``s0/nic3=40GB/s``, a rates file or a mapping
@@ -162,9 +168,12 @@ def load_topology(
                 "topology, so build the multi-node graph yourself"
             )
         validate_topology(topology, source=source)
-        if seed is not None:
+        if seed is not None or routing is not None:
             topology = topology.copy()  # never mutate the caller's graph
-            topology.graph["ecmp_seed"] = int(seed)
+            if seed is not None:
+                topology.graph["ecmp_seed"] = int(seed)
+            if routing is not None:
+                topology.graph["routing"] = get_routing(routing, field="--routing")
         return apply_rates(topology, parse_rates(rates))
     path = _preset_path(topology)
     data = read_preset(path)
@@ -176,6 +185,8 @@ def load_topology(
         seed=seed,
         single_server_fabric=fabric is not None,
     )
+    if routing is not None:
+        graph.graph["routing"] = get_routing(routing, field="--routing")
     return apply_rates(graph, parse_rates(rates))
 
 

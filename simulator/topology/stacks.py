@@ -7,7 +7,11 @@ stack is a property of the machine, like its NIC speed: it brings
   beyond the wire (the NIC node's ``latency`` where the preset gives none), and
 * ``nccl``: the NCCL environment the vendor's documented setup exports on such machines
   (Google's TCPXO profile turns LL off, for example), which NCCL's choice then honours
-  under whatever the user sets (``--nccl`` wins variable by variable).
+  under whatever the user sets (``--nccl`` wins variable by variable), and
+* ``routing``: how the fabric's switches spread connections over equal-cost paths
+  (:data:`ROUTINGS`): InfiniBand's subnet manager programs each switch's forwarding
+  table per destination (``per_destination``); Ethernet switches hash each packet's
+  5-tuple (``ecmp``). A topology's ``fabric.routing`` overrides it.
 
 InfiniBand, RoCE and eRDMA are RDMA verbs stacks whose per-message costs NCCL's own
 network latencies (tuning.cc) and ccsim's proxy model already describe; their entries add
@@ -30,6 +34,24 @@ from ..errors import TopologyError, shown
 #: The stack a NIC runs when its preset names none.
 DEFAULT_STACK = "infiniband"
 
+#: Ways a fabric spreads connections over equal-cost paths (``fabric.routing``; see
+#: :class:`~simulator.network.routing.Router`). ``per_destination``: every switch
+#: forwards all traffic to one destination port through the same up-port, as the linear
+#: forwarding tables an InfiniBand subnet manager programs (OpenSM's fat-tree engine,
+#: linux-rdma/opensm at 3.3.24-2-gfa74b98c, opensm/osm_ucast_ftree.c: destinations
+#: routed leaf by leaf, ports in index order, ``fabric_route_to_cns`` lines 2789-2800;
+#: from the destination's leaf upward each switch takes its least-loaded up-port group,
+#: the lowest index among equals, lines 2064-2092 and 2480-2482, which is round robin
+#: over the up-ports). ``ecmp``: a seeded hash per connection, as an Ethernet switch
+#: hashes a flow's 5-tuple. Not modelled: adaptive routing, where a switch picks among a
+#: destination's equal-cost ports by their load, packet by packet. NVIDIA's subnet
+#: manager can turn it on ("AR is enabled by default in the opensm.conf file", NVIDIA
+#: InfiniBand Cluster Bring-up Procedure v1.0, "Adaptive Routing"), and NCCL marks its
+#: InfiniBand transfers adaptive-routing capable by default (NVIDIA/nccl v2.30.7-1
+#: src/transport/net_ib/init.cc lines 439-442); ``per_destination`` is the static tables
+#: the switches fall back to.
+ROUTINGS = ("per_destination", "ecmp")
+
 
 @dataclass(frozen=True)
 class NetworkStack:
@@ -45,6 +67,8 @@ class NetworkStack:
     nccl: str = ""
     #: Where the figures come from.
     source: str = ""
+    #: How the fabric's switches pick among equal-cost paths (:data:`ROUTINGS`).
+    routing: str = "ecmp"
 
 
 #: TCPXO's stack latency per NIC a message crosses (so twice per network hop). FITTED:
@@ -71,6 +95,8 @@ STACKS: dict[str, NetworkStack] = {
         "infiniband",
         "InfiniBand verbs (GPUDirect RDMA): NCCL's own network figures apply",
         source="NCCL 2.30.7 tuning.cc network latencies",
+        # The subnet manager's forwarding tables route per destination LID (ROUTINGS).
+        routing="per_destination",
     ),
     "roce": NetworkStack(
         "roce",
@@ -113,6 +139,22 @@ def get_stack(name: object, *, field: str = "server.nic.stack") -> NetworkStack:
     return stack
 
 
+def get_routing(name: object, *, field: str = "fabric.routing") -> str:
+    """``name`` if it is one of :data:`ROUTINGS`; otherwise an error naming ``field`` and
+    the valid values.
+
+    >>> get_routing("ecmp")
+    'ecmp'
+    """
+    if not isinstance(name, str) or name not in ROUTINGS:
+        raise TopologyError(
+            f"{field}: unknown routing {shown(name)}; valid: " + ", ".join(ROUTINGS) + " "
+            "(per_destination: InfiniBand's subnet manager, one up-port per destination; "
+            "ecmp: a hash per connection, as Ethernet switches)"
+        )
+    return name
+
+
 def stack_of(graph) -> NetworkStack | None:
     """The stack of ``graph``'s NICs (None without NICs); several stacks in one graph are
     refused, as NCCL runs one network plugin per communicator."""
@@ -129,3 +171,19 @@ def stack_of(graph) -> NetworkStack | None:
             "uses one network plugin per communicator: give every server the same stack"
         )
     return get_stack(names.pop())
+
+
+def routing_of(graph) -> str:
+    """How ``graph``'s fabric picks among equal-cost paths (:data:`ROUTINGS`): its
+    ``routing`` attribute (set from ``fabric.routing`` when a preset is built), else its
+    NICs' stack's, else ``ecmp`` (a graph without NICs).
+
+    >>> import networkx as nx
+    >>> routing_of(nx.Graph()), routing_of(nx.Graph(routing="per_destination"))
+    ('ecmp', 'per_destination')
+    """
+    chosen = graph.graph.get("routing")
+    if chosen is not None:
+        return get_routing(chosen, field="the graph's 'routing' attribute")
+    stack = stack_of(graph)
+    return "ecmp" if stack is None else stack.routing

@@ -107,8 +107,17 @@ def crosses_hashed(
     pairs: Iterable[tuple[int, int]], servers: list[int] | None, router: Router
 ) -> bool:
     """Whether some (source, destination) GPU pair of ``pairs`` is on two servers that
-    several shortest paths join (ECMP then hashes each connection onto one of them);
-    ``servers`` is each GPU's server (None: every GPU its own)."""
+    several shortest paths join and the fabric hashes each connection onto one of them
+    (ECMP); ``servers`` is each GPU's server (None: every GPU its own).
+
+    Never where the fabric routes per destination (InfiniBand's subnet manager): there a
+    route depends on where its destination is cabled, which a map of GPUs that keeps
+    the fabric (the shadows' shift; replicas side by side) carries along, so the
+    images' routes are expected to be the routes' images. A guess about CPU time only,
+    as for ECMP: the replay still checks the shadows' ends, and the replicas their
+    routes image by image."""
+    if not router.hashes_connections:
+        return False
     crossing = [(a, b) for a, b in pairs if servers is None or servers[a] != servers[b]]
     if not crossing:
         return False

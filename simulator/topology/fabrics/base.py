@@ -21,6 +21,7 @@ import networkx as nx
 
 from ...errors import TopologyError
 from ..spec import Spec
+from ..stacks import get_routing
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,16 @@ class FabricConfig:
     seed: int = field(
         default=0,
         metadata={"unit": "seed", "help": "seed of the ECMP hash that spreads flows over paths"},
+    )
+    routing: str | None = field(
+        default=None,
+        metadata={
+            "unit": "routing",
+            "help": "how switches pick among equal-cost paths: per_destination (an "
+            "InfiniBand subnet manager's tables, one up-port per destination) or ecmp "
+            "(a hash per connection, as Ethernet; uses seed) (default: the NICs' "
+            "network stack's, per_destination for infiniband)",
+        },
     )
     sharp: bool = field(
         default=False,
@@ -104,6 +115,8 @@ class Fabric(ABC):
                         f"{spec.field(f.name)} must be a non-negative integer, got {seed!r}"
                     )
                 values[f.name] = seed
+            elif unit == "routing":
+                values[f.name] = get_routing(spec.get(f.name), field=spec.field(f.name))
             elif unit == "flag":
                 flag = spec.get(f.name)
                 if not isinstance(flag, bool):
