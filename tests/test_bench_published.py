@@ -42,12 +42,18 @@ def test_published_rows_are_the_issues_configurations():
 
 def test_published_scenario_replays_the_validated_step():
     """A published row's simulated step is ``simulate_run``'s for the same run (the path
-    of ``ccsim validate --training``), to the last bit; its target is judged on CPU."""
-    case = "dgxc-v25.01-nemotron4-15b-h100-bf16-16"
-    run = next(run for run in load_runs()[0] if run.id == case)
-    row = run_published_scenario(Scenario("p", "", kind="published", case=case, target_s=1e9))
-    assert row["sim_time_us"] == simulate_run(run).step_s * 1e6
-    assert row["ranks"] == 16 and row["configuration"] == run.label
+    of ``ccsim validate --training``), to the last bit, also for a row whose NCCL
+    settings (channel bounds, communicators, ``NCCL_MIN_CTAS``: SMs held) shape the
+    step; its target is judged on CPU."""
+    runs = {run.id: run for run in load_runs()[0]}
+    for case, ranks in (
+        ("dgxc-v25.01-nemotron4-15b-h100-bf16-16", 16),
+        ("mlperf-v5.1-llama31-8b-b200-fp8-16", 16),
+    ):
+        run = runs[case]
+        row = run_published_scenario(Scenario("p", "", kind="published", case=case, target_s=1e9))
+        assert row["sim_time_us"] == simulate_run(run).step_s * 1e6
+        assert row["ranks"] == ranks and row["configuration"] == run.label
     assert row["cpu_s"] > 0 and row["target_on"] == "cpu"
     assert "met (< 1e+09 s CPU" in bench_table([row])
 

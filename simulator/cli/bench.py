@@ -537,8 +537,7 @@ def run_published_scenario(scenario: Scenario) -> dict:
     does (the run's generator options and topology); its figures, with the CPU seconds
     (this process's, from the step's generation to the end of its replay) that its target
     is on. Reading the runs' data file is not counted."""
-    from ..validate.training import generator_options, load_runs, run_topology
-    from ..workload.steady import run_steady
+    from ..validate.training import load_runs, replay_run, run_topology
 
     runs, skipped = load_runs()
     run = next((run for run in runs if run.id == scenario.case), None)
@@ -547,9 +546,10 @@ def run_published_scenario(scenario: Scenario) -> dict:
         raise CcsimError(f"bench scenario {scenario.name}: published run {scenario.case}: {why}")
     start, cpu = time.perf_counter(), time.process_time()
     topology, nodes = run_topology(run)
-    # As validate --training: a shorter step's steady state stands for the identical
-    # micro-batches where it is checked periodic (simulator.workload.steady).
-    steady = run_steady(generator_options(run), topology, nodes=nodes)
+    # The validated step itself: a shorter step's steady state stands for the identical
+    # micro-batches where it is checked periodic (simulator.workload.steady), with the
+    # row's NCCL settings, amax waits and SMs held (simulator.validate.training).
+    steady = replay_run(run, topology, nodes)
     step, replay = steady.workload, steady.run
     cpu = time.process_time() - cpu
     wall = time.perf_counter() - start

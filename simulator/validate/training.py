@@ -1214,6 +1214,48 @@ def _tp_amax_applies(options: Mapping[str, Any]) -> bool:
     )
 
 
+def replay_run(run: TrainingRun, topology: Any, nodes: Any, bundles: bool = True) -> Any:
+    """Build and replay ``run``'s step on ``topology`` (from :func:`run_topology`) as
+    ``ccsim validate --training`` does: the row's generator options, its NCCL settings
+    and communicators, the blocking amax waits timed alone on this cluster, and the SMs
+    communication holds where the row pins NCCL's CTAs; the
+    :class:`~simulator.workload.steady.SteadyResult`. ``ccsim bench``'s published rows
+    call it too, so they time the validated step itself. Bad input raises
+    :class:`CcsimError`."""
+    from ..workload.steady import run_steady
+
+    options = generator_options(run)
+    # The run's NCCL channel bounds and per-communicator configuration, where its row
+    # gives them (simulator.workload.communicators); other rows as before.
+    nccl: dict[str, Any] = {}
+    if run.nccl:
+        nccl["nccl"] = run.nccl
+    if run.communicators:
+        nccl["communicators"] = dict(run.communicators)
+    if options.get("amax_reduction", "off") != "off" and "amax_seconds" not in options:
+        # Each blocking amax all-reduce as a wait of its time alone on this cluster.
+        options["amax_seconds"] = amax_seconds(options, topology, nodes=nodes, nccl=nccl)
+    if _tp_amax_applies(options) and "tp_amax_seconds" not in options:
+        # Current scaling's blocking TP amax all-reduces as waits of a call's time alone
+        # on this cluster (Transformer Engine 2.x; every current-scaling row runs TE 2.2
+        # or later, where the recipe began).
+        options["tp_amax_seconds"] = tp_amax_seconds(options, topology, nodes=nodes, nccl=nccl)
+    # Identical micro-batches of the pipeline's steady state replayed once where that is
+    # checked periodic, else the full step (simulator.workload.steady); the per-flow
+    # reference replays the full step. Communication's kernels hold one SM per channel
+    # (NCCL's CTAs) that the rank's overlapping compute lacks while they run
+    # (simulator.workload.engine).
+    return run_steady(
+        options,
+        topology,
+        nodes=nodes,
+        shortcut=bundles,
+        bundles=bundles,
+        sm_contention=SM_CONTENTION or "NCCL_MIN_CTAS" in run.nccl,
+        **nccl,
+    )
+
+
 def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
     """ccsim's step for ``run`` on its GPU's preset, as NCCL runs the collectives, from a
     shorter step's steady state where it is checked periodic
@@ -1221,41 +1263,10 @@ def simulate_run(run: TrainingRun, bundles: bool = True) -> TrainingResult:
     that share links flow by flow and every micro-batch replayed."""
     import time
 
-    from ..workload.steady import run_steady
-
     start = time.perf_counter()
-    options = generator_options(run)
     try:
         topology, nodes = run_topology(run)
-        # Identical micro-batches of the pipeline's steady state replayed once where
-        # that is checked periodic, else the full step (simulator.workload.steady); the
-        # per-flow reference replays the full step.
-        # The run's NCCL channel bounds and per-communicator configuration, where its
-        # row gives them (simulator.workload.communicators); other rows as before.
-        nccl: dict[str, Any] = {}
-        if run.nccl:
-            nccl["nccl"] = run.nccl
-        if run.communicators:
-            nccl["communicators"] = dict(run.communicators)
-        if options.get("amax_reduction", "off") != "off" and "amax_seconds" not in options:
-            # Each blocking amax all-reduce as a wait of its time alone on this cluster.
-            options["amax_seconds"] = amax_seconds(options, topology, nodes=nodes, nccl=nccl)
-        if _tp_amax_applies(options) and "tp_amax_seconds" not in options:
-            # Current scaling's blocking TP amax all-reduces as waits of a call's time
-            # alone on this cluster (Transformer Engine 2.x; every current-scaling row
-            # runs TE 2.2 or later, where the recipe began).
-            options["tp_amax_seconds"] = tp_amax_seconds(options, topology, nodes=nodes, nccl=nccl)
-        # Communication's kernels hold one SM per channel (NCCL's CTAs) that the rank's
-        # overlapping compute lacks while they run (simulator.workload.engine).
-        result = run_steady(
-            options,
-            topology,
-            nodes=nodes,
-            shortcut=bundles,
-            bundles=bundles,
-            sm_contention=SM_CONTENTION or "NCCL_MIN_CTAS" in run.nccl,
-            **nccl,
-        )
+        result = replay_run(run, topology, nodes, bundles=bundles)
     except CcsimError as error:
         return TrainingResult(run, skipped=str(error))
     # The short step's memory is the full step's: its warm-up is as long.
