@@ -45,6 +45,9 @@ def test_a_log_is_the_case_its_sidecar_describes(path):
         ("NVIDIA H200", "hgx-h200"),
         ("NVIDIA GB200", "gb200-nvl72"),
         ("NVIDIA B300", "hgx-b300"),
+        # alibaba-ebmgn7ex carries the same A100 on an eRDMA stack: a log names no stack,
+        # so the InfiniBand server is the guess and the cloud preset is asked for by name.
+        ("NVIDIA A100-SXM4-40GB", "dgx-a100"),
     ],
 )
 def test_the_gpu_names_the_preset_when_one_fits(gpu, preset):
@@ -54,7 +57,6 @@ def test_the_gpu_names_the_preset_when_one_fits(gpu, preset):
 @pytest.mark.parametrize(
     ("gpus", "message"),
     [
-        (["NVIDIA A100-SXM4-40GB"], "fits presets alibaba-ebmgn7ex, dgx-a100"),
         (["NVIDIA H100 PCIe"], "fits no bundled preset"),
         (["NVIDIA GB300"], "fits no bundled preset"),
         (["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"], "GPUs differ"),
@@ -65,6 +67,20 @@ def test_an_ambiguous_or_unknown_gpu_asks_for_topology(gpus, message):
     with pytest.raises(CcsimError, match="pass --topology") as error:
         guess_preset(gpus, "run.log")
     assert message in str(error.value) and str(error.value).startswith("run.log: ")
+
+
+def test_two_infiniband_presets_of_one_gpu_ask_for_topology(monkeypatch):
+    """Where two presets of the same GPU and stack fit, the log cannot choose: both are
+    named and --topology asked for (a second dgx-a100 under another name stands in)."""
+    from simulator.validate import log_cases
+
+    files = dict(log_cases.preset_files())
+    monkeypatch.setattr(
+        log_cases, "preset_files", lambda: {**files, "dgx-a100-twin": files["dgx-a100"]}
+    )
+    with pytest.raises(CcsimError, match="pass --topology") as error:
+        guess_preset(["NVIDIA A100-SXM4-40GB"], "run.log")
+    assert "fits presets dgx-a100, dgx-a100-twin" in str(error.value)
 
 
 def table_only(tmp_path, op_row="float     sum      -1"):
@@ -125,7 +141,9 @@ def test_cli_errors_name_the_file_and_the_option(tmp_path):
     done = ccsim("validate", str(junk))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "junk.log: not nccl-tests output" in done.stderr.strip().splitlines()[-1]
-    done = ccsim("validate", str(trimmed(tmp_path)))
+    pcie = tmp_path / "pcie.log"  # the OCI log as if run on H100 PCIe: no bundled preset
+    pcie.write_text(trimmed(tmp_path).read_text().replace("A100-SXM4-40GB", "H100 PCIe"))
+    done = ccsim("validate", str(pcie))
     assert done.returncode == 2 and "pass --topology" in done.stderr.splitlines()[-1]
     done = ccsim("validate", "--nodes", "2")
     assert done.returncode == 2 and "--nodes: only with LOG files" in done.stderr
