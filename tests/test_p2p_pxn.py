@@ -123,15 +123,24 @@ def test_host_gpus_must_divide_the_server():
         _graph(spec, 1)
 
 
-def _racks(gpus_per_rack: int, racks: int, trays: bool = True, spines: int | None = None):
+def _racks(
+    gpus_per_rack: int,
+    racks: int,
+    trays: bool = True,
+    spines: int | None = None,
+    routing: str | None = None,
+):
     """GB200 NVL72 racks of ``gpus_per_rack`` GPUs each (trays of 4, as the preset
     says, unless ``trays`` is False: one host a rack), over ``spines`` spines (None: the
-    fabric's own count)."""
+    fabric's own count), routed as ``routing`` says (None: the stack's default, per
+    destination on InfiniBand)."""
     data = preset("gb200-nvl72")
     server = {**data["server"], "gpus": gpus_per_rack}
     if not trays:
         server.pop("host_gpus")
     fabric = dict(data["fabric"]) if spines is None else {**data["fabric"], "spines": spines}
+    if routing is not None:
+        fabric["routing"] = routing
     return _graph({**data, "server": server, "fabric": fabric}, racks)
 
 
@@ -209,23 +218,29 @@ def test_megatron_interleaved_sends_go_direct():
 
 
 @pytest.mark.parametrize(
-    "tp, pp, dp, vp, spines, stand_in",
+    "tp, pp, dp, vp, spines, routing, stand_in",
     [
         # Interleaved: each send on its pair's communicator, across rails; over one
         # spine each has one shortest path and both shortcuts stand in.
-        (2, 4, 4, 2, 1, True),
-        (2, 4, 4, 2, None, False),  # several spines: a send's images hash elsewhere
+        (2, 4, 4, 2, 1, None, True),
+        # Several spines under ECMP: a send's images hash elsewhere.
+        (2, 4, 4, 2, None, "ecmp", False),
+        # Several spines routed per destination (InfiniBand's subnet manager): a send's
+        # image comes down its destination's spine, the image of the send's: both stand in.
+        (2, 4, 4, 2, None, None, True),
         # Batched over PP groups with two GPUs a tray: relayed sends.
-        (2, 16, 1, 1, 1, False),
+        (2, 16, 1, 1, 1, None, False),
     ],
 )
-def test_gb200_shortcuts_equal_the_full_build_across_racks(tp, pp, dp, vp, spines, stand_in):
+def test_gb200_shortcuts_equal_the_full_build_across_racks(
+    tp, pp, dp, vp, spines, routing, stand_in
+):
     """Two GB200 racks of 16 GPUs (trays of 4), pipeline sends from one rack to the
     next: from rack position 8 + x to x (other rails) with interleaving; at TP 2 DP 1
     without it, stage 7 (positions 14-15, tray 3) sends to stage 8 (positions 0-1 of
     the next rack) through stage 6's GPUs (12-13, tray 3). Whatever the shortcuts
     decide, every op's times equal those of the build of every rank."""
-    graph = _racks(16, 2, spines=spines)
+    graph = _racks(16, 2, spines=spines, routing=routing)
     options = dict(tp=tp, pp=pp, dp=dp, micro_batch=1, global_batch=32, virtual_stages=vp)
     short = megatron("llama3-8b", **options, shadows=True, replicas=True)
     if vp == 1:

@@ -28,11 +28,14 @@ from simulator.workload import isolated as iso
 from tests.test_reduced import Compare, one_gpu_servers, ring_step
 
 
-def rack_pair(per_rack: int = 16):
+def rack_pair(per_rack: int = 16, routing: str | None = None):
     """Two GB200 NVL72 racks of ``per_rack`` GPUs each, joined by the preset's fabric
-    (as simulator.validate.training.run_topology builds a GB200 run's cluster)."""
+    (as simulator.validate.training.run_topology builds a GB200 run's cluster), routed
+    as ``routing`` says (None: the stack's default, per destination on InfiniBand)."""
     data = preset("gb200-nvl72")
     data = {**data, "server": {**data["server"], "gpus": per_rack}}
+    if routing is not None:
+        data = {**data, "fabric": {**data["fabric"], "routing": routing}}
     fabric = fabric_spec(data.get("fabric"), None)
     return preset_graph({**data, "fabric": fabric}, 2, name="gb200-nvl72", source="test")
 
@@ -156,17 +159,21 @@ def test_the_probe_keeps_a_round_when_nothing_is_over_yet(monkeypatch):
     assert_same(with_probe, without)
 
 
+@pytest.mark.parametrize("routing", ["ecmp", None])
 @pytest.mark.parametrize("split", sorted(GB200_GROUPS))
-def test_the_probe_changes_no_timing_on_a_gb200_rack_pair(monkeypatch, split):
+def test_the_probe_changes_no_timing_on_a_gb200_rack_pair(monkeypatch, split, routing):
     """The all-gathers of the rack pair, the probe on every call or on none: the same
-    timings to the bit, and with it, each still the flow-by-flow timing. The uneven
-    group's relayed NVLink ports are over from its first sends: its first round is
-    spared."""
-    step, graph = all_gather(GB200_GROUPS[split], 32), rack_pair()
+    timings to the bit, and with it, each still the flow-by-flow timing. Under ECMP the
+    uneven group's relayed NVLink ports are over from its first sends: its first round
+    is spared. (Routed per destination, the probe is still run and the timings are
+    still the same.)"""
+    step, graph = all_gather(GB200_GROUPS[split], 32), rack_pair(routing=routing)
     without, runs_without = timings(monkeypatch, step, graph, probe=False)
     with_probe, runs_with = timings(monkeypatch, step, graph, probe=True)
     compare = Compare(monkeypatch)  # (its replay uses the flow-by-flow timings)
     timings(monkeypatch, step, graph, probe=True)
     assert compare.settled == compare.calls == 1
-    assert (runs_without, runs_with) == ((1, 1) if split == "even" else (2, 1))
+    if routing == "ecmp":
+        assert (runs_without, runs_with) == ((1, 1) if split == "even" else (2, 1))
+    assert runs_with == 1
     assert_same(with_probe, without)
