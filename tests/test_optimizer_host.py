@@ -19,6 +19,7 @@ from simulator.topology import ring_graph
 from simulator.workload import run_workload
 from simulator.workload.generators import Transformer, megatron
 from simulator.workload.optimizer_host import optimizer_host_ops, shards_met
+from tests.test_vocab_buckets import mlperf_8b_step
 
 X86_LAUNCH = 13.48e-6  # TE issue #2053, DGX H100 (Xeon 8480C)
 X86_TENSOR = 2.15e-6  # NVIDIA/cutlass issue #3275, x86 B200 host
@@ -63,24 +64,8 @@ def test_bad_shards_are_an_error():
 
 
 def _llama_8b_step(**extra):
-    return megatron(
-        "llama3-8b",
-        tp=1,
-        pp=1,
-        cp=2,
-        dp=16,
-        global_batch=16,
-        precision="fp8",
-        distributed_optimizer=True,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-        grad_reduce="bf16",
-        fp8_param_gather=True,
-        replicas=True,
-        shadows=True,
-        bucket_size=134217728,
-        **extra,
-    )
+    """The MLPerf v5.1 8B layout with fp8 parameter gathers (test_vocab_buckets')."""
+    return mlperf_8b_step(fp8_param_gather=True, **extra)
 
 
 def test_the_generator_times_the_hand_count():

@@ -20,11 +20,11 @@ VOCAB_MATRIX = 128256 * 4096  # the input embedding, and the untied output layer
 NORMS = 2 * 4096  # a layer's two RMSNorm weights
 
 
-def dp_calls(op_name, **options):
-    """Rank 0's overlapped DP ``op_name`` calls' bytes (parameter all-gathers, gradient
-    reduce-scatters) of Llama 3 8B at CP 2 x DP 16, one micro-batch, bf16 gradients, in
-    the order they are issued (the MLPerf v5.1 8B runs' layout)."""
-    workload = megatron(
+def mlperf_8b_step(**options):
+    """Llama 3 8B at CP 2 x DP 16, one micro-batch, fp8 with bf16 gradients over the
+    distributed optimizer's overlapped buckets of 128 Mi parameters (the MLPerf v5.1 8B
+    runs' layout), with ``options`` on top."""
+    return megatron(
         "llama3-8b",
         tp=1,
         pp=1,
@@ -41,6 +41,12 @@ def dp_calls(op_name, **options):
         bucket_size=134217728,
         **options,
     )
+
+
+def dp_calls(op_name, **options):
+    """Rank 0's overlapped DP ``op_name`` calls' bytes (parameter all-gathers, gradient
+    reduce-scatters) of :func:`mlperf_8b_step`, in the order they are issued."""
+    workload = mlperf_8b_step(**options)
     return [
         op.nbytes
         for op in workload.ops
