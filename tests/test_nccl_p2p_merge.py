@@ -8,7 +8,6 @@ pair its own link of B, so tau = c/B per chunk): 4 ranks, one part per peer, the
 works in one batch.
 """
 
-import networkx as nx
 import pytest
 
 from simulator.algorithms import build_schedule
@@ -17,20 +16,11 @@ from simulator.collective.policy import NcclPolicy, protocol_model
 from simulator.collective.run import build_and_run, run_schedule
 from simulator.library.protocol import Protocol
 from simulator.topology import load_topology
+from tests.test_nccl_p2p import mesh
 
 B = 100e9
 CHUNK = 1e6  # bytes of one NCCL chunk
 TAU = CHUNK / B  # 10 us on the wire
-
-
-def mesh(p: int) -> nx.Graph:
-    graph = nx.Graph()
-    for rank in range(p):
-        graph.add_node(f"gpu{rank}", kind="gpu", rank=rank, server=0)
-    for i in range(p):
-        for j in range(i + 1, p):
-            graph.add_edge(f"gpu{i}", f"gpu{j}", bandwidth=B, latency=0.0, link="nvlink")
-    return graph
 
 
 def channel_protocol(h: float, rate: float) -> Protocol:

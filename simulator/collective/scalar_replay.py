@@ -699,13 +699,7 @@ class _Net:
             for slot in self._rate_alone(new, now):
                 touched.add(cluster_of[f_route[slot]])
         if touched:
-            route_slots, cluster_routes = self.route_slots, self.cluster_routes
-            found = set()
-            for cluster in touched:
-                for route in cluster_routes[cluster]:
-                    if route_slots[route]:
-                        found.add(route)
-            self._recompute(found, now)
+            self._recompute(self._routes_with_flows(touched), now)
         self._schedule_wake()
 
     def _rate_alone(self, new: list[int], now: float) -> list[int]:
@@ -785,6 +779,11 @@ class _Net:
             if routes:
                 # (The routes on one link are of one cluster.)
                 touched.add(cluster_of[next(iter(routes))])
+        return self._routes_with_flows(touched)
+
+    def _routes_with_flows(self, touched: set[int]) -> set[int]:
+        """The routes of the ``touched`` clusters that carry flows (whose rates a change
+        in those clusters may move)."""
         route_slots, cluster_routes = self.route_slots, self.cluster_routes
         found = set()
         for cluster in touched:
